@@ -1,0 +1,2 @@
+"""Analytical cost model: pure functions from specs and a parallel configuration to
+FLOPs, bytes and seconds. No I/O, no rich or typer here."""

@@ -1,0 +1,320 @@
+"""One configuration -> step time, throughput, MFU, memory per stage, and breakdowns.
+
+Flow: layer table per pipeline stage (its node group's GPU and links) -> per-virtual-stage F/B/W
+durations and activation bytes -> the schedule's :class:`Timeline` -> data-parallel
+synchronisation and optimizer step after the last backward -> :class:`Estimate`.
+
+Iteration time = max over ranks of (end of its last backward + its exposed gradient reduction)
++ the slowest optimizer step + the exposed parameter all-gather. The data-parallel reduction
+overlaps the last micro-batch's backward (Megatron ``--overlap-grad-reduce`` launches buckets as
+their gradients become final); the last bucket (Megatron's default 40M parameters,
+``--ddp-bucket-size``) is always exposed. The parameter all-gather of the distributed optimizer
+overlaps the next iteration's first forward (``--overlap-param-gather``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from cost_models import communication as comm
+from cost_models import memory as mem
+from cost_models import schedules
+from cost_models.compute import COMPUTE_DTYPE, memory_bound_s
+from cost_models.layers import (
+    ACT_BYTES,
+    ZERO,
+    LayerCost,
+    LayerTable,
+    hardware_flop_per_iteration,
+    layer_table,
+    model_flop_per_iteration,
+)
+from cost_models.parallel import Group, ParallelConfig, group
+from planner.specs import ClusterSpec, JobSpec, ModelSpec, NodeGroup
+
+DDP_BUCKET_PARAMS = 40_000_000
+"""Megatron's default gradient bucket size in parameters (``--ddp-bucket-size``)."""
+
+ADAM_BYTES_PER_PARAM = 30
+"""HBM traffic of one Adam update per optimizer-owned parameter: read fp32 weight, gradient and two
+moments (16), write weight and moments (12), write the 16-bit copy (2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StageEstimate:
+    """One pipeline rank (all its model chunks), per micro-batch unless named per iteration."""
+
+    stage: int
+    gpu: str
+    layers: tuple[int, ...]
+    """Decoder layers of each of this rank's chunks."""
+    forward_s: float
+    backward_s: float
+    """Backward (B + W, including recompute) per micro-batch over all chunks."""
+    recompute_s: float
+    tp_cp_ep_comm_s: float
+    """Exposed tensor/context/expert-parallel communication per micro-batch (F + B)."""
+    p2p_s: float
+    """Send time of one activation to the next stage."""
+    dp_comm_s: float
+    """Gradient reduction (+ parameter gather) time per iteration, before overlap."""
+    dp_exposed_s: float
+    optimizer_s: float
+    busy_s: float
+    idle_s: float
+    """Idle time within the pipeline phase (until the iteration's last backward)."""
+    memory: mem.MemoryBreakdown
+    model_flop_per_microbatch: float
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """The prediction for one configuration."""
+
+    config: ParallelConfig
+    num_microbatches: int
+    step_time_s: float
+    pipeline_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    """Model FLOPs (Megatron convention, no recompute) over dense BF16/FP16 peak x GPUs x time."""
+    hfu: float
+    """Hardware FLOPs (with recompute) over the same peak."""
+    bubble_fraction: float
+    stages: tuple[StageEstimate, ...]
+    timeline: schedules.Timeline
+
+    @property
+    def peak_memory_bytes(self) -> float:
+        """Largest peak over all GPUs."""
+        return max(s.memory.peak_bytes for s in self.stages)
+
+    @property
+    def fits(self) -> bool:
+        """Whether every stage fits."""
+        return all(s.memory.fits for s in self.stages)
+
+    @property
+    def worst_stage(self) -> StageEstimate:
+        """The stage with the least headroom."""
+        return min(self.stages, key=lambda s: (s.memory.headroom_bytes, s.stage))
+
+
+def node_of_stage(cluster: ClusterSpec, c: ParallelConfig, stage: int) -> NodeGroup:
+    """Node group of pipeline rank ``stage``: pp is outermost, so a stage is a block of ranks."""
+    per_stage = c.tp * c.cp * c.dp
+    first = cluster.group_of_rank(stage * per_stage)
+    last = cluster.group_of_rank((stage + 1) * per_stage - 1)
+    if first is last:
+        return first
+    # A stage straddling two node groups runs at the pace of the slower GPU.
+    return min((first, last), key=lambda g: g.gpu.peak("bf16") if g.gpu.supports("bf16") else 0.0)
+
+
+@lru_cache(maxsize=4096)
+def _table(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> LayerTable:
+    # Cache on the fields that the layer table depends on (schedule/partition do not matter).
+    return layer_table(model, job, c, node)
+
+
+def table_for(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> LayerTable:
+    """Layer table with the partition-independent fields normalised, so it is cached across them."""
+    key = c.with_(schedule="1f1b", vpp=1, layers_per_stage=(), pp=1 if c.pp == 1 else 2, recompute="none",
+                  recompute_num_layers=0, optimizer_sharding="none")
+    return _table(model, job, key, node)
+
+
+def _virtual_stage_cost(model: ModelSpec, table: LayerTable, first_layer: int, n_layers: int) -> LayerCost:
+    if not model.is_moe:
+        return table.dense.scaled(n_layers)
+    n_moe = sum(1 for i in range(first_layer, first_layer + n_layers) if model.is_moe_layer(i))
+    return table.dense.scaled(n_layers - n_moe) + table.moe.scaled(n_moe)
+
+
+def _recomputed_layers(c: ParallelConfig, n_layers: int) -> int:
+    if c.recompute != "full":
+        return 0
+    return n_layers if c.recompute_num_layers == 0 else min(c.recompute_num_layers, n_layers)
+
+
+def _stage_link(cluster: ClusterSpec, c: ParallelConfig, r: int) -> comm.Link:
+    """Link from pipeline rank r to r+1 (wrapping for interleaving): the slower side's."""
+    g: Group = group(c, "pp")
+    a = node_of_stage(cluster, c, r)
+    b = node_of_stage(cluster, c, (r + 1) % c.pp)
+    la, lb = comm.link_for(g, a), comm.link_for(g, b)
+    return la if la.bandwidth_bytes_per_s <= lb.bandwidth_bytes_per_s else lb
+
+
+def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> Estimate:
+    """Predict one resolved configuration (see :func:`cost_models.parallel.resolve`)."""
+    p, v = c.pp, c.vpp
+    n_virtual = p * v
+    m = c.num_microbatches(job)
+    layers = c.stage_layers(model)
+    first_layer = np.concatenate([[0], np.cumsum(layers)[:-1]]).astype(int).tolist()
+    nodes = [node_of_stage(cluster, c, r) for r in range(p)]
+    split_w = c.schedule == "zb-h1"
+
+    durations = np.zeros((n_virtual, 3))
+    act_units = np.zeros(n_virtual)
+    wfrac = np.zeros(n_virtual)
+    p2p = np.zeros(n_virtual)
+    per_rank: list[dict] = [dict(cost=ZERO, recompute=0.0, transient=0.0, fsdp=0.0, largest=0.0,
+                                 fwd=0.0, bwd=0.0, comm=0.0, flop=0.0) for _ in range(p)]
+    for vs in range(n_virtual):
+        r = vs % p
+        node = nodes[r]
+        table = table_for(model, job, c, node)
+        n = layers[vs]
+        cost = _virtual_stage_cost(model, table, first_layer[vs], n)
+        k = _recomputed_layers(c, n)
+        layer_unit = _virtual_stage_cost(model, table, first_layer[vs], 1)
+        recompute = k * layer_unit.recompute_forward_s
+        if c.recompute == "selective":
+            recompute = n * table.dense.selective_recompute_s
+        act = cost.activation_bytes - k * (layer_unit.activation_bytes - layer_unit.checkpoint_bytes)
+        wbytes = cost.weight_grad_bytes * (n - k) / n if n else 0.0
+        extra = ZERO
+        if vs == 0:
+            extra = extra + table.embedding
+        if vs == n_virtual - 1:
+            extra = extra + table.output
+        total = cost + extra
+        act += extra.activation_bytes
+        wbytes += extra.weight_grad_bytes
+        fwd = total.forward_s + total.forward_comm_s
+        b_in = total.backward_input_s + total.backward_comm_s + recompute
+        b_w = total.backward_weight_s
+        durations[vs] = (fwd, b_in, b_w) if split_w else (fwd, b_in + b_w, 0.0)
+        act_units[vs] = act
+        wfrac[vs] = min(1.0, wbytes / act) if act else 0.0
+        p2p[vs] = comm.p2p_s(_tokens(job, c) * model.hidden_size * ACT_BYTES / (c.tp if c.sp else 1),
+                             _stage_link(cluster, c, r)) if p > 1 else 0.0
+        acc = per_rank[r]
+        acc["cost"] = acc["cost"] + total
+        acc["recompute"] += recompute
+        acc["fwd"] += fwd
+        acc["bwd"] += b_in + b_w
+        acc["comm"] += total.forward_comm_s + total.backward_comm_s
+        acc["flop"] += total.model_flop
+        if k:
+            acc["transient"] = max(acc["transient"], layer_unit.activation_bytes)
+        acc["largest"] = max(acc["largest"], layer_unit.params * c.tp)
+
+    # Fully sharded data parallelism gathers weights per micro-batch and reduce-scatters gradients.
+    if c.optimizer_sharding == "full" and c.dp * c.cp > 1:
+        for vs in range(n_virtual):
+            r = vs % p
+            link = comm.link_for(group(c, "dpcp"), nodes[r])
+            params = per_rank[r]["cost"].params
+            gather = comm.all_gather_s(params * 2.0, c.dp * c.cp, link)
+            scatter = comm.reduce_scatter_s(params * 4.0, c.dp * c.cp, link)
+            f_exposed = max(0.0, gather - durations[vs, 0])
+            b_exposed = max(0.0, gather + scatter - durations[vs, 1] - durations[vs, 2])
+            durations[vs, 0] += f_exposed
+            durations[vs, 1] += b_exposed
+
+    orders = schedules.generate(c.schedule, p, m, v)
+    timeline = schedules.simulate(orders, durations, p2p, m, wfrac, act_units)
+
+    stages: list[StageEstimate] = []
+    ends = []
+    opt_times = []
+    gather_exposed = []
+    dp_report = []
+    for r in range(p):
+        acc, node, gpu = per_rank[r], nodes[r], nodes[r].gpu
+        cost: LayerCost = acc["cost"]
+        dense = cost.params_sharded + cost.params_replicated
+        static = mem.static_memory(dense, cost.params_expert, job, c, acc["largest"] / c.tp)
+        # Data-parallel synchronisation of this rank's gradients.
+        grad_b = 4.0 if job.grad_dtype == "fp32" else 2.0
+        d_dense, d_exp = c.dp * c.cp, (c.tp * c.cp * c.dp) // (c.expert_tp * c.ep)
+        link_d = comm.link_for(group(c, "dpcp"), node)
+        link_e = comm.link_for(group(c, "edp"), node)
+        if c.optimizer_sharding == "none":
+            reduce_s = comm.all_reduce_s(dense * grad_b, d_dense, link_d) + comm.all_reduce_s(
+                cost.params_expert * grad_b, d_exp, link_e)
+            gather_s = 0.0
+        elif c.optimizer_sharding in ("distributed", "zero2"):
+            reduce_s = comm.reduce_scatter_s(dense * grad_b, d_dense, link_d) + comm.reduce_scatter_s(
+                cost.params_expert * grad_b, d_exp, link_e)
+            gather_s = comm.all_gather_s(dense * 2.0, d_dense, link_d) + comm.all_gather_s(
+                cost.params_expert * 2.0, d_exp, link_e)
+        else:  # full sharding: already paid per micro-batch
+            reduce_s = gather_s = 0.0
+        last_bucket = min(1.0, DDP_BUCKET_PARAMS / max(cost.params, 1.0))
+        window = acc["bwd"] / v  # backward of the last micro-batch (roughly one chunk's worth per chunk)
+        if job.overlap_grad_reduce:
+            reduce_exposed = max(reduce_s * last_bucket, reduce_s - window)
+        else:
+            reduce_exposed = reduce_s
+        first_fwd = float(durations[r, 0])
+        g_exposed = max(gather_s * last_bucket, gather_s - first_fwd) if job.overlap_param_gather else gather_s
+        shard = d_dense if c.optimizer_sharding != "none" else 1
+        shard_e = d_exp if c.optimizer_sharding != "none" else 1
+        opt_s = memory_bound_s((dense / shard + cost.params_expert / shard_e) * ADAM_BYTES_PER_PARAM, gpu)
+        end_r = float(timeline.end_s[r][-1])
+        ends.append(end_r + reduce_exposed)
+        opt_times.append(opt_s)
+        gather_exposed.append(g_exposed)
+        dp_report.append((reduce_s + gather_s, reduce_exposed + g_exposed))
+        peak_level = timeline.peak_inflight(r)
+        mean_unit = float(np.mean(act_units[r::p])) if v else 1.0
+        memory = mem.breakdown(
+            static,
+            peak_level,
+            acc["transient"],
+            gpu.memory_reserve_bytes,
+            gpu.memory_bytes,
+            peak_level / mean_unit if mean_unit else 0.0,
+        )
+        stages.append(
+            StageEstimate(
+                stage=r,
+                gpu=gpu.name,
+                layers=tuple(layers[r::p]),
+                forward_s=acc["fwd"],
+                backward_s=acc["bwd"],
+                recompute_s=acc["recompute"],
+                tp_cp_ep_comm_s=acc["comm"],
+                p2p_s=float(p2p[r]),
+                dp_comm_s=reduce_s + gather_s,
+                dp_exposed_s=reduce_exposed + g_exposed,
+                optimizer_s=opt_s,
+                busy_s=timeline.busy_s(r),
+                idle_s=timeline.idle_s(r),
+                memory=memory,
+                model_flop_per_microbatch=acc["flop"],
+            )
+        )
+    pipeline_time = timeline.makespan_s
+    step = max(ends) + max(opt_times) + max(gather_exposed)
+    tokens = job.tokens_per_step
+    world = c.world_size
+    peak_total = sum(g.num_gpus * g.gpu.peak(COMPUTE_DTYPE[job.precision]) for g in cluster.groups)
+    model_flop = model_flop_per_iteration(model, job)
+    recomputed = sum(_recomputed_layers(c, n) for n in layers) / model.num_layers
+    hardware_flop = hardware_flop_per_iteration(model, job, c.recompute, recomputed)
+    return Estimate(
+        config=c,
+        num_microbatches=m,
+        step_time_s=step,
+        pipeline_time_s=pipeline_time,
+        tokens_per_s=tokens / step,
+        tokens_per_s_per_gpu=tokens / step / world,
+        mfu=model_flop / (step * peak_total),
+        hfu=hardware_flop / (step * peak_total),
+        bubble_fraction=timeline.bubble_fraction(),
+        stages=tuple(stages),
+        timeline=timeline,
+    )
+
+
+def _tokens(job: JobSpec, c: ParallelConfig) -> float:
+    return c.micro_batch_size * job.seq_length / c.cp

@@ -1,0 +1,141 @@
+"""Memory per GPU: weights, gradients, optimizer states, activations and a documented reserve.
+
+Bytes per parameter with mixed precision and Adam (Megatron-LM ``docs/.../dist_optimizer.md`` and
+``megatron/training/theoretical_memory_usage.py``): a 16-bit weight (2), a main gradient
+(``grad_dtype``, fp32 = 4), and the optimizer's master weight (``master_dtype``, 4) plus two fp32
+Adam moments (8): 18 bytes unsharded. Sharding over the ``d`` data-parallel ranks (Rajbhandari et
+al. 2020, ZeRO, arXiv:1910.02054): distributed optimizer / ZeRO-1 shards the optimizer (2 + 4 +
+12/d), ZeRO-2 also the gradients (2 + 16/d), full sharding / FSDP everything (18/d, plus the
+gathered weights of the layers in use). Dense parameters shard over dp x cp (Megatron's
+distributed optimizer uses the ``intra_dp_cp`` group); experts over the expert data-parallel group.
+
+Activations come from :mod:`cost_models.layers` per micro-batch and are multiplied by the
+in-flight count read from the schedule's :class:`~cost_models.schedules.Timeline`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models.parallel import ParallelConfig
+from planner.specs import DTYPE_BYTES, JobSpec
+
+FRAGMENTATION_FRACTION = 0.05
+"""Share of activation memory lost to allocator fragmentation (planner's assumption; Megatron's
+``compute_activation_memory_without_sp`` applies the same 5% overhead)."""
+
+PREFETCHED_LAYERS = 2
+"""Layers whose full weights FSDP holds gathered at once (current + prefetched)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StaticMemory:
+    """Memory resident all iteration on one GPU, in bytes."""
+
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        """Sum of the three."""
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+
+
+def bytes_per_param(job: JobSpec, sharding: str, d: int) -> tuple[float, float, float]:
+    """(weight, gradient, optimizer) bytes per parameter under ``sharding`` over ``d`` ranks."""
+    weight = 2.0
+    grad = float(DTYPE_BYTES[job.grad_dtype])
+    opt = float(DTYPE_BYTES[job.master_dtype] + 8)
+    d = max(d, 1)
+    if sharding == "none":
+        return weight, grad, opt
+    if sharding == "distributed":
+        return weight, grad, opt / d
+    if sharding == "zero2":
+        return weight, grad / d, opt / d
+    if sharding == "full":
+        return weight / d, grad / d, opt / d
+    raise ValueError(f"unknown optimizer sharding {sharding!r}")
+
+
+def static_memory(
+    dense_params: float,
+    expert_params: float,
+    job: JobSpec,
+    c: ParallelConfig,
+    largest_layer_params: float = 0.0,
+) -> StaticMemory:
+    """Weights, gradients and optimizer states of one GPU holding the given parameters."""
+    d_dense = c.dp * c.cp
+    d_expert = (c.tp * c.cp * c.dp) // (c.expert_tp * c.ep)
+    wd, gd, od = bytes_per_param(job, c.optimizer_sharding, d_dense)
+    we, ge, oe = bytes_per_param(job, c.optimizer_sharding, d_expert)
+    weights = dense_params * wd + expert_params * we
+    if c.optimizer_sharding == "full":
+        weights += PREFETCHED_LAYERS * largest_layer_params * 2.0
+    return StaticMemory(
+        weights_bytes=weights,
+        gradients_bytes=dense_params * gd + expert_params * ge,
+        optimizer_bytes=dense_params * od + expert_params * oe,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBreakdown:
+    """Peak memory of one GPU and its parts, in bytes."""
+
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    """Activations of the in-flight micro-batches at the peak (from the timeline)."""
+    transient_bytes: float
+    """Working set of one layer being recomputed (full recompute)."""
+    reserve_bytes: float
+    """CUDA context, NCCL buffers, workspaces and fragmentation."""
+    capacity_bytes: float
+    peak_inflight_microbatches: float
+    """Micro-batches (in stage-chunk units) resident at the peak."""
+
+    @property
+    def static_bytes(self) -> float:
+        """Weights + gradients + optimizer."""
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+
+    @property
+    def peak_bytes(self) -> float:
+        """Everything at the peak."""
+        return self.static_bytes + self.activations_bytes + self.transient_bytes + self.reserve_bytes
+
+    @property
+    def headroom_bytes(self) -> float:
+        """Capacity minus peak (negative: does not fit)."""
+        return self.capacity_bytes - self.peak_bytes
+
+    @property
+    def fits(self) -> bool:
+        """Whether the peak fits in the GPU."""
+        return self.headroom_bytes >= 0
+
+
+def breakdown(
+    static: StaticMemory,
+    peak_activation_bytes: float,
+    transient_bytes: float,
+    gpu_reserve_bytes: float,
+    capacity_bytes: float,
+    peak_inflight: float,
+) -> MemoryBreakdown:
+    """Assemble a :class:`MemoryBreakdown`; the reserve adds fragmentation of activations."""
+    reserve = gpu_reserve_bytes + FRAGMENTATION_FRACTION * (peak_activation_bytes + transient_bytes)
+    return MemoryBreakdown(
+        weights_bytes=static.weights_bytes,
+        gradients_bytes=static.gradients_bytes,
+        optimizer_bytes=static.optimizer_bytes,
+        activations_bytes=peak_activation_bytes,
+        transient_bytes=transient_bytes,
+        reserve_bytes=reserve,
+        capacity_bytes=capacity_bytes,
+        peak_inflight_microbatches=peak_inflight,
+    )

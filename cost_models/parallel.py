@@ -1,0 +1,251 @@
+"""The parallel configuration of one training run, its Megatron-LM constraints, and rank placement.
+
+Rank placement is a pure function of the degrees and Megatron's default order ``tp-cp-ep-dp-pp``
+(tensor parallel fastest-varying, pipeline slowest; Megatron-LM
+``megatron/core/parallel_state.py`` and ``HyperCommGrid``). Expert parallelism folds inside the
+``tp x cp x dp`` ranks of a pipeline stage (expert grid ``etp x ep x edp``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from planner.errors import ConfigError
+from planner.specs import ClusterSpec, JobSpec, ModelSpec, NodeGroup
+
+RECOMPUTE = ("none", "selective", "full")
+OPTIMIZER_SHARDING = ("none", "distributed", "zero2", "full")
+SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ParallelConfig:
+    """Degrees and knobs of one configuration; ``dp`` is derived from the world size."""
+
+    tp: int = 1
+    """Tensor-parallel degree (``--tensor-model-parallel-size``)."""
+    pp: int = 1
+    """Pipeline-parallel degree (``--pipeline-model-parallel-size``)."""
+    dp: int = 1
+    """Data-parallel degree: world / (tp * pp * cp)."""
+    cp: int = 1
+    """Context-parallel degree (``--context-parallel-size``)."""
+    ep: int = 1
+    """Expert-parallel degree (``--expert-model-parallel-size``), folded inside tp*cp*dp."""
+    etp: int = 0
+    """Expert tensor-parallel degree; 0 means Megatron's recommendation: 1 with EP, else tp."""
+    vpp: int = 1
+    """Virtual pipeline stages (model chunks) per pipeline rank."""
+    micro_batch_size: int = 1
+    """Sequences per micro-batch per data-parallel replica."""
+    recompute: str = "none"
+    """Activation recomputation: none, selective (core attention), or full."""
+    recompute_num_layers: int = 0
+    """With full recompute: layers recomputed per pipeline stage and chunk (0 = all of them)."""
+    sequence_parallel: bool = True
+    """Sequence parallelism with tp > 1 (ignored, as by Megatron, when tp == 1)."""
+    optimizer_sharding: str = "distributed"
+    """none (18 B/param), distributed (ZeRO-1), zero2, or full (FSDP / ZeRO-3)."""
+    schedule: str = "1f1b"
+    """Pipeline schedule: 1f1b, interleaved (vpp > 1), gpipe, or zb-h1 (zero bubble)."""
+    layers_per_stage: tuple[int, ...] = ()
+    """Decoder layers of each virtual stage in pipeline order (length pp * vpp); empty = even split."""
+
+    @property
+    def expert_tp(self) -> int:
+        """Resolved expert tensor-parallel degree."""
+        if self.etp:
+            return self.etp
+        return 1 if self.ep > 1 else self.tp
+
+    @property
+    def sp(self) -> bool:
+        """Sequence parallelism in effect."""
+        return self.sequence_parallel and self.tp > 1
+
+    @property
+    def world_size(self) -> int:
+        """GPUs used."""
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def num_virtual_stages(self) -> int:
+        """pp * vpp."""
+        return self.pp * self.vpp
+
+    def num_microbatches(self, job: JobSpec) -> int:
+        """Micro-batches per pipeline per iteration: gbs / (mbs * dp)."""
+        return job.global_batch_size // (self.micro_batch_size * self.dp)
+
+    def stage_layers(self, model: ModelSpec) -> tuple[int, ...]:
+        """Layers of each virtual stage, in virtual-stage order (chunk-major as Megatron)."""
+        if self.layers_per_stage:
+            return self.layers_per_stage
+        n = self.num_virtual_stages
+        base, extra = divmod(model.num_layers, n)
+        return tuple(base + (1 if i < extra else 0) for i in range(n))
+
+    def with_(self, **changes) -> ParallelConfig:
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+
+def resolve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig) -> ParallelConfig:
+    """Fill the derived dp from the cluster size and check every constraint; raise ConfigError."""
+    world = cluster.num_gpus
+    mp = config.tp * config.pp * config.cp
+    if world % mp:
+        raise ConfigError(
+            f"world size {world} is not divisible by tp*pp*cp = {config.tp}*{config.pp}*{config.cp} = {mp}"
+        )
+    cfg = config.with_(dp=world // mp)
+    for reason in violations(model, cluster, job, cfg):
+        raise ConfigError(reason)
+    return cfg
+
+
+def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> list[str]:
+    """Every Megatron-LM constraint the configuration breaks (../shared/reference/megatron-args.md §2.6)."""
+    out: list[str] = []
+    for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size"):
+        if getattr(c, name) < 1:
+            out.append(f"{name} must be >= 1, got {getattr(c, name)}")
+    if out:
+        return out
+    if c.recompute not in RECOMPUTE:
+        out.append(f"recompute {c.recompute!r} not in {', '.join(RECOMPUTE)}")
+    if c.optimizer_sharding not in OPTIMIZER_SHARDING:
+        out.append(f"optimizer sharding {c.optimizer_sharding!r} not in {', '.join(OPTIMIZER_SHARDING)}")
+    if c.schedule not in SCHEDULES:
+        out.append(f"schedule {c.schedule!r} not in {', '.join(SCHEDULES)}")
+    if c.world_size != cluster.num_gpus:
+        out.append(f"tp*pp*cp*dp = {c.world_size} does not equal the cluster's {cluster.num_gpus} GPUs")
+    if model.num_attention_heads % c.tp:
+        out.append(f"num_attention_heads ({model.num_attention_heads}) is not divisible by tp ({c.tp})")
+    g = model.num_query_groups
+    if g % c.tp and c.tp % g:
+        out.append(f"num_query_groups ({g}) and tp ({c.tp}): one must divide the other")
+    if model.ffn_hidden_size % c.tp:
+        out.append(f"ffn_hidden_size ({model.ffn_hidden_size}) is not divisible by tp ({c.tp})")
+    batch = c.micro_batch_size * c.dp
+    if job.global_batch_size % batch:
+        out.append(
+            f"global batch size {job.global_batch_size} is not divisible by micro-batch size x dp = "
+            f"{c.micro_batch_size} x {c.dp} = {batch}"
+        )
+    if c.cp > 1 and job.seq_length % (2 * c.cp):
+        out.append(f"seq_length ({job.seq_length}) must be divisible by 2*cp = {2 * c.cp}")
+    if job.seq_length > model.max_position_embeddings and model.position_embedding_type == "learned_absolute":
+        out.append(f"seq_length ({job.seq_length}) exceeds max_position_embeddings ({model.max_position_embeddings})")
+    # Pipeline partition.
+    n_virtual = c.num_virtual_stages
+    if c.pp > model.num_layers:
+        out.append(f"pp ({c.pp}) exceeds num_layers ({model.num_layers})")
+    if c.layers_per_stage:
+        if len(c.layers_per_stage) != n_virtual:
+            out.append(f"layers_per_stage has {len(c.layers_per_stage)} entries, expected pp*vpp = {n_virtual}")
+        elif sum(c.layers_per_stage) != model.num_layers:
+            out.append(f"layers_per_stage sums to {sum(c.layers_per_stage)}, expected num_layers = {model.num_layers}")
+        elif min(c.layers_per_stage) < 1:
+            out.append("every pipeline stage needs at least one layer")
+    elif model.num_layers % n_virtual:
+        out.append(
+            f"num_layers ({model.num_layers}) is not divisible by pp*vpp = {c.pp}*{c.vpp} = {n_virtual} "
+            "(give an uneven layers_per_stage instead)"
+        )
+    if c.vpp > 1:
+        if c.schedule != "interleaved":
+            out.append(f"vpp = {c.vpp} needs the interleaved schedule, got {c.schedule}")
+        if c.pp < 2:
+            out.append("virtual pipeline stages need pp > 1")
+        elif not out and c.num_microbatches(job) % c.pp:
+            out.append(
+                f"interleaved schedule needs the number of micro-batches ({c.num_microbatches(job)}) "
+                f"divisible by pp ({c.pp})"
+            )
+    elif c.schedule == "interleaved":
+        out.append("the interleaved schedule needs vpp > 1")
+    # Mixture of experts.
+    if c.ep > 1:
+        if not model.is_moe:
+            out.append(f"ep = {c.ep} needs an MoE model (num_experts > 0)")
+        elif model.num_experts % c.ep:
+            out.append(f"num_experts ({model.num_experts}) is not divisible by ep ({c.ep})")
+        if (c.tp * c.cp * c.dp) % (c.expert_tp * c.ep):
+            out.append(
+                f"tp*cp*dp = {c.tp * c.cp * c.dp} is not divisible by expert tp x ep = {c.expert_tp} x {c.ep}"
+            )
+    if model.is_moe and model.moe_ffn_hidden_size % c.expert_tp:
+        out.append(f"moe_ffn_hidden_size ({model.moe_ffn_hidden_size}) is not divisible by expert tp ({c.expert_tp})")
+    if c.recompute != "full" and c.recompute_num_layers:
+        out.append("recompute_num_layers needs full recompute")
+    if c.optimizer_sharding == "full" and c.pp > 1:
+        out.append("full sharding (FSDP) is not supported with pipeline parallelism (Megatron: FSDP needs pp == 1)")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Rank placement
+
+ORDER = ("tp", "cp", "dp", "pp")
+"""Megatron's default rank order with EP folded into dp (``tp-cp-ep-dp-pp``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """The ranks of one communication group: ``first + k * stride`` for ``k < size``."""
+
+    stride: int
+    size: int
+
+
+def group(config: ParallelConfig, dim: str) -> Group:
+    """Stride and size of the group along ``dim`` in Megatron's order.
+
+    ``dim`` is one of tp, cp, dp, pp, ``dpcp`` (the data-parallel gradient group, which spans cp
+    and dp), or ``ep`` (expert group, stride etp inside tp*cp*dp).
+    """
+    c = config
+    table = {
+        "tp": Group(1, c.tp),
+        "cp": Group(c.tp, c.cp),
+        "dp": Group(c.tp * c.cp, c.dp),
+        "dpcp": Group(c.tp, c.cp * c.dp),
+        "pp": Group(c.tp * c.cp * c.dp, c.pp),
+        "ep": Group(c.expert_tp, c.ep),
+        "edp": Group(c.expert_tp * c.ep, (c.tp * c.cp * c.dp) // (c.expert_tp * c.ep)),
+    }
+    return table[dim]
+
+
+def group_ranks(config: ParallelConfig, dim: str, first: int = 0) -> list[int]:
+    """Ranks of the ``dim`` group that contains ``first`` (for tests and reports)."""
+    g = group(config, dim)
+    block = g.stride * g.size
+    base = (first // block) * block + first % g.stride
+    return [base + k * g.stride for k in range(g.size)]
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Where a group's members sit: whether it leaves the NVLink domain, and members per domain."""
+
+    crosses_network: bool
+    members_per_domain: int
+
+
+def span(g: Group, node: NodeGroup) -> Span:
+    """How a group with ranks ``first + k*stride`` sits in NVLink domains of ``node``.
+
+    Domains hold ``nvlink_domain_size`` consecutive ranks. A group fits in one domain when its
+    extent ``stride*size`` divides into the domain; otherwise ``members_per_domain`` of its
+    members share each domain (and so that many network links).
+    """
+    d = node.nvlink_domain_size
+    extent = g.stride * g.size
+    if g.size == 1:
+        return Span(False, 1)
+    if extent <= d and d % extent == 0:
+        return Span(False, g.size)
+    per_domain = max(1, min(g.size, d // g.stride)) if g.stride < d else 1
+    return Span(True, per_domain)

@@ -1,0 +1,254 @@
+"""Pipeline schedules as per-stage operation orders, and the event simulator that times them.
+
+A schedule gives, for each pipeline rank, the ordered list of operations ``(kind, chunk, mb)``:
+kind ``F`` (forward), ``B`` (backward for inputs; the whole backward when W is not split) or ``W``
+(backward for weights), model chunk ``chunk`` (virtual stage ``chunk * p + rank``, Megatron's
+interleaving) and micro-batch ``mb``. Generators:
+
+* GPipe (Huang et al. 2019, arXiv:1811.06965): all forwards, then all backwards.
+* 1F1B / PipeDream-Flush (Narayanan et al. 2021, arXiv:2104.04473, Sec. 2.2.1): rank r runs
+  ``p - r - 1`` warm-up forwards, then alternates one forward and one backward.
+* Interleaved 1F1B (same paper, Sec. 2.2.2; Megatron-LM ``schedules.py``
+  ``forward_backward_pipelining_with_interleaving``): warm-up ``2(p - r - 1) + (v - 1) p`` chunk
+  micro-batches (all of them when m == p), chunk of the k-th forward ``(k mod p v) div p``.
+* ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", arXiv:2401.10241): 1F1B with the
+  backward split into B and W; rank r keeps its W passes r behind its B passes.
+
+The simulator (../shared/reference/algorithms.md §4.4): an operation starts when its stage is
+free and its dependency has finished plus the point-to-point transfer time. ``F(vs, mb)`` needs
+``F(vs - 1, mb)``; ``B(vs, mb)`` needs ``B(vs + 1, mb)`` (``F`` of the same micro-batch on the last
+virtual stage); ``W`` follows its ``B`` on the same stage. It runs in O(number of operations).
+The :class:`Timeline` is the single source of step time, idle time, bubble fraction and
+in-flight activations (STYLE lesson 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+F, B, W = 0, 1, 2
+KIND_NAMES = ("F", "B", "W")
+
+
+class ScheduleError(ValueError):
+    """The schedule's constraints are not met (e.g. interleaving with m not divisible by p)."""
+
+
+def generate(schedule: str, p: int, m: int, v: int = 1) -> list[list[tuple[int, int, int]]]:
+    """Operation order of every pipeline rank for ``schedule`` with p ranks, m micro-batches, v chunks."""
+    if p < 1 or m < 1 or v < 1:
+        raise ScheduleError(f"need p, m, v >= 1, got p={p} m={m} v={v}")
+    if schedule == "gpipe":
+        return [[(F, 0, j) for j in range(m)] + [(B, 0, j) for j in range(m)] for _ in range(p)]
+    if schedule == "1f1b":
+        return [_one_f_one_b(p, m, r) for r in range(p)]
+    if schedule == "zb-h1":
+        return [_zb_h1(p, m, r) for r in range(p)]
+    if schedule == "interleaved":
+        if v < 2:
+            raise ScheduleError("interleaved schedule needs v >= 2 chunks per rank")
+        if m % p:
+            raise ScheduleError(f"interleaved schedule needs m ({m}) divisible by p ({p})")
+        return [_interleaved(p, m, v, r) for r in range(p)]
+    raise ScheduleError(f"unknown schedule {schedule!r}")
+
+
+def _one_f_one_b(p: int, m: int, r: int) -> list[tuple[int, int, int]]:
+    warm = min(p - r - 1, m)
+    ops = [(F, 0, j) for j in range(warm)]
+    for i in range(m - warm):
+        ops += [(F, 0, warm + i), (B, 0, i)]
+    ops += [(B, 0, j) for j in range(m - warm, m)]
+    return ops
+
+
+def _zb_h1(p: int, m: int, r: int) -> list[tuple[int, int, int]]:
+    # Rank r keeps its W passes r behind its B passes, so backward passes travel up the pipeline
+    # without waiting for weight gradients, and the deferred W's fill the tail. Every rank holds
+    # the same number of in-flight micro-batches as 1F1B's first rank at most (Qi et al. 2023,
+    # Sec. 2.1); the simulated bubble equals the paper's (p - 1)(t_F + t_B - t_W) (tested).
+    warm = min(p - r - 1, m)
+    ops = [(F, 0, j) for j in range(warm)]
+    pending: list[int] = []
+
+    def backward(j: int) -> None:
+        ops.append((B, 0, j))
+        pending.append(j)
+        if len(pending) > r:
+            ops.append((W, 0, pending.pop(0)))
+
+    for i in range(m - warm):
+        ops.append((F, 0, warm + i))
+        backward(i)
+    for j in range(m - warm, m):
+        backward(j)
+    ops += [(W, 0, j) for j in pending]
+    return ops
+
+
+def _interleaved(p: int, m: int, v: int, r: int) -> list[tuple[int, int, int]]:
+    total = m * v
+
+    def chunk_mb(k: int, forward: bool) -> tuple[int, int]:
+        chunk = (k % (p * v)) // p
+        mb = (k // (p * v)) * p + k % p
+        return (chunk if forward else v - 1 - chunk), mb
+
+    warm = total if m == p else min(2 * (p - r - 1) + (v - 1) * p, total)
+    ops = [(F, *chunk_mb(k, True)) for k in range(warm)]
+    for k in range(total - warm):
+        ops.append((F, *chunk_mb(warm + k, True)))
+        ops.append((B, *chunk_mb(k, False)))
+    ops += [(B, *chunk_mb(k, False)) for k in range(total - warm, total)]
+    return ops
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """Start and end of every operation on every pipeline rank, and what follows from them.
+
+    Arrays are per rank, in execution order: ``kind``, ``chunk``, ``mb``, ``start_s``, ``end_s``
+    and ``inflight`` (activation units resident after the operation: +1 per forward of a chunk,
+    released by B, and by W for the part only W needs).
+    """
+
+    num_stages: int
+    num_microbatches: int
+    num_chunks: int
+    kind: tuple[np.ndarray, ...]
+    chunk: tuple[np.ndarray, ...]
+    mb: tuple[np.ndarray, ...]
+    start_s: tuple[np.ndarray, ...]
+    end_s: tuple[np.ndarray, ...]
+    inflight: tuple[np.ndarray, ...]
+
+    @property
+    def makespan_s(self) -> float:
+        """From the first operation's start to the last operation's end."""
+        return float(max(e[-1] for e in self.end_s)) if self.end_s else 0.0
+
+    def busy_s(self, stage: int) -> float:
+        """Compute time of ``stage``."""
+        return float(np.sum(self.end_s[stage] - self.start_s[stage]))
+
+    def idle_s(self, stage: int, horizon_s: float | None = None) -> float:
+        """Idle time of ``stage`` within ``[0, horizon]`` (default: the makespan)."""
+        return (self.makespan_s if horizon_s is None else horizon_s) - self.busy_s(stage)
+
+    def bubble_fraction(self) -> float:
+        """Idle over total stage-time: sum of idle / (stages x makespan)."""
+        total = self.num_stages * self.makespan_s
+        return sum(self.idle_s(s) for s in range(self.num_stages)) / total if total else 0.0
+
+    def peak_inflight(self, stage: int) -> float:
+        """Largest number of activation units resident on ``stage``."""
+        return float(np.max(self.inflight[stage], initial=0.0))
+
+    def op_name(self, stage: int, index: int) -> str:
+        """Readable name of operation ``index`` on ``stage``, e.g. ``F(mb=3,chunk=1)``."""
+        k, c, j = int(self.kind[stage][index]), int(self.chunk[stage][index]), int(self.mb[stage][index])
+        return f"{KIND_NAMES[k]}(mb={j})" if self.num_chunks == 1 else f"{KIND_NAMES[k]}(mb={j},chunk={c})"
+
+
+def simulate(
+    orders: list[list[tuple[int, int, int]]],
+    durations: np.ndarray,
+    p2p_s: np.ndarray | float = 0.0,
+    num_microbatches: int | None = None,
+    weight_fraction: np.ndarray | float = 0.0,
+    activation_units: np.ndarray | float = 1.0,
+) -> Timeline:
+    """Time the operation ``orders`` of p ranks.
+
+    ``durations[vs, kind]`` is the time of kind F/B/W on virtual stage ``vs`` (shape ``(p*v, 3)``;
+    a W column of zeros with no W operations means an unsplit backward). ``p2p_s[vs]`` is the
+    transfer time from virtual stage ``vs`` to ``vs + 1`` (and back). ``weight_fraction[vs]`` is the
+    share of a chunk's activations that only W needs (freed by W rather than B).
+    ``activation_units[vs]`` is what one forward of virtual stage ``vs`` adds to the resident
+    activations (1 counts micro-batches; bytes give the activation memory).
+    """
+    p = len(orders)
+    durations = np.asarray(durations, dtype=float)
+    n_virtual = durations.shape[0]
+    v = n_virtual // p
+    if v * p != n_virtual:
+        raise ScheduleError(f"durations have {n_virtual} virtual stages, not a multiple of {p} ranks")
+    m = num_microbatches if num_microbatches is not None else 1 + max(op[2] for ops in orders for op in ops)
+    comm = np.broadcast_to(np.asarray(p2p_s, dtype=float), (n_virtual,)).tolist()
+    wfrac = np.broadcast_to(np.asarray(weight_fraction, dtype=float), (n_virtual,)).tolist()
+    dur = durations.tolist()
+    has_w = any(op[0] == W for op in orders[0]) if orders else False
+    units = np.broadcast_to(np.asarray(activation_units, dtype=float), (n_virtual,)).tolist()
+    b_release = [u * (1.0 - wf) if has_w else u for u, wf in zip(units, wfrac)]
+    w_release = [u * wf for u, wf in zip(units, wfrac)]
+
+    end = [[[None] * m for _ in range(n_virtual)] for _ in range(3)]
+    ptr = [0] * p
+    free = [0.0] * p
+    level = [0.0] * p
+    out_start = [[0.0] * len(o) for o in orders]
+    out_end = [[0.0] * len(o) for o in orders]
+    out_level = [[0.0] * len(o) for o in orders]
+    waiting: dict[tuple[int, int, int], list[int]] = {}
+    work = list(range(p - 1, -1, -1))
+    last = n_virtual - 1
+    while work:
+        r = work.pop()
+        ops = orders[r]
+        while ptr[r] < len(ops):
+            kind, chunk, j = ops[ptr[r]]
+            vs = chunk * p + r
+            if kind == F:
+                dep = (F, vs - 1, j) if vs > 0 else None
+                lag = comm[vs - 1] if vs > 0 else 0.0
+            elif kind == B:
+                dep = (B, vs + 1, j) if vs < last else (F, vs, j)
+                lag = comm[vs] if vs < last else 0.0
+            else:
+                dep, lag = (B, vs, j), 0.0
+            if dep is not None:
+                t_dep = end[dep[0]][dep[1]][dep[2]]
+                if t_dep is None:
+                    waiting.setdefault(dep, []).append(r)
+                    break
+                start = max(free[r], t_dep + lag)
+            else:
+                start = free[r]
+            finish = start + dur[vs][kind]
+            end[kind][vs][j] = finish
+            free[r] = finish
+            if kind == F:
+                level[r] += units[vs]
+            elif kind == B:
+                level[r] -= b_release[vs]
+            else:
+                level[r] -= w_release[vs]
+            i = ptr[r]
+            out_start[r][i], out_end[r][i], out_level[r][i] = start, finish, level[r]
+            ptr[r] += 1
+            woken = waiting.pop((kind, vs, j), None)
+            if woken:
+                work.extend(woken)
+    stuck = [r for r in range(p) if ptr[r] < len(orders[r])]
+    if stuck:
+        r = stuck[0]
+        raise ScheduleError(f"schedule deadlocks: rank {r} waits forever at operation {orders[r][ptr[r]]}")
+    arr = [np.asarray(o, dtype=np.int32).reshape(-1, 3) for o in orders]
+    return Timeline(
+        num_stages=p,
+        num_microbatches=m,
+        num_chunks=v,
+        kind=tuple(a[:, 0] for a in arr),
+        chunk=tuple(a[:, 1] for a in arr),
+        mb=tuple(a[:, 2] for a in arr),
+        start_s=tuple(np.asarray(x) for x in out_start),
+        end_s=tuple(np.asarray(x) for x in out_end),
+        inflight=tuple(np.asarray(x) for x in out_level),
+    )
+
+
+def uniform_durations(p: int, v: int, t_f: float, t_b: float, t_w: float = 0.0) -> np.ndarray:
+    """Durations array for identical virtual stages (a convenience for tests and oracles)."""
+    return np.tile(np.array([t_f, t_b, t_w], dtype=float), (p * v, 1))

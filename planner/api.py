@@ -1,0 +1,245 @@
+"""The library surface: load inputs, estimate a configuration, and turn results into plain data.
+
+The CLI (:mod:`planner.cli`) is a thin skin over these functions; everything returned as a dict is
+JSON-ready, with stable key order, and echoes its resolved inputs (STYLE lesson 7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models.estimate import Estimate, estimate
+from cost_models.parallel import ParallelConfig, resolve
+from planner import __version__
+from planner.errors import ConfigError
+from planner.loading import load_cluster, load_model, make_job
+from planner.specs import ClusterSpec, JobSpec, ModelSpec
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """The resolved inputs of every planning question."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    job: JobSpec
+
+
+def load_problem(
+    model: str,
+    cluster: str,
+    nodes: int | None,
+    global_batch_size: int,
+    seq_length: int,
+    precision: str = "bf16",
+) -> Problem:
+    """Load a model (preset, YAML or HF config.json), a cluster (template + nodes, or file) and a job."""
+    return Problem(
+        model=load_model(model),
+        cluster=load_cluster(cluster, nodes),
+        job=make_job(global_batch_size=global_batch_size, seq_length=seq_length, precision=precision),
+    )
+
+
+def estimate_config(problem: Problem, config: ParallelConfig) -> Estimate:
+    """Resolve ``config`` (derive dp, check every constraint) and predict it."""
+    resolved = resolve(problem.model, problem.cluster, problem.job, config)
+    if problem.job.precision == "fp8" and not all(g.gpu.supports("fp8") for g in problem.cluster.groups):
+        raise ConfigError("precision fp8 needs GPUs with FP8 tensor cores; " + ", ".join(
+            sorted({g.gpu.name for g in problem.cluster.groups if not g.gpu.supports("fp8")})) + " have none")
+    return estimate(problem.model, problem.cluster, problem.job, resolved)
+
+
+# ------------------------------------------------------------------------------------------------
+# Plain-data views
+
+
+def model_dict(m: ModelSpec) -> dict:
+    """A model as JSON-ready data (Megatron field names plus derived counts)."""
+    out = {
+        "name": m.name,
+        "num_layers": m.num_layers,
+        "hidden_size": m.hidden_size,
+        "ffn_hidden_size": m.ffn_hidden_size,
+        "num_attention_heads": m.num_attention_heads,
+        "num_query_groups": m.num_query_groups,
+        "kv_channels": m.kv_channels,
+        "vocab_size": m.vocab_size,
+        "max_position_embeddings": m.max_position_embeddings,
+        "activation": m.activation,
+        "normalization": m.normalization,
+        "position_embedding_type": m.position_embedding_type,
+        "untie_embeddings_and_output_weights": m.untie_embeddings_and_output_weights,
+        "add_bias_linear": m.add_bias_linear,
+        "add_qkv_bias": m.add_qkv_bias,
+        "qk_layernorm": m.qk_layernorm,
+        "params_total": m.params_total,
+    }
+    if m.is_moe:
+        out.update(
+            num_experts=m.num_experts,
+            moe_router_topk=m.moe_router_topk,
+            moe_ffn_hidden_size=m.moe_ffn_hidden_size,
+            moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size,
+            moe_layer_freq=m.moe_layer_freq,
+            params_active=m.params_active,
+        )
+    return out
+
+
+def gpu_dict(gpu) -> dict:
+    """A GPU type as JSON-ready data (SI units)."""
+    e = gpu.efficiency
+    return {
+        "name": gpu.name,
+        "memory_bytes": gpu.memory_bytes,
+        "peak_flop_per_s": dict(gpu.peak_flop_per_s),
+        "hbm_bandwidth_bytes_per_s": gpu.hbm_bandwidth_bytes_per_s,
+        "memory_reserve_bytes": gpu.memory_reserve_bytes,
+        "efficiency": {
+            "gemm_efficiency_max": e.gemm_efficiency_max,
+            "gemm_half_efficiency_flop": e.gemm_half_efficiency_flop,
+            "attention_efficiency": e.attention_efficiency,
+            "hbm_efficiency": e.hbm_efficiency,
+            "fp8_gemm_speedup": e.fp8_gemm_speedup,
+            "kernel_overhead_s": e.kernel_overhead_s,
+        },
+        "source": gpu.source,
+    }
+
+
+def cluster_dict(c: ClusterSpec) -> dict:
+    """A cluster as JSON-ready data."""
+    return {
+        "name": c.name,
+        "num_gpus": c.num_gpus,
+        "groups": [
+            {
+                "gpu": g.gpu.name,
+                "num_nodes": g.num_nodes,
+                "gpus_per_node": g.gpus_per_node,
+                "nvlink_domain_size": g.nvlink_domain_size,
+                "intra_node_bandwidth_bytes_per_s": g.intra_node_bandwidth_bytes_per_s,
+                "intra_node_latency_s": g.intra_node_latency_s,
+                "inter_node_bandwidth_bytes_per_s": g.inter_node_bandwidth_bytes_per_s,
+                "inter_node_latency_s": g.inter_node_latency_s,
+                "intra_node_efficiency": g.intra_node_efficiency,
+                "inter_node_efficiency": g.inter_node_efficiency,
+            }
+            for g in c.groups
+        ],
+    }
+
+
+def job_dict(j: JobSpec) -> dict:
+    """A job as JSON-ready data."""
+    return {
+        "global_batch_size": j.global_batch_size,
+        "seq_length": j.seq_length,
+        "precision": j.precision,
+        "optimizer": j.optimizer,
+        "grad_dtype": j.grad_dtype,
+        "master_dtype": j.master_dtype,
+        "overlap_grad_reduce": j.overlap_grad_reduce,
+        "overlap_param_gather": j.overlap_param_gather,
+    }
+
+
+def config_dict(c: ParallelConfig, model: ModelSpec, job: JobSpec) -> dict:
+    """A resolved configuration as JSON-ready data."""
+    return {
+        "tp": c.tp,
+        "pp": c.pp,
+        "dp": c.dp,
+        "cp": c.cp,
+        "ep": c.ep,
+        "etp": c.expert_tp,
+        "vpp": c.vpp,
+        "micro_batch_size": c.micro_batch_size,
+        "num_microbatches": c.num_microbatches(job),
+        "recompute": c.recompute,
+        "recompute_num_layers": c.recompute_num_layers,
+        "sequence_parallel": c.sp,
+        "optimizer_sharding": c.optimizer_sharding,
+        "schedule": c.schedule,
+        "layers_per_stage": list(c.stage_layers(model)),
+    }
+
+
+def estimate_dict(problem: Problem, est: Estimate) -> dict:
+    """The full JSON of ``planner estimate``."""
+    worst = est.worst_stage
+    per_stage_mem = [
+        {
+            "stage": s.stage,
+            "gpu": s.gpu,
+            "layers": list(s.layers),
+            "weights_bytes": s.memory.weights_bytes,
+            "gradients_bytes": s.memory.gradients_bytes,
+            "optimizer_bytes": s.memory.optimizer_bytes,
+            "activations_bytes": s.memory.activations_bytes,
+            "transient_bytes": s.memory.transient_bytes,
+            "reserve_bytes": s.memory.reserve_bytes,
+            "peak_bytes": s.memory.peak_bytes,
+            "capacity_bytes": s.memory.capacity_bytes,
+            "headroom_bytes": s.memory.headroom_bytes,
+            "peak_inflight_microbatches": s.memory.peak_inflight_microbatches,
+            "fits": s.memory.fits,
+        }
+        for s in est.stages
+    ]
+    slow = max(est.stages, key=lambda s: (s.busy_s, -s.stage))
+    m, v = est.num_microbatches, est.config.vpp
+    per_stage_time = [
+        {
+            "stage": s.stage,
+            "forward_s_per_microbatch": s.forward_s,
+            "backward_s_per_microbatch": s.backward_s,
+            "recompute_s_per_microbatch": s.recompute_s,
+            "tp_cp_ep_comm_s_per_microbatch": s.tp_cp_ep_comm_s,
+            "p2p_s": s.p2p_s,
+            "busy_s": s.busy_s,
+            "idle_s": s.idle_s,
+            "dp_comm_s": s.dp_comm_s,
+            "dp_exposed_s": s.dp_exposed_s,
+            "optimizer_s": s.optimizer_s,
+        }
+        for s in est.stages
+    ]
+    del v
+    out = {
+        "schema_version": SCHEMA_VERSION,
+        "planner_version": __version__,
+        "model": model_dict(problem.model),
+        "cluster": cluster_dict(problem.cluster),
+        "job": job_dict(problem.job),
+        "config": config_dict(est.config, problem.model, problem.job),
+        "step_time_s": est.step_time_s,
+        "tokens_per_s": est.tokens_per_s,
+        "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
+        "mfu": est.mfu,
+        "hfu": est.hfu,
+        "bubble_fraction": est.bubble_fraction,
+        "peak_memory_bytes": est.peak_memory_bytes,
+        "fits": est.fits,
+        "memory": {
+            "worst_stage": worst.stage,
+            "shortfall_bytes": max(0.0, -worst.memory.headroom_bytes),
+            "per_stage": per_stage_mem,
+        },
+        "time": {
+            "step_time_s": est.step_time_s,
+            "pipeline_s": est.pipeline_time_s,
+            "slowest_stage": slow.stage,
+            "compute_s": (slow.forward_s + slow.backward_s - slow.recompute_s - slow.tp_cp_ep_comm_s) * m,
+            "recompute_s": slow.recompute_s * m,
+            "tp_cp_ep_comm_s": slow.tp_cp_ep_comm_s * m,
+            "bubble_s": slow.idle_s,
+            "dp_exposed_s": max(s.dp_exposed_s for s in est.stages),
+            "optimizer_s": max(s.optimizer_s for s in est.stages),
+            "per_stage": per_stage_time,
+        },
+    }
+    return out

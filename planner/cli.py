@@ -1,0 +1,361 @@
+"""The ``planner`` command: parse, load, call :mod:`planner.api`, render. Nothing else.
+
+Exit codes: 0 ok; 1 spec or user error (bad file, unknown name, invalid configuration, failed
+check); 2 usage error (bad flags); 3 no feasible plan. Errors print one line on stderr; ``--debug``
+shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import click
+import typer
+
+from planner import __version__, api, render
+from planner.errors import PlannerError, UsageError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Find the fastest way to train a large transformer on a GPU cluster, and prove it fits.",
+)
+models_app = typer.Typer(no_args_is_help=True, help="Built-in model presets.")
+hardware_app = typer.Typer(no_args_is_help=True, help="Built-in GPU types and node templates.")
+app.add_typer(models_app, name="models")
+app.add_typer(hardware_app, name="hardware")
+
+_state = {"debug": False}
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Preset name, planner YAML, or HF config.json.")]
+ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Node template name or cluster YAML.")]
+NodesOpt = Annotated[Optional[int], typer.Option("--nodes", "-n", help="Number of nodes (with a template).")]
+GbsOpt = Annotated[int, typer.Option("--global-batch-size", "-b", help="Sequences per optimizer step.")]
+SeqOpt = Annotated[int, typer.Option("--seq-len", "-s", help="Tokens per sequence.")]
+PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16, fp16 or fp8.")]
+
+
+def _emit_json(data: dict) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def _print(*renderables) -> None:
+    con = render.console()
+    for r in renderables:
+        con.print(r)
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"planner {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Print the version.")
+    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+) -> None:
+    """planner: parallelism planning for large-model training."""
+    _state["debug"] = debug
+
+
+# ------------------------------------------------------------------------------------------------
+# models / hardware
+
+
+@models_app.command("list")
+def models_list(as_json: JsonOpt = False) -> None:
+    """List the built-in model presets."""
+    from planner.loading import load_model, model_preset_names
+
+    rows = [api.model_dict(load_model(n)) for n in model_preset_names()]
+    if as_json:
+        _emit_json({"models": rows})
+    else:
+        _print(render.models_table(rows))
+
+
+@models_app.command("show")
+def models_show(name: Annotated[str, typer.Argument(help="Preset name, YAML file or HF config.json.")],
+                as_json: JsonOpt = False) -> None:
+    """Show one model with its derived parameter counts."""
+    from planner.loading import load_model
+
+    data = api.model_dict(load_model(name))
+    if as_json:
+        _emit_json(data)
+    else:
+        _print(render.kv_table(f"model {data['name']}", data))
+
+
+@hardware_app.command("list")
+def hardware_list(as_json: JsonOpt = False) -> None:
+    """List GPU types and node templates."""
+    from planner.loading import cluster_template_names, gpu_names, load_gpu, load_template
+
+    gpus = [api.gpu_dict(load_gpu(n)) for n in gpu_names()]
+    templates = [load_template(n) for n in cluster_template_names()]
+    if as_json:
+        _emit_json({"gpus": gpus, "clusters": [{"name": t["name"], "node": t["node"]} for t in templates]})
+    else:
+        _print(*render.hardware_tables(gpus, templates))
+
+
+@hardware_app.command("show")
+def hardware_show(name: Annotated[str, typer.Argument(help="GPU type or node template name.")],
+                  as_json: JsonOpt = False) -> None:
+    """Show a GPU type, or a node template with its GPU's fields."""
+    from planner.errors import SpecError
+    from planner.loading import cluster_template_names, gpu_names, load_gpu, load_template
+
+    if name in cluster_template_names():
+        t = load_template(name)
+        node = dict(t["node"])
+        data = {"name": t["name"], "kind": "cluster_template", "source": t.get("source", ""),
+                "gpus_per_node": node["gpus_per_node"], "node": node, "gpu": api.gpu_dict(load_gpu(node["gpu"]))}
+    elif name in gpu_names():
+        data = {"kind": "gpu", **api.gpu_dict(load_gpu(name))}
+    else:
+        raise SpecError(f"unknown hardware '{name}'; GPU types: {', '.join(gpu_names())}; "
+                        f"node templates: {', '.join(cluster_template_names())}")
+    if as_json:
+        _emit_json(data)
+    else:
+        flat = {k: v for k, v in data.items() if not isinstance(v, dict)}
+        tables = [render.kv_table(name, flat)]
+        if "node" in data:
+            tables.append(render.kv_table("node", data["node"]))
+            tables.append(render.kv_table(f"gpu {data['gpu']['name']}", {k: v for k, v in data["gpu"].items()}))
+        else:
+            tables[0] = render.kv_table(name, data)
+        _print(*tables)
+
+
+# ------------------------------------------------------------------------------------------------
+# estimate / timeline / bubbles
+
+
+def _config(tp, pp, cp, ep, vpp, mbs, recompute, recompute_num_layers, sequence_parallel, optimizer_sharding,
+            schedule):
+    from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES, ParallelConfig
+
+    for value, allowed, flag in ((recompute, RECOMPUTE, "--recompute"),
+                                 (optimizer_sharding, OPTIMIZER_SHARDING, "--optimizer-sharding")):
+        if value not in allowed:
+            raise UsageError(f"{flag} {value!r} is not allowed; allowed values: {', '.join(allowed)}")
+    if schedule is None:
+        schedule = "interleaved" if vpp > 1 else "1f1b"
+    if schedule not in SCHEDULES:
+        raise UsageError(f"--schedule {schedule!r} is not allowed; allowed values: {', '.join(SCHEDULES)}")
+    return ParallelConfig(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch_size=mbs, recompute=recompute,
+                          recompute_num_layers=recompute_num_layers, sequence_parallel=sequence_parallel,
+                          optimizer_sharding=optimizer_sharding, schedule=schedule)
+
+
+def _estimate(model, cluster, nodes, gbs, seq, precision, tp, pp, cp, ep, vpp, mbs, recompute, recompute_num_layers,
+              sequence_parallel, optimizer_sharding, schedule):
+    problem = api.load_problem(model, cluster, nodes, gbs, seq, precision)
+    config = _config(tp, pp, cp, ep, vpp, mbs, recompute, recompute_num_layers, sequence_parallel,
+                     optimizer_sharding, schedule)
+    return problem, api.estimate_config(problem, config)
+
+
+TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")]
+PpOpt = Annotated[int, typer.Option("--pp", help="Pipeline-parallel degree.")]
+CpOpt = Annotated[int, typer.Option("--cp", help="Context-parallel degree.")]
+EpOpt = Annotated[int, typer.Option("--ep", help="Expert-parallel degree.")]
+VppOpt = Annotated[int, typer.Option("--vpp", help="Virtual pipeline stages per rank (interleaving).")]
+MbsOpt = Annotated[int, typer.Option("--micro-batch-size", help="Sequences per micro-batch.")]
+RecomputeOpt = Annotated[str, typer.Option("--recompute", help="none, selective or full.")]
+RecomputeLayersOpt = Annotated[int, typer.Option("--recompute-num-layers",
+                                                 help="Layers per stage recomputed with full recompute (0 = all).")]
+SpOpt = Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Sequence parallelism.")]
+ShardOpt = Annotated[str, typer.Option("--optimizer-sharding", help="none, distributed, zero2 or full.")]
+ScheduleOpt = Annotated[Optional[str], typer.Option("--schedule",
+                                                    help="1f1b, interleaved, gpipe or zb-h1 (default: by --vpp).")]
+
+
+@app.command()
+def estimate(
+    model: ModelOpt,
+    cluster: ClusterOpt,
+    global_batch_size: GbsOpt,
+    seq_len: SeqOpt,
+    nodes: NodesOpt = None,
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
+    cp: CpOpt = 1,
+    ep: EpOpt = 1,
+    vpp: VppOpt = 1,
+    micro_batch_size: MbsOpt = 1,
+    recompute: RecomputeOpt = "none",
+    recompute_num_layers: RecomputeLayersOpt = 0,
+    sequence_parallel: SpOpt = True,
+    optimizer_sharding: ShardOpt = "distributed",
+    schedule: ScheduleOpt = None,
+    precision: PrecisionOpt = "bf16",
+    as_json: JsonOpt = False,
+) -> None:
+    """Predict step time, throughput, MFU and memory of one configuration."""
+    problem, est = _estimate(model, cluster, nodes, global_batch_size, seq_len, precision, tp, pp, cp, ep, vpp,
+                             micro_batch_size, recompute, recompute_num_layers, sequence_parallel,
+                             optimizer_sharding, schedule)
+    data = api.estimate_dict(problem, est)
+    if as_json:
+        _emit_json(data)
+    else:
+        _print(*render.estimate_tables(data))
+        if not est.fits:
+            typer.echo(f"warning: does not fit: stage {data['memory']['worst_stage']} needs "
+                       f"{data['memory']['shortfall_bytes'] / 2**30:.1f} GiB more", err=True)
+
+
+@app.command()
+def timeline(
+    model: ModelOpt,
+    cluster: ClusterOpt,
+    global_batch_size: GbsOpt,
+    seq_len: SeqOpt,
+    nodes: NodesOpt = None,
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
+    cp: CpOpt = 1,
+    ep: EpOpt = 1,
+    vpp: VppOpt = 1,
+    micro_batch_size: MbsOpt = 1,
+    recompute: RecomputeOpt = "none",
+    recompute_num_layers: RecomputeLayersOpt = 0,
+    sequence_parallel: SpOpt = True,
+    optimizer_sharding: ShardOpt = "distributed",
+    schedule: ScheduleOpt = None,
+    precision: PrecisionOpt = "bf16",
+    svg: Annotated[Optional[Path], typer.Option("--svg", help="Write the timeline as an SVG file.")] = None,
+    width: Annotated[int, typer.Option("--width", help="Characters per row of the terminal chart.")] = 100,
+    as_json: JsonOpt = False,
+) -> None:
+    """Draw the per-stage pipeline schedule (terminal Gantt chart, optional SVG)."""
+    problem, est = _estimate(model, cluster, nodes, global_batch_size, seq_len, precision, tp, pp, cp, ep, vpp,
+                             micro_batch_size, recompute, recompute_num_layers, sequence_parallel,
+                             optimizer_sharding, schedule)
+    tl = est.timeline
+    title = f"{problem.model.name} {est.config.schedule} p={est.config.pp} m={est.num_microbatches}"
+    if svg is not None:
+        _write_new_or_replace(svg, render.timeline_svg(tl, title))
+        typer.echo(f"wrote {svg}", err=True)
+    if as_json:
+        _emit_json({
+            "schema_version": api.SCHEMA_VERSION,
+            "makespan_s": tl.makespan_s,
+            "step_time_s": est.step_time_s,
+            "bubble_fraction": tl.bubble_fraction(),
+            "stages": [
+                {
+                    "stage": r,
+                    "busy_s": tl.busy_s(r),
+                    "idle_s": tl.idle_s(r),
+                    "peak_inflight_microbatches": est.stages[r].memory.peak_inflight_microbatches,
+                    "ops": [
+                        {"op": tl.op_name(r, i), "start_s": float(tl.start_s[r][i]), "end_s": float(tl.end_s[r][i])}
+                        for i in range(len(tl.kind[r]))
+                    ],
+                }
+                for r in range(tl.num_stages)
+            ],
+        })
+    else:
+        sys.stdout.write(title + f"  (pipeline {tl.makespan_s:.3f} s, bubble {100 * tl.bubble_fraction():.1f}%)\n")
+        sys.stdout.write("\n".join(render.gantt_lines(tl, width=width)) + "\n")
+
+
+@app.command()
+def bubbles(
+    model: ModelOpt,
+    cluster: ClusterOpt,
+    global_batch_size: GbsOpt,
+    seq_len: SeqOpt,
+    nodes: NodesOpt = None,
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
+    cp: CpOpt = 1,
+    ep: EpOpt = 1,
+    vpp: VppOpt = 1,
+    micro_batch_size: MbsOpt = 1,
+    recompute: RecomputeOpt = "none",
+    recompute_num_layers: RecomputeLayersOpt = 0,
+    sequence_parallel: SpOpt = True,
+    optimizer_sharding: ShardOpt = "distributed",
+    schedule: ScheduleOpt = None,
+    precision: PrecisionOpt = "bf16",
+    fill_job: Annotated[Optional[Path], typer.Option("--fill-job", help="Fill-job YAML to pack into the bubbles.")] = None,
+    switch_overhead: Annotated[float, typer.Option("--switch-overhead-s", help="Context switch in+out, seconds.")] = 0.002,
+    safety_margin: Annotated[float, typer.Option("--safety-margin", help="Fraction of each window kept free.")] = 0.05,
+    min_slice: Annotated[float, typer.Option("--min-slice-s", help="Shortest usable window, seconds.")] = 0.005,
+    max_slowdown: Annotated[float, typer.Option("--max-slowdown", help="Bound on the main job's slowdown.")] = 0.02,
+    as_json: JsonOpt = False,
+) -> None:
+    """Report every idle window of every pipeline stage (PipeFill bubble-fill budget)."""
+    from planner import bubbles as bub
+
+    if not (0 <= safety_margin < 1) or switch_overhead < 0 or min_slice < 0:
+        raise UsageError("--safety-margin must be in [0, 1); --switch-overhead-s and --min-slice-s must be >= 0")
+    problem, est = _estimate(model, cluster, nodes, global_batch_size, seq_len, precision, tp, pp, cp, ep, vpp,
+                             micro_batch_size, recompute, recompute_num_layers, sequence_parallel,
+                             optimizer_sharding, schedule)
+    b = bub.budget(est, bub.Assumptions(switch_overhead_s=switch_overhead, safety_margin=safety_margin,
+                                        min_slice_s=min_slice))
+    data = {"schema_version": api.SCHEMA_VERSION, "planner_version": __version__, **bub.budget_dict(b)}
+    if fill_job is not None:
+        data["fill"] = bub.fill_dict(bub.fit_fill_job(b, bub.load_fill_job(str(fill_job)), max_slowdown))
+    if as_json:
+        _emit_json(data)
+    else:
+        _print(*render.budget_tables(data))
+
+
+def _write_new_or_replace(path: Path, text: str) -> None:
+    """Write atomically: a partial file never replaces a user's file."""
+    from planner.errors import SpecError
+
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot write: {exc.strerror}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point; maps errors to exit codes."""
+    try:
+        result = app(args=argv, standalone_mode=False)
+        return int(result or 0)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        sys.stderr.write("aborted\n")
+        return 130
+    except PlannerError as exc:
+        if _state["debug"]:
+            raise
+        sys.stderr.write(f"error: {exc}\n")
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+def entry() -> None:
+    """``planner`` console script."""
+    raise SystemExit(main())

@@ -1,0 +1,488 @@
+"""Strict loading of models, GPUs, clusters and jobs from YAML, JSON, HF config.json and presets.
+
+Every error names the file, the key path and the allowed values, and is a
+:class:`~planner.errors.SpecError` (exit code 1, no traceback). Unknown keys are rejected.
+Units are converted once here (GiB, GB/s, TFLOP/s, microseconds -> SI).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from planner.errors import SpecError
+from planner.specs import (
+    ACTIVATIONS,
+    DTYPES,
+    NORMALIZATIONS,
+    POSITION_EMBEDDINGS,
+    PRECISIONS,
+    ClusterSpec,
+    EfficiencySpec,
+    GPUSpec,
+    JobSpec,
+    ModelSpec,
+    NodeGroup,
+)
+
+SCHEMA_VERSION = 1
+GIB = 1024**3
+GB = 1e9
+
+_MISSING = object()
+
+
+class Reader:
+    """Reads one mapping strictly: typed getters, then :meth:`done` rejects unknown keys."""
+
+    def __init__(self, data: Any, where: str, path: str = "") -> None:
+        if not isinstance(data, dict):
+            raise SpecError(f"{where}: {path or 'top level'}: expected a mapping, got {type(data).__name__}")
+        self.data, self.where, self.path, self.used = data, where, path, set()
+
+    def _key(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def get(self, key: str, kind: type | tuple, default: Any = _MISSING, *, choices=None, positive=False) -> Any:
+        """Return ``data[key]`` checked against ``kind``, ``choices`` and positivity."""
+        self.used.add(key)
+        if key not in self.data or self.data[key] is None:
+            if default is _MISSING:
+                raise SpecError(f"{self.where}: missing required key '{self._key(key)}'")
+            return default
+        value = self.data[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if isinstance(value, bool) and bool not in kinds:
+            raise SpecError(f"{self.where}: key '{self._key(key)}': expected {_names(kinds)}, got a boolean")
+        if not isinstance(value, kinds):
+            raise SpecError(
+                f"{self.where}: key '{self._key(key)}': expected {_names(kinds)}, got {type(value).__name__} {value!r}"
+            )
+        if choices is not None and value not in choices:
+            raise SpecError(
+                f"{self.where}: key '{self._key(key)}': {value!r} is not allowed; allowed values: {', '.join(map(str, choices))}"
+            )
+        if positive and isinstance(value, (int, float)) and value <= 0:
+            raise SpecError(f"{self.where}: key '{self._key(key)}': must be positive, got {value}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            raise SpecError(f"{self.where}: key '{self._key(key)}': must not be negative, got {value}")
+        return value
+
+    def sub(self, key: str) -> Reader:
+        """A reader over the nested mapping at ``key``."""
+        self.used.add(key)
+        if key not in self.data:
+            raise SpecError(f"{self.where}: missing required key '{self._key(key)}'")
+        return Reader(self.data[key], self.where, self._key(key))
+
+    def done(self) -> None:
+        """Reject keys that were never read."""
+        unknown = sorted(set(self.data) - self.used)
+        if unknown:
+            raise SpecError(
+                f"{self.where}: unknown key '{self._key(str(unknown[0]))}'; allowed keys: {', '.join(sorted(self.used))}"
+            )
+
+
+def _names(kinds: tuple) -> str:
+    return " or ".join({int: "an integer", float: "a number", str: "a string", bool: "true/false",
+                        list: "a list", dict: "a mapping"}.get(k, k.__name__) for k in kinds)
+
+
+def read_document(path: Path) -> dict:
+    """Parse a YAML or JSON file into a mapping, with a one-line error on failure."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SpecError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        detail = getattr(exc, "problem", None) or getattr(exc, "msg", None) or str(exc).splitlines()[0]
+        raise SpecError(f"{path}: malformed {'JSON' if path.suffix == '.json' else 'YAML'}{where}: {detail}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def _check_header(r: Reader, kind: str) -> None:
+    version = r.get("schema_version", int)
+    if version != SCHEMA_VERSION:
+        raise SpecError(f"{r.where}: schema_version {version} is not supported; supported: {SCHEMA_VERSION}")
+    r.get("kind", str, choices=(kind,))
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+
+
+def model_from_mapping(data: dict, where: str) -> ModelSpec:
+    """Build a :class:`ModelSpec` from a planner model mapping (the preset/YAML schema)."""
+    r = Reader(data, where)
+    _check_header(r, "model")
+    r.get("source", str, "")
+    r.get("description", str, "")
+    hidden = r.get("hidden_size", int, positive=True)
+    heads = r.get("num_attention_heads", int, positive=True)
+    kv_default = hidden // heads
+    num_experts = r.get("num_experts", int, 0)
+    ffn = r.get("ffn_hidden_size", int, 4 * hidden, positive=True)
+    spec = ModelSpec(
+        name=r.get("name", str),
+        num_layers=r.get("num_layers", int, positive=True),
+        hidden_size=hidden,
+        ffn_hidden_size=ffn,
+        num_attention_heads=heads,
+        num_query_groups=r.get("num_query_groups", int, heads, positive=True),
+        kv_channels=r.get("kv_channels", int, kv_default, positive=True),
+        vocab_size=r.get("vocab_size", int, positive=True),
+        max_position_embeddings=r.get("max_position_embeddings", int, positive=True),
+        activation=r.get("activation", str, "gelu", choices=ACTIVATIONS),
+        normalization=r.get("normalization", str, "layernorm", choices=NORMALIZATIONS),
+        position_embedding_type=r.get("position_embedding_type", str, "learned_absolute", choices=POSITION_EMBEDDINGS),
+        untie_embeddings_and_output_weights=r.get("untie_embeddings_and_output_weights", bool, False),
+        add_bias_linear=r.get("add_bias_linear", bool, True),
+        add_qkv_bias=r.get("add_qkv_bias", bool, False),
+        qk_layernorm=r.get("qk_layernorm", bool, False),
+        num_experts=num_experts,
+        moe_router_topk=r.get("moe_router_topk", int, 2 if num_experts else 0),
+        moe_ffn_hidden_size=r.get("moe_ffn_hidden_size", int, ffn if num_experts else 0),
+        moe_shared_expert_intermediate_size=r.get("moe_shared_expert_intermediate_size", int, 0),
+        moe_layer_freq=r.get("moe_layer_freq", int, 1, positive=True),
+        moe_expert_capacity_factor=r.get("moe_expert_capacity_factor", float, 0.0),
+    )
+    r.done()
+    validate_model(spec, where)
+    return spec
+
+
+def validate_model(m: ModelSpec, where: str) -> None:
+    """Cross-field checks; each message names both fields."""
+    if m.num_attention_heads % m.num_query_groups:
+        raise SpecError(
+            f"{where}: num_attention_heads ({m.num_attention_heads}) must be divisible by "
+            f"num_query_groups ({m.num_query_groups})"
+        )
+    if m.num_experts and not (1 <= m.moe_router_topk <= m.num_experts):
+        raise SpecError(f"{where}: moe_router_topk ({m.moe_router_topk}) must be in 1..num_experts ({m.num_experts})")
+    if not m.num_experts and m.moe_router_topk:
+        raise SpecError(f"{where}: moe_router_topk is set but num_experts is 0")
+
+
+def load_hf_config(path: Path) -> ModelSpec:
+    """Import a local Hugging Face ``config.json`` (no network).
+
+    Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gpt2,
+    gpt_neox, gemma, gemma2, nemotron. Field meanings follow the ``transformers`` configuration
+    classes of the same names.
+    """
+    data = read_document(path)
+    where = str(path)
+    mt = data.get("model_type")
+    name = path.parent.name or path.stem
+
+    def need(key: str, *alts: str) -> Any:
+        for k in (key, *alts):
+            if data.get(k) is not None:
+                return data[k]
+        raise SpecError(f"{where}: missing required key '{key}' for model_type '{mt}'")
+
+    llama_like = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "nemotron"}
+    if mt in llama_like:
+        hidden = need("hidden_size")
+        heads = need("num_attention_heads")
+        act = data.get("hidden_act", data.get("hidden_activation", "silu"))
+        if mt == "nemotron":
+            activation = "squared_relu" if act in ("relu2", "squared_relu") else "gelu"
+        else:
+            # Llama-family MLPs are gated; Gemma's GeGLU has the cost and shape of SwiGLU.
+            activation = "swiglu"
+        kwargs: dict[str, Any] = dict(
+            name=name,
+            num_layers=need("num_hidden_layers"),
+            hidden_size=hidden,
+            ffn_hidden_size=need("intermediate_size"),
+            num_attention_heads=heads,
+            num_query_groups=data.get("num_key_value_heads") or heads,
+            kv_channels=data.get("head_dim") or hidden // heads,
+            vocab_size=need("vocab_size"),
+            max_position_embeddings=need("max_position_embeddings"),
+            activation=activation,
+            normalization="layernorm" if mt == "nemotron" else "rmsnorm",
+            position_embedding_type="rope",
+            untie_embeddings_and_output_weights=not data.get("tie_word_embeddings", mt.startswith("gemma")),
+            add_bias_linear=bool(data.get("mlp_bias", False)) and bool(data.get("attention_bias", False)),
+            add_qkv_bias=mt in ("qwen2", "qwen2_moe") or bool(data.get("attention_bias", False)),
+            qk_layernorm=mt in ("qwen3", "qwen3_moe"),
+        )
+        if mt == "mixtral":
+            kwargs.update(num_experts=need("num_local_experts"), moe_router_topk=need("num_experts_per_tok"),
+                          moe_ffn_hidden_size=need("intermediate_size"))
+        elif mt in ("qwen2_moe", "qwen3_moe"):
+            kwargs.update(num_experts=need("num_experts"), moe_router_topk=need("num_experts_per_tok"),
+                          moe_ffn_hidden_size=need("moe_intermediate_size"),
+                          moe_layer_freq=data.get("decoder_sparse_step") or 1,
+                          moe_shared_expert_intermediate_size=data.get("shared_expert_intermediate_size") or 0)
+    elif mt == "gpt2":
+        hidden = need("n_embd", "hidden_size")
+        kwargs = dict(
+            name=name, num_layers=need("n_layer", "num_hidden_layers"), hidden_size=hidden,
+            ffn_hidden_size=data.get("n_inner") or 4 * hidden, num_attention_heads=need("n_head"),
+            num_query_groups=need("n_head"), kv_channels=hidden // need("n_head"), vocab_size=need("vocab_size"),
+            max_position_embeddings=need("n_positions", "n_ctx"), activation="gelu", normalization="layernorm",
+            position_embedding_type="learned_absolute", untie_embeddings_and_output_weights=False,
+            add_bias_linear=True,
+        )
+    elif mt == "gpt_neox":
+        hidden = need("hidden_size")
+        heads = need("num_attention_heads")
+        kwargs = dict(
+            name=name, num_layers=need("num_hidden_layers"), hidden_size=hidden,
+            ffn_hidden_size=need("intermediate_size"), num_attention_heads=heads, num_query_groups=heads,
+            kv_channels=hidden // heads, vocab_size=need("vocab_size"),
+            max_position_embeddings=need("max_position_embeddings"), activation="gelu", normalization="layernorm",
+            position_embedding_type="rope",
+            untie_embeddings_and_output_weights=not data.get("tie_word_embeddings", False), add_bias_linear=True,
+        )
+    else:
+        supported = "gemma, gemma2, gpt2, gpt_neox, llama, mistral, mixtral, nemotron, qwen2, qwen2_moe, qwen3, qwen3_moe"
+        raise SpecError(f"{where}: key 'model_type': {mt!r} is not supported; allowed values: {supported}")
+    for key, value in kwargs.items():
+        if isinstance(value, (bool, str)):
+            continue
+        if not isinstance(value, int) or value < 0:
+            raise SpecError(f"{where}: field for '{key}' must be a non-negative integer, got {value!r}")
+    spec = ModelSpec(**kwargs)
+    validate_model(spec, where)
+    return spec
+
+
+def _preset_files(package: str, folder: str) -> dict[str, Any]:
+    base = resources.files(package).joinpath(folder)
+    return {p.name[: -len(".yaml")]: p for p in sorted(base.iterdir(), key=lambda p: p.name) if p.name.endswith(".yaml")}
+
+
+def model_preset_names() -> list[str]:
+    """Names of the built-in model presets, sorted."""
+    return sorted(_preset_files("planner.presets", "models"))
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """A model from a preset name, a planner YAML/JSON file, or a HF ``config.json``."""
+    presets = _preset_files("planner.presets", "models")
+    if name_or_path in presets:
+        data = yaml.safe_load(presets[name_or_path].read_text())
+        return model_from_mapping(data, f"preset {name_or_path}")
+    path = Path(name_or_path)
+    if not path.exists():
+        raise SpecError(
+            f"unknown model '{name_or_path}': not a preset and no such file; presets: {', '.join(sorted(presets))}"
+        )
+    data = read_document(path)
+    if "model_type" in data and "schema_version" not in data:
+        return load_hf_config(path)
+    return model_from_mapping(data, str(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardware
+
+
+def gpu_names() -> list[str]:
+    """Names of the built-in GPU types, sorted."""
+    return sorted(_preset_files("hardware_profiles", "gpus"))
+
+
+def cluster_template_names() -> list[str]:
+    """Names of the built-in node templates, sorted."""
+    return sorted(_preset_files("hardware_profiles", "clusters"))
+
+
+def _gpu_from_mapping(data: dict, where: str) -> GPUSpec:
+    r = Reader(data, where)
+    _check_header(r, "gpu")
+    peaks_r = r.sub("peak_tflops")
+    peaks = tuple((k, peaks_r.get(k, float, 0.0) * 1e12) for k in ("bf16", "fp16", "fp8", "tf32"))
+    peaks_r.done()
+    e = r.sub("efficiency")
+    eff = EfficiencySpec(
+        gemm_efficiency_max=e.get("gemm_efficiency_max", float, positive=True),
+        gemm_half_efficiency_flop=e.get("gemm_half_efficiency_gflop", float, positive=True) * 1e9,
+        attention_efficiency=e.get("attention_efficiency", float, positive=True),
+        hbm_efficiency=e.get("hbm_efficiency", float, positive=True),
+        fp8_gemm_speedup=e.get("fp8_gemm_speedup", float, 1.0, positive=True),
+        kernel_overhead_s=e.get("kernel_overhead_us", float, 0.0) * 1e-6,
+    )
+    e.get("fitted_on", str, "")
+    e.done()
+    spec = GPUSpec(
+        name=r.get("name", str),
+        memory_bytes=int(r.get("memory_gib", float, positive=True) * GIB),
+        peak_flop_per_s=peaks,
+        hbm_bandwidth_bytes_per_s=r.get("hbm_bandwidth_gb_per_s", float, positive=True) * GB,
+        memory_reserve_bytes=int(r.get("memory_reserve_gib", float) * GIB),
+        efficiency=eff,
+        source=r.get("source", str),
+    )
+    r.done()
+    return spec
+
+
+def load_gpu(name_or_path: str) -> GPUSpec:
+    """A GPU type from the catalogue or a YAML file."""
+    files = _preset_files("hardware_profiles", "gpus")
+    if name_or_path in files:
+        return _gpu_from_mapping(yaml.safe_load(files[name_or_path].read_text()), f"gpu {name_or_path}")
+    path = Path(name_or_path)
+    if not path.exists():
+        raise SpecError(f"unknown GPU '{name_or_path}'; known GPUs: {', '.join(sorted(files))}")
+    return _gpu_from_mapping(read_document(path), str(path))
+
+
+_NODE_KEYS = (
+    "gpu", "gpus_per_node", "nvlink_domain_size", "intra_node_bandwidth_gb_per_s", "intra_node_latency_us",
+    "inter_node_bandwidth_gb_per_s", "inter_node_latency_us", "intra_node_efficiency", "inter_node_efficiency",
+)
+
+
+def _node_group(r: Reader, num_nodes: int, base: dict | None = None) -> NodeGroup:
+    """Read node fields from ``r``; missing ones fall back to ``base`` (a template's node mapping)."""
+    base = base or {}
+
+    def field(key: str, kind: type, **kw: Any) -> Any:
+        default = base.get(key, _MISSING)
+        return r.get(key, kind, default, **kw)
+
+    gpu_name = field("gpu", str)
+    try:
+        gpu = load_gpu(gpu_name)
+    except SpecError as exc:
+        raise SpecError(f"{r.where}: key '{r._key('gpu')}': {exc}") from None
+    gpus_per_node = field("gpus_per_node", int, positive=True)
+    return NodeGroup(
+        gpu=gpu,
+        num_nodes=num_nodes,
+        gpus_per_node=gpus_per_node,
+        nvlink_domain_size=r.get("nvlink_domain_size", int, base.get("nvlink_domain_size", gpus_per_node), positive=True),
+        intra_node_bandwidth_bytes_per_s=field("intra_node_bandwidth_gb_per_s", float, positive=True) * GB,
+        intra_node_latency_s=field("intra_node_latency_us", float) * 1e-6,
+        inter_node_bandwidth_bytes_per_s=field("inter_node_bandwidth_gb_per_s", float, positive=True) * GB,
+        inter_node_latency_s=field("inter_node_latency_us", float) * 1e-6,
+        intra_node_efficiency=field("intra_node_efficiency", float, positive=True),
+        inter_node_efficiency=field("inter_node_efficiency", float, positive=True),
+    )
+
+
+def _template_node(name: str) -> dict:
+    files = _preset_files("hardware_profiles", "clusters")
+    if name not in files:
+        raise SpecError(f"unknown cluster template '{name}'; known templates: {', '.join(sorted(files))}")
+    data = yaml.safe_load(files[name].read_text())
+    return data
+
+
+def load_template(name: str) -> dict:
+    """The raw mapping of a node template (for ``planner hardware show``)."""
+    return _template_node(name)
+
+
+def load_cluster(name_or_path: str, nodes: int | None = None) -> ClusterSpec:
+    """A cluster from a node template name plus ``nodes``, or from a cluster YAML file.
+
+    A cluster file holds ``groups``: each group names a ``template`` or gives the node fields,
+    plus ``num_nodes``. Several groups make a heterogeneous cluster, ranks numbered in order.
+    """
+    files = _preset_files("hardware_profiles", "clusters")
+    if name_or_path in files:
+        if nodes is None:
+            raise SpecError(f"cluster template '{name_or_path}' needs a node count (--nodes N)")
+        if nodes <= 0:
+            raise SpecError(f"--nodes must be positive, got {nodes}")
+        data = _template_node(name_or_path)
+        r = Reader(data, f"cluster {name_or_path}")
+        _check_header(r, "cluster_template")
+        r.get("source", str, "")
+        r.get("name", str)
+        node = r.sub("node")
+        group = _node_group(node, nodes)
+        node.done()
+        r.done()
+        return ClusterSpec(name=name_or_path, groups=(group,))
+    path = Path(name_or_path)
+    if not path.exists():
+        raise SpecError(f"unknown cluster '{name_or_path}': not a template and no such file; templates: {', '.join(sorted(files))}")
+    if nodes is not None:
+        raise SpecError(f"{path}: a cluster file gives num_nodes per group; do not pass --nodes")
+    data = read_document(path)
+    r = Reader(data, str(path))
+    _check_header(r, "cluster")
+    name = r.get("name", str, path.stem)
+    raw_groups = r.get("groups", list)
+    if not raw_groups:
+        raise SpecError(f"{path}: key 'groups': needs at least one node group")
+    groups = []
+    for i, raw in enumerate(raw_groups):
+        gr = Reader(raw, str(path), f"groups[{i}]")
+        template = gr.get("template", str, "")
+        base = {}
+        if template:
+            tdata = _template_node(template)
+            base = dict(tdata.get("node", {}))
+        groups.append(_node_group(gr, gr.get("num_nodes", int, positive=True), base))
+        gr.done()
+    r.done()
+    return ClusterSpec(name=name, groups=tuple(groups))
+
+
+# ---------------------------------------------------------------------------------------------
+# Jobs
+
+
+def make_job(
+    *,
+    global_batch_size: int,
+    seq_length: int,
+    precision: str = "bf16",
+    where: str = "command line",
+    **kwargs: Any,
+) -> JobSpec:
+    """A validated :class:`JobSpec` (from flags or a plan file)."""
+    if global_batch_size <= 0:
+        raise SpecError(f"{where}: global_batch_size must be positive, got {global_batch_size}")
+    if seq_length <= 0:
+        raise SpecError(f"{where}: seq_length must be positive, got {seq_length}")
+    if precision not in PRECISIONS:
+        raise SpecError(f"{where}: precision {precision!r} is not allowed; allowed values: {', '.join(PRECISIONS)}")
+    for key in ("grad_dtype", "master_dtype"):
+        if key in kwargs and kwargs[key] not in DTYPES:
+            raise SpecError(f"{where}: {key} {kwargs[key]!r} is not allowed; allowed values: {', '.join(DTYPES)}")
+    return JobSpec(global_batch_size=global_batch_size, seq_length=seq_length, precision=precision, **kwargs)
+
+
+def job_from_mapping(data: dict, where: str) -> JobSpec:
+    """A job from a mapping (the ``job`` section of a plan file)."""
+    r = Reader(data, where, "job")
+    job = make_job(
+        global_batch_size=r.get("global_batch_size", int, positive=True),
+        seq_length=r.get("seq_length", int, positive=True),
+        precision=r.get("precision", str, "bf16", choices=PRECISIONS),
+        optimizer=r.get("optimizer", str, "adam", choices=("adam",)),
+        grad_dtype=r.get("grad_dtype", str, "fp32", choices=DTYPES),
+        master_dtype=r.get("master_dtype", str, "fp32", choices=DTYPES),
+        overlap_grad_reduce=r.get("overlap_grad_reduce", bool, True),
+        overlap_param_gather=r.get("overlap_param_gather", bool, True),
+        where=where,
+    )
+    r.done()
+    return job
+

@@ -1,0 +1,1 @@
+"""Built-in model presets (YAML files under ``models/``), read with importlib.resources."""

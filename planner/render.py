@@ -1,0 +1,186 @@
+"""All human-facing output: rich tables, the terminal Gantt chart, and the SVG timeline.
+
+Nothing else in planner imports rich (STYLE lesson 9). Results go to stdout; the CLI sends
+messages to stderr. Colour is used only when stdout is a terminal (rich's own detection).
+"""
+
+from __future__ import annotations
+
+from xml.sax.saxutils import escape
+
+from rich.console import Console
+from rich.table import Table
+
+from cost_models.schedules import KIND_NAMES, Timeline
+
+GIB = 1024**3
+OP_COLOURS = {"F": "#4e79a7", "B": "#f28e2b", "W": "#59a14f"}
+
+
+def console() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def _gib(x: float) -> str:
+    return f"{x / GIB:.1f}"
+
+
+def models_table(rows: list[dict]) -> Table:
+    t = Table(title="Model presets")
+    for col in ("name", "layers", "hidden", "heads", "kv groups", "params (B)", "active (B)"):
+        t.add_column(col, justify="left" if col == "name" else "right")
+    for r in rows:
+        t.add_row(
+            r["name"], str(r["num_layers"]), str(r["hidden_size"]), str(r["num_attention_heads"]),
+            str(r["num_query_groups"]), f"{r['params_total'] / 1e9:.2f}",
+            f"{r.get('params_active', r['params_total']) / 1e9:.2f}",
+        )
+    return t
+
+
+def kv_table(title: str, data: dict) -> Table:
+    t = Table(title=title, show_header=False)
+    t.add_column("key")
+    t.add_column("value", justify="right")
+    for k, v in data.items():
+        if isinstance(v, dict):
+            v = ", ".join(f"{a}={b}" for a, b in v.items())
+        elif isinstance(v, float):
+            v = f"{v:.6g}"
+        t.add_row(k, str(v))
+    return t
+
+
+def hardware_tables(gpus: list[dict], templates: list[dict]) -> list[Table]:
+    g = Table(title="GPU types")
+    for col in ("name", "memory GiB", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB/s"):
+        g.add_column(col, justify="left" if col == "name" else "right")
+    for r in gpus:
+        p = r["peak_flop_per_s"]
+        g.add_row(r["name"], _gib(r["memory_bytes"]), f"{p['bf16'] / 1e12:.0f}", f"{p['fp8'] / 1e12:.0f}",
+                  f"{r['hbm_bandwidth_bytes_per_s'] / 1e9:.0f}")
+    c = Table(title="Node templates")
+    for col in ("name", "gpu", "gpus/node", "NVLink domain", "NVLink GB/s", "network GB/s per GPU"):
+        c.add_column(col, justify="left" if col in ("name", "gpu") else "right")
+    for r in templates:
+        n = r["node"]
+        c.add_row(r["name"], n["gpu"], str(n["gpus_per_node"]), str(n.get("nvlink_domain_size", n["gpus_per_node"])),
+                  str(n["intra_node_bandwidth_gb_per_s"]), str(n["inter_node_bandwidth_gb_per_s"]))
+    return [g, c]
+
+
+def estimate_tables(d: dict) -> list[Table]:
+    cfg = d["config"]
+    head = Table(title=f"{d['model']['name']} on {d['cluster']['num_gpus']} GPUs ({d['cluster']['name']})", show_header=False)
+    head.add_column("k")
+    head.add_column("v", justify="right")
+    rows = [
+        ("configuration", f"tp {cfg['tp']} pp {cfg['pp']} dp {cfg['dp']} cp {cfg['cp']} ep {cfg['ep']} vpp {cfg['vpp']}"),
+        ("micro-batch x micro-batches", f"{cfg['micro_batch_size']} x {cfg['num_microbatches']}"),
+        ("schedule / recompute / sharding", f"{cfg['schedule']} / {cfg['recompute']} / {cfg['optimizer_sharding']}"),
+        ("step time", f"{d['step_time_s']:.3f} s"),
+        ("tokens/s (per GPU)", f"{d['tokens_per_s']:,.0f} ({d['tokens_per_s_per_gpu']:,.1f})"),
+        ("MFU / HFU", f"{100 * d['mfu']:.1f}% / {100 * d['hfu']:.1f}%"),
+        ("bubble fraction", f"{100 * d['bubble_fraction']:.1f}%"),
+        ("peak memory", f"{_gib(d['peak_memory_bytes'])} GiB"),
+        ("fits", "yes" if d["fits"] else f"NO: stage {d['memory']['worst_stage']} short by "
+                                          f"{_gib(d['memory']['shortfall_bytes'])} GiB"),
+    ]
+    for k, v in rows:
+        head.add_row(k, v)
+    tm = d["time"]
+    time_t = Table(title="Time per iteration (slowest stage)", show_header=False)
+    time_t.add_column("k")
+    time_t.add_column("s", justify="right")
+    for k in ("compute_s", "recompute_s", "tp_cp_ep_comm_s", "bubble_s", "dp_exposed_s", "optimizer_s", "step_time_s"):
+        time_t.add_row(k.removesuffix("_s").replace("_", " "), f"{tm[k]:.3f}")
+    mem_t = Table(title="Memory per stage (GiB)")
+    for col in ("stage", "gpu", "layers", "weights", "grads", "optimizer", "activations", "reserve", "peak", "capacity",
+                "in flight"):
+        mem_t.add_column(col, justify="right")
+    for s in d["memory"]["per_stage"]:
+        style = None if s["fits"] else "bold red"
+        mem_t.add_row(
+            str(s["stage"]), s["gpu"], "+".join(map(str, s["layers"])), _gib(s["weights_bytes"]),
+            _gib(s["gradients_bytes"]), _gib(s["optimizer_bytes"]),
+            _gib(s["activations_bytes"] + s["transient_bytes"]), _gib(s["reserve_bytes"]), _gib(s["peak_bytes"]),
+            _gib(s["capacity_bytes"]), f"{s['peak_inflight_microbatches']:.1f}", style=style,
+        )
+    return [head, time_t, mem_t]
+
+
+def gantt_lines(tl: Timeline, width: int = 100, horizon_s: float | None = None) -> list[str]:
+    """One text row per stage: F/B/W where an operation runs, '.' where the stage idles."""
+    horizon = horizon_s or tl.makespan_s
+    lines = []
+    for r in range(tl.num_stages):
+        row = ["."] * width
+        for i in range(len(tl.kind[r])):
+            a = int(tl.start_s[r][i] / horizon * width)
+            b = max(a + 1, int(round(tl.end_s[r][i] / horizon * width)))
+            ch = KIND_NAMES[int(tl.kind[r][i])]
+            for x in range(a, min(b, width)):
+                row[x] = ch
+        lines.append(f"stage {r:>3} |{''.join(row)}|")
+    return lines
+
+
+def timeline_svg(tl: Timeline, title: str, horizon_s: float | None = None) -> str:
+    """The timeline as a standalone SVG document (one lane per stage, one rectangle per operation)."""
+    horizon = horizon_s or tl.makespan_s or 1.0
+    lane, left, width, top = 18, 70, 1000, 30
+    height = top + lane * tl.num_stages + 30
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 20}" height="{height}" '
+        f'viewBox="0 0 {left + width + 20} {height}" font-family="sans-serif" font-size="11">',
+        f"<title>{escape(title)}</title>",
+        f'<text x="{left}" y="18" font-size="13">{escape(title)}</text>',
+    ]
+    for r in range(tl.num_stages):
+        y = top + r * lane
+        parts.append(f'<text x="4" y="{y + 13}">stage {r}</text>')
+        parts.append(f'<rect x="{left}" y="{y}" width="{width}" height="{lane - 4}" fill="#eeeeee"/>')
+        for i in range(len(tl.kind[r])):
+            x0 = left + tl.start_s[r][i] / horizon * width
+            w = max(0.3, (tl.end_s[r][i] - tl.start_s[r][i]) / horizon * width)
+            k = KIND_NAMES[int(tl.kind[r][i])]
+            parts.append(
+                f'<rect x="{x0:.2f}" y="{y}" width="{w:.2f}" height="{lane - 4}" fill="{OP_COLOURS[k]}">'
+                f"<title>{escape(tl.op_name(r, i))} {tl.start_s[r][i]:.4f}-{tl.end_s[r][i]:.4f} s</title></rect>"
+            )
+    y = top + lane * tl.num_stages + 16
+    parts.append(f'<text x="{left}" y="{y}">0 s</text>')
+    parts.append(f'<text x="{left + width - 60}" y="{y}">{horizon:.3f} s</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def budget_tables(d: dict) -> list[Table]:
+    head = Table(title=f"Bubble-fill budget: iteration {d['iteration_time_s']:.3f} s ({d['schedule']})")
+    for col in ("stage", "devices", "windows", "idle s", "usable s", "usable %", "largest window s", "free GiB then"):
+        head.add_column(col, justify="right")
+    for s in d["per_stage"]:
+        big = max(s["intervals"], key=lambda w: w["duration_s"], default=None)
+        head.add_row(
+            str(s["stage"]), str(s["devices_per_stage"]), str(len(s["intervals"])), f"{s['idle_s']:.3f}",
+            f"{s['usable_s']:.3f}", f"{100 * s['usable_fraction']:.1f}",
+            f"{big['duration_s']:.3f}" if big else "-", _gib(big["free_memory_bytes"]) if big else "-",
+        )
+    agg = d["aggregate"]
+    foot = Table(show_header=False)
+    foot.add_column("k")
+    foot.add_column("v", justify="right")
+    foot.add_row("usable GPU-seconds per iteration", f"{agg['gpu_seconds_per_iteration']:.1f}")
+    foot.add_row("equivalent whole GPUs", f"{agg['equivalent_gpus']:.1f}")
+    tables = [head, foot]
+    if "fill" in d:
+        f = d["fill"]
+        ft = Table(title=f"Fill job {f['job']}", show_header=False)
+        ft.add_column("k")
+        ft.add_column("v", justify="right")
+        ft.add_row("units per iteration", str(f["units_per_iteration"]))
+        ft.add_row("fill throughput (units/s)", f"{f['fill_throughput_units_per_s']:.2f}")
+        ft.add_row("bubble time used", f"{100 * f['bubble_time_used_fraction']:.1f}%")
+        ft.add_row("main-job slowdown bound", f"{100 * f['slowdown_bound']:.2f}%")
+        tables.append(ft)
+    return tables

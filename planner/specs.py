@@ -1,0 +1,309 @@
+"""Model, hardware, cluster and job specifications: frozen, keyword-only values.
+
+Specs are values (STYLE.md lesson 1): they are built once by the loaders in
+:mod:`planner.loading` and never mutated. Units are in the field names and SI inside
+(bytes, seconds, FLOP, FLOP/s, bytes/s). Field names of :class:`ModelSpec` follow
+Megatron-LM's argument names (``megatron/training/arguments.py``) so that import and
+export are one-to-one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ACTIVATIONS = ("gelu", "relu", "swiglu", "squared_relu")
+NORMALIZATIONS = ("layernorm", "rmsnorm")
+POSITION_EMBEDDINGS = ("learned_absolute", "rope", "none")
+PRECISIONS = ("bf16", "fp16", "fp8")
+DTYPES = ("fp32", "bf16", "fp16")
+
+GATED_ACTIVATIONS = frozenset({"swiglu"})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelSpec:
+    """A decoder-only transformer, described with Megatron-LM's argument names."""
+
+    name: str
+    """Preset or file name, for display only."""
+    num_layers: int
+    """Number of transformer (decoder) layers (``--num-layers``)."""
+    hidden_size: int
+    """Model width h (``--hidden-size``)."""
+    ffn_hidden_size: int
+    """Width of the dense MLP's intermediate projection (``--ffn-hidden-size``)."""
+    num_attention_heads: int
+    """Number of query heads a (``--num-attention-heads``)."""
+    num_query_groups: int
+    """Number of key/value heads (GQA); equal to ``num_attention_heads`` for MHA."""
+    kv_channels: int
+    """Head dimension d (``--kv-channels``); ``hidden_size // num_attention_heads`` by default."""
+    vocab_size: int
+    """Vocabulary size (padded size used for compute and memory)."""
+    max_position_embeddings: int
+    """Longest sequence the position embedding supports (``--max-position-embeddings``)."""
+    activation: str = "gelu"
+    """MLP activation: one of ``ACTIVATIONS``; ``swiglu`` uses three weight matrices."""
+    normalization: str = "layernorm"
+    """``layernorm`` (weight and bias) or ``rmsnorm`` (weight only)."""
+    position_embedding_type: str = "learned_absolute"
+    """``learned_absolute`` adds a ``max_position_embeddings x h`` table; ``rope`` adds none."""
+    untie_embeddings_and_output_weights: bool = False
+    """When true the output layer has its own ``h x V`` weights."""
+    add_bias_linear: bool = True
+    """Biases on all linear layers (Megatron default; Llama-style models disable them)."""
+    add_qkv_bias: bool = False
+    """Bias only on the QKV projection (Qwen2 style)."""
+    qk_layernorm: bool = False
+    """Per-head normalisation of queries and keys (Qwen3 style)."""
+    num_experts: int = 0
+    """Routed experts per MoE layer; 0 means a dense model."""
+    moe_router_topk: int = 0
+    """Experts each token is routed to."""
+    moe_ffn_hidden_size: int = 0
+    """Intermediate width of each routed expert."""
+    moe_shared_expert_intermediate_size: int = 0
+    """Total intermediate width of the shared experts (0: none)."""
+    moe_layer_freq: int = 1
+    """Every ``moe_layer_freq``-th layer is MoE (layer i is MoE iff ``i % freq == 0``), as Megatron."""
+    moe_expert_capacity_factor: float = 0.0
+    """Expert capacity factor (0: dropless, no padding)."""
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether any layer has routed experts."""
+        return self.num_experts > 0
+
+    @property
+    def gated(self) -> bool:
+        """Whether the MLP is gated (two input projections)."""
+        return self.activation in GATED_ACTIVATIONS
+
+    @property
+    def query_projection_size(self) -> int:
+        """Width of the query (and attention output) projection: heads x head dim."""
+        return self.num_attention_heads * self.kv_channels
+
+    @property
+    def kv_projection_size(self) -> int:
+        """Width of each of the key and value projections: groups x head dim."""
+        return self.num_query_groups * self.kv_channels
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether decoder layer ``index`` (0-based) is an MoE layer (Megatron's ``moe_layer_freq``)."""
+        return self.is_moe and index % self.moe_layer_freq == 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Number of MoE layers."""
+        return sum(1 for i in range(self.num_layers) if self.is_moe_layer(i))
+
+    # Parameter counts. Formulas follow Megatron-LM
+    # megatron/training/theoretical_memory_usage.py (compute_weight_and_optimizer_memory),
+    # extended with biases so that GPT-2/GPT-3/BLOOM counts match their papers.
+    def attention_params(self) -> int:
+        """Q, K, V and output projections (+ biases, + QK norm) of one layer."""
+        h, q, kv = self.hidden_size, self.query_projection_size, self.kv_projection_size
+        weights = h * (q + 2 * kv) + q * h
+        bias = (q + 2 * kv + h) if self.add_bias_linear else ((q + 2 * kv) if self.add_qkv_bias else 0)
+        qk_norm = 2 * self.kv_channels if self.qk_layernorm else 0
+        return weights + bias + qk_norm
+
+    def mlp_params(self, ffn: int) -> int:
+        """One MLP (dense or one expert) of intermediate width ``ffn``."""
+        h = self.hidden_size
+        n_in = 2 if self.gated else 1
+        weights = n_in * h * ffn + ffn * h
+        bias = (n_in * ffn + h) if self.add_bias_linear else 0
+        return weights + bias
+
+    def norm_params(self) -> int:
+        """One normalisation layer (weight, and bias for LayerNorm)."""
+        return self.hidden_size * (2 if self.normalization == "layernorm" else 1)
+
+    def layer_params(self, index: int, *, active: bool = False) -> int:
+        """All parameters of decoder layer ``index``; ``active`` counts only top-k experts."""
+        total = self.attention_params() + 2 * self.norm_params()
+        if self.is_moe_layer(index):
+            n_routed = self.moe_router_topk if active else self.num_experts
+            total += n_routed * self.mlp_params(self.moe_ffn_hidden_size)
+            total += self.hidden_size * self.num_experts  # router
+            if self.moe_shared_expert_intermediate_size:
+                total += self.mlp_params(self.moe_shared_expert_intermediate_size)
+        else:
+            total += self.mlp_params(self.ffn_hidden_size)
+        return total
+
+    def embedding_params(self) -> int:
+        """Word embedding table plus learned position embeddings."""
+        pos = self.max_position_embeddings * self.hidden_size
+        return self.vocab_size * self.hidden_size + (pos if self.position_embedding_type == "learned_absolute" else 0)
+
+    def output_params(self) -> int:
+        """Final norm plus the output projection when untied (tied: shared with the embedding)."""
+        out = self.vocab_size * self.hidden_size if self.untie_embeddings_and_output_weights else 0
+        return self.norm_params() + out
+
+    @property
+    def params_total(self) -> int:
+        """Total parameter count."""
+        return (
+            self.embedding_params()
+            + sum(self.layer_params(i) for i in range(self.num_layers))
+            + self.output_params()
+        )
+
+    @property
+    def params_active(self) -> int:
+        """Parameters touched per token (top-k experts only); equals the total for dense models."""
+        return (
+            self.embedding_params()
+            + sum(self.layer_params(i, active=True) for i in range(self.num_layers))
+            + self.output_params()
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EfficiencySpec:
+    """Achieved-throughput data of one GPU type (calibrated; see docs/calibration.md).
+
+    GEMM efficiency follows a saturating curve in the GEMM's size:
+    ``eff(F) = gemm_efficiency_max * F / (F + gemm_half_efficiency_flop)`` where F is the FLOP
+    count of one GEMM call, so small (e.g. tensor-parallel-sliced) GEMMs run below peak. This
+    is the smooth form of Calculon's piecewise efficiency-by-size tables (Isaev et al., SC'23).
+    """
+
+    gemm_efficiency_max: float
+    """Fraction of dense peak reached by large GEMMs."""
+    gemm_half_efficiency_flop: float
+    """GEMM size (FLOP per call) at which efficiency is half the maximum."""
+    attention_efficiency: float
+    """Fraction of dense peak reached by fused (flash) attention kernels, forward."""
+    hbm_efficiency: float
+    """Fraction of HBM bandwidth reached by memory-bound elementwise kernels."""
+    fp8_gemm_speedup: float
+    """Achieved speed-up of an FP8 GEMM over the same BF16 GEMM (1.0 where FP8 is unsupported)."""
+    kernel_overhead_s: float
+    """Fixed launch and synchronisation overhead per transformer layer per pass, seconds."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GPUSpec:
+    """One GPU type: capacity, peaks, and achieved-efficiency data."""
+
+    name: str
+    """Catalogue name, e.g. ``h100-sxm5-80gb``."""
+    memory_bytes: int
+    """HBM capacity in bytes."""
+    peak_flop_per_s: tuple[tuple[str, float], ...]
+    """Dense (no sparsity) tensor-core peak per dtype, as (dtype, FLOP/s) pairs: bf16, fp16, fp8, tf32."""
+    hbm_bandwidth_bytes_per_s: float
+    """Peak HBM bandwidth."""
+    memory_reserve_bytes: int
+    """Memory not available to tensors: CUDA context, NCCL buffers, workspaces."""
+    efficiency: EfficiencySpec
+    """Achieved-throughput data."""
+    source: str = ""
+    """Citation for the numbers."""
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype``; raises ``KeyError`` when unsupported."""
+        value = dict(self.peak_flop_per_s).get(dtype)
+        if not value:
+            raise KeyError(f"{self.name} has no {dtype} tensor-core peak")
+        return value
+
+    def supports(self, dtype: str) -> bool:
+        """Whether the GPU has a tensor-core peak for ``dtype``."""
+        return bool(dict(self.peak_flop_per_s).get(dtype))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeGroup:
+    """A set of identical nodes: one GPU type and one set of links."""
+
+    gpu: GPUSpec
+    """GPU type of every node in the group."""
+    num_nodes: int
+    """Number of nodes."""
+    gpus_per_node: int
+    """GPUs per node."""
+    intra_node_bandwidth_bytes_per_s: float
+    """Unidirectional NVLink (or fabric) bandwidth per GPU inside an NVLink domain."""
+    intra_node_latency_s: float
+    """Per-step latency of a collective inside the NVLink domain."""
+    inter_node_bandwidth_bytes_per_s: float
+    """Unidirectional network bandwidth per GPU across NVLink domains."""
+    inter_node_latency_s: float
+    """Per-step latency of a collective across the network."""
+    nvlink_domain_size: int
+    """GPUs reachable over NVLink (8 for DGX, 72 for GB200 NVL72)."""
+    intra_node_efficiency: float = 0.8
+    """Achieved fraction of NVLink bandwidth by NCCL collectives."""
+    inter_node_efficiency: float = 0.9
+    """Achieved fraction of network bandwidth by NCCL collectives."""
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs in this group."""
+        return self.num_nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterSpec:
+    """A cluster: one or more node groups, ranks numbered group by group."""
+
+    name: str
+    """Template or file name, for display."""
+    groups: tuple[NodeGroup, ...]
+    """Node groups in rank order; several groups form a heterogeneous cluster."""
+
+    @property
+    def num_gpus(self) -> int:
+        """Total GPUs."""
+        return sum(g.num_gpus for g in self.groups)
+
+    @property
+    def is_heterogeneous(self) -> bool:
+        """Whether the groups differ in GPU type or links."""
+        return len({(g.gpu.name, g.gpus_per_node, g.inter_node_bandwidth_bytes_per_s) for g in self.groups}) > 1
+
+    def group_of_rank(self, rank: int) -> NodeGroup:
+        """Node group holding global ``rank``."""
+        start = 0
+        for g in self.groups:
+            if rank < start + g.num_gpus:
+                return g
+            start += g.num_gpus
+        raise IndexError(f"rank {rank} outside a cluster of {self.num_gpus} GPUs")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobSpec:
+    """What is being trained per iteration and with which numerics."""
+
+    global_batch_size: int
+    """Sequences per optimizer step."""
+    seq_length: int
+    """Tokens per sequence."""
+    precision: str = "bf16"
+    """Compute precision of GEMMs: bf16, fp16, or fp8 (FP8 GEMMs, BF16 elsewhere)."""
+    optimizer: str = "adam"
+    """Optimizer; only Adam (two fp32 moments) is modelled."""
+    grad_dtype: str = "fp32"
+    """Dtype of the main gradients (Megatron accumulates bf16 grads in fp32 by default)."""
+    master_dtype: str = "fp32"
+    """Dtype of the master copy of the weights held by the optimizer."""
+    overlap_grad_reduce: bool = True
+    """Overlap the data-parallel gradient reduction with backward (``--overlap-grad-reduce``)."""
+    overlap_param_gather: bool = True
+    """Overlap the distributed optimizer's parameter all-gather with forward."""
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens processed per optimizer step."""
+        return self.global_batch_size * self.seq_length
+
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+"""Bytes per element of each dtype."""

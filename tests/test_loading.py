@@ -1,0 +1,149 @@
+"""Strict loading: every bad input gives one clear SpecError naming file, key and allowed values."""
+
+import json
+
+import pytest
+
+from planner.errors import SpecError
+from planner.loading import (
+    cluster_template_names,
+    gpu_names,
+    load_cluster,
+    load_gpu,
+    load_model,
+    make_job,
+)
+
+GOOD = """schema_version: 1
+kind: model
+name: tiny
+num_layers: 4
+hidden_size: 256
+num_attention_heads: 4
+vocab_size: 1000
+max_position_embeddings: 512
+"""
+
+
+def write(tmp_path, text, name="m.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_good_model_file_loads(tmp_path):
+    m = load_model(write(tmp_path, GOOD))
+    assert m.ffn_hidden_size == 1024 and m.kv_channels == 64 and m.num_query_groups == 4
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        (GOOD + "colour: red\n", "unknown key 'colour'"),
+        (GOOD.replace("num_layers: 4\n", ""), "missing required key 'num_layers'"),
+        (GOOD.replace("hidden_size: 256", "hidden_size: -256"), "'hidden_size': must be positive"),
+        (GOOD.replace("hidden_size: 256", "hidden_size: big"), "'hidden_size': expected an integer"),
+        (GOOD + "activation: tanh\n", "allowed values: gelu, relu, swiglu, squared_relu"),
+        (GOOD.replace("schema_version: 1", "schema_version: 7"), "schema_version 7 is not supported"),
+        (GOOD + "num_query_groups: 3\n", "num_attention_heads (4) must be divisible by num_query_groups (3)"),
+        ("schema_version: 1\nkind: model\n  name: [unclosed\n", "malformed YAML"),
+    ],
+)
+def test_bad_model_files_name_the_problem(tmp_path, text, fragment):
+    path = write(tmp_path, text)
+    with pytest.raises(SpecError) as info:
+        load_model(path)
+    message = str(info.value)
+    assert fragment in message
+    assert path in message or "malformed" in message
+    assert "\n" not in message
+
+
+def test_unknown_preset_lists_presets():
+    with pytest.raises(SpecError, match="unknown model 'no-such-model'.*llama3-70b"):
+        load_model("no-such-model")
+
+
+def test_catalogue_loads_and_is_cited():
+    for name in gpu_names():
+        gpu = load_gpu(name)
+        assert gpu.memory_bytes > 0 and gpu.source
+    for name in cluster_template_names():
+        cluster = load_cluster(name, 2)
+        assert cluster.num_gpus == 2 * cluster.groups[0].gpus_per_node
+    required_gpus = {"a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h100-pcie-80gb", "h200-sxm-141gb",
+                     "b200", "gb200", "mi300x", "l40s", "v100-sxm2-32gb"}
+    assert required_gpus <= set(gpu_names())
+    required_templates = {"dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72",
+                          "aws-p4d", "aws-p5", "mi300x-node"}
+    assert required_templates <= set(cluster_template_names())
+
+
+def test_template_needs_positive_nodes():
+    with pytest.raises(SpecError, match="needs a node count"):
+        load_cluster("dgx-h100", None)
+    with pytest.raises(SpecError, match="must be positive"):
+        load_cluster("dgx-h100", -2)
+
+
+def test_heterogeneous_cluster_file(tmp_path):
+    path = write(tmp_path, """schema_version: 1
+kind: cluster
+name: mixed
+groups:
+  - template: dgx-a100
+    num_nodes: 2
+  - template: dgx-h100
+    num_nodes: 3
+    inter_node_bandwidth_gb_per_s: 25
+""", "c.yaml")
+    c = load_cluster(path)
+    assert c.num_gpus == 40 and c.is_heterogeneous
+    assert c.group_of_rank(15).gpu.name == "a100-sxm4-80gb"
+    assert c.group_of_rank(16).gpu.name == "h100-sxm5-80gb"
+    assert c.groups[1].inter_node_bandwidth_bytes_per_s == 25e9
+
+
+def test_cluster_file_rejects_unknown_keys_and_gpus(tmp_path):
+    path = write(tmp_path, "schema_version: 1\nkind: cluster\ngroups:\n  - template: dgx-a100\n    num_nodes: 1\n    colour: red\n", "c.yaml")
+    with pytest.raises(SpecError, match=r"unknown key 'groups\[0\].colour'"):
+        load_cluster(path)
+    path = write(tmp_path, "schema_version: 1\nkind: cluster\ngroups:\n  - template: dgx-a100\n    num_nodes: 1\n    gpu: tpu-v9\n", "d.yaml")
+    with pytest.raises(SpecError, match="unknown GPU 'tpu-v9'"):
+        load_cluster(path)
+
+
+def test_job_validation():
+    with pytest.raises(SpecError, match="global_batch_size must be positive"):
+        make_job(global_batch_size=0, seq_length=10)
+    with pytest.raises(SpecError, match="allowed values: bf16, fp16, fp8"):
+        make_job(global_batch_size=8, seq_length=10, precision="int4")
+
+
+def test_hf_config_import(tmp_path):
+    from tests.conftest import DATA
+
+    m = load_model(str(DATA / "hf" / "mixtral-8x7b-v0.1" / "config.json"))
+    assert (m.num_experts, m.moe_router_topk, m.moe_ffn_hidden_size) == (8, 2, 14336)
+    assert m.params_total == pytest.approx(46.7e9, rel=0.005)
+    q = load_model(str(DATA / "hf" / "qwen3-30b-a3b" / "config.json"))
+    assert q.kv_channels == 128 and q.qk_layernorm and q.num_experts == 128
+    assert q.params_active == pytest.approx(3.3e9, rel=0.03)
+    g = load_model(str(DATA / "hf" / "gpt2" / "config.json"))
+    assert g.params_total == pytest.approx(124.4e6, rel=0.003)
+    n = load_model(str(DATA / "hf" / "nemotron-4-340b" / "config.json"))
+    assert n.activation == "squared_relu" and n.normalization == "layernorm"
+    for name, expected in [("llama-2-7b", 6.74e9), ("meta-llama-3-70b", 70.55e9), ("mistral-7b-v0.1", 7.24e9),
+                           ("qwen2-7b", 7.62e9), ("qwen3-8b", 8.19e9), ("pythia-6.9b", 6.86e9),
+                           ("gemma-7b", 8.54e9)]:
+        assert load_model(str(DATA / "hf" / name / "config.json")).params_total == pytest.approx(expected, rel=0.005)
+
+
+def test_hf_config_unsupported_type(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "bert", "hidden_size": 8}))
+    with pytest.raises(SpecError, match="'model_type': 'bert' is not supported; allowed values: .*llama"):
+        load_model(str(path))
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 8}))
+    with pytest.raises(SpecError, match="missing required key 'num_attention_heads'"):
+        load_model(str(path))
