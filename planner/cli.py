@@ -333,27 +333,30 @@ def _write_new_or_replace(path: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point; maps errors to exit codes."""
+    """Console-script entry point; maps errors to exit codes.
+
+    typer may use its own vendored click, so click's exceptions are recognised by their shape
+    (``exit_code`` and ``show``) rather than by class.
+    """
     try:
         result = app(args=argv, standalone_mode=False)
         return int(result or 0)
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except click.exceptions.Abort:
-        sys.stderr.write("aborted\n")
-        return 130
     except PlannerError as exc:
         if _state["debug"]:
             raise
         sys.stderr.write(f"error: {exc}\n")
         return exc.exit_code
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    except (typer.Exit, click.exceptions.Exit) as exc:
+        return int(getattr(exc, "exit_code", 0) or 0)
+    except (typer.Abort, click.exceptions.Abort, KeyboardInterrupt):
+        sys.stderr.write("aborted\n")
+        return 130
+    except Exception as exc:
+        code = getattr(exc, "exit_code", None)
+        if code is not None and callable(getattr(exc, "show", None)):
+            exc.show()
+            return int(code)
+        raise
 
 
 def entry() -> None:

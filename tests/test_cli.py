@@ -1,0 +1,126 @@
+"""The CLI: JSON on stdout, one-line errors on stderr, documented exit codes, stable output."""
+
+import json
+
+import pytest
+
+EST = ["estimate", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "8", "-b", "64", "-s", "4096"]
+
+
+def test_version(run_cli):
+    res = run_cli("--version")
+    assert res.exit_code == 0 and res.stdout.startswith("planner ")
+
+
+def test_models_show_json(run_cli):
+    res = run_cli("models", "show", "llama3-70b", "--json")
+    assert res.exit_code == 0
+    d = json.loads(res.stdout)
+    assert d["num_layers"] == 80 and d["hidden_size"] == 8192
+    assert d["params_total"] == pytest.approx(70.6e9, rel=0.002)
+    moe = json.loads(run_cli("models", "show", "mixtral-8x7b", "--json").stdout)
+    assert moe["params_active"] == pytest.approx(12.9e9, rel=0.01)
+
+
+def test_models_list_and_hardware(run_cli):
+    d = json.loads(run_cli("models", "list", "--json").stdout)
+    assert {"llama3-70b", "gpt3-175b", "mixtral-8x22b"} <= {m["name"] for m in d["models"]}
+    h = json.loads(run_cli("hardware", "show", "dgx-h100", "--json").stdout)
+    assert h["gpus_per_node"] == 8 and h["gpu"]["name"] == "h100-sxm5-80gb"
+    assert h["gpu"]["memory_bytes"] == 80 * 2**30
+    g = json.loads(run_cli("hardware", "show", "b200", "--json").stdout)
+    assert g["peak_flop_per_s"]["fp8"] == pytest.approx(4.5e15)
+    lst = json.loads(run_cli("hardware", "list", "--json").stdout)
+    assert len(lst["gpus"]) >= 10 and len(lst["clusters"]) >= 9
+    assert run_cli("models", "list").exit_code == 0
+    assert run_cli("hardware", "list").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ("schema_version: 1\nkind: model\nname: x\n  bad: [\n", "malformed YAML"),
+        ("schema_version: 1\nkind: model\nname: x\nnum_layers: -2\nhidden_size: 64\nnum_attention_heads: 2\n"
+         "vocab_size: 10\nmax_position_embeddings: 8\n", "'num_layers': must be positive"),
+        ("schema_version: 1\nkind: model\nname: x\nnum_layers: 2\nhidden_size: 64\nnum_attention_heads: 2\n"
+         "vocab_size: 10\nmax_position_embeddings: 8\nwidth: 3\n", "unknown key 'width'"),
+    ],
+)
+def test_bad_files_exit_1_without_traceback(run_cli, tmp_path, content, fragment):
+    p = tmp_path / "model.yaml"
+    p.write_text(content)
+    res = run_cli("models", "show", str(p), "--json")
+    assert res.exit_code == 1
+    assert fragment in res.stderr and str(p) in res.stderr
+    assert "Traceback" not in res.stderr and res.stdout == ""
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_preset_and_usage_errors(run_cli):
+    res = run_cli("models", "show", "gpt-9000")
+    assert res.exit_code == 1 and "unknown model 'gpt-9000'" in res.stderr
+    res = run_cli("hardware", "show", "tpu")
+    assert res.exit_code == 1 and "unknown hardware 'tpu'" in res.stderr
+    res = run_cli("estimate", "-m", "llama3-70b")
+    assert res.exit_code == 2
+    res = run_cli(*EST, "--recompute", "sometimes")
+    assert res.exit_code == 2 and "allowed values: none, selective, full" in res.stderr
+
+
+def test_estimate_json(run_cli):
+    res = run_cli(*EST, "--tp", "8", "--pp", "4", "--vpp", "5", "--json")
+    assert res.exit_code == 0, res.stderr
+    d = json.loads(res.stdout)
+    for key in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_bytes", "fits",
+                "memory", "time"):
+        assert key in d
+    assert d["config"]["schedule"] == "interleaved" and d["config"]["dp"] == 2
+    assert 0 < d["mfu"] < 1 and d["fits"] is True
+    assert d["tokens_per_s"] == pytest.approx(64 * 4096 / d["step_time_s"])
+    # same inputs, same bytes
+    assert run_cli(*EST, "--tp", "8", "--pp", "4", "--vpp", "5", "--json").stdout == res.stdout
+    human = run_cli(*EST, "--tp", "8", "--pp", "4")
+    assert human.exit_code == 0 and "step time" in human.stdout
+
+
+def test_estimate_that_does_not_fit_exits_0(run_cli):
+    res = run_cli(*EST, "--tp", "1", "--pp", "1", "--optimizer-sharding", "none", "--json")
+    assert res.exit_code == 0
+    d = json.loads(res.stdout)
+    assert d["fits"] is False and d["memory"]["shortfall_bytes"] > 0
+    assert d["memory"]["per_stage"][d["memory"]["worst_stage"]]["fits"] is False
+    human = run_cli(*EST, "--tp", "1", "--pp", "1", "--optimizer-sharding", "none")
+    assert human.exit_code == 0 and "does not fit" in human.stderr
+
+
+def test_invalid_configuration_exits_1(run_cli):
+    res = run_cli(*EST, "--tp", "8", "--pp", "3")
+    assert res.exit_code == 1 and "not divisible by tp*pp*cp" in res.stderr
+    res = run_cli(*EST, "--tp", "8", "--pp", "1", "--micro-batch-size", "3")
+    assert res.exit_code == 1 and "global batch size 64 is not divisible by micro-batch size x dp" in res.stderr
+    res = run_cli("estimate", "-m", "llama3-70b", "-c", "dgx-a100", "-n", "8", "-b", "64", "-s", "4096",
+                  "--tp", "8", "--precision", "fp8")
+    assert res.exit_code == 1 and "FP8" in res.stderr
+
+
+def test_debug_shows_traceback(run_cli):
+    from planner.errors import SpecError
+
+    with pytest.raises(SpecError):
+        run_cli("--debug", "models", "show", "nope")
+
+
+def test_cli_option_set_is_pinned(run_cli):
+    # The interface cannot drift unnoticed (torchtitan pins its CLI options the same way).
+    import typer
+
+    from planner.cli import app
+
+    cmd = typer.main.get_command(app)
+    est = cmd.commands["estimate"]
+    names = sorted(o for p in est.params if type(p).__name__.endswith("Option") for o in p.opts)
+    assert names == sorted([
+        "--model", "-m", "--cluster", "-c", "--global-batch-size", "-b", "--seq-len", "-s", "--nodes", "-n",
+        "--tp", "--pp", "--cp", "--ep", "--vpp", "--micro-batch-size", "--recompute", "--recompute-num-layers",
+        "--sequence-parallel", "--optimizer-sharding", "--schedule", "--precision", "--json",
+    ])

@@ -1,0 +1,104 @@
+"""The simulator against closed forms (oracles) and invariants on random inputs."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cost_models.schedules import B, F, W, ScheduleError, generate, simulate, uniform_durations
+
+
+def idle_per_stage(tl):
+    return [tl.idle_s(s) for s in range(tl.num_stages)]
+
+
+@pytest.mark.parametrize("p,m", [(2, 2), (4, 8), (8, 32), (3, 7), (8, 8)])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_bubble_closed_form_gpipe_1f1b(schedule, p, m):
+    tf, tb = 1.0, 2.0
+    tl = simulate(generate(schedule, p, m), uniform_durations(p, 1, tf, tb))
+    assert idle_per_stage(tl) == pytest.approx([(p - 1) * (tf + tb)] * p)
+    assert tl.makespan_s == pytest.approx((m + p - 1) * (tf + tb))
+    assert tl.bubble_fraction() == pytest.approx((p - 1) / (m + p - 1))
+
+
+@pytest.mark.parametrize("p,m,v", [(2, 4, 2), (4, 8, 2), (4, 16, 4), (8, 16, 3)])
+def test_interleaving_divides_bubble_by_v(p, m, v):
+    tf, tb = 1.0, 2.0
+    tl = simulate(generate("interleaved", p, m, v), uniform_durations(p, v, tf / v, tb / v))
+    assert idle_per_stage(tl) == pytest.approx([(p - 1) * (tf + tb) / v] * p)
+
+
+@pytest.mark.parametrize("p,m", [(2, 5), (4, 8), (8, 32), (5, 12), (3, 3)])
+@pytest.mark.parametrize("tf,tb,tw", [(1, 1, 1), (1, 1.5, 0.7), (1.2, 1, 0.9)])
+def test_zb_h1_bubble(p, m, tf, tb, tw):
+    tl = simulate(generate("zb-h1", p, m), uniform_durations(p, 1, tf, tb, tw))
+    assert idle_per_stage(tl) == pytest.approx([(p - 1) * (tf + tb - tw)] * p)
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (8, 32), (4, 2)])
+def test_1f1b_inflight(p, m):
+    tl = simulate(generate("1f1b", p, m), uniform_durations(p, 1, 1.0, 2.0))
+    assert [tl.peak_inflight(s) for s in range(p)] == [min(p - s, m) for s in range(p)]
+    g = simulate(generate("gpipe", p, m), uniform_durations(p, 1, 1.0, 2.0))
+    assert [g.peak_inflight(s) for s in range(p)] == [m] * p
+
+
+def test_interleaved_first_stage_holds_more():
+    p, m, v = 4, 8, 2
+    tl = simulate(generate("interleaved", p, m, v), uniform_durations(p, v, 0.5, 1.0))
+    # Narayanan et al.: p + (p-1)/v stage-equivalents = (p*v + p - 1) chunks on the first rank... as simulated
+    assert tl.peak_inflight(0) == pytest.approx(2 * (p - 1) + (v - 1) * p + 1)
+
+
+def test_every_operation_runs_once():
+    for schedule, v in (("gpipe", 1), ("1f1b", 1), ("zb-h1", 1), ("interleaved", 3)):
+        p, m = 4, 8
+        orders = generate(schedule, p, m, v)
+        kinds = (F, B, W) if schedule == "zb-h1" else (F, B)
+        for r, ops in enumerate(orders):
+            assert sorted(ops) == sorted({(k, c, j) for k in kinds for c in range(v) for j in range(m)})
+
+
+def test_interleaved_needs_m_divisible_by_p():
+    with pytest.raises(ScheduleError, match="divisible"):
+        generate("interleaved", 4, 6, 2)
+
+
+@st.composite
+def pipelines(draw):
+    schedule = draw(st.sampled_from(["gpipe", "1f1b", "zb-h1", "interleaved"]))
+    p = draw(st.integers(1, 6))
+    v = draw(st.integers(2, 3)) if schedule == "interleaved" else 1
+    if schedule == "interleaved":
+        p = max(p, 2)
+        m = p * draw(st.integers(1, 3))
+    else:
+        m = draw(st.integers(1, 12))
+    n = p * v
+    durs = np.array(draw(st.lists(st.tuples(st.floats(0.1, 3), st.floats(0.1, 3), st.floats(0.0, 2)),
+                                  min_size=n, max_size=n)))
+    if schedule != "zb-h1":
+        durs[:, 1] += durs[:, 2]
+        durs[:, 2] = 0
+    p2p = np.array(draw(st.lists(st.floats(0, 0.5), min_size=n, max_size=n)))
+    return schedule, p, m, v, durs, p2p
+
+
+@settings(max_examples=150, deadline=None)
+@given(pipelines())
+def test_conservation_and_causality_on_random_pipelines(case):
+    schedule, p, m, v, durs, p2p = case
+    tl = simulate(generate(schedule, p, m, v), durs, p2p, m)
+    total_busy = sum(tl.busy_s(s) for s in range(p))
+    total_idle = sum(tl.idle_s(s) for s in range(p))
+    assert total_busy + total_idle == pytest.approx(p * tl.makespan_s)
+    # busy time equals the work given: every op ran exactly once with its duration
+    work = m * float(durs.sum())
+    assert total_busy == pytest.approx(work)
+    for s in range(p):
+        starts, ends = tl.start_s[s], tl.end_s[s]
+        assert np.all(ends >= starts)
+        assert np.all(starts[1:] >= ends[:-1] - 1e-9)  # one op at a time per stage
+        assert tl.inflight[s].min() >= -1e-9
+        assert tl.inflight[s][-1] == pytest.approx(0.0, abs=1e-9)
