@@ -33,7 +33,7 @@ from cost_models.layers import (
     model_flop_per_iteration,
 )
 from cost_models.parallel import Group, ParallelConfig, group
-from planner.specs import ClusterSpec, JobSpec, ModelSpec, NodeGroup
+from planner.specs import DTYPE_BYTES, ClusterSpec, JobSpec, ModelSpec, NodeGroup
 
 DDP_BUCKET_PARAMS = 40_000_000
 """Megatron's default gradient bucket size in parameters (``--ddp-bucket-size``)."""
@@ -150,6 +150,55 @@ def _stage_link(cluster: ClusterSpec, c: ParallelConfig, r: int) -> comm.Link:
     return la if la.bandwidth_bytes_per_s <= lb.bandwidth_bytes_per_s else lb
 
 
+@dataclass(frozen=True, slots=True)
+class DPSync:
+    """Data-parallel synchronisation and optimizer step of one pipeline rank, per iteration."""
+
+    reduce_s: float
+    reduce_exposed_s: float
+    gather_s: float
+    gather_exposed_s: float
+    optimizer_s: float
+
+
+def dp_sync(job: JobSpec, c: ParallelConfig, node: NodeGroup, dense_params: float, expert_params: float, m: int,
+            backward_window_s: float, forward_window_s: float) -> DPSync:
+    """Gradient reduction, parameter gather and optimizer step of a rank holding these parameters.
+
+    The reduction overlaps ``backward_window_s`` (the last micro-batch's backward), the gather
+    overlaps ``forward_window_s`` (the next iteration's first forward); the last bucket of each is
+    always exposed.
+    """
+    grad_b = float(DTYPE_BYTES[job.grad_dtype])
+    d_dense, d_exp = c.dp * c.cp, (c.tp * c.cp * c.dp) // (c.expert_tp * c.ep)
+    link_d = comm.link_for(group(c, "dpcp"), node)
+    link_e = comm.link_for(group(c, "edp"), node)
+    if c.optimizer_sharding == "none":
+        reduce_s = comm.all_reduce_s(dense_params * grad_b, d_dense, link_d) + comm.all_reduce_s(
+            expert_params * grad_b, d_exp, link_e)
+        gather_s = 0.0
+    elif c.optimizer_sharding == "zero2" and m > 1:
+        # gradients were reduce-scattered per micro-batch; only the parameter all-gather remains
+        reduce_s = 0.0
+        gather_s = comm.all_gather_s(dense_params * 2.0, d_dense, link_d) + comm.all_gather_s(
+            expert_params * 2.0, d_exp, link_e)
+    elif c.optimizer_sharding in ("distributed", "zero2"):
+        reduce_s = comm.reduce_scatter_s(dense_params * grad_b, d_dense, link_d) + comm.reduce_scatter_s(
+            expert_params * grad_b, d_exp, link_e)
+        gather_s = comm.all_gather_s(dense_params * 2.0, d_dense, link_d) + comm.all_gather_s(
+            expert_params * 2.0, d_exp, link_e)
+    else:  # full sharding: paid per micro-batch inside the pipeline
+        reduce_s = gather_s = 0.0
+    last_bucket = min(1.0, DDP_BUCKET_PARAMS / max(dense_params + expert_params, 1.0))
+    reduce_exposed = max(reduce_s * last_bucket, reduce_s - backward_window_s) if job.overlap_grad_reduce else reduce_s
+    gather_exposed = (max(gather_s * last_bucket, gather_s - forward_window_s) if job.overlap_param_gather
+                      else gather_s)
+    shard = d_dense if c.optimizer_sharding != "none" else 1
+    shard_e = d_exp if c.optimizer_sharding != "none" else 1
+    opt_s = memory_bound_s((dense_params / shard + expert_params / shard_e) * ADAM_BYTES_PER_PARAM, node.gpu)
+    return DPSync(reduce_s, reduce_exposed, gather_s, gather_exposed, opt_s)
+
+
 def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> Estimate:
     """Predict one resolved configuration (see :func:`cost_models.parallel.resolve`)."""
     p, v = c.pp, c.vpp
@@ -206,14 +255,20 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
             acc["transient"] = max(acc["transient"], layer_unit.activation_bytes)
         acc["largest"] = max(acc["largest"], layer_unit.params * c.tp)
 
-    # Fully sharded data parallelism gathers weights per micro-batch and reduce-scatters gradients.
-    if c.optimizer_sharding == "full" and c.dp * c.cp > 1:
+    # Fully sharded data parallelism gathers weights per micro-batch (forward and backward) and
+    # reduce-scatters gradients; ZeRO-2 keeps only its gradient shard, so it reduce-scatters every
+    # micro-batch's gradients too (Rajbhandari et al. 2020, Sec. 5.2). Prefetching overlaps this with
+    # the pass's compute; what exceeds it is exposed.
+    if c.optimizer_sharding in ("full", "zero2") and c.dp * c.cp > 1 and m > 1 or c.optimizer_sharding == "full":
         for vs in range(n_virtual):
             r = vs % p
+            if c.dp * c.cp == 1:
+                continue
             link = comm.link_for(group(c, "dpcp"), nodes[r])
-            params = per_rank[r]["cost"].params
-            gather = comm.all_gather_s(params * 2.0, c.dp * c.cp, link)
-            scatter = comm.reduce_scatter_s(params * 4.0, c.dp * c.cp, link)
+            params = per_rank[r]["cost"].params / v
+            grad_b = float(DTYPE_BYTES[job.grad_dtype])
+            gather = comm.all_gather_s(params * 2.0, c.dp * c.cp, link) if c.optimizer_sharding == "full" else 0.0
+            scatter = comm.reduce_scatter_s(params * grad_b, c.dp * c.cp, link)
             f_exposed = max(0.0, gather - durations[vs, 0])
             b_exposed = max(0.0, gather + scatter - durations[vs, 1] - durations[vs, 2])
             durations[vs, 0] += f_exposed
@@ -232,33 +287,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
         cost: LayerCost = acc["cost"]
         dense = cost.params_sharded + cost.params_replicated
         static = mem.static_memory(dense, cost.params_expert, job, c, acc["largest"] / c.tp)
-        # Data-parallel synchronisation of this rank's gradients.
-        grad_b = 4.0 if job.grad_dtype == "fp32" else 2.0
-        d_dense, d_exp = c.dp * c.cp, (c.tp * c.cp * c.dp) // (c.expert_tp * c.ep)
-        link_d = comm.link_for(group(c, "dpcp"), node)
-        link_e = comm.link_for(group(c, "edp"), node)
-        if c.optimizer_sharding == "none":
-            reduce_s = comm.all_reduce_s(dense * grad_b, d_dense, link_d) + comm.all_reduce_s(
-                cost.params_expert * grad_b, d_exp, link_e)
-            gather_s = 0.0
-        elif c.optimizer_sharding in ("distributed", "zero2"):
-            reduce_s = comm.reduce_scatter_s(dense * grad_b, d_dense, link_d) + comm.reduce_scatter_s(
-                cost.params_expert * grad_b, d_exp, link_e)
-            gather_s = comm.all_gather_s(dense * 2.0, d_dense, link_d) + comm.all_gather_s(
-                cost.params_expert * 2.0, d_exp, link_e)
-        else:  # full sharding: already paid per micro-batch
-            reduce_s = gather_s = 0.0
-        last_bucket = min(1.0, DDP_BUCKET_PARAMS / max(cost.params, 1.0))
-        window = acc["bwd"] / v  # backward of the last micro-batch (roughly one chunk's worth per chunk)
-        if job.overlap_grad_reduce:
-            reduce_exposed = max(reduce_s * last_bucket, reduce_s - window)
-        else:
-            reduce_exposed = reduce_s
-        first_fwd = float(durations[r, 0])
-        g_exposed = max(gather_s * last_bucket, gather_s - first_fwd) if job.overlap_param_gather else gather_s
-        shard = d_dense if c.optimizer_sharding != "none" else 1
-        shard_e = d_exp if c.optimizer_sharding != "none" else 1
-        opt_s = memory_bound_s((dense / shard + cost.params_expert / shard_e) * ADAM_BYTES_PER_PARAM, gpu)
+        sync = dp_sync(job, c, node, dense, cost.params_expert, m, backward_window_s=acc["bwd"] / v,
+                       forward_window_s=float(durations[r, 0]))
+        reduce_s, reduce_exposed, gather_s, g_exposed, opt_s = (
+            sync.reduce_s, sync.reduce_exposed_s, sync.gather_s, sync.gather_exposed_s, sync.optimizer_s)
         end_r = float(timeline.end_s[r][-1])
         ends.append(end_r + reduce_exposed)
         opt_times.append(opt_s)

@@ -184,53 +184,65 @@ def simulate(
     b_release = [u * (1.0 - wf) if has_w else u for u, wf in zip(units, wfrac)]
     w_release = [u * wf for u, wf in zip(units, wfrac)]
 
-    end = [[[None] * m for _ in range(n_virtual)] for _ in range(3)]
+    # Flat integer ids: op = (kind * n_virtual + vs) * m + mb. Each operation is visited once.
+    last = n_virtual - 1
+    vm = n_virtual * m
+    NONE = -1.0
+    end = [NONE] * (3 * vm)
     ptr = [0] * p
     free = [0.0] * p
     level = [0.0] * p
     out_start = [[0.0] * len(o) for o in orders]
     out_end = [[0.0] * len(o) for o in orders]
     out_level = [[0.0] * len(o) for o in orders]
-    waiting: dict[tuple[int, int, int], list[int]] = {}
-    work = list(range(p - 1, -1, -1))
-    last = n_virtual - 1
-    while work:
-        r = work.pop()
-        ops = orders[r]
-        while ptr[r] < len(ops):
-            kind, chunk, j = ops[ptr[r]]
+    # Per rank: (op id, dependency id or -1, lag, duration, level change) for each operation.
+    plan = []
+    for r, ops in enumerate(orders):
+        rows = []
+        for kind, chunk, j in ops:
             vs = chunk * p + r
             if kind == F:
-                dep = (F, vs - 1, j) if vs > 0 else None
-                lag = comm[vs - 1] if vs > 0 else 0.0
+                dep, lag, delta = ((vs - 1) * m + j if vs > 0 else -1), (comm[vs - 1] if vs > 0 else 0.0), units[vs]
             elif kind == B:
-                dep = (B, vs + 1, j) if vs < last else (F, vs, j)
-                lag = comm[vs] if vs < last else 0.0
+                if vs < last:
+                    dep, lag = (n_virtual + vs + 1) * m + j, comm[vs]
+                else:
+                    dep, lag = vs * m + j, 0.0
+                delta = -b_release[vs]
             else:
-                dep, lag = (B, vs, j), 0.0
-            if dep is not None:
-                t_dep = end[dep[0]][dep[1]][dep[2]]
-                if t_dep is None:
+                dep, lag, delta = (n_virtual + vs) * m + j, 0.0, -w_release[vs]
+            rows.append(((kind * n_virtual + vs) * m + j, dep, lag, dur[vs][kind], delta))
+        plan.append(rows)
+    waiting: dict[int, list[int]] = {}
+    work = list(range(p - 1, -1, -1))
+    while work:
+        r = work.pop()
+        rows = plan[r]
+        i = ptr[r]
+        n_ops = len(rows)
+        t_free = free[r]
+        lvl = level[r]
+        starts, ends, levels = out_start[r], out_end[r], out_level[r]
+        while i < n_ops:
+            op, dep, lag, d, delta = rows[i]
+            if dep >= 0:
+                t_dep = end[dep]
+                if t_dep < 0.0:
                     waiting.setdefault(dep, []).append(r)
                     break
-                start = max(free[r], t_dep + lag)
+                t_dep += lag
+                start = t_dep if t_dep > t_free else t_free
             else:
-                start = free[r]
-            finish = start + dur[vs][kind]
-            end[kind][vs][j] = finish
-            free[r] = finish
-            if kind == F:
-                level[r] += units[vs]
-            elif kind == B:
-                level[r] -= b_release[vs]
-            else:
-                level[r] -= w_release[vs]
-            i = ptr[r]
-            out_start[r][i], out_end[r][i], out_level[r][i] = start, finish, level[r]
-            ptr[r] += 1
-            woken = waiting.pop((kind, vs, j), None)
+                start = t_free
+            t_free = start + d
+            end[op] = t_free
+            lvl += delta
+            starts[i], ends[i], levels[i] = start, t_free, lvl
+            i += 1
+            woken = waiting.pop(op, None)
             if woken:
                 work.extend(woken)
+        ptr[r], free[r], level[r] = i, t_free, lvl
     stuck = [r for r in range(p) if ptr[r] < len(orders[r])]
     if stuck:
         r = stuck[0]
@@ -252,3 +264,22 @@ def simulate(
 def uniform_durations(p: int, v: int, t_f: float, t_b: float, t_w: float = 0.0) -> np.ndarray:
     """Durations array for identical virtual stages (a convenience for tests and oracles)."""
     return np.tile(np.array([t_f, t_b, t_w], dtype=float), (p * v, 1))
+
+
+def peak_inflight(schedule: str, p: int, m: int, v: int = 1, weight_fraction: float = 0.0) -> tuple[float, ...]:
+    """Peak micro-batches resident on each rank (in stage units: chunks / v), from the op order.
+
+    The resident level changes only at operations (+1 per forward chunk, released by B, and by W
+    for the ``weight_fraction`` only W needs), so its peak is a running maximum over each rank's
+    operation order and does not depend on durations. It equals :meth:`Timeline.peak_inflight`
+    of any simulation of the same schedule (tested).
+    """
+    orders = generate(schedule, p, m, v)
+    has_w = schedule == "zb-h1"
+    release_b = 1.0 - weight_fraction if has_w else 1.0
+    delta = np.array([1.0, -release_b, -weight_fraction])
+    out = []
+    for ops in orders:
+        kinds = np.fromiter((op[0] for op in ops), dtype=np.int64, count=len(ops))
+        out.append(float(np.max(np.cumsum(delta[kinds]), initial=0.0)) / v)
+    return tuple(out)

@@ -1,0 +1,415 @@
+"""Search: enumerate shapes -> bound -> partition -> simulate -> rank (STYLE lesson 5).
+
+1. :func:`planner.space.enumerate_shapes` yields every valid shape.
+2. Each shape gets a lower bound on its step time: the busiest pipeline stage does at least the
+   average work, ``m * (sum of per-micro-batch work) / pp``, on the fastest GPU type present; and a
+   lower bound on memory (one stage holds at least ceil(L/pp) layers' state). Both are valid
+   bounds of what the simulator will report, so pruning on them never loses the best plan.
+3. Shapes are visited in increasing bound order; a shape whose bound is not below the k-th best
+   simulated step time ends the search (branch and bound).
+4. Visited shapes get a layer partition (:mod:`planner.partition`: DP, or the ILP that also places
+   node groups on heterogeneous clusters), are resolved against every constraint, and are timed by
+   the schedule simulator through :func:`cost_models.estimate.estimate`. Only plans that fit in
+   memory under that estimate are returned.
+Ties break on a fixed key of the configuration, so the same inputs give the same ranking.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+
+from cost_models import communication as comm
+from cost_models import memory as mem
+from cost_models.estimate import Estimate, dp_sync, estimate, node_of_stage, table_for
+from cost_models.parallel import ParallelConfig, group, resolve, violations
+from cost_models.schedules import peak_inflight
+from planner.errors import ConfigError
+from planner.partition import Partition, StageModel, dp_partition, ilp_partition
+from planner.space import Rejections, Restrictions, enumerate_shapes
+from planner.specs import DTYPE_BYTES, ClusterSpec, JobSpec, ModelSpec, NodeGroup
+
+
+@dataclass(frozen=True, slots=True)
+class RankedPlan:
+    """One plan: the resolved configuration, the cluster in rank order, and its prediction."""
+
+    config: ParallelConfig
+    cluster: ClusterSpec
+    estimate: Estimate
+    stage_groups: tuple[int, ...] = ()
+    """For heterogeneous clusters: the input node group hosting each stage."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to one shape (for ``--explain``)."""
+
+    config: ParallelConfig
+    bound_s: float
+    step_time_s: float | None = None
+    reason: str = ""
+
+
+@dataclass
+class SearchResult:
+    plans: list[RankedPlan]
+    shapes_enumerated: int = 0
+    shapes_evaluated: int = 0
+    pruned_by_memory: int = 0
+    pruned_by_bound: int = 0
+    rejections: Rejections = field(default_factory=Rejections)
+    outcomes: list[Outcome] = field(default_factory=list)
+    infeasible_reason: str = ""
+
+
+def sort_key(c: ParallelConfig) -> tuple:
+    """Deterministic tie-break: prefer fewer model-parallel GPUs, simpler schedules, less recompute."""
+    return (c.tp * c.pp * c.cp, c.tp, c.pp, c.cp, c.ep, c.vpp, -c.micro_batch_size,
+            ("none", "selective", "full").index(c.recompute),
+            ("distributed", "none", "zero2", "full").index(c.optimizer_sharding),
+            ("1f1b", "interleaved", "zb-h1", "gpipe").index(c.schedule), c.layers_per_stage)
+
+
+@lru_cache(maxsize=4096)
+def schedule_inflight(schedule: str, p: int, m: int, v: int, weight_fraction: float = 0.0) -> tuple[float, ...]:
+    """Peak micro-batches in flight per rank, read from the schedule's operation order (cached)."""
+    return peak_inflight(schedule, p, m, v, weight_fraction)
+
+
+def _weight_fraction(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> float:
+    if c.schedule != "zb-h1":
+        return 0.0
+    t = table_for(model, job, c, node)
+    return round(min(1.0, t.dense.weight_grad_bytes / t.dense.activation_bytes), 6)
+
+
+def inflight_for(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> tuple[float, ...]:
+    """Per-stage peak in-flight micro-batches of a shape."""
+    return schedule_inflight(c.schedule, c.pp, c.num_microbatches(job), c.vpp, _weight_fraction(model, job, c, node))
+
+
+def stage_model(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, stage: int,
+                inflight: float) -> StageModel:
+    """Cost and memory of pipeline stage ``stage`` on ``node`` as a function of its layer count."""
+    t = table_for(model, job, c, node)
+    layer = t.moe if (model.is_moe and model.moe_layer_freq == 1) else t.dense
+    if model.is_moe and model.moe_layer_freq > 1:
+        n_moe = model.num_moe_layers / model.num_layers
+        layer = t.dense.scaled(1 - n_moe) + t.moe.scaled(n_moe)
+    extra = t.dense.scaled(0.0)
+    if stage == 0:
+        extra = extra + t.embedding
+    if stage == c.pp - 1:
+        extra = extra + t.output
+    d_dense, d_exp = c.dp * c.cp, (c.tp * c.cp * c.dp) // (c.expert_tp * c.ep)
+    wd, gd, od = mem.bytes_per_param(job, c.optimizer_sharding, d_dense)
+    we, ge, oe = mem.bytes_per_param(job, c.optimizer_sharding, d_exp)
+
+    def state(cost) -> float:
+        return (cost.params_sharded + cost.params_replicated) * (wd + gd + od) + cost.params_expert * (we + ge + oe)
+
+    extra_static = state(extra)
+    if c.optimizer_sharding == "full":
+        extra_static += mem.PREFETCHED_LAYERS * layer.params * 2.0
+    layer_s = layer.forward_s + layer.forward_comm_s + layer.backward_input_s + layer.backward_comm_s + layer.backward_weight_s
+    recompute_s = layer.recompute_forward_s if c.recompute == "full" else 0.0
+    if c.recompute == "selective":
+        layer_s += t.dense.selective_recompute_s
+    extra_s = extra.forward_s + extra.forward_comm_s + extra.backward_input_s + extra.backward_comm_s + extra.backward_weight_s
+    return StageModel(
+        layer_s=layer_s,
+        recompute_s=recompute_s,
+        extra_s=extra_s,
+        static_per_layer_bytes=state(layer),
+        act_per_layer_bytes=layer.activation_bytes,
+        ckpt_per_layer_bytes=layer.checkpoint_bytes,
+        transient_bytes=layer.activation_bytes,
+        extra_static_bytes=extra_static,
+        extra_act_bytes=extra.activation_bytes,
+        inflight=inflight,
+        reserve_bytes=node.gpu.memory_reserve_bytes,
+        fragmentation=mem.FRAGMENTATION_FRACTION,
+        capacity_bytes=node.gpu.memory_bytes,
+        recompute_layers=(model.num_layers if c.recompute_num_layers == 0 else c.recompute_num_layers)
+        if c.recompute == "full" else 0,
+    )
+
+
+def pipeline_lower_bound(work_s: float, m: int, p: int, path_share: float = 1.0) -> float:
+    """A lower bound of the simulated pipeline time, whatever the partition.
+
+    ``work_s`` is one micro-batch's forward + backward work summed over all stages. The busiest
+    stage does at least the average, ``m W / p``. Stage k also cannot start before the first
+    micro-batch's forwards through stages 0..k-1, nor finish before its last backward went back
+    through them; those passes are at least ``path_share`` of the earlier stages' work (1 for
+    1F1B and GPipe, (F+B)/(F+B+W) for ZB-H1 whose W is off the path, 1/v with v interleaved
+    chunks). So ``T >= S_k + m tau_k`` with ``S_k >= r sum_{i<k} tau_i``; minimising the largest
+    of these over all ``tau`` with ``sum tau = W`` equalises them and gives
+    ``T >= r W / (1 - (1 - r/m)^p)``; relaxing integrality only lowers it, so it stays a bound.
+    """
+    average = m * work_s / p
+    if p == 1:
+        return average
+    r = min(1.0, path_share)
+    q = 1.0 - r / m
+    return max(average, r * work_s / (1.0 - q**p) if q < 1.0 else average)
+
+
+def _layer_of(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup):
+    t = table_for(model, job, c, node)
+    if model.is_moe and model.moe_layer_freq == 1:
+        return t, t.moe
+    if model.is_moe:
+        share = model.num_moe_layers / model.num_layers
+        return t, t.dense.scaled(1 - share) + t.moe.scaled(share)
+    return t, t.dense
+
+
+def _bounds(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> float:
+    """Step-time lower bound of a shape over every partition and full-recompute variant."""
+    m = c.num_microbatches(job)
+    L, p = model.num_layers, c.pp
+    fewest, most = max(1, L // p), math.ceil(L / p)
+    best = math.inf
+    for node in {g.gpu.name: g for g in cluster.groups}.values():
+        t, layer = _layer_of(model, job, c, node)
+        extra = t.embedding + t.output
+        f_l = layer.forward_s + layer.forward_comm_s
+        b_l = layer.backward_input_s + layer.backward_comm_s + (t.dense.selective_recompute_s if c.recompute == "selective" else 0.0)
+        w_l = layer.backward_weight_s
+        f_e = extra.forward_s + extra.forward_comm_s
+        b_e = extra.backward_input_s + extra.backward_comm_s
+        w_e = extra.backward_weight_s
+        work = L * (f_l + b_l + w_l) + f_e + b_e + w_e
+        if c.recompute == "full":
+            work += p * layer.recompute_forward_s  # the cheapest variant recomputes one layer per stage
+        # Per-micro-batch sharded data parallelism exposes at least what the whole model's gathers and
+        # reduce-scatters exceed its compute by (sum of max(0, x_i) >= max(0, sum x_i)).
+        if c.optimizer_sharding in ("full", "zero2") and c.dp * c.cp > 1 and (m > 1 or c.optimizer_sharding == "full"):
+            link = comm.link_for(group(c, "dpcp"), node)
+            params = L * layer.params + extra.params
+            gather = comm.all_gather_s(params * 2.0, c.dp * c.cp, link) if c.optimizer_sharding == "full" else 0.0
+            scatter = comm.reduce_scatter_s(params * DTYPE_BYTES[job.grad_dtype], c.dp * c.cp, link)
+            work += max(0.0, gather - L * f_l - f_e) + max(0.0, gather + scatter - L * (b_l + w_l) - b_e - w_e)
+        if c.schedule == "zb-h1":
+            share = min((f_l + b_l) / (f_l + b_l + w_l), (f_e + b_e) / max(f_e + b_e + w_e, 1e-30))
+        elif c.schedule == "interleaved":
+            share = 1.0 / c.vpp
+        else:
+            share = 1.0
+        pipeline = pipeline_lower_bound(work, m, p, share)
+
+        def params_of(n: int) -> tuple[float, float]:
+            return n * (layer.params_sharded + layer.params_replicated), n * layer.params_expert
+
+        bwd_window = (most * (b_l + w_l) + b_e + w_e) / c.vpp
+        fwd_window = most * f_l + f_e
+        small = dp_sync(job, c, node, *params_of(fewest), m, bwd_window, fwd_window)
+        large = dp_sync(job, c, node, *params_of(most), m, bwd_window, fwd_window)
+        best = min(best, pipeline + small.reduce_exposed_s + large.optimizer_s + large.gather_exposed_s)
+    return best
+
+
+def feasible_recompute(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig,
+                       uneven: bool) -> ParallelConfig | None:
+    """The shape with the fewest recomputed layers that fits in memory (exact, from stage models);
+    ``None`` when nothing fits. Shapes without full recompute are returned as they are if they fit."""
+    for variant in full_recompute_variants(model, c):
+        if _fits(model, cluster, job, variant, uneven):
+            return variant
+    return None
+
+
+def _fits(model, cluster, job, c: ParallelConfig, uneven: bool) -> bool:
+    L, p, v = model.num_layers, c.pp, c.vpp
+    nodes = [node_of_stage(cluster, c, i) for i in range(p)]
+    if cluster.is_heterogeneous and _hetero_slots(cluster, c):
+        nodes_options = [[g for g in cluster.groups] for _ in range(p)]
+    else:
+        nodes_options = [[n] for n in nodes]
+    inflight = inflight_for(model, job, c, nodes[0])
+    caps = []
+    for i in range(p):
+        cap = 0
+        for node in nodes_options[i]:
+            sm = stage_model(model, job, c, node, i, inflight[i])
+            if v > 1 or not uneven or p == 1:
+                n = L // p if L % p == 0 else 0
+                cap = max(cap, n if n and sm.memory(n) <= sm.capacity_bytes else 0)
+            else:
+                cap = max(cap, sm.max_layers(L - (p - 1)))
+        caps.append(cap)
+    if v > 1 or not uneven or p == 1:
+        return L % p == 0 and min(caps) >= 1
+    return min(caps) >= 1 and sum(caps) >= L
+
+
+def _hetero_slots(cluster: ClusterSpec, c: ParallelConfig) -> list[int] | None:
+    per_stage = c.tp * c.cp * c.dp
+    slots = []
+    for g in cluster.groups:
+        if g.num_gpus % per_stage or per_stage % g.gpus_per_node:
+            return None
+        slots.append(g.num_gpus // per_stage)
+    return slots
+
+
+def reorder_cluster(cluster: ClusterSpec, c: ParallelConfig, stage_groups: tuple[int, ...]) -> ClusterSpec:
+    """The cluster with node blocks in stage order: stage i runs on nodes of group ``stage_groups[i]``."""
+    per_stage_nodes = [(c.tp * c.cp * c.dp) // cluster.groups[g].gpus_per_node for g in stage_groups]
+    blocks: list[NodeGroup] = []
+    for g, n in zip(stage_groups, per_stage_nodes):
+        base = cluster.groups[g]
+        if blocks and blocks[-1].gpu is base.gpu and _same_links(blocks[-1], base):
+            blocks[-1] = replace(blocks[-1], num_nodes=blocks[-1].num_nodes + n)
+        else:
+            blocks.append(replace(base, num_nodes=n))
+    return replace(cluster, groups=tuple(blocks))
+
+
+def _same_links(a: NodeGroup, b: NodeGroup) -> bool:
+    return replace(a, num_nodes=0) == replace(b, num_nodes=0)
+
+
+def partition_shape(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig,
+                    uneven: bool = True) -> tuple[ParallelConfig, ClusterSpec, tuple[int, ...]] | str:
+    """Choose the layer partition (and node-group placement) of a shape; a reason string on failure."""
+    L, p, v = model.num_layers, c.pp, c.vpp
+    m = c.num_microbatches(job)
+    if p == 1:
+        return c.with_(layers_per_stage=()), cluster, ()
+    if v > 1 or not uneven:
+        if L % (p * v):
+            return f"num_layers ({L}) not divisible by pp*vpp ({p * v}) and uneven split disabled"
+        return c.with_(layers_per_stage=()), cluster, ()
+    inflight = schedule_inflight(c.schedule, p, m, v)
+    slots = _hetero_slots(cluster, c) if cluster.is_heterogeneous else None
+    if slots is not None and len(slots) > 1:
+        options = [[stage_model(model, job, c, g, i, inflight[i]) for g in cluster.groups] for i in range(p)]
+        part = ilp_partition(options, slots, L, m)
+        if part is None:
+            return "no layer partition fits in memory"
+        new_cluster = reorder_cluster(cluster, c, part.stage_groups)
+        layers = part.layers
+        return c.with_(layers_per_stage=_canonical(layers)), new_cluster, part.stage_groups
+    stages = [stage_model(model, job, c, node_of_stage(cluster, c, i), i, inflight[i]) for i in range(p)]
+    part: Partition | None = dp_partition(stages, L, m)
+    if part is None:
+        return "no layer partition fits in memory"
+    return c.with_(layers_per_stage=_canonical(part.layers)), cluster, ()
+
+
+def _canonical(layers: tuple[int, ...]) -> tuple[int, ...]:
+    """Even partitions are stored as () (Megatron's default split)."""
+    return () if len(set(layers)) == 1 else tuple(layers)
+
+
+def full_recompute_variants(model: ModelSpec, c: ParallelConfig) -> list[ParallelConfig]:
+    """Full recompute of all layers, and of fewer layers per stage (Megatron --recompute-num-layers)."""
+    if c.recompute != "full":
+        return [c]
+    per_stage = math.ceil(model.num_layers / (c.pp * c.vpp))
+    ks = sorted({k for k in (1, 2, per_stage // 4, per_stage // 2, (3 * per_stage) // 4) if 0 < k < per_stage})
+    return [c.with_(recompute_num_layers=k) for k in ks] + [c]
+
+
+def search(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    restrictions: Restrictions | None = None,
+    top_k: int = 5,
+    progress: Callable[[int, int], None] | None = None,
+    exhaustive: bool = False,
+) -> SearchResult:
+    """The ``top_k`` fastest plans that fit. ``exhaustive`` disables the bound (for tests)."""
+    r = restrictions or Restrictions()
+    rejected = Rejections()
+    shapes = list(enumerate_shapes(model, cluster, job, r, rejected))
+    result = SearchResult(plans=[], shapes_enumerated=len(shapes), rejections=rejected)
+    scored = []
+    fits_plain: set[ParallelConfig] = set()
+    for index, c in enumerate(shapes):
+        if c.recompute == "full" and c.with_(recompute="none") in fits_plain:
+            continue  # the same shape fits without recompute, which is faster
+        variant = feasible_recompute(model, cluster, job, c, r.uneven_partitions)
+        if variant is None:
+            result.pruned_by_memory += 1
+            result.outcomes.append(Outcome(c, math.nan, reason="does not fit in memory with any layer partition"))
+            continue
+        if c.recompute == "none":
+            fits_plain.add(c)
+        scored.append((_bounds(model, cluster, job, variant), index, variant))
+    scored.sort(key=lambda x: (x[0], sort_key(x[2])))
+    plans: list[RankedPlan] = []
+    for done, (t_lb, _, shape) in enumerate(scored):
+        if progress:
+            progress(done, len(scored))
+        if not exhaustive and len(plans) >= top_k and t_lb >= plans[top_k - 1].estimate.step_time_s:
+            result.pruned_by_bound = len(scored) - done
+            for t, _, c in scored[done:]:
+                result.outcomes.append(Outcome(c, t, reason="lower bound already slower than the plans found"))
+            break
+        outcome = _evaluate(model, cluster, job, shape, r)
+        result.shapes_evaluated += 1
+        if isinstance(outcome, str):
+            result.outcomes.append(Outcome(shape, t_lb, reason=outcome))
+            continue
+        plans.append(outcome)
+        result.outcomes.append(Outcome(outcome.config, t_lb, step_time_s=outcome.estimate.step_time_s))
+        plans.sort(key=lambda p: (p.estimate.step_time_s, sort_key(p.config)))
+        del plans[max(top_k, 1) * 4:]
+    if progress:
+        progress(len(scored), len(scored))
+    result.plans = _dedupe(plans)[:top_k]
+    if not result.plans:
+        result.infeasible_reason = infeasible_reason(model, cluster, job, result)
+    return result
+
+
+def _dedupe(plans: list[RankedPlan]) -> list[RankedPlan]:
+    seen, out = set(), []
+    for p in plans:
+        if p.config not in seen:
+            seen.add(p.config)
+            out.append(p)
+    return out
+
+
+def _evaluate(model, cluster, job, shape: ParallelConfig, r: Restrictions) -> RankedPlan | str:
+    part = partition_shape(model, cluster, job, shape, r.uneven_partitions)
+    if isinstance(part, str):
+        return part
+    config, placed_cluster, groups = part
+    problems = violations(model, placed_cluster, job, config)
+    if problems:
+        return problems[0]
+    try:
+        config = resolve(model, placed_cluster, job, config)
+    except ConfigError as exc:
+        return str(exc)
+    est = estimate(model, placed_cluster, job, config)
+    if not est.fits:
+        w = est.worst_stage
+        return f"does not fit: stage {w.stage} short by {-w.memory.headroom_bytes / 2**30:.1f} GiB"
+    return RankedPlan(config, placed_cluster, est, groups)
+
+
+def infeasible_reason(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, result: SearchResult) -> str:
+    """A sentence saying why nothing fits and how many GPUs would be needed at least."""
+    gpu = min((g.gpu for g in cluster.groups), key=lambda g: g.memory_bytes)
+    usable = gpu.memory_bytes - gpu.memory_reserve_bytes
+    # Model state alone with every byte sharded (FSDP): 18 bytes per parameter over all GPUs.
+    need = math.ceil(model.params_total * 18 / usable)
+    if not result.shapes_enumerated:
+        top = result.rejections.counts.most_common(1)
+        why = f" (most common reason: {top[0][0]})" if top else ""
+        return f"no configuration satisfies the constraints{why}"
+    return (
+        f"nothing fits: {model.name} on {cluster.num_gpus} x {gpu.name} has no configuration within memory, "
+        f"even with full recompute; its model state alone (18 bytes x {model.params_total / 1e9:.1f}B parameters) "
+        f"needs at least {need} GPUs of {gpu.memory_bytes / 2**30:.0f} GiB, before activations"
+    )
