@@ -14,8 +14,8 @@ overlaps the next iteration's first forward (``--overlap-param-gather``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -115,17 +115,21 @@ def node_of_stage(cluster: ClusterSpec, c: ParallelConfig, stage: int) -> NodeGr
     return min((first, last), key=lambda g: g.gpu.peak("bf16") if g.gpu.supports("bf16") else 0.0)
 
 
-@lru_cache(maxsize=4096)
-def _table(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> LayerTable:
-    # Cache on the fields that the layer table depends on (schedule/partition do not matter).
-    return layer_table(model, job, c, node)
+_TABLES: dict[tuple, LayerTable] = {}
 
 
 def table_for(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> LayerTable:
-    """Layer table with the partition-independent fields normalised, so it is cached across them."""
-    key = c.with_(schedule="1f1b", vpp=1, layers_per_stage=(), pp=1 if c.pp == 1 else 2, recompute="none",
-                  recompute_num_layers=0, optimizer_sharding="none")
-    return _table(model, job, key, node)
+    """Layer table of a configuration, cached on the fields it depends on (not the schedule,
+    partition, recompute or sharding)."""
+    key = (model, job, node, c.tp, c.cp, c.ep, c.expert_tp, c.micro_batch_size, c.sp, c.pp > 1)
+    table = _TABLES.get(key)
+    if table is None:
+        if len(_TABLES) > 4096:
+            _TABLES.clear()
+        normalised = ParallelConfig(tp=c.tp, pp=1 if c.pp == 1 else 2, dp=c.dp, cp=c.cp, ep=c.ep, etp=c.etp,
+                                    micro_batch_size=c.micro_batch_size, sequence_parallel=c.sequence_parallel)
+        table = _TABLES[key] = layer_table(model, job, normalised, node)
+    return table
 
 
 def _virtual_stage_cost(model: ModelSpec, table: LayerTable, first_layer: int, n_layers: int) -> LayerCost:
@@ -267,15 +271,19 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
             link = comm.link_for(group(c, "dpcp"), nodes[r])
             params = per_rank[r]["cost"].params / v
             grad_b = float(DTYPE_BYTES[job.grad_dtype])
-            gather = comm.all_gather_s(params * 2.0, c.dp * c.cp, link) if c.optimizer_sharding == "full" else 0.0
-            scatter = comm.reduce_scatter_s(params * grad_b, c.dp * c.cp, link)
+            # FSDP wraps each transformer layer as one unit: one gather (and one reduce-scatter) per
+            # layer, each paying the collective's latency; ZeRO-2 reduces in DDP-sized buckets.
+            units = max(1, layers[vs]) if c.optimizer_sharding == "full" else max(1, math.ceil(params / DDP_BUCKET_PARAMS))
+            n = c.dp * c.cp
+            gather = units * comm.all_gather_s(params * 2.0 / units, n, link) if c.optimizer_sharding == "full" else 0.0
+            scatter = units * comm.reduce_scatter_s(params * grad_b / units, n, link)
             f_exposed = max(0.0, gather - durations[vs, 0])
             b_exposed = max(0.0, gather + scatter - durations[vs, 1] - durations[vs, 2])
             durations[vs, 0] += f_exposed
             durations[vs, 1] += b_exposed
 
     orders = schedules.generate(c.schedule, p, m, v)
-    timeline = schedules.simulate(orders, durations, p2p, m, wfrac, act_units)
+    timeline = schedules.simulate(orders, durations, p2p, m, wfrac, act_units, (c.schedule, p, m, v))
 
     stages: list[StageEstimate] = []
     ends = []

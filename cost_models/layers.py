@@ -70,11 +70,15 @@ class LayerCost:
     """Bytes each GPU sends in expert all-to-alls per micro-batch (forward + backward)."""
 
     def __add__(self, other: LayerCost) -> LayerCost:
-        return LayerCost(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(LayerCost)))
+        return LayerCost(*(a + b for a, b in zip(self.astuple(), other.astuple())))
 
     def scaled(self, k: float) -> LayerCost:
         """This cost times ``k`` (k identical layers)."""
-        return LayerCost(*(getattr(self, f.name) * k for f in fields(LayerCost)))
+        return LayerCost(*(a * k for a in self.astuple()))
+
+    def astuple(self) -> tuple[float, ...]:
+        """Field values in declaration order."""
+        return tuple(getattr(self, name) for name in _FIELD_NAMES)
 
     @property
     def params(self) -> float:
@@ -87,6 +91,7 @@ class LayerCost:
         return self.forward_s + self.forward_comm_s
 
 
+_FIELD_NAMES = tuple(f.name for f in fields(LayerCost))
 ZERO = LayerCost()
 
 

@@ -25,6 +25,7 @@ in-flight activations (STYLE lesson 4).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -38,6 +39,15 @@ class ScheduleError(ValueError):
 
 def generate(schedule: str, p: int, m: int, v: int = 1) -> list[list[tuple[int, int, int]]]:
     """Operation order of every pipeline rank for ``schedule`` with p ranks, m micro-batches, v chunks."""
+    return [list(ops) for ops in _generate(schedule, p, m, v)]
+
+
+@lru_cache(maxsize=256)
+def _generate(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+    return tuple(tuple(ops) for ops in _generate_lists(schedule, p, m, v))
+
+
+def _generate_lists(schedule: str, p: int, m: int, v: int) -> list[list[tuple[int, int, int]]]:
     if p < 1 or m < 1 or v < 1:
         raise ScheduleError(f"need p, m, v >= 1, got p={p} m={m} v={v}")
     if schedule == "gpipe":
@@ -159,6 +169,7 @@ def simulate(
     num_microbatches: int | None = None,
     weight_fraction: np.ndarray | float = 0.0,
     activation_units: np.ndarray | float = 1.0,
+    schedule_key: tuple[str, int, int, int] | None = None,
 ) -> Timeline:
     """Time the operation ``orders`` of p ranks.
 
@@ -167,7 +178,9 @@ def simulate(
     transfer time from virtual stage ``vs`` to ``vs + 1`` (and back). ``weight_fraction[vs]`` is the
     share of a chunk's activations that only W needs (freed by W rather than B).
     ``activation_units[vs]`` is what one forward of virtual stage ``vs`` adds to the resident
-    activations (1 counts micro-batches; bytes give the activation memory).
+    activations (1 counts micro-batches; bytes give the activation memory). ``schedule_key``
+    (schedule, p, m, v) says that ``orders`` is ``generate(*schedule_key)``, so the dependency
+    structure can be reused from a cache.
     """
     p = len(orders)
     durations = np.asarray(durations, dtype=float)
@@ -178,14 +191,12 @@ def simulate(
     m = num_microbatches if num_microbatches is not None else 1 + max(op[2] for ops in orders for op in ops)
     comm = np.broadcast_to(np.asarray(p2p_s, dtype=float), (n_virtual,)).tolist()
     wfrac = np.broadcast_to(np.asarray(weight_fraction, dtype=float), (n_virtual,)).tolist()
-    dur = durations.tolist()
     has_w = any(op[0] == W for op in orders[0]) if orders else False
     units = np.broadcast_to(np.asarray(activation_units, dtype=float), (n_virtual,)).tolist()
     b_release = [u * (1.0 - wf) if has_w else u for u, wf in zip(units, wfrac)]
     w_release = [u * wf for u, wf in zip(units, wfrac)]
 
     # Flat integer ids: op = (kind * n_virtual + vs) * m + mb. Each operation is visited once.
-    last = n_virtual - 1
     vm = n_virtual * m
     NONE = -1.0
     end = [NONE] * (3 * vm)
@@ -195,23 +206,16 @@ def simulate(
     out_start = [[0.0] * len(o) for o in orders]
     out_end = [[0.0] * len(o) for o in orders]
     out_level = [[0.0] * len(o) for o in orders]
-    # Per rank: (op id, dependency id or -1, lag, duration, level change) for each operation.
+    # Per rank: (op id, dependency id or -1, lag, duration, level change) for each operation. The
+    # structure depends only on the orders; values come from numpy indexing.
+    structure = schedule_key and _cached_structure(*schedule_key, n_virtual) or _structure(orders, p, m, n_virtual)
+    comm_a = np.asarray(comm + [0.0])
+    dur_a = np.asarray(durations, dtype=float)
+    delta_table = np.stack([np.asarray(units), -np.asarray(b_release), -np.asarray(w_release)], axis=1)
     plan = []
-    for r, ops in enumerate(orders):
-        rows = []
-        for kind, chunk, j in ops:
-            vs = chunk * p + r
-            if kind == F:
-                dep, lag, delta = ((vs - 1) * m + j if vs > 0 else -1), (comm[vs - 1] if vs > 0 else 0.0), units[vs]
-            elif kind == B:
-                if vs < last:
-                    dep, lag = (n_virtual + vs + 1) * m + j, comm[vs]
-                else:
-                    dep, lag = vs * m + j, 0.0
-                delta = -b_release[vs]
-            else:
-                dep, lag, delta = (n_virtual + vs) * m + j, 0.0, -w_release[vs]
-            rows.append(((kind * n_virtual + vs) * m + j, dep, lag, dur[vs][kind], delta))
+    for op_ids, deps, kinds, vss, lag_idx in structure:
+        rows = list(zip(op_ids, deps, comm_a[lag_idx].tolist(), dur_a[vss, kinds].tolist(),
+                        delta_table[vss, kinds].tolist()))
         plan.append(rows)
     waiting: dict[int, list[int]] = {}
     work = list(range(p - 1, -1, -1))
@@ -259,6 +263,35 @@ def simulate(
         end_s=tuple(np.asarray(x) for x in out_end),
         inflight=tuple(np.asarray(x) for x in out_level),
     )
+
+
+@lru_cache(maxsize=64)
+def _cached_structure(schedule: str, p: int, m: int, v: int, n_virtual: int) -> tuple:
+    return _structure(_generate(schedule, p, m, v), p, m, n_virtual)
+
+
+def _structure(orders, p: int, m: int, n_virtual: int) -> tuple:
+    """For each rank: op ids, dependency ids (-1: none), kinds, virtual stages, and the index into the
+    lag array (n_virtual means no lag) of every operation, as lists / numpy index arrays."""
+    last = n_virtual - 1
+    out = []
+    for r, ops in enumerate(orders):
+        op_ids, deps, kinds, vss, lags = [], [], [], [], []
+        for kind, chunk, j in ops:
+            vs = chunk * p + r
+            if kind == F:
+                dep, lag = ((vs - 1) * m + j, vs - 1) if vs > 0 else (-1, n_virtual)
+            elif kind == B:
+                dep, lag = ((n_virtual + vs + 1) * m + j, vs) if vs < last else (vs * m + j, n_virtual)
+            else:
+                dep, lag = (n_virtual + vs) * m + j, n_virtual
+            op_ids.append((kind * n_virtual + vs) * m + j)
+            deps.append(dep)
+            kinds.append(kind)
+            vss.append(vs)
+            lags.append(lag)
+        out.append((op_ids, deps, np.asarray(kinds), np.asarray(vss), np.asarray(lags)))
+    return tuple(out)
 
 
 def uniform_durations(p: int, v: int, t_f: float, t_b: float, t_w: float = 0.0) -> np.ndarray:

@@ -43,6 +43,58 @@ def load_problem(
     )
 
 
+def run_search(problem: Problem, restrictions, top_k: int = 5, progress=None):
+    """The search (see :mod:`planner.search`); raises InfeasibleError when nothing fits."""
+    from planner.errors import InfeasibleError
+    from planner.search import search
+
+    result = search(problem.model, problem.cluster, problem.job, restrictions, top_k, progress)
+    if not result.plans:
+        raise InfeasibleError(result.infeasible_reason)
+    return result
+
+
+def plan_summary(problem: Problem, ranked) -> dict:
+    """One ranked plan as the flat JSON of ``planner search``."""
+    from planner.search import time_components
+
+    est = ranked.estimate
+    c = est.config
+    worst = est.worst_stage
+    out = config_dict(c, problem.model, problem.job)
+    out.update(
+        step_time_s=est.step_time_s,
+        tokens_per_s=est.tokens_per_s,
+        tokens_per_s_per_gpu=est.tokens_per_s_per_gpu,
+        mfu=est.mfu,
+        hfu=est.hfu,
+        bubble_fraction=est.bubble_fraction,
+        peak_memory_bytes=est.peak_memory_bytes,
+        headroom_bytes=worst.memory.headroom_bytes,
+        memory_per_stage_bytes=[s.memory.peak_bytes for s in est.stages],
+        stage_gpus=[s.gpu for s in est.stages],
+        time_breakdown_s=dict(time_components(est)),
+    )
+    if ranked.stage_groups:
+        out["stage_groups"] = list(ranked.stage_groups)
+    return out
+
+
+def plan_inputs(problem: Problem, ranked):
+    from planner.plan import PlanInputs
+
+    return PlanInputs(problem.model, ranked.cluster, problem.job, ranked.estimate.config, ranked.stage_groups)
+
+
+def estimate_plan_file(path: str):
+    """Re-estimate a plan file: (Problem, Estimate)."""
+    from planner.plan import read_plan
+
+    inputs = read_plan(path)
+    problem = Problem(inputs.model, inputs.cluster, inputs.job)
+    return problem, estimate_config(problem, inputs.config)
+
+
 def estimate_config(problem: Problem, config: ParallelConfig) -> Estimate:
     """Resolve ``config`` (derive dp, check every constraint) and predict it."""
     resolved = resolve(problem.model, problem.cluster, problem.job, config)

@@ -38,6 +38,11 @@ NodesOpt = Annotated[Optional[int], typer.Option("--nodes", "-n", help="Number o
 GbsOpt = Annotated[int, typer.Option("--global-batch-size", "-b", help="Sequences per optimizer step.")]
 SeqOpt = Annotated[int, typer.Option("--seq-len", "-s", help="Tokens per sequence.")]
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16, fp16 or fp8.")]
+ModelOptional = Annotated[Optional[str], typer.Option("--model", "-m", help="Preset name, planner YAML, or HF config.json.")]
+ClusterOptional = Annotated[Optional[str], typer.Option("--cluster", "-c", help="Node template name or cluster YAML.")]
+GbsOptional = Annotated[Optional[int], typer.Option("--global-batch-size", "-b", help="Sequences per optimizer step.")]
+SeqOptional = Annotated[Optional[int], typer.Option("--seq-len", "-s", help="Tokens per sequence.")]
+PlanOpt = Annotated[Optional[Path], typer.Option("--plan", help="A plan file (from planner search --out) instead of the flags.")]
 
 
 def _emit_json(data: dict) -> None:
@@ -147,6 +152,9 @@ def _config(tp, pp, cp, ep, vpp, mbs, recompute, recompute_num_layers, sequence_
             schedule):
     from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES, ParallelConfig
 
+    recompute = recompute or "none"
+    optimizer_sharding = optimizer_sharding or "distributed"
+    vpp = vpp or 1
     for value, allowed, flag in ((recompute, RECOMPUTE, "--recompute"),
                                  (optimizer_sharding, OPTIMIZER_SHARDING, "--optimizer-sharding")):
         if value not in allowed:
@@ -155,59 +163,71 @@ def _config(tp, pp, cp, ep, vpp, mbs, recompute, recompute_num_layers, sequence_
         schedule = "interleaved" if vpp > 1 else "1f1b"
     if schedule not in SCHEDULES:
         raise UsageError(f"--schedule {schedule!r} is not allowed; allowed values: {', '.join(SCHEDULES)}")
-    return ParallelConfig(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch_size=mbs, recompute=recompute,
-                          recompute_num_layers=recompute_num_layers, sequence_parallel=sequence_parallel,
+    return ParallelConfig(tp=tp or 1, pp=pp or 1, cp=cp or 1, ep=ep or 1, vpp=vpp, micro_batch_size=mbs or 1,
+                          recompute=recompute, recompute_num_layers=recompute_num_layers or 0,
+                          sequence_parallel=True if sequence_parallel is None else sequence_parallel,
                           optimizer_sharding=optimizer_sharding, schedule=schedule)
 
 
 def _estimate(model, cluster, nodes, gbs, seq, precision, tp, pp, cp, ep, vpp, mbs, recompute, recompute_num_layers,
-              sequence_parallel, optimizer_sharding, schedule):
+              sequence_parallel, optimizer_sharding, schedule, plan=None):
+    flags = (tp, pp, cp, ep, vpp, mbs, recompute, recompute_num_layers, sequence_parallel, optimizer_sharding,
+             schedule)
+    if plan is not None:
+        if any(x is not None for x in (model, cluster, nodes, gbs, seq)) or any(x is not None for x in flags):
+            raise UsageError("--plan gives the model, cluster, job and configuration; do not combine it with "
+                             "--model/--cluster/--nodes/--global-batch-size/--seq-len or configuration flags")
+        return api.estimate_plan_file(str(plan))
+    missing = [flag for flag, v in (("--model", model), ("--cluster", cluster), ("--global-batch-size", gbs),
+                                    ("--seq-len", seq)) if v is None]
+    if missing:
+        raise UsageError(f"missing {', '.join(missing)} (or give --plan FILE)")
     problem = api.load_problem(model, cluster, nodes, gbs, seq, precision)
-    config = _config(tp, pp, cp, ep, vpp, mbs, recompute, recompute_num_layers, sequence_parallel,
-                     optimizer_sharding, schedule)
+    config = _config(*flags)
     return problem, api.estimate_config(problem, config)
 
 
-TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")]
-PpOpt = Annotated[int, typer.Option("--pp", help="Pipeline-parallel degree.")]
-CpOpt = Annotated[int, typer.Option("--cp", help="Context-parallel degree.")]
-EpOpt = Annotated[int, typer.Option("--ep", help="Expert-parallel degree.")]
-VppOpt = Annotated[int, typer.Option("--vpp", help="Virtual pipeline stages per rank (interleaving).")]
-MbsOpt = Annotated[int, typer.Option("--micro-batch-size", help="Sequences per micro-batch.")]
-RecomputeOpt = Annotated[str, typer.Option("--recompute", help="none, selective or full.")]
-RecomputeLayersOpt = Annotated[int, typer.Option("--recompute-num-layers",
+TpOpt = Annotated[Optional[int], typer.Option("--tp", help="Tensor-parallel degree.")]
+PpOpt = Annotated[Optional[int], typer.Option("--pp", help="Pipeline-parallel degree.")]
+CpOpt = Annotated[Optional[int], typer.Option("--cp", help="Context-parallel degree.")]
+EpOpt = Annotated[Optional[int], typer.Option("--ep", help="Expert-parallel degree.")]
+VppOpt = Annotated[Optional[int], typer.Option("--vpp", help="Virtual pipeline stages per rank (interleaving).")]
+MbsOpt = Annotated[Optional[int], typer.Option("--micro-batch-size", help="Sequences per micro-batch.")]
+RecomputeOpt = Annotated[Optional[str], typer.Option("--recompute", help="none, selective or full.")]
+RecomputeLayersOpt = Annotated[Optional[int], typer.Option("--recompute-num-layers",
                                                  help="Layers per stage recomputed with full recompute (0 = all).")]
-SpOpt = Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Sequence parallelism.")]
-ShardOpt = Annotated[str, typer.Option("--optimizer-sharding", help="none, distributed, zero2 or full.")]
+SpOpt = Annotated[Optional[bool], typer.Option("--sequence-parallel/--no-sequence-parallel", help="Sequence parallelism.")]
+ShardOpt = Annotated[Optional[str], typer.Option("--optimizer-sharding", help="none, distributed, zero2 or full.")]
 ScheduleOpt = Annotated[Optional[str], typer.Option("--schedule",
                                                     help="1f1b, interleaved, gpipe or zb-h1 (default: by --vpp).")]
 
 
 @app.command()
 def estimate(
-    model: ModelOpt,
-    cluster: ClusterOpt,
-    global_batch_size: GbsOpt,
-    seq_len: SeqOpt,
+    model: ModelOptional = None,
+    cluster: ClusterOptional = None,
+    global_batch_size: GbsOptional = None,
+    seq_len: SeqOptional = None,
     nodes: NodesOpt = None,
-    tp: TpOpt = 1,
-    pp: PpOpt = 1,
-    cp: CpOpt = 1,
-    ep: EpOpt = 1,
-    vpp: VppOpt = 1,
-    micro_batch_size: MbsOpt = 1,
-    recompute: RecomputeOpt = "none",
-    recompute_num_layers: RecomputeLayersOpt = 0,
-    sequence_parallel: SpOpt = True,
-    optimizer_sharding: ShardOpt = "distributed",
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    cp: CpOpt = None,
+    ep: EpOpt = None,
+    vpp: VppOpt = None,
+    micro_batch_size: MbsOpt = None,
+    recompute: RecomputeOpt = None,
+    recompute_num_layers: RecomputeLayersOpt = None,
+    sequence_parallel: SpOpt = None,
+    optimizer_sharding: ShardOpt = None,
     schedule: ScheduleOpt = None,
     precision: PrecisionOpt = "bf16",
+    plan: PlanOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Predict step time, throughput, MFU and memory of one configuration."""
     problem, est = _estimate(model, cluster, nodes, global_batch_size, seq_len, precision, tp, pp, cp, ep, vpp,
                              micro_batch_size, recompute, recompute_num_layers, sequence_parallel,
-                             optimizer_sharding, schedule)
+                             optimizer_sharding, schedule, plan)
     data = api.estimate_dict(problem, est)
     if as_json:
         _emit_json(data)
@@ -220,23 +240,24 @@ def estimate(
 
 @app.command()
 def timeline(
-    model: ModelOpt,
-    cluster: ClusterOpt,
-    global_batch_size: GbsOpt,
-    seq_len: SeqOpt,
+    model: ModelOptional = None,
+    cluster: ClusterOptional = None,
+    global_batch_size: GbsOptional = None,
+    seq_len: SeqOptional = None,
     nodes: NodesOpt = None,
-    tp: TpOpt = 1,
-    pp: PpOpt = 1,
-    cp: CpOpt = 1,
-    ep: EpOpt = 1,
-    vpp: VppOpt = 1,
-    micro_batch_size: MbsOpt = 1,
-    recompute: RecomputeOpt = "none",
-    recompute_num_layers: RecomputeLayersOpt = 0,
-    sequence_parallel: SpOpt = True,
-    optimizer_sharding: ShardOpt = "distributed",
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    cp: CpOpt = None,
+    ep: EpOpt = None,
+    vpp: VppOpt = None,
+    micro_batch_size: MbsOpt = None,
+    recompute: RecomputeOpt = None,
+    recompute_num_layers: RecomputeLayersOpt = None,
+    sequence_parallel: SpOpt = None,
+    optimizer_sharding: ShardOpt = None,
     schedule: ScheduleOpt = None,
     precision: PrecisionOpt = "bf16",
+    plan: PlanOpt = None,
     svg: Annotated[Optional[Path], typer.Option("--svg", help="Write the timeline as an SVG file.")] = None,
     width: Annotated[int, typer.Option("--width", help="Characters per row of the terminal chart.")] = 100,
     as_json: JsonOpt = False,
@@ -244,7 +265,7 @@ def timeline(
     """Draw the per-stage pipeline schedule (terminal Gantt chart, optional SVG)."""
     problem, est = _estimate(model, cluster, nodes, global_batch_size, seq_len, precision, tp, pp, cp, ep, vpp,
                              micro_batch_size, recompute, recompute_num_layers, sequence_parallel,
-                             optimizer_sharding, schedule)
+                             optimizer_sharding, schedule, plan)
     tl = est.timeline
     title = f"{problem.model.name} {est.config.schedule} p={est.config.pp} m={est.num_microbatches}"
     if svg is not None:
@@ -277,23 +298,24 @@ def timeline(
 
 @app.command()
 def bubbles(
-    model: ModelOpt,
-    cluster: ClusterOpt,
-    global_batch_size: GbsOpt,
-    seq_len: SeqOpt,
+    model: ModelOptional = None,
+    cluster: ClusterOptional = None,
+    global_batch_size: GbsOptional = None,
+    seq_len: SeqOptional = None,
     nodes: NodesOpt = None,
-    tp: TpOpt = 1,
-    pp: PpOpt = 1,
-    cp: CpOpt = 1,
-    ep: EpOpt = 1,
-    vpp: VppOpt = 1,
-    micro_batch_size: MbsOpt = 1,
-    recompute: RecomputeOpt = "none",
-    recompute_num_layers: RecomputeLayersOpt = 0,
-    sequence_parallel: SpOpt = True,
-    optimizer_sharding: ShardOpt = "distributed",
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    cp: CpOpt = None,
+    ep: EpOpt = None,
+    vpp: VppOpt = None,
+    micro_batch_size: MbsOpt = None,
+    recompute: RecomputeOpt = None,
+    recompute_num_layers: RecomputeLayersOpt = None,
+    sequence_parallel: SpOpt = None,
+    optimizer_sharding: ShardOpt = None,
     schedule: ScheduleOpt = None,
     precision: PrecisionOpt = "bf16",
+    plan: PlanOpt = None,
     fill_job: Annotated[Optional[Path], typer.Option("--fill-job", help="Fill-job YAML to pack into the bubbles.")] = None,
     switch_overhead: Annotated[float, typer.Option("--switch-overhead-s", help="Context switch in+out, seconds.")] = 0.002,
     safety_margin: Annotated[float, typer.Option("--safety-margin", help="Fraction of each window kept free.")] = 0.05,
@@ -308,7 +330,7 @@ def bubbles(
         raise UsageError("--safety-margin must be in [0, 1); --switch-overhead-s and --min-slice-s must be >= 0")
     problem, est = _estimate(model, cluster, nodes, global_batch_size, seq_len, precision, tp, pp, cp, ep, vpp,
                              micro_batch_size, recompute, recompute_num_layers, sequence_parallel,
-                             optimizer_sharding, schedule)
+                             optimizer_sharding, schedule, plan)
     b = bub.budget(est, bub.Assumptions(switch_overhead_s=switch_overhead, safety_margin=safety_margin,
                                         min_slice_s=min_slice))
     data = {"schema_version": api.SCHEMA_VERSION, "planner_version": __version__, **bub.budget_dict(b)}
@@ -318,6 +340,121 @@ def bubbles(
         _emit_json(data)
     else:
         _print(*render.budget_tables(data))
+
+
+def _ints(text: Optional[str], flag: str) -> Optional[tuple[int, ...]]:
+    if text is None:
+        return None
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"{flag} takes integers separated by commas, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise UsageError(f"{flag} takes positive integers, got {text!r}")
+    return values
+
+
+def _words(text: Optional[str], flag: str, allowed: tuple[str, ...]) -> Optional[tuple[str, ...]]:
+    if text is None:
+        return None
+    values = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [v for v in values if v not in allowed]
+    if bad or not values:
+        raise UsageError(f"{flag} {text!r}: allowed values: {', '.join(allowed)}")
+    return values
+
+
+ListOpt = Optional[str]
+
+
+@app.command()
+def search(
+    model: ModelOpt,
+    cluster: ClusterOpt,
+    global_batch_size: GbsOpt,
+    seq_len: SeqOpt,
+    nodes: NodesOpt = None,
+    precision: PrecisionOpt = "bf16",
+    top: Annotated[int, typer.Option("--top", "-k", help="How many plans to return.")] = 5,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the best plan (.yaml or .json).")] = None,
+    tp: Annotated[ListOpt, typer.Option("--tp", help="Allowed tp degrees, e.g. 4,8.")] = None,
+    pp: Annotated[ListOpt, typer.Option("--pp", help="Allowed pp degrees.")] = None,
+    cp: Annotated[ListOpt, typer.Option("--cp", help="Allowed cp degrees.")] = None,
+    ep: Annotated[ListOpt, typer.Option("--ep", help="Allowed ep degrees.")] = None,
+    vpp: Annotated[ListOpt, typer.Option("--vpp", help="Allowed virtual stages per rank (1 = none).")] = None,
+    micro_batch_size: Annotated[ListOpt, typer.Option("--micro-batch-size", help="Allowed micro-batch sizes.")] = None,
+    recompute: Annotated[ListOpt, typer.Option("--recompute", help="Allowed: none, selective, full.")] = None,
+    no_recompute: Annotated[bool, typer.Option("--no-recompute", help="Same as --recompute none.")] = False,
+    optimizer_sharding: Annotated[ListOpt, typer.Option("--optimizer-sharding",
+                                                        help="Allowed: none, distributed, zero2, full.")] = None,
+    schedule: Annotated[ListOpt, typer.Option("--schedule", help="Allowed: 1f1b, interleaved, gpipe, zb-h1.")] = None,
+    sequence_parallel: SpOpt = None,
+    max_tp: Annotated[Optional[int], typer.Option("--max-tp", help="Largest tp degree.")] = None,
+    max_pp: Annotated[Optional[int], typer.Option("--max-pp", help="Largest pp degree.")] = None,
+    max_micro_batch_size: Annotated[int, typer.Option("--max-micro-batch-size")] = 16,
+    allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp",
+                                                      help="Let tp groups leave the NVLink domain.")] = False,
+    even_partitions: Annotated[bool, typer.Option("--even-partitions",
+                                                  help="Only Megatron's default even layer split.")] = False,
+    explain_flag: Annotated[bool, typer.Option("--explain", help="Say why the leading alternatives lost.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Find the fastest plans that fit in memory (the main job)."""
+    from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES
+    from planner import bubbles as bub
+    from planner.plan import plan_document, write_plan
+    from planner.search import explain
+    from planner.space import Restrictions
+
+    if top < 1:
+        raise UsageError("--top must be at least 1")
+    rec = _words(recompute, "--recompute", RECOMPUTE)
+    if no_recompute:
+        if rec not in (None, ("none",)):
+            raise UsageError("--no-recompute contradicts --recompute")
+        rec = ("none",)
+    restrictions = Restrictions(
+        tp=_ints(tp, "--tp"), pp=_ints(pp, "--pp"), cp=_ints(cp, "--cp"), ep=_ints(ep, "--ep"),
+        vpp=_ints(vpp, "--vpp"), micro_batch_size=_ints(micro_batch_size, "--micro-batch-size"), recompute=rec,
+        optimizer_sharding=_words(optimizer_sharding, "--optimizer-sharding", OPTIMIZER_SHARDING),
+        schedule=_words(schedule, "--schedule", SCHEDULES), sequence_parallel=sequence_parallel, max_tp=max_tp,
+        max_pp=max_pp, max_micro_batch_size=max_micro_batch_size, allow_cross_node_tp=allow_cross_node_tp,
+        uneven_partitions=not even_partitions,
+    )
+    problem = api.load_problem(model, cluster, nodes, global_batch_size, seq_len, precision)
+    progress = None
+    if sys.stderr.isatty() and not as_json:
+        progress = render.progress_callback()
+    result = api.run_search(problem, restrictions, top, progress)
+    plans = [api.plan_summary(problem, p) for p in result.plans]
+    data = {
+        "schema_version": api.SCHEMA_VERSION,
+        "planner_version": __version__,
+        "model": api.model_dict(problem.model),
+        "cluster": api.cluster_dict(problem.cluster),
+        "job": api.job_dict(problem.job),
+        "plans": plans,
+        "search": {
+            "shapes_enumerated": result.shapes_enumerated,
+            "shapes_simulated": result.shapes_evaluated,
+            "pruned_by_memory": result.pruned_by_memory,
+            "pruned_by_bound": result.pruned_by_bound,
+        },
+    }
+    if explain_flag:
+        data["explain"] = explain(result)
+    if out is not None:
+        best = result.plans[0]
+        budget = bub.budget_dict(bub.budget(best.estimate))
+        est_dict = api.estimate_dict(api.Problem(problem.model, best.cluster, problem.job), best.estimate)
+        predictions = {k: v for k, v in est_dict.items() if k not in ("model", "cluster", "job", "config",
+                                                                       "schema_version", "planner_version")}
+        write_plan(out, plan_document(api.plan_inputs(problem, best), predictions, budget))
+        typer.echo(f"wrote {out}", err=True)
+    if as_json:
+        _emit_json(data)
+    else:
+        _print(*render.search_tables(data))
 
 
 def _write_new_or_replace(path: Path, text: str) -> None:

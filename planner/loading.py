@@ -423,16 +423,20 @@ def load_cluster(name_or_path: str, nodes: int | None = None) -> ClusterSpec:
         raise SpecError(f"unknown cluster '{name_or_path}': not a template and no such file; templates: {', '.join(sorted(files))}")
     if nodes is not None:
         raise SpecError(f"{path}: a cluster file gives num_nodes per group; do not pass --nodes")
-    data = read_document(path)
-    r = Reader(data, str(path))
+    return cluster_from_mapping(read_document(path), str(path), path.stem)
+
+
+def cluster_from_mapping(data: dict, where: str, default_name: str = "cluster") -> ClusterSpec:
+    """A cluster from a ``kind: cluster`` mapping (a cluster file, or a plan file's cluster)."""
+    r = Reader(data, where)
     _check_header(r, "cluster")
-    name = r.get("name", str, path.stem)
+    name = r.get("name", str, default_name)
     raw_groups = r.get("groups", list)
     if not raw_groups:
-        raise SpecError(f"{path}: key 'groups': needs at least one node group")
+        raise SpecError(f"{where}: key 'groups': needs at least one node group")
     groups = []
     for i, raw in enumerate(raw_groups):
-        gr = Reader(raw, str(path), f"groups[{i}]")
+        gr = Reader(raw, where, f"groups[{i}]")
         template = gr.get("template", str, "")
         base = {}
         if template:
@@ -442,6 +446,30 @@ def load_cluster(name_or_path: str, nodes: int | None = None) -> ClusterSpec:
         gr.done()
     r.done()
     return ClusterSpec(name=name, groups=tuple(groups))
+
+
+def cluster_to_mapping(c: ClusterSpec) -> dict:
+    """The inverse of :func:`cluster_from_mapping` (every node field spelled out)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "cluster",
+        "name": c.name,
+        "groups": [
+            {
+                "gpu": g.gpu.name,
+                "num_nodes": g.num_nodes,
+                "gpus_per_node": g.gpus_per_node,
+                "nvlink_domain_size": g.nvlink_domain_size,
+                "intra_node_bandwidth_gb_per_s": g.intra_node_bandwidth_bytes_per_s / GB,
+                "intra_node_latency_us": g.intra_node_latency_s * 1e6,
+                "inter_node_bandwidth_gb_per_s": g.inter_node_bandwidth_bytes_per_s / GB,
+                "inter_node_latency_us": g.inter_node_latency_s * 1e6,
+                "intra_node_efficiency": g.intra_node_efficiency,
+                "inter_node_efficiency": g.inter_node_efficiency,
+            }
+            for g in c.groups
+        ],
+    }
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,7 +18,10 @@ OP_COLOURS = {"F": "#4e79a7", "B": "#f28e2b", "W": "#59a14f"}
 
 
 def console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    """stdout console; wide when not a terminal so that piped tables are not truncated."""
+    import sys
+
+    return Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
 
 
 def _gib(x: float) -> str:
@@ -183,4 +186,53 @@ def budget_tables(d: dict) -> list[Table]:
         ft.add_row("bubble time used", f"{100 * f['bubble_time_used_fraction']:.1f}%")
         ft.add_row("main-job slowdown bound", f"{100 * f['slowdown_bound']:.2f}%")
         tables.append(ft)
+    return tables
+
+
+def progress_callback():
+    """A stderr progress bar for long searches (only used on a terminal)."""
+    from rich.progress import Progress
+
+    state: dict = {}
+
+    def update(done: int, total: int) -> None:
+        if "bar" not in state:
+            bar = Progress(console=Console(stderr=True), transient=True)
+            bar.start()
+            state["bar"], state["task"] = bar, bar.add_task("searching", total=max(total, 1))
+        state["bar"].update(state["task"], completed=done, total=max(total, 1))
+        if done >= total:
+            state["bar"].stop()
+
+    return update
+
+
+def search_tables(d: dict) -> list[Table]:
+    t = Table(title=f"Best plans for {d['model']['name']} on {d['cluster']['num_gpus']} GPUs")
+    for col in ("#", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "schedule", "recompute", "sharding", "layers/stage",
+                "step s", "tok/s/GPU", "MFU", "peak GiB", "bubble"):
+        t.add_column(col, justify="right")
+    for i, p in enumerate(d["plans"], 1):
+        layers = p["layers_per_stage"]
+        lay = "even" if len(set(layers)) <= 1 else ",".join(map(str, layers[:6])) + ("..." if len(layers) > 6 else "")
+        rec = p["recompute"] + (f"({p['recompute_num_layers']})" if p["recompute_num_layers"] else "")
+        t.add_row(str(i), str(p["tp"]), str(p["pp"]), str(p["dp"]), str(p["cp"]), str(p["ep"]), str(p["vpp"]),
+                  str(p["micro_batch_size"]), p["schedule"], rec, p["optimizer_sharding"], lay,
+                  f"{p['step_time_s']:.3f}", f"{p['tokens_per_s_per_gpu']:,.0f}", f"{100 * p['mfu']:.1f}%",
+                  _gib(p["peak_memory_bytes"]), f"{100 * p['bubble_fraction']:.1f}%")
+    s = d["search"]
+    foot = Table(show_header=False)
+    foot.add_column("k")
+    foot.add_column("v", justify="right")
+    foot.add_row("shapes enumerated / simulated", f"{s['shapes_enumerated']} / {s['shapes_simulated']}")
+    foot.add_row("pruned: memory / bound", f"{s['pruned_by_memory']} / {s['pruned_by_bound']}")
+    tables = [t, foot]
+    if "explain" in d:
+        e = Table(title="Why the alternatives lost")
+        for col in ("dimension", "value", "slower", "reason"):
+            e.add_column(col)
+        for row in d["explain"]:
+            slower = "-" if row["slower_fraction"] is None else f"{100 * row['slower_fraction']:.1f}%"
+            e.add_row(row["dimension"], str(row["value"]), slower, row["reason"])
+        tables.append(e)
     return tables

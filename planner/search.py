@@ -16,6 +16,7 @@ Ties break on a fixed key of the configuration, so the same inputs give the same
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -23,7 +24,7 @@ from functools import lru_cache
 
 from cost_models import communication as comm
 from cost_models import memory as mem
-from cost_models.estimate import Estimate, dp_sync, estimate, node_of_stage, table_for
+from cost_models.estimate import DDP_BUCKET_PARAMS, Estimate, dp_sync, estimate, node_of_stage, table_for
 from cost_models.parallel import ParallelConfig, group, resolve, violations
 from cost_models.schedules import peak_inflight
 from planner.errors import ConfigError
@@ -51,6 +52,8 @@ class Outcome:
     bound_s: float
     step_time_s: float | None = None
     reason: str = ""
+    breakdown: tuple[tuple[str, float], ...] = ()
+    """Per-iteration time components of evaluated shapes (for ``--explain``)."""
 
 
 @dataclass
@@ -94,6 +97,24 @@ def inflight_for(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGr
 def stage_model(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, stage: int,
                 inflight: float) -> StageModel:
     """Cost and memory of pipeline stage ``stage`` on ``node`` as a function of its layer count."""
+    position = 0 if stage == 0 else (2 if stage == c.pp - 1 else 1)
+    if c.pp == 1:
+        position = 3
+    key = (model, job, node, c.tp, c.cp, c.ep, c.expert_tp, c.micro_batch_size, c.sp, c.pp > 1, c.dp,
+           c.optimizer_sharding, c.recompute, c.recompute_num_layers, position, inflight)
+    sm = _STAGE_MODELS.get(key)
+    if sm is None:
+        if len(_STAGE_MODELS) > 200_000:
+            _STAGE_MODELS.clear()
+        sm = _STAGE_MODELS[key] = _stage_model(model, job, c, node, stage, inflight)
+    return sm
+
+
+_STAGE_MODELS: dict[tuple, StageModel] = {}
+
+
+def _stage_model(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, stage: int,
+                 inflight: float) -> StageModel:
     t = table_for(model, job, c, node)
     layer = t.moe if (model.is_moe and model.moe_layer_freq == 1) else t.dense
     if model.is_moe and model.moe_layer_freq > 1:
@@ -138,7 +159,7 @@ def stage_model(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGro
     )
 
 
-def pipeline_lower_bound(work_s: float, m: int, p: int, path_share: float = 1.0) -> float:
+def pipeline_lower_bound(work_s: float, m: int, p: int, path_share: float = 1.0, lag_s: float = 0.0) -> float:
     """A lower bound of the simulated pipeline time, whatever the partition.
 
     ``work_s`` is one micro-batch's forward + backward work summed over all stages. The busiest
@@ -146,16 +167,40 @@ def pipeline_lower_bound(work_s: float, m: int, p: int, path_share: float = 1.0)
     micro-batch's forwards through stages 0..k-1, nor finish before its last backward went back
     through them; those passes are at least ``path_share`` of the earlier stages' work (1 for
     1F1B and GPipe, (F+B)/(F+B+W) for ZB-H1 whose W is off the path, 1/v with v interleaved
-    chunks). So ``T >= S_k + m tau_k`` with ``S_k >= r sum_{i<k} tau_i``; minimising the largest
-    of these over all ``tau`` with ``sum tau = W`` equalises them and gives
-    ``T >= r W / (1 - (1 - r/m)^p)``; relaxing integrality only lowers it, so it stays a bound.
+    chunks), plus a point-to-point ``lag_s`` per hop each way. So ``T >= S_k + m tau_k`` with
+    ``S_{k+1} >= S_k + r tau_k + 2 c``. Minimising the largest of these over all ``tau`` with
+    ``sum tau = W`` equalises them: ``T >= (r W + 2 c p) / (1 - q^p) - 2 c m / r`` with
+    ``q = 1 - r/m``. Relaxing integrality (and sign) only lowers the minimum, so it stays a bound
+    (also checked against the simulator on random pipelines in the tests).
     """
     average = m * work_s / p
     if p == 1:
         return average
     r = min(1.0, path_share)
     q = 1.0 - r / m
-    return max(average, r * work_s / (1.0 - q**p) if q < 1.0 else average)
+    if q >= 1.0:
+        return average
+    return max(average, (r * work_s + 2 * lag_s * p) / (1.0 - q**p) - 2 * lag_s * m / r)
+
+
+def _cheap_bound(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> float:
+    """The average-work term of :func:`_bounds` alone (a weaker bound, cheap to compute)."""
+    m = c.num_microbatches(job)
+    L, p = model.num_layers, c.pp
+    best = math.inf
+    for node in {g.gpu.name: g for g in cluster.groups}.values():
+        t, layer = _layer_of(model, job, c, node)
+        per_layer = (layer.forward_s + layer.forward_comm_s + layer.backward_input_s + layer.backward_comm_s
+                     + layer.backward_weight_s)
+        if c.recompute == "selective":
+            per_layer += t.dense.selective_recompute_s
+        extra = t.embedding + t.output
+        work = L * per_layer + extra.forward_s + extra.backward_input_s + extra.backward_weight_s
+        if c.recompute == "full":
+            k = c.recompute_num_layers or L
+            work += (min(k, L) if p == 1 else (p - 1) + min(k, L - p + 1)) * layer.recompute_forward_s
+        best = min(best, m * work / p)
+    return best
 
 
 def _layer_of(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup):
@@ -185,14 +230,20 @@ def _bounds(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCon
         w_e = extra.backward_weight_s
         work = L * (f_l + b_l + w_l) + f_e + b_e + w_e
         if c.recompute == "full":
-            work += p * layer.recompute_forward_s  # the cheapest variant recomputes one layer per stage
+            # fewest layers any partition recomputes: p-1 one-layer stages and one with the rest
+            k = c.recompute_num_layers or L
+            work += (min(k, L) if p == 1 else (p - 1) + min(k, L - p + 1)) * layer.recompute_forward_s
         # Per-micro-batch sharded data parallelism exposes at least what the whole model's gathers and
         # reduce-scatters exceed its compute by (sum of max(0, x_i) >= max(0, sum x_i)).
         if c.optimizer_sharding in ("full", "zero2") and c.dp * c.cp > 1 and (m > 1 or c.optimizer_sharding == "full"):
             link = comm.link_for(group(c, "dpcp"), node)
             params = L * layer.params + extra.params
-            gather = comm.all_gather_s(params * 2.0, c.dp * c.cp, link) if c.optimizer_sharding == "full" else 0.0
-            scatter = comm.reduce_scatter_s(params * DTYPE_BYTES[job.grad_dtype], c.dp * c.cp, link)
+            # As in the estimate: FSDP moves one unit per layer, ZeRO-2 one per DDP bucket; bandwidth
+            # terms add up over stages and there are at least this many units, each paying latency.
+            n = c.dp * c.cp
+            units = L if c.optimizer_sharding == "full" else max(1, math.ceil(params / DDP_BUCKET_PARAMS))
+            gather = units * comm.all_gather_s(params * 2.0 / units, n, link) if c.optimizer_sharding == "full" else 0.0
+            scatter = units * comm.reduce_scatter_s(params * DTYPE_BYTES[job.grad_dtype] / units, n, link)
             work += max(0.0, gather - L * f_l - f_e) + max(0.0, gather + scatter - L * (b_l + w_l) - b_e - w_e)
         if c.schedule == "zb-h1":
             share = min((f_l + b_l) / (f_l + b_l + w_l), (f_e + b_e) / max(f_e + b_e + w_e, 1e-30))
@@ -200,7 +251,11 @@ def _bounds(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCon
             share = 1.0 / c.vpp
         else:
             share = 1.0
-        pipeline = pipeline_lower_bound(work, m, p, share)
+        lag = 0.0
+        if p > 1:
+            volume = c.micro_batch_size * job.seq_length / c.cp * model.hidden_size * 2 / (c.tp if c.sp else 1)
+            lag = min(comm.p2p_s(volume, comm.link_for(group(c, "pp"), g)) for g in cluster.groups)
+        pipeline = pipeline_lower_bound(work, m, p, share, lag)
 
         def params_of(n: int) -> tuple[float, float]:
             return n * (layer.params_sharded + layer.params_replicated), n * layer.params_expert
@@ -211,16 +266,6 @@ def _bounds(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCon
         large = dp_sync(job, c, node, *params_of(most), m, bwd_window, fwd_window)
         best = min(best, pipeline + small.reduce_exposed_s + large.optimizer_s + large.gather_exposed_s)
     return best
-
-
-def feasible_recompute(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig,
-                       uneven: bool) -> ParallelConfig | None:
-    """The shape with the fewest recomputed layers that fits in memory (exact, from stage models);
-    ``None`` when nothing fits. Shapes without full recompute are returned as they are if they fit."""
-    for variant in full_recompute_variants(model, c):
-        if _fits(model, cluster, job, variant, uneven):
-            return variant
-    return None
 
 
 def _fits(model, cluster, job, c: ParallelConfig, uneven: bool) -> bool:
@@ -330,44 +375,109 @@ def search(
     rejected = Rejections()
     shapes = list(enumerate_shapes(model, cluster, job, r, rejected))
     result = SearchResult(plans=[], shapes_enumerated=len(shapes), rejections=rejected)
-    scored = []
-    fits_plain: set[ParallelConfig] = set()
+    # Best-first branch and bound over (shape, recompute variant). Each heap key is a lower bound of
+    # the item's step time; a cheap bound is refined only when the item reaches the top, and the
+    # exact memory check and the simulation run only after that.
+    heap: list[tuple[float, tuple, int, int, ParallelConfig]] = []
     for index, c in enumerate(shapes):
-        if c.recompute == "full" and c.with_(recompute="none") in fits_plain:
-            continue  # the same shape fits without recompute, which is faster
-        variant = feasible_recompute(model, cluster, job, c, r.uneven_partitions)
-        if variant is None:
-            result.pruned_by_memory += 1
-            result.outcomes.append(Outcome(c, math.nan, reason="does not fit in memory with any layer partition"))
-            continue
-        if c.recompute == "none":
-            fits_plain.add(c)
-        scored.append((_bounds(model, cluster, job, variant), index, variant))
-    scored.sort(key=lambda x: (x[0], sort_key(x[2])))
+        for variant in full_recompute_variants(model, c):
+            heapq.heappush(heap, (_cheap_bound(model, cluster, job, variant), sort_key(variant), index, 0, variant))
     plans: list[RankedPlan] = []
-    for done, (t_lb, _, shape) in enumerate(scored):
-        if progress:
-            progress(done, len(scored))
-        if not exhaustive and len(plans) >= top_k and t_lb >= plans[top_k - 1].estimate.step_time_s:
-            result.pruned_by_bound = len(scored) - done
-            for t, _, c in scored[done:]:
-                result.outcomes.append(Outcome(c, t, reason="lower bound already slower than the plans found"))
+    no_fit: set[int] = set()
+    total = len(heap)
+    visited = 0
+    while heap:
+        key, tie, index, level, shape = heapq.heappop(heap)
+        visited += 1
+        if progress and visited % 256 == 0:
+            progress(min(visited, total), total)
+        if not exhaustive and len(plans) >= top_k and key >= plans[top_k - 1].estimate.step_time_s:
+            heapq.heappush(heap, (key, tie, index, level, shape))
+            result.pruned_by_bound = len(heap)
+            for k, _, _, _, c in sorted(heap)[: 64 * top_k]:
+                result.outcomes.append(Outcome(c, k, reason="lower bound already slower than the plans found"))
             break
+        if level == 0:
+            heapq.heappush(heap, (max(key, _bounds(model, cluster, job, shape)), tie, index, 1, shape))
+            continue
+        if level == 1:
+            if not _fits(model, cluster, job, shape, r.uneven_partitions):
+                if index not in no_fit:
+                    no_fit.add(index)
+                result.outcomes.append(Outcome(shape, key, reason="does not fit in memory with any layer partition"))
+                continue
         outcome = _evaluate(model, cluster, job, shape, r)
         result.shapes_evaluated += 1
         if isinstance(outcome, str):
-            result.outcomes.append(Outcome(shape, t_lb, reason=outcome))
+            result.outcomes.append(Outcome(shape, key, reason=outcome))
             continue
         plans.append(outcome)
-        result.outcomes.append(Outcome(outcome.config, t_lb, step_time_s=outcome.estimate.step_time_s))
+        result.outcomes.append(Outcome(outcome.config, key, step_time_s=outcome.estimate.step_time_s,
+                                       breakdown=time_components(outcome.estimate)))
         plans.sort(key=lambda p: (p.estimate.step_time_s, sort_key(p.config)))
         del plans[max(top_k, 1) * 4:]
+    result.pruned_by_memory = len(no_fit)
     if progress:
-        progress(len(scored), len(scored))
+        progress(total, total)
     result.plans = _dedupe(plans)[:top_k]
     if not result.plans:
         result.infeasible_reason = infeasible_reason(model, cluster, job, result)
     return result
+
+
+def time_components(est: Estimate) -> tuple[tuple[str, float], ...]:
+    """Where one iteration's time goes, on the slowest pipeline stage."""
+    slow = max(est.stages, key=lambda s: (s.busy_s, -s.stage))
+    m = est.num_microbatches
+    return (
+        ("compute", (slow.forward_s + slow.backward_s - slow.recompute_s - slow.tp_cp_ep_comm_s) * m),
+        ("recompute", slow.recompute_s * m),
+        ("tensor/context/expert-parallel communication", slow.tp_cp_ep_comm_s * m),
+        ("pipeline bubble", slow.idle_s),
+        ("exposed data-parallel communication", max(s.dp_exposed_s for s in est.stages)),
+        ("optimizer step", max(s.optimizer_s for s in est.stages)),
+    )
+
+
+EXPLAIN_DIMENSIONS = ("tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "optimizer_sharding", "schedule")
+
+
+def explain(result: SearchResult) -> list[dict]:
+    """For each dimension, the best alternative value and why it lost to the top plan."""
+    if not result.plans:
+        return []
+    best = result.plans[0]
+    base = dict(time_components(best.estimate))
+    out = []
+    for dim in EXPLAIN_DIMENSIONS:
+        mine = getattr(best.config, dim)
+        others = [o for o in result.outcomes if getattr(o.config, dim) != mine]
+        if not others:
+            continue
+        evaluated = sorted((o for o in others if o.step_time_s), key=lambda o: (o.step_time_s, sort_key(o.config)))
+        if evaluated:
+            o = evaluated[0]
+            slower = o.step_time_s / best.estimate.step_time_s - 1
+            diffs = sorted(((v - base.get(k, 0.0), k) for k, v in o.breakdown), reverse=True)
+            if slower <= 1e-9:
+                cause = "same predicted time; the tie is broken by the fixed plan order"
+            else:
+                cause = f"more {diffs[0][1]} (+{diffs[0][0]:.3f} s)" if diffs and diffs[0][0] > 0 else "slower overall"
+            out.append({"dimension": dim, "value": getattr(o.config, dim), "slower_fraction": slower,
+                        "step_time_s": o.step_time_s, "reason": cause})
+            continue
+        bounded = sorted((o for o in others if not math.isnan(o.bound_s) and "lower bound" in o.reason),
+                         key=lambda o: o.bound_s)
+        if bounded:
+            o = bounded[0]
+            out.append({"dimension": dim, "value": getattr(o.config, dim),
+                        "slower_fraction": o.bound_s / best.estimate.step_time_s - 1, "step_time_s": None,
+                        "reason": "not simulated: its lower bound is already slower than the plans found"})
+            continue
+        o = others[0]
+        out.append({"dimension": dim, "value": getattr(o.config, dim), "slower_fraction": None, "step_time_s": None,
+                    "reason": o.reason})
+    return out
 
 
 def _dedupe(plans: list[RankedPlan]) -> list[RankedPlan]:

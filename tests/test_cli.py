@@ -122,5 +122,5 @@ def test_cli_option_set_is_pinned(run_cli):
     assert names == sorted([
         "--model", "-m", "--cluster", "-c", "--global-batch-size", "-b", "--seq-len", "-s", "--nodes", "-n",
         "--tp", "--pp", "--cp", "--ep", "--vpp", "--micro-batch-size", "--recompute", "--recompute-num-layers",
-        "--sequence-parallel", "--optimizer-sharding", "--schedule", "--precision", "--json",
+        "--sequence-parallel", "--optimizer-sharding", "--schedule", "--precision", "--plan", "--json",
     ])
