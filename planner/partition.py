@@ -279,15 +279,20 @@ def ilp_partition(
     if sum(group_slots) != p or p > L:
         return None
     prob = pulp.LpProblem("partition", pulp.LpMinimize)
-    y = [[pulp.LpVariable(f"y_{g}_{i}", cat="Binary") for i in range(p)] for g in range(G)]
-    n = [[pulp.LpVariable(f"n_{g}_{i}", lowBound=0, upBound=L, cat="Integer") for i in range(p)] for g in range(G)]
-    T = pulp.LpVariable("T", lowBound=0)
+
+    def var(name: str, **kw):
+        # PuLP >= 3.3 attaches variables to the problem; older releases construct them directly.
+        add = getattr(prob, "add_variable", None)
+        return add(name, **kw) if add is not None else pulp.LpVariable(name, **kw)
+
+    y = [[var(f"y_{g}_{i}", cat="Binary") for i in range(p)] for g in range(G)]
+    n = [[var(f"n_{g}_{i}", lowBound=0, upBound=L, cat="Integer") for i in range(p)] for g in range(G)]
+    T = var("T", lowBound=0)
     taus = []
     for i in range(p):
         prob += pulp.lpSum(y[g][i] for g in range(G)) == 1
         prob += pulp.lpSum(n[g][i] for g in range(G)) >= 1
         tau = []
-        mem = []
         for g in range(G):
             st = stage_options[i][g]
             cap = st.max_layers(L)
@@ -297,7 +302,6 @@ def ilp_partition(
             # or none are; partial recompute is handled by folding it into the per-layer time.
             per_layer = st.layer_s + (st.recompute_s if st.recompute_layers >= L else 0.0)
             tau.append(per_layer * n[g][i] + st.extra_s * y[g][i])
-            mem.append(n[g][i])
         tau_i = pulp.lpSum(tau)
         taus.append(tau_i)
         prob += tau_i <= T
