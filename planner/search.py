@@ -71,7 +71,7 @@ class SearchResult:
 def sort_key(c: ParallelConfig) -> tuple:
     """Deterministic tie-break: prefer fewer model-parallel GPUs, simpler schedules, less recompute."""
     return (c.tp * c.pp * c.cp, c.tp, c.pp, c.cp, c.ep, c.vpp, -c.micro_batch_size,
-            ("none", "selective", "full").index(c.recompute),
+            ("none", "selective", "full").index(c.recompute), c.recompute_num_layers or 10**9,
             ("distributed", "none", "zero2", "full").index(c.optimizer_sharding),
             ("1f1b", "interleaved", "zb-h1", "gpipe").index(c.schedule), c.layers_per_stage)
 
@@ -183,6 +183,53 @@ def pipeline_lower_bound(work_s: float, m: int, p: int, path_share: float = 1.0,
     return max(average, (r * work_s + 2 * lag_s * p) / (1.0 - q**p) - 2 * lag_s * m / r)
 
 
+def _stage_nodes(cluster: ClusterSpec, c: ParallelConfig) -> list[NodeGroup]:
+    """The node type of every stage: fixed by rank order, or, where the ILP may reorder node groups,
+    the multiset of group slots (order does not matter for the bound below)."""
+    slots = _hetero_slots(cluster, c) if cluster.is_heterogeneous else None
+    if slots:
+        return [g for g, k in zip(cluster.groups, slots) for _ in range(k)]
+    return [node_of_stage(cluster, c, i) for i in range(c.pp)]
+
+
+def _heterogeneous_bound(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig,
+                         with_memory: bool = False) -> float:
+    """On mixed GPU types the busiest stage takes at least the smallest ``T`` with
+    ``sum_i min(cap_i, T / a_i) >= L``: ``a_i`` is one layer's time on stage i's GPU and ``cap_i``
+    the most layers that fit there (with the fewest in-flight micro-batches any stage has, so it is
+    an upper bound of the real cap). This is the continuous optimum of ``min max_i n_i a_i`` with
+    ``sum n_i = L`` and ``n_i <= cap_i``; times m micro-batches."""
+    if not cluster.is_heterogeneous:
+        return 0.0
+    L = model.num_layers
+    if c.pp == 1 or c.vpp > 1:
+        # even split and rank-order placement (no partition or placement search for these shapes)
+        slowest = 0.0
+        for i in range(c.pp):
+            _, layer = _layer_of(model, job, c, node_of_stage(cluster, c, i))
+            slowest = max(slowest, layer.forward_s + layer.forward_comm_s + layer.backward_input_s
+                          + layer.backward_comm_s + layer.backward_weight_s)
+        return c.num_microbatches(job) * slowest * L / c.pp
+    inflight = min(inflight_for(model, job, c, cluster.groups[0])) if with_memory else 1.0
+    stages = []
+    for node in _stage_nodes(cluster, c):
+        _, layer = _layer_of(model, job, c, node)
+        per_layer = (layer.forward_s + layer.forward_comm_s + layer.backward_input_s + layer.backward_comm_s
+                     + layer.backward_weight_s)
+        cap = stage_model(model, job, c, node, 1, inflight).max_layers(L) if with_memory else L
+        stages.append((per_layer, cap))
+    if sum(cap for _, cap in stages) < L:
+        return math.inf
+    lo, hi = 0.0, max(a * L for a, _ in stages)
+    for _ in range(60):  # bisection on T; the function is monotone
+        mid = (lo + hi) / 2
+        if sum(min(cap, mid / a) for a, cap in stages) >= L:
+            hi = mid
+        else:
+            lo = mid
+    return c.num_microbatches(job) * lo
+
+
 def _cheap_bound(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> float:
     """The average-work term of :func:`_bounds` alone (a weaker bound, cheap to compute)."""
     m = c.num_microbatches(job)
@@ -200,7 +247,7 @@ def _cheap_bound(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parall
             k = c.recompute_num_layers or L
             work += (min(k, L) if p == 1 else (p - 1) + min(k, L - p + 1)) * layer.recompute_forward_s
         best = min(best, m * work / p)
-    return best
+    return max(best, _heterogeneous_bound(model, cluster, job, c))
 
 
 def _layer_of(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup):
@@ -265,7 +312,7 @@ def _bounds(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCon
         small = dp_sync(job, c, node, *params_of(fewest), m, bwd_window, fwd_window)
         large = dp_sync(job, c, node, *params_of(most), m, bwd_window, fwd_window)
         best = min(best, pipeline + small.reduce_exposed_s + large.optimizer_s + large.gather_exposed_s)
-    return best
+    return max(best, _heterogeneous_bound(model, cluster, job, c, with_memory=True))
 
 
 def _fits(model, cluster, job, c: ParallelConfig, uneven: bool) -> bool:
@@ -381,7 +428,8 @@ def search(
     heap: list[tuple[float, tuple, int, int, ParallelConfig]] = []
     for index, c in enumerate(shapes):
         for variant in full_recompute_variants(model, c):
-            heapq.heappush(heap, (_cheap_bound(model, cluster, job, variant), sort_key(variant), index, 0, variant))
+            heap.append((_cheap_bound(model, cluster, job, variant), sort_key(variant), index, 0, variant))
+    heapq.heapify(heap)
     plans: list[RankedPlan] = []
     no_fit: set[int] = set()
     total = len(heap)
