@@ -457,6 +457,91 @@ def search(
         _print(*render.search_tables(data))
 
 
+export_app = typer.Typer(no_args_is_help=True, help="Export a plan to a training framework.")
+app.add_typer(export_app, name="export")
+
+
+@export_app.command("megatron")
+def export_megatron(
+    plan: Annotated[Path, typer.Argument(help="Plan file from planner search --out.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for megatron_args.txt and the launch script.")] = Path(
+        "megatron_launch"),
+    launcher: Annotated[str, typer.Option("--launcher", help="torchrun or slurm.")] = "torchrun",
+    force: Annotated[bool, typer.Option("--force", help="Replace existing files in --out.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write Megatron-LM arguments and a launch script for a plan."""
+    from planner.errors import SpecError
+    from planner.exporters import megatron as mx
+    from planner.plan import read_plan
+
+    if launcher not in ("torchrun", "slurm"):
+        raise UsageError(f"--launcher {launcher!r} is not allowed; allowed values: torchrun, slurm")
+    inputs = read_plan(str(plan))
+    if inputs.config.optimizer_sharding == "zero2":
+        typer.echo("note: Megatron-LM has no ZeRO-2; exporting the distributed optimizer (ZeRO-1)", err=True)
+    args = mx.megatron_args(inputs)
+    groups = inputs.cluster.groups
+    gpn = groups[0].gpus_per_node
+    nodes = sum(g.num_nodes for g in groups)
+    script = (mx.torchrun_script if launcher == "torchrun" else mx.slurm_script)(inputs, gpn, nodes)
+    files = {out / "megatron_args.txt": mx.args_text(args), out / f"launch_{launcher}.sh": script}
+    existing = [str(f) for f in files if f.exists()]
+    if existing and not force:
+        raise SpecError(f"{', '.join(existing)} already exist; pass --force to replace them")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(f"{out}: cannot create: {exc.strerror}") from None
+    for path, text in files.items():
+        _write_new_or_replace(path, text)
+    (out / f"launch_{launcher}.sh").chmod(0o755)
+    if as_json:
+        _emit_json({"files": sorted(str(f) for f in files), "args": [[f, v] for f, v in args],
+                    "world_size": gpn * nodes})
+    else:
+        for f in sorted(files):
+            typer.echo(f"wrote {f}", err=True)
+
+
+@app.command()
+def check(
+    configs: Annotated[list[Path], typer.Argument(help="Plan files or Megatron-LM args/launch files.")],
+    cluster: ClusterOpt,
+    nodes: NodesOpt = None,
+    headroom_gib: Annotated[float, typer.Option("--headroom-gib", help="Memory that must stay free per GPU.")] = 0.0,
+    max_slowdown: Annotated[Optional[float], typer.Option(
+        "--max-slowdown", help="Fail when slower than the best plan found by more than this fraction.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="text or github (Actions annotations).")] = "text",
+    as_json: JsonOpt = False,
+) -> None:
+    """Check configs for CI: constraints, memory, throughput, distance from the best plan. Exit 1 on failure."""
+    from planner.check import check_file, github_lines, verdict_dict
+    from planner.loading import load_cluster
+
+    if fmt not in ("text", "github"):
+        raise UsageError(f"--format {fmt!r} is not allowed; allowed values: text, github")
+    if headroom_gib < 0 or (max_slowdown is not None and max_slowdown < 0):
+        raise UsageError("--headroom-gib and --max-slowdown must not be negative")
+    spec = load_cluster(cluster, nodes)
+    verdicts = [check_file(str(p), spec, headroom_gib * 2**30, max_slowdown) for p in configs]
+    if as_json:
+        _emit_json({"schema_version": api.SCHEMA_VERSION, "passed": all(v.passed for v in verdicts),
+                    "configs": [verdict_dict(v) for v in verdicts]})
+    elif fmt == "github":
+        for v in verdicts:
+            sys.stdout.write("\n".join(github_lines(v)) + "\n")
+    else:
+        for v in verdicts:
+            sys.stdout.write(f"{'PASS' if v.passed else 'FAIL'} {v.path}\n")
+            for f in v.findings:
+                where = f" (line {f.line})" if f.line else ""
+                flags = f" [{', '.join(f.flags)}]" if f.flags else ""
+                sys.stdout.write(f"  {f.level}: {f.check}: {f.message}{flags}{where}\n")
+    if not all(v.passed for v in verdicts):
+        raise typer.Exit(1)
+
+
 def _write_new_or_replace(path: Path, text: str) -> None:
     """Write atomically: a partial file never replaces a user's file."""
     from planner.errors import SpecError

@@ -1,0 +1,1 @@
+"""Exporters (plans -> launchable configurations) and importers (existing launches -> plans)."""
