@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
-import click
 import typer
 
 from planner import __version__, api, render
@@ -568,12 +567,17 @@ def main(argv: list[str] | None = None) -> int:
             raise
         sys.stderr.write(f"error: {exc}\n")
         return exc.exit_code
-    except (typer.Exit, click.exceptions.Exit) as exc:
+    except typer.Exit as exc:
         return int(getattr(exc, "exit_code", 0) or 0)
-    except (typer.Abort, click.exceptions.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt):
         sys.stderr.write("aborted\n")
         return 130
     except Exception as exc:
+        if type(exc).__name__ == "Exit":  # click's own Exit, when typer uses the click package
+            return int(getattr(exc, "exit_code", 0) or 0)
+        if type(exc).__name__ == "Abort":
+            sys.stderr.write("aborted\n")
+            return 130
         code = getattr(exc, "exit_code", None)
         if code is not None and callable(getattr(exc, "show", None)):
             exc.show()
