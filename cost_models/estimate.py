@@ -126,8 +126,16 @@ def table_for(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup
     if table is None:
         if len(_TABLES) > 4096:
             _TABLES.clear()
-        normalised = ParallelConfig(tp=c.tp, pp=1 if c.pp == 1 else 2, dp=c.dp, cp=c.cp, ep=c.ep, etp=c.etp,
-                                    micro_batch_size=c.micro_batch_size, sequence_parallel=c.sequence_parallel)
+        normalised = ParallelConfig(
+            tp=c.tp,
+            pp=1 if c.pp == 1 else 2,
+            dp=c.dp,
+            cp=c.cp,
+            ep=c.ep,
+            etp=c.etp,
+            micro_batch_size=c.micro_batch_size,
+            sequence_parallel=c.sequence_parallel,
+        )
         table = _TABLES[key] = layer_table(model, job, normalised, node)
     return table
 
@@ -165,8 +173,16 @@ class DPSync:
     optimizer_s: float
 
 
-def dp_sync(job: JobSpec, c: ParallelConfig, node: NodeGroup, dense_params: float, expert_params: float, m: int,
-            backward_window_s: float, forward_window_s: float) -> DPSync:
+def dp_sync(
+    job: JobSpec,
+    c: ParallelConfig,
+    node: NodeGroup,
+    dense_params: float,
+    expert_params: float,
+    m: int,
+    backward_window_s: float,
+    forward_window_s: float,
+) -> DPSync:
     """Gradient reduction, parameter gather and optimizer step of a rank holding these parameters.
 
     The reduction overlaps ``backward_window_s`` (the last micro-batch's backward), the gather
@@ -179,24 +195,31 @@ def dp_sync(job: JobSpec, c: ParallelConfig, node: NodeGroup, dense_params: floa
     link_e = comm.link_for(group(c, "edp"), node)
     if c.optimizer_sharding == "none":
         reduce_s = comm.all_reduce_s(dense_params * grad_b, d_dense, link_d) + comm.all_reduce_s(
-            expert_params * grad_b, d_exp, link_e)
+            expert_params * grad_b, d_exp, link_e
+        )
         gather_s = 0.0
     elif c.optimizer_sharding == "zero2" and m > 1:
         # gradients were reduce-scattered per micro-batch; only the parameter all-gather remains
         reduce_s = 0.0
         gather_s = comm.all_gather_s(dense_params * 2.0, d_dense, link_d) + comm.all_gather_s(
-            expert_params * 2.0, d_exp, link_e)
+            expert_params * 2.0, d_exp, link_e
+        )
     elif c.optimizer_sharding in ("distributed", "zero2"):
         reduce_s = comm.reduce_scatter_s(dense_params * grad_b, d_dense, link_d) + comm.reduce_scatter_s(
-            expert_params * grad_b, d_exp, link_e)
+            expert_params * grad_b, d_exp, link_e
+        )
         gather_s = comm.all_gather_s(dense_params * 2.0, d_dense, link_d) + comm.all_gather_s(
-            expert_params * 2.0, d_exp, link_e)
+            expert_params * 2.0, d_exp, link_e
+        )
     else:  # full sharding: paid per micro-batch inside the pipeline
         reduce_s = gather_s = 0.0
     last_bucket = min(1.0, DDP_BUCKET_PARAMS / max(dense_params + expert_params, 1.0))
-    reduce_exposed = max(reduce_s * last_bucket, reduce_s - backward_window_s) if job.overlap_grad_reduce else reduce_s
-    gather_exposed = (max(gather_s * last_bucket, gather_s - forward_window_s) if job.overlap_param_gather
-                      else gather_s)
+    reduce_exposed = (
+        max(reduce_s * last_bucket, reduce_s - backward_window_s) if job.overlap_grad_reduce else reduce_s
+    )
+    gather_exposed = (
+        max(gather_s * last_bucket, gather_s - forward_window_s) if job.overlap_param_gather else gather_s
+    )
     shard = d_dense if c.optimizer_sharding != "none" else 1
     shard_e = d_exp if c.optimizer_sharding != "none" else 1
     opt_s = memory_bound_s((dense_params / shard + expert_params / shard_e) * ADAM_BYTES_PER_PARAM, node.gpu)
@@ -217,8 +240,20 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
     act_units = np.zeros(n_virtual)
     wfrac = np.zeros(n_virtual)
     p2p = np.zeros(n_virtual)
-    per_rank: list[dict] = [dict(cost=ZERO, recompute=0.0, transient=0.0, fsdp=0.0, largest=0.0,
-                                 fwd=0.0, bwd=0.0, comm=0.0, flop=0.0) for _ in range(p)]
+    per_rank: list[dict] = [
+        dict(
+            cost=ZERO,
+            recompute=0.0,
+            transient=0.0,
+            fsdp=0.0,
+            largest=0.0,
+            fwd=0.0,
+            bwd=0.0,
+            comm=0.0,
+            flop=0.0,
+        )
+        for _ in range(p)
+    ]
     for vs in range(n_virtual):
         r = vs % p
         node = nodes[r]
@@ -246,8 +281,14 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
         durations[vs] = (fwd, b_in, b_w) if split_w else (fwd, b_in + b_w, 0.0)
         act_units[vs] = act
         wfrac[vs] = min(1.0, wbytes / act) if act else 0.0
-        p2p[vs] = comm.p2p_s(_tokens(job, c) * model.hidden_size * ACT_BYTES / (c.tp if c.sp else 1),
-                             _stage_link(cluster, c, r)) if p > 1 else 0.0
+        p2p[vs] = (
+            comm.p2p_s(
+                _tokens(job, c) * model.hidden_size * ACT_BYTES / (c.tp if c.sp else 1),
+                _stage_link(cluster, c, r),
+            )
+            if p > 1
+            else 0.0
+        )
         acc = per_rank[r]
         acc["cost"] = acc["cost"] + total
         acc["recompute"] += recompute
@@ -263,7 +304,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
     # reduce-scatters gradients; ZeRO-2 keeps only its gradient shard, so it reduce-scatters every
     # micro-batch's gradients too (Rajbhandari et al. 2020, Sec. 5.2). Prefetching overlaps this with
     # the pass's compute; what exceeds it is exposed.
-    if c.optimizer_sharding in ("full", "zero2") and c.dp * c.cp > 1 and m > 1 or c.optimizer_sharding == "full":
+    if (
+        c.optimizer_sharding in ("full", "zero2")
+        and c.dp * c.cp > 1
+        and m > 1
+        or c.optimizer_sharding == "full"
+    ):
         for vs in range(n_virtual):
             r = vs % p
             if c.dp * c.cp == 1:
@@ -273,9 +319,17 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
             grad_b = float(DTYPE_BYTES[job.grad_dtype])
             # FSDP wraps each transformer layer as one unit: one gather (and one reduce-scatter) per
             # layer, each paying the collective's latency; ZeRO-2 reduces in DDP-sized buckets.
-            units = max(1, layers[vs]) if c.optimizer_sharding == "full" else max(1, math.ceil(params / DDP_BUCKET_PARAMS))
+            units = (
+                max(1, layers[vs])
+                if c.optimizer_sharding == "full"
+                else max(1, math.ceil(params / DDP_BUCKET_PARAMS))
+            )
             n = c.dp * c.cp
-            gather = units * comm.all_gather_s(params * 2.0 / units, n, link) if c.optimizer_sharding == "full" else 0.0
+            gather = (
+                units * comm.all_gather_s(params * 2.0 / units, n, link)
+                if c.optimizer_sharding == "full"
+                else 0.0
+            )
             scatter = units * comm.reduce_scatter_s(params * grad_b / units, n, link)
             f_exposed = max(0.0, gather - durations[vs, 0])
             b_exposed = max(0.0, gather + scatter - durations[vs, 1] - durations[vs, 2])
@@ -295,10 +349,23 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
         cost: LayerCost = acc["cost"]
         dense = cost.params_sharded + cost.params_replicated
         static = mem.static_memory(dense, cost.params_expert, job, c, acc["largest"] / c.tp)
-        sync = dp_sync(job, c, node, dense, cost.params_expert, m, backward_window_s=acc["bwd"] / v,
-                       forward_window_s=float(durations[r, 0]))
+        sync = dp_sync(
+            job,
+            c,
+            node,
+            dense,
+            cost.params_expert,
+            m,
+            backward_window_s=acc["bwd"] / v,
+            forward_window_s=float(durations[r, 0]),
+        )
         reduce_s, reduce_exposed, gather_s, g_exposed, opt_s = (
-            sync.reduce_s, sync.reduce_exposed_s, sync.gather_s, sync.gather_exposed_s, sync.optimizer_s)
+            sync.reduce_s,
+            sync.reduce_exposed_s,
+            sync.gather_s,
+            sync.gather_exposed_s,
+            sync.optimizer_s,
+        )
         end_r = float(timeline.end_s[r][-1])
         ends.append(end_r + reduce_exposed)
         opt_times.append(opt_s)

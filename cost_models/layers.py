@@ -331,7 +331,9 @@ def model_flop_per_iteration(model: ModelSpec, job: JobSpec) -> float:
     return 3 * per_token * job.tokens_per_step
 
 
-def hardware_flop_per_iteration(model: ModelSpec, job: JobSpec, recompute: str, recomputed_fraction: float = 1.0) -> float:
+def hardware_flop_per_iteration(
+    model: ModelSpec, job: JobSpec, recompute: str, recomputed_fraction: float = 1.0
+) -> float:
     """Model FLOPs plus the forward passes that recomputation repeats (hardware FLOPs, HFU).
 
     Full recompute of every layer repeats each decoder layer's forward (a third of its model
@@ -344,5 +346,8 @@ def hardware_flop_per_iteration(model: ModelSpec, job: JobSpec, recompute: str, 
         logits = 3 * 2 * model.hidden_size * model.vocab_size * job.tokens_per_step
         return model_flop + recomputed_fraction * (model_flop - logits) / 3
     if recompute == "selective":
-        return model_flop + 4 * job.seq_length * model.query_projection_size * model.num_layers * job.tokens_per_step
+        return (
+            model_flop
+            + 4 * job.seq_length * model.query_projection_size * model.num_layers * job.tokens_per_step
+        )
     return model_flop

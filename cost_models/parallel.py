@@ -136,16 +136,22 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
     if c.cp > 1 and job.seq_length % (2 * c.cp):
         out.append(f"seq_length ({job.seq_length}) must be divisible by 2*cp = {2 * c.cp}")
     if job.seq_length > model.max_position_embeddings and model.position_embedding_type == "learned_absolute":
-        out.append(f"seq_length ({job.seq_length}) exceeds max_position_embeddings ({model.max_position_embeddings})")
+        out.append(
+            f"seq_length ({job.seq_length}) exceeds max_position_embeddings ({model.max_position_embeddings})"
+        )
     # Pipeline partition.
     n_virtual = c.num_virtual_stages
     if c.pp > model.num_layers:
         out.append(f"pp ({c.pp}) exceeds num_layers ({model.num_layers})")
     if c.layers_per_stage:
         if len(c.layers_per_stage) != n_virtual:
-            out.append(f"layers_per_stage has {len(c.layers_per_stage)} entries, expected pp*vpp = {n_virtual}")
+            out.append(
+                f"layers_per_stage has {len(c.layers_per_stage)} entries, expected pp*vpp = {n_virtual}"
+            )
         elif sum(c.layers_per_stage) != model.num_layers:
-            out.append(f"layers_per_stage sums to {sum(c.layers_per_stage)}, expected num_layers = {model.num_layers}")
+            out.append(
+                f"layers_per_stage sums to {sum(c.layers_per_stage)}, expected num_layers = {model.num_layers}"
+            )
         elif min(c.layers_per_stage) < 1:
             out.append("every pipeline stage needs at least one layer")
     elif model.num_layers % n_virtual:
@@ -176,11 +182,15 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
                 f"tp*cp*dp = {c.tp * c.cp * c.dp} is not divisible by expert tp x ep = {c.expert_tp} x {c.ep}"
             )
     if model.is_moe and model.moe_ffn_hidden_size % c.expert_tp:
-        out.append(f"moe_ffn_hidden_size ({model.moe_ffn_hidden_size}) is not divisible by expert tp ({c.expert_tp})")
+        out.append(
+            f"moe_ffn_hidden_size ({model.moe_ffn_hidden_size}) is not divisible by expert tp ({c.expert_tp})"
+        )
     if c.recompute != "full" and c.recompute_num_layers:
         out.append("recompute_num_layers needs full recompute")
     if c.optimizer_sharding == "full" and c.pp > 1:
-        out.append("full sharding (FSDP) is not supported with pipeline parallelism (Megatron: FSDP needs pp == 1)")
+        out.append(
+            "full sharding (FSDP) is not supported with pipeline parallelism (Megatron: FSDP needs pp == 1)"
+        )
     return out
 
 

@@ -208,14 +208,23 @@ def simulate(
     out_level = [[0.0] * len(o) for o in orders]
     # Per rank: (op id, dependency id or -1, lag, duration, level change) for each operation. The
     # structure depends only on the orders; values come from numpy indexing.
-    structure = schedule_key and _cached_structure(*schedule_key, n_virtual) or _structure(orders, p, m, n_virtual)
+    structure = (
+        schedule_key and _cached_structure(*schedule_key, n_virtual) or _structure(orders, p, m, n_virtual)
+    )
     comm_a = np.asarray(comm + [0.0])
     dur_a = np.asarray(durations, dtype=float)
     delta_table = np.stack([np.asarray(units), -np.asarray(b_release), -np.asarray(w_release)], axis=1)
     plan = []
     for op_ids, deps, kinds, vss, lag_idx in structure:
-        rows = list(zip(op_ids, deps, comm_a[lag_idx].tolist(), dur_a[vss, kinds].tolist(),
-                        delta_table[vss, kinds].tolist()))
+        rows = list(
+            zip(
+                op_ids,
+                deps,
+                comm_a[lag_idx].tolist(),
+                dur_a[vss, kinds].tolist(),
+                delta_table[vss, kinds].tolist(),
+            )
+        )
         plan.append(rows)
     waiting: dict[int, list[int]] = {}
     work = list(range(p - 1, -1, -1))
@@ -299,7 +308,9 @@ def uniform_durations(p: int, v: int, t_f: float, t_b: float, t_w: float = 0.0) 
     return np.tile(np.array([t_f, t_b, t_w], dtype=float), (p * v, 1))
 
 
-def peak_inflight(schedule: str, p: int, m: int, v: int = 1, weight_fraction: float = 0.0) -> tuple[float, ...]:
+def peak_inflight(
+    schedule: str, p: int, m: int, v: int = 1, weight_fraction: float = 0.0
+) -> tuple[float, ...]:
     """Peak micro-batches resident on each rank (in stage units: chunks / v), from the op order.
 
     The resident level changes only at operations (+1 per forward chunk, released by B, and by W

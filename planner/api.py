@@ -99,8 +99,11 @@ def estimate_config(problem: Problem, config: ParallelConfig) -> Estimate:
     """Resolve ``config`` (derive dp, check every constraint) and predict it."""
     resolved = resolve(problem.model, problem.cluster, problem.job, config)
     if problem.job.precision == "fp8" and not all(g.gpu.supports("fp8") for g in problem.cluster.groups):
-        raise ConfigError("precision fp8 needs GPUs with FP8 tensor cores; " + ", ".join(
-            sorted({g.gpu.name for g in problem.cluster.groups if not g.gpu.supports("fp8")})) + " have none")
+        raise ConfigError(
+            "precision fp8 needs GPUs with FP8 tensor cores; "
+            + ", ".join(sorted({g.gpu.name for g in problem.cluster.groups if not g.gpu.supports("fp8")}))
+            + " have none"
+        )
     return estimate(problem.model, problem.cluster, problem.job, resolved)
 
 

@@ -131,14 +131,18 @@ def budget(est: Estimate, assumptions: Assumptions | None = None) -> Budget:
         kinds, starts, ends, level = tl.kind[r], tl.start_s[r], tl.end_s[r], tl.inflight[r]
         mem = s.memory
         static = mem.static_bytes + _gpu_reserve(mem)  # resident all iteration, incl. CUDA/NCCL reserve
-        unit = mem.activations_bytes / mem.peak_inflight_microbatches if mem.peak_inflight_microbatches else 0.0
+        unit = (
+            mem.activations_bytes / mem.peak_inflight_microbatches if mem.peak_inflight_microbatches else 0.0
+        )
         b_idx = np.flatnonzero(kinds == B)
         f_idx = np.flatnonzero(kinds == F)
         first_b = int(b_idx[0]) if b_idx.size else len(kinds)
         last_f = int(f_idx[-1]) if f_idx.size else -1
         windows: list[Window] = []
 
-        def add(kind: str, t0: float, t1: float, resident: float, after: str, before: str, comm: tuple[str, ...]):
+        def add(
+            kind: str, t0: float, t1: float, resident: float, after: str, before: str, comm: tuple[str, ...]
+        ):
             if t1 - t0 <= 1e-12:
                 return
             free = mem.capacity_bytes - static - resident
@@ -168,7 +172,15 @@ def budget(est: Estimate, assumptions: Assumptions | None = None) -> Budget:
         comm = ("dp_grad_reduce",) if s.dp_exposed_s > 0 else ()
         add("drain", last_end, sync, residual, tl.op_name(r, len(kinds) - 1), "optimizer step", comm)
         gather = ("dp_param_gather",) if c.optimizer_sharding in ("distributed", "zero2") else ()
-        add("iteration-boundary", sync + s.optimizer_s, step, residual, "optimizer step", "next iteration", gather)
+        add(
+            "iteration-boundary",
+            sync + s.optimizer_s,
+            step,
+            residual,
+            "optimizer step",
+            "next iteration",
+            gather,
+        )
         windows.sort(key=lambda w: w.start_s)
         stages.append(
             StageBudget(

@@ -161,13 +161,19 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 seq = 8192
                 notes.append("seq 8192 assumed (torchtitan default)")
             prec_text = str(par.get("precision") or "bf16").lower()
-            precision = "fp8" if ("fp8" in prec_text or "float8" in prec_text) else (
-                "fp16" if "fp16" in prec_text and "bf16" not in prec_text else "bf16")
+            precision = (
+                "fp8"
+                if ("fp8" in prec_text or "float8" in prec_text)
+                else ("fp16" if "fp16" in prec_text and "bf16" not in prec_text else "bf16")
+            )
             job = make_job(global_batch_size=par["global_batch_size"], seq_length=seq, precision=precision)
             cluster = _cluster(hw, hw["total_gpus"], notes)
             rec_text = str(par.get("recompute") or "none").lower()
-            recompute = "full" if ("full" in rec_text or "unknown" in rec_text) else (
-                "selective" if "selective" in rec_text else "none")
+            recompute = (
+                "full"
+                if ("full" in rec_text or "unknown" in rec_text)
+                else ("selective" if "selective" in rec_text else "none")
+            )
             if "unknown" in rec_text:
                 notes.append("full recompute assumed")
             tp, pp, cp = par["tp"], par["pp"], par.get("cp") or 1
@@ -195,20 +201,33 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
             if sp is None:
                 sp = tp > 1
             config = ParallelConfig(
-                tp=tp, pp=pp, cp=cp, ep=par.get("ep") or 1, vpp=vpp, micro_batch_size=mbs,
-                recompute=recompute, sequence_parallel=bool(sp), optimizer_sharding=sharding,
+                tp=tp,
+                pp=pp,
+                cp=cp,
+                ep=par.get("ep") or 1,
+                vpp=vpp,
+                micro_batch_size=mbs,
+                recompute=recompute,
+                sequence_parallel=bool(sp),
+                optimizer_sharding=sharding,
                 schedule="interleaved" if vpp > 1 else "1f1b",
             )
             n_virtual = pp * vpp
             if model.num_layers % n_virtual:
                 base, extra = divmod(model.num_layers, n_virtual)
-                config = config.with_(layers_per_stage=tuple(base + (1 if i < extra else 0) for i in range(n_virtual)))
+                config = config.with_(
+                    layers_per_stage=tuple(base + (1 if i < extra else 0) for i in range(n_virtual))
+                )
                 notes.append("balanced uneven layer split assumed")
             config = resolve(model, cluster, job, config)
             measured, how = _measured(run, model, job, cluster.num_gpus)
             if not measured:
                 raise PlannerError("no throughput figure comparable in tokens/s")
-            out.append(Case(rid, cluster.groups[0].gpu.name, model, cluster, job, config, measured, how, tuple(notes)))
+            out.append(
+                Case(
+                    rid, cluster.groups[0].gpu.name, model, cluster, job, config, measured, how, tuple(notes)
+                )
+            )
         except PlannerError as exc:
             out.append(Case(rid, fam, skip_reason=str(exc)))
     return out
@@ -228,7 +247,10 @@ class Result:
     @property
     def error(self) -> float:
         """Absolute relative error of tokens/s per GPU."""
-        return abs(self.predicted - self.case.measured_tokens_per_s_per_gpu) / self.case.measured_tokens_per_s_per_gpu
+        return (
+            abs(self.predicted - self.case.measured_tokens_per_s_per_gpu)
+            / self.case.measured_tokens_per_s_per_gpu
+        )
 
 
 def predict_all(all_cases: list[Case]) -> list[Result]:

@@ -22,7 +22,11 @@ FLAG_HINTS = {
     "num_attention_heads": ("--num-attention-heads", "--tensor-model-parallel-size"),
     "num_query_groups": ("--num-query-groups", "--tensor-model-parallel-size"),
     "ffn_hidden_size": ("--ffn-hidden-size", "--tensor-model-parallel-size"),
-    "world size": ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size"),
+    "world size": (
+        "--tensor-model-parallel-size",
+        "--pipeline-model-parallel-size",
+        "--context-parallel-size",
+    ),
     "num_layers": ("--num-layers", "--pipeline-model-parallel-size"),
     "seq_length": ("--seq-length", "--context-parallel-size"),
     "interleaved": ("--num-virtual-stages-per-pipeline-rank",),
@@ -62,7 +66,9 @@ def _flags_for(message: str) -> tuple[str, ...]:
     return ()
 
 
-def check_file(path: str, cluster: ClusterSpec, headroom_bytes: float = 0.0, max_slowdown: float | None = None) -> Verdict:
+def check_file(
+    path: str, cluster: ClusterSpec, headroom_bytes: float = 0.0, max_slowdown: float | None = None
+) -> Verdict:
     """Every check on one config file."""
     verdict = Verdict(path)
     try:
@@ -77,29 +83,50 @@ def check_file(path: str, cluster: ClusterSpec, headroom_bytes: float = 0.0, max
             inputs = read_plan(path)
             model, job, config = inputs.model, inputs.job, inputs.config
             if inputs.cluster.num_gpus != cluster.num_gpus:
-                verdict.add(Finding("error", "world size", f"the plan is for {inputs.cluster.num_gpus} GPUs, the "
-                                                           f"cluster has {cluster.num_gpus}"))
+                verdict.add(
+                    Finding(
+                        "error",
+                        "world size",
+                        f"the plan is for {inputs.cluster.num_gpus} GPUs, the cluster has {cluster.num_gpus}",
+                    )
+                )
                 return verdict
             cluster = inputs.cluster
         else:
             imported = parse_megatron(text, path, cluster.num_gpus)
             model, job, config, lines = imported.model, imported.job, imported.config, imported.flag_lines
             for flag in imported.unknown:
-                verdict.add(Finding("warning", "import", f"flag {flag} is not interpreted by planner", (flag,),
-                                    lines.get(flag)))
+                verdict.add(
+                    Finding(
+                        "warning",
+                        "import",
+                        f"flag {flag} is not interpreted by planner",
+                        (flag,),
+                        lines.get(flag),
+                    )
+                )
     except PlannerError as exc:
         verdict.add(Finding("error", "parse", str(exc)))
         return verdict
     mp = config.tp * config.pp * config.cp
     if cluster.num_gpus % mp:
-        verdict.add(Finding("error", "constraints", f"world size {cluster.num_gpus} is not divisible by tp*pp*cp = "
-                            f"{config.tp}*{config.pp}*{config.cp} = {mp}", _flags_for("world size")))
+        verdict.add(
+            Finding(
+                "error",
+                "constraints",
+                f"world size {cluster.num_gpus} is not divisible by tp*pp*cp = "
+                f"{config.tp}*{config.pp}*{config.cp} = {mp}",
+                _flags_for("world size"),
+            )
+        )
         return verdict
     config = config.with_(dp=cluster.num_gpus // mp)
     problems = violations(model, cluster, job, config)
     for msg in problems:
         flags = _flags_for(msg)
-        verdict.add(Finding("error", "constraints", msg, flags, next((lines[f] for f in flags if f in lines), None)))
+        verdict.add(
+            Finding("error", "constraints", msg, flags, next((lines[f] for f in flags if f in lines), None))
+        )
     if problems:
         return verdict
     try:
@@ -109,18 +136,31 @@ def check_file(path: str, cluster: ClusterSpec, headroom_bytes: float = 0.0, max
         return verdict
     worst = est.worst_stage
     verdict.metrics = {
-        "step_time_s": est.step_time_s, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu, "mfu": est.mfu,
-        "peak_memory_bytes": est.peak_memory_bytes, "headroom_bytes": worst.memory.headroom_bytes,
+        "step_time_s": est.step_time_s,
+        "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
+        "mfu": est.mfu,
+        "peak_memory_bytes": est.peak_memory_bytes,
+        "headroom_bytes": worst.memory.headroom_bytes,
     }
     if worst.memory.headroom_bytes < headroom_bytes:
         need = headroom_bytes - worst.memory.headroom_bytes
-        msg = (f"does not fit: stage {worst.stage} peaks at {worst.memory.peak_bytes / 2**30:.1f} GiB of "
-               f"{worst.memory.capacity_bytes / 2**30:.1f} GiB (with {headroom_bytes / 2**30:.1f} GiB headroom required, "
-               f"{need / 2**30:.1f} GiB short)")
+        msg = (
+            f"does not fit: stage {worst.stage} peaks at {worst.memory.peak_bytes / 2**30:.1f} GiB of "
+            f"{worst.memory.capacity_bytes / 2**30:.1f} GiB (with {headroom_bytes / 2**30:.1f} GiB headroom required, "
+            f"{need / 2**30:.1f} GiB short)"
+        )
         flags = _flags_for("does not fit")
-        verdict.add(Finding("error", "memory", msg, flags, next((lines[f] for f in flags if f in lines), None)))
-    verdict.add(Finding("notice", "throughput", f"predicted {est.step_time_s:.3f} s/step, "
-                        f"{est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {100 * est.mfu:.1f}%"))
+        verdict.add(
+            Finding("error", "memory", msg, flags, next((lines[f] for f in flags if f in lines), None))
+        )
+    verdict.add(
+        Finding(
+            "notice",
+            "throughput",
+            f"predicted {est.step_time_s:.3f} s/step, "
+            f"{est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {100 * est.mfu:.1f}%",
+        )
+    )
     if max_slowdown is not None:
         from planner.search import search
 
@@ -132,18 +172,32 @@ def check_file(path: str, cluster: ClusterSpec, headroom_bytes: float = 0.0, max
             verdict.metrics["slowdown_vs_best"] = slower
             if slower > max_slowdown:
                 b = best.config
-                verdict.add(Finding("error", "slowdown", (
-                    f"{100 * slower:.1f}% slower than the best plan found (tp {b.tp} pp {b.pp} dp {b.dp} cp {b.cp} "
-                    f"vpp {b.vpp} mbs {b.micro_batch_size} {b.schedule} recompute {b.recompute} "
-                    f"{b.optimizer_sharding}: {best.estimate.step_time_s:.3f} s/step); allowed "
-                    f"{100 * max_slowdown:.0f}%"), _flags_for("slower than")))
+                verdict.add(
+                    Finding(
+                        "error",
+                        "slowdown",
+                        (
+                            f"{100 * slower:.1f}% slower than the best plan found (tp {b.tp} pp {b.pp} dp {b.dp} cp {b.cp} "
+                            f"vpp {b.vpp} mbs {b.micro_batch_size} {b.schedule} recompute {b.recompute} "
+                            f"{b.optimizer_sharding}: {best.estimate.step_time_s:.3f} s/step); allowed "
+                            f"{100 * max_slowdown:.0f}%"
+                        ),
+                        _flags_for("slower than"),
+                    )
+                )
     return verdict
 
 
 def verdict_dict(v: Verdict) -> dict:
-    return {"path": v.path, "passed": v.passed, "metrics": v.metrics,
-            "findings": [{"level": f.level, "check": f.check, "message": f.message, "flags": list(f.flags),
-                          "line": f.line} for f in v.findings]}
+    return {
+        "path": v.path,
+        "passed": v.passed,
+        "metrics": v.metrics,
+        "findings": [
+            {"level": f.level, "check": f.check, "message": f.message, "flags": list(f.flags), "line": f.line}
+            for f in v.findings
+        ],
+    }
 
 
 def github_lines(v: Verdict) -> list[str]:

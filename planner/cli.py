@@ -33,15 +33,24 @@ _state = {"debug": False}
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Preset name, planner YAML, or HF config.json.")]
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Node template name or cluster YAML.")]
-NodesOpt = Annotated[Optional[int], typer.Option("--nodes", "-n", help="Number of nodes (with a template).")]
+NodesOpt = Annotated[int | None, typer.Option("--nodes", "-n", help="Number of nodes (with a template).")]
 GbsOpt = Annotated[int, typer.Option("--global-batch-size", "-b", help="Sequences per optimizer step.")]
 SeqOpt = Annotated[int, typer.Option("--seq-len", "-s", help="Tokens per sequence.")]
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16, fp16 or fp8.")]
-ModelOptional = Annotated[Optional[str], typer.Option("--model", "-m", help="Preset name, planner YAML, or HF config.json.")]
-ClusterOptional = Annotated[Optional[str], typer.Option("--cluster", "-c", help="Node template name or cluster YAML.")]
-GbsOptional = Annotated[Optional[int], typer.Option("--global-batch-size", "-b", help="Sequences per optimizer step.")]
-SeqOptional = Annotated[Optional[int], typer.Option("--seq-len", "-s", help="Tokens per sequence.")]
-PlanOpt = Annotated[Optional[Path], typer.Option("--plan", help="A plan file (from planner search --out) instead of the flags.")]
+ModelOptional = Annotated[
+    str | None, typer.Option("--model", "-m", help="Preset name, planner YAML, or HF config.json.")
+]
+ClusterOptional = Annotated[
+    str | None, typer.Option("--cluster", "-c", help="Node template name or cluster YAML.")
+]
+GbsOptional = Annotated[
+    int | None, typer.Option("--global-batch-size", "-b", help="Sequences per optimizer step.")
+]
+SeqOptional = Annotated[int | None, typer.Option("--seq-len", "-s", help="Tokens per sequence.")]
+PlanOpt = Annotated[
+    Path | None,
+    typer.Option("--plan", help="A plan file (from planner search --out) instead of the flags."),
+]
 
 
 def _emit_json(data: dict) -> None:
@@ -88,8 +97,10 @@ def models_list(as_json: JsonOpt = False) -> None:
 
 
 @models_app.command("show")
-def models_show(name: Annotated[str, typer.Argument(help="Preset name, YAML file or HF config.json.")],
-                as_json: JsonOpt = False) -> None:
+def models_show(
+    name: Annotated[str, typer.Argument(help="Preset name, YAML file or HF config.json.")],
+    as_json: JsonOpt = False,
+) -> None:
     """Show one model with its derived parameter counts."""
     from planner.loading import load_model
 
@@ -114,8 +125,9 @@ def hardware_list(as_json: JsonOpt = False) -> None:
 
 
 @hardware_app.command("show")
-def hardware_show(name: Annotated[str, typer.Argument(help="GPU type or node template name.")],
-                  as_json: JsonOpt = False) -> None:
+def hardware_show(
+    name: Annotated[str, typer.Argument(help="GPU type or node template name.")], as_json: JsonOpt = False
+) -> None:
     """Show a GPU type, or a node template with its GPU's fields."""
     from planner.errors import SpecError
     from planner.loading import cluster_template_names, gpu_names, load_gpu, load_template
@@ -123,13 +135,21 @@ def hardware_show(name: Annotated[str, typer.Argument(help="GPU type or node tem
     if name in cluster_template_names():
         t = load_template(name)
         node = dict(t["node"])
-        data = {"name": t["name"], "kind": "cluster_template", "source": t.get("source", ""),
-                "gpus_per_node": node["gpus_per_node"], "node": node, "gpu": api.gpu_dict(load_gpu(node["gpu"]))}
+        data = {
+            "name": t["name"],
+            "kind": "cluster_template",
+            "source": t.get("source", ""),
+            "gpus_per_node": node["gpus_per_node"],
+            "node": node,
+            "gpu": api.gpu_dict(load_gpu(node["gpu"])),
+        }
     elif name in gpu_names():
         data = {"kind": "gpu", **api.gpu_dict(load_gpu(name))}
     else:
-        raise SpecError(f"unknown hardware '{name}'; GPU types: {', '.join(gpu_names())}; "
-                        f"node templates: {', '.join(cluster_template_names())}")
+        raise SpecError(
+            f"unknown hardware '{name}'; GPU types: {', '.join(gpu_names())}; "
+            f"node templates: {', '.join(cluster_template_names())}"
+        )
     if as_json:
         _emit_json(data)
     else:
@@ -137,7 +157,9 @@ def hardware_show(name: Annotated[str, typer.Argument(help="GPU type or node tem
         tables = [render.kv_table(name, flat)]
         if "node" in data:
             tables.append(render.kv_table("node", data["node"]))
-            tables.append(render.kv_table(f"gpu {data['gpu']['name']}", {k: v for k, v in data["gpu"].items()}))
+            tables.append(
+                render.kv_table(f"gpu {data['gpu']['name']}", {k: v for k, v in data["gpu"].items()})
+            )
         else:
             tables[0] = render.kv_table(name, data)
         _print(*tables)
@@ -147,38 +169,89 @@ def hardware_show(name: Annotated[str, typer.Argument(help="GPU type or node tem
 # estimate / timeline / bubbles
 
 
-def _config(tp, pp, cp, ep, vpp, mbs, recompute, recompute_num_layers, sequence_parallel, optimizer_sharding,
-            schedule):
+def _config(
+    tp, pp, cp, ep, vpp, mbs, recompute, recompute_num_layers, sequence_parallel, optimizer_sharding, schedule
+):
     from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES, ParallelConfig
 
     recompute = recompute or "none"
     optimizer_sharding = optimizer_sharding or "distributed"
     vpp = vpp or 1
-    for value, allowed, flag in ((recompute, RECOMPUTE, "--recompute"),
-                                 (optimizer_sharding, OPTIMIZER_SHARDING, "--optimizer-sharding")):
+    for value, allowed, flag in (
+        (recompute, RECOMPUTE, "--recompute"),
+        (optimizer_sharding, OPTIMIZER_SHARDING, "--optimizer-sharding"),
+    ):
         if value not in allowed:
             raise UsageError(f"{flag} {value!r} is not allowed; allowed values: {', '.join(allowed)}")
     if schedule is None:
         schedule = "interleaved" if vpp > 1 else "1f1b"
     if schedule not in SCHEDULES:
         raise UsageError(f"--schedule {schedule!r} is not allowed; allowed values: {', '.join(SCHEDULES)}")
-    return ParallelConfig(tp=tp or 1, pp=pp or 1, cp=cp or 1, ep=ep or 1, vpp=vpp, micro_batch_size=mbs or 1,
-                          recompute=recompute, recompute_num_layers=recompute_num_layers or 0,
-                          sequence_parallel=True if sequence_parallel is None else sequence_parallel,
-                          optimizer_sharding=optimizer_sharding, schedule=schedule)
+    return ParallelConfig(
+        tp=tp or 1,
+        pp=pp or 1,
+        cp=cp or 1,
+        ep=ep or 1,
+        vpp=vpp,
+        micro_batch_size=mbs or 1,
+        recompute=recompute,
+        recompute_num_layers=recompute_num_layers or 0,
+        sequence_parallel=True if sequence_parallel is None else sequence_parallel,
+        optimizer_sharding=optimizer_sharding,
+        schedule=schedule,
+    )
 
 
-def _estimate(model, cluster, nodes, gbs, seq, precision, tp, pp, cp, ep, vpp, mbs, recompute, recompute_num_layers,
-              sequence_parallel, optimizer_sharding, schedule, plan=None):
-    flags = (tp, pp, cp, ep, vpp, mbs, recompute, recompute_num_layers, sequence_parallel, optimizer_sharding,
-             schedule)
+def _estimate(
+    model,
+    cluster,
+    nodes,
+    gbs,
+    seq,
+    precision,
+    tp,
+    pp,
+    cp,
+    ep,
+    vpp,
+    mbs,
+    recompute,
+    recompute_num_layers,
+    sequence_parallel,
+    optimizer_sharding,
+    schedule,
+    plan=None,
+):
+    flags = (
+        tp,
+        pp,
+        cp,
+        ep,
+        vpp,
+        mbs,
+        recompute,
+        recompute_num_layers,
+        sequence_parallel,
+        optimizer_sharding,
+        schedule,
+    )
     if plan is not None:
         if any(x is not None for x in (model, cluster, nodes, gbs, seq)) or any(x is not None for x in flags):
-            raise UsageError("--plan gives the model, cluster, job and configuration; do not combine it with "
-                             "--model/--cluster/--nodes/--global-batch-size/--seq-len or configuration flags")
+            raise UsageError(
+                "--plan gives the model, cluster, job and configuration; do not combine it with "
+                "--model/--cluster/--nodes/--global-batch-size/--seq-len or configuration flags"
+            )
         return api.estimate_plan_file(str(plan))
-    missing = [flag for flag, v in (("--model", model), ("--cluster", cluster), ("--global-batch-size", gbs),
-                                    ("--seq-len", seq)) if v is None]
+    missing = [
+        flag
+        for flag, v in (
+            ("--model", model),
+            ("--cluster", cluster),
+            ("--global-batch-size", gbs),
+            ("--seq-len", seq),
+        )
+        if v is None
+    ]
     if missing:
         raise UsageError(f"missing {', '.join(missing)} (or give --plan FILE)")
     problem = api.load_problem(model, cluster, nodes, gbs, seq, precision)
@@ -186,19 +259,28 @@ def _estimate(model, cluster, nodes, gbs, seq, precision, tp, pp, cp, ep, vpp, m
     return problem, api.estimate_config(problem, config)
 
 
-TpOpt = Annotated[Optional[int], typer.Option("--tp", help="Tensor-parallel degree.")]
-PpOpt = Annotated[Optional[int], typer.Option("--pp", help="Pipeline-parallel degree.")]
-CpOpt = Annotated[Optional[int], typer.Option("--cp", help="Context-parallel degree.")]
-EpOpt = Annotated[Optional[int], typer.Option("--ep", help="Expert-parallel degree.")]
-VppOpt = Annotated[Optional[int], typer.Option("--vpp", help="Virtual pipeline stages per rank (interleaving).")]
-MbsOpt = Annotated[Optional[int], typer.Option("--micro-batch-size", help="Sequences per micro-batch.")]
-RecomputeOpt = Annotated[Optional[str], typer.Option("--recompute", help="none, selective or full.")]
-RecomputeLayersOpt = Annotated[Optional[int], typer.Option("--recompute-num-layers",
-                                                 help="Layers per stage recomputed with full recompute (0 = all).")]
-SpOpt = Annotated[Optional[bool], typer.Option("--sequence-parallel/--no-sequence-parallel", help="Sequence parallelism.")]
-ShardOpt = Annotated[Optional[str], typer.Option("--optimizer-sharding", help="none, distributed, zero2 or full.")]
-ScheduleOpt = Annotated[Optional[str], typer.Option("--schedule",
-                                                    help="1f1b, interleaved, gpipe or zb-h1 (default: by --vpp).")]
+TpOpt = Annotated[int | None, typer.Option("--tp", help="Tensor-parallel degree.")]
+PpOpt = Annotated[int | None, typer.Option("--pp", help="Pipeline-parallel degree.")]
+CpOpt = Annotated[int | None, typer.Option("--cp", help="Context-parallel degree.")]
+EpOpt = Annotated[int | None, typer.Option("--ep", help="Expert-parallel degree.")]
+VppOpt = Annotated[
+    int | None, typer.Option("--vpp", help="Virtual pipeline stages per rank (interleaving).")
+]
+MbsOpt = Annotated[int | None, typer.Option("--micro-batch-size", help="Sequences per micro-batch.")]
+RecomputeOpt = Annotated[str | None, typer.Option("--recompute", help="none, selective or full.")]
+RecomputeLayersOpt = Annotated[
+    int | None,
+    typer.Option("--recompute-num-layers", help="Layers per stage recomputed with full recompute (0 = all)."),
+]
+SpOpt = Annotated[
+    bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Sequence parallelism.")
+]
+ShardOpt = Annotated[
+    str | None, typer.Option("--optimizer-sharding", help="none, distributed, zero2 or full.")
+]
+ScheduleOpt = Annotated[
+    str | None, typer.Option("--schedule", help="1f1b, interleaved, gpipe or zb-h1 (default: by --vpp).")
+]
 
 
 @app.command()
@@ -224,17 +306,37 @@ def estimate(
     as_json: JsonOpt = False,
 ) -> None:
     """Predict step time, throughput, MFU and memory of one configuration."""
-    problem, est = _estimate(model, cluster, nodes, global_batch_size, seq_len, precision, tp, pp, cp, ep, vpp,
-                             micro_batch_size, recompute, recompute_num_layers, sequence_parallel,
-                             optimizer_sharding, schedule, plan)
+    problem, est = _estimate(
+        model,
+        cluster,
+        nodes,
+        global_batch_size,
+        seq_len,
+        precision,
+        tp,
+        pp,
+        cp,
+        ep,
+        vpp,
+        micro_batch_size,
+        recompute,
+        recompute_num_layers,
+        sequence_parallel,
+        optimizer_sharding,
+        schedule,
+        plan,
+    )
     data = api.estimate_dict(problem, est)
     if as_json:
         _emit_json(data)
     else:
         _print(*render.estimate_tables(data))
         if not est.fits:
-            typer.echo(f"warning: does not fit: stage {data['memory']['worst_stage']} needs "
-                       f"{data['memory']['shortfall_bytes'] / 2**30:.1f} GiB more", err=True)
+            typer.echo(
+                f"warning: does not fit: stage {data['memory']['worst_stage']} needs "
+                f"{data['memory']['shortfall_bytes'] / 2**30:.1f} GiB more",
+                err=True,
+            )
 
 
 @app.command()
@@ -257,41 +359,66 @@ def timeline(
     schedule: ScheduleOpt = None,
     precision: PrecisionOpt = "bf16",
     plan: PlanOpt = None,
-    svg: Annotated[Optional[Path], typer.Option("--svg", help="Write the timeline as an SVG file.")] = None,
+    svg: Annotated[Path | None, typer.Option("--svg", help="Write the timeline as an SVG file.")] = None,
     width: Annotated[int, typer.Option("--width", help="Characters per row of the terminal chart.")] = 100,
     as_json: JsonOpt = False,
 ) -> None:
     """Draw the per-stage pipeline schedule (terminal Gantt chart, optional SVG)."""
-    problem, est = _estimate(model, cluster, nodes, global_batch_size, seq_len, precision, tp, pp, cp, ep, vpp,
-                             micro_batch_size, recompute, recompute_num_layers, sequence_parallel,
-                             optimizer_sharding, schedule, plan)
+    problem, est = _estimate(
+        model,
+        cluster,
+        nodes,
+        global_batch_size,
+        seq_len,
+        precision,
+        tp,
+        pp,
+        cp,
+        ep,
+        vpp,
+        micro_batch_size,
+        recompute,
+        recompute_num_layers,
+        sequence_parallel,
+        optimizer_sharding,
+        schedule,
+        plan,
+    )
     tl = est.timeline
     title = f"{problem.model.name} {est.config.schedule} p={est.config.pp} m={est.num_microbatches}"
     if svg is not None:
         _write_new_or_replace(svg, render.timeline_svg(tl, title))
         typer.echo(f"wrote {svg}", err=True)
     if as_json:
-        _emit_json({
-            "schema_version": api.SCHEMA_VERSION,
-            "makespan_s": tl.makespan_s,
-            "step_time_s": est.step_time_s,
-            "bubble_fraction": tl.bubble_fraction(),
-            "stages": [
-                {
-                    "stage": r,
-                    "busy_s": tl.busy_s(r),
-                    "idle_s": tl.idle_s(r),
-                    "peak_inflight_microbatches": est.stages[r].memory.peak_inflight_microbatches,
-                    "ops": [
-                        {"op": tl.op_name(r, i), "start_s": float(tl.start_s[r][i]), "end_s": float(tl.end_s[r][i])}
-                        for i in range(len(tl.kind[r]))
-                    ],
-                }
-                for r in range(tl.num_stages)
-            ],
-        })
+        _emit_json(
+            {
+                "schema_version": api.SCHEMA_VERSION,
+                "makespan_s": tl.makespan_s,
+                "step_time_s": est.step_time_s,
+                "bubble_fraction": tl.bubble_fraction(),
+                "stages": [
+                    {
+                        "stage": r,
+                        "busy_s": tl.busy_s(r),
+                        "idle_s": tl.idle_s(r),
+                        "peak_inflight_microbatches": est.stages[r].memory.peak_inflight_microbatches,
+                        "ops": [
+                            {
+                                "op": tl.op_name(r, i),
+                                "start_s": float(tl.start_s[r][i]),
+                                "end_s": float(tl.end_s[r][i]),
+                            }
+                            for i in range(len(tl.kind[r]))
+                        ],
+                    }
+                    for r in range(tl.num_stages)
+                ],
+            }
+        )
     else:
-        sys.stdout.write(title + f"  (pipeline {tl.makespan_s:.3f} s, bubble {100 * tl.bubble_fraction():.1f}%)\n")
+        sys.stdout.write(
+            title + f"  (pipeline {tl.makespan_s:.3f} s, bubble {100 * tl.bubble_fraction():.1f}%)\n"
+        )
         sys.stdout.write("\n".join(render.gantt_lines(tl, width=width)) + "\n")
 
 
@@ -315,23 +442,56 @@ def bubbles(
     schedule: ScheduleOpt = None,
     precision: PrecisionOpt = "bf16",
     plan: PlanOpt = None,
-    fill_job: Annotated[Optional[Path], typer.Option("--fill-job", help="Fill-job YAML to pack into the bubbles.")] = None,
-    switch_overhead: Annotated[float, typer.Option("--switch-overhead-s", help="Context switch in+out, seconds.")] = 0.002,
-    safety_margin: Annotated[float, typer.Option("--safety-margin", help="Fraction of each window kept free.")] = 0.05,
-    min_slice: Annotated[float, typer.Option("--min-slice-s", help="Shortest usable window, seconds.")] = 0.005,
-    max_slowdown: Annotated[float, typer.Option("--max-slowdown", help="Bound on the main job's slowdown.")] = 0.02,
+    fill_job: Annotated[
+        Path | None, typer.Option("--fill-job", help="Fill-job YAML to pack into the bubbles.")
+    ] = None,
+    switch_overhead: Annotated[
+        float, typer.Option("--switch-overhead-s", help="Context switch in+out, seconds.")
+    ] = 0.002,
+    safety_margin: Annotated[
+        float, typer.Option("--safety-margin", help="Fraction of each window kept free.")
+    ] = 0.05,
+    min_slice: Annotated[
+        float, typer.Option("--min-slice-s", help="Shortest usable window, seconds.")
+    ] = 0.005,
+    max_slowdown: Annotated[
+        float, typer.Option("--max-slowdown", help="Bound on the main job's slowdown.")
+    ] = 0.02,
     as_json: JsonOpt = False,
 ) -> None:
     """Report every idle window of every pipeline stage (PipeFill bubble-fill budget)."""
     from planner import bubbles as bub
 
     if not (0 <= safety_margin < 1) or switch_overhead < 0 or min_slice < 0:
-        raise UsageError("--safety-margin must be in [0, 1); --switch-overhead-s and --min-slice-s must be >= 0")
-    problem, est = _estimate(model, cluster, nodes, global_batch_size, seq_len, precision, tp, pp, cp, ep, vpp,
-                             micro_batch_size, recompute, recompute_num_layers, sequence_parallel,
-                             optimizer_sharding, schedule, plan)
-    b = bub.budget(est, bub.Assumptions(switch_overhead_s=switch_overhead, safety_margin=safety_margin,
-                                        min_slice_s=min_slice))
+        raise UsageError(
+            "--safety-margin must be in [0, 1); --switch-overhead-s and --min-slice-s must be >= 0"
+        )
+    problem, est = _estimate(
+        model,
+        cluster,
+        nodes,
+        global_batch_size,
+        seq_len,
+        precision,
+        tp,
+        pp,
+        cp,
+        ep,
+        vpp,
+        micro_batch_size,
+        recompute,
+        recompute_num_layers,
+        sequence_parallel,
+        optimizer_sharding,
+        schedule,
+        plan,
+    )
+    b = bub.budget(
+        est,
+        bub.Assumptions(
+            switch_overhead_s=switch_overhead, safety_margin=safety_margin, min_slice_s=min_slice
+        ),
+    )
     data = {"schema_version": api.SCHEMA_VERSION, "planner_version": __version__, **bub.budget_dict(b)}
     if fill_job is not None:
         data["fill"] = bub.fill_dict(bub.fit_fill_job(b, bub.load_fill_job(str(fill_job)), max_slowdown))
@@ -341,7 +501,7 @@ def bubbles(
         _print(*render.budget_tables(data))
 
 
-def _ints(text: Optional[str], flag: str) -> Optional[tuple[int, ...]]:
+def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
@@ -353,7 +513,7 @@ def _ints(text: Optional[str], flag: str) -> Optional[tuple[int, ...]]:
     return values
 
 
-def _words(text: Optional[str], flag: str, allowed: tuple[str, ...]) -> Optional[tuple[str, ...]]:
+def _words(text: str | None, flag: str, allowed: tuple[str, ...]) -> tuple[str, ...] | None:
     if text is None:
         return None
     values = tuple(x.strip() for x in text.split(",") if x.strip())
@@ -375,27 +535,42 @@ def search(
     nodes: NodesOpt = None,
     precision: PrecisionOpt = "bf16",
     top: Annotated[int, typer.Option("--top", "-k", help="How many plans to return.")] = 5,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the best plan (.yaml or .json).")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Write the best plan (.yaml or .json).")
+    ] = None,
     tp: Annotated[ListOpt, typer.Option("--tp", help="Allowed tp degrees, e.g. 4,8.")] = None,
     pp: Annotated[ListOpt, typer.Option("--pp", help="Allowed pp degrees.")] = None,
     cp: Annotated[ListOpt, typer.Option("--cp", help="Allowed cp degrees.")] = None,
     ep: Annotated[ListOpt, typer.Option("--ep", help="Allowed ep degrees.")] = None,
     vpp: Annotated[ListOpt, typer.Option("--vpp", help="Allowed virtual stages per rank (1 = none).")] = None,
-    micro_batch_size: Annotated[ListOpt, typer.Option("--micro-batch-size", help="Allowed micro-batch sizes.")] = None,
+    micro_batch_size: Annotated[
+        ListOpt, typer.Option("--micro-batch-size", help="Allowed micro-batch sizes.")
+    ] = None,
     recompute: Annotated[ListOpt, typer.Option("--recompute", help="Allowed: none, selective, full.")] = None,
     no_recompute: Annotated[bool, typer.Option("--no-recompute", help="Same as --recompute none.")] = False,
-    optimizer_sharding: Annotated[ListOpt, typer.Option("--optimizer-sharding",
-                                                        help="Allowed: none, distributed, zero2, full.")] = None,
-    schedule: Annotated[ListOpt, typer.Option("--schedule", help="Allowed: 1f1b, interleaved, gpipe, zb-h1.")] = None,
+    optimizer_sharding: Annotated[
+        ListOpt, typer.Option("--optimizer-sharding", help="Allowed: none, distributed, zero2, full.")
+    ] = None,
+    schedule: Annotated[
+        ListOpt, typer.Option("--schedule", help="Allowed: 1f1b, interleaved, gpipe, zb-h1.")
+    ] = None,
     sequence_parallel: SpOpt = None,
-    max_tp: Annotated[Optional[int], typer.Option("--max-tp", help="Largest tp degree.")] = None,
-    max_pp: Annotated[Optional[int], typer.Option("--max-pp", help="Largest pp degree.")] = None,
+    max_tp: Annotated[int | None, typer.Option("--max-tp", help="Largest tp degree.")] = None,
+    max_pp: Annotated[int | None, typer.Option("--max-pp", help="Largest pp degree.")] = None,
     max_micro_batch_size: Annotated[int, typer.Option("--max-micro-batch-size")] = 16,
-    allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp",
-                                                      help="Let tp groups leave the NVLink domain.")] = False,
-    even_partitions: Annotated[bool, typer.Option("--even-partitions",
-                                                  help="Only Megatron's default even layer split.")] = False,
-    explain_flag: Annotated[bool, typer.Option("--explain", help="Say why the leading alternatives lost.")] = False,
+    allow_cross_node_tp: Annotated[
+        bool, typer.Option("--allow-cross-node-tp", help="Let tp groups leave the NVLink domain.")
+    ] = False,
+    even_partitions: Annotated[
+        bool, typer.Option("--even-partitions", help="Only Megatron's default even layer split.")
+    ] = False,
+    headroom_gib: Annotated[
+        float,
+        typer.Option("--headroom-gib", help="Memory each GPU must keep free beyond the modelled reserve."),
+    ] = 2.0,
+    explain_flag: Annotated[
+        bool, typer.Option("--explain", help="Say why the leading alternatives lost.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Find the fastest plans that fit in memory (the main job)."""
@@ -407,18 +582,30 @@ def search(
 
     if top < 1:
         raise UsageError("--top must be at least 1")
+    if headroom_gib < 0:
+        raise UsageError("--headroom-gib must not be negative")
     rec = _words(recompute, "--recompute", RECOMPUTE)
     if no_recompute:
         if rec not in (None, ("none",)):
             raise UsageError("--no-recompute contradicts --recompute")
         rec = ("none",)
     restrictions = Restrictions(
-        tp=_ints(tp, "--tp"), pp=_ints(pp, "--pp"), cp=_ints(cp, "--cp"), ep=_ints(ep, "--ep"),
-        vpp=_ints(vpp, "--vpp"), micro_batch_size=_ints(micro_batch_size, "--micro-batch-size"), recompute=rec,
+        tp=_ints(tp, "--tp"),
+        pp=_ints(pp, "--pp"),
+        cp=_ints(cp, "--cp"),
+        ep=_ints(ep, "--ep"),
+        vpp=_ints(vpp, "--vpp"),
+        micro_batch_size=_ints(micro_batch_size, "--micro-batch-size"),
+        recompute=rec,
         optimizer_sharding=_words(optimizer_sharding, "--optimizer-sharding", OPTIMIZER_SHARDING),
-        schedule=_words(schedule, "--schedule", SCHEDULES), sequence_parallel=sequence_parallel, max_tp=max_tp,
-        max_pp=max_pp, max_micro_batch_size=max_micro_batch_size, allow_cross_node_tp=allow_cross_node_tp,
+        schedule=_words(schedule, "--schedule", SCHEDULES),
+        sequence_parallel=sequence_parallel,
+        max_tp=max_tp,
+        max_pp=max_pp,
+        max_micro_batch_size=max_micro_batch_size,
+        allow_cross_node_tp=allow_cross_node_tp,
         uneven_partitions=not even_partitions,
+        memory_headroom_bytes=headroom_gib * 2**30,
     )
     problem = api.load_problem(model, cluster, nodes, global_batch_size, seq_len, precision)
     progress = None
@@ -446,8 +633,11 @@ def search(
         best = result.plans[0]
         budget = bub.budget_dict(bub.budget(best.estimate))
         est_dict = api.estimate_dict(api.Problem(problem.model, best.cluster, problem.job), best.estimate)
-        predictions = {k: v for k, v in est_dict.items() if k not in ("model", "cluster", "job", "config",
-                                                                       "schema_version", "planner_version")}
+        predictions = {
+            k: v
+            for k, v in est_dict.items()
+            if k not in ("model", "cluster", "job", "config", "schema_version", "planner_version")
+        }
         write_plan(out, plan_document(api.plan_inputs(problem, best), predictions, budget))
         typer.echo(f"wrote {out}", err=True)
     if as_json:
@@ -463,8 +653,9 @@ app.add_typer(export_app, name="export")
 @export_app.command("megatron")
 def export_megatron(
     plan: Annotated[Path, typer.Argument(help="Plan file from planner search --out.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for megatron_args.txt and the launch script.")] = Path(
-        "megatron_launch"),
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Directory for megatron_args.txt and the launch script.")
+    ] = Path("megatron_launch"),
     launcher: Annotated[str, typer.Option("--launcher", help="torchrun or slurm.")] = "torchrun",
     force: Annotated[bool, typer.Option("--force", help="Replace existing files in --out.")] = False,
     as_json: JsonOpt = False,
@@ -496,8 +687,13 @@ def export_megatron(
         _write_new_or_replace(path, text)
     (out / f"launch_{launcher}.sh").chmod(0o755)
     if as_json:
-        _emit_json({"files": sorted(str(f) for f in files), "args": [[f, v] for f, v in args],
-                    "world_size": gpn * nodes})
+        _emit_json(
+            {
+                "files": sorted(str(f) for f in files),
+                "args": [[f, v] for f, v in args],
+                "world_size": gpn * nodes,
+            }
+        )
     else:
         for f in sorted(files):
             typer.echo(f"wrote {f}", err=True)
@@ -508,9 +704,15 @@ def check(
     configs: Annotated[list[Path], typer.Argument(help="Plan files or Megatron-LM args/launch files.")],
     cluster: ClusterOpt,
     nodes: NodesOpt = None,
-    headroom_gib: Annotated[float, typer.Option("--headroom-gib", help="Memory that must stay free per GPU.")] = 0.0,
-    max_slowdown: Annotated[Optional[float], typer.Option(
-        "--max-slowdown", help="Fail when slower than the best plan found by more than this fraction.")] = None,
+    headroom_gib: Annotated[
+        float, typer.Option("--headroom-gib", help="Memory that must stay free per GPU.")
+    ] = 0.0,
+    max_slowdown: Annotated[
+        float | None,
+        typer.Option(
+            "--max-slowdown", help="Fail when slower than the best plan found by more than this fraction."
+        ),
+    ] = None,
     fmt: Annotated[str, typer.Option("--format", help="text or github (Actions annotations).")] = "text",
     as_json: JsonOpt = False,
 ) -> None:
@@ -525,8 +727,13 @@ def check(
     spec = load_cluster(cluster, nodes)
     verdicts = [check_file(str(p), spec, headroom_gib * 2**30, max_slowdown) for p in configs]
     if as_json:
-        _emit_json({"schema_version": api.SCHEMA_VERSION, "passed": all(v.passed for v in verdicts),
-                    "configs": [verdict_dict(v) for v in verdicts]})
+        _emit_json(
+            {
+                "schema_version": api.SCHEMA_VERSION,
+                "passed": all(v.passed for v in verdicts),
+                "configs": [verdict_dict(v) for v in verdicts],
+            }
+        )
     elif fmt == "github":
         for v in verdicts:
             sys.stdout.write("\n".join(github_lines(v)) + "\n")

@@ -47,7 +47,9 @@ class Reader:
     def _key(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
 
-    def get(self, key: str, kind: type | tuple, default: Any = _MISSING, *, choices=None, positive=False) -> Any:
+    def get(
+        self, key: str, kind: type | tuple, default: Any = _MISSING, *, choices=None, positive=False
+    ) -> Any:
         """Return ``data[key]`` checked against ``kind``, ``choices`` and positivity."""
         self.used.add(key)
         if key not in self.data or self.data[key] is None:
@@ -91,8 +93,17 @@ class Reader:
 
 
 def _names(kinds: tuple) -> str:
-    return " or ".join({int: "an integer", float: "a number", str: "a string", bool: "true/false",
-                        list: "a list", dict: "a mapping"}.get(k, k.__name__) for k in kinds)
+    return " or ".join(
+        {
+            int: "an integer",
+            float: "a number",
+            str: "a string",
+            bool: "true/false",
+            list: "a list",
+            dict: "a mapping",
+        }.get(k, k.__name__)
+        for k in kinds
+    )
 
 
 def read_document(path: Path) -> dict:
@@ -109,7 +120,9 @@ def read_document(path: Path) -> dict:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         detail = getattr(exc, "problem", None) or getattr(exc, "msg", None) or str(exc).splitlines()[0]
-        raise SpecError(f"{path}: malformed {'JSON' if path.suffix == '.json' else 'YAML'}{where}: {detail}") from None
+        raise SpecError(
+            f"{path}: malformed {'JSON' if path.suffix == '.json' else 'YAML'}{where}: {detail}"
+        ) from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping at the top level")
     return data
@@ -149,7 +162,9 @@ def model_from_mapping(data: dict, where: str) -> ModelSpec:
         max_position_embeddings=r.get("max_position_embeddings", int, positive=True),
         activation=r.get("activation", str, "gelu", choices=ACTIVATIONS),
         normalization=r.get("normalization", str, "layernorm", choices=NORMALIZATIONS),
-        position_embedding_type=r.get("position_embedding_type", str, "learned_absolute", choices=POSITION_EMBEDDINGS),
+        position_embedding_type=r.get(
+            "position_embedding_type", str, "learned_absolute", choices=POSITION_EMBEDDINGS
+        ),
         untie_embeddings_and_output_weights=r.get("untie_embeddings_and_output_weights", bool, False),
         add_bias_linear=r.get("add_bias_linear", bool, True),
         add_qkv_bias=r.get("add_qkv_bias", bool, False),
@@ -174,7 +189,9 @@ def validate_model(m: ModelSpec, where: str) -> None:
             f"num_query_groups ({m.num_query_groups})"
         )
     if m.num_experts and not (1 <= m.moe_router_topk <= m.num_experts):
-        raise SpecError(f"{where}: moe_router_topk ({m.moe_router_topk}) must be in 1..num_experts ({m.num_experts})")
+        raise SpecError(
+            f"{where}: moe_router_topk ({m.moe_router_topk}) must be in 1..num_experts ({m.num_experts})"
+        )
     if not m.num_experts and m.moe_router_topk:
         raise SpecError(f"{where}: moe_router_topk is set but num_experts is 0")
 
@@ -197,7 +214,18 @@ def load_hf_config(path: Path) -> ModelSpec:
                 return data[k]
         raise SpecError(f"{where}: missing required key '{key}' for model_type '{mt}'")
 
-    llama_like = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "nemotron"}
+    llama_like = {
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "gemma",
+        "gemma2",
+        "nemotron",
+    }
     if mt in llama_like:
         hidden = need("hidden_size")
         heads = need("num_attention_heads")
@@ -226,33 +254,55 @@ def load_hf_config(path: Path) -> ModelSpec:
             qk_layernorm=mt in ("qwen3", "qwen3_moe"),
         )
         if mt == "mixtral":
-            kwargs.update(num_experts=need("num_local_experts"), moe_router_topk=need("num_experts_per_tok"),
-                          moe_ffn_hidden_size=need("intermediate_size"))
+            kwargs.update(
+                num_experts=need("num_local_experts"),
+                moe_router_topk=need("num_experts_per_tok"),
+                moe_ffn_hidden_size=need("intermediate_size"),
+            )
         elif mt in ("qwen2_moe", "qwen3_moe"):
-            kwargs.update(num_experts=need("num_experts"), moe_router_topk=need("num_experts_per_tok"),
-                          moe_ffn_hidden_size=need("moe_intermediate_size"),
-                          moe_layer_freq=data.get("decoder_sparse_step") or 1,
-                          moe_shared_expert_intermediate_size=data.get("shared_expert_intermediate_size") or 0)
+            kwargs.update(
+                num_experts=need("num_experts"),
+                moe_router_topk=need("num_experts_per_tok"),
+                moe_ffn_hidden_size=need("moe_intermediate_size"),
+                moe_layer_freq=data.get("decoder_sparse_step") or 1,
+                moe_shared_expert_intermediate_size=data.get("shared_expert_intermediate_size") or 0,
+            )
     elif mt == "gpt2":
         hidden = need("n_embd", "hidden_size")
         kwargs = dict(
-            name=name, num_layers=need("n_layer", "num_hidden_layers"), hidden_size=hidden,
-            ffn_hidden_size=data.get("n_inner") or 4 * hidden, num_attention_heads=need("n_head"),
-            num_query_groups=need("n_head"), kv_channels=hidden // need("n_head"), vocab_size=need("vocab_size"),
-            max_position_embeddings=need("n_positions", "n_ctx"), activation="gelu", normalization="layernorm",
-            position_embedding_type="learned_absolute", untie_embeddings_and_output_weights=False,
+            name=name,
+            num_layers=need("n_layer", "num_hidden_layers"),
+            hidden_size=hidden,
+            ffn_hidden_size=data.get("n_inner") or 4 * hidden,
+            num_attention_heads=need("n_head"),
+            num_query_groups=need("n_head"),
+            kv_channels=hidden // need("n_head"),
+            vocab_size=need("vocab_size"),
+            max_position_embeddings=need("n_positions", "n_ctx"),
+            activation="gelu",
+            normalization="layernorm",
+            position_embedding_type="learned_absolute",
+            untie_embeddings_and_output_weights=False,
             add_bias_linear=True,
         )
     elif mt == "gpt_neox":
         hidden = need("hidden_size")
         heads = need("num_attention_heads")
         kwargs = dict(
-            name=name, num_layers=need("num_hidden_layers"), hidden_size=hidden,
-            ffn_hidden_size=need("intermediate_size"), num_attention_heads=heads, num_query_groups=heads,
-            kv_channels=hidden // heads, vocab_size=need("vocab_size"),
-            max_position_embeddings=need("max_position_embeddings"), activation="gelu", normalization="layernorm",
+            name=name,
+            num_layers=need("num_hidden_layers"),
+            hidden_size=hidden,
+            ffn_hidden_size=need("intermediate_size"),
+            num_attention_heads=heads,
+            num_query_groups=heads,
+            kv_channels=hidden // heads,
+            vocab_size=need("vocab_size"),
+            max_position_embeddings=need("max_position_embeddings"),
+            activation="gelu",
+            normalization="layernorm",
             position_embedding_type="rope",
-            untie_embeddings_and_output_weights=not data.get("tie_word_embeddings", False), add_bias_linear=True,
+            untie_embeddings_and_output_weights=not data.get("tie_word_embeddings", False),
+            add_bias_linear=True,
         )
     else:
         supported = "gemma, gemma2, gpt2, gpt_neox, llama, mistral, mixtral, nemotron, qwen2, qwen2_moe, qwen3, qwen3_moe"
@@ -269,7 +319,11 @@ def load_hf_config(path: Path) -> ModelSpec:
 
 def _preset_files(package: str, folder: str) -> dict[str, Any]:
     base = resources.files(package).joinpath(folder)
-    return {p.name[: -len(".yaml")]: p for p in sorted(base.iterdir(), key=lambda p: p.name) if p.name.endswith(".yaml")}
+    return {
+        p.name[: -len(".yaml")]: p
+        for p in sorted(base.iterdir(), key=lambda p: p.name)
+        if p.name.endswith(".yaml")
+    }
 
 
 def model_preset_names() -> list[str]:
@@ -350,8 +404,15 @@ def load_gpu(name_or_path: str) -> GPUSpec:
 
 
 _NODE_KEYS = (
-    "gpu", "gpus_per_node", "nvlink_domain_size", "intra_node_bandwidth_gb_per_s", "intra_node_latency_us",
-    "inter_node_bandwidth_gb_per_s", "inter_node_latency_us", "intra_node_efficiency", "inter_node_efficiency",
+    "gpu",
+    "gpus_per_node",
+    "nvlink_domain_size",
+    "intra_node_bandwidth_gb_per_s",
+    "intra_node_latency_us",
+    "inter_node_bandwidth_gb_per_s",
+    "inter_node_latency_us",
+    "intra_node_efficiency",
+    "inter_node_efficiency",
 )
 
 
@@ -373,7 +434,9 @@ def _node_group(r: Reader, num_nodes: int, base: dict | None = None) -> NodeGrou
         gpu=gpu,
         num_nodes=num_nodes,
         gpus_per_node=gpus_per_node,
-        nvlink_domain_size=r.get("nvlink_domain_size", int, base.get("nvlink_domain_size", gpus_per_node), positive=True),
+        nvlink_domain_size=r.get(
+            "nvlink_domain_size", int, base.get("nvlink_domain_size", gpus_per_node), positive=True
+        ),
         intra_node_bandwidth_bytes_per_s=field("intra_node_bandwidth_gb_per_s", float, positive=True) * GB,
         intra_node_latency_s=field("intra_node_latency_us", float) * 1e-6,
         inter_node_bandwidth_bytes_per_s=field("inter_node_bandwidth_gb_per_s", float, positive=True) * GB,
@@ -420,7 +483,9 @@ def load_cluster(name_or_path: str, nodes: int | None = None) -> ClusterSpec:
         return ClusterSpec(name=name_or_path, groups=(group,))
     path = Path(name_or_path)
     if not path.exists():
-        raise SpecError(f"unknown cluster '{name_or_path}': not a template and no such file; templates: {', '.join(sorted(files))}")
+        raise SpecError(
+            f"unknown cluster '{name_or_path}': not a template and no such file; templates: {', '.join(sorted(files))}"
+        )
     if nodes is not None:
         raise SpecError(f"{path}: a cluster file gives num_nodes per group; do not pass --nodes")
     return cluster_from_mapping(read_document(path), str(path), path.stem)
@@ -490,10 +555,14 @@ def make_job(
     if seq_length <= 0:
         raise SpecError(f"{where}: seq_length must be positive, got {seq_length}")
     if precision not in PRECISIONS:
-        raise SpecError(f"{where}: precision {precision!r} is not allowed; allowed values: {', '.join(PRECISIONS)}")
+        raise SpecError(
+            f"{where}: precision {precision!r} is not allowed; allowed values: {', '.join(PRECISIONS)}"
+        )
     for key in ("grad_dtype", "master_dtype"):
         if key in kwargs and kwargs[key] not in DTYPES:
-            raise SpecError(f"{where}: {key} {kwargs[key]!r} is not allowed; allowed values: {', '.join(DTYPES)}")
+            raise SpecError(
+                f"{where}: {key} {kwargs[key]!r} is not allowed; allowed values: {', '.join(DTYPES)}"
+            )
     return JobSpec(global_batch_size=global_batch_size, seq_length=seq_length, precision=precision, **kwargs)
 
 
@@ -513,4 +582,3 @@ def job_from_mapping(data: dict, where: str) -> JobSpec:
     )
     r.done()
     return job
-

@@ -73,10 +73,16 @@ class StageModel:
 
     def memory(self, n: int) -> float:
         k = min(n, self.recompute_layers)
-        act = self.inflight * (self.act_per_layer_bytes * (n - k) + self.ckpt_per_layer_bytes * k + self.extra_act_bytes)
+        act = self.inflight * (
+            self.act_per_layer_bytes * (n - k) + self.ckpt_per_layer_bytes * k + self.extra_act_bytes
+        )
         transient = self.transient_bytes if k else 0.0
-        return (self.static_per_layer_bytes * n + self.extra_static_bytes + self.reserve_bytes
-                + (act + transient) * (1.0 + self.fragmentation))
+        return (
+            self.static_per_layer_bytes * n
+            + self.extra_static_bytes
+            + self.reserve_bytes
+            + (act + transient) * (1.0 + self.fragmentation)
+        )
 
     def max_layers(self, limit: int) -> int:
         """Most layers (<= limit) that fit in memory; 0 when not even one does."""
@@ -104,7 +110,9 @@ TIE_RTOL = 1e-9
 """Objective values this close are ties, broken by the lexicographically smaller layer tuple."""
 
 
-def better(value: float, layers: tuple[int, ...], best_value: float, best_layers: tuple[int, ...] | None) -> bool:
+def better(
+    value: float, layers: tuple[int, ...], best_value: float, best_layers: tuple[int, ...] | None
+) -> bool:
     """Whether (value, layers) beats the incumbent under the shared tie rule."""
     if best_layers is None:
         return value < INF
@@ -133,7 +141,9 @@ def brute_force_partition(stages: list[StageModel], num_layers: int, m: int) -> 
         bounds = (0, *cuts, num_layers)
         layers = tuple(b - a for a, b in zip(bounds, bounds[1:]))
         value = objective(stages, layers, m)
-        if value < INF and better(value, layers, best.objective_s if best else INF, best.layers if best else None):
+        if value < INF and better(
+            value, layers, best.objective_s if best else INF, best.layers if best else None
+        ):
             best = Partition(layers, value)
     return best
 
@@ -155,7 +165,9 @@ def dp_partition(stages: list[StageModel], num_layers: int, m: int) -> Partition
     if _constant_sum(stages, L):
         return _bottleneck_partition(stages, L, m, caps)
     n = np.arange(L + 1)
-    times = [np.array([st.time(int(k)) if 1 <= k <= caps[i] else INF for k in n]) for i, st in enumerate(stages)]
+    times = [
+        np.array([st.time(int(k)) if 1 <= k <= caps[i] else INF for k in n]) for i, st in enumerate(stages)
+    ]
     candidates = np.unique(np.concatenate([t[np.isfinite(t)] for t in times]))
     floor_sum = _min_sum(times, L, INF)[0]
     if not np.isfinite(floor_sum):
@@ -177,6 +189,7 @@ def dp_partition(stages: list[StageModel], num_layers: int, m: int) -> Partition
 
 def _constant_sum(stages: list[StageModel], L: int) -> bool:
     """Whether sum_i tau_i is the same for every partition (identical per-layer cost everywhere)."""
+
     def per_layer(st: StageModel) -> float | None:
         if st.recompute_layers == 0:
             return st.layer_s
@@ -221,7 +234,7 @@ def _bottleneck_partition(stages: list[StageModel], L: int, m: int, caps: list[i
     lim = limits(candidates[lo] if m > 1 else candidates[-1])
     layers, remaining = [], L
     for i in range(p):
-        rest = sum(lim[i + 1:])
+        rest = sum(lim[i + 1 :])
         n = max(1, remaining - rest)
         layers.append(n)
         remaining -= n

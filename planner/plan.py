@@ -30,10 +30,26 @@ from planner.loading import (
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 MODEL_FIELDS = (
-    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
-    "vocab_size", "max_position_embeddings", "activation", "normalization", "position_embedding_type",
-    "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias", "qk_layernorm", "num_experts",
-    "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq",
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "num_query_groups",
+    "kv_channels",
+    "vocab_size",
+    "max_position_embeddings",
+    "activation",
+    "normalization",
+    "position_embedding_type",
+    "untie_embeddings_and_output_weights",
+    "add_bias_linear",
+    "add_qkv_bias",
+    "qk_layernorm",
+    "num_experts",
+    "moe_router_topk",
+    "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size",
+    "moe_layer_freq",
     "moe_expert_capacity_factor",
 )
 
@@ -57,10 +73,19 @@ def model_to_mapping(m: ModelSpec) -> dict:
 
 def config_to_mapping(c: ParallelConfig) -> dict:
     return {
-        "tp": c.tp, "pp": c.pp, "dp": c.dp, "cp": c.cp, "ep": c.ep, "etp": c.expert_tp, "vpp": c.vpp,
-        "micro_batch_size": c.micro_batch_size, "recompute": c.recompute,
-        "recompute_num_layers": c.recompute_num_layers, "sequence_parallel": c.sp,
-        "optimizer_sharding": c.optimizer_sharding, "schedule": c.schedule,
+        "tp": c.tp,
+        "pp": c.pp,
+        "dp": c.dp,
+        "cp": c.cp,
+        "ep": c.ep,
+        "etp": c.expert_tp,
+        "vpp": c.vpp,
+        "micro_batch_size": c.micro_batch_size,
+        "recompute": c.recompute,
+        "recompute_num_layers": c.recompute_num_layers,
+        "sequence_parallel": c.sp,
+        "optimizer_sharding": c.optimizer_sharding,
+        "schedule": c.schedule,
         "layers_per_stage": list(c.layers_per_stage),
     }
 
@@ -68,9 +93,14 @@ def config_to_mapping(c: ParallelConfig) -> dict:
 def config_from_mapping(data: dict, where: str) -> ParallelConfig:
     r = Reader(data, where, "config")
     c = ParallelConfig(
-        tp=r.get("tp", int, positive=True), pp=r.get("pp", int, positive=True), dp=r.get("dp", int, positive=True),
-        cp=r.get("cp", int, 1, positive=True), ep=r.get("ep", int, 1, positive=True), etp=r.get("etp", int, 0),
-        vpp=r.get("vpp", int, 1, positive=True), micro_batch_size=r.get("micro_batch_size", int, positive=True),
+        tp=r.get("tp", int, positive=True),
+        pp=r.get("pp", int, positive=True),
+        dp=r.get("dp", int, positive=True),
+        cp=r.get("cp", int, 1, positive=True),
+        ep=r.get("ep", int, 1, positive=True),
+        etp=r.get("etp", int, 0),
+        vpp=r.get("vpp", int, 1, positive=True),
+        micro_batch_size=r.get("micro_batch_size", int, positive=True),
         recompute=r.get("recompute", str, "none", choices=RECOMPUTE),
         recompute_num_layers=r.get("recompute_num_layers", int, 0),
         sequence_parallel=r.get("sequence_parallel", bool, True),
@@ -93,9 +123,12 @@ def plan_document(inputs: PlanInputs, predictions: dict, budget: dict | None) ->
         "model": model_to_mapping(inputs.model),
         "cluster": cluster_to_mapping(inputs.cluster),
         "job": {
-            "global_batch_size": inputs.job.global_batch_size, "seq_length": inputs.job.seq_length,
-            "precision": inputs.job.precision, "optimizer": inputs.job.optimizer,
-            "grad_dtype": inputs.job.grad_dtype, "master_dtype": inputs.job.master_dtype,
+            "global_batch_size": inputs.job.global_batch_size,
+            "seq_length": inputs.job.seq_length,
+            "precision": inputs.job.precision,
+            "optimizer": inputs.job.optimizer,
+            "grad_dtype": inputs.job.grad_dtype,
+            "master_dtype": inputs.job.master_dtype,
             "overlap_grad_reduce": inputs.job.overlap_grad_reduce,
             "overlap_param_gather": inputs.job.overlap_param_gather,
         },
@@ -113,8 +146,11 @@ def write_plan(path: Path, doc: dict) -> None:
     suffix = path.suffix.lower()
     if suffix not in (".yaml", ".yml", ".json"):
         raise SpecError(f"{path}: plan files end in .yaml, .yml or .json")
-    text = json.dumps(doc, indent=2, sort_keys=True) + "\n" if suffix == ".json" else yaml.safe_dump(
-        doc, sort_keys=True, default_flow_style=False, width=100)
+    text = (
+        json.dumps(doc, indent=2, sort_keys=True) + "\n"
+        if suffix == ".json"
+        else yaml.safe_dump(doc, sort_keys=True, default_flow_style=False, width=100)
+    )
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         tmp.write_text(text)

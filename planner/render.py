@@ -34,8 +34,12 @@ def models_table(rows: list[dict]) -> Table:
         t.add_column(col, justify="left" if col == "name" else "right")
     for r in rows:
         t.add_row(
-            r["name"], str(r["num_layers"]), str(r["hidden_size"]), str(r["num_attention_heads"]),
-            str(r["num_query_groups"]), f"{r['params_total'] / 1e9:.2f}",
+            r["name"],
+            str(r["num_layers"]),
+            str(r["hidden_size"]),
+            str(r["num_attention_heads"]),
+            str(r["num_query_groups"]),
+            f"{r['params_total'] / 1e9:.2f}",
             f"{r.get('params_active', r['params_total']) / 1e9:.2f}",
         )
     return t
@@ -60,34 +64,59 @@ def hardware_tables(gpus: list[dict], templates: list[dict]) -> list[Table]:
         g.add_column(col, justify="left" if col == "name" else "right")
     for r in gpus:
         p = r["peak_flop_per_s"]
-        g.add_row(r["name"], _gib(r["memory_bytes"]), f"{p['bf16'] / 1e12:.0f}", f"{p['fp8'] / 1e12:.0f}",
-                  f"{r['hbm_bandwidth_bytes_per_s'] / 1e9:.0f}")
+        g.add_row(
+            r["name"],
+            _gib(r["memory_bytes"]),
+            f"{p['bf16'] / 1e12:.0f}",
+            f"{p['fp8'] / 1e12:.0f}",
+            f"{r['hbm_bandwidth_bytes_per_s'] / 1e9:.0f}",
+        )
     c = Table(title="Node templates")
     for col in ("name", "gpu", "gpus/node", "NVLink domain", "NVLink GB/s", "network GB/s per GPU"):
         c.add_column(col, justify="left" if col in ("name", "gpu") else "right")
     for r in templates:
         n = r["node"]
-        c.add_row(r["name"], n["gpu"], str(n["gpus_per_node"]), str(n.get("nvlink_domain_size", n["gpus_per_node"])),
-                  str(n["intra_node_bandwidth_gb_per_s"]), str(n["inter_node_bandwidth_gb_per_s"]))
+        c.add_row(
+            r["name"],
+            n["gpu"],
+            str(n["gpus_per_node"]),
+            str(n.get("nvlink_domain_size", n["gpus_per_node"])),
+            str(n["intra_node_bandwidth_gb_per_s"]),
+            str(n["inter_node_bandwidth_gb_per_s"]),
+        )
     return [g, c]
 
 
 def estimate_tables(d: dict) -> list[Table]:
     cfg = d["config"]
-    head = Table(title=f"{d['model']['name']} on {d['cluster']['num_gpus']} GPUs ({d['cluster']['name']})", show_header=False)
+    head = Table(
+        title=f"{d['model']['name']} on {d['cluster']['num_gpus']} GPUs ({d['cluster']['name']})",
+        show_header=False,
+    )
     head.add_column("k")
     head.add_column("v", justify="right")
     rows = [
-        ("configuration", f"tp {cfg['tp']} pp {cfg['pp']} dp {cfg['dp']} cp {cfg['cp']} ep {cfg['ep']} vpp {cfg['vpp']}"),
+        (
+            "configuration",
+            f"tp {cfg['tp']} pp {cfg['pp']} dp {cfg['dp']} cp {cfg['cp']} ep {cfg['ep']} vpp {cfg['vpp']}",
+        ),
         ("micro-batch x micro-batches", f"{cfg['micro_batch_size']} x {cfg['num_microbatches']}"),
-        ("schedule / recompute / sharding", f"{cfg['schedule']} / {cfg['recompute']} / {cfg['optimizer_sharding']}"),
+        (
+            "schedule / recompute / sharding",
+            f"{cfg['schedule']} / {cfg['recompute']} / {cfg['optimizer_sharding']}",
+        ),
         ("step time", f"{d['step_time_s']:.3f} s"),
         ("tokens/s (per GPU)", f"{d['tokens_per_s']:,.0f} ({d['tokens_per_s_per_gpu']:,.1f})"),
         ("MFU / HFU", f"{100 * d['mfu']:.1f}% / {100 * d['hfu']:.1f}%"),
         ("bubble fraction", f"{100 * d['bubble_fraction']:.1f}%"),
         ("peak memory", f"{_gib(d['peak_memory_bytes'])} GiB"),
-        ("fits", "yes" if d["fits"] else f"NO: stage {d['memory']['worst_stage']} short by "
-                                          f"{_gib(d['memory']['shortfall_bytes'])} GiB"),
+        (
+            "fits",
+            "yes"
+            if d["fits"]
+            else f"NO: stage {d['memory']['worst_stage']} short by "
+            f"{_gib(d['memory']['shortfall_bytes'])} GiB",
+        ),
     ]
     for k, v in rows:
         head.add_row(k, v)
@@ -95,19 +124,46 @@ def estimate_tables(d: dict) -> list[Table]:
     time_t = Table(title="Time per iteration (slowest stage)", show_header=False)
     time_t.add_column("k")
     time_t.add_column("s", justify="right")
-    for k in ("compute_s", "recompute_s", "tp_cp_ep_comm_s", "bubble_s", "dp_exposed_s", "optimizer_s", "step_time_s"):
+    for k in (
+        "compute_s",
+        "recompute_s",
+        "tp_cp_ep_comm_s",
+        "bubble_s",
+        "dp_exposed_s",
+        "optimizer_s",
+        "step_time_s",
+    ):
         time_t.add_row(k.removesuffix("_s").replace("_", " "), f"{tm[k]:.3f}")
     mem_t = Table(title="Memory per stage (GiB)")
-    for col in ("stage", "gpu", "layers", "weights", "grads", "optimizer", "activations", "reserve", "peak", "capacity",
-                "in flight"):
+    for col in (
+        "stage",
+        "gpu",
+        "layers",
+        "weights",
+        "grads",
+        "optimizer",
+        "activations",
+        "reserve",
+        "peak",
+        "capacity",
+        "in flight",
+    ):
         mem_t.add_column(col, justify="right")
     for s in d["memory"]["per_stage"]:
         style = None if s["fits"] else "bold red"
         mem_t.add_row(
-            str(s["stage"]), s["gpu"], "+".join(map(str, s["layers"])), _gib(s["weights_bytes"]),
-            _gib(s["gradients_bytes"]), _gib(s["optimizer_bytes"]),
-            _gib(s["activations_bytes"] + s["transient_bytes"]), _gib(s["reserve_bytes"]), _gib(s["peak_bytes"]),
-            _gib(s["capacity_bytes"]), f"{s['peak_inflight_microbatches']:.1f}", style=style,
+            str(s["stage"]),
+            s["gpu"],
+            "+".join(map(str, s["layers"])),
+            _gib(s["weights_bytes"]),
+            _gib(s["gradients_bytes"]),
+            _gib(s["optimizer_bytes"]),
+            _gib(s["activations_bytes"] + s["transient_bytes"]),
+            _gib(s["reserve_bytes"]),
+            _gib(s["peak_bytes"]),
+            _gib(s["capacity_bytes"]),
+            f"{s['peak_inflight_microbatches']:.1f}",
+            style=style,
         )
     return [head, time_t, mem_t]
 
@@ -160,14 +216,28 @@ def timeline_svg(tl: Timeline, title: str, horizon_s: float | None = None) -> st
 
 def budget_tables(d: dict) -> list[Table]:
     head = Table(title=f"Bubble-fill budget: iteration {d['iteration_time_s']:.3f} s ({d['schedule']})")
-    for col in ("stage", "devices", "windows", "idle s", "usable s", "usable %", "largest window s", "free GiB then"):
+    for col in (
+        "stage",
+        "devices",
+        "windows",
+        "idle s",
+        "usable s",
+        "usable %",
+        "largest window s",
+        "free GiB then",
+    ):
         head.add_column(col, justify="right")
     for s in d["per_stage"]:
         big = max(s["intervals"], key=lambda w: w["duration_s"], default=None)
         head.add_row(
-            str(s["stage"]), str(s["devices_per_stage"]), str(len(s["intervals"])), f"{s['idle_s']:.3f}",
-            f"{s['usable_s']:.3f}", f"{100 * s['usable_fraction']:.1f}",
-            f"{big['duration_s']:.3f}" if big else "-", _gib(big["free_memory_bytes"]) if big else "-",
+            str(s["stage"]),
+            str(s["devices_per_stage"]),
+            str(len(s["intervals"])),
+            f"{s['idle_s']:.3f}",
+            f"{s['usable_s']:.3f}",
+            f"{100 * s['usable_fraction']:.1f}",
+            f"{big['duration_s']:.3f}" if big else "-",
+            _gib(big["free_memory_bytes"]) if big else "-",
         )
     agg = d["aggregate"]
     foot = Table(show_header=False)
@@ -209,17 +279,53 @@ def progress_callback():
 
 def search_tables(d: dict) -> list[Table]:
     t = Table(title=f"Best plans for {d['model']['name']} on {d['cluster']['num_gpus']} GPUs")
-    for col in ("#", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "schedule", "recompute", "sharding", "layers/stage",
-                "step s", "tok/s/GPU", "MFU", "peak GiB", "bubble"):
+    for col in (
+        "#",
+        "tp",
+        "pp",
+        "dp",
+        "cp",
+        "ep",
+        "vpp",
+        "mbs",
+        "schedule",
+        "recompute",
+        "sharding",
+        "layers/stage",
+        "step s",
+        "tok/s/GPU",
+        "MFU",
+        "peak GiB",
+        "bubble",
+    ):
         t.add_column(col, justify="right")
     for i, p in enumerate(d["plans"], 1):
         layers = p["layers_per_stage"]
-        lay = "even" if len(set(layers)) <= 1 else ",".join(map(str, layers[:6])) + ("..." if len(layers) > 6 else "")
+        lay = (
+            "even"
+            if len(set(layers)) <= 1
+            else ",".join(map(str, layers[:6])) + ("..." if len(layers) > 6 else "")
+        )
         rec = p["recompute"] + (f"({p['recompute_num_layers']})" if p["recompute_num_layers"] else "")
-        t.add_row(str(i), str(p["tp"]), str(p["pp"]), str(p["dp"]), str(p["cp"]), str(p["ep"]), str(p["vpp"]),
-                  str(p["micro_batch_size"]), p["schedule"], rec, p["optimizer_sharding"], lay,
-                  f"{p['step_time_s']:.3f}", f"{p['tokens_per_s_per_gpu']:,.0f}", f"{100 * p['mfu']:.1f}%",
-                  _gib(p["peak_memory_bytes"]), f"{100 * p['bubble_fraction']:.1f}%")
+        t.add_row(
+            str(i),
+            str(p["tp"]),
+            str(p["pp"]),
+            str(p["dp"]),
+            str(p["cp"]),
+            str(p["ep"]),
+            str(p["vpp"]),
+            str(p["micro_batch_size"]),
+            p["schedule"],
+            rec,
+            p["optimizer_sharding"],
+            lay,
+            f"{p['step_time_s']:.3f}",
+            f"{p['tokens_per_s_per_gpu']:,.0f}",
+            f"{100 * p['mfu']:.1f}%",
+            _gib(p["peak_memory_bytes"]),
+            f"{100 * p['bubble_fraction']:.1f}%",
+        )
     s = d["search"]
     foot = Table(show_header=False)
     foot.add_column("k")

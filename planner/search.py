@@ -70,14 +70,26 @@ class SearchResult:
 
 def sort_key(c: ParallelConfig) -> tuple:
     """Deterministic tie-break: prefer fewer model-parallel GPUs, simpler schedules, less recompute."""
-    return (c.tp * c.pp * c.cp, c.tp, c.pp, c.cp, c.ep, c.vpp, -c.micro_batch_size,
-            ("none", "selective", "full").index(c.recompute), c.recompute_num_layers or 10**9,
-            ("distributed", "none", "zero2", "full").index(c.optimizer_sharding),
-            ("1f1b", "interleaved", "zb-h1", "gpipe").index(c.schedule), c.layers_per_stage)
+    return (
+        c.tp * c.pp * c.cp,
+        c.tp,
+        c.pp,
+        c.cp,
+        c.ep,
+        c.vpp,
+        -c.micro_batch_size,
+        ("none", "selective", "full").index(c.recompute),
+        c.recompute_num_layers or 10**9,
+        ("distributed", "none", "zero2", "full").index(c.optimizer_sharding),
+        ("1f1b", "interleaved", "zb-h1", "gpipe").index(c.schedule),
+        c.layers_per_stage,
+    )
 
 
 @lru_cache(maxsize=4096)
-def schedule_inflight(schedule: str, p: int, m: int, v: int, weight_fraction: float = 0.0) -> tuple[float, ...]:
+def schedule_inflight(
+    schedule: str, p: int, m: int, v: int, weight_fraction: float = 0.0
+) -> tuple[float, ...]:
     """Peak micro-batches in flight per rank, read from the schedule's operation order (cached)."""
     return peak_inflight(schedule, p, m, v, weight_fraction)
 
@@ -91,30 +103,59 @@ def _weight_fraction(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: No
 
 def inflight_for(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> tuple[float, ...]:
     """Per-stage peak in-flight micro-batches of a shape."""
-    return schedule_inflight(c.schedule, c.pp, c.num_microbatches(job), c.vpp, _weight_fraction(model, job, c, node))
+    return schedule_inflight(
+        c.schedule, c.pp, c.num_microbatches(job), c.vpp, _weight_fraction(model, job, c, node)
+    )
 
 
-def stage_model(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, stage: int,
-                inflight: float) -> StageModel:
+def stage_model(
+    model: ModelSpec,
+    job: JobSpec,
+    c: ParallelConfig,
+    node: NodeGroup,
+    stage: int,
+    inflight: float,
+    headroom_bytes: float = 0.0,
+) -> StageModel:
     """Cost and memory of pipeline stage ``stage`` on ``node`` as a function of its layer count."""
     position = 0 if stage == 0 else (2 if stage == c.pp - 1 else 1)
     if c.pp == 1:
         position = 3
-    key = (model, job, node, c.tp, c.cp, c.ep, c.expert_tp, c.micro_batch_size, c.sp, c.pp > 1, c.dp,
-           c.optimizer_sharding, c.recompute, c.recompute_num_layers, position, inflight)
+    key = (
+        model,
+        job,
+        node,
+        c.tp,
+        c.cp,
+        c.ep,
+        c.expert_tp,
+        c.micro_batch_size,
+        c.sp,
+        c.pp > 1,
+        c.dp,
+        c.optimizer_sharding,
+        c.recompute,
+        c.recompute_num_layers,
+        position,
+        inflight,
+        headroom_bytes,
+    )
     sm = _STAGE_MODELS.get(key)
     if sm is None:
         if len(_STAGE_MODELS) > 200_000:
             _STAGE_MODELS.clear()
         sm = _STAGE_MODELS[key] = _stage_model(model, job, c, node, stage, inflight)
+        if headroom_bytes:
+            sm = _STAGE_MODELS[key] = replace(sm, capacity_bytes=sm.capacity_bytes - headroom_bytes)
     return sm
 
 
 _STAGE_MODELS: dict[tuple, StageModel] = {}
 
 
-def _stage_model(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, stage: int,
-                 inflight: float) -> StageModel:
+def _stage_model(
+    model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, stage: int, inflight: float
+) -> StageModel:
     t = table_for(model, job, c, node)
     layer = t.moe if (model.is_moe and model.moe_layer_freq == 1) else t.dense
     if model.is_moe and model.moe_layer_freq > 1:
@@ -130,16 +171,30 @@ def _stage_model(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGr
     we, ge, oe = mem.bytes_per_param(job, c.optimizer_sharding, d_exp)
 
     def state(cost) -> float:
-        return (cost.params_sharded + cost.params_replicated) * (wd + gd + od) + cost.params_expert * (we + ge + oe)
+        return (cost.params_sharded + cost.params_replicated) * (wd + gd + od) + cost.params_expert * (
+            we + ge + oe
+        )
 
     extra_static = state(extra)
     if c.optimizer_sharding == "full":
         extra_static += mem.PREFETCHED_LAYERS * layer.params * 2.0
-    layer_s = layer.forward_s + layer.forward_comm_s + layer.backward_input_s + layer.backward_comm_s + layer.backward_weight_s
+    layer_s = (
+        layer.forward_s
+        + layer.forward_comm_s
+        + layer.backward_input_s
+        + layer.backward_comm_s
+        + layer.backward_weight_s
+    )
     recompute_s = layer.recompute_forward_s if c.recompute == "full" else 0.0
     if c.recompute == "selective":
         layer_s += t.dense.selective_recompute_s
-    extra_s = extra.forward_s + extra.forward_comm_s + extra.backward_input_s + extra.backward_comm_s + extra.backward_weight_s
+    extra_s = (
+        extra.forward_s
+        + extra.forward_comm_s
+        + extra.backward_input_s
+        + extra.backward_comm_s
+        + extra.backward_weight_s
+    )
     return StageModel(
         layer_s=layer_s,
         recompute_s=recompute_s,
@@ -155,7 +210,8 @@ def _stage_model(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGr
         fragmentation=mem.FRAGMENTATION_FRACTION,
         capacity_bytes=node.gpu.memory_bytes,
         recompute_layers=(model.num_layers if c.recompute_num_layers == 0 else c.recompute_num_layers)
-        if c.recompute == "full" else 0,
+        if c.recompute == "full"
+        else 0,
     )
 
 
@@ -192,8 +248,9 @@ def _stage_nodes(cluster: ClusterSpec, c: ParallelConfig) -> list[NodeGroup]:
     return [node_of_stage(cluster, c, i) for i in range(c.pp)]
 
 
-def _heterogeneous_bound(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig,
-                         with_memory: bool = False) -> float:
+def _heterogeneous_bound(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig, with_memory: bool = False
+) -> float:
     """On mixed GPU types the busiest stage takes at least the smallest ``T`` with
     ``sum_i min(cap_i, T / a_i) >= L``: ``a_i`` is one layer's time on stage i's GPU and ``cap_i``
     the most layers that fit there (with the fewest in-flight micro-batches any stage has, so it is
@@ -207,15 +264,26 @@ def _heterogeneous_bound(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c
         slowest = 0.0
         for i in range(c.pp):
             _, layer = _layer_of(model, job, c, node_of_stage(cluster, c, i))
-            slowest = max(slowest, layer.forward_s + layer.forward_comm_s + layer.backward_input_s
-                          + layer.backward_comm_s + layer.backward_weight_s)
+            slowest = max(
+                slowest,
+                layer.forward_s
+                + layer.forward_comm_s
+                + layer.backward_input_s
+                + layer.backward_comm_s
+                + layer.backward_weight_s,
+            )
         return c.num_microbatches(job) * slowest * L / c.pp
     inflight = min(inflight_for(model, job, c, cluster.groups[0])) if with_memory else 1.0
     stages = []
     for node in _stage_nodes(cluster, c):
         _, layer = _layer_of(model, job, c, node)
-        per_layer = (layer.forward_s + layer.forward_comm_s + layer.backward_input_s + layer.backward_comm_s
-                     + layer.backward_weight_s)
+        per_layer = (
+            layer.forward_s
+            + layer.forward_comm_s
+            + layer.backward_input_s
+            + layer.backward_comm_s
+            + layer.backward_weight_s
+        )
         cap = stage_model(model, job, c, node, 1, inflight).max_layers(L) if with_memory else L
         stages.append((per_layer, cap))
     if sum(cap for _, cap in stages) < L:
@@ -237,8 +305,13 @@ def _cheap_bound(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parall
     best = math.inf
     for node in {g.gpu.name: g for g in cluster.groups}.values():
         t, layer = _layer_of(model, job, c, node)
-        per_layer = (layer.forward_s + layer.forward_comm_s + layer.backward_input_s + layer.backward_comm_s
-                     + layer.backward_weight_s)
+        per_layer = (
+            layer.forward_s
+            + layer.forward_comm_s
+            + layer.backward_input_s
+            + layer.backward_comm_s
+            + layer.backward_weight_s
+        )
         if c.recompute == "selective":
             per_layer += t.dense.selective_recompute_s
         extra = t.embedding + t.output
@@ -270,7 +343,11 @@ def _bounds(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCon
         t, layer = _layer_of(model, job, c, node)
         extra = t.embedding + t.output
         f_l = layer.forward_s + layer.forward_comm_s
-        b_l = layer.backward_input_s + layer.backward_comm_s + (t.dense.selective_recompute_s if c.recompute == "selective" else 0.0)
+        b_l = (
+            layer.backward_input_s
+            + layer.backward_comm_s
+            + (t.dense.selective_recompute_s if c.recompute == "selective" else 0.0)
+        )
         w_l = layer.backward_weight_s
         f_e = extra.forward_s + extra.forward_comm_s
         b_e = extra.backward_input_s + extra.backward_comm_s
@@ -282,16 +359,26 @@ def _bounds(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCon
             work += (min(k, L) if p == 1 else (p - 1) + min(k, L - p + 1)) * layer.recompute_forward_s
         # Per-micro-batch sharded data parallelism exposes at least what the whole model's gathers and
         # reduce-scatters exceed its compute by (sum of max(0, x_i) >= max(0, sum x_i)).
-        if c.optimizer_sharding in ("full", "zero2") and c.dp * c.cp > 1 and (m > 1 or c.optimizer_sharding == "full"):
+        if (
+            c.optimizer_sharding in ("full", "zero2")
+            and c.dp * c.cp > 1
+            and (m > 1 or c.optimizer_sharding == "full")
+        ):
             link = comm.link_for(group(c, "dpcp"), node)
             params = L * layer.params + extra.params
             # As in the estimate: FSDP moves one unit per layer, ZeRO-2 one per DDP bucket; bandwidth
             # terms add up over stages and there are at least this many units, each paying latency.
             n = c.dp * c.cp
             units = L if c.optimizer_sharding == "full" else max(1, math.ceil(params / DDP_BUCKET_PARAMS))
-            gather = units * comm.all_gather_s(params * 2.0 / units, n, link) if c.optimizer_sharding == "full" else 0.0
+            gather = (
+                units * comm.all_gather_s(params * 2.0 / units, n, link)
+                if c.optimizer_sharding == "full"
+                else 0.0
+            )
             scatter = units * comm.reduce_scatter_s(params * DTYPE_BYTES[job.grad_dtype] / units, n, link)
-            work += max(0.0, gather - L * f_l - f_e) + max(0.0, gather + scatter - L * (b_l + w_l) - b_e - w_e)
+            work += max(0.0, gather - L * f_l - f_e) + max(
+                0.0, gather + scatter - L * (b_l + w_l) - b_e - w_e
+            )
         if c.schedule == "zb-h1":
             share = min((f_l + b_l) / (f_l + b_l + w_l), (f_e + b_e) / max(f_e + b_e + w_e, 1e-30))
         elif c.schedule == "interleaved":
@@ -300,7 +387,9 @@ def _bounds(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCon
             share = 1.0
         lag = 0.0
         if p > 1:
-            volume = c.micro_batch_size * job.seq_length / c.cp * model.hidden_size * 2 / (c.tp if c.sp else 1)
+            volume = (
+                c.micro_batch_size * job.seq_length / c.cp * model.hidden_size * 2 / (c.tp if c.sp else 1)
+            )
             lag = min(comm.p2p_s(volume, comm.link_for(group(c, "pp"), g)) for g in cluster.groups)
         pipeline = pipeline_lower_bound(work, m, p, share, lag)
 
@@ -315,7 +404,7 @@ def _bounds(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCon
     return max(best, _heterogeneous_bound(model, cluster, job, c, with_memory=True))
 
 
-def _fits(model, cluster, job, c: ParallelConfig, uneven: bool) -> bool:
+def _fits(model, cluster, job, c: ParallelConfig, uneven: bool, headroom_bytes: float = 0.0) -> bool:
     L, p, v = model.num_layers, c.pp, c.vpp
     nodes = [node_of_stage(cluster, c, i) for i in range(p)]
     if cluster.is_heterogeneous and _hetero_slots(cluster, c):
@@ -327,7 +416,7 @@ def _fits(model, cluster, job, c: ParallelConfig, uneven: bool) -> bool:
     for i in range(p):
         cap = 0
         for node in nodes_options[i]:
-            sm = stage_model(model, job, c, node, i, inflight[i])
+            sm = stage_model(model, job, c, node, i, inflight[i], headroom_bytes)
             if v > 1 or not uneven or p == 1:
                 n = L // p if L % p == 0 else 0
                 cap = max(cap, n if n and sm.memory(n) <= sm.capacity_bytes else 0)
@@ -366,8 +455,14 @@ def _same_links(a: NodeGroup, b: NodeGroup) -> bool:
     return replace(a, num_nodes=0) == replace(b, num_nodes=0)
 
 
-def partition_shape(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig,
-                    uneven: bool = True) -> tuple[ParallelConfig, ClusterSpec, tuple[int, ...]] | str:
+def partition_shape(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    c: ParallelConfig,
+    uneven: bool = True,
+    headroom_bytes: float = 0.0,
+) -> tuple[ParallelConfig, ClusterSpec, tuple[int, ...]] | str:
     """Choose the layer partition (and node-group placement) of a shape; a reason string on failure."""
     L, p, v = model.num_layers, c.pp, c.vpp
     m = c.num_microbatches(job)
@@ -380,14 +475,20 @@ def partition_shape(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Par
     inflight = schedule_inflight(c.schedule, p, m, v)
     slots = _hetero_slots(cluster, c) if cluster.is_heterogeneous else None
     if slots is not None and len(slots) > 1:
-        options = [[stage_model(model, job, c, g, i, inflight[i]) for g in cluster.groups] for i in range(p)]
+        options = [
+            [stage_model(model, job, c, g, i, inflight[i], headroom_bytes) for g in cluster.groups]
+            for i in range(p)
+        ]
         part = ilp_partition(options, slots, L, m)
         if part is None:
             return "no layer partition fits in memory"
         new_cluster = reorder_cluster(cluster, c, part.stage_groups)
         layers = part.layers
         return c.with_(layers_per_stage=_canonical(layers)), new_cluster, part.stage_groups
-    stages = [stage_model(model, job, c, node_of_stage(cluster, c, i), i, inflight[i]) for i in range(p)]
+    stages = [
+        stage_model(model, job, c, node_of_stage(cluster, c, i), i, inflight[i], headroom_bytes)
+        for i in range(p)
+    ]
     part: Partition | None = dp_partition(stages, L, m)
     if part is None:
         return "no layer partition fits in memory"
@@ -404,7 +505,9 @@ def full_recompute_variants(model: ModelSpec, c: ParallelConfig) -> list[Paralle
     if c.recompute != "full":
         return [c]
     per_stage = math.ceil(model.num_layers / (c.pp * c.vpp))
-    ks = sorted({k for k in (1, 2, per_stage // 4, per_stage // 2, (3 * per_stage) // 4) if 0 < k < per_stage})
+    ks = sorted(
+        {k for k in (1, 2, per_stage // 4, per_stage // 2, (3 * per_stage) // 4) if 0 < k < per_stage}
+    )
     return [c.with_(recompute_num_layers=k) for k in ks] + [c]
 
 
@@ -443,16 +546,20 @@ def search(
             heapq.heappush(heap, (key, tie, index, level, shape))
             result.pruned_by_bound = len(heap)
             for k, _, _, _, c in sorted(heap)[: 64 * top_k]:
-                result.outcomes.append(Outcome(c, k, reason="lower bound already slower than the plans found"))
+                result.outcomes.append(
+                    Outcome(c, k, reason="lower bound already slower than the plans found")
+                )
             break
         if level == 0:
             heapq.heappush(heap, (max(key, _bounds(model, cluster, job, shape)), tie, index, 1, shape))
             continue
         if level == 1:
-            if not _fits(model, cluster, job, shape, r.uneven_partitions):
+            if not _fits(model, cluster, job, shape, r.uneven_partitions, r.memory_headroom_bytes):
                 if index not in no_fit:
                     no_fit.add(index)
-                result.outcomes.append(Outcome(shape, key, reason="does not fit in memory with any layer partition"))
+                result.outcomes.append(
+                    Outcome(shape, key, reason="does not fit in memory with any layer partition")
+                )
                 continue
         outcome = _evaluate(model, cluster, job, shape, r)
         result.shapes_evaluated += 1
@@ -460,10 +567,16 @@ def search(
             result.outcomes.append(Outcome(shape, key, reason=outcome))
             continue
         plans.append(outcome)
-        result.outcomes.append(Outcome(outcome.config, key, step_time_s=outcome.estimate.step_time_s,
-                                       breakdown=time_components(outcome.estimate)))
+        result.outcomes.append(
+            Outcome(
+                outcome.config,
+                key,
+                step_time_s=outcome.estimate.step_time_s,
+                breakdown=time_components(outcome.estimate),
+            )
+        )
         plans.sort(key=lambda p: (p.estimate.step_time_s, sort_key(p.config)))
-        del plans[max(top_k, 1) * 4:]
+        del plans[max(top_k, 1) * 4 :]
     result.pruned_by_memory = len(no_fit)
     if progress:
         progress(total, total)
@@ -487,7 +600,17 @@ def time_components(est: Estimate) -> tuple[tuple[str, float], ...]:
     )
 
 
-EXPLAIN_DIMENSIONS = ("tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "optimizer_sharding", "schedule")
+EXPLAIN_DIMENSIONS = (
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "vpp",
+    "micro_batch_size",
+    "recompute",
+    "optimizer_sharding",
+    "schedule",
+)
 
 
 def explain(result: SearchResult) -> list[dict]:
@@ -502,7 +625,9 @@ def explain(result: SearchResult) -> list[dict]:
         others = [o for o in result.outcomes if getattr(o.config, dim) != mine]
         if not others:
             continue
-        evaluated = sorted((o for o in others if o.step_time_s), key=lambda o: (o.step_time_s, sort_key(o.config)))
+        evaluated = sorted(
+            (o for o in others if o.step_time_s), key=lambda o: (o.step_time_s, sort_key(o.config))
+        )
         if evaluated:
             o = evaluated[0]
             slower = o.step_time_s / best.estimate.step_time_s - 1
@@ -510,21 +635,47 @@ def explain(result: SearchResult) -> list[dict]:
             if slower <= 1e-9:
                 cause = "same predicted time; the tie is broken by the fixed plan order"
             else:
-                cause = f"more {diffs[0][1]} (+{diffs[0][0]:.3f} s)" if diffs and diffs[0][0] > 0 else "slower overall"
-            out.append({"dimension": dim, "value": getattr(o.config, dim), "slower_fraction": slower,
-                        "step_time_s": o.step_time_s, "reason": cause})
+                cause = (
+                    f"more {diffs[0][1]} (+{diffs[0][0]:.3f} s)"
+                    if diffs and diffs[0][0] > 0
+                    else "slower overall"
+                )
+            out.append(
+                {
+                    "dimension": dim,
+                    "value": getattr(o.config, dim),
+                    "slower_fraction": slower,
+                    "step_time_s": o.step_time_s,
+                    "reason": cause,
+                }
+            )
             continue
-        bounded = sorted((o for o in others if not math.isnan(o.bound_s) and "lower bound" in o.reason),
-                         key=lambda o: o.bound_s)
+        bounded = sorted(
+            (o for o in others if not math.isnan(o.bound_s) and "lower bound" in o.reason),
+            key=lambda o: o.bound_s,
+        )
         if bounded:
             o = bounded[0]
-            out.append({"dimension": dim, "value": getattr(o.config, dim),
-                        "slower_fraction": o.bound_s / best.estimate.step_time_s - 1, "step_time_s": None,
-                        "reason": "not simulated: its lower bound is already slower than the plans found"})
+            out.append(
+                {
+                    "dimension": dim,
+                    "value": getattr(o.config, dim),
+                    "slower_fraction": o.bound_s / best.estimate.step_time_s - 1,
+                    "step_time_s": None,
+                    "reason": "not simulated: its lower bound is already slower than the plans found",
+                }
+            )
             continue
         o = others[0]
-        out.append({"dimension": dim, "value": getattr(o.config, dim), "slower_fraction": None, "step_time_s": None,
-                    "reason": o.reason})
+        out.append(
+            {
+                "dimension": dim,
+                "value": getattr(o.config, dim),
+                "slower_fraction": None,
+                "step_time_s": None,
+                "reason": o.reason,
+            }
+        )
     return out
 
 
@@ -538,7 +689,7 @@ def _dedupe(plans: list[RankedPlan]) -> list[RankedPlan]:
 
 
 def _evaluate(model, cluster, job, shape: ParallelConfig, r: Restrictions) -> RankedPlan | str:
-    part = partition_shape(model, cluster, job, shape, r.uneven_partitions)
+    part = partition_shape(model, cluster, job, shape, r.uneven_partitions, r.memory_headroom_bytes)
     if isinstance(part, str):
         return part
     config, placed_cluster, groups = part
@@ -550,9 +701,12 @@ def _evaluate(model, cluster, job, shape: ParallelConfig, r: Restrictions) -> Ra
     except ConfigError as exc:
         return str(exc)
     est = estimate(model, placed_cluster, job, config)
-    if not est.fits:
-        w = est.worst_stage
-        return f"does not fit: stage {w.stage} short by {-w.memory.headroom_bytes / 2**30:.1f} GiB"
+    w = est.worst_stage
+    if w.memory.headroom_bytes < r.memory_headroom_bytes:
+        return (
+            f"does not fit: stage {w.stage} short by "
+            f"{(r.memory_headroom_bytes - w.memory.headroom_bytes) / 2**30:.1f} GiB (headroom included)"
+        )
     return RankedPlan(config, placed_cluster, est, groups)
 
 

@@ -35,6 +35,8 @@ class Restrictions:
     max_micro_batch_size: int = 16
     allow_cross_node_tp: bool = False
     uneven_partitions: bool = True
+    memory_headroom_bytes: float = 0.0
+    """Memory every GPU must keep free beyond planner's reserve."""
 
 
 def _divisors(n: int) -> list[int]:
@@ -72,12 +74,18 @@ def enumerate_shapes(
         if tp > domain and not r.allow_cross_node_tp:
             rejected.add(f"tp={tp} would leave the NVLink domain ({domain} GPUs)")
             continue
-        if model.num_attention_heads % tp or model.ffn_hidden_size % tp or (
-                model.num_query_groups % tp and tp % model.num_query_groups):
+        if (
+            model.num_attention_heads % tp
+            or model.ffn_hidden_size % tp
+            or (model.num_query_groups % tp and tp % model.num_query_groups)
+        ):
             rejected.add(f"tp={tp} does not divide heads/groups/ffn")
             continue
-        cps = [c for c in _divisors(world // tp) if c == 1 or (c & (c - 1) == 0 and job.seq_length % (2 * c) == 0
-                                                             and job.seq_length // c >= 1024)]
+        cps = [
+            c
+            for c in _divisors(world // tp)
+            if c == 1 or (c & (c - 1) == 0 and job.seq_length % (2 * c) == 0 and job.seq_length // c >= 1024)
+        ]
         for cp in _pick(cps, r.cp):
             for pp in _pick([p for p in _divisors(world // (tp * cp)) if p <= L], r.pp):
                 if r.max_pp and pp > r.max_pp:
@@ -104,8 +112,11 @@ def _inner(model, job, r: Restrictions, rejected: Rejections, tp, cp, pp, dp) ->
     recomputes = list(r.recompute) if r.recompute is not None else ["none", "full"]
     recomputes = [x for x in RECOMPUTE if x in recomputes]
     default_shardings = ["distributed", "zero2", "full"] if dp * cp > 1 else ["none"]
-    shardings = [s for s in (list(r.optimizer_sharding) if r.optimizer_sharding is not None else default_shardings)
-                 if s in OPTIMIZER_SHARDING and (s != "full" or pp == 1)]
+    shardings = [
+        s
+        for s in (list(r.optimizer_sharding) if r.optimizer_sharding is not None else default_shardings)
+        if s in OPTIMIZER_SHARDING and (s != "full" or pp == 1)
+    ]
     for mbs in mbss:
         m = per_replica // mbs
         schedules = []
@@ -118,17 +129,31 @@ def _inner(model, job, r: Restrictions, rejected: Rejections, tp, cp, pp, dp) ->
                 for v in range(2, L // pp + 1):
                     if (L // pp) % v == 0 and L % pp == 0 and (r.vpp is None or v in r.vpp):
                         schedules.append(("interleaved", v))
-        schedules = [(s, v) for s, v in schedules
-                     if (r.schedule is None or s in r.schedule) and (r.vpp is None or v in r.vpp or v == 1)
-                     and s in SCHEDULES]
+        schedules = [
+            (s, v)
+            for s, v in schedules
+            if (r.schedule is None or s in r.schedule)
+            and (r.vpp is None or v in r.vpp or v == 1)
+            and s in SCHEDULES
+        ]
         for ep in eps:
             for sp in sps:
                 for recompute in recomputes:
                     for sharding in shardings:
                         for schedule, v in schedules:
-                            c = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=v, micro_batch_size=mbs,
-                                               recompute=recompute, sequence_parallel=sp,
-                                               optimizer_sharding=sharding, schedule=schedule)
+                            c = ParallelConfig(
+                                tp=tp,
+                                pp=pp,
+                                dp=dp,
+                                cp=cp,
+                                ep=ep,
+                                vpp=v,
+                                micro_batch_size=mbs,
+                                recompute=recompute,
+                                sequence_parallel=sp,
+                                optimizer_sharding=sharding,
+                                schedule=schedule,
+                            )
                             yield c
 
 

@@ -137,7 +137,9 @@ class ModelSpec:
     def embedding_params(self) -> int:
         """Word embedding table plus learned position embeddings."""
         pos = self.max_position_embeddings * self.hidden_size
-        return self.vocab_size * self.hidden_size + (pos if self.position_embedding_type == "learned_absolute" else 0)
+        return self.vocab_size * self.hidden_size + (
+            pos if self.position_embedding_type == "learned_absolute" else 0
+        )
 
     def output_params(self) -> int:
         """Final norm plus the output projection when untied (tied: shared with the embedding)."""
@@ -266,7 +268,9 @@ class ClusterSpec:
     @property
     def is_heterogeneous(self) -> bool:
         """Whether the groups differ in GPU type or links."""
-        return len({(g.gpu.name, g.gpus_per_node, g.inter_node_bandwidth_bytes_per_s) for g in self.groups}) > 1
+        return (
+            len({(g.gpu.name, g.gpus_per_node, g.inter_node_bandwidth_bytes_per_s) for g in self.groups}) > 1
+        )
 
     def group_of_rank(self, rank: int) -> NodeGroup:
         """Node group holding global ``rank``."""

@@ -1,4 +1,5 @@
 """Rewrite the ``efficiency:`` block of the GPU YAML files of one family (used by calibrate.py)."""
+
 from __future__ import annotations
 
 import re

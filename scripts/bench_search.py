@@ -22,8 +22,14 @@ CASES = [
     ("llama3.1-405b on 2048 dgx-h100, gbs 2048, seq 8192", "llama3.1-405b", "dgx-h100", 2048, 2048, 8192),
     ("gpt3-175b on 128 dgx-a100, gbs 1536, seq 2048", "gpt3-175b", "dgx-a100", 128, 1536, 2048),
     ("mixtral-8x22b on 64 dgx-h100, gbs 1024, seq 4096", "mixtral-8x22b", "dgx-h100", 64, 1024, 4096),
-    ("llama2-70b on 64 A100 + 64 H100, gbs 512, seq 4096", "llama2-70b", "examples/cluster-a100-h100.yaml", None,
-     512, 4096),
+    (
+        "llama2-70b on 64 A100 + 64 H100, gbs 512, seq 4096",
+        "llama2-70b",
+        "examples/cluster-a100-h100.yaml",
+        None,
+        512,
+        4096,
+    ),
 ]
 
 CHILD = r"""
@@ -57,8 +63,15 @@ print(json.dumps(out))
 def run(case) -> dict:
     name, model, cluster, nodes, gbs, seq = case
     cluster_arg = cluster if nodes is not None else str(ROOT / cluster)
-    code = CHILD.format(root=str(ROOT), model=model, cluster=cluster_arg, nodes=nodes, gbs=gbs, seq=seq,
-                        expert=model == "gpt3-175b")
+    code = CHILD.format(
+        root=str(ROOT),
+        model=model,
+        cluster=cluster_arg,
+        nodes=nodes,
+        gbs=gbs,
+        seq=seq,
+        expert=model == "gpt3-175b",
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return {"case": name, **json.loads(proc.stdout)}
 
@@ -71,16 +84,22 @@ def main() -> int:
     for r in results:
         b = r["best"]
         print(f"{r['case']}")
-        print(f"  wall {r['wall_s']:.2f} s   shapes {r['shapes_enumerated']} enumerated, {r['shapes_simulated']} simulated"
-              f"   peak memory {r['peak_rss_mib']:.0f} MiB")
-        print(f"  best: tp {b['tp']} pp {b['pp']} dp {b['dp']} cp {b['cp']} ep {b['ep']} vpp {b['vpp']} mbs {b['mbs']} "
-              f"{b['schedule']} recompute {b['recompute']}({b['recompute_num_layers']}) {b['sharding']}: "
-              f"{b['step_time_s']:.2f} s/step, MFU {100 * b['mfu']:.1f}%, {b['peak_memory_gib']:.1f} GiB")
+        print(
+            f"  wall {r['wall_s']:.2f} s   shapes {r['shapes_enumerated']} enumerated, {r['shapes_simulated']} simulated"
+            f"   peak memory {r['peak_rss_mib']:.0f} MiB"
+        )
+        print(
+            f"  best: tp {b['tp']} pp {b['pp']} dp {b['dp']} cp {b['cp']} ep {b['ep']} vpp {b['vpp']} mbs {b['mbs']} "
+            f"{b['schedule']} recompute {b['recompute']}({b['recompute_num_layers']}) {b['sharding']}: "
+            f"{b['step_time_s']:.2f} s/step, MFU {100 * b['mfu']:.1f}%, {b['peak_memory_gib']:.1f} GiB"
+        )
         if "expert" in r:
             e = r["expert"]
-            print(f"  Narayanan et al. expert (tp 8, pp 8, interleaved v=2, mbs 1): {e['step_time_s']:.2f} s/step, "
-                  f"MFU {100 * e['mfu']:.1f}%, {e['peak_memory_gib']:.1f} GiB, fits={e['fits']}; planner's plan is "
-                  f"{100 * (e['step_time_s'] / b['step_time_s'] - 1):.1f}% faster")
+            print(
+                f"  Narayanan et al. expert (tp 8, pp 8, interleaved v=2, mbs 1): {e['step_time_s']:.2f} s/step, "
+                f"MFU {100 * e['mfu']:.1f}%, {e['peak_memory_gib']:.1f} GiB, fits={e['fits']}; planner's plan is "
+                f"{100 * (e['step_time_s'] / b['step_time_s'] - 1):.1f}% faster"
+            )
     return 0
 
 

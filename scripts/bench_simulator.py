@@ -24,8 +24,10 @@ def main() -> int:
         tl = simulate(generate(schedule, p, m, v), durations, 0.01, m)
         wall = time.perf_counter() - t0
         ops = sum(len(k) for k in tl.kind)
-        print(f"{schedule:12s} p={p} m={m} v={v}: {ops:7d} operations in {wall:.3f} s "
-              f"(bubble {100 * tl.bubble_fraction():.1f}%)")
+        print(
+            f"{schedule:12s} p={p} m={m} v={v}: {ops:7d} operations in {wall:.3f} s "
+            f"(bubble {100 * tl.bubble_fraction():.1f}%)"
+        )
     return 0
 
 

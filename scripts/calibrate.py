@@ -30,8 +30,13 @@ from planner.calibration import DEFAULT_RUNS, Case, cases, excluded_reason  # no
 from planner.specs import EfficiencySpec, GPUSpec  # noqa: E402
 
 FAMILY_OF = {"a100-sxm4-80gb": "a100", "h100-sxm5-80gb": "h100", "h100-sxm5-96gb": "h100-96gb"}
-PARAMS = ("gemm_efficiency_max", "gemm_half_efficiency_flop", "attention_efficiency", "fp8_gemm_speedup",
-          "kernel_overhead_s")
+PARAMS = (
+    "gemm_efficiency_max",
+    "gemm_half_efficiency_flop",
+    "attention_efficiency",
+    "fp8_gemm_speedup",
+    "kernel_overhead_s",
+)
 BOUNDS = {
     "gemm_efficiency_max": (0.3, 0.95),
     "gemm_half_efficiency_flop": (1e8, 1e12),
@@ -105,7 +110,7 @@ def main() -> int:
             comment = (
                 f"Fitted by scripts/calibrate.py on the {len(group)} runs of tests/data/published_runs.yaml\n"
                 f"measured on {gpu_name} (mean |log error| {err:.3f}; one set of values for all runs):\n"
-                + "\n".join(ids[i:i + 100] for i in range(0, len(ids), 100))
+                + "\n".join(ids[i : i + 100] for i in range(0, len(ids), 100))
             )
             if family != gpu_name.split("-")[0] or True:
                 write_block(family, values, comment)

@@ -26,8 +26,12 @@ GIB = 1024**3
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=Path, default=DEFAULT_RUNS,
-                    help="published runs YAML (default: the project's copy of ../shared/calibration/published_runs.yaml)")
+    ap.add_argument(
+        "--runs",
+        type=Path,
+        default=DEFAULT_RUNS,
+        help="published runs YAML (default: the project's copy of ../shared/calibration/published_runs.yaml)",
+    )
     ap.add_argument("--json", action="store_true", help="print machine-readable results")
     ap.add_argument("--max-median", type=float, default=0.12)
     ap.add_argument("--max-p90", type=float, default=0.30)
@@ -39,10 +43,15 @@ def main() -> int:
     if args.json:
         rows = [
             {
-                "id": r.case.run_id, "gpu": r.case.gpu, "measured_tokens_per_s_per_gpu": r.case.measured_tokens_per_s_per_gpu,
-                "measured_from": r.case.measured_from, "predicted_tokens_per_s_per_gpu": r.predicted,
-                "abs_error": r.error, "predicted_peak_memory_bytes": r.estimate.peak_memory_bytes,
-                "fits": r.estimate.fits, "assumptions": list(r.case.assumptions),
+                "id": r.case.run_id,
+                "gpu": r.case.gpu,
+                "measured_tokens_per_s_per_gpu": r.case.measured_tokens_per_s_per_gpu,
+                "measured_from": r.case.measured_from,
+                "predicted_tokens_per_s_per_gpu": r.predicted,
+                "abs_error": r.error,
+                "predicted_peak_memory_bytes": r.estimate.peak_memory_bytes,
+                "fits": r.estimate.fits,
+                "assumptions": list(r.case.assumptions),
                 "excluded": excluded_reason(r.case.run_id),
             }
             for r in results
@@ -50,7 +59,9 @@ def main() -> int:
         skipped = [{"id": c.run_id, "reason": c.skip_reason} for c in all_cases if c.skip_reason]
         print(json.dumps({"runs": rows, "skipped": skipped, "summary": stats}, indent=2, sort_keys=True))
     else:
-        print(f"{'run':58s} {'gpu':15s} {'measured':>10s} {'predicted':>10s} {'error':>7s} {'mem GiB':>8s} fits")
+        print(
+            f"{'run':58s} {'gpu':15s} {'measured':>10s} {'predicted':>10s} {'error':>7s} {'mem GiB':>8s} fits"
+        )
         for r in results:
             mark = "  (excluded)" if excluded_reason(r.case.run_id) else ""
             print(
@@ -62,11 +73,15 @@ def main() -> int:
         for c in all_cases:
             if c.skip_reason:
                 print(f"not predicted: {c.run_id}: {c.skip_reason}")
-        for prefix, why in sorted({(k, v) for k, v in __import__('planner.calibration', fromlist=['EXCLUDED']).EXCLUDED.items()}):
+        for prefix, why in sorted(
+            {(k, v) for k, v in __import__("planner.calibration", fromlist=["EXCLUDED"]).EXCLUDED.items()}
+        ):
             print(f"excluded from the statistics: {prefix}*: {why}")
         print()
-        print(f"runs counted: {stats['count']}   median abs error: {100 * stats['median']:.1f}%   "
-              f"90th percentile: {100 * stats['p90']:.1f}%")
+        print(
+            f"runs counted: {stats['count']}   median abs error: {100 * stats['median']:.1f}%   "
+            f"90th percentile: {100 * stats['p90']:.1f}%"
+        )
     ok = stats["median"] <= args.max_median and stats["p90"] <= args.max_p90
     return 0 if ok else 1
 

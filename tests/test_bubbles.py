@@ -65,8 +65,17 @@ def test_llama3_70b_64_nodes_budget():
 )
 def test_budget_invariants_random_configs(pp, m_mult, schedule, recompute):
     vpp = 2 if schedule == "interleaved" else 1
-    est = make(model="llama2-7b", nodes=pp, tp=8, pp=pp, gbs=pp * m_mult, seq=4096, vpp=vpp, schedule=schedule,
-               recompute=recompute)
+    est = make(
+        model="llama2-7b",
+        nodes=pp,
+        tp=8,
+        pp=pp,
+        gbs=pp * m_mult,
+        seq=4096,
+        vpp=vpp,
+        schedule=schedule,
+        recompute=recompute,
+    )
     check_budget(est, budget(est, Assumptions(switch_overhead_s=0.001, safety_margin=0.1, min_slice_s=0.0)))
 
 
@@ -88,24 +97,82 @@ def test_fill_job_packing():
 
 
 def test_cli_bubbles_json_and_svg(run_cli, tmp_path):
-    res = run_cli("bubbles", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "64", "-b", "256", "-s", "8192",
-                  "--tp", "8", "--pp", "8", "--json")
+    res = run_cli(
+        "bubbles",
+        "-m",
+        "llama3-70b",
+        "-c",
+        "dgx-h100",
+        "-n",
+        "64",
+        "-b",
+        "256",
+        "-s",
+        "8192",
+        "--tp",
+        "8",
+        "--pp",
+        "8",
+        "--json",
+    )
     assert res.exit_code == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["iteration_time_s"] > 0 and len(data["per_stage"]) == 8
     for s in data["per_stage"]:
         assert s["idle_s"] == pytest.approx(sum(w["duration_s"] for w in s["intervals"]))
         for w in s["intervals"]:
-            assert {"kind", "start_s", "duration_s", "usable_s", "inflight_microbatches", "free_memory_bytes"} <= set(w)
+            assert {
+                "kind",
+                "start_s",
+                "duration_s",
+                "usable_s",
+                "inflight_microbatches",
+                "free_memory_bytes",
+            } <= set(w)
     svg = tmp_path / "t.svg"
-    res = run_cli("timeline", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "64", "-b", "256", "-s", "8192",
-                  "--tp", "8", "--pp", "8", "--svg", str(svg))
+    res = run_cli(
+        "timeline",
+        "-m",
+        "llama3-70b",
+        "-c",
+        "dgx-h100",
+        "-n",
+        "64",
+        "-b",
+        "256",
+        "-s",
+        "8192",
+        "--tp",
+        "8",
+        "--pp",
+        "8",
+        "--svg",
+        str(svg),
+    )
     assert res.exit_code == 0, res.stderr
     root = ET.parse(svg).getroot()
     assert root.tag.endswith("svg")
     assert len(root.findall("{http://www.w3.org/2000/svg}rect")) > 8 * 64
     assert "stage   0 |" in res.stdout
-    res = run_cli("bubbles", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "64", "-b", "256", "-s", "8192",
-                  "--tp", "8", "--pp", "8", "--fill-job", str(EXAMPLES / "fill-job-llama3-8b-inference.yaml"), "--json")
+    res = run_cli(
+        "bubbles",
+        "-m",
+        "llama3-70b",
+        "-c",
+        "dgx-h100",
+        "-n",
+        "64",
+        "-b",
+        "256",
+        "-s",
+        "8192",
+        "--tp",
+        "8",
+        "--pp",
+        "8",
+        "--fill-job",
+        str(EXAMPLES / "fill-job-llama3-8b-inference.yaml"),
+        "--json",
+    )
     assert res.exit_code == 0
     assert json.loads(res.stdout)["fill"]["units_per_iteration"] > 0

@@ -40,10 +40,16 @@ def test_models_list_and_hardware(run_cli):
     "content, fragment",
     [
         ("schema_version: 1\nkind: model\nname: x\n  bad: [\n", "malformed YAML"),
-        ("schema_version: 1\nkind: model\nname: x\nnum_layers: -2\nhidden_size: 64\nnum_attention_heads: 2\n"
-         "vocab_size: 10\nmax_position_embeddings: 8\n", "'num_layers': must be positive"),
-        ("schema_version: 1\nkind: model\nname: x\nnum_layers: 2\nhidden_size: 64\nnum_attention_heads: 2\n"
-         "vocab_size: 10\nmax_position_embeddings: 8\nwidth: 3\n", "unknown key 'width'"),
+        (
+            "schema_version: 1\nkind: model\nname: x\nnum_layers: -2\nhidden_size: 64\nnum_attention_heads: 2\n"
+            "vocab_size: 10\nmax_position_embeddings: 8\n",
+            "'num_layers': must be positive",
+        ),
+        (
+            "schema_version: 1\nkind: model\nname: x\nnum_layers: 2\nhidden_size: 64\nnum_attention_heads: 2\n"
+            "vocab_size: 10\nmax_position_embeddings: 8\nwidth: 3\n",
+            "unknown key 'width'",
+        ),
     ],
 )
 def test_bad_files_exit_1_without_traceback(run_cli, tmp_path, content, fragment):
@@ -71,8 +77,16 @@ def test_estimate_json(run_cli):
     res = run_cli(*EST, "--tp", "8", "--pp", "4", "--vpp", "5", "--json")
     assert res.exit_code == 0, res.stderr
     d = json.loads(res.stdout)
-    for key in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_bytes", "fits",
-                "memory", "time"):
+    for key in (
+        "step_time_s",
+        "tokens_per_s",
+        "tokens_per_s_per_gpu",
+        "mfu",
+        "peak_memory_bytes",
+        "fits",
+        "memory",
+        "time",
+    ):
         assert key in d
     assert d["config"]["schedule"] == "interleaved" and d["config"]["dp"] == 2
     assert 0 < d["mfu"] < 1 and d["fits"] is True
@@ -97,9 +111,26 @@ def test_invalid_configuration_exits_1(run_cli):
     res = run_cli(*EST, "--tp", "8", "--pp", "3")
     assert res.exit_code == 1 and "not divisible by tp*pp*cp" in res.stderr
     res = run_cli(*EST, "--tp", "8", "--pp", "1", "--micro-batch-size", "3")
-    assert res.exit_code == 1 and "global batch size 64 is not divisible by micro-batch size x dp" in res.stderr
-    res = run_cli("estimate", "-m", "llama3-70b", "-c", "dgx-a100", "-n", "8", "-b", "64", "-s", "4096",
-                  "--tp", "8", "--precision", "fp8")
+    assert (
+        res.exit_code == 1 and "global batch size 64 is not divisible by micro-batch size x dp" in res.stderr
+    )
+    res = run_cli(
+        "estimate",
+        "-m",
+        "llama3-70b",
+        "-c",
+        "dgx-a100",
+        "-n",
+        "8",
+        "-b",
+        "64",
+        "-s",
+        "4096",
+        "--tp",
+        "8",
+        "--precision",
+        "fp8",
+    )
     assert res.exit_code == 1 and "FP8" in res.stderr
 
 
@@ -119,8 +150,31 @@ def test_cli_option_set_is_pinned(run_cli):
     cmd = typer.main.get_command(app)
     est = cmd.commands["estimate"]
     names = sorted(o for p in est.params if type(p).__name__.endswith("Option") for o in p.opts)
-    assert names == sorted([
-        "--model", "-m", "--cluster", "-c", "--global-batch-size", "-b", "--seq-len", "-s", "--nodes", "-n",
-        "--tp", "--pp", "--cp", "--ep", "--vpp", "--micro-batch-size", "--recompute", "--recompute-num-layers",
-        "--sequence-parallel", "--optimizer-sharding", "--schedule", "--precision", "--plan", "--json",
-    ])
+    assert names == sorted(
+        [
+            "--model",
+            "-m",
+            "--cluster",
+            "-c",
+            "--global-batch-size",
+            "-b",
+            "--seq-len",
+            "-s",
+            "--nodes",
+            "-n",
+            "--tp",
+            "--pp",
+            "--cp",
+            "--ep",
+            "--vpp",
+            "--micro-batch-size",
+            "--recompute",
+            "--recompute-num-layers",
+            "--sequence-parallel",
+            "--optimizer-sharding",
+            "--schedule",
+            "--precision",
+            "--plan",
+            "--json",
+        ]
+    )

@@ -30,10 +30,22 @@ def test_model_flops_equal_narayanan_exactly(name):
 
 
 def tiny(**kw):
-    base = dict(name="tiny", num_layers=2, hidden_size=64, ffn_hidden_size=96, num_attention_heads=4,
-                num_query_groups=2, kv_channels=16, vocab_size=100, max_position_embeddings=64,
-                activation="swiglu", normalization="rmsnorm", position_embedding_type="rope",
-                untie_embeddings_and_output_weights=True, add_bias_linear=False)
+    base = dict(
+        name="tiny",
+        num_layers=2,
+        hidden_size=64,
+        ffn_hidden_size=96,
+        num_attention_heads=4,
+        num_query_groups=2,
+        kv_channels=16,
+        vocab_size=100,
+        max_position_embeddings=64,
+        activation="swiglu",
+        normalization="rmsnorm",
+        position_embedding_type="rope",
+        untie_embeddings_and_output_weights=True,
+        add_bias_linear=False,
+    )
     base.update(kw)
     return ModelSpec(**base)
 
@@ -58,17 +70,31 @@ def test_moe_flops_hand_worked():
 def megatron_7b():
     # The worked example of ../shared/reference/megatron-args.md §4.1: L 32, h 4096, f 11008 SwiGLU,
     # V 32000 untied, RMSNorm, tp 2 pp 2 dp 4 with the distributed optimizer -> 14,459.64 MB.
-    return ModelSpec(name="7b", num_layers=32, hidden_size=4096, ffn_hidden_size=11008, num_attention_heads=32,
-                     num_query_groups=32, kv_channels=128, vocab_size=32000, max_position_embeddings=4096,
-                     activation="swiglu", normalization="rmsnorm", position_embedding_type="rope",
-                     untie_embeddings_and_output_weights=True, add_bias_linear=False)
+    return ModelSpec(
+        name="7b",
+        num_layers=32,
+        hidden_size=4096,
+        ffn_hidden_size=11008,
+        num_attention_heads=32,
+        num_query_groups=32,
+        kv_channels=128,
+        vocab_size=32000,
+        max_position_embeddings=4096,
+        activation="swiglu",
+        normalization="rmsnorm",
+        position_embedding_type="rope",
+        untie_embeddings_and_output_weights=True,
+        add_bias_linear=False,
+    )
 
 
 def test_weights_and_optimizer_match_megatron_formula():
     m = megatron_7b()
     cluster = load_cluster("dgx-h100", 2)
     job = make_job(global_batch_size=64, seq_length=4096)
-    c = resolve(m, cluster, job, ParallelConfig(tp=2, pp=2, micro_batch_size=1, optimizer_sharding="distributed"))
+    c = resolve(
+        m, cluster, job, ParallelConfig(tp=2, pp=2, micro_batch_size=1, optimizer_sharding="distributed")
+    )
     assert c.dp == 4
     est = estimate(m, cluster, job, c)
     static = est.stages[0].memory.static_bytes
@@ -85,8 +111,12 @@ def test_activations_match_megatron_formula_sp_selective():
     m = load_model("gpt3-175b")
     cluster = load_cluster("dgx-a100", 16)
     job = make_job(global_batch_size=128, seq_length=2048)
-    c = resolve(m, cluster, job, ParallelConfig(tp=8, pp=8, micro_batch_size=1, recompute="selective",
-                                                optimizer_sharding="none"))
+    c = resolve(
+        m,
+        cluster,
+        job,
+        ParallelConfig(tp=8, pp=8, micro_batch_size=1, recompute="selective", optimizer_sharding="none"),
+    )
     est = estimate(m, cluster, job, c)
     s, b, h, L, t, p, f = 2048, 1, 12288, 96, 8, 8, 4 * 12288
     megatron = (s * b * h * (18 + 4 * f / h) * L + 8 * s * b * p + s * b * h * p) / t
@@ -213,7 +243,8 @@ def test_moe_expert_parallel_runs_all_to_all():
     # experts are divided over ep: more ep, fewer expert parameters per GPU
     c8 = resolve(m, cluster, job, ParallelConfig(tp=2, pp=2, ep=8))
     assert layer_table(m, job, c8, cluster.groups[0]).moe.params_expert == pytest.approx(
-        table.moe.params_expert / 2)
+        table.moe.params_expert / 2
+    )
 
 
 def test_context_parallel_splits_activations():

@@ -71,11 +71,30 @@ def test_catalogue_loads_and_is_cited():
     for name in cluster_template_names():
         cluster = load_cluster(name, 2)
         assert cluster.num_gpus == 2 * cluster.groups[0].gpus_per_node
-    required_gpus = {"a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h100-pcie-80gb", "h200-sxm-141gb",
-                     "b200", "gb200", "mi300x", "l40s", "v100-sxm2-32gb"}
+    required_gpus = {
+        "a100-sxm4-40gb",
+        "a100-sxm4-80gb",
+        "h100-sxm5-80gb",
+        "h100-pcie-80gb",
+        "h200-sxm-141gb",
+        "b200",
+        "gb200",
+        "mi300x",
+        "l40s",
+        "v100-sxm2-32gb",
+    }
     assert required_gpus <= set(gpu_names())
-    required_templates = {"dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72",
-                          "aws-p4d", "aws-p5", "mi300x-node"}
+    required_templates = {
+        "dgx-a100",
+        "dgx-a100-40gb",
+        "dgx-h100",
+        "dgx-h200",
+        "dgx-b200",
+        "gb200-nvl72",
+        "aws-p4d",
+        "aws-p5",
+        "mi300x-node",
+    }
     assert required_templates <= set(cluster_template_names())
 
 
@@ -87,7 +106,9 @@ def test_template_needs_positive_nodes():
 
 
 def test_heterogeneous_cluster_file(tmp_path):
-    path = write(tmp_path, """schema_version: 1
+    path = write(
+        tmp_path,
+        """schema_version: 1
 kind: cluster
 name: mixed
 groups:
@@ -96,7 +117,9 @@ groups:
   - template: dgx-h100
     num_nodes: 3
     inter_node_bandwidth_gb_per_s: 25
-""", "c.yaml")
+""",
+        "c.yaml",
+    )
     c = load_cluster(path)
     assert c.num_gpus == 40 and c.is_heterogeneous
     assert c.group_of_rank(15).gpu.name == "a100-sxm4-80gb"
@@ -105,10 +128,18 @@ groups:
 
 
 def test_cluster_file_rejects_unknown_keys_and_gpus(tmp_path):
-    path = write(tmp_path, "schema_version: 1\nkind: cluster\ngroups:\n  - template: dgx-a100\n    num_nodes: 1\n    colour: red\n", "c.yaml")
+    path = write(
+        tmp_path,
+        "schema_version: 1\nkind: cluster\ngroups:\n  - template: dgx-a100\n    num_nodes: 1\n    colour: red\n",
+        "c.yaml",
+    )
     with pytest.raises(SpecError, match=r"unknown key 'groups\[0\].colour'"):
         load_cluster(path)
-    path = write(tmp_path, "schema_version: 1\nkind: cluster\ngroups:\n  - template: dgx-a100\n    num_nodes: 1\n    gpu: tpu-v9\n", "d.yaml")
+    path = write(
+        tmp_path,
+        "schema_version: 1\nkind: cluster\ngroups:\n  - template: dgx-a100\n    num_nodes: 1\n    gpu: tpu-v9\n",
+        "d.yaml",
+    )
     with pytest.raises(SpecError, match="unknown GPU 'tpu-v9'"):
         load_cluster(path)
 
@@ -133,10 +164,18 @@ def test_hf_config_import(tmp_path):
     assert g.params_total == pytest.approx(124.4e6, rel=0.003)
     n = load_model(str(DATA / "hf" / "nemotron-4-340b" / "config.json"))
     assert n.activation == "squared_relu" and n.normalization == "layernorm"
-    for name, expected in [("llama-2-7b", 6.74e9), ("meta-llama-3-70b", 70.55e9), ("mistral-7b-v0.1", 7.24e9),
-                           ("qwen2-7b", 7.62e9), ("qwen3-8b", 8.19e9), ("pythia-6.9b", 6.86e9),
-                           ("gemma-7b", 8.54e9)]:
-        assert load_model(str(DATA / "hf" / name / "config.json")).params_total == pytest.approx(expected, rel=0.005)
+    for name, expected in [
+        ("llama-2-7b", 6.74e9),
+        ("meta-llama-3-70b", 70.55e9),
+        ("mistral-7b-v0.1", 7.24e9),
+        ("qwen2-7b", 7.62e9),
+        ("qwen3-8b", 8.19e9),
+        ("pythia-6.9b", 6.86e9),
+        ("gemma-7b", 8.54e9),
+    ]:
+        assert load_model(str(DATA / "hf" / name / "config.json")).params_total == pytest.approx(
+            expected, rel=0.005
+        )
 
 
 def test_hf_config_unsupported_type(tmp_path):

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cost_models.schedules import B, F, W, ScheduleError, generate, simulate, uniform_durations
+from cost_models.schedules import B, F, ScheduleError, W, generate, simulate, uniform_durations
 
 
 def idle_per_stage(tl):
@@ -76,8 +76,13 @@ def pipelines(draw):
     else:
         m = draw(st.integers(1, 12))
     n = p * v
-    durs = np.array(draw(st.lists(st.tuples(st.floats(0.1, 3), st.floats(0.1, 3), st.floats(0.0, 2)),
-                                  min_size=n, max_size=n)))
+    durs = np.array(
+        draw(
+            st.lists(
+                st.tuples(st.floats(0.1, 3), st.floats(0.1, 3), st.floats(0.0, 2)), min_size=n, max_size=n
+            )
+        )
+    )
     if schedule != "zb-h1":
         durs[:, 1] += durs[:, 2]
         durs[:, 2] = 0

@@ -26,9 +26,21 @@ from planner.specs import ModelSpec
 
 
 def random_stages(rng, p, L, homogeneous):
-    base = dict(layer_s=1.0, recompute_s=0.3, extra_s=0.0, static_per_layer_bytes=1.0, act_per_layer_bytes=0.5,
-                ckpt_per_layer_bytes=0.1, transient_bytes=0.5, extra_static_bytes=0.0, extra_act_bytes=0.0,
-                inflight=1.0, reserve_bytes=0.0, fragmentation=0.05, capacity_bytes=100.0)
+    base = dict(
+        layer_s=1.0,
+        recompute_s=0.3,
+        extra_s=0.0,
+        static_per_layer_bytes=1.0,
+        act_per_layer_bytes=0.5,
+        ckpt_per_layer_bytes=0.1,
+        transient_bytes=0.5,
+        extra_static_bytes=0.0,
+        extra_act_bytes=0.0,
+        inflight=1.0,
+        reserve_bytes=0.0,
+        fragmentation=0.05,
+        capacity_bytes=100.0,
+    )
     out = []
     rec = rng.choice([0, L])
     for i in range(p):
@@ -78,11 +90,23 @@ def test_ilp_places_node_groups_optimally():
         for i in range(p):
             row = []
             for g, speed in enumerate((1.0, 0.6)):
-                row.append(StageModel(
-                    layer_s=speed, recompute_s=0.0, extra_s=0.4 * speed if i in (0, p - 1) else 0.0,
-                    static_per_layer_bytes=1.0, act_per_layer_bytes=0.3, ckpt_per_layer_bytes=0.1,
-                    transient_bytes=0.3, extra_static_bytes=0.0, extra_act_bytes=0.0, inflight=float(p - i),
-                    reserve_bytes=0.0, fragmentation=0.0, capacity_bytes=rng.uniform(5, 20) * (1 + g)))
+                row.append(
+                    StageModel(
+                        layer_s=speed,
+                        recompute_s=0.0,
+                        extra_s=0.4 * speed if i in (0, p - 1) else 0.0,
+                        static_per_layer_bytes=1.0,
+                        act_per_layer_bytes=0.3,
+                        ckpt_per_layer_bytes=0.1,
+                        transient_bytes=0.3,
+                        extra_static_bytes=0.0,
+                        extra_act_bytes=0.0,
+                        inflight=float(p - i),
+                        reserve_bytes=0.0,
+                        fragmentation=0.0,
+                        capacity_bytes=rng.uniform(5, 20) * (1 + g),
+                    )
+                )
             options.append(row)
         best = None
         for assign in set(itertools.permutations([0, 0, 1, 1])):
@@ -97,10 +121,22 @@ def test_ilp_places_node_groups_optimally():
 
 
 def tiny_model(layers=8, moe=False):
-    kw = dict(name="tiny", num_layers=layers, hidden_size=2048, ffn_hidden_size=5632, num_attention_heads=16,
-              num_query_groups=4, kv_channels=128, vocab_size=32000, max_position_embeddings=4096,
-              activation="swiglu", normalization="rmsnorm", position_embedding_type="rope",
-              untie_embeddings_and_output_weights=True, add_bias_linear=False)
+    kw = dict(
+        name="tiny",
+        num_layers=layers,
+        hidden_size=2048,
+        ffn_hidden_size=5632,
+        num_attention_heads=16,
+        num_query_groups=4,
+        kv_channels=128,
+        vocab_size=32000,
+        max_position_embeddings=4096,
+        activation="swiglu",
+        normalization="rmsnorm",
+        position_embedding_type="rope",
+        untie_embeddings_and_output_weights=True,
+        add_bias_linear=False,
+    )
     if moe:
         kw.update(num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=2816)
     return ModelSpec(**kw)
@@ -113,7 +149,10 @@ def brute_force(model, cluster, job, r):
         for c in full_recompute_variants(model, shape):
             if c.pp > 1 and c.vpp == 1 and r.uneven_partitions:
                 inflight = inflight_for(model, job, c, cluster.groups[0])
-                stages = [stage_model(model, job, c, node_of_stage(cluster, c, i), i, inflight[i]) for i in range(c.pp)]
+                stages = [
+                    stage_model(model, job, c, node_of_stage(cluster, c, i), i, inflight[i])
+                    for i in range(c.pp)
+                ]
                 part = brute_force_partition(stages, model.num_layers, c.num_microbatches(job))
                 if part is None:
                     continue
@@ -159,21 +198,30 @@ def test_search_finds_uneven_partitions_when_they_win():
     model = tiny_model(layers=9)
     cluster = load_cluster("dgx-h100", 1)
     job = make_job(global_batch_size=32, seq_length=4096)
-    result = search(model, cluster, job, Restrictions(tp=(2,), pp=(4,), cp=(1,), max_micro_batch_size=1), top_k=1)
+    result = search(
+        model, cluster, job, Restrictions(tp=(2,), pp=(4,), cp=(1,), max_micro_batch_size=1), top_k=1
+    )
     layers = result.plans[0].config.layers_per_stage
     assert sum(layers) == 9 and len(set(layers)) > 1
 
 
 def test_heterogeneous_search_places_stages(tmp_path):
     path = tmp_path / "mixed.yaml"
-    path.write_text("schema_version: 1\nkind: cluster\ngroups:\n  - template: dgx-a100\n    num_nodes: 2\n"
-                    "  - template: dgx-h100\n    num_nodes: 2\n")
+    path.write_text(
+        "schema_version: 1\nkind: cluster\ngroups:\n  - template: dgx-a100\n    num_nodes: 2\n"
+        "  - template: dgx-h100\n    num_nodes: 2\n"
+    )
     cluster = load_cluster(str(path))
     model = load_model("llama2-13b")
     job = make_job(global_batch_size=64, seq_length=4096)
-    result = search(model, cluster, job, Restrictions(pp=(2, 4), tp=(8,), cp=(1,), max_micro_batch_size=2), top_k=3)
+    result = search(
+        model, cluster, job, Restrictions(pp=(2, 4), tp=(8,), cp=(1,), max_micro_batch_size=2), top_k=3
+    )
     top = result.plans[0]
-    assert top.estimate.fits and sorted({s.gpu for s in top.estimate.stages}) == ["a100-sxm4-80gb", "h100-sxm5-80gb"]
+    assert top.estimate.fits and sorted({s.gpu for s in top.estimate.stages}) == [
+        "a100-sxm4-80gb",
+        "h100-sxm5-80gb",
+    ]
     # the faster GPUs get more layers
     by_gpu = {}
     for s in top.estimate.stages:
@@ -191,7 +239,9 @@ def test_heterogeneous_search_places_stages(tmp_path):
     seq=st.sampled_from([2048, 4096]),
 )
 def test_every_returned_plan_is_valid_and_fits(layers, hidden, template, nodes, gbs, seq):
-    model = replace(tiny_model(layers=layers), hidden_size=hidden, ffn_hidden_size=hidden * 3, kv_channels=hidden // 16)
+    model = replace(
+        tiny_model(layers=layers), hidden_size=hidden, ffn_hidden_size=hidden * 3, kv_channels=hidden // 16
+    )
     cluster = load_cluster(template, nodes)
     job = make_job(global_batch_size=gbs, seq_length=seq)
     result = search(model, cluster, job, Restrictions(max_micro_batch_size=2), top_k=4)
@@ -211,14 +261,45 @@ def test_nothing_fits_says_why(run_cli):
 
 def test_search_cli_json_and_plan_round_trip(run_cli, tmp_path):
     out = tmp_path / "plan.yaml"
-    res = run_cli("search", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "2", "-b", "64", "-s", "4096", "--top", "3",
-                  "--out", str(out), "--json", "--explain")
+    res = run_cli(
+        "search",
+        "-m",
+        "llama3-8b",
+        "-c",
+        "dgx-h100",
+        "-n",
+        "2",
+        "-b",
+        "64",
+        "-s",
+        "4096",
+        "--top",
+        "3",
+        "--out",
+        str(out),
+        "--json",
+        "--explain",
+    )
     assert res.exit_code == 0, res.stderr
     data = json.loads(res.stdout)
     plans = data["plans"]
     assert 1 <= len(plans) <= 3
-    for key in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "schedule", "layers_per_stage",
-                "step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_bytes"):
+    for key in (
+        "tp",
+        "pp",
+        "dp",
+        "cp",
+        "ep",
+        "vpp",
+        "micro_batch_size",
+        "recompute",
+        "schedule",
+        "layers_per_stage",
+        "step_time_s",
+        "tokens_per_s_per_gpu",
+        "mfu",
+        "peak_memory_bytes",
+    ):
         assert key in plans[0]
     assert data["explain"]
     again = run_cli("estimate", "--plan", str(out), "--json")
@@ -229,19 +310,73 @@ def test_search_cli_json_and_plan_round_trip(run_cli, tmp_path):
     bad = run_cli("estimate", "--plan", str(out), "--tp", "2")
     assert bad.exit_code == 2
     # same inputs, same bytes
-    assert run_cli("search", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "2", "-b", "64", "-s", "4096", "--top", "3",
-                   "--json").stdout == run_cli("search", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "2", "-b", "64",
-                                              "-s", "4096", "--top", "3", "--json").stdout
+    assert (
+        run_cli(
+            "search",
+            "-m",
+            "llama3-8b",
+            "-c",
+            "dgx-h100",
+            "-n",
+            "2",
+            "-b",
+            "64",
+            "-s",
+            "4096",
+            "--top",
+            "3",
+            "--json",
+        ).stdout
+        == run_cli(
+            "search",
+            "-m",
+            "llama3-8b",
+            "-c",
+            "dgx-h100",
+            "-n",
+            "2",
+            "-b",
+            "64",
+            "-s",
+            "4096",
+            "--top",
+            "3",
+            "--json",
+        ).stdout
+    )
 
 
 def test_restrictions_are_respected(run_cli):
-    res = run_cli("search", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "2", "-b", "64", "-s", "4096", "--tp", "2",
-                  "--pp", "2,4", "--schedule", "1f1b", "--no-recompute", "--json")
+    res = run_cli(
+        "search",
+        "-m",
+        "llama3-8b",
+        "-c",
+        "dgx-h100",
+        "-n",
+        "2",
+        "-b",
+        "64",
+        "-s",
+        "4096",
+        "--tp",
+        "2",
+        "--pp",
+        "2,4",
+        "--schedule",
+        "1f1b",
+        "--no-recompute",
+        "--json",
+    )
     assert res.exit_code == 0, res.stderr
     for p in json.loads(res.stdout)["plans"]:
         assert p["tp"] == 2 and p["pp"] in (2, 4) and p["schedule"] == "1f1b" and p["recompute"] == "none"
-    assert run_cli("search", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "2", "-b", "64", "-s", "4096",
-                   "--tp", "x").exit_code == 2
+    assert (
+        run_cli(
+            "search", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "2", "-b", "64", "-s", "4096", "--tp", "x"
+        ).exit_code
+        == 2
+    )
 
 
 def test_gpt3_175b_beats_or_matches_the_expert_configuration():
@@ -249,8 +384,14 @@ def test_gpt3_175b_beats_or_matches_the_expert_configuration():
     model = load_model("gpt3-175b")
     cluster = load_cluster("dgx-a100", 128)
     job = make_job(global_batch_size=1536, seq_length=2048)
-    expert = resolve(model, cluster, job, ParallelConfig(tp=8, pp=8, vpp=2, schedule="interleaved",
-                                                         micro_batch_size=1, optimizer_sharding="distributed"))
+    expert = resolve(
+        model,
+        cluster,
+        job,
+        ParallelConfig(
+            tp=8, pp=8, vpp=2, schedule="interleaved", micro_batch_size=1, optimizer_sharding="distributed"
+        ),
+    )
     expert_est = estimate(model, cluster, job, expert)
     assert expert_est.fits
     result = search(model, cluster, job, top_k=1)

@@ -59,8 +59,10 @@ def megatron_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
     exporter refuses unless the plan also fits that way (checked by the caller)."""
     m, c, job = inputs.model, inputs.config, inputs.job
     if c.schedule not in EXPORTABLE_SCHEDULES:
-        raise SpecError(f"schedule {c.schedule!r} is not in upstream Megatron-LM (it runs 1f1b and interleaved); "
-                        "re-run planner search with --schedule 1f1b,interleaved")
+        raise SpecError(
+            f"schedule {c.schedule!r} is not in upstream Megatron-LM (it runs 1f1b and interleaved); "
+            "re-run planner search with --schedule 1f1b,interleaved"
+        )
     if m.activation == "relu":
         raise SpecError("Megatron-LM has no plain ReLU MLP flag; this model cannot be exported")
     args: list[tuple[str, str | None]] = [
@@ -85,17 +87,27 @@ def megatron_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
     if m.untie_embeddings_and_output_weights:
         args.append(("--untie-embeddings-and-output-weights", None))
     args.append(("--position-embedding-type", m.position_embedding_type))
-    args += [("--max-position-embeddings", str(max(m.max_position_embeddings, job.seq_length))),
-             ("--seq-length", str(job.seq_length)), ("--vocab-size", str(m.vocab_size))]
+    args += [
+        ("--max-position-embeddings", str(max(m.max_position_embeddings, job.seq_length))),
+        ("--seq-length", str(job.seq_length)),
+        ("--vocab-size", str(m.vocab_size)),
+    ]
     if m.is_moe:
-        args += [("--num-experts", str(m.num_experts)), ("--moe-router-topk", str(m.moe_router_topk)),
-                 ("--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size))]
+        args += [
+            ("--num-experts", str(m.num_experts)),
+            ("--moe-router-topk", str(m.moe_router_topk)),
+            ("--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size)),
+        ]
         if m.moe_shared_expert_intermediate_size:
             args.append(("--moe-shared-expert-intermediate-size", str(m.moe_shared_expert_intermediate_size)))
         if m.moe_layer_freq != 1:
             args.append(("--moe-layer-freq", str(m.moe_layer_freq)))
-        args += [("--expert-model-parallel-size", str(c.ep)), ("--expert-tensor-parallel-size", str(c.expert_tp)),
-                 ("--moe-token-dispatcher-type", "alltoall"), ("--moe-grouped-gemm", None)]
+        args += [
+            ("--expert-model-parallel-size", str(c.ep)),
+            ("--expert-tensor-parallel-size", str(c.expert_tp)),
+            ("--moe-token-dispatcher-type", "alltoall"),
+            ("--moe-grouped-gemm", None),
+        ]
     args += [("--tensor-model-parallel-size", str(c.tp)), ("--pipeline-model-parallel-size", str(c.pp))]
     if c.cp > 1:
         args.append(("--context-parallel-size", str(c.cp)))
@@ -104,14 +116,20 @@ def megatron_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
     args += partition_flags(c, m)
     if c.sp:
         args.append(("--sequence-parallel", None))
-    args += [("--micro-batch-size", str(c.micro_batch_size)), ("--global-batch-size", str(job.global_batch_size))]
+    args += [
+        ("--micro-batch-size", str(c.micro_batch_size)),
+        ("--global-batch-size", str(job.global_batch_size)),
+    ]
     if c.recompute == "selective":
         args.append(("--recompute-granularity", "selective"))
     elif c.recompute == "full":
         per_stage = max(c.stage_layers(m)) if c.stage_layers(m) else m.num_layers
         k = c.recompute_num_layers or per_stage
-        args += [("--recompute-granularity", "full"), ("--recompute-method", "block"),
-                 ("--recompute-num-layers", str(k))]
+        args += [
+            ("--recompute-granularity", "full"),
+            ("--recompute-method", "block"),
+            ("--recompute-num-layers", str(k)),
+        ]
     if c.optimizer_sharding in ("distributed", "zero2"):
         args.append(("--use-distributed-optimizer", None))
     elif c.optimizer_sharding == "full":
@@ -140,21 +158,26 @@ def needs_single_connection(inputs: PlanInputs) -> bool:
     return c.optimizer_sharding != "full" and (c.tp > 1 or c.cp > 1)
 
 
-PLACEHOLDERS = '''# --- PLACEHOLDERS: replace before launching --------------------------------------------
+PLACEHOLDERS = """# --- PLACEHOLDERS: replace before launching --------------------------------------------
 MEGATRON_PATH=${MEGATRON_PATH:-/workspace/Megatron-LM}   # a Megatron-LM checkout (pretrain_gpt.py)
 DATA_ARGS=(--mock-data)                                 # e.g. (--data-path /data/my_text_document --split 99,1,0)
 TOKENIZER_ARGS=(--tokenizer-type NullTokenizer)          # e.g. (--tokenizer-type HuggingFaceTokenizer --tokenizer-model /path)
 TRAINING_ARGS=(--train-iters 1000 --lr 1.0e-4 --min-lr 1.0e-5 --lr-decay-style cosine --lr-warmup-iters 100)
 # -----------------------------------------------------------------------------------------
-'''
+"""
 
 
 def torchrun_script(inputs: PlanInputs, gpus_per_node: int, nodes: int) -> str:
     """A bash script that runs one torchrun per node (run it on every node with NODE_RANK set)."""
-    env = "export CUDA_DEVICE_MAX_CONNECTIONS=1\n" if needs_single_connection(inputs) else (
-        "unset CUDA_DEVICE_MAX_CONNECTIONS\n")
-    args = "\n".join(f"    {flag}" + ("" if value is None else f" {shlex.quote(value)}") for flag, value in
-                     megatron_args(inputs))
+    env = (
+        "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+        if needs_single_connection(inputs)
+        else ("unset CUDA_DEVICE_MAX_CONNECTIONS\n")
+    )
+    args = "\n".join(
+        f"    {flag}" + ("" if value is None else f" {shlex.quote(value)}")
+        for flag, value in megatron_args(inputs)
+    )
     return f"""#!/bin/bash
 # Generated by planner: torchrun launch of Megatron-LM pretrain_gpt.py.
 # World size {gpus_per_node * nodes} = {nodes} nodes x {gpus_per_node} GPUs; run on every node with NODE_RANK=0..{nodes - 1}.
@@ -182,10 +205,15 @@ torchrun "${{DISTRIBUTED_ARGS[@]}}" pretrain_gpt.py "${{MODEL_AND_PARALLEL_ARGS[
 
 def slurm_script(inputs: PlanInputs, gpus_per_node: int, nodes: int) -> str:
     """A Slurm batch script: one torchrun per node (srun --ntasks-per-node=1), rendezvous on the first host."""
-    env = "export CUDA_DEVICE_MAX_CONNECTIONS=1\n" if needs_single_connection(inputs) else (
-        "unset CUDA_DEVICE_MAX_CONNECTIONS\n")
-    args = "\n".join(f"    {flag}" + ("" if value is None else f" {shlex.quote(value)}") for flag, value in
-                     megatron_args(inputs))
+    env = (
+        "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+        if needs_single_connection(inputs)
+        else ("unset CUDA_DEVICE_MAX_CONNECTIONS\n")
+    )
+    args = "\n".join(
+        f"    {flag}" + ("" if value is None else f" {shlex.quote(value)}")
+        for flag, value in megatron_args(inputs)
+    )
     return f"""#!/bin/bash
 # Generated by planner: Slurm launch of Megatron-LM pretrain_gpt.py, one torchrun per node.
 #SBATCH --job-name=planner-megatron
@@ -234,30 +262,107 @@ class Imported:
 
 
 IGNORED = {
-    "--train-iters", "--train-samples", "--lr", "--min-lr", "--lr-decay-style", "--lr-warmup-iters",
-    "--lr-warmup-fraction", "--lr-decay-iters", "--lr-warmup-samples", "--lr-decay-samples", "--weight-decay",
-    "--clip-grad", "--adam-beta1", "--adam-beta2", "--adam-eps", "--init-method-std", "--save", "--load",
-    "--save-interval", "--eval-interval", "--eval-iters", "--log-interval", "--data-path", "--split", "--mock-data",
-    "--tokenizer-type", "--tokenizer-model", "--vocab-file", "--merge-file", "--tensorboard-dir", "--wandb-project",
-    "--seed", "--attention-dropout", "--hidden-dropout", "--ckpt-format", "--distributed-timeout-minutes",
-    "--use-mcore-models", "--transformer-impl", "--attention-backend", "--rotary-base", "--rotary-percent",
-    "--norm-epsilon", "--make-vocab-size-divisible-by", "--moe-token-dispatcher-type", "--moe-grouped-gemm",
-    "--moe-aux-loss-coeff", "--moe-router-load-balancing-type", "--tp-comm-overlap", "--no-gradient-accumulation-fusion",
-    "--use-flash-attn", "--cross-entropy-loss-fusion", "--manual-gc", "--log-throughput", "--fp8-recipe",
-    "--fp8-amax-history-len", "--fp8-amax-compute-algo", "--data-parallel-sharding-strategy", "--use-rope-scaling",
-    "--log-timers-to-tensorboard", "--no-masked-softmax-fusion", "--no-bias-swiglu-fusion", "--no-rope-fusion",
-    "--eod-mask-loss", "--timing-log-level", "--exit-duration-in-mins", "--num-workers",
+    "--train-iters",
+    "--train-samples",
+    "--lr",
+    "--min-lr",
+    "--lr-decay-style",
+    "--lr-warmup-iters",
+    "--lr-warmup-fraction",
+    "--lr-decay-iters",
+    "--lr-warmup-samples",
+    "--lr-decay-samples",
+    "--weight-decay",
+    "--clip-grad",
+    "--adam-beta1",
+    "--adam-beta2",
+    "--adam-eps",
+    "--init-method-std",
+    "--save",
+    "--load",
+    "--save-interval",
+    "--eval-interval",
+    "--eval-iters",
+    "--log-interval",
+    "--data-path",
+    "--split",
+    "--mock-data",
+    "--tokenizer-type",
+    "--tokenizer-model",
+    "--vocab-file",
+    "--merge-file",
+    "--tensorboard-dir",
+    "--wandb-project",
+    "--seed",
+    "--attention-dropout",
+    "--hidden-dropout",
+    "--ckpt-format",
+    "--distributed-timeout-minutes",
+    "--use-mcore-models",
+    "--transformer-impl",
+    "--attention-backend",
+    "--rotary-base",
+    "--rotary-percent",
+    "--norm-epsilon",
+    "--make-vocab-size-divisible-by",
+    "--moe-token-dispatcher-type",
+    "--moe-grouped-gemm",
+    "--moe-aux-loss-coeff",
+    "--moe-router-load-balancing-type",
+    "--tp-comm-overlap",
+    "--no-gradient-accumulation-fusion",
+    "--use-flash-attn",
+    "--cross-entropy-loss-fusion",
+    "--manual-gc",
+    "--log-throughput",
+    "--fp8-recipe",
+    "--fp8-amax-history-len",
+    "--fp8-amax-compute-algo",
+    "--data-parallel-sharding-strategy",
+    "--use-rope-scaling",
+    "--log-timers-to-tensorboard",
+    "--no-masked-softmax-fusion",
+    "--no-bias-swiglu-fusion",
+    "--no-rope-fusion",
+    "--eod-mask-loss",
+    "--timing-log-level",
+    "--exit-duration-in-mins",
+    "--num-workers",
 }
 FLAGS_WITH_VALUE = {
-    "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--kv-channels",
-    "--num-query-groups", "--normalization", "--position-embedding-type", "--max-position-embeddings",
-    "--seq-length", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
-    "--moe-layer-freq", "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--tensor-model-parallel-size",
-    "--pipeline-model-parallel-size", "--context-parallel-size", "--num-virtual-stages-per-pipeline-rank",
-    "--num-layers-per-virtual-pipeline-stage", "--decoder-first-pipeline-num-layers",
-    "--decoder-last-pipeline-num-layers", "--pipeline-model-parallel-layout", "--micro-batch-size",
-    "--global-batch-size", "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--fp8-format",
-    "--vocab-size", "--padded-vocab-size",
+    "--num-layers",
+    "--hidden-size",
+    "--ffn-hidden-size",
+    "--num-attention-heads",
+    "--kv-channels",
+    "--num-query-groups",
+    "--normalization",
+    "--position-embedding-type",
+    "--max-position-embeddings",
+    "--seq-length",
+    "--num-experts",
+    "--moe-router-topk",
+    "--moe-ffn-hidden-size",
+    "--moe-shared-expert-intermediate-size",
+    "--moe-layer-freq",
+    "--expert-model-parallel-size",
+    "--expert-tensor-parallel-size",
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--context-parallel-size",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--num-layers-per-virtual-pipeline-stage",
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
+    "--pipeline-model-parallel-layout",
+    "--micro-batch-size",
+    "--global-batch-size",
+    "--recompute-granularity",
+    "--recompute-method",
+    "--recompute-num-layers",
+    "--fp8-format",
+    "--vocab-size",
+    "--padded-vocab-size",
 }
 
 
@@ -303,16 +408,34 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
                 continue
             if w in IGNORED:
                 ignored.append(w)
-                i += 2 if has_value and w not in {"--mock-data", "--moe-grouped-gemm", "--tp-comm-overlap"} else 1
+                i += (
+                    2
+                    if has_value and w not in {"--mock-data", "--moe-grouped-gemm", "--tp-comm-overlap"}
+                    else 1
+                )
                 continue
             flags[w], lines[w] = None, line
         elif w.startswith("--nnodes") or w.startswith("--nproc"):
             pass
         i += 1
-    known_bool = {"--group-query-attention", "--swiglu", "--squared-relu", "--disable-bias-linear", "--add-qkv-bias",
-                  "--qk-layernorm", "--untie-embeddings-and-output-weights", "--sequence-parallel",
-                  "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather", "--bf16", "--fp16",
-                  "--recompute-activations", "--use-megatron-fsdp", "--use-torch-fsdp2"}
+    known_bool = {
+        "--group-query-attention",
+        "--swiglu",
+        "--squared-relu",
+        "--disable-bias-linear",
+        "--add-qkv-bias",
+        "--qk-layernorm",
+        "--untie-embeddings-and-output-weights",
+        "--sequence-parallel",
+        "--use-distributed-optimizer",
+        "--overlap-grad-reduce",
+        "--overlap-param-gather",
+        "--bf16",
+        "--fp16",
+        "--recompute-activations",
+        "--use-megatron-fsdp",
+        "--use-torch-fsdp2",
+    }
     for f in list(flags):
         if f not in FLAGS_WITH_VALUE and f not in known_bool:
             unknown.append(f)
@@ -324,9 +447,17 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
         try:
             return int(v)
         except ValueError:
-            raise SpecError(f"{where}: line {lines.get(flag, '?')}: {flag} expects an integer, got {v!r}") from None
+            raise SpecError(
+                f"{where}: line {lines.get(flag, '?')}: {flag} expects an integer, got {v!r}"
+            ) from None
 
-    for req in ("--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--micro-batch-size"):
+    for req in (
+        "--num-layers",
+        "--hidden-size",
+        "--num-attention-heads",
+        "--seq-length",
+        "--micro-batch-size",
+    ):
         if flags.get(req) is None:
             raise SpecError(f"{where}: missing {req} (needed to plan; Megatron requires it too)")
     h, heads = num("--hidden-size"), num("--num-attention-heads")
@@ -337,25 +468,40 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
     vocab = num("--padded-vocab-size") or num("--vocab-size") or 32000
     seq = num("--seq-length")
     model = ModelSpec(
-        name=where, num_layers=num("--num-layers"), hidden_size=h, ffn_hidden_size=num("--ffn-hidden-size", ffn_default),
-        num_attention_heads=heads, num_query_groups=groups, kv_channels=num("--kv-channels", h // heads),
-        vocab_size=vocab, max_position_embeddings=num("--max-position-embeddings", seq),
+        name=where,
+        num_layers=num("--num-layers"),
+        hidden_size=h,
+        ffn_hidden_size=num("--ffn-hidden-size", ffn_default),
+        num_attention_heads=heads,
+        num_query_groups=groups,
+        kv_channels=num("--kv-channels", h // heads),
+        vocab_size=vocab,
+        max_position_embeddings=num("--max-position-embeddings", seq),
         activation="swiglu" if gated else ("squared_relu" if "--squared-relu" in flags else "gelu"),
         normalization="rmsnorm" if flags.get("--normalization") == "RMSNorm" else "layernorm",
         position_embedding_type=flags.get("--position-embedding-type") or "learned_absolute",
         untie_embeddings_and_output_weights="--untie-embeddings-and-output-weights" in flags,
-        add_bias_linear="--disable-bias-linear" not in flags, add_qkv_bias="--add-qkv-bias" in flags,
-        qk_layernorm="--qk-layernorm" in flags, num_experts=experts,
+        add_bias_linear="--disable-bias-linear" not in flags,
+        add_qkv_bias="--add-qkv-bias" in flags,
+        qk_layernorm="--qk-layernorm" in flags,
+        num_experts=experts,
         moe_router_topk=num("--moe-router-topk", 2) if experts else 0,
-        moe_ffn_hidden_size=num("--moe-ffn-hidden-size", num("--ffn-hidden-size", ffn_default)) if experts else 0,
+        moe_ffn_hidden_size=num("--moe-ffn-hidden-size", num("--ffn-hidden-size", ffn_default))
+        if experts
+        else 0,
         moe_shared_expert_intermediate_size=num("--moe-shared-expert-intermediate-size", 0) if experts else 0,
         moe_layer_freq=num("--moe-layer-freq", 1) if experts else 1,
     )
     if model.position_embedding_type not in ("learned_absolute", "rope", "none"):
-        raise SpecError(f"{where}: --position-embedding-type {model.position_embedding_type!r}: planner models "
-                        "learned_absolute, rope and none")
-    tp, pp, cp = num("--tensor-model-parallel-size", 1), num("--pipeline-model-parallel-size", 1), num(
-        "--context-parallel-size", 1)
+        raise SpecError(
+            f"{where}: --position-embedding-type {model.position_embedding_type!r}: planner models "
+            "learned_absolute, rope and none"
+        )
+    tp, pp, cp = (
+        num("--tensor-model-parallel-size", 1),
+        num("--pipeline-model-parallel-size", 1),
+        num("--context-parallel-size", 1),
+    )
     vpp = num("--num-virtual-stages-per-pipeline-rank", 1) or 1
     if flags.get("--num-layers-per-virtual-pipeline-stage"):
         vpp = model.num_layers // pp // num("--num-layers-per-virtual-pipeline-stage")
@@ -369,8 +515,12 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
         rest = model.num_layers - (first or 0) - (last or 0)
         n_mid = pp - (first is not None) - (last is not None)
         mid = rest // n_mid if n_mid else 0
-        layers = tuple(([first] if first is not None else []) + [mid] * n_mid + ([last] if last is not None else []))
-    granularity = flags.get("--recompute-granularity") or ("selective" if "--recompute-activations" in flags else None)
+        layers = tuple(
+            ([first] if first is not None else []) + [mid] * n_mid + ([last] if last is not None else [])
+        )
+    granularity = flags.get("--recompute-granularity") or (
+        "selective" if "--recompute-activations" in flags else None
+    )
     recompute = granularity or "none"
     rnl = num("--recompute-num-layers", 0) if recompute == "full" else 0
     most = max(layers) if layers else -(-model.num_layers // (pp * vpp))
@@ -387,15 +537,29 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
     if gbs is None:
         gbs = num("--micro-batch-size") * dp
     precision = "fp8" if flags.get("--fp8-format") else ("fp16" if "--fp16" in flags else "bf16")
-    job = JobSpec(global_batch_size=gbs, seq_length=seq, precision=precision,
-                  overlap_grad_reduce="--overlap-grad-reduce" in flags,
-                  overlap_param_gather="--overlap-param-gather" in flags)
+    job = JobSpec(
+        global_batch_size=gbs,
+        seq_length=seq,
+        precision=precision,
+        overlap_grad_reduce="--overlap-grad-reduce" in flags,
+        overlap_param_gather="--overlap-param-gather" in flags,
+    )
     ep = num("--expert-model-parallel-size", 1)
     etp = num("--expert-tensor-parallel-size", 0) or tp  # Megatron's default is tp (arguments.py 586-587)
     config = ParallelConfig(
-        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, micro_batch_size=num("--micro-batch-size"),
-        recompute=recompute, recompute_num_layers=rnl, sequence_parallel="--sequence-parallel" in flags,
-        optimizer_sharding=sharding, schedule="interleaved" if vpp > 1 else "1f1b",
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        vpp=vpp,
+        micro_batch_size=num("--micro-batch-size"),
+        recompute=recompute,
+        recompute_num_layers=rnl,
+        sequence_parallel="--sequence-parallel" in flags,
+        optimizer_sharding=sharding,
+        schedule="interleaved" if vpp > 1 else "1f1b",
         layers_per_stage=() if len(set(layers)) <= 1 else layers,
     )
     return Imported(model, job, config, world_size, tuple(ignored), tuple(sorted(set(unknown))), lines)
