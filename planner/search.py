@@ -248,6 +248,17 @@ def _stage_nodes(cluster: ClusterSpec, c: ParallelConfig) -> list[NodeGroup]:
     return [node_of_stage(cluster, c, i) for i in range(c.pp)]
 
 
+def _layer_work(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> float:
+    """Per-micro-batch time of one layer, with the recompute every layer pays under this shape."""
+    t, layer = _layer_of(model, job, c, node)
+    work = layer.forward_s + layer.forward_comm_s + layer.backward_input_s + layer.backward_comm_s + layer.backward_weight_s
+    if c.recompute == "selective":
+        work += t.dense.selective_recompute_s
+    elif c.recompute == "full" and (c.recompute_num_layers == 0 or c.recompute_num_layers >= model.num_layers):
+        work += layer.recompute_forward_s
+    return work
+
+
 def _heterogeneous_bound(
     model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig, with_memory: bool = False
 ) -> float:
@@ -273,19 +284,14 @@ def _heterogeneous_bound(
                 + layer.backward_weight_s,
             )
         return c.num_microbatches(job) * slowest * L / c.pp
+    slots = _hetero_slots(cluster, c)
+    if with_memory and slots is not None and len(slots) == 2:
+        return c.num_microbatches(job) * _two_group_bound(model, job, c, cluster, slots)
     inflight = min(inflight_for(model, job, c, cluster.groups[0])) if with_memory else 1.0
     stages = []
     for node in _stage_nodes(cluster, c):
-        _, layer = _layer_of(model, job, c, node)
-        per_layer = (
-            layer.forward_s
-            + layer.forward_comm_s
-            + layer.backward_input_s
-            + layer.backward_comm_s
-            + layer.backward_weight_s
-        )
         cap = stage_model(model, job, c, node, 1, inflight).max_layers(L) if with_memory else L
-        stages.append((per_layer, cap))
+        stages.append((_layer_work(model, job, c, node), cap))
     if sum(cap for _, cap in stages) < L:
         return math.inf
     lo, hi = 0.0, max(a * L for a, _ in stages)
@@ -296,6 +302,36 @@ def _heterogeneous_bound(
         else:
             lo = mid
     return c.num_microbatches(job) * lo
+
+
+def _two_group_bound(model: ModelSpec, job: JobSpec, c: ParallelConfig, cluster: ClusterSpec, slots: list[int]) -> float:
+    """The water-filling bound with position-aware memory caps, exact over every placement of two
+    node groups: for a given T each position contributes ``min(cap_g(i), T / a_g)`` for the group it
+    gets, so the best placement gives group 0 the ``slots[0]`` positions where it gains most."""
+    L, p = model.num_layers, c.pp
+    inflight = inflight_for(model, job, c, cluster.groups[0])
+    rate, caps = [], []
+    for node in cluster.groups:
+        rate.append(_layer_work(model, job, c, node))
+        caps.append([stage_model(model, job, c, node, i, inflight[i]).max_layers(L) for i in range(p)])
+
+    def capacity(t: float) -> float:
+        x = [min(caps[0][i], t / rate[0]) for i in range(p)]
+        y = [min(caps[1][i], t / rate[1]) for i in range(p)]
+        gains = sorted((x[i] - y[i] for i in range(p)), reverse=True)
+        return sum(y) + sum(gains[: slots[0]])
+
+    hi = max(rate) * L
+    if capacity(hi) < L:
+        return math.inf
+    lo = 0.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if capacity(mid) >= L:
+            hi = mid
+        else:
+            lo = mid
+    return lo
 
 
 def _cheap_bound(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> float:
@@ -339,6 +375,7 @@ def _bounds(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCon
     L, p = model.num_layers, c.pp
     fewest, most = max(1, L // p), math.ceil(L / p)
     best = math.inf
+    tails: list[float] = []
     for node in {g.gpu.name: g for g in cluster.groups}.values():
         t, layer = _layer_of(model, job, c, node)
         extra = t.embedding + t.output
@@ -400,8 +437,10 @@ def _bounds(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCon
         fwd_window = most * f_l + f_e
         small = dp_sync(job, c, node, *params_of(fewest), m, bwd_window, fwd_window)
         large = dp_sync(job, c, node, *params_of(most), m, bwd_window, fwd_window)
-        best = min(best, pipeline + small.reduce_exposed_s + large.optimizer_s + large.gather_exposed_s)
-    return max(best, _heterogeneous_bound(model, cluster, job, c, with_memory=True))
+        tail = small.reduce_exposed_s + large.optimizer_s + large.gather_exposed_s
+        best = min(best, pipeline + tail)
+        tails.append(tail)
+    return max(best, _heterogeneous_bound(model, cluster, job, c, with_memory=True) + min(tails))
 
 
 def _fits(model, cluster, job, c: ParallelConfig, uneven: bool, headroom_bytes: float = 0.0) -> bool:
