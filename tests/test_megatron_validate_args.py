@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("torch")
 arguments = pytest.importorskip("megatron.training.arguments")
 
-from tests.test_megatron import CASES  # noqa: E402
 from planner.exporters.megatron import megatron_args  # noqa: E402
+from tests.test_megatron import CASES  # noqa: E402
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
