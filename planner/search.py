@@ -429,6 +429,13 @@ def _bounds(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCon
             )
             lag = min(comm.p2p_s(volume, comm.link_for(group(c, "pp"), g)) for g in cluster.groups)
         pipeline = pipeline_lower_bound(work, m, p, share, lag)
+        if not cluster.is_heterogeneous:
+            # pigeonhole: some stage holds at least ceil(L/p) layers and does them every micro-batch
+            per_layer = f_l + b_l + w_l
+            chunk = math.ceil(most / c.vpp)  # full recompute applies K layers per model chunk
+            k = c.recompute_num_layers or chunk
+            rec = layer.recompute_forward_s * c.vpp * min(k, chunk) if c.recompute == "full" else 0.0
+            pipeline = max(pipeline, m * (most * per_layer + rec))
 
         def params_of(n: int) -> tuple[float, float]:
             return n * (layer.params_sharded + layer.params_replicated), n * layer.params_expert
