@@ -103,6 +103,8 @@ class LayerTable:
     dense: LayerCost
     moe: LayerCost
     output: LayerCost
+    edges: LayerCost
+    """Embedding + output layer (what the first and last stages add), precomputed."""
 
     def decoder(self, model: ModelSpec, index: int) -> LayerCost:
         """Cost of decoder layer ``index``."""
@@ -125,11 +127,13 @@ def _tp_collectives_s(volume: float, c: ParallelConfig, node: NodeGroup, count: 
 
 def layer_table(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> LayerTable:
     """Costs of all layer kinds for configuration ``c`` on GPUs of ``node``."""
+    embedding, output = _embedding(model, job, c, node), _output(model, job, c, node)
     return LayerTable(
-        embedding=_embedding(model, job, c, node),
+        embedding=embedding,
         dense=_decoder(model, job, c, node, moe=False),
         moe=_decoder(model, job, c, node, moe=True) if model.is_moe else ZERO,
-        output=_output(model, job, c, node),
+        output=output,
+        edges=embedding + output,
     )
 
 

@@ -350,7 +350,7 @@ def _cheap_bound(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parall
         )
         if c.recompute == "selective":
             per_layer += t.dense.selective_recompute_s
-        extra = t.embedding + t.output
+        extra = t.edges
         work = L * per_layer + extra.forward_s + extra.backward_input_s + extra.backward_weight_s
         if c.recompute == "full":
             k = c.recompute_num_layers or L
@@ -378,7 +378,7 @@ def _bounds(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCon
     tails: list[float] = []
     for node in {g.gpu.name: g for g in cluster.groups}.values():
         t, layer = _layer_of(model, job, c, node)
-        extra = t.embedding + t.output
+        extra = t.edges
         f_l = layer.forward_s + layer.forward_comm_s
         b_l = (
             layer.backward_input_s
