@@ -346,4 +346,9 @@ def _solver(time_limit_s: float):
 
         return pulp.HiGHS(msg=False, timeLimit=time_limit_s)
     except Exception:
-        return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s)
+        import warnings
+
+        # PuLP 3.x still bundles CBC (pyproject pins pulp < 4) but announces its removal in 4.0.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s)
