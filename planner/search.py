@@ -248,15 +248,22 @@ def _stage_nodes(cluster: ClusterSpec, c: ParallelConfig) -> list[NodeGroup]:
     return [node_of_stage(cluster, c, i) for i in range(c.pp)]
 
 
-def _layer_work(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> float:
-    """Per-micro-batch time of one layer, with the recompute every layer pays under this shape."""
+def _layer_rates(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> tuple[float, float, int]:
+    """(time per layer, extra time per recomputed layer, recomputed layers per stage) of a shape."""
     t, layer = _layer_of(model, job, c, node)
-    work = layer.forward_s + layer.forward_comm_s + layer.backward_input_s + layer.backward_comm_s + layer.backward_weight_s
+    a = layer.forward_s + layer.forward_comm_s + layer.backward_input_s + layer.backward_comm_s + layer.backward_weight_s
     if c.recompute == "selective":
-        work += t.dense.selective_recompute_s
-    elif c.recompute == "full" and (c.recompute_num_layers == 0 or c.recompute_num_layers >= model.num_layers):
-        work += layer.recompute_forward_s
-    return work
+        a += t.dense.selective_recompute_s
+    if c.recompute != "full":
+        return a, 0.0, 0
+    return a, layer.recompute_forward_s, c.recompute_num_layers or model.num_layers
+
+
+def _layers_within(t: float, a: float, rec: float, k: int) -> int:
+    """Most layers a stage can run in time t when each takes a and its first k also rec more."""
+    if t >= k * (a + rec):
+        return k + math.floor((t - k * (a + rec)) / a + 1e-12)
+    return math.floor(t / (a + rec) + 1e-12)
 
 
 def _heterogeneous_bound(
@@ -272,18 +279,13 @@ def _heterogeneous_bound(
     L = model.num_layers
     if c.pp == 1 or c.vpp > 1:
         # even split and rank-order placement (no partition or placement search for these shapes)
+        n = L // c.pp
+        chunk = n // c.vpp
         slowest = 0.0
         for i in range(c.pp):
-            _, layer = _layer_of(model, job, c, node_of_stage(cluster, c, i))
-            slowest = max(
-                slowest,
-                layer.forward_s
-                + layer.forward_comm_s
-                + layer.backward_input_s
-                + layer.backward_comm_s
-                + layer.backward_weight_s,
-            )
-        return c.num_microbatches(job) * slowest * L / c.pp
+            a, rec, k = _layer_rates(model, job, c, node_of_stage(cluster, c, i))
+            slowest = max(slowest, n * a + rec * c.vpp * min(k, chunk))
+        return c.num_microbatches(job) * slowest
     slots = _hetero_slots(cluster, c)
     if with_memory and slots is not None and len(slots) == 2:
         return c.num_microbatches(job) * _two_group_bound(model, job, c, cluster, slots)
@@ -291,13 +293,19 @@ def _heterogeneous_bound(
     stages = []
     for node in _stage_nodes(cluster, c):
         cap = stage_model(model, job, c, node, 1, inflight).max_layers(L) if with_memory else L
-        stages.append((_layer_work(model, job, c, node), cap))
-    if sum(cap for _, cap in stages) < L:
+        stages.append((_layer_rates(model, job, c, node), cap))
+    if sum(cap for _, cap in stages) < L or min(cap for _, cap in stages) < 1:
         return math.inf
-    lo, hi = 0.0, max(a * L for a, _ in stages)
-    for _ in range(60):  # bisection on T; the function is monotone
+
+    def capacity(t: float) -> float:
+        # integer layers: stage i holds at most what fits in t, and at least one
+        per_stage = [min(cap, _layers_within(t, *rates)) for rates, cap in stages]
+        return sum(per_stage) if min(per_stage) >= 1 else -1.0
+
+    lo, hi = 0.0, max((a + r) * L for (a, r, _), _ in stages)
+    for _ in range(60):  # bisection on T; capacity is monotone in T
         mid = (lo + hi) / 2
-        if sum(min(cap, mid / a) for a, cap in stages) >= L:
+        if capacity(mid) >= L:
             hi = mid
         else:
             lo = mid
@@ -312,16 +320,24 @@ def _two_group_bound(model: ModelSpec, job: JobSpec, c: ParallelConfig, cluster:
     inflight = inflight_for(model, job, c, cluster.groups[0])
     rate, caps = [], []
     for node in cluster.groups:
-        rate.append(_layer_work(model, job, c, node))
+        rate.append(_layer_rates(model, job, c, node))
         caps.append([stage_model(model, job, c, node, i, inflight[i]).max_layers(L) for i in range(p)])
 
     def capacity(t: float) -> float:
-        x = [min(caps[0][i], t / rate[0]) for i in range(p)]
-        y = [min(caps[1][i], t / rate[1]) for i in range(p)]
-        gains = sorted((x[i] - y[i] for i in range(p)), reverse=True)
-        return sum(y) + sum(gains[: slots[0]])
+        # integer layers per stage (at least one); positions a group cannot hold are forced to the other
+        n0, n1 = _layers_within(t, *rate[0]), _layers_within(t, *rate[1])
+        x = [min(caps[0][i], n0) for i in range(p)]
+        y = [min(caps[1][i], n1) for i in range(p)]
+        forced0 = [i for i in range(p) if y[i] < 1]
+        forced1 = [i for i in range(p) if x[i] < 1]
+        if set(forced0) & set(forced1) or len(forced0) > slots[0] or len(forced1) > slots[1]:
+            return -1.0
+        free = [i for i in range(p) if x[i] >= 1 and y[i] >= 1]
+        free.sort(key=lambda i: x[i] - y[i], reverse=True)
+        group0 = set(forced0) | set(free[: slots[0] - len(forced0)])
+        return sum(x[i] if i in group0 else y[i] for i in range(p))
 
-    hi = max(rate) * L
+    hi = max(a + r for a, r, _ in rate) * L
     if capacity(hi) < L:
         return math.inf
     lo = 0.0
@@ -525,7 +541,7 @@ def partition_shape(
             [stage_model(model, job, c, g, i, inflight[i], headroom_bytes) for g in cluster.groups]
             for i in range(p)
         ]
-        part = ilp_partition(options, slots, L, m)
+        part = _cached_ilp(tuple(tuple(row) for row in options), tuple(slots), L, m)
         if part is None:
             return "no layer partition fits in memory"
         new_cluster = reorder_cluster(cluster, c, part.stage_groups)
@@ -535,10 +551,22 @@ def partition_shape(
         stage_model(model, job, c, node_of_stage(cluster, c, i), i, inflight[i], headroom_bytes)
         for i in range(p)
     ]
-    part: Partition | None = dp_partition(stages, L, m)
+    part: Partition | None = _cached_dp(tuple(stages), L, m)
     if part is None:
         return "no layer partition fits in memory"
     return c.with_(layers_per_stage=_canonical(part.layers)), cluster, ()
+
+
+@lru_cache(maxsize=4096)
+def _cached_ilp(options: tuple, slots: tuple, L: int, m: int) -> Partition | None:
+    """Shapes that differ only in what the partition does not see (cp/dp split, sharding of a
+    stage that fits either way) pose the same problem: solve it once."""
+    return ilp_partition([list(row) for row in options], list(slots), L, m)
+
+
+@lru_cache(maxsize=4096)
+def _cached_dp(stages: tuple, L: int, m: int) -> Partition | None:
+    return dp_partition(list(stages), L, m)
 
 
 def _canonical(layers: tuple[int, ...]) -> tuple[int, ...]:
