@@ -321,16 +321,33 @@ def ilp_partition(
     for g in range(G):
         prob += pulp.lpSum(y[g][i] for i in range(p)) == group_slots[g]
     prob += pulp.lpSum(n[g][i] for g in range(G) for i in range(p)) == L
-    prob += pulp.lpSum(taus) + (m - 1) * T
+    main = pulp.lpSum(taus) + (m - 1) * T
+    prob += main
     solver = _solver(time_limit_s)
     status = prob.solve(solver)
     if pulp.LpStatus[status] != "Optimal":
         return None
-    layers, groups = [], []
-    for i in range(p):
-        g = max(range(G), key=lambda gg: (y[gg][i].value() or 0.0, -gg))
-        groups.append(g)
-        layers.append(int(round(n[g][i].value() or 0.0)))
+    # Ties are common (identical stage positions), and each solver breaks them its own way. A second
+    # solve keeps the optimum and minimises an explicit tie-break (lower-numbered groups on earlier
+    # stages, then fewer layers on earlier stages), so CBC and HiGHS return the same plan.
+    def read() -> tuple[list[int], list[int]]:
+        groups = [max(range(G), key=lambda gg: (y[gg][i].value() or 0.0, -gg)) for i in range(p)]
+        return [int(round(n[groups[i]][i].value() or 0.0)) for i in range(p)], groups
+
+    layers, groups = read()
+    best = pulp.value(main)
+    prob += main <= best * (1 + 1e-7) + 1e-9  # solver tolerances: a hair above the optimum
+    prob.setObjective(
+        pulp.lpSum((g + 1) * (i + 1) * y[g][i] for g in range(G) for i in range(p)) * (L + 1) * p
+        + pulp.lpSum((p - i) * n[g][i] for g in range(G) for i in range(p))
+    )
+    if pulp.LpStatus[prob.solve(solver)] == "Optimal":
+        tied = read()
+        tied_stages = [stage_options[i][tied[1][i]] for i in range(p)]
+        if objective(tied_stages, tuple(tied[0]), m) <= objective(
+            [stage_options[i][groups[i]] for i in range(p)], tuple(layers), m
+        ) * (1 + 1e-7):
+            layers, groups = tied
     stages = [stage_options[i][groups[i]] for i in range(p)]
     value = objective(stages, tuple(layers), m)
     if not math.isfinite(value):
@@ -344,11 +361,11 @@ def _solver(time_limit_s: float):
     try:
         import highspy  # noqa: F401
 
-        return pulp.HiGHS(msg=False, timeLimit=time_limit_s)
+        return pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=0.0)
     except Exception:
         import warnings
 
         # PuLP 3.x still bundles CBC (pyproject pins pulp < 4) but announces its removal in 4.0.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s)
+            return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=0.0)
