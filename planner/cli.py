@@ -669,7 +669,20 @@ def export_megatron(
         raise UsageError(f"--launcher {launcher!r} is not allowed; allowed values: torchrun, slurm")
     inputs = read_plan(str(plan))
     if inputs.config.optimizer_sharding == "zero2":
-        typer.echo("note: Megatron-LM has no ZeRO-2; exporting the distributed optimizer (ZeRO-1)", err=True)
+        # Megatron-LM has no ZeRO-2: its distributed optimizer (ZeRO-1) keeps full fp32 gradients.
+        from cost_models.estimate import estimate as run_estimate
+
+        zero1 = run_estimate(inputs.model, inputs.cluster, inputs.job,
+                             inputs.config.with_(optimizer_sharding="distributed"))
+        if not zero1.fits:
+            w = zero1.worst_stage
+            raise SpecError(
+                f"{plan}: the plan uses ZeRO-2, which Megatron-LM does not have; as its distributed optimizer "
+                f"(ZeRO-1) stage {w.stage} would need {-w.memory.headroom_bytes / 2**30:.1f} GiB more; re-run "
+                "planner search with --optimizer-sharding distributed,full"
+            )
+        typer.echo("note: Megatron-LM has no ZeRO-2; exporting the distributed optimizer (ZeRO-1), "
+                   f"which still fits (peak {zero1.peak_memory_bytes / 2**30:.1f} GiB)", err=True)
     args = mx.megatron_args(inputs)
     groups = inputs.cluster.groups
     gpn = groups[0].gpus_per_node

@@ -279,3 +279,19 @@ def test_zero_bubble_plans_are_not_exported(run_cli, tmp_path):
     plan = inputs("llama3-8b", "dgx-h100", 2, 64, 4096, tp=2, pp=4, schedule="zb-h1")
     with pytest.raises(SpecError, match="re-run planner search with --schedule 1f1b,interleaved"):
         megatron_args(plan)
+
+
+def test_zero2_plans_export_only_when_zero1_fits(run_cli, tmp_path):
+    from planner.plan import plan_document, write_plan
+
+    fits = inputs("llama3-8b", "dgx-h100", 2, 64, 4096, tp=2, pp=2, optimizer_sharding="zero2")
+    path = tmp_path / "z2.yaml"
+    write_plan(path, plan_document(fits, {}, None))
+    res = run_cli("export", "megatron", str(path), "--out", str(tmp_path / "a"))
+    assert res.exit_code == 0 and "ZeRO-1" in res.stderr and "still fits" in res.stderr
+    tight = inputs("llama2-70b", "dgx-h100", 4, 64, 4096, tp=4, pp=1, optimizer_sharding="zero2",
+                   recompute="full")
+    path2 = tmp_path / "z2b.yaml"
+    write_plan(path2, plan_document(tight, {}, None))
+    res = run_cli("export", "megatron", str(path2), "--out", str(tmp_path / "b"))
+    assert res.exit_code == 1 and "--optimizer-sharding distributed,full" in res.stderr
