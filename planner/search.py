@@ -1,16 +1,20 @@
 """Search: enumerate shapes -> bound -> partition -> simulate -> rank (STYLE lesson 5).
 
-1. :func:`planner.space.enumerate_shapes` yields every valid shape.
-2. Each shape gets a lower bound on its step time: the busiest pipeline stage does at least the
-   average work, ``m * (sum of per-micro-batch work) / pp``, on the fastest GPU type present; and a
-   lower bound on memory (one stage holds at least ceil(L/pp) layers' state). Both are valid
-   bounds of what the simulator will report, so pruning on them never loses the best plan.
-3. Shapes are visited in increasing bound order; a shape whose bound is not below the k-th best
-   simulated step time ends the search (branch and bound).
-4. Visited shapes get a layer partition (:mod:`planner.partition`: DP, or the ILP that also places
-   node groups on heterogeneous clusters), are resolved against every constraint, and are timed by
-   the schedule simulator through :func:`cost_models.estimate.estimate`. Only plans that fit in
-   memory under that estimate are returned.
+1. :func:`planner.space.enumerate_shapes` yields every valid shape (degrees, micro-batch,
+   recompute, sharding, schedule); each full-recompute shape also comes in variants recomputing
+   fewer layers per stage.
+2. Every (shape, variant) enters a heap keyed by a cheap lower bound of its step time (the
+   average per-stage work, :func:`_cheap_bound`). When an item reaches the top, its bound is
+   refined once (:func:`_bounds`: the pipeline path bound with point-to-point lags, pigeonhole on
+   ceil(L/p) layers, the exposed data-parallel tail, and on mixed GPU types an integer
+   water-filling with memory caps and, for two node groups, the best placement), then its memory
+   feasibility is checked exactly from the stage models, and only then it is partitioned
+   (:mod:`planner.partition`: DP, or the ILP that also places node groups) and simulated through
+   :func:`cost_models.estimate.estimate`.
+3. The search stops when the key at the top of the heap is not below the k-th best simulated step
+   time. Every key is a proven lower bound of what the simulator reports (the pipeline bounds are
+   also checked against the simulator on random pipelines in the tests), so pruning never loses
+   the best plan; the tests compare the result with an exhaustive brute force.
 Ties break on a fixed key of the configuration, so the same inputs give the same ranking.
 """
 

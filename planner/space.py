@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES, ParallelConfig, violations
+from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES, ParallelConfig
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 
@@ -155,9 +155,3 @@ def _inner(model, job, r: Restrictions, rejected: Rejections, tp, cp, pp, dp) ->
                                 schedule=schedule,
                             )
                             yield c
-
-
-def shape_violations(model, cluster, job, c: ParallelConfig) -> list[str]:
-    """Constraint violations of a shape, ignoring the (not yet chosen) layer partition."""
-    out = violations(model, cluster, job, c)
-    return [v for v in out if "num_layers" not in v or "divisible by pp*vpp" not in v or c.vpp > 1]
