@@ -396,3 +396,25 @@ def test_gpt3_175b_beats_or_matches_the_expert_configuration():
     assert expert_est.fits
     result = search(model, cluster, job, top_k=1)
     assert result.plans[0].estimate.tokens_per_s >= expert_est.tokens_per_s
+
+
+@pytest.mark.parametrize("layers,gbs,nodes", [(8, 16, (1, 1)), (12, 32, (2, 1)), (10, 8, (1, 2))])
+def test_heterogeneous_pruning_never_loses_the_best(tmp_path, layers, gbs, nodes):
+    # The heterogeneous bounds (integer water-filling, two-group placement) prune; without pruning
+    # the same partition solver must find nothing better.
+    path = tmp_path / "mixed.yaml"
+    path.write_text(
+        f"schema_version: 1\nkind: cluster\ngroups:\n  - template: dgx-a100\n    num_nodes: {nodes[0]}\n"
+        f"  - template: dgx-h100\n    num_nodes: {nodes[1]}\n"
+    )
+    cluster = load_cluster(str(path))
+    model = tiny_model(layers=layers)
+    job = make_job(global_batch_size=gbs, seq_length=4096)
+    r = Restrictions(max_micro_batch_size=2, cp=(1, 2))
+    pruned = search(model, cluster, job, r, top_k=2)
+    full = search(model, cluster, job, r, top_k=2, exhaustive=True)
+    assert pruned.plans[0].estimate.step_time_s == pytest.approx(
+        full.plans[0].estimate.step_time_s, rel=1e-12
+    )
+    assert pruned.plans[0].config == full.plans[0].config
+    assert pruned.shapes_evaluated < full.shapes_evaluated
