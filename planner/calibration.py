@@ -24,6 +24,18 @@ from planner.loading import load_cluster, load_gpu, make_job
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 DEFAULT_RUNS = Path(__file__).resolve().parent.parent / "tests" / "data" / "published_runs.yaml"
+DEFAULT_MEMORY = Path(__file__).resolve().parent.parent / "tests" / "data" / "published_memory.yaml"
+
+
+def measured_memory(path: Path = DEFAULT_MEMORY) -> dict[str, float]:
+    """Measured peak memory per GPU (bytes) by run id, from published_memory.yaml's
+    ``measured_memory`` (torchtitan's logged peaks; see each entry's ``memory_metric``)."""
+    data = yaml.safe_load(Path(path).read_text())
+    return {
+        m["run_id"]: m["peak_memory_gib"] * 2**30
+        for m in data.get("measured_memory", [])
+        if m.get("run_id") and m.get("peak_memory_gib")
+    }
 
 
 EXCLUDED = {
