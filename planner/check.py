@@ -170,7 +170,17 @@ def check_file(
             verdict.metrics["best_step_time_s"] = best.estimate.step_time_s
             slower = est.step_time_s / best.estimate.step_time_s - 1
             verdict.metrics["slowdown_vs_best"] = slower
-            if slower > max_slowdown:
+            if slower <= max_slowdown:
+                verdict.add(
+                    Finding(
+                        "notice",
+                        "slowdown",
+                        f"within {100 * max(slower, 0.0):.1f}% of the best plan found "
+                        f"({best.estimate.step_time_s:.3f} s/step); allowed "
+                        f"{100 * max_slowdown:.0f}%",
+                    )
+                )
+            else:
                 b = best.config
                 verdict.add(
                     Finding(

@@ -263,9 +263,7 @@ TpOpt = Annotated[int | None, typer.Option("--tp", help="Tensor-parallel degree.
 PpOpt = Annotated[int | None, typer.Option("--pp", help="Pipeline-parallel degree.")]
 CpOpt = Annotated[int | None, typer.Option("--cp", help="Context-parallel degree.")]
 EpOpt = Annotated[int | None, typer.Option("--ep", help="Expert-parallel degree.")]
-VppOpt = Annotated[
-    int | None, typer.Option("--vpp", help="Virtual pipeline stages per rank (interleaving).")
-]
+VppOpt = Annotated[int | None, typer.Option("--vpp", help="Virtual pipeline stages per rank (interleaving).")]
 MbsOpt = Annotated[int | None, typer.Option("--micro-batch-size", help="Sequences per micro-batch.")]
 RecomputeOpt = Annotated[str | None, typer.Option("--recompute", help="none, selective or full.")]
 RecomputeLayersOpt = Annotated[
@@ -672,8 +670,9 @@ def export_megatron(
         # Megatron-LM has no ZeRO-2: its distributed optimizer (ZeRO-1) keeps full fp32 gradients.
         from cost_models.estimate import estimate as run_estimate
 
-        zero1 = run_estimate(inputs.model, inputs.cluster, inputs.job,
-                             inputs.config.with_(optimizer_sharding="distributed"))
+        zero1 = run_estimate(
+            inputs.model, inputs.cluster, inputs.job, inputs.config.with_(optimizer_sharding="distributed")
+        )
         if not zero1.fits:
             w = zero1.worst_stage
             raise SpecError(
@@ -681,8 +680,11 @@ def export_megatron(
                 f"(ZeRO-1) stage {w.stage} would need {-w.memory.headroom_bytes / 2**30:.1f} GiB more; re-run "
                 "planner search with --optimizer-sharding distributed,full"
             )
-        typer.echo("note: Megatron-LM has no ZeRO-2; exporting the distributed optimizer (ZeRO-1), "
-                   f"which still fits (peak {zero1.peak_memory_bytes / 2**30:.1f} GiB)", err=True)
+        typer.echo(
+            "note: Megatron-LM has no ZeRO-2; exporting the distributed optimizer (ZeRO-1), "
+            f"which still fits (peak {zero1.peak_memory_bytes / 2**30:.1f} GiB)",
+            err=True,
+        )
     args = mx.megatron_args(inputs)
     groups = inputs.cluster.groups
     gpn = groups[0].gpus_per_node

@@ -327,6 +327,7 @@ def ilp_partition(
     status = prob.solve(solver)
     if pulp.LpStatus[status] != "Optimal":
         return None
+
     # Ties are common (identical stage positions), and each solver breaks them its own way. A second
     # solve keeps the optimum and minimises an explicit tie-break (lower-numbered groups on earlier
     # stages, then fewer layers on earlier stages), so CBC and HiGHS return the same plan.

@@ -252,10 +252,18 @@ def _stage_nodes(cluster: ClusterSpec, c: ParallelConfig) -> list[NodeGroup]:
     return [node_of_stage(cluster, c, i) for i in range(c.pp)]
 
 
-def _layer_rates(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> tuple[float, float, int]:
+def _layer_rates(
+    model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup
+) -> tuple[float, float, int]:
     """(time per layer, extra time per recomputed layer, recomputed layers per stage) of a shape."""
     t, layer = _layer_of(model, job, c, node)
-    a = layer.forward_s + layer.forward_comm_s + layer.backward_input_s + layer.backward_comm_s + layer.backward_weight_s
+    a = (
+        layer.forward_s
+        + layer.forward_comm_s
+        + layer.backward_input_s
+        + layer.backward_comm_s
+        + layer.backward_weight_s
+    )
     if c.recompute == "selective":
         a += t.dense.selective_recompute_s
     if c.recompute != "full":
@@ -316,7 +324,9 @@ def _heterogeneous_bound(
     return c.num_microbatches(job) * lo
 
 
-def _two_group_bound(model: ModelSpec, job: JobSpec, c: ParallelConfig, cluster: ClusterSpec, slots: list[int]) -> float:
+def _two_group_bound(
+    model: ModelSpec, job: JobSpec, c: ParallelConfig, cluster: ClusterSpec, slots: list[int]
+) -> float:
     """The water-filling bound with position-aware memory caps, exact over every placement of two
     node groups: for a given T each position contributes ``min(cap_g(i), T / a_g)`` for the group it
     gets, so the best placement gives group 0 the ``slots[0]`` positions where it gains most."""

@@ -295,3 +295,13 @@ def test_zero2_plans_export_only_when_zero1_fits(run_cli, tmp_path):
     write_plan(path2, plan_document(tight, {}, None))
     res = run_cli("export", "megatron", str(path2), "--out", str(tmp_path / "b"))
     assert res.exit_code == 1 and "--optimizer-sharding distributed,full" in res.stderr
+
+
+def test_launch_scripts_import_without_unknown_flags():
+    for name in ("dense_gqa_interleaved", "moe_expert_parallel"):
+        plan = CASES[name]()
+        nodes = plan.cluster.groups[0].num_nodes
+        for script in (torchrun_script(plan, 8, nodes), slurm_script(plan, 8, nodes)):
+            back = parse_megatron(script, name, plan.cluster.num_gpus)
+            assert back.unknown == (), back.unknown
+            assert normalise(back.config, back.model) == normalise(plan.config, plan.model)

@@ -327,6 +327,45 @@ IGNORED = {
     "--exit-duration-in-mins",
     "--num-workers",
 }
+LAUNCHER_FLAGS = {
+    "--nnodes",
+    "--nproc-per-node",
+    "--nproc_per_node",
+    "--node-rank",
+    "--node_rank",
+    "--master-addr",
+    "--master_addr",
+    "--master-port",
+    "--master_port",
+    "--rdzv-backend",
+    "--rdzv_backend",
+    "--rdzv-endpoint",
+    "--rdzv_endpoint",
+    "--rdzv-id",
+    "--rdzv_id",
+    "--max-restarts",
+    "--ntasks-per-node",
+}
+"""torchrun / srun flags in launch scripts: not Megatron's, not needed for planning."""
+IGNORED |= LAUNCHER_FLAGS
+BOOLEAN_IGNORED = {
+    "--mock-data",
+    "--moe-grouped-gemm",
+    "--tp-comm-overlap",
+    "--use-mcore-models",
+    "--use-flash-attn",
+    "--cross-entropy-loss-fusion",
+    "--manual-gc",
+    "--log-throughput",
+    "--no-gradient-accumulation-fusion",
+    "--log-timers-to-tensorboard",
+    "--no-masked-softmax-fusion",
+    "--no-bias-swiglu-fusion",
+    "--no-rope-fusion",
+    "--eod-mask-loss",
+    "--standalone",
+    "--use-rope-scaling",
+}
 FLAGS_WITH_VALUE = {
     "--num-layers",
     "--hidden-size",
