@@ -24,13 +24,13 @@ from cost_models import memory as mem
 from cost_models import schedules
 from cost_models.compute import COMPUTE_DTYPE, memory_bound_s
 from cost_models.layers import (
-    ACT_BYTES,
     ZERO,
     LayerCost,
     LayerTable,
     hardware_flop_per_iteration,
     layer_table,
     model_flop_per_iteration,
+    p2p_activation_bytes,
 )
 from cost_models.parallel import Group, ParallelConfig, group
 from planner.specs import DTYPE_BYTES, ClusterSpec, JobSpec, ModelSpec, NodeGroup
@@ -282,12 +282,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
         act_units[vs] = act
         wfrac[vs] = min(1.0, wbytes / act) if act else 0.0
         p2p[vs] = (
-            comm.p2p_s(
-                _tokens(job, c) * model.hidden_size * ACT_BYTES / (c.tp if c.sp else 1),
-                _stage_link(cluster, c, r),
-            )
-            if p > 1
-            else 0.0
+            comm.p2p_s(p2p_activation_bytes(model, job, c), _stage_link(cluster, c, r)) if p > 1 else 0.0
         )
         acc = per_rank[r]
         acc["cost"] = acc["cost"] + total
@@ -343,7 +338,6 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
     ends = []
     opt_times = []
     gather_exposed = []
-    dp_report = []
     for r in range(p):
         acc, node, gpu = per_rank[r], nodes[r], nodes[r].gpu
         cost: LayerCost = acc["cost"]
@@ -370,7 +364,6 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
         ends.append(end_r + reduce_exposed)
         opt_times.append(opt_s)
         gather_exposed.append(g_exposed)
-        dp_report.append((reduce_s + gather_s, reduce_exposed + g_exposed))
         peak_level = timeline.peak_inflight(r)
         mean_unit = float(np.mean(act_units[r::p])) if v else 1.0
         memory = mem.breakdown(
@@ -421,7 +414,3 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
         stages=tuple(stages),
         timeline=timeline,
     )
-
-
-def _tokens(job: JobSpec, c: ParallelConfig) -> float:
-    return c.micro_batch_size * job.seq_length / c.cp

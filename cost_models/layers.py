@@ -137,15 +137,21 @@ def layer_table(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGro
     )
 
 
-def _tokens(job: JobSpec, c: ParallelConfig) -> float:
+def tokens_per_gpu(job: JobSpec, c: ParallelConfig) -> float:
     """Tokens of one micro-batch held by one GPU (sequence split by cp)."""
     return c.micro_batch_size * job.seq_length / c.cp
+
+
+def p2p_activation_bytes(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> float:
+    """Bytes one GPU sends to the next pipeline stage per micro-batch: the hidden states, split over
+    tp with sequence parallelism (Megatron's scatter-gather of pipeline sends)."""
+    return tokens_per_gpu(job, c) * model.hidden_size * ACT_BYTES / (c.tp if c.sp else 1)
 
 
 def _decoder(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, *, moe: bool) -> LayerCost:
     gpu, prec = node.gpu, job.precision
     h, q, kv, t = model.hidden_size, model.query_projection_size, model.kv_projection_size, c.tp
-    T = _tokens(job, c)
+    T = tokens_per_gpu(job, c)
     s = job.seq_length
     sp_div = t if c.sp else 1
     n_in = 2 if model.gated else 1
@@ -269,7 +275,7 @@ def _decoder(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup,
 
 def _embedding(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> LayerCost:
     """Word (+ position) embedding on the first stage: a gather forward, a scatter-add backward."""
-    T, h, t = _tokens(job, c), model.hidden_size, c.tp
+    T, h, t = tokens_per_gpu(job, c), model.hidden_size, c.tp
     sp_div = t if c.sp else 1
     gpu = node.gpu
     fwd = memory_bound_s(T * h * ACT_BYTES * 2, gpu)
@@ -291,7 +297,7 @@ def _embedding(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGrou
 def _output(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> LayerCost:
     """Final norm, output projection and cross-entropy on the last stage."""
     gpu, prec = node.gpu, job.precision
-    T, h, t, V = _tokens(job, c), model.hidden_size, c.tp, model.vocab_size
+    T, h, t, V = tokens_per_gpu(job, c), model.hidden_size, c.tp, model.vocab_size
     sp_div = t if c.sp else 1
     # The output GEMM stays in 16-bit under Transformer Engine's FP8 recipes.
     logits = gemm_s(T, V / t, h, gpu, "bf16" if prec == "fp8" else prec)

@@ -94,6 +94,9 @@ class MemoryBreakdown:
     """Working set of one layer being recomputed (full recompute)."""
     reserve_bytes: float
     """CUDA context, NCCL buffers, workspaces and fragmentation."""
+    gpu_reserve_bytes: float
+    """The fixed part of ``reserve_bytes`` (CUDA context, NCCL buffers, workspaces), resident all
+    iteration; the rest is fragmentation that scales with activations."""
     capacity_bytes: float
     peak_inflight_microbatches: float
     """Micro-batches (in stage-chunk units) resident at the peak."""
@@ -130,6 +133,7 @@ def breakdown(
     """Assemble a :class:`MemoryBreakdown`; the reserve adds fragmentation of activations."""
     reserve = gpu_reserve_bytes + FRAGMENTATION_FRACTION * (peak_activation_bytes + transient_bytes)
     return MemoryBreakdown(
+        gpu_reserve_bytes=gpu_reserve_bytes,
         weights_bytes=static.weights_bytes,
         gradients_bytes=static.gradients_bytes,
         optimizer_bytes=static.optimizer_bytes,

@@ -246,7 +246,7 @@ def estimate_dict(problem: Problem, est: Estimate) -> dict:
         for s in est.stages
     ]
     slow = max(est.stages, key=lambda s: (s.busy_s, -s.stage))
-    m, v = est.num_microbatches, est.config.vpp
+    m = est.num_microbatches
     per_stage_time = [
         {
             "stage": s.stage,
@@ -263,7 +263,6 @@ def estimate_dict(problem: Problem, est: Estimate) -> dict:
         }
         for s in est.stages
     ]
-    del v
     out = {
         "schema_version": SCHEMA_VERSION,
         "planner_version": __version__,

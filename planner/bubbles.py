@@ -130,7 +130,7 @@ def budget(est: Estimate, assumptions: Assumptions | None = None) -> Budget:
         r = s.stage
         kinds, starts, ends, level = tl.kind[r], tl.start_s[r], tl.end_s[r], tl.inflight[r]
         mem = s.memory
-        static = mem.static_bytes + _gpu_reserve(mem)  # resident all iteration, incl. CUDA/NCCL reserve
+        static = mem.static_bytes + mem.gpu_reserve_bytes  # resident all iteration
         unit = (
             mem.activations_bytes / mem.peak_inflight_microbatches if mem.peak_inflight_microbatches else 0.0
         )
@@ -194,13 +194,6 @@ def budget(est: Estimate, assumptions: Assumptions | None = None) -> Budget:
             )
         )
     return Budget(iteration_time_s=step, schedule=c.schedule, stages=tuple(stages), assumptions=a)
-
-
-def _gpu_reserve(mem) -> float:
-    """The GPU's fixed reserve inside a MemoryBreakdown (reserve minus activation fragmentation)."""
-    from cost_models.memory import FRAGMENTATION_FRACTION
-
-    return mem.reserve_bytes - FRAGMENTATION_FRACTION * (mem.activations_bytes + mem.transient_bytes)
 
 
 # ------------------------------------------------------------------------------------------------

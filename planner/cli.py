@@ -16,6 +16,7 @@ import typer
 
 from planner import __version__, api, render
 from planner.errors import PlannerError, UsageError
+from planner.plan import write_text_atomic
 
 app = typer.Typer(
     add_completion=False,
@@ -385,7 +386,7 @@ def timeline(
     tl = est.timeline
     title = f"{problem.model.name} {est.config.schedule} p={est.config.pp} m={est.num_microbatches}"
     if svg is not None:
-        _write_new_or_replace(svg, render.timeline_svg(tl, title))
+        write_text_atomic(svg, render.timeline_svg(tl, title))
         typer.echo(f"wrote {svg}", err=True)
     if as_json:
         _emit_json(
@@ -699,7 +700,7 @@ def export_megatron(
     except OSError as exc:
         raise SpecError(f"{out}: cannot create: {exc.strerror}") from None
     for path, text in files.items():
-        _write_new_or_replace(path, text)
+        write_text_atomic(path, text)
     (out / f"launch_{launcher}.sh").chmod(0o755)
     if as_json:
         _emit_json(
@@ -761,18 +762,6 @@ def check(
                 sys.stdout.write(f"  {f.level}: {f.check}: {f.message}{flags}{where}\n")
     if not all(v.passed for v in verdicts):
         raise typer.Exit(1)
-
-
-def _write_new_or_replace(path: Path, text: str) -> None:
-    """Write atomically: a partial file never replaces a user's file."""
-    from planner.errors import SpecError
-
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text)
-        tmp.replace(path)
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot write: {exc.strerror}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

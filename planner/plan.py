@@ -151,6 +151,11 @@ def write_plan(path: Path, doc: dict) -> None:
         if suffix == ".json"
         else yaml.safe_dump(doc, sort_keys=True, default_flow_style=False, width=100)
     )
+    write_text_atomic(path, text)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write through a temporary file and rename: a failed write never clobbers ``path``."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         tmp.write_text(text)

@@ -29,6 +29,7 @@ from functools import lru_cache
 from cost_models import communication as comm
 from cost_models import memory as mem
 from cost_models.estimate import DDP_BUCKET_PARAMS, Estimate, dp_sync, estimate, node_of_stage, table_for
+from cost_models.layers import p2p_activation_bytes
 from cost_models.parallel import ParallelConfig, group, resolve, violations
 from cost_models.schedules import peak_inflight
 from planner.errors import ConfigError
@@ -160,11 +161,7 @@ _STAGE_MODELS: dict[tuple, StageModel] = {}
 def _stage_model(
     model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, stage: int, inflight: float
 ) -> StageModel:
-    t = table_for(model, job, c, node)
-    layer = t.moe if (model.is_moe and model.moe_layer_freq == 1) else t.dense
-    if model.is_moe and model.moe_layer_freq > 1:
-        n_moe = model.num_moe_layers / model.num_layers
-        layer = t.dense.scaled(1 - n_moe) + t.moe.scaled(n_moe)
+    t, layer = _layer_of(model, job, c, node)
     extra = t.dense.scaled(0.0)
     if stage == 0:
         extra = extra + t.embedding
@@ -371,15 +368,7 @@ def _cheap_bound(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parall
     best = math.inf
     for node in {g.gpu.name: g for g in cluster.groups}.values():
         t, layer = _layer_of(model, job, c, node)
-        per_layer = (
-            layer.forward_s
-            + layer.forward_comm_s
-            + layer.backward_input_s
-            + layer.backward_comm_s
-            + layer.backward_weight_s
-        )
-        if c.recompute == "selective":
-            per_layer += t.dense.selective_recompute_s
+        per_layer = _layer_rates(model, job, c, node)[0]
         extra = t.edges
         work = L * per_layer + extra.forward_s + extra.backward_input_s + extra.backward_weight_s
         if c.recompute == "full":
@@ -454,9 +443,7 @@ def _bounds(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCon
             share = 1.0
         lag = 0.0
         if p > 1:
-            volume = (
-                c.micro_batch_size * job.seq_length / c.cp * model.hidden_size * 2 / (c.tp if c.sp else 1)
-            )
+            volume = p2p_activation_bytes(model, job, c)
             lag = min(comm.p2p_s(volume, comm.link_for(group(c, "pp"), g)) for g in cluster.groups)
         pipeline = pipeline_lower_bound(work, m, p, share, lag)
         if not cluster.is_heterogeneous:

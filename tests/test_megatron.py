@@ -289,8 +289,9 @@ def test_zero2_plans_export_only_when_zero1_fits(run_cli, tmp_path):
     write_plan(path, plan_document(fits, {}, None))
     res = run_cli("export", "megatron", str(path), "--out", str(tmp_path / "a"))
     assert res.exit_code == 0 and "ZeRO-1" in res.stderr and "still fits" in res.stderr
-    tight = inputs("llama2-70b", "dgx-h100", 4, 64, 4096, tp=4, pp=1, optimizer_sharding="zero2",
-                   recompute="full")
+    tight = inputs(
+        "llama2-70b", "dgx-h100", 4, 64, 4096, tp=4, pp=1, optimizer_sharding="zero2", recompute="full"
+    )
     path2 = tmp_path / "z2b.yaml"
     write_plan(path2, plan_document(tight, {}, None))
     res = run_cli("export", "megatron", str(path2), "--out", str(tmp_path / "b"))
