@@ -9,9 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_models.estimate import Estimate, estimate
+from cost_models.graph_costs import StageGraph
 from cost_models.parallel import ParallelConfig, resolve
 from planner import __version__
 from planner.errors import ConfigError
+from planner.graph_model import GraphModelSpec
 from planner.loading import load_cluster, load_model, make_job
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
@@ -22,9 +24,11 @@ SCHEMA_VERSION = 1
 class Problem:
     """The resolved inputs of every planning question."""
 
-    model: ModelSpec
+    model: ModelSpec | GraphModelSpec
     cluster: ClusterSpec
     job: JobSpec
+    stage_graph: StageGraph | None = None
+    """For a graph-model plan: the stage graph the estimate is for."""
 
 
 def load_problem(
@@ -36,8 +40,10 @@ def load_problem(
     precision: str = "bf16",
 ) -> Problem:
     """Load a model (preset, YAML or HF config.json), a cluster (template + nodes, or file) and a job."""
+    from planner.graph_model import is_graph_model, load_graph_model
+
     return Problem(
-        model=load_model(model),
+        model=load_graph_model(model) if is_graph_model(model) else load_model(model),
         cluster=load_cluster(cluster, nodes),
         job=make_job(global_batch_size=global_batch_size, seq_length=seq_length, precision=precision),
     )
@@ -87,9 +93,17 @@ def plan_inputs(problem: Problem, ranked):
 
 
 def estimate_plan_file(path: str):
-    """Re-estimate a plan file: (Problem, Estimate)."""
+    """Re-estimate a plan file (chain or graph plan): (Problem, Estimate)."""
+    from planner.graph_plan import is_graph_plan, read_graph_plan
     from planner.plan import read_plan
 
+    if is_graph_plan(path):
+        from cost_models.graph_costs import estimate_graph
+
+        g = read_graph_plan(path)
+        return Problem(g.model, g.cluster, g.job, g.stage_graph), estimate_graph(
+            g.model, g.cluster, g.job, g.config, g.stage_graph
+        )
     inputs = read_plan(path)
     problem = Problem(inputs.model, inputs.cluster, inputs.job)
     return problem, estimate_config(problem, inputs.config)
@@ -97,6 +111,11 @@ def estimate_plan_file(path: str):
 
 def estimate_config(problem: Problem, config: ParallelConfig) -> Estimate:
     """Resolve ``config`` (derive dp, check every constraint) and predict it."""
+    if isinstance(problem.model, GraphModelSpec):
+        raise ConfigError(
+            f"{problem.model.name} is a graph model: plan it with planner search, then estimate the plan "
+            "file with --plan"
+        )
     resolved = resolve(problem.model, problem.cluster, problem.job, config)
     if problem.job.precision == "fp8" and not all(g.gpu.supports("fp8") for g in problem.cluster.groups):
         raise ConfigError(
@@ -111,9 +130,12 @@ def estimate_config(problem: Problem, config: ParallelConfig) -> Estimate:
 # Plain-data views
 
 
-def model_dict(m: ModelSpec) -> dict:
+def model_dict(m: ModelSpec | GraphModelSpec) -> dict:
     """A model as JSON-ready data (Megatron field names plus derived counts)."""
+    if isinstance(m, GraphModelSpec):
+        return graph_model_dict(m)
     out = {
+        "kind": "model",
         "name": m.name,
         "num_layers": m.num_layers,
         "hidden_size": m.hidden_size,
@@ -202,7 +224,7 @@ def job_dict(j: JobSpec) -> dict:
     }
 
 
-def config_dict(c: ParallelConfig, model: ModelSpec, job: JobSpec) -> dict:
+def config_dict(c: ParallelConfig, model: ModelSpec | GraphModelSpec, job: JobSpec) -> dict:
     """A resolved configuration as JSON-ready data."""
     return {
         "tp": c.tp,
@@ -219,7 +241,7 @@ def config_dict(c: ParallelConfig, model: ModelSpec, job: JobSpec) -> dict:
         "sequence_parallel": c.sp,
         "optimizer_sharding": c.optimizer_sharding,
         "schedule": c.schedule,
-        "layers_per_stage": list(c.stage_layers(model)),
+        "layers_per_stage": list(c.stage_layers(model)) if isinstance(model, ModelSpec) else [],
     }
 
 
@@ -269,7 +291,9 @@ def estimate_dict(problem: Problem, est: Estimate) -> dict:
         "model": model_dict(problem.model),
         "cluster": cluster_dict(problem.cluster),
         "job": job_dict(problem.job),
-        "config": config_dict(est.config, problem.model, problem.job),
+        "config": config_dict(est.config, problem.model, problem.job)
+        if problem.stage_graph is None
+        else graph_config_dict(est.config, problem.job),
         "step_time_s": est.step_time_s,
         "tokens_per_s": est.tokens_per_s,
         "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
@@ -296,4 +320,130 @@ def estimate_dict(problem: Problem, est: Estimate) -> dict:
             "per_stage": per_stage_time,
         },
     }
+    if problem.stage_graph is not None:
+        out["stage_graph"] = stage_graph_dict(problem.model, problem.stage_graph, est)
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Graph models
+
+
+def graph_model_dict(g: GraphModelSpec) -> dict:
+    """A graph model as JSON-ready data: blocks, edges, parameter counts."""
+    blocks = []
+    for b in g.blocks:
+        row = {
+            "name": b.name,
+            "type": b.type,
+            "units": b.num_units,
+            "params": b.param_count(g.cross_source(b)),
+        }
+        if b.transformer is not None:
+            m = b.transformer
+            row.update(
+                num_layers=m.num_layers,
+                hidden_size=m.hidden_size,
+                num_attention_heads=m.num_attention_heads,
+                seq_length=b.seq_length,
+                causal=b.causal,
+                embedding=b.embedding,
+                output_head=b.output_head,
+                cross_attention_from=b.cross_attention_from,
+            )
+        else:
+            row.update(forward_flop_per_sample=b.forward_flop_per_sample, seq_length=b.seq_length)
+        blocks.append(row)
+    return {
+        "kind": "graph_model",
+        "name": g.name,
+        "description": g.description,
+        "blocks": blocks,
+        "edges": [{"from": e.src, "to": e.dst, "bytes_per_sample": e.bytes_per_sample} for e in g.edges],
+        "num_units": g.num_units,
+        "params_total": g.params_total,
+    }
+
+
+def graph_config_dict(c: ParallelConfig, job: JobSpec) -> dict:
+    """A graph plan's per-stage shape."""
+    return {
+        "tp": c.tp,
+        "dp": c.dp,
+        "num_stages": c.pp,
+        "gpus_per_stage": c.tp * c.dp,
+        "micro_batch_size": c.micro_batch_size,
+        "num_microbatches": c.num_microbatches(job),
+        "recompute": c.recompute,
+        "sequence_parallel": c.sp,
+        "optimizer_sharding": c.optimizer_sharding,
+        "schedule": "graph-1f1b",
+    }
+
+
+def stage_graph_dict(g: GraphModelSpec, sg: StageGraph, est: Estimate) -> dict:
+    """Stages (label, blocks, depth, time per micro-batch, peak memory) and edges."""
+    from cost_models.graph_costs import unit_layout
+    from planner.graph_plan import stage_blocks, stage_label
+
+    layout = unit_layout(g)
+    depths = sg.depths
+    return {
+        "stages": [
+            {
+                "stage": i,
+                "label": stage_label(g, layout, units),
+                "blocks": stage_blocks(g, layout, units),
+                "depth": depths[i],
+                "time_per_microbatch_s": s.forward_s + s.backward_s,
+                "peak_memory_bytes": s.memory.peak_bytes,
+            }
+            for i, (units, s) in enumerate(zip(sg.stages, est.stages))
+        ],
+        "edges": [[a, b] for a, b in sg.edges],
+    }
+
+
+def graph_plan_summary(problem: Problem, plan) -> dict:
+    """One graph plan as JSON: shape, predictions and its stage graph."""
+    est = plan.estimate
+    out = graph_config_dict(plan.config, problem.job)
+    out.update(
+        branched=list(plan.modes),
+        sequential=plan.sequential,
+        step_time_s=est.step_time_s,
+        tokens_per_s=est.tokens_per_s,
+        tokens_per_s_per_gpu=est.tokens_per_s_per_gpu,
+        mfu=est.mfu,
+        bubble_fraction=est.bubble_fraction,
+        peak_memory_bytes=est.peak_memory_bytes,
+        headroom_bytes=est.worst_stage.memory.headroom_bytes,
+        stage_graph=stage_graph_dict(problem.model, plan.stage_graph, est),
+    )
+    return out
+
+
+def graph_search_dict(problem: Problem, result) -> dict:
+    """The JSON of ``planner search`` on a graph model."""
+    from planner.graph_search import describe
+
+    seq = result.sequential
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "planner_version": __version__,
+        "model": graph_model_dict(problem.model),
+        "cluster": cluster_dict(problem.cluster),
+        "job": job_dict(problem.job),
+        "decomposition": describe(problem.model, result.decomposition),
+        "linearised_non_series_parallel_parts": result.linearised_parts,
+        "plans": [graph_plan_summary(problem, p) for p in result.plans],
+        "sequential_plan": graph_plan_summary(problem, seq) if seq is not None else None,
+        "speedup_vs_sequential": result.speedup_vs_sequential,
+        "search": {
+            "candidates": result.candidates,
+            "partitioned": result.evaluated,
+            "no_fit": result.no_fit,
+            "pruned_by_bound": result.pruned_by_bound,
+            "rejected": dict(sorted(result.rejections.items())),
+        },
+    }

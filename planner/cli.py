@@ -16,6 +16,7 @@ import typer
 
 from planner import __version__, api, render
 from planner.errors import PlannerError, UsageError
+from planner.graph_model import GraphModelSpec
 from planner.plan import write_text_atomic
 
 app = typer.Typer(
@@ -88,9 +89,13 @@ def root(
 @models_app.command("list")
 def models_list(as_json: JsonOpt = False) -> None:
     """List the built-in model presets."""
+    from planner.graph_model import graph_preset_names, load_graph_model
     from planner.loading import load_model, model_preset_names
 
-    rows = [api.model_dict(load_model(n)) for n in model_preset_names()]
+    graphs = set(graph_preset_names())
+    rows = [
+        api.model_dict(load_graph_model(n) if n in graphs else load_model(n)) for n in model_preset_names()
+    ]
     if as_json:
         _emit_json({"models": rows})
     else:
@@ -103,8 +108,16 @@ def models_show(
     as_json: JsonOpt = False,
 ) -> None:
     """Show one model with its derived parameter counts."""
+    from planner.graph_model import is_graph_model, load_graph_model
     from planner.loading import load_model
 
+    if is_graph_model(name):
+        data = api.model_dict(load_graph_model(name))
+        if as_json:
+            _emit_json(data)
+        else:
+            _print(*render.graph_model_tables(data))
+        return
     data = api.model_dict(load_model(name))
     if as_json:
         _emit_json(data)
@@ -384,7 +397,8 @@ def timeline(
         plan,
     )
     tl = est.timeline
-    title = f"{problem.model.name} {est.config.schedule} p={est.config.pp} m={est.num_microbatches}"
+    schedule = "graph-1f1b" if problem.stage_graph is not None else est.config.schedule
+    title = f"{problem.model.name} {schedule} p={est.config.pp} m={est.num_microbatches}"
     if svg is not None:
         write_text_atomic(svg, render.timeline_svg(tl, title))
         typer.echo(f"wrote {svg}", err=True)
@@ -610,6 +624,9 @@ def search(
     progress = None
     if sys.stderr.isatty() and not as_json:
         progress = render.progress_callback()
+    if isinstance(problem.model, GraphModelSpec):
+        _search_graph(problem, restrictions, top, progress, out, explain_flag, as_json)
+        return
     result = api.run_search(problem, restrictions, top, progress)
     plans = [api.plan_summary(problem, p) for p in result.plans]
     data = {
@@ -645,6 +662,62 @@ def search(
         _print(*render.search_tables(data))
 
 
+def _search_graph(problem, restrictions, top, progress, out, explain_flag, as_json) -> None:
+    """``planner search`` on a graph model: best graph plans beside the best sequential plan."""
+    from planner import bubbles as bub
+    from planner.graph_plan import GraphPlanInputs, graph_plan_document
+    from planner.graph_search import run_graph_search
+    from planner.plan import write_plan
+
+    result = run_graph_search(problem.model, problem.cluster, problem.job, restrictions, top, progress)
+    data = api.graph_search_dict(problem, result)
+    if explain_flag:
+        best = result.plans[0].estimate.step_time_s
+        data["explain"] = [
+            {
+                "branched": list(modes),
+                "step_time_s": p.estimate.step_time_s,
+                "slower_than_best": p.estimate.step_time_s / best - 1.0,
+                "shape": {
+                    "tp": p.config.tp,
+                    "dp": p.config.dp,
+                    "num_stages": p.config.pp,
+                    "micro_batch_size": p.config.micro_batch_size,
+                    "recompute": p.config.recompute,
+                },
+            }
+            for modes, p in sorted(
+                result.best_by_modes.items(), key=lambda kv: (kv[1].estimate.step_time_s, kv[0])
+            )
+        ]
+    if out is not None:
+        best = result.plans[0]
+        seq = result.sequential
+        gproblem = api.Problem(problem.model, problem.cluster, problem.job, best.stage_graph)
+        est_dict = api.estimate_dict(gproblem, best.estimate)
+        predictions = {
+            k: v
+            for k, v in est_dict.items()
+            if k not in ("model", "cluster", "job", "config", "schema_version", "planner_version")
+        }
+        predictions["speedup_vs_sequential"] = result.speedup_vs_sequential
+        inputs = GraphPlanInputs(
+            problem.model,
+            problem.cluster,
+            problem.job,
+            best.config,
+            best.stage_graph,
+            best.modes,
+            (seq.config, seq.stage_graph) if seq is not None else None,
+        )
+        write_plan(out, graph_plan_document(inputs, predictions, bub.budget_dict(bub.budget(best.estimate))))
+        typer.echo(f"wrote {out}", err=True)
+    if as_json:
+        _emit_json(data)
+    else:
+        _print(*render.graph_search_tables(data))
+
+
 export_app = typer.Typer(no_args_is_help=True, help="Export a plan to a training framework.")
 app.add_typer(export_app, name="export")
 
@@ -657,6 +730,10 @@ def export_megatron(
     ] = Path("megatron_launch"),
     launcher: Annotated[str, typer.Option("--launcher", help="torchrun or slurm.")] = "torchrun",
     force: Annotated[bool, typer.Option("--force", help="Replace existing files in --out.")] = False,
+    sequential: Annotated[
+        bool,
+        typer.Option("--sequential", help="For a graph plan: export its best sequential plan instead."),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Write Megatron-LM arguments and a launch script for a plan."""
@@ -666,7 +743,14 @@ def export_megatron(
 
     if launcher not in ("torchrun", "slurm"):
         raise UsageError(f"--launcher {launcher!r} is not allowed; allowed values: torchrun, slurm")
-    inputs = read_plan(str(plan))
+    from planner.graph_plan import is_graph_plan
+
+    if is_graph_plan(plan):
+        inputs = _sequential_for_megatron(plan, sequential)
+    else:
+        if sequential:
+            raise UsageError("--sequential applies to graph plans only; this plan is already sequential")
+        inputs = read_plan(str(plan))
     if inputs.config.optimizer_sharding == "zero2":
         # Megatron-LM has no ZeRO-2: its distributed optimizer (ZeRO-1) keeps full fp32 gradients.
         from cost_models.estimate import estimate as run_estimate
@@ -713,6 +797,59 @@ def export_megatron(
     else:
         for f in sorted(files):
             typer.echo(f"wrote {f}", err=True)
+
+
+def _sequential_for_megatron(plan: Path, sequential: bool):
+    """A graph plan's sequential alternative as chain-plan inputs, or a clear refusal."""
+    from cost_models.graph_costs import estimate_graph, unit_layout
+    from planner.errors import SpecError
+    from planner.graph_plan import read_graph_plan, stage_label
+    from planner.plan import PlanInputs
+
+    g = read_graph_plan(plan)
+    layout = unit_layout(g.model)
+    if g.sequential is not None:
+        sc, ssg = g.sequential
+    elif not any(g.modes):
+        sc, ssg = g.config, g.stage_graph
+    else:
+        sc, ssg = None, None
+    seq_text = "the plan file records no sequential plan; re-run planner search --out"
+    if sc is not None:
+        est = estimate_graph(g.model, g.cluster, g.job, sc, ssg)
+        best = estimate_graph(g.model, g.cluster, g.job, g.config, g.stage_graph)
+        stages = "; ".join(stage_label(g.model, layout, u) for u in ssg.stages)
+        seq_text = (
+            f"the best sequential plan is tp {sc.tp}, pp {sc.pp}, dp {sc.dp}, micro-batch {sc.micro_batch_size}, "
+            f"recompute {sc.recompute}: {est.step_time_s:.3f} s/step "
+            f"({100 * (est.step_time_s / best.step_time_s - 1):.1f}% slower than the graph plan), stages: {stages}"
+        )
+    gpt_like = None
+    if len(g.model.blocks) == 1:
+        b = g.model.blocks[0]
+        if b.transformer is not None and b.embedding and b.output_head and b.causal and not b.seq_length:
+            gpt_like = b.transformer
+    if any(g.modes) and not sequential:
+        raise SpecError(
+            f"{plan}: a graph pipeline plan (its stages form a DAG: branches run concurrently); Megatron-LM "
+            f"runs only sequential pipelines. Instead, {seq_text}"
+            + ("; export it with --sequential" if gpt_like is not None and sc is not None else "")
+        )
+    if gpt_like is None:
+        raise SpecError(
+            f"{plan}: Megatron-LM's pretrain_gpt.py cannot express {g.model.name}'s blocks "
+            f"({', '.join(b.name for b in g.model.blocks)}); {seq_text}. Its parallel flags: "
+            f"--tensor-model-parallel-size {sc.tp if sc else g.config.tp} "
+            f"--pipeline-model-parallel-size {sc.pp if sc else g.config.pp} "
+            f"--micro-batch-size {sc.micro_batch_size if sc else g.config.micro_batch_size} "
+            f"--global-batch-size {g.job.global_batch_size}"
+        )
+    if sc is None:
+        raise SpecError(f"{plan}: {seq_text}")
+    layers = tuple(len(u) for u in ssg.stages)
+    config = sc.with_(layers_per_stage=() if len(set(layers)) == 1 else layers)
+    typer.echo(f"note: exporting the sequential plan of {plan}: {seq_text}", err=True)
+    return PlanInputs(gpt_like, g.cluster, g.job, config)
 
 
 @app.command()

@@ -326,9 +326,14 @@ def _preset_files(package: str, folder: str) -> dict[str, Any]:
     }
 
 
-def model_preset_names() -> list[str]:
-    """Names of the built-in model presets, sorted."""
-    return sorted(_preset_files("planner.presets", "models"))
+def model_preset_names(include_graph: bool = True) -> list[str]:
+    """Names of the built-in model presets, sorted; ``include_graph=False`` leaves out graph models."""
+    files = _preset_files("planner.presets", "models")
+    if include_graph:
+        return sorted(files)
+    return sorted(
+        n for n, p in files.items() if (yaml.safe_load(p.read_text()) or {}).get("kind") != "graph_model"
+    )
 
 
 def load_model(name_or_path: str) -> ModelSpec:
@@ -336,6 +341,11 @@ def load_model(name_or_path: str) -> ModelSpec:
     presets = _preset_files("planner.presets", "models")
     if name_or_path in presets:
         data = yaml.safe_load(presets[name_or_path].read_text())
+        if data.get("kind") == "graph_model":
+            raise SpecError(
+                f"preset {name_or_path} is a graph model (a DAG of blocks): plan it with planner search; "
+                "estimate, timeline and bubbles take its plan file with --plan"
+            )
         return model_from_mapping(data, f"preset {name_or_path}")
     path = Path(name_or_path)
     if not path.exists():

@@ -33,6 +33,18 @@ def models_table(rows: list[dict]) -> Table:
     for col in ("name", "layers", "hidden", "heads", "kv groups", "params (B)", "active (B)"):
         t.add_column(col, justify="left" if col == "name" else "right")
     for r in rows:
+        if r.get("kind") == "graph_model":
+            blocks = r["blocks"]
+            t.add_row(
+                f"{r['name']} (graph: {len(blocks)} blocks)",
+                str(sum(b.get("num_layers", 1) for b in blocks)),
+                "/".join(str(b["hidden_size"]) for b in blocks if "hidden_size" in b),
+                "",
+                "",
+                f"{r['params_total'] / 1e9:.2f}",
+                f"{r['params_total'] / 1e9:.2f}",
+            )
+            continue
         t.add_row(
             r["name"],
             str(r["num_layers"]),
@@ -95,11 +107,13 @@ def estimate_tables(d: dict) -> list[Table]:
     )
     head.add_column("k")
     head.add_column("v", justify="right")
+    shape = (
+        f"graph: {cfg['num_stages']} stages of tp {cfg['tp']} x dp {cfg['dp']}"
+        if "num_stages" in cfg
+        else f"tp {cfg['tp']} pp {cfg['pp']} dp {cfg['dp']} cp {cfg['cp']} ep {cfg['ep']} vpp {cfg['vpp']}"
+    )
     rows = [
-        (
-            "configuration",
-            f"tp {cfg['tp']} pp {cfg['pp']} dp {cfg['dp']} cp {cfg['cp']} ep {cfg['ep']} vpp {cfg['vpp']}",
-        ),
+        ("configuration", shape),
         ("micro-batch x micro-batches", f"{cfg['micro_batch_size']} x {cfg['num_microbatches']}"),
         (
             "schedule / recompute / sharding",
@@ -341,4 +355,108 @@ def search_tables(d: dict) -> list[Table]:
             slower = "-" if row["slower_fraction"] is None else f"{100 * row['slower_fraction']:.1f}%"
             e.add_row(row["dimension"], str(row["value"]), slower, row["reason"])
         tables.append(e)
+    return tables
+
+
+# ------------------------------------------------------------------------------------------------
+# Graph models
+
+
+def graph_model_tables(d: dict) -> list[Table]:
+    t = Table(title=f"Graph model {d['name']} ({d['params_total'] / 1e9:.2f}B parameters)")
+    for col in ("block", "type", "units", "hidden", "tokens", "attention", "params (B)"):
+        t.add_column(col, justify="left" if col in ("block", "type", "attention") else "right")
+    for b in d["blocks"]:
+        attention = ""
+        if b["type"] == "transformer":
+            attention = "causal" if b["causal"] else "bidirectional"
+            if b["cross_attention_from"]:
+                attention += f" + cross({b['cross_attention_from']})"
+        t.add_row(
+            b["name"],
+            b["type"],
+            str(b["units"]),
+            str(b.get("hidden_size", "")),
+            str(b["seq_length"] or "job"),
+            attention,
+            f"{b['params'] / 1e9:.3f}",
+        )
+    e = Table(title="Edges")
+    e.add_column("from")
+    e.add_column("to")
+    e.add_column("MiB/sample", justify="right")
+    for edge in d["edges"]:
+        e.add_row(
+            edge["from"],
+            edge["to"],
+            f"{edge['bytes_per_sample'] / 2**20:.2f}" if edge["bytes_per_sample"] else "output",
+        )
+    return [t, e]
+
+
+def _graph_plan_row(t: Table, label: str, p: dict) -> None:
+    t.add_row(
+        label,
+        "sequential" if p["sequential"] else "graph",
+        str(p["tp"]),
+        str(p["dp"]),
+        str(p["num_stages"]),
+        str(p["micro_batch_size"]),
+        p["recompute"],
+        f"{p['step_time_s']:.3f}",
+        f"{p['tokens_per_s_per_gpu']:,.0f}",
+        f"{100 * p['mfu']:.1f}%",
+        _gib(p["peak_memory_bytes"]),
+        f"{100 * p['bubble_fraction']:.1f}%",
+    )
+
+
+def graph_search_tables(d: dict) -> list[Table]:
+    t = Table(title=f"Best graph-pipeline plans for {d['model']['name']} on {d['cluster']['num_gpus']} GPUs")
+    for col in (
+        "#",
+        "kind",
+        "tp",
+        "dp/stage",
+        "stages",
+        "mbs",
+        "recompute",
+        "step s",
+        "tok/s/GPU",
+        "MFU",
+        "peak GiB",
+        "bubble",
+    ):
+        t.add_column(col, justify="right")
+    for i, p in enumerate(d["plans"], 1):
+        _graph_plan_row(t, str(i), p)
+    if d["sequential_plan"] is not None:
+        _graph_plan_row(t, "seq", d["sequential_plan"])
+    tables = [t]
+    best = d["plans"][0]
+    st = Table(title="Stage graph of plan 1 (each stage: tp x dp GPUs)")
+    for col in ("stage", "layers", "depth", "ms/micro-batch", "peak GiB", "feeds"):
+        st.add_column(col, justify="left" if col in ("layers", "feeds") else "right")
+    edges = best["stage_graph"]["edges"]
+    for s in best["stage_graph"]["stages"]:
+        feeds = ",".join(str(b) for a, b in edges if a == s["stage"]) or "-"
+        st.add_row(
+            str(s["stage"]),
+            s["label"],
+            str(s["depth"]),
+            f"{1e3 * s['time_per_microbatch_s']:.1f}",
+            _gib(s["peak_memory_bytes"]),
+            feeds,
+        )
+    tables.append(st)
+    foot = Table(show_header=False)
+    foot.add_column("k")
+    foot.add_column("v", justify="right")
+    foot.add_row("decomposition", d["decomposition"])
+    speed = d["speedup_vs_sequential"]
+    foot.add_row("speedup vs sequential", f"{speed:.3f}x" if speed else "n/a")
+    s = d["search"]
+    foot.add_row("candidates / partitioned", f"{s['candidates']} / {s['partitioned']}")
+    foot.add_row("no fit / pruned by bound", f"{s['no_fit']} / {s['pruned_by_bound']}")
+    tables.append(foot)
     return tables

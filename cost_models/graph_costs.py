@@ -1,0 +1,434 @@
+"""Costs of graph models (DAGs of blocks) per partitionable unit, and the estimate of a stage graph.
+
+A *unit* is one transformer layer of a transformer block (the first carries the block's token
+embedding, the last its output layer and loss) or one whole generic block. Units are numbered in a
+topological order of the blocks, consecutively within a block. Each unit's cost comes from the same
+per-layer table as chain models (:mod:`cost_models.layers`), computed with the block's own width
+and tokens per sample, so a one-block graph model costs exactly what the equivalent
+:class:`~planner.specs.ModelSpec` costs. Additions for graph models:
+
+* bidirectional (encoder) attention executes the full ``4 T s q / t`` attention FLOPs, twice a
+  causal layer's (Megatron ``num_floating_point_operations`` counts the full product for both);
+* cross-attention (T5, Raffel et al. 2020, arXiv:1910.10683, Sec. 3.1): per decoder layer, Q and
+  output projections at the decoder width, K and V projections of the encoder output, attention of
+  ``T`` queries over the encoder's ``s_enc`` keys, one more tensor-parallel all-reduce per pass;
+* generic blocks: ``F`` forward FLOPs as tensor-parallel GEMMs (time ``F/t`` at the GEMM efficiency
+  of that size), backward twice the forward (input and weight gradients, Narayanan et al. 2021),
+  parameters and activations split over ``t``, one all-reduce of the output per pass.
+
+A stage graph (:class:`StageGraph`) is timed by the generalised 1F1B of
+:mod:`cost_models.graph_schedule`; memory, data-parallel synchronisation and the optimizer step
+follow :func:`cost_models.estimate.estimate` term for term, so the result is an ordinary
+:class:`~cost_models.estimate.Estimate` (bubble budgets and reports read it unchanged).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from cost_models import communication as comm
+from cost_models import memory as mem
+from cost_models.compute import COMPUTE_DTYPE, attention_s, gemm_efficiency, gemm_s
+from cost_models.estimate import Estimate, StageEstimate, dp_sync, table_for
+from cost_models.graph_schedule import simulate_graph, topological_order
+from cost_models.layers import ACT_BYTES, ZERO, LayerCost, _tp_collectives_s, p2p_activation_bytes
+from cost_models.parallel import ParallelConfig, group
+from planner.graph_model import Block, GraphModelSpec, cross_attention_params
+from planner.specs import ClusterSpec, JobSpec, NodeGroup
+
+
+def block_order(g: GraphModelSpec) -> list[int]:
+    """Block indices in topological order (file order among ready blocks)."""
+    index = {b.name: i for i, b in enumerate(g.blocks)}
+    return topological_order(len(g.blocks), [(index[e.src], index[e.dst]) for e in g.edges])
+
+
+@dataclass(frozen=True, slots=True)
+class UnitLayout:
+    """Where every unit comes from and how units connect (independent of the parallel shape)."""
+
+    block: tuple[int, ...]
+    """Block index of each unit."""
+    layer: tuple[int, ...]
+    """Layer index within its block."""
+    edges: tuple[tuple[int, int, int], ...]
+    """(source unit, destination unit, graph edge index or -1 inside a block)."""
+
+    @property
+    def num_units(self) -> int:
+        return len(self.block)
+
+
+def unit_layout(g: GraphModelSpec) -> UnitLayout:
+    """Units in topological block order and the unit-level edges."""
+    order = block_order(g)
+    first: dict[int, int] = {}
+    block, layer = [], []
+    for bi in order:
+        first[bi] = len(block)
+        for k in range(g.blocks[bi].num_units):
+            block.append(bi)
+            layer.append(k)
+    index = {b.name: i for i, b in enumerate(g.blocks)}
+    edges = []
+    for bi in order:
+        n = g.blocks[bi].num_units
+        edges += [(first[bi] + k, first[bi] + k + 1, -1) for k in range(n - 1)]
+    for ei, e in enumerate(g.edges):
+        s, d = index[e.src], index[e.dst]
+        edges.append((first[s] + g.blocks[s].num_units - 1, first[d], ei))
+    return UnitLayout(tuple(block), tuple(layer), tuple(sorted(edges)))
+
+
+@dataclass(frozen=True, slots=True)
+class UnitCosts:
+    """Per-unit costs of one shape on one GPU type, arrays over units (per micro-batch)."""
+
+    cost: tuple[LayerCost, ...]
+    """Full layer cost of each unit (embedding/output folded in)."""
+    cost_matrix: np.ndarray
+    """The same costs as rows of :meth:`LayerCost.astuple` (for fast stage sums)."""
+    fwd_s: np.ndarray
+    bwd_s: np.ndarray
+    """Backward (B + W) including recompute."""
+    recompute_s: np.ndarray
+    recompute_flop: np.ndarray
+    """FLOPs the recompute repeats per micro-batch (hardware FLOPs minus model FLOPs)."""
+    tau_s: np.ndarray
+    """fwd + bwd: the unit's share of a stage's time per micro-batch."""
+    static_bytes: np.ndarray
+    """Weights, gradients and optimizer state."""
+    act_bytes: np.ndarray
+    """Activations kept per in-flight micro-batch (after recompute)."""
+    transient_bytes: np.ndarray
+    """Working set while recomputing this unit (full recompute), else 0."""
+    edge_bytes: dict[tuple[int, int], float]
+    """Bytes one GPU sends per micro-batch on each unit edge."""
+
+
+def _non_causal_extra(block: Block, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> LayerCost:
+    """What bidirectional attention adds to a causal layer: the other half of the score matrix."""
+    m = block.transformer
+    T = c.micro_batch_size * block.tokens(job.seq_length)
+    s = block.tokens(job.seq_length)
+    fwd = attention_s(2 * T * s * m.query_projection_size / c.tp, node.gpu, job.precision)
+    return LayerCost(forward_s=fwd, backward_input_s=2.5 * fwd, selective_recompute_s=fwd)
+
+
+def _cross_attention(
+    block: Block, source: Block, job: JobSpec, c: ParallelConfig, node: NodeGroup
+) -> LayerCost:
+    m, src = block.transformer, source.transformer
+    gpu, prec, t = node.gpu, job.precision, c.tp
+    T = c.micro_batch_size * block.tokens(job.seq_length)
+    s_enc = source.tokens(job.seq_length)
+    T_enc = c.micro_batch_size * s_enc
+    h, q, kv, h_enc = m.hidden_size, m.query_projection_size, m.kv_projection_size, src.hidden_size
+    kv_local = max(kv / t, m.kv_channels)
+    sp_div = t if c.sp else 1
+    gemms = gemm_s(T, q / t, h, gpu, prec) + gemm_s(T_enc, 2 * kv_local, h_enc, gpu, prec)
+    gemms += gemm_s(T, h, q / t, gpu, prec)
+    attn = attention_s(4 * T * s_enc * q / t, gpu, prec)
+    tp = _tp_collectives_s(T * h * ACT_BYTES, c, node, 1)
+    act = (T * h / sp_div + T * q / t + T_enc * 2 * kv_local + T * q / t) * ACT_BYTES
+    act += 4 * T * m.num_attention_heads / t
+    params = cross_attention_params(m, h_enc)
+    return LayerCost(
+        params_sharded=(params - m.norm_params()) / t,
+        params_replicated=m.norm_params(),
+        model_flop=3 * (2 * T * h * q + 2 * T_enc * h_enc * 2 * kv + 2 * T * q * h + 4 * T * s_enc * q) / t,
+        forward_s=gemms + attn,
+        backward_input_s=gemms + 2.5 * attn,
+        backward_weight_s=gemms,
+        forward_comm_s=tp,
+        backward_comm_s=tp,
+        selective_recompute_s=attn,
+        activation_bytes=act,
+        checkpoint_bytes=0.0,
+        weight_grad_bytes=(T * h + T_enc * h_enc + T * q / t) * ACT_BYTES,
+        tp_comm_bytes=4 * 2 * (t - 1) / t * T * h * ACT_BYTES if t > 1 else 0.0,
+    )
+
+
+def _generic(block: Block, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> LayerCost:
+    gpu, t, b = node.gpu, c.tp, c.micro_batch_size
+    flop = block.forward_flop_per_sample * b / t
+    peak = gpu.peak(COMPUTE_DTYPE[job.precision])
+    fwd = flop / (peak * gemm_efficiency(flop, gpu)) if flop > 0 else 0.0
+    if job.precision == "fp8":
+        fwd /= gpu.efficiency.fp8_gemm_speedup
+    out = block.output_bytes_per_sample * b
+    tp = comm.all_reduce_s(out, t, comm.link_for(group(c, "tp"), node)) if t > 1 else 0.0
+    act = block.activation_bytes_per_sample * b / t
+    return LayerCost(
+        params_sharded=block.params / t,
+        model_flop=3 * flop,
+        forward_s=fwd + gpu.efficiency.kernel_overhead_s,
+        backward_input_s=fwd + gpu.efficiency.kernel_overhead_s,
+        backward_weight_s=fwd,
+        forward_comm_s=tp,
+        backward_comm_s=tp,
+        activation_bytes=act,
+        checkpoint_bytes=act,  # generic blocks are not recomputed
+        weight_grad_bytes=act / 2,
+    )
+
+
+_COSTS: dict[tuple, UnitCosts] = {}
+
+
+def unit_costs(g: GraphModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> UnitCosts:
+    """Per-unit costs of shape ``c`` (tp, dp, micro-batch, recompute, sharding; cp = ep = 1)."""
+    key = (g, job, node, c.tp, c.dp, c.micro_batch_size, c.sp, c.pp > 1, c.recompute, c.optimizer_sharding)
+    hit = _COSTS.get(key)
+    if hit is not None:
+        return hit
+    if len(_COSTS) > 2048:
+        _COSTS.clear()
+    layout = unit_layout(g)
+    wd, gd, od = mem.bytes_per_param(job, c.optimizer_sharding, c.dp)
+    per_param = wd + gd + od
+    costs, fwd, bwd, rec, act, trans, static, rflop = [], [], [], [], [], [], [], []
+    inner_bytes: dict[int, float] = {}
+    per_block: dict[int, tuple] = {}
+    for bi, k in zip(layout.block, layout.layer):
+        block = g.blocks[bi]
+        plain = block.transformer is not None and not (
+            (k == 0 and block.embedding) or (k == block.num_units - 1 and block.output_head)
+        )
+        if plain and bi in per_block:  # a layer without embedding/output: as the block's others
+            cost, recompute, a, transient, redo = per_block[bi]
+        elif block.transformer is None:
+            cost = _generic(block, job, c, node)
+            recompute = 0.0
+            a = cost.activation_bytes
+            transient = 0.0
+            redo = 0.0
+        else:
+            m = block.transformer
+            bjob = replace(job, seq_length=block.tokens(job.seq_length))
+            table = table_for(m, bjob, c, node)
+            layer = table.dense
+            if not block.causal:
+                layer = layer + _non_causal_extra(block, job, c, node)
+            source = g.cross_source(block)
+            if source is not None:
+                layer = layer + _cross_attention(block, source, job, c, node)
+            extra = ZERO
+            if k == 0 and block.embedding:
+                extra = extra + table.embedding
+            if k == m.num_layers - 1 and block.output_head:
+                output = table.output
+                if not block.embedding and output.params_sharded == 0.0:
+                    # no tied embedding to share: the output layer owns its weights
+                    output = replace(output, params_sharded=m.vocab_size * m.hidden_size / c.tp)
+                extra = extra + output
+            cost = layer + extra
+            recompute, a, transient, redo = 0.0, cost.activation_bytes, 0.0, 0.0
+            if c.recompute == "full":
+                # Narayanan et al. 2021 eq. (3): full recompute repeats each layer's forward
+                recompute, redo = layer.recompute_forward_s, layer.model_flop / 3
+                a = layer.checkpoint_bytes + extra.activation_bytes
+                transient = layer.activation_bytes
+            elif c.recompute == "selective":
+                # Korthikanti et al. 2022 eq. (8): the attention products again, 4 s q FLOPs per token
+                recompute = layer.selective_recompute_s
+                T = c.micro_batch_size * block.tokens(job.seq_length)
+                redo = 4 * T * block.tokens(job.seq_length) * m.query_projection_size / c.tp
+                if source is not None:
+                    redo += 4 * T * source.tokens(job.seq_length) * m.query_projection_size / c.tp
+            inner_bytes[bi] = p2p_activation_bytes(m, bjob, c)
+            if source is not None:  # the encoder output travels with the decoder's hidden states
+                inner_bytes[bi] += (
+                    c.micro_batch_size * source.output_bytes(job.seq_length) / (c.tp if c.sp else 1)
+                )
+            if plain:
+                per_block[bi] = (cost, recompute, a, transient, redo)
+        costs.append(cost)
+        fwd.append(cost.forward_s + cost.forward_comm_s)
+        bwd.append(cost.backward_input_s + cost.backward_comm_s + cost.backward_weight_s + recompute)
+        rec.append(recompute)
+        rflop.append(redo)
+        act.append(a)
+        trans.append(transient)
+        static.append((cost.params_sharded + cost.params_replicated + cost.params_expert) * per_param)
+    edge_bytes = {}
+    for u, v, ei in layout.edges:
+        if ei < 0:
+            edge_bytes[(u, v)] = inner_bytes.get(layout.block[u], 0.0)
+        else:
+            per_sample = g.edge_bytes(g.edges[ei], job.seq_length)
+            edge_bytes[(u, v)] = per_sample * c.micro_batch_size / (c.tp if c.sp else 1)
+    f, b = np.asarray(fwd), np.asarray(bwd)
+    out = UnitCosts(
+        cost=tuple(costs),
+        cost_matrix=np.array([x.astuple() for x in costs]),
+        fwd_s=f,
+        bwd_s=b,
+        recompute_s=np.asarray(rec),
+        recompute_flop=np.asarray(rflop),
+        tau_s=f + b,
+        static_bytes=np.asarray(static),
+        act_bytes=np.asarray(act),
+        transient_bytes=np.asarray(trans),
+        edge_bytes=edge_bytes,
+    )
+    _COSTS[key] = out
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class StageGraph:
+    """Stages (unit indices each, in stage order) and the stage edges they induce."""
+
+    stages: tuple[tuple[int, ...], ...]
+    edges: tuple[tuple[int, int], ...]
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stages)
+
+    @property
+    def depths(self) -> list[int]:
+        """Stages on the longest path to the sink, each stage included."""
+        from cost_models.graph_schedule import depths
+
+        return depths(self.num_stages, self.edges)
+
+
+def reachability(sg: StageGraph) -> np.ndarray:
+    """reach[a, b]: stage b is stage a or one of its descendants."""
+    S = sg.num_stages
+    reach = np.eye(S, dtype=bool)
+    from cost_models.graph_schedule import topological_order
+
+    for u in reversed(topological_order(S, sg.edges)):
+        for a, b in sg.edges:
+            if a == u:
+                reach[u] |= reach[b]
+    return reach
+
+
+def check_stage_graph(layout: UnitLayout, sg: StageGraph) -> str:
+    """Why ``sg`` is not a valid stage graph of ``layout`` ('' when it is): every unit in exactly one
+    stage, the stage edges acyclic, and every unit edge running inside a stage or to a descendant."""
+    owner: dict[int, int] = {}
+    for i, units in enumerate(sg.stages):
+        if not units:
+            return f"stage {i} has no units"
+        for u in units:
+            if u in owner or not 0 <= u < layout.num_units:
+                return f"unit {u} is assigned twice or does not exist"
+            owner[u] = i
+    if len(owner) != layout.num_units:
+        return f"units {sorted(set(range(layout.num_units)) - set(owner))[:5]} are in no stage"
+    try:
+        reach = reachability(sg)
+    except ValueError as exc:
+        return str(exc)
+    for u, v, _ in layout.edges:
+        if not reach[owner[u], owner[v]]:
+            return f"unit {v} needs unit {u}, but stage {owner[v]} does not follow stage {owner[u]}"
+    return ""
+
+
+def stage_node(cluster: ClusterSpec) -> NodeGroup:
+    """The node group of a single-GPU-type cluster (graph plans need one GPU type)."""
+    return cluster.groups[0]
+
+
+def estimate_graph(
+    g: GraphModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig, sg: StageGraph
+) -> Estimate:
+    """Predict a stage graph: every stage runs on ``tp x dp`` GPUs; ``c.pp`` is the stage count."""
+    layout = unit_layout(g)
+    node = stage_node(cluster)
+    uc = unit_costs(g, job, c, node)
+    m = c.num_microbatches(job)
+    S = sg.num_stages
+    owner = np.empty(layout.num_units, dtype=int)
+    for i, units in enumerate(sg.stages):
+        owner[list(units)] = i
+    durations = np.zeros((S, 2))
+    acts = np.zeros(S)
+    for i, units in enumerate(sg.stages):
+        idx = list(units)
+        durations[i] = (uc.fwd_s[idx].sum(), uc.bwd_s[idx].sum())
+        acts[i] = uc.act_bytes[idx].sum()
+    link = comm.link_for(group(c, "pp"), node)
+    # A tensor from stage a to stage b crosses every stage edge (x, y) with x at or after a and y at
+    # or before b (a sequential pipeline carries it through the stages in between).
+    reach = reachability(sg)
+    stage_bytes = {e: 0.0 for e in sg.edges}
+    for u, v, _ in layout.edges:
+        a, b = int(owner[u]), int(owner[v])
+        if a != b:
+            for x, y in sg.edges:
+                if reach[a, x] and reach[y, b]:
+                    stage_bytes[(x, y)] += uc.edge_bytes[(u, v)]
+    lags = [comm.p2p_s(stage_bytes[e], link) for e in sg.edges]
+    timeline = simulate_graph(S, list(sg.edges), durations, m, lags, acts)
+
+    stages, ends, opt_times, gather_exposed = [], [], [], []
+    for i, units in enumerate(sg.stages):
+        idx = list(units)
+        cost = LayerCost(*uc.cost_matrix[idx].sum(axis=0).tolist())
+        dense = cost.params_sharded + cost.params_replicated
+        static = mem.static_memory(dense, cost.params_expert, job, c)
+        sync = dp_sync(
+            job, c, node, dense, cost.params_expert, m, float(durations[i, 1]), float(durations[i, 0])
+        )
+        ends.append(float(timeline.end_s[i][-1]) + sync.reduce_exposed_s)
+        opt_times.append(sync.optimizer_s)
+        gather_exposed.append(sync.gather_exposed_s)
+        peak = float(timeline.peak_inflight(i))
+        transient = float(uc.transient_bytes[idx].max()) if c.recompute == "full" else 0.0
+        memory = mem.breakdown(
+            static,
+            peak,
+            transient,
+            node.gpu.memory_reserve_bytes,
+            node.gpu.memory_bytes,
+            peak / float(acts[i]) if acts[i] else 0.0,
+        )
+        out_lags = [lag for (a, _), lag in zip(sg.edges, lags) if a == i]
+        stages.append(
+            StageEstimate(
+                stage=i,
+                gpu=node.gpu.name,
+                layers=(len(idx),),
+                forward_s=float(durations[i, 0]),
+                backward_s=float(durations[i, 1]),
+                recompute_s=float(uc.recompute_s[idx].sum()),
+                tp_cp_ep_comm_s=cost.forward_comm_s + cost.backward_comm_s,
+                p2p_s=max(out_lags, default=0.0),
+                dp_comm_s=sync.reduce_s + sync.gather_s,
+                dp_exposed_s=sync.reduce_exposed_s + sync.gather_exposed_s,
+                optimizer_s=sync.optimizer_s,
+                busy_s=timeline.busy_s(i),
+                idle_s=timeline.idle_s(i),
+                memory=memory,
+                model_flop_per_microbatch=cost.model_flop,
+            )
+        )
+    step = max(ends) + max(opt_times) + max(gather_exposed)
+    world = c.tp * c.dp * S
+    tokens = job.global_batch_size * job.seq_length
+    peak_flops = world * node.gpu.peak(COMPUTE_DTYPE[job.precision])
+    flop_iter = sum(s.model_flop_per_microbatch for s in stages) * m * c.tp * c.dp
+    hw_extra = float(uc.recompute_flop.sum()) * m * c.tp * c.dp
+    return Estimate(
+        config=c,
+        num_microbatches=m,
+        step_time_s=step,
+        pipeline_time_s=timeline.makespan_s,
+        tokens_per_s=tokens / step,
+        tokens_per_s_per_gpu=tokens / step / world,
+        mfu=flop_iter / (step * peak_flops),
+        hfu=(flop_iter + hw_extra) / (step * peak_flops),
+        bubble_fraction=timeline.bubble_fraction(),
+        stages=tuple(stages),
+        timeline=timeline,
+    )

@@ -1,0 +1,238 @@
+"""Graph-pipeline plan files (``kind: graph_plan``): the graph model, cluster, job, per-stage shape,
+the stage graph (each stage's blocks and layers, and the edges between stages), the best sequential
+plan for comparison, the predictions and the bubble-fill budget.
+
+Like chain plans (:mod:`planner.plan`), predictions and budgets are outputs: they are recomputed,
+never trusted, when the file is read. The stage graph is checked on read: every layer of every
+block in exactly one stage, the edges acyclic, and every tensor flowing inside a stage or forward
+along the edges (:func:`cost_models.graph_costs.check_stage_graph`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from cost_models.graph_costs import StageGraph, UnitLayout, check_stage_graph, unit_layout
+from cost_models.parallel import ParallelConfig
+from planner import __version__
+from planner.errors import SpecError
+from planner.graph_model import GraphModelSpec, graph_model_from_mapping, graph_model_to_mapping
+from planner.loading import (
+    SCHEMA_VERSION,
+    Reader,
+    _check_header,
+    cluster_from_mapping,
+    cluster_to_mapping,
+    job_from_mapping,
+    read_document,
+)
+from planner.specs import ClusterSpec, JobSpec
+
+
+@dataclass(frozen=True, slots=True)
+class GraphPlanInputs:
+    """What a graph plan file fixes."""
+
+    model: GraphModelSpec
+    cluster: ClusterSpec
+    job: JobSpec
+    config: ParallelConfig
+    stage_graph: StageGraph
+    modes: tuple[bool, ...]
+    sequential: tuple[ParallelConfig, StageGraph] | None = None
+    """The best sequential plan found by the same search (absent in hand-written files)."""
+
+
+def stage_blocks(g: GraphModelSpec, layout: UnitLayout, units: tuple[int, ...]) -> list[dict]:
+    """A stage's units as runs ``{block, first_layer, num_layers}`` in unit order."""
+    runs: list[dict] = []
+    for u in units:
+        name, k = g.blocks[layout.block[u]].name, layout.layer[u]
+        if runs and runs[-1]["block"] == name and runs[-1]["first_layer"] + runs[-1]["num_layers"] == k:
+            runs[-1]["num_layers"] += 1
+        else:
+            runs.append({"block": name, "first_layer": k, "num_layers": 1})
+    return runs
+
+
+def stage_label(g: GraphModelSpec, layout: UnitLayout, units: tuple[int, ...]) -> str:
+    """``vision[0:16] + vision_proj`` style label of a stage."""
+    parts = []
+    for r in stage_blocks(g, layout, units):
+        block = g.block(r["block"])
+        if block.num_units == 1:
+            parts.append(r["block"])
+        else:
+            parts.append(f"{r['block']}[{r['first_layer']}:{r['first_layer'] + r['num_layers']}]")
+    return " + ".join(parts)
+
+
+def stage_graph_to_mapping(g: GraphModelSpec, sg: StageGraph) -> dict:
+    layout = unit_layout(g)
+    return {
+        "stages": [{"blocks": stage_blocks(g, layout, units)} for units in sg.stages],
+        "edges": [[a, b] for a, b in sg.edges],
+    }
+
+
+def stage_graph_from_mapping(g: GraphModelSpec, data: dict, where: str, path: str) -> StageGraph:
+    layout = unit_layout(g)
+    r = Reader(data, where, path)
+    raw_stages = r.get("stages", list)
+    raw_edges = r.get("edges", list, [])
+    r.done()
+    first = {}
+    for u, (b, k) in enumerate(zip(layout.block, layout.layer)):
+        if k == 0:
+            first[g.blocks[b].name] = u
+    names = [b.name for b in g.blocks]
+    stages = []
+    for i, raw in enumerate(raw_stages):
+        sr = Reader(raw, where, f"{path}.stages[{i}]")
+        runs = sr.get("blocks", list)
+        sr.done()
+        units: list[int] = []
+        for j, run in enumerate(runs):
+            rr = Reader(run, where, f"{path}.stages[{i}].blocks[{j}]")
+            name = rr.get("block", str, choices=names)
+            block = g.block(name)
+            k0 = rr.get("first_layer", int, 0)
+            n = rr.get("num_layers", int, block.num_units, positive=True)
+            rr.done()
+            if k0 + n > block.num_units:
+                raise SpecError(
+                    f"{where}: key '{path}.stages[{i}].blocks[{j}]': layers {k0}..{k0 + n - 1} of block "
+                    f"'{name}' do not exist (it has {block.num_units})"
+                )
+            units += range(first[name] + k0, first[name] + k0 + n)
+        stages.append(tuple(units))
+    edges = []
+    for k, e in enumerate(raw_edges):
+        if (
+            not isinstance(e, list)
+            or len(e) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < len(stages) for x in e)
+        ):
+            raise SpecError(
+                f"{where}: key '{path}.edges[{k}]': expected [from_stage, to_stage] with stages 0..{len(stages) - 1}"
+            )
+        edges.append((e[0], e[1]))
+    sg = StageGraph(tuple(stages), tuple(sorted(set(edges))))
+    problem = check_stage_graph(layout, sg)
+    if problem:
+        raise SpecError(f"{where}: key '{path}': not a valid stage graph: {problem}")
+    return sg
+
+
+def _config_mapping(c: ParallelConfig) -> dict:
+    return {
+        "tp": c.tp,
+        "dp": c.dp,
+        "num_stages": c.pp,
+        "micro_batch_size": c.micro_batch_size,
+        "recompute": c.recompute,
+        "sequence_parallel": c.sp,
+        "optimizer_sharding": c.optimizer_sharding,
+        "schedule": c.schedule,
+    }
+
+
+def _config_from(data: dict, where: str, path: str) -> ParallelConfig:
+    r = Reader(data, where, path)
+    c = ParallelConfig(
+        tp=r.get("tp", int, positive=True),
+        dp=r.get("dp", int, positive=True),
+        pp=r.get("num_stages", int, positive=True),
+        micro_batch_size=r.get("micro_batch_size", int, positive=True),
+        recompute=r.get("recompute", str, "none", choices=("none", "selective", "full")),
+        sequence_parallel=r.get("sequence_parallel", bool, True),
+        optimizer_sharding=r.get("optimizer_sharding", str, "distributed", choices=("none", "distributed")),
+        schedule=r.get("schedule", str, "1f1b", choices=("1f1b",)),
+    )
+    r.done()
+    return c
+
+
+def graph_plan_document(inputs: GraphPlanInputs, predictions: dict, budget: dict | None) -> dict:
+    """The full graph plan as plain data."""
+    g = inputs.model
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "graph_plan",
+        "planner_version": __version__,
+        "model": graph_model_to_mapping(g),
+        "cluster": cluster_to_mapping(inputs.cluster),
+        "job": {
+            "global_batch_size": inputs.job.global_batch_size,
+            "seq_length": inputs.job.seq_length,
+            "precision": inputs.job.precision,
+            "optimizer": inputs.job.optimizer,
+            "grad_dtype": inputs.job.grad_dtype,
+            "master_dtype": inputs.job.master_dtype,
+            "overlap_grad_reduce": inputs.job.overlap_grad_reduce,
+            "overlap_param_gather": inputs.job.overlap_param_gather,
+        },
+        "config": _config_mapping(inputs.config),
+        "stage_graph": stage_graph_to_mapping(g, inputs.stage_graph),
+        "branched": list(inputs.modes),
+        "predictions": predictions,
+    }
+    if inputs.sequential is not None:
+        c, sg = inputs.sequential
+        doc["sequential_plan"] = {"config": _config_mapping(c), "stage_graph": stage_graph_to_mapping(g, sg)}
+    if budget is not None:
+        doc["bubble_fill_budget"] = budget
+    return doc
+
+
+def is_graph_plan(path: str | Path) -> bool:
+    """Whether a readable plan file is a graph plan (False when it cannot be read)."""
+    try:
+        return read_document(Path(path)).get("kind") == "graph_plan"
+    except SpecError:
+        return False
+
+
+def read_graph_plan(path: str | Path) -> GraphPlanInputs:
+    """Read a graph plan strictly back into its inputs."""
+    p = Path(path)
+    data = read_document(p)
+    where = str(p)
+    r = Reader(data, where)
+    _check_header(r, "graph_plan")
+    r.get("planner_version", str, "")
+    g = graph_model_from_mapping(r.get("model", dict), f"{where} (model)")
+    cluster = cluster_from_mapping(r.get("cluster", dict), f"{where} (cluster)")
+    job = job_from_mapping(r.get("job", dict), where)
+    config = _config_from(r.get("config", dict), where, "config")
+    sg = stage_graph_from_mapping(g, r.get("stage_graph", dict), where, "stage_graph")
+    if sg.num_stages != config.pp:
+        raise SpecError(
+            f"{where}: key 'config.num_stages': {config.pp}, but the stage graph has {sg.num_stages} stages"
+        )
+    modes = r.get("branched", list, [])
+    if not all(isinstance(x, bool) for x in modes):
+        raise SpecError(f"{where}: key 'branched': expected a list of true/false")
+    seq = None
+    raw_seq = r.get("sequential_plan", dict, None)
+    if raw_seq is not None:
+        sr = Reader(raw_seq, where, "sequential_plan")
+        sc = _config_from(sr.get("config", dict), where, "sequential_plan.config")
+        ssg = stage_graph_from_mapping(g, sr.get("stage_graph", dict), where, "sequential_plan.stage_graph")
+        sr.done()
+        seq = (sc, ssg)
+    r.get("predictions", dict, {})
+    r.get("bubble_fill_budget", dict, {})
+    r.done()
+    if config.tp * config.dp * config.pp != cluster.num_gpus:
+        raise SpecError(
+            f"{where}: key 'config': tp x dp x num_stages = {config.tp * config.dp * config.pp}, "
+            f"but the cluster has {cluster.num_gpus} GPUs"
+        )
+    if job.global_batch_size % (config.dp * config.micro_batch_size):
+        raise SpecError(
+            f"{where}: key 'config': the global batch {job.global_batch_size} is not divisible by "
+            f"dp x micro_batch_size = {config.dp * config.micro_batch_size}"
+        )
+    return GraphPlanInputs(g, cluster, job, config, sg, tuple(modes), seq)

@@ -1,0 +1,713 @@
+"""Graph pipeline parallelism (GraphPipe, Jeon et al. 2024, arXiv:2406.17145): partition a
+multi-branch model into a DAG of pipeline stages and compare with the best sequential pipeline.
+
+The paper's partitioner is not public (../shared/reference/algorithms.md §2); this is planner's
+design, built on the verified ideas (series-parallel decomposition, dynamic programming, stages
+forming a DAG, a 1F1B-like schedule whose warm-up depends on a stage's distance to the sink):
+
+1. **Decomposition.** The block DAG is split recursively into a series of parts (a cut where every
+   sink of the prefix feeds every source of the suffix) or a parallel set of weakly connected
+   components. A part that is neither (not series-parallel) is linearised in topological order:
+   the documented heuristic for non-SP graphs.
+2. **Modes.** Each parallel node is either *branched* (each branch gets its own stages on its own
+   GPUs and runs concurrently) or *serialised* (its branches are laid out one after the other in
+   the surrounding chain). Serialising every parallel node gives the sequential pipeline, so the
+   best graph plan is never slower than the best sequential plan (same search, superset of plans).
+3. **Stages.** Every stage has ``tp x dp`` GPUs (the shape's; Megatron-style uniform stages) and a
+   contiguous run of units of one chain (a transformer block's layers, generic blocks, serialised
+   branches). The stage graph is the chain of stages within a chain, joined to every branch's
+   first stage and from every branch's last stage at a parallel node.
+4. **Objective.** The partition objective of chains (:mod:`planner.partition`), generalised:
+   ``path + (m - 1) max_i tau_i`` where ``path`` is the critical path of per-micro-batch stage
+   times. With uniform stages the path through a branched node is its heaviest branch's total work
+   whatever the partition, so for given modes the path is fixed and the partition minimises the
+   bottleneck ``max tau`` subject to memory with in-flight ``min(depth_i, m)`` (generalised 1F1B).
+5. **Exact DP.** Bisection over the candidate bottleneck values (every contiguous run's time); for
+   a value ``T``, a DP over the decomposition (right to left, carrying the downstream depth) finds,
+   for each stage count, the least depth at which the part fits with every stage ``<= T`` and in
+   memory (least depth dominates: memory only grows with depth). Within a chain the DP is a sweep
+   of reachable cut positions per stage count. Ties: lexicographically smallest stages front to back
+   (the chain partitioner's rule), smallest stage counts first.
+6. **Score.** Each (shape, modes) candidate's stage graph is timed by the graph simulator
+   (:func:`cost_models.graph_costs.estimate_graph`); candidates are visited best-first by a lower
+   bound (``m x max(work / stages, largest unit)``, the bottleneck stage's busy time) and pruned once
+   the bound cannot beat the plans found.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cost_models import memory as mem
+from cost_models.estimate import Estimate
+from cost_models.graph_costs import (
+    StageGraph,
+    UnitLayout,
+    block_order,
+    estimate_graph,
+    unit_costs,
+    unit_layout,
+)
+from cost_models.parallel import ParallelConfig
+from planner.errors import InfeasibleError, UsageError
+from planner.graph_model import GraphModelSpec
+from planner.search import sort_key
+from planner.space import Restrictions, _divisors
+from planner.specs import ClusterSpec, JobSpec
+
+MAX_FREE_MODES = 4
+"""Up to this many parallel nodes, every branched/serialised combination is searched; beyond it,
+all-serialised, all-branched and each single node branched (a documented restriction)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Series-parallel decomposition of the block DAG
+
+
+@dataclass(frozen=True, slots=True)
+class SPNode:
+    """``kind`` ``series`` (items in order), ``parallel`` (branches) or ``block`` (a leaf)."""
+
+    kind: str
+    children: tuple[SPNode, ...] = ()
+    block: int = -1
+
+
+def decompose(g: GraphModelSpec) -> tuple[SPNode, int]:
+    """The series-parallel decomposition of ``g``'s blocks and the number of linearised (non-SP) parts."""
+    order = block_order(g)
+    index = {b.name: i for i, b in enumerate(g.blocks)}
+    edges = {(index[e.src], index[e.dst]) for e in g.edges}
+    linearised = [0]
+
+    def rec(nodes: list[int]) -> SPNode:
+        if len(nodes) == 1:
+            return SPNode("block", block=nodes[0])
+        inside = set(nodes)
+        sub = {(a, b) for a, b in edges if a in inside and b in inside}
+        cuts = [i for i in range(1, len(nodes)) if _is_series_cut(nodes[:i], nodes[i:], sub)]
+        if cuts:
+            parts, start = [], 0
+            for i in [*cuts, len(nodes)]:
+                parts.append(rec(nodes[start:i]))
+                start = i
+            items: list[SPNode] = []
+            for p in parts:
+                items.extend(p.children if p.kind == "series" else (p,))
+            return SPNode("series", tuple(items))
+        comps = _components(nodes, sub)
+        if len(comps) > 1:
+            return SPNode("parallel", tuple(_as_series(rec(c)) for c in comps))
+        linearised[0] += 1
+        return SPNode("series", tuple(SPNode("block", block=n) for n in nodes))
+
+    root = _as_series(rec(order))
+    return root, linearised[0]
+
+
+def _as_series(n: SPNode) -> SPNode:
+    return n if n.kind == "series" else SPNode("series", (n,))
+
+
+def _is_series_cut(prefix: list[int], suffix: list[int], edges: set[tuple[int, int]]) -> bool:
+    pre, suf = set(prefix), set(suffix)
+    crossing = {(a, b) for a, b in edges if a in pre and b in suf}
+    if not crossing:
+        return False
+    sinks = [a for a in prefix if not any(x == a and y in pre for x, y in edges)]
+    sources = [b for b in suffix if not any(y == b and x in suf for x, y in edges)]
+    return crossing == {(a, b) for a in sinks for b in sources}
+
+
+def _components(nodes: list[int], edges: set[tuple[int, int]]) -> list[list[int]]:
+    """Weakly connected components, each in the given (topological) order, ordered by first node."""
+    parent = {n: n for n in nodes}
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in edges:
+        parent[find(a)] = find(b)
+    groups: dict[int, list[int]] = {}
+    for n in nodes:
+        groups.setdefault(find(n), []).append(n)
+    return sorted(groups.values(), key=lambda c: nodes.index(c[0]))
+
+
+def parallel_nodes(root: SPNode) -> list[SPNode]:
+    """Parallel nodes in a fixed (pre-order) order."""
+    out: list[SPNode] = []
+
+    def walk(n: SPNode) -> None:
+        if n.kind == "parallel":
+            out.append(n)
+        for c in n.children:
+            walk(c)
+
+    walk(root)
+    return out
+
+
+def mode_assignments(k: int) -> list[tuple[bool, ...]]:
+    """Branched (True) / serialised (False) per parallel node: all-serialised first."""
+    if k <= MAX_FREE_MODES:
+        return sorted(itertools.product((False, True), repeat=k), key=lambda t: (sum(t), t))
+    singles = [tuple(i == j for j in range(k)) for i in range(k)]
+    return [tuple([False] * k), *singles, tuple([True] * k)]
+
+
+# ------------------------------------------------------------------------------------------------
+# The unit-level structure for one mode assignment
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    units: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Branched:
+    branches: tuple[Series, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    items: tuple[Chain | Branched, ...]
+
+
+def structure(root: SPNode, modes: tuple[bool, ...], layout: UnitLayout) -> Series:
+    """The chains and branched nodes of one mode assignment."""
+    units_of: dict[int, list[int]] = {}
+    for u, b in enumerate(layout.block):
+        units_of.setdefault(b, []).append(u)
+    pars = parallel_nodes(root)
+    branched = {id(p) for p, on in zip(pars, modes) if on}
+
+    def linear(n: SPNode) -> list[int]:
+        if n.kind == "block":
+            return units_of[n.block]
+        return [u for c in n.children for u in linear(c)]
+
+    def build(series: SPNode) -> Series:
+        items: list[Chain | Branched] = []
+        run: list[int] = []
+        for child in series.children:
+            if child.kind == "parallel" and id(child) in branched:
+                if run:
+                    items.append(Chain(tuple(run)))
+                    run = []
+                items.append(Branched(tuple(build(b) for b in child.children)))
+            else:
+                run.extend(linear(child))
+        if run:
+            items.append(Chain(tuple(run)))
+        return Series(tuple(items))
+
+    return build(root)
+
+
+# ------------------------------------------------------------------------------------------------
+# The exact DP for one shape
+
+
+@dataclass(frozen=True, slots=True)
+class StageLimits:
+    """What a stage must satisfy: memory terms shared by all stages of a shape."""
+
+    capacity_bytes: float
+    """GPU memory minus the fixed reserve and the user's headroom."""
+    fragmentation: float
+    m: int
+
+
+class _ChainData:
+    """Prefix sums of one chain's units, and its cut-position sweeps."""
+
+    def __init__(self, chain: Chain, uc, lim: StageLimits) -> None:
+        idx = list(chain.units)
+        self.n = len(idx)
+        self.pt = np.concatenate([[0.0], np.cumsum(uc.tau_s[idx])])
+        self.ps = np.concatenate([[0.0], np.cumsum(uc.static_bytes[idx])])
+        self.pa = np.concatenate([[0.0], np.cumsum(uc.act_bytes[idx])])
+        tr = uc.transient_bytes[idx]
+        self.lim = lim
+        self.b = np.arange(self.n + 1)
+        # For each distinct transient value v: the first start position after the last unit (< b)
+        # whose transient exceeds v, so [a, b) has max transient <= v iff a >= after[v][b].
+        self.transients = []
+        for v in sorted(set(tr.tolist())):
+            last = np.full(self.n + 1, 0)
+            pos = -1
+            for b in range(1, self.n + 1):
+                if tr[b - 1] > v:
+                    pos = b - 1
+                last[b] = pos + 1
+            self.transients.append((v, last))
+        self._lo_mem: dict[int, np.ndarray] = {}
+        self._lo: dict[tuple[float, int], np.ndarray] = {}
+
+    def segment_times(self) -> np.ndarray:
+        d = self.pt[None, :] - self.pt[:, None]
+        return d[np.triu_indices(self.n + 1, 1)]
+
+    def lo_mem(self, inflight: int) -> np.ndarray:
+        hit = self._lo_mem.get(inflight)
+        if hit is not None:
+            return hit
+        lim = self.lim
+        f = 1.0 + lim.fragmentation
+        q = self.ps + f * inflight * self.pa
+        lo = np.full(self.n + 1, self.n + 1)
+        for v, after in self.transients:
+            room = lim.capacity_bytes - f * v
+            lo_v = np.searchsorted(q, q - room, side="left")
+            lo = np.minimum(lo, np.maximum(lo_v, after))
+        self._lo_mem[inflight] = lo
+        return lo
+
+    def lo(self, T: float, inflight: int) -> np.ndarray:
+        """lo[b]: the first start a with [a, b) within T and in memory at this in-flight count."""
+        key = (T, inflight)
+        hit = self._lo.get(key)
+        if hit is None:
+            if len(self._lo) > 4096:
+                self._lo.clear()
+            lo_t = np.searchsorted(self.pt, self.pt - T * (1 + 1e-12) - 1e-15, side="left")
+            hit = self._lo[key] = np.maximum(lo_t, self.lo_mem(inflight))
+        return hit
+
+    def sweep(self, T: float, depth: int, max_stages: int) -> list[np.ndarray]:
+        """reach[j][a]: units a.. can be covered by exactly j stages (downstream depth ``depth``)."""
+        n = self.n
+        reach = np.zeros(n + 1, dtype=bool)
+        reach[n] = True
+        out = [reach]
+        for j in range(1, min(n, max_stages) + 1):
+            lo = self.lo(T, min(depth + j, self.lim.m))
+            ends = np.flatnonzero(out[-1])
+            ends = ends[ends >= 1]
+            ok = lo[ends] <= ends - 1
+            ends = ends[ok]
+            if ends.size == 0:
+                break
+            diff = np.zeros(n + 2, dtype=np.int64)
+            np.add.at(diff, lo[ends], 1)
+            np.add.at(diff, ends, -1)
+            out.append(np.cumsum(diff)[: n + 1] > 0)
+        return out
+
+    def cuts(self, T: float, depth: int, j: int, reach: list[np.ndarray]) -> list[tuple[int, int]]:
+        """Lexicographically smallest segments (front to back) covering the chain in j stages."""
+        segs, a = [], 0
+        for i in range(j):
+            remaining = j - i
+            lo = self.lo(T, min(depth + remaining, self.lim.m))
+            cand = np.flatnonzero(reach[remaining - 1][a + 1 :] & (lo[a + 1 :] <= a)) + a + 1
+            b = int(cand[0])
+            segs.append((a, b))
+            a = b
+        return segs
+
+
+class _Solver:
+    """Feasibility of exactly ``S`` stages with every stage time <= T, over one structure."""
+
+    def __init__(self, root: Series, uc, S: int, lim: StageLimits) -> None:
+        self.root, self.S, self.lim = root, S, lim
+        self.chains: dict[int, _ChainData] = {}
+        self._collect(root, uc)
+
+    def _collect(self, s: Series, uc) -> None:
+        for item in s.items:
+            if isinstance(item, Chain):
+                self.chains[id(item)] = _ChainData(item, uc, self.lim)
+            else:
+                for b in item.branches:
+                    self._collect(b, uc)
+
+    def candidates(self) -> np.ndarray:
+        return np.unique(np.concatenate([c.segment_times() for c in self.chains.values()]))
+
+    def solve(self, T: float):
+        self._memo: dict = {}
+        return self._series(self.root, 0, T).get(self.S)
+
+    def _series(self, s: Series, depth: int, T: float) -> dict:
+        key = (id(s), depth)
+        if key in self._memo:
+            return self._memo[key]
+        state = {0: (depth, ())}
+        for item in reversed(s.items):
+            new: dict = {}
+            for used in sorted(state):
+                d, rest = state[used]
+                opts = self._chain(item, d, T) if isinstance(item, Chain) else self._branched(item, d, T)
+                for k in sorted(opts):
+                    total = used + k
+                    if total > self.S:
+                        break
+                    d2, choice = opts[k]
+                    if total not in new or d2 < new[total][0]:
+                        new[total] = (d2, ((choice,) + rest))
+            state = new
+            if not state:
+                break
+        self._memo[key] = state
+        return state
+
+    def _chain(self, item: Chain, depth: int, T: float) -> dict:
+        key = (id(item), depth)
+        if key in self._memo:
+            return self._memo[key]
+        cd = self.chains[id(item)]
+        reach = cd.sweep(T, depth, self.S)
+        out = {j: (depth + j, ("chain", item, j, depth)) for j in range(1, len(reach)) if reach[j][0]}
+        self._memo[key] = out
+        return out
+
+    def _branched(self, item: Branched, depth: int, T: float) -> dict:
+        acc: dict = {0: (depth, ())}
+        for br in item.branches:
+            opts = self._series(br, depth, T)
+            new: dict = {}
+            for s1 in sorted(acc):
+                d1, c1 = acc[s1]
+                for s2 in sorted(opts):
+                    if s1 + s2 > self.S:
+                        break
+                    d2, c2 = opts[s2]
+                    d = max(d1, d2)
+                    if s1 + s2 not in new or d < new[s1 + s2][0]:
+                        new[s1 + s2] = (d, (*c1, ("series", c2)))
+            acc = new
+        return {k: (d, ("branched", item, c)) for k, (d, c) in acc.items() if k > 0}
+
+
+def _covers(reach: list[np.ndarray], j: int) -> bool:
+    return len(reach) > j and bool(reach[j][0])
+
+
+def _emit(choice: tuple, solver: _Solver, T: float, stages: list[list[int]], edges: list[tuple[int, int]]):
+    """Append the stages of a series choice; return (entry stages, exit stages)."""
+    entries: list[int] = []
+    exits: list[int] = []
+    for item in choice:
+        if item[0] == "chain":
+            _, chain, j, depth = item
+            cd = solver.chains[id(chain)]
+            # Balance the chain on its own: its least bottleneck with j stages (<= T, so the plan's
+            # bottleneck is unchanged), then the lexicographically smallest cuts under it.
+            local = cd.segment_times()
+            local = np.unique(local[local <= T * (1 + 1e-12)])
+            lo, hi = 0, len(local) - 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if _covers(cd.sweep(float(local[mid]), depth, j), j):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            t_chain = (
+                float(local[lo]) if len(local) and _covers(cd.sweep(float(local[lo]), depth, j), j) else T
+            )
+            reach = cd.sweep(t_chain, depth, j)
+            first = len(stages)
+            for a, b in cd.cuts(t_chain, depth, j, reach):
+                stages.append(list(chain.units[a:b]))
+            ids = list(range(first, len(stages)))
+            edges += list(zip(ids, ids[1:]))
+            ins, outs = [ids[0]], [ids[-1]]
+        else:
+            ins, outs = [], []
+            for _, series_choice in item[2]:
+                i2, o2 = _emit(series_choice, solver, T, stages, edges)
+                ins += i2
+                outs += o2
+        if exits:
+            edges += [(a, b) for a in exits for b in ins]
+        else:
+            entries = ins
+        exits = outs
+    return entries, exits
+
+
+def partition_graph(root: Series, uc, S: int, lim: StageLimits) -> tuple[StageGraph, float] | None:
+    """The stage graph minimising the bottleneck (exact), and that bottleneck; None if nothing fits."""
+    solver = _Solver(root, uc, S, lim)
+    cand = solver.candidates()
+    if lim.m == 1:
+        cand = cand[-1:]  # one micro-batch: the bottleneck does not matter, any fitting plan ties
+    floor = max(float(uc.tau_s.max()), float(uc.tau_s.sum()) / S) * (1 - 1e-9)
+    lo, hi = int(np.searchsorted(cand, floor)), len(cand) - 1
+    if lo > hi or solver.solve(float(cand[hi])) is None:
+        return None
+    # The optimum is usually close to the floor: gallop up from it, then bisect.
+    step = 1
+    while lo + step < hi and solver.solve(float(cand[lo + step])) is None:
+        lo, step = lo + step + 1, step * 2
+    hi = min(hi, lo + step)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if solver.solve(float(cand[mid])) is not None:
+            hi = mid
+        else:
+            lo = mid + 1
+    T = float(cand[lo])
+    _, choice = solver.solve(T)
+    stages: list[list[int]] = []
+    edges: list[tuple[int, int]] = []
+    _emit(choice, solver, T, stages, edges)
+    return StageGraph(tuple(tuple(s) for s in stages), tuple(sorted(set(edges)))), T
+
+
+# ------------------------------------------------------------------------------------------------
+# The search over shapes and modes
+
+
+@dataclass(frozen=True, slots=True)
+class GraphPlan:
+    """One graph-pipeline plan."""
+
+    config: ParallelConfig
+    """tp, dp (per stage), pp = number of stages, micro-batch, recompute, sharding."""
+    stage_graph: StageGraph
+    estimate: Estimate
+    modes: tuple[bool, ...]
+    """Per parallel node (decomposition pre-order): branched (True) or serialised."""
+
+    @property
+    def sequential(self) -> bool:
+        """Whether every parallel node is serialised (a plain pipeline)."""
+        return not any(self.modes)
+
+
+@dataclass
+class GraphSearchResult:
+    plans: list[GraphPlan]
+    sequential: GraphPlan | None
+    decomposition: SPNode
+    linearised_parts: int
+    candidates: int = 0
+    evaluated: int = 0
+    pruned_by_bound: int = 0
+    no_fit: int = 0
+    rejections: dict[str, int] = field(default_factory=dict)
+    best_by_modes: dict[tuple[bool, ...], GraphPlan] = field(default_factory=dict)
+    """The fastest plan found for each branched/serialised assignment (for ``--explain``)."""
+
+    @property
+    def speedup_vs_sequential(self) -> float | None:
+        if not self.plans or self.sequential is None:
+            return None
+        return self.sequential.estimate.step_time_s / self.plans[0].estimate.step_time_s
+
+
+def graph_shapes(
+    g: GraphModelSpec, cluster: ClusterSpec, job: JobSpec, r: Restrictions, rejected: dict[str, int]
+) -> list[ParallelConfig]:
+    """Every (tp, dp, stages, micro-batch, recompute, sharding) of a graph plan, in a fixed order."""
+    if cluster.is_heterogeneous:
+        raise UsageError("graph pipelines are planned on clusters of one GPU type; this cluster has several")
+    for name, allowed, need in (("--cp", r.cp, 1), ("--ep", r.ep, 1), ("--vpp", r.vpp, 1)):
+        if allowed is not None and need not in allowed:
+            raise UsageError(f"graph pipelines use {name} 1 (no context/expert parallelism or interleaving)")
+    if r.schedule is not None and "1f1b" not in r.schedule:
+        raise UsageError("graph pipelines use the generalised 1F1B schedule; --schedule must allow 1f1b")
+    world = cluster.num_gpus
+    node = cluster.groups[0]
+    domain = node.nvlink_domain_size
+    transformers = [b.transformer for b in g.blocks if b.transformer is not None]
+    n_units = g.num_units
+    out = []
+    for tp in _divisors(world):
+        if r.tp is not None and tp not in r.tp:
+            continue
+        if (r.max_tp and tp > r.max_tp) or (tp > domain and not r.allow_cross_node_tp):
+            rejected["tp leaves the NVLink domain or exceeds --max-tp"] = (
+                rejected.get("tp leaves the NVLink domain or exceeds --max-tp", 0) + 1
+            )
+            continue
+        if any(
+            m.num_attention_heads % tp
+            or m.ffn_hidden_size % tp
+            or (m.num_query_groups % tp and tp % m.num_query_groups)
+            for m in transformers
+        ):
+            rejected["tp does not divide every block's heads/groups/ffn"] = (
+                rejected.get("tp does not divide every block's heads/groups/ffn", 0) + 1
+            )
+            continue
+        for S in _divisors(world // tp):
+            if S > n_units or (r.pp is not None and S not in r.pp) or (r.max_pp and S > r.max_pp):
+                continue
+            dp = world // (tp * S)
+            if job.global_batch_size % dp:
+                rejected["global batch not divisible by dp"] = (
+                    rejected.get("global batch not divisible by dp", 0) + 1
+                )
+                continue
+            per_replica = job.global_batch_size // dp
+            mbss = [b for b in _divisors(per_replica) if b <= r.max_micro_batch_size]
+            if r.micro_batch_size is not None:
+                mbss = [b for b in mbss if b in r.micro_batch_size]
+            recomputes = [x for x in ("none", "selective", "full") if x in (r.recompute or ("none", "full"))]
+            supported = ("none", "distributed")
+            shardings = (
+                list(r.optimizer_sharding)
+                if r.optimizer_sharding is not None
+                else (["distributed"] if dp > 1 else ["none"])
+            )
+            shardings = [s for s in supported if s in shardings]
+            sps = [tp > 1] if r.sequence_parallel is None else [r.sequence_parallel and tp > 1]
+            for mbs in mbss:
+                for sp in sps:
+                    for recompute in recomputes:
+                        for sharding in shardings:
+                            out.append(
+                                ParallelConfig(
+                                    tp=tp,
+                                    pp=S,
+                                    dp=dp,
+                                    micro_batch_size=mbs,
+                                    recompute=recompute,
+                                    sequence_parallel=sp,
+                                    optimizer_sharding=sharding,
+                                    schedule="1f1b",
+                                )
+                            )
+    return out
+
+
+def search_graph(
+    g: GraphModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    restrictions: Restrictions | None = None,
+    top_k: int = 5,
+    progress: Callable[[int, int], None] | None = None,
+    exhaustive: bool = False,
+) -> GraphSearchResult:
+    """Best graph plans and the best sequential plan; ``exhaustive`` disables pruning (tests)."""
+    r = restrictions or Restrictions()
+    layout = unit_layout(g)
+    root, linearised = decompose(g)
+    pars = parallel_nodes(root)
+    rejected: dict[str, int] = {}
+    shapes = graph_shapes(g, cluster, job, r, rejected)
+    node = cluster.groups[0]
+    heap = []
+    structures: dict[tuple[bool, ...], Series] = {}
+    for modes in mode_assignments(len(pars)):
+        structures[modes] = structure(root, modes, layout)
+    for index, c in enumerate(shapes):
+        uc = unit_costs(g, job, c, node)
+        m = c.num_microbatches(job)
+        bound = m * max(float(uc.tau_s.max()), float(uc.tau_s.sum()) / c.pp)
+        for modes in structures:
+            if c.pp == 1 and any(modes):
+                continue  # one stage: nothing runs concurrently
+            min_stages = _min_stages(structures[modes])
+            if min_stages > c.pp:
+                continue
+            heap.append((bound, sort_key(c), modes, index, c))
+    heapq.heapify(heap)
+    result = GraphSearchResult(plans=[], sequential=None, decomposition=root, linearised_parts=linearised)
+    result.candidates = len(heap)
+    result.rejections = rejected
+    plans: list[GraphPlan] = []
+    total = len(heap)
+    while heap:
+        bound, tie, modes, index, c = heapq.heappop(heap)
+        serial = not any(modes)
+        graph_done = len(plans) >= top_k and bound >= plans[top_k - 1].estimate.step_time_s
+        seq_done = result.sequential is not None and bound >= result.sequential.estimate.step_time_s
+        if not exhaustive and graph_done:
+            if seq_done:  # the heap is ordered by bound: nothing left can improve either list
+                result.pruned_by_bound += len(heap) + 1
+                break
+            if not serial:
+                result.pruned_by_bound += 1
+                continue
+        plan = evaluate_graph(g, cluster, job, c, structures[modes], modes, r.memory_headroom_bytes)
+        result.evaluated += 1
+        if progress and result.evaluated % 16 == 0:
+            progress(total - len(heap), total)
+        if plan is None:
+            result.no_fit += 1
+            continue
+        plans.append(plan)
+        known = result.best_by_modes.get(modes)
+        if known is None or plan.estimate.step_time_s < known.estimate.step_time_s:
+            result.best_by_modes[modes] = plan
+        plans.sort(key=lambda p: (p.estimate.step_time_s, sort_key(p.config), p.modes))
+        del plans[top_k * 4 :]
+        if serial and (
+            result.sequential is None
+            or (plan.estimate.step_time_s, sort_key(plan.config))
+            < (result.sequential.estimate.step_time_s, sort_key(result.sequential.config))
+        ):
+            result.sequential = plan
+    result.plans = plans[:top_k]
+    if progress:
+        progress(total, total)
+    return result
+
+
+def _min_stages(s: Series) -> int:
+    return sum(1 if isinstance(i, Chain) else sum(_min_stages(b) for b in i.branches) for i in s.items)
+
+
+def evaluate_graph(
+    g: GraphModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    c: ParallelConfig,
+    root: Series,
+    modes: tuple[bool, ...],
+    headroom_bytes: float = 0.0,
+) -> GraphPlan | None:
+    """Partition one (shape, modes) candidate and time it; None when no partition fits."""
+    node = cluster.groups[0]
+    uc = unit_costs(g, job, c, node)
+    lim = StageLimits(
+        capacity_bytes=node.gpu.memory_bytes - node.gpu.memory_reserve_bytes - headroom_bytes,
+        fragmentation=mem.FRAGMENTATION_FRACTION,
+        m=c.num_microbatches(job),
+    )
+    part = partition_graph(root, uc, c.pp, lim)
+    if part is None:
+        return None
+    sg, _ = part
+    est = estimate_graph(g, cluster, job, c, sg)
+    if est.worst_stage.memory.headroom_bytes < headroom_bytes * (1 - 1e-9) - 1.0:
+        return None
+    return GraphPlan(c, sg, est, modes)
+
+
+def run_graph_search(g, cluster, job, restrictions, top_k=5, progress=None) -> GraphSearchResult:
+    """:func:`search_graph`, raising InfeasibleError when nothing fits."""
+    result = search_graph(g, cluster, job, restrictions, top_k, progress)
+    if not result.plans:
+        raise InfeasibleError(
+            f"nothing fits: {g.name} ({g.params_total / 1e9:.1f}B parameters) on {cluster.num_gpus} GPUs has no "
+            "graph or sequential pipeline plan within memory"
+            + (f" ({result.evaluated} candidates partitioned)" if result.evaluated else " (no valid shape)")
+        )
+    return result
+
+
+def describe(g: GraphModelSpec, n: SPNode) -> str:
+    """The decomposition as text: ``(a ; b) || c`` style (``;`` series, ``||`` parallel)."""
+    if n.kind == "block":
+        return g.blocks[n.block].name
+    if n.kind == "series":
+        inner = " ; ".join(describe(g, c) for c in n.children)
+        return inner if len(n.children) == 1 else f"({inner})"
+    return "(" + " || ".join(describe(g, c) for c in n.children) + ")"

@@ -1,0 +1,498 @@
+"""Graph pipeline parallelism: graph models, the series-parallel partitioner, graph plans, and the
+comparison with sequential pipelines."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from cost_models.estimate import estimate
+from cost_models.graph_costs import (
+    StageGraph,
+    check_stage_graph,
+    estimate_graph,
+    unit_costs,
+    unit_layout,
+)
+from cost_models.parallel import ParallelConfig, resolve
+from planner.errors import SpecError
+from planner.graph_model import graph_model_from_mapping, graph_preset_names, load_graph_model
+from planner.graph_search import (
+    StageLimits,
+    decompose,
+    describe,
+    parallel_nodes,
+    partition_graph,
+    search_graph,
+    structure,
+)
+from planner.loading import load_cluster, load_model, make_job
+from planner.plan import model_to_mapping
+from planner.search import search
+from planner.space import Restrictions
+
+HEADROOM = 2 * 2**30
+
+
+def chain_graph(m):
+    """A one-block graph model equivalent to the chain model ``m``."""
+    block = {k: v for k, v in model_to_mapping(m).items() if k not in ("schema_version", "kind", "name")}
+    block.update(name="decoder", type="transformer", embedding=True, output_head=True)
+    doc = {"schema_version": 1, "kind": "graph_model", "name": m.name, "blocks": [block], "edges": []}
+    return graph_model_from_mapping(doc, "test")
+
+
+def small_tower(name, layers=4, hidden=1024, heads=8, seq=512, **extra):
+    return {
+        "name": name,
+        "type": "transformer",
+        "seq_length": seq,
+        "causal": False,
+        "num_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        **extra,
+    }
+
+
+def towers_model(n_towers=2, tower_layers=4, fusion_layers=4, tower_hidden=(1024, 1024)):
+    blocks = [
+        small_tower(f"t{i}", tower_layers, tower_hidden[i % len(tower_hidden)]) for i in range(n_towers)
+    ]
+    blocks.append(
+        {
+            "name": "fusion",
+            "type": "transformer",
+            "num_layers": fusion_layers,
+            "hidden_size": 1024,
+            "num_attention_heads": 8,
+            "embedding": True,
+            "output_head": True,
+            "vocab_size": 32000,
+            "max_position_embeddings": 2048,
+        }
+    )
+    edges = [{"from": f"t{i}", "to": "fusion"} for i in range(n_towers)]
+    return graph_model_from_mapping(
+        {"schema_version": 1, "kind": "graph_model", "name": "towers", "blocks": blocks, "edges": edges},
+        "test",
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Graph models
+
+
+def test_presets_load_and_are_listed(run_cli):
+    names = graph_preset_names()
+    assert {"vlm-two-tower-13b", "mmt-4tower-4b", "t5-11b"} <= set(names)
+    listed = json.loads(run_cli("models", "list", "--json").stdout)["models"]
+    kinds = {m["name"]: m["kind"] for m in listed}
+    assert all(kinds[n] == "graph_model" for n in names)
+    assert kinds["llama3-70b"] == "model"
+    # T5 v1.1 XXL has 11.3B parameters (google/t5-v1_1-xxl, with the shared embedding held twice)
+    assert load_graph_model("t5-11b").params_total == pytest.approx(11.27e9, rel=0.01)
+    shown = json.loads(run_cli("models", "show", "vlm-two-tower-13b", "--json").stdout)
+    assert [b["name"] for b in shown["blocks"]] == ["vision", "vision_proj", "text", "text_proj", "decoder"]
+
+
+def test_decomposition_of_presets():
+    expected = {
+        "vlm-two-tower-13b": "(((vision ; vision_proj) || (text ; text_proj)) ; decoder)",
+        "mmt-4tower-4b": "((tower_a || tower_b || tower_c || tower_d) ; fusion)",
+        "t5-11b": "(encoder ; decoder)",
+    }
+    for name, text in expected.items():
+        g = load_graph_model(name)
+        root, linearised = decompose(g)
+        assert describe(g, root) == text and linearised == 0
+
+
+def test_non_series_parallel_part_is_linearised():
+    # a -> c, a -> d, b -> d, c -> e, d -> e: the middle (a, b, c, d) is an "N", not series-parallel
+    blocks = [small_tower(n, 2) for n in "abcd"] + [small_tower("e", 2)]
+    edges = [("a", "c"), ("a", "d"), ("b", "d"), ("c", "e"), ("d", "e")]
+    g = graph_model_from_mapping(
+        {
+            "schema_version": 1,
+            "kind": "graph_model",
+            "name": "n-shape",
+            "blocks": blocks,
+            "edges": [{"from": a, "to": b} for a, b in edges],
+        },
+        "test",
+    )
+    root, linearised = decompose(g)
+    assert linearised == 1 and not parallel_nodes(root)
+    res = search_graph(
+        g, load_cluster("dgx-h100", 1), make_job(global_batch_size=32, seq_length=512), top_k=1
+    )
+    assert res.plans and res.sequential is not None
+
+
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        (lambda d: d["edges"].append({"from": "fusion", "to": "t0"}), "cycle"),
+        (lambda d: d["edges"].append({"from": "t0", "to": "nope"}), "'edges[2].to'"),
+        (lambda d: d["blocks"].append(dict(d["blocks"][0])), "unique"),
+        (lambda d: d["blocks"][0].update(colour="red"), "colour"),
+        (lambda d: d["blocks"][0].update(type="conv"), "allowed values: transformer, generic"),
+        (lambda d: d["edges"].pop(), "not connected"),
+        (lambda d: d["blocks"][0].update(forward_flop_per_sample=1.0), "only generic blocks"),
+    ],
+)
+def test_bad_graph_files_exit_1(run_cli, tmp_path, edit, fragment):
+    import yaml
+
+    doc = {
+        "schema_version": 1,
+        "kind": "graph_model",
+        "name": "bad",
+        "blocks": [small_tower("t0"), small_tower("t1"), {**small_tower("fusion"), "causal": True}],
+        "edges": [{"from": "t0", "to": "fusion"}, {"from": "t1", "to": "fusion"}],
+    }
+    edit(doc)
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    res = run_cli("models", "show", str(path))
+    assert res.exit_code == 1, res.stderr
+    assert fragment in res.stderr and "Traceback" not in res.stderr and str(path) in res.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# Costs: a one-block graph model costs exactly what the chain model costs
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        ParallelConfig(tp=1, pp=1, micro_batch_size=2),
+        ParallelConfig(tp=2, pp=4, micro_batch_size=1, layers_per_stage=(5, 7, 7, 5)),
+        ParallelConfig(tp=4, pp=2, micro_batch_size=1, recompute="full"),
+        ParallelConfig(tp=2, pp=2, micro_batch_size=2, recompute="selective", optimizer_sharding="none"),
+    ],
+)
+def test_chain_shaped_graph_costs_equal_chain_model(config):
+    m = load_model("gpt3-5b")
+    g = chain_graph(m)
+    cluster = load_cluster("dgx-a100", 2)
+    job = make_job(global_batch_size=64, seq_length=2048)
+    c = resolve(m, cluster, job, config)
+    chain = estimate(m, cluster, job, c)
+    layers = c.stage_layers(m)
+    starts = np.concatenate([[0], np.cumsum(layers)])
+    sg = StageGraph(
+        tuple(tuple(range(a, b)) for a, b in zip(starts, starts[1:])),
+        tuple((i, i + 1) for i in range(len(layers) - 1)),
+    )
+    graph = estimate_graph(g, cluster, job, c, sg)
+    assert graph.step_time_s == pytest.approx(chain.step_time_s, rel=1e-9)
+    assert graph.mfu == pytest.approx(chain.mfu, rel=1e-9)
+    assert graph.hfu == pytest.approx(chain.hfu, rel=1e-6)
+    for a, b in zip(graph.stages, chain.stages):
+        assert a.memory.peak_bytes == pytest.approx(b.memory.peak_bytes, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "name, nodes, gbs, seq, pps",
+    [
+        ("llama2-7b", 2, 64, 4096, (2, 4)),
+        ("gpt3-5b", 1, 32, 2048, None),
+        ("gpt3-20b", 1, 32, 2048, (8,)),
+        ("llama2-70b", 8, 256, 4096, (4, 8, 16)),
+    ],
+)
+def test_chain_shaped_model_gets_the_sequential_search_plan(name, nodes, gbs, seq, pps):
+    m = load_model(name)
+    cluster = load_cluster("dgx-a100", nodes)
+    job = make_job(global_batch_size=gbs, seq_length=seq)
+    r = Restrictions(
+        pp=pps,
+        schedule=("1f1b",),
+        cp=(1,),
+        recompute=("none",),
+        optimizer_sharding=("distributed",),
+        memory_headroom_bytes=HEADROOM,
+    )
+    seq_plans = search(m, cluster, job, r, top_k=3).plans
+    res = search_graph(chain_graph(m), cluster, job, r, top_k=3)
+    assert len(res.plans) == len(seq_plans) > 0
+    for a, b in zip(seq_plans, res.plans):
+        ca, cb = a.config, b.config
+        assert (ca.tp, ca.pp, ca.dp, ca.micro_batch_size) == (cb.tp, cb.pp, cb.dp, cb.micro_batch_size)
+        assert ca.stage_layers(m) == tuple(len(s) for s in b.stage_graph.stages)
+        assert a.estimate.step_time_s == pytest.approx(b.estimate.step_time_s, rel=1e-9)
+    assert res.speedup_vs_sequential == pytest.approx(1.0)
+    if name == "gpt3-20b":  # 44 layers on 8 stages: the uneven partitions agree too
+        assert len(set(seq_plans[0].config.stage_layers(m))) > 1
+
+
+# ------------------------------------------------------------------------------------------------
+# The partitioner is exact: brute force over every stage graph of the family
+
+
+def _brute_force_bottleneck(g, uc, S, lim, modes_root):
+    """Min over every stage graph of the branched structure: stage counts per chain and all cuts."""
+    from planner.graph_search import Chain
+
+    chains: list[tuple[Chain, int]] = []  # (chain, downstream chain count along the path)
+
+    def collect(series, tail):
+        items = list(series.items)
+        for i, item in enumerate(items):
+            if isinstance(item, Chain):
+                chains.append((item, i))
+            else:
+                for b in item.branches:
+                    collect(b, tail)
+
+    collect(modes_root, 0)
+    best = np.inf
+    n_chains = len(chains)
+    for counts in itertools.product(range(1, S + 1), repeat=n_chains):
+        if sum(counts) != S:
+            continue
+        # depth offsets: every chain here is followed by the last chain (fusion), or is the last
+        last = n_chains - 1
+        per_chain_options = []
+        for ci, (chain, _) in enumerate(chains):
+            k = counts[ci]
+            offset = 0 if ci == last else counts[last]
+            n = len(chain.units)
+            opts = []
+            for cuts in itertools.combinations(range(1, n), k - 1):
+                bounds = (0, *cuts, n)
+                worst, ok = 0.0, True
+                for si, (a, b) in enumerate(zip(bounds, bounds[1:])):
+                    idx = list(chain.units[a:b])
+                    depth = offset + (k - si)
+                    inflight = min(depth, lim.m)
+                    memory = uc.static_bytes[idx].sum() + (1 + lim.fragmentation) * (
+                        inflight * uc.act_bytes[idx].sum() + uc.transient_bytes[idx].max()
+                    )
+                    if memory > lim.capacity_bytes:
+                        ok = False
+                        break
+                    worst = max(worst, uc.tau_s[idx].sum())
+                if ok:
+                    opts.append(worst)
+            if not opts:
+                break
+            per_chain_options.append(min(opts))
+        else:
+            best = min(best, max(per_chain_options))
+    return best
+
+
+@pytest.mark.parametrize("capacity_gib", [80.0, 6.0, 4.2])
+@pytest.mark.parametrize("S", [3, 4, 5])
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_partition_is_exact_against_brute_force(S, capacity_gib, recompute):
+    g = towers_model(2, tower_layers=5, fusion_layers=4, tower_hidden=(1024, 2048))
+    cluster = load_cluster("dgx-h100", 1)
+    job = make_job(global_batch_size=64, seq_length=1024)
+    c = ParallelConfig(tp=1, pp=S, dp=1, micro_batch_size=4, recompute=recompute, optimizer_sharding="none")
+    uc = unit_costs(g, job, c, cluster.groups[0])
+    lim = StageLimits(capacity_bytes=capacity_gib * 2**30, fragmentation=0.05, m=16)
+    root, _ = decompose(g)
+    branched = structure(root, (True,), unit_layout(g))
+    expected = _brute_force_bottleneck(g, uc, S, lim, branched)
+    got = partition_graph(branched, uc, S, lim)
+    if not np.isfinite(expected):
+        assert got is None
+        return
+    sg, T = got
+    assert T == pytest.approx(expected, rel=1e-9)
+    assert check_stage_graph(unit_layout(g), sg) == ""
+    assert max(uc.tau_s[list(s)].sum() for s in sg.stages) <= T * (1 + 1e-9)
+
+
+# ------------------------------------------------------------------------------------------------
+# Graph versus sequential
+
+
+def test_graph_never_slower_and_faster_with_balanced_branches():
+    cluster = load_cluster("dgx-h100", 8)
+    job = make_job(global_batch_size=256, seq_length=2048)
+    r = Restrictions(pp=(8, 16), memory_headroom_bytes=HEADROOM)
+    res = search_graph(load_graph_model("mmt-4tower-4b"), cluster, job, r, top_k=3)
+    best, seq = res.plans[0], res.sequential
+    assert seq is not None and seq.sequential and not best.sequential
+    assert res.speedup_vs_sequential > 1.05  # four balanced towers run concurrently
+    depths = best.stage_graph.depths
+    assert max(depths) < seq.config.pp  # a shallower pipeline: fewer in-flight micro-batches
+    assert best.estimate.fits and best.estimate.worst_stage.memory.headroom_bytes >= HEADROOM
+
+
+@pytest.mark.parametrize(
+    "name, seq_len, pps",
+    [("vlm-two-tower-13b", 2048, (4, 8)), ("t5-11b", 512, (4, 8)), ("mmt-4tower-4b", 2048, None)],
+)
+def test_graph_plan_is_never_slower_than_sequential(name, seq_len, pps):
+    cluster = load_cluster("dgx-h100", 8)
+    job = make_job(global_batch_size=256, seq_length=seq_len)
+    res = search_graph(load_graph_model(name), cluster, job, Restrictions(pp=pps), top_k=2)
+    assert res.sequential is not None
+    assert res.plans[0].estimate.step_time_s <= res.sequential.estimate.step_time_s
+    assert res.speedup_vs_sequential >= 1.0
+    # pruning never changes the answer
+    full = search_graph(load_graph_model(name), cluster, job, Restrictions(pp=pps), top_k=2, exhaustive=True)
+    assert full.plans[0].estimate.step_time_s == pytest.approx(res.plans[0].estimate.step_time_s)
+    assert full.sequential.estimate.step_time_s == pytest.approx(res.sequential.estimate.step_time_s)
+
+
+def test_every_graph_plan_is_valid_and_fits():
+    cluster = load_cluster("dgx-h100", 4)
+    job = make_job(global_batch_size=128, seq_length=2048)
+    g = load_graph_model("vlm-two-tower-13b")
+    res = search_graph(g, cluster, job, Restrictions(pp=(2, 4, 8), memory_headroom_bytes=HEADROOM), top_k=5)
+    layout = unit_layout(g)
+    for p in [*res.plans, res.sequential]:
+        assert check_stage_graph(layout, p.stage_graph) == ""
+        assert p.config.tp * p.config.dp * p.config.pp == cluster.num_gpus
+        assert p.estimate.worst_stage.memory.headroom_bytes >= HEADROOM * (1 - 1e-9) - 1
+        tl = p.estimate.timeline
+        for s in range(tl.num_stages):
+            assert tl.busy_s(s) + tl.idle_s(s) == pytest.approx(tl.makespan_s)
+            assert min(tl.inflight[s]) >= 0
+            # generalised 1F1B keeps min(depth, m) micro-batches of a stage in flight at its peak
+            expected = min(p.stage_graph.depths[s], p.estimate.num_microbatches)
+            assert p.estimate.stages[s].memory.peak_inflight_microbatches == pytest.approx(expected)
+
+
+def test_check_stage_graph_rejects_bad_graphs():
+    g = towers_model(2, 2, 2)
+    layout = unit_layout(g)
+    ok = StageGraph(((0, 1), (2, 3), (4, 5)), ((0, 2), (1, 2)))
+    assert check_stage_graph(layout, ok) == ""
+    assert "does not follow" in check_stage_graph(layout, StageGraph(ok.stages, ((0, 2),)))
+    assert "cycle" in check_stage_graph(layout, StageGraph(ok.stages, ((0, 2), (1, 2), (2, 1))))
+    assert "in no stage" in check_stage_graph(layout, StageGraph(ok.stages[:2], ((0, 1),)))
+
+
+# ------------------------------------------------------------------------------------------------
+# CLI: search, plan files, export
+
+
+SEARCH = [
+    "search",
+    "-m",
+    "mmt-4tower-4b",
+    "-c",
+    "dgx-h100",
+    "-n",
+    "8",
+    "-b",
+    "256",
+    "-s",
+    "2048",
+    "--pp",
+    "8,16",
+]
+
+
+def test_search_json_and_plan_file_round_trip(run_cli, tmp_path):
+    out = tmp_path / "plan.yaml"
+    res = run_cli(*SEARCH, "--json", "--out", str(out), "--explain")
+    assert res.exit_code == 0, res.stderr
+    d = json.loads(res.stdout)
+    assert d["speedup_vs_sequential"] > 1.0
+    assert d["sequential_plan"]["sequential"] is True and d["plans"][0]["sequential"] is False
+    assert d["decomposition"].startswith("((tower_a || tower_b")
+    best = d["plans"][0]
+    assert len(best["stage_graph"]["stages"]) == best["num_stages"]
+    assert {r["branched"] == [False] for r in d["explain"]} == {True, False}
+    again = json.loads(run_cli(*SEARCH, "--json").stdout)
+    assert again["plans"] == d["plans"]  # deterministic
+    est = json.loads(run_cli("estimate", "--plan", str(out), "--json").stdout)
+    assert est["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-12)
+    assert est["stage_graph"]["edges"] == best["stage_graph"]["edges"]
+    bub = json.loads(run_cli("bubbles", "--plan", str(out), "--json").stdout)
+    assert len(bub["per_stage"]) == best["num_stages"]
+    for stage in bub["per_stage"]:
+        assert all(w["free_memory_bytes"] >= 0 for w in stage["intervals"])
+    tl = run_cli("timeline", "--plan", str(out), "--json")
+    assert tl.exit_code == 0 and json.loads(tl.stdout)["step_time_s"] == pytest.approx(best["step_time_s"])
+
+
+def test_export_refuses_graph_plan_and_offers_sequential(run_cli, tmp_path):
+    out = tmp_path / "plan.yaml"
+    assert run_cli(*SEARCH, "--out", str(out)).exit_code == 0
+    res = run_cli("export", "megatron", str(out), "-o", str(tmp_path / "launch"))
+    assert res.exit_code == 1 and "Traceback" not in res.stderr
+    assert (
+        "runs only sequential pipelines" in res.stderr and "best sequential plan is tp 1, pp 8" in res.stderr
+    )
+    assert not (tmp_path / "launch").exists()
+    res = run_cli("export", "megatron", str(out), "--sequential", "-o", str(tmp_path / "launch"))
+    assert (
+        res.exit_code == 1
+        and "cannot express" in res.stderr
+        and "--pipeline-model-parallel-size 8" in res.stderr
+    )
+
+
+def test_chain_shaped_graph_plan_exports_to_megatron(run_cli, tmp_path):
+    import yaml
+
+    m = load_model("llama2-7b")
+    path = tmp_path / "llama.yaml"
+    g = chain_graph(m)
+    from planner.graph_model import graph_model_to_mapping
+
+    path.write_text(yaml.safe_dump(graph_model_to_mapping(g)))
+    out = tmp_path / "plan.yaml"
+    res = run_cli(
+        "search",
+        "-m",
+        str(path),
+        "-c",
+        "dgx-a100",
+        "-n",
+        "2",
+        "-b",
+        "64",
+        "-s",
+        "4096",
+        "--pp",
+        "2",
+        "--out",
+        str(out),
+    )
+    assert res.exit_code == 0, res.stderr
+    res = run_cli("export", "megatron", str(out), "-o", str(tmp_path / "launch"))
+    assert res.exit_code == 0, res.stderr
+    args = (tmp_path / "launch" / "megatron_args.txt").read_text()
+    assert "--pipeline-model-parallel-size 2" in args and "--num-layers 32" in args
+
+
+def test_graph_plan_with_broken_stage_graph_is_rejected(run_cli, tmp_path):
+    import yaml
+
+    out = tmp_path / "plan.yaml"
+    assert run_cli(*SEARCH, "--out", str(out)).exit_code == 0
+    doc = yaml.safe_load(out.read_text())
+    doc["stage_graph"]["edges"] = doc["stage_graph"]["edges"][1:]
+    out.write_text(yaml.safe_dump(doc))
+    res = run_cli("estimate", "--plan", str(out))
+    assert res.exit_code == 1 and "not a valid stage graph" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_graph_model_rejects_chain_only_flags(run_cli):
+    res = run_cli(*SEARCH, "--cp", "2")
+    assert res.exit_code == 2 and "graph pipelines" in res.stderr
+    res = run_cli("estimate", "-m", "mmt-4tower-4b", "-c", "dgx-h100", "-n", "1", "-b", "8", "-s", "2048")
+    assert res.exit_code == 1 and "graph model" in res.stderr
+
+
+def test_read_graph_plan_errors_name_the_key(tmp_path):
+    from planner.graph_plan import read_graph_plan
+
+    path = tmp_path / "p.yaml"
+    path.write_text("schema_version: 1\nkind: graph_plan\n")
+    with pytest.raises(SpecError, match="missing required key 'model'"):
+        read_graph_plan(path)
