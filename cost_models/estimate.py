@@ -68,6 +68,8 @@ class StageEstimate:
     """Idle time within the pipeline phase (until the iteration's last backward)."""
     memory: mem.MemoryBreakdown
     model_flop_per_microbatch: float
+    devices: int = 0
+    """GPUs of this stage in one pipeline replica (graph plans); 0 = tp x cp x dp of the config."""
 
 
 @dataclass(frozen=True, slots=True)

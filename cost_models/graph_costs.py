@@ -285,10 +285,17 @@ class StageGraph:
 
     stages: tuple[tuple[int, ...], ...]
     edges: tuple[tuple[int, int], ...]
+    replicas: tuple[int, ...] = ()
+    """Data-parallel replicas of each stage inside one pipeline (each takes ``1/replicas`` of the
+    micro-batch, PipeDream's replicated stages); empty = one each."""
 
     @property
     def num_stages(self) -> int:
         return len(self.stages)
+
+    def replicas_of(self, stage: int) -> int:
+        """Replicas of ``stage`` (1 when not given)."""
+        return self.replicas[stage] if self.replicas else 1
 
     @property
     def depths(self) -> list[int]:
@@ -339,15 +346,34 @@ def stage_node(cluster: ClusterSpec) -> NodeGroup:
     return cluster.groups[0]
 
 
+def stage_config(c: ParallelConfig, sg: StageGraph, stage: int) -> ParallelConfig:
+    """The configuration one stage's GPUs see: ``c.dp`` pipelines x the stage's replicas, each with
+    ``micro_batch_size / replicas`` sequences per micro-batch (``c`` holds the pipeline's shape)."""
+    d = sg.replicas_of(stage)
+    return ParallelConfig(
+        tp=c.tp,
+        pp=2 if sg.num_stages > 1 else 1,
+        dp=c.dp * d,
+        micro_batch_size=c.micro_batch_size // d,
+        recompute=c.recompute,
+        sequence_parallel=c.sequence_parallel,
+        optimizer_sharding=c.optimizer_sharding,
+        schedule=c.schedule,
+    )
+
+
 def estimate_graph(
     g: GraphModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig, sg: StageGraph
 ) -> Estimate:
-    """Predict a stage graph: every stage runs on ``tp x dp`` GPUs; ``c.pp`` is the stage count."""
+    """Predict a stage graph. ``c`` is the pipeline's shape: ``c.dp`` identical pipelines, each
+    micro-batch ``c.micro_batch_size`` sequences, ``c.pp`` stages; stage i runs on
+    ``tp x replicas_i`` GPUs of every pipeline (:func:`stage_config`)."""
     layout = unit_layout(g)
     node = stage_node(cluster)
-    uc = unit_costs(g, job, c, node)
     m = c.num_microbatches(job)
     S = sg.num_stages
+    configs = [stage_config(c, sg, i) for i in range(S)]
+    ucs = [unit_costs(g, job, ci, node) for ci in configs]
     owner = np.empty(layout.num_units, dtype=int)
     for i, units in enumerate(sg.stages):
         owner[list(units)] = i
@@ -355,11 +381,12 @@ def estimate_graph(
     acts = np.zeros(S)
     for i, units in enumerate(sg.stages):
         idx = list(units)
-        durations[i] = (uc.fwd_s[idx].sum(), uc.bwd_s[idx].sum())
-        acts[i] = uc.act_bytes[idx].sum()
+        durations[i] = (ucs[i].fwd_s[idx].sum(), ucs[i].bwd_s[idx].sum())
+        acts[i] = ucs[i].act_bytes[idx].sum()
     link = comm.link_for(group(c, "pp"), node)
     # A tensor from stage a to stage b crosses every stage edge (x, y) with x at or after a and y at
-    # or before b (a sequential pipeline carries it through the stages in between).
+    # or before b (a sequential pipeline carries it through the stages in between). Per GPU, the
+    # side with fewer replicas moves the larger share.
     reach = reachability(sg)
     stage_bytes = {e: 0.0 for e in sg.edges}
     for u, v, _ in layout.edges:
@@ -367,18 +394,19 @@ def estimate_graph(
         if a != b:
             for x, y in sg.edges:
                 if reach[a, x] and reach[y, b]:
-                    stage_bytes[(x, y)] += uc.edge_bytes[(u, v)]
+                    stage_bytes[(x, y)] += max(ucs[x].edge_bytes[(u, v)], ucs[y].edge_bytes[(u, v)])
     lags = [comm.p2p_s(stage_bytes[e], link) for e in sg.edges]
     timeline = simulate_graph(S, list(sg.edges), durations, m, lags, acts)
 
     stages, ends, opt_times, gather_exposed = [], [], [], []
+    flop_iter = hw_extra = 0.0
     for i, units in enumerate(sg.stages):
-        idx = list(units)
+        idx, ci, uc = list(units), configs[i], ucs[i]
         cost = LayerCost(*uc.cost_matrix[idx].sum(axis=0).tolist())
         dense = cost.params_sharded + cost.params_replicated
-        static = mem.static_memory(dense, cost.params_expert, job, c)
+        static = mem.static_memory(dense, cost.params_expert, job, ci)
         sync = dp_sync(
-            job, c, node, dense, cost.params_expert, m, float(durations[i, 1]), float(durations[i, 0])
+            job, ci, node, dense, cost.params_expert, m, float(durations[i, 1]), float(durations[i, 0])
         )
         ends.append(float(timeline.end_s[i][-1]) + sync.reduce_exposed_s)
         opt_times.append(sync.optimizer_s)
@@ -394,6 +422,9 @@ def estimate_graph(
             peak / float(acts[i]) if acts[i] else 0.0,
         )
         out_lags = [lag for (a, _), lag in zip(sg.edges, lags) if a == i]
+        gpus = ci.tp * ci.dp  # this stage's GPUs over all pipelines
+        flop_iter += cost.model_flop * m * gpus
+        hw_extra += float(uc.recompute_flop[idx].sum()) * m * gpus
         stages.append(
             StageEstimate(
                 stage=i,
@@ -411,14 +442,13 @@ def estimate_graph(
                 idle_s=timeline.idle_s(i),
                 memory=memory,
                 model_flop_per_microbatch=cost.model_flop,
+                devices=ci.tp * sg.replicas_of(i),
             )
         )
     step = max(ends) + max(opt_times) + max(gather_exposed)
-    world = c.tp * c.dp * S
+    world = sum(s.devices for s in stages) * c.dp
     tokens = job.global_batch_size * job.seq_length
     peak_flops = world * node.gpu.peak(COMPUTE_DTYPE[job.precision])
-    flop_iter = sum(s.model_flop_per_microbatch for s in stages) * m * c.tp * c.dp
-    hw_extra = float(uc.recompute_flop.sum()) * m * c.tp * c.dp
     return Estimate(
         config=c,
         num_microbatches=m,

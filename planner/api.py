@@ -366,12 +366,13 @@ def graph_model_dict(g: GraphModelSpec) -> dict:
 
 
 def graph_config_dict(c: ParallelConfig, job: JobSpec) -> dict:
-    """A graph plan's per-stage shape."""
+    """A graph plan's shape: ``pipelines`` identical pipelines (data parallel), each fed
+    micro-batches of ``micro_batch_size`` sequences; a stage with r replicas splits each micro-batch
+    over r groups of ``tp`` GPUs."""
     return {
         "tp": c.tp,
-        "dp": c.dp,
+        "pipelines": c.dp,
         "num_stages": c.pp,
-        "gpus_per_stage": c.tp * c.dp,
         "micro_batch_size": c.micro_batch_size,
         "num_microbatches": c.num_microbatches(job),
         "recompute": c.recompute,
@@ -395,6 +396,9 @@ def stage_graph_dict(g: GraphModelSpec, sg: StageGraph, est: Estimate) -> dict:
                 "label": stage_label(g, layout, units),
                 "blocks": stage_blocks(g, layout, units),
                 "depth": depths[i],
+                "replicas": sg.replicas_of(i),
+                "gpus": s.devices * est.config.dp,
+                "micro_batch_per_replica": est.config.micro_batch_size // sg.replicas_of(i),
                 "time_per_microbatch_s": s.forward_s + s.backward_s,
                 "peak_memory_bytes": s.memory.peak_bytes,
             }

@@ -186,7 +186,7 @@ def budget(est: Estimate, assumptions: Assumptions | None = None) -> Budget:
             StageBudget(
                 stage=r,
                 gpu=s.gpu,
-                devices_per_stage=devices,
+                devices_per_stage=s.devices * c.dp if s.devices else devices,
                 capacity_bytes=mem.capacity_bytes,
                 static_bytes=static,
                 windows=tuple(windows),

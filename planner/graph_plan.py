@@ -71,7 +71,10 @@ def stage_label(g: GraphModelSpec, layout: UnitLayout, units: tuple[int, ...]) -
 def stage_graph_to_mapping(g: GraphModelSpec, sg: StageGraph) -> dict:
     layout = unit_layout(g)
     return {
-        "stages": [{"blocks": stage_blocks(g, layout, units)} for units in sg.stages],
+        "stages": [
+            {"blocks": stage_blocks(g, layout, units), "replicas": sg.replicas_of(i)}
+            for i, units in enumerate(sg.stages)
+        ],
         "edges": [[a, b] for a, b in sg.edges],
     }
 
@@ -88,9 +91,11 @@ def stage_graph_from_mapping(g: GraphModelSpec, data: dict, where: str, path: st
             first[g.blocks[b].name] = u
     names = [b.name for b in g.blocks]
     stages = []
+    replicas = []
     for i, raw in enumerate(raw_stages):
         sr = Reader(raw, where, f"{path}.stages[{i}]")
         runs = sr.get("blocks", list)
+        replicas.append(sr.get("replicas", int, 1, positive=True))
         sr.done()
         units: list[int] = []
         for j, run in enumerate(runs):
@@ -118,7 +123,9 @@ def stage_graph_from_mapping(g: GraphModelSpec, data: dict, where: str, path: st
                 f"{where}: key '{path}.edges[{k}]': expected [from_stage, to_stage] with stages 0..{len(stages) - 1}"
             )
         edges.append((e[0], e[1]))
-    sg = StageGraph(tuple(stages), tuple(sorted(set(edges))))
+    sg = StageGraph(
+        tuple(stages), tuple(sorted(set(edges))), tuple(replicas) if any(r > 1 for r in replicas) else ()
+    )
     problem = check_stage_graph(layout, sg)
     if problem:
         raise SpecError(f"{where}: key '{path}': not a valid stage graph: {problem}")
@@ -128,7 +135,7 @@ def stage_graph_from_mapping(g: GraphModelSpec, data: dict, where: str, path: st
 def _config_mapping(c: ParallelConfig) -> dict:
     return {
         "tp": c.tp,
-        "dp": c.dp,
+        "pipelines": c.dp,
         "num_stages": c.pp,
         "micro_batch_size": c.micro_batch_size,
         "recompute": c.recompute,
@@ -142,7 +149,7 @@ def _config_from(data: dict, where: str, path: str) -> ParallelConfig:
     r = Reader(data, where, path)
     c = ParallelConfig(
         tp=r.get("tp", int, positive=True),
-        dp=r.get("dp", int, positive=True),
+        dp=r.get("pipelines", int, positive=True),
         pp=r.get("num_stages", int, positive=True),
         micro_batch_size=r.get("micro_batch_size", int, positive=True),
         recompute=r.get("recompute", str, "none", choices=("none", "selective", "full")),
@@ -225,14 +232,29 @@ def read_graph_plan(path: str | Path) -> GraphPlanInputs:
     r.get("predictions", dict, {})
     r.get("bubble_fill_budget", dict, {})
     r.done()
-    if config.tp * config.dp * config.pp != cluster.num_gpus:
+    for c, graph, key in (
+        (config, sg, "config"),
+        *(((seq[0], seq[1], "sequential_plan.config"),) if seq else ()),
+    ):
+        _check_shape(c, graph, cluster, job, where, key)
+    return GraphPlanInputs(g, cluster, job, config, sg, tuple(modes), seq)
+
+
+def _check_shape(c: ParallelConfig, sg: StageGraph, cluster: ClusterSpec, job: JobSpec, where: str, key: str):
+    groups = sum(sg.replicas_of(i) for i in range(sg.num_stages))
+    if c.tp * groups * c.dp != cluster.num_gpus:
         raise SpecError(
-            f"{where}: key 'config': tp x dp x num_stages = {config.tp * config.dp * config.pp}, "
+            f"{where}: key '{key}': tp x (sum of stage replicas) x pipelines = {c.tp} x {groups} x {c.dp}, "
             f"but the cluster has {cluster.num_gpus} GPUs"
         )
-    if job.global_batch_size % (config.dp * config.micro_batch_size):
+    if job.global_batch_size % (c.dp * c.micro_batch_size):
         raise SpecError(
-            f"{where}: key 'config': the global batch {job.global_batch_size} is not divisible by "
-            f"dp x micro_batch_size = {config.dp * config.micro_batch_size}"
+            f"{where}: key '{key}': the global batch {job.global_batch_size} is not divisible by "
+            f"pipelines x micro_batch_size = {c.dp * c.micro_batch_size}"
         )
-    return GraphPlanInputs(g, cluster, job, config, sg, tuple(modes), seq)
+    bad = [i for i in range(sg.num_stages) if c.micro_batch_size % sg.replicas_of(i)]
+    if bad:
+        raise SpecError(
+            f"{where}: key '{key}': stage {bad[0]} has {sg.replicas_of(bad[0])} replicas, which do not divide "
+            f"the micro-batch of {c.micro_batch_size}"
+        )

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -253,6 +254,8 @@ class _ChainData:
             self.transients.append((v, last))
         self._lo_mem: dict[int, np.ndarray] = {}
         self._lo: dict[tuple[float, int], np.ndarray] = {}
+        self._sweeps: dict[tuple[float, int, int], list[np.ndarray]] = {}
+        self.signature = (self.pt.tobytes(), self.ps.tobytes(), self.pa.tobytes(), tr.tobytes())
 
     def segment_times(self) -> np.ndarray:
         d = self.pt[None, :] - self.pt[:, None]
@@ -285,23 +288,33 @@ class _ChainData:
         return hit
 
     def sweep(self, T: float, depth: int, max_stages: int) -> list[np.ndarray]:
-        """reach[j][a]: units a.. can be covered by exactly j stages (downstream depth ``depth``)."""
+        """reach[j][a]: units a.. can be covered by exactly j stages (downstream depth ``depth``).
+
+        ``lo`` is non-decreasing in the end position, so a start ``a`` is reachable in j stages iff
+        the first reachable end after it, b, has ``lo[b] <= a`` (a later end only starts later).
+        """
+        key = (T, depth, max_stages)
+        hit = self._sweeps.get(key)
+        if hit is not None:
+            return hit
+        if len(self._sweeps) > 4096:
+            self._sweeps.clear()
         n = self.n
         reach = np.zeros(n + 1, dtype=bool)
         reach[n] = True
         out = [reach]
+        positions = self.b
         for j in range(1, min(n, max_stages) + 1):
             lo = self.lo(T, min(depth + j, self.lim.m))
             ends = np.flatnonzero(out[-1])
-            ends = ends[ends >= 1]
-            ok = lo[ends] <= ends - 1
-            ends = ends[ok]
-            if ends.size == 0:
+            nxt = np.searchsorted(ends, positions, side="right")
+            valid = nxt < ends.size
+            nxt_end = ends[np.minimum(nxt, ends.size - 1)]
+            row = valid & (lo[nxt_end] <= positions)
+            if not row.any():
                 break
-            diff = np.zeros(n + 2, dtype=np.int64)
-            np.add.at(diff, lo[ends], 1)
-            np.add.at(diff, ends, -1)
-            out.append(np.cumsum(diff)[: n + 1] > 0)
+            out.append(row)
+        self._sweeps[key] = out
         return out
 
     def cuts(self, T: float, depth: int, j: int, reach: list[np.ndarray]) -> list[tuple[int, int]]:
@@ -318,27 +331,34 @@ class _ChainData:
 
 
 class _Solver:
-    """Feasibility of exactly ``S`` stages with every stage time <= T, over one structure."""
+    """Feasibility of a pipeline of exactly ``U`` tensor-parallel groups with every stage time
+    <= T, over one structure. A chain's stages all have the same replica count ``r`` (from
+    ``replica_options``), so a chain of j stages takes ``j * r`` groups."""
 
-    def __init__(self, root: Series, uc, S: int, lim: StageLimits) -> None:
-        self.root, self.S, self.lim = root, S, lim
-        self.chains: dict[int, _ChainData] = {}
-        self._collect(root, uc)
+    def __init__(self, root: Series, ucs: dict, U: int, lim: StageLimits, replica_options: tuple[int, ...]):
+        self.root, self.U, self.lim = root, U, lim
+        self.options = tuple(r for r in replica_options if r <= U)
+        self.chains: dict[tuple[int, int], _ChainData] = {}
+        self._shared: dict[tuple, _ChainData] = {}
+        self._collect(root, ucs)
 
-    def _collect(self, s: Series, uc) -> None:
+    def _collect(self, s: Series, ucs) -> None:
         for item in s.items:
             if isinstance(item, Chain):
-                self.chains[id(item)] = _ChainData(item, uc, self.lim)
+                for r in self.options:
+                    data = _ChainData(item, ucs[r], self.lim)
+                    # identical chains (e.g. identical towers) share one object and its sweeps
+                    self.chains[(id(item), r)] = self._shared.setdefault(data.signature, data)
             else:
                 for b in item.branches:
-                    self._collect(b, uc)
+                    self._collect(b, ucs)
 
     def candidates(self) -> np.ndarray:
         return np.unique(np.concatenate([c.segment_times() for c in self.chains.values()]))
 
     def solve(self, T: float):
         self._memo: dict = {}
-        return self._series(self.root, 0, T).get(self.S)
+        return self._series(self.root, 0, T).get(self.U)
 
     def _series(self, s: Series, depth: int, T: float) -> dict:
         key = (id(s), depth)
@@ -348,15 +368,15 @@ class _Solver:
         for item in reversed(s.items):
             new: dict = {}
             for used in sorted(state):
-                d, rest = state[used]
-                opts = self._chain(item, d, T) if isinstance(item, Chain) else self._branched(item, d, T)
+                dep, rest = state[used]
+                opts = self._chain(item, dep, T) if isinstance(item, Chain) else self._branched(item, dep, T)
                 for k in sorted(opts):
                     total = used + k
-                    if total > self.S:
+                    if total > self.U:
                         break
-                    d2, choice = opts[k]
-                    if total not in new or d2 < new[total][0]:
-                        new[total] = (d2, ((choice,) + rest))
+                    dep2, choice = opts[k]
+                    if total not in new or dep2 < new[total][0]:
+                        new[total] = (dep2, ((choice,) + rest))
             state = new
             if not state:
                 break
@@ -367,9 +387,12 @@ class _Solver:
         key = (id(item), depth)
         if key in self._memo:
             return self._memo[key]
-        cd = self.chains[id(item)]
-        reach = cd.sweep(T, depth, self.S)
-        out = {j: (depth + j, ("chain", item, j, depth)) for j in range(1, len(reach)) if reach[j][0]}
+        out: dict = {}
+        for r in self.options:
+            reach = self.chains[(id(item), r)].sweep(T, depth, self.U // r)
+            for j in range(1, len(reach)):
+                if reach[j][0] and (j * r not in out or depth + j < out[j * r][0]):
+                    out[j * r] = (depth + j, ("chain", item, j, depth, r))
         self._memo[key] = out
         return out
 
@@ -381,28 +404,35 @@ class _Solver:
             for s1 in sorted(acc):
                 d1, c1 = acc[s1]
                 for s2 in sorted(opts):
-                    if s1 + s2 > self.S:
+                    if s1 + s2 > self.U:
                         break
                     d2, c2 = opts[s2]
-                    d = max(d1, d2)
-                    if s1 + s2 not in new or d < new[s1 + s2][0]:
-                        new[s1 + s2] = (d, (*c1, ("series", c2)))
+                    dep = max(d1, d2)
+                    if s1 + s2 not in new or dep < new[s1 + s2][0]:
+                        new[s1 + s2] = (dep, (*c1, ("series", c2)))
             acc = new
-        return {k: (d, ("branched", item, c)) for k, (d, c) in acc.items() if k > 0}
+        return {k: (dep, ("branched", item, c)) for k, (dep, c) in acc.items() if k > 0}
 
 
 def _covers(reach: list[np.ndarray], j: int) -> bool:
     return len(reach) > j and bool(reach[j][0])
 
 
-def _emit(choice: tuple, solver: _Solver, T: float, stages: list[list[int]], edges: list[tuple[int, int]]):
+def _emit(
+    choice: tuple,
+    solver: _Solver,
+    T: float,
+    stages: list[list[int]],
+    edges: list[tuple[int, int]],
+    replicas: list[int],
+):
     """Append the stages of a series choice; return (entry stages, exit stages)."""
     entries: list[int] = []
     exits: list[int] = []
     for item in choice:
         if item[0] == "chain":
-            _, chain, j, depth = item
-            cd = solver.chains[id(chain)]
+            _, chain, j, depth, r = item
+            cd = solver.chains[(id(chain), r)]
             # Balance the chain on its own: its least bottleneck with j stages (<= T, so the plan's
             # bottleneck is unchanged), then the lexicographically smallest cuts under it.
             local = cd.segment_times()
@@ -421,13 +451,14 @@ def _emit(choice: tuple, solver: _Solver, T: float, stages: list[list[int]], edg
             first = len(stages)
             for a, b in cd.cuts(t_chain, depth, j, reach):
                 stages.append(list(chain.units[a:b]))
+                replicas.append(r)
             ids = list(range(first, len(stages)))
             edges += list(zip(ids, ids[1:]))
             ins, outs = [ids[0]], [ids[-1]]
         else:
             ins, outs = [], []
             for _, series_choice in item[2]:
-                i2, o2 = _emit(series_choice, solver, T, stages, edges)
+                i2, o2 = _emit(series_choice, solver, T, stages, edges, replicas)
                 ins += i2
                 outs += o2
         if exits:
@@ -438,13 +469,21 @@ def _emit(choice: tuple, solver: _Solver, T: float, stages: list[list[int]], edg
     return entries, exits
 
 
-def partition_graph(root: Series, uc, S: int, lim: StageLimits) -> tuple[StageGraph, float] | None:
-    """The stage graph minimising the bottleneck (exact), and that bottleneck; None if nothing fits."""
-    solver = _Solver(root, uc, S, lim)
+def partition_graph(
+    root: Series, ucs, U: int, lim: StageLimits, replica_options: tuple[int, ...] = (1,)
+) -> tuple[StageGraph, float] | None:
+    """The stage graph minimising the bottleneck (exact), and that bottleneck; None if nothing fits.
+
+    ``ucs[r]`` are the unit costs of a stage replicated ``r`` times (a :class:`UnitCosts` alone
+    means ``{1: ucs}``); the pipeline has ``U`` tensor-parallel groups to give out.
+    """
+    if not isinstance(ucs, dict):
+        ucs = {1: ucs}
+    solver = _Solver(root, ucs, U, lim, replica_options)
     cand = solver.candidates()
     if lim.m == 1:
         cand = cand[-1:]  # one micro-batch: the bottleneck does not matter, any fitting plan ties
-    floor = max(float(uc.tau_s.max()), float(uc.tau_s.sum()) / S) * (1 - 1e-9)
+    floor = bottleneck_floor(ucs[1], U, max(solver.options)) * (1 - 1e-9)
     lo, hi = int(np.searchsorted(cand, floor)), len(cand) - 1
     if lo > hi or solver.solve(float(cand[hi])) is None:
         return None
@@ -463,8 +502,21 @@ def partition_graph(root: Series, uc, S: int, lim: StageLimits) -> tuple[StageGr
     _, choice = solver.solve(T)
     stages: list[list[int]] = []
     edges: list[tuple[int, int]] = []
-    _emit(choice, solver, T, stages, edges)
-    return StageGraph(tuple(tuple(s) for s in stages), tuple(sorted(set(edges)))), T
+    replicas: list[int] = []
+    _emit(choice, solver, T, stages, edges, replicas)
+    sg = StageGraph(
+        tuple(tuple(s) for s in stages),
+        tuple(sorted(set(edges))),
+        tuple(replicas) if any(r > 1 for r in replicas) else (),
+    )
+    return sg, T
+
+
+def bottleneck_floor(uc1, U: int, max_replicas: int) -> float:
+    """A lower bound of the bottleneck stage time of any plan: the units' work spread over all ``U``
+    groups, or the largest unit on the most replicas. Valid because ``r x tau(r) >= tau(1)`` in
+    this cost model (GEMM efficiency grows with size; latencies and overheads do not shrink)."""
+    return max(float(uc1.tau_s.sum()) / U, float(uc1.tau_s.max()) / max_replicas)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -607,15 +659,14 @@ def search_graph(
     for modes in mode_assignments(len(pars)):
         structures[modes] = structure(root, modes, layout)
     for index, c in enumerate(shapes):
-        uc = unit_costs(g, job, c, node)
+        uc = unit_costs(g, job, unit_config(c, 1), node)
         m = c.num_microbatches(job)
-        bound = m * max(float(uc.tau_s.max()), float(uc.tau_s.sum()) / c.pp)
         for modes in structures:
             if c.pp == 1 and any(modes):
                 continue  # one stage: nothing runs concurrently
-            min_stages = _min_stages(structures[modes])
-            if min_stages > c.pp:
+            if _min_stages(structures[modes]) > c.pp:
                 continue
+            bound = m * bottleneck_floor(uc, c.pp, max(replica_options(c, modes)))
             heap.append((bound, sort_key(c), modes, index, c))
     heapq.heapify(heap)
     result = GraphSearchResult(plans=[], sequential=None, decomposition=root, linearised_parts=linearised)
@@ -642,6 +693,8 @@ def search_graph(
         if plan is None:
             result.no_fit += 1
             continue
+        if any(p.config == plan.config and p.stage_graph == plan.stage_graph for p in plans):
+            continue  # the same plan reached from an equivalent shape (replicas folded into pipelines)
         plans.append(plan)
         known = result.best_by_modes.get(modes)
         if known is None or plan.estimate.step_time_s < known.estimate.step_time_s:
@@ -664,6 +717,29 @@ def _min_stages(s: Series) -> int:
     return sum(1 if isinstance(i, Chain) else sum(_min_stages(b) for b in i.branches) for i in s.items)
 
 
+def replica_options(c: ParallelConfig, modes: tuple[bool, ...]) -> tuple[int, ...]:
+    """Replica counts a chain's stages may take: 1 in a sequential structure (replicating every
+    stage alike is the same as more pipelines), else every divisor of the micro-batch up to the
+    pipeline's tensor-parallel groups."""
+    if not any(modes):
+        return (1,)
+    return tuple(r for r in _divisors(c.micro_batch_size) if r <= c.pp)
+
+
+def unit_config(c: ParallelConfig, replicas: int) -> ParallelConfig:
+    """What a stage with ``replicas`` replicas of a shape ``c`` (pp = the pipeline's groups) sees."""
+    return ParallelConfig(
+        tp=c.tp,
+        pp=2 if c.pp > 1 else 1,
+        dp=c.dp * replicas,
+        micro_batch_size=c.micro_batch_size // replicas,
+        recompute=c.recompute,
+        sequence_parallel=c.sequence_parallel,
+        optimizer_sharding=c.optimizer_sharding,
+        schedule=c.schedule,
+    )
+
+
 def evaluate_graph(
     g: GraphModelSpec,
     cluster: ClusterSpec,
@@ -673,22 +749,35 @@ def evaluate_graph(
     modes: tuple[bool, ...],
     headroom_bytes: float = 0.0,
 ) -> GraphPlan | None:
-    """Partition one (shape, modes) candidate and time it; None when no partition fits."""
+    """Partition one (shape, modes) candidate and time it; None when no partition fits.
+
+    ``c.pp`` is the pipeline's number of tensor-parallel groups; the plan's ``pp`` is its stage
+    count (fewer when stages are replicated).
+    """
     node = cluster.groups[0]
-    uc = unit_costs(g, job, c, node)
+    options = replica_options(c, modes)
+    ucs = {r: unit_costs(g, job, unit_config(c, r), node) for r in options}
     lim = StageLimits(
         capacity_bytes=node.gpu.memory_bytes - node.gpu.memory_reserve_bytes - headroom_bytes,
         fragmentation=mem.FRAGMENTATION_FRACTION,
         m=c.num_microbatches(job),
     )
-    part = partition_graph(root, uc, c.pp, lim)
+    part = partition_graph(root, ucs, c.pp, lim, options)
     if part is None:
         return None
     sg, _ = part
-    est = estimate_graph(g, cluster, job, c, sg)
+    config = c.with_(pp=sg.num_stages)
+    if sg.replicas:
+        # replicas shared by every stage are more pipelines of a smaller micro-batch: fold them
+        common = math.gcd(*sg.replicas)
+        if common > 1:
+            config = config.with_(dp=c.dp * common, micro_batch_size=c.micro_batch_size // common)
+            reps = tuple(r // common for r in sg.replicas)
+            sg = StageGraph(sg.stages, sg.edges, reps if any(r > 1 for r in reps) else ())
+    est = estimate_graph(g, cluster, job, config, sg)
     if est.worst_stage.memory.headroom_bytes < headroom_bytes * (1 - 1e-9) - 1.0:
         return None
-    return GraphPlan(c, sg, est, modes)
+    return GraphPlan(config, sg, est, modes)
 
 
 def run_graph_search(g, cluster, job, restrictions, top_k=5, progress=None) -> GraphSearchResult:

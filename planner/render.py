@@ -108,7 +108,7 @@ def estimate_tables(d: dict) -> list[Table]:
     head.add_column("k")
     head.add_column("v", justify="right")
     shape = (
-        f"graph: {cfg['num_stages']} stages of tp {cfg['tp']} x dp {cfg['dp']}"
+        f"graph: {cfg['pipelines']} pipelines of {cfg['num_stages']} stages, tp {cfg['tp']}"
         if "num_stages" in cfg
         else f"tp {cfg['tp']} pp {cfg['pp']} dp {cfg['dp']} cp {cfg['cp']} ep {cfg['ep']} vpp {cfg['vpp']}"
     )
@@ -399,7 +399,7 @@ def _graph_plan_row(t: Table, label: str, p: dict) -> None:
         label,
         "sequential" if p["sequential"] else "graph",
         str(p["tp"]),
-        str(p["dp"]),
+        str(p["pipelines"]),
         str(p["num_stages"]),
         str(p["micro_batch_size"]),
         p["recompute"],
@@ -434,8 +434,8 @@ def graph_search_tables(d: dict) -> list[Table]:
         _graph_plan_row(t, "seq", d["sequential_plan"])
     tables = [t]
     best = d["plans"][0]
-    st = Table(title="Stage graph of plan 1 (each stage: tp x dp GPUs)")
-    for col in ("stage", "layers", "depth", "ms/micro-batch", "peak GiB", "feeds"):
+    st = Table(title="Stage graph of plan 1 (GPUs over all pipelines)")
+    for col in ("stage", "layers", "GPUs", "replicas", "depth", "ms/micro-batch", "peak GiB", "feeds"):
         st.add_column(col, justify="left" if col in ("layers", "feeds") else "right")
     edges = best["stage_graph"]["edges"]
     for s in best["stage_graph"]["stages"]:
@@ -443,6 +443,8 @@ def graph_search_tables(d: dict) -> list[Table]:
         st.add_row(
             str(s["stage"]),
             s["label"],
+            str(s["gpus"]),
+            str(s["replicas"]),
             str(s["depth"]),
             f"{1e3 * s['time_per_microbatch_s']:.1f}",
             _gib(s["peak_memory_bytes"]),

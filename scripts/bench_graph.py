@@ -56,7 +56,9 @@ def run(case) -> dict:
     model, gbs, seq, pp = case
     code = CHILD.format(root=str(ROOT), model=model, gbs=gbs, seq=seq, pp=pp)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    label = f"{model} on 64 dgx-h100, gbs {gbs}, seq {seq}" + (f", pp in {list(pp)}" if pp else ", free search")
+    label = f"{model} on 64 dgx-h100, gbs {gbs}, seq {seq}" + (
+        f", pp in {list(pp)}" if pp else ", free search"
+    )
     return {"case": label, **json.loads(proc.stdout)}
 
 

@@ -235,80 +235,77 @@ def test_chain_shaped_model_gets_the_sequential_search_plan(name, nodes, gbs, se
 # The partitioner is exact: brute force over every stage graph of the family
 
 
-def _brute_force_bottleneck(g, uc, S, lim, modes_root):
-    """Min over every stage graph of the branched structure: stage counts per chain and all cuts."""
+def _brute_force_bottleneck(ucs, U, lim, branched, options):
+    """Min over every stage graph of a (towers || ...) ; fusion structure: stage count and replica
+    count of every chain (taking ``stages x replicas`` of the U groups), and every cut of each."""
     from planner.graph_search import Chain
 
-    chains: list[tuple[Chain, int]] = []  # (chain, downstream chain count along the path)
-
-    def collect(series, tail):
-        items = list(series.items)
-        for i, item in enumerate(items):
-            if isinstance(item, Chain):
-                chains.append((item, i))
-            else:
-                for b in item.branches:
-                    collect(b, tail)
-
-    collect(modes_root, 0)
+    chains = []
+    for item in branched.items:
+        if isinstance(item, Chain):
+            chains.append(item)
+        else:
+            chains += [b.items[0] for b in item.branches]
+    last = len(chains) - 1  # the fusion chain follows every tower
+    choices = [(k, r) for k in range(1, U + 1) for r in options if k * r <= U]
     best = np.inf
-    n_chains = len(chains)
-    for counts in itertools.product(range(1, S + 1), repeat=n_chains):
-        if sum(counts) != S:
+    for assignment in itertools.product(choices, repeat=len(chains)):
+        if sum(k * r for k, r in assignment) != U:
             continue
-        # depth offsets: every chain here is followed by the last chain (fusion), or is the last
-        last = n_chains - 1
-        per_chain_options = []
-        for ci, (chain, _) in enumerate(chains):
-            k = counts[ci]
-            offset = 0 if ci == last else counts[last]
+        worst = 0.0
+        for ci, (chain, (k, r)) in enumerate(zip(chains, assignment)):
+            uc = ucs[r]
+            offset = 0 if ci == last else assignment[last][0]
             n = len(chain.units)
-            opts = []
+            chain_best = np.inf
             for cuts in itertools.combinations(range(1, n), k - 1):
                 bounds = (0, *cuts, n)
-                worst, ok = 0.0, True
+                stage_worst = 0.0
                 for si, (a, b) in enumerate(zip(bounds, bounds[1:])):
                     idx = list(chain.units[a:b])
-                    depth = offset + (k - si)
-                    inflight = min(depth, lim.m)
+                    inflight = min(offset + (k - si), lim.m)
                     memory = uc.static_bytes[idx].sum() + (1 + lim.fragmentation) * (
                         inflight * uc.act_bytes[idx].sum() + uc.transient_bytes[idx].max()
                     )
                     if memory > lim.capacity_bytes:
-                        ok = False
+                        stage_worst = np.inf
                         break
-                    worst = max(worst, uc.tau_s[idx].sum())
-                if ok:
-                    opts.append(worst)
-            if not opts:
-                break
-            per_chain_options.append(min(opts))
-        else:
-            best = min(best, max(per_chain_options))
+                    stage_worst = max(stage_worst, uc.tau_s[idx].sum())
+                chain_best = min(chain_best, stage_worst)
+            worst = max(worst, chain_best)
+        best = min(best, worst)
     return best
 
 
 @pytest.mark.parametrize("capacity_gib", [80.0, 6.0, 4.2])
-@pytest.mark.parametrize("S", [3, 4, 5])
+@pytest.mark.parametrize("U", [3, 4, 6])
 @pytest.mark.parametrize("recompute", ["none", "full"])
-def test_partition_is_exact_against_brute_force(S, capacity_gib, recompute):
+def test_partition_is_exact_against_brute_force(U, capacity_gib, recompute):
+    from planner.graph_search import replica_options, unit_config
+
     g = towers_model(2, tower_layers=5, fusion_layers=4, tower_hidden=(1024, 2048))
     cluster = load_cluster("dgx-h100", 1)
     job = make_job(global_batch_size=64, seq_length=1024)
-    c = ParallelConfig(tp=1, pp=S, dp=1, micro_batch_size=4, recompute=recompute, optimizer_sharding="none")
-    uc = unit_costs(g, job, c, cluster.groups[0])
+    shape = ParallelConfig(
+        tp=1, pp=U, dp=1, micro_batch_size=4, recompute=recompute, optimizer_sharding="none"
+    )
+    options = replica_options(shape, (True,))
+    assert options == tuple(r for r in (1, 2, 4) if r <= U)
+    ucs = {r: unit_costs(g, job, unit_config(shape, r), cluster.groups[0]) for r in options}
     lim = StageLimits(capacity_bytes=capacity_gib * 2**30, fragmentation=0.05, m=16)
     root, _ = decompose(g)
     branched = structure(root, (True,), unit_layout(g))
-    expected = _brute_force_bottleneck(g, uc, S, lim, branched)
-    got = partition_graph(branched, uc, S, lim)
+    expected = _brute_force_bottleneck(ucs, U, lim, branched, options)
+    got = partition_graph(branched, ucs, U, lim, options)
     if not np.isfinite(expected):
         assert got is None
         return
     sg, T = got
     assert T == pytest.approx(expected, rel=1e-9)
     assert check_stage_graph(unit_layout(g), sg) == ""
-    assert max(uc.tau_s[list(s)].sum() for s in sg.stages) <= T * (1 + 1e-9)
+    assert sum(sg.replicas_of(i) for i in range(sg.num_stages)) == U
+    for i, units in enumerate(sg.stages):
+        assert ucs[sg.replicas_of(i)].tau_s[list(units)].sum() <= T * (1 + 1e-9)
 
 
 # ------------------------------------------------------------------------------------------------
