@@ -77,6 +77,10 @@ def check_file(
         verdict.add(Finding("error", "read", f"cannot read: {exc.strerror}"))
         return verdict
     lines: dict = {}
+    if Path(path).suffix in (".yaml", ".yml", ".json") and (
+        "kind: graph_plan" in text or '"kind": "graph_plan"' in text
+    ):
+        return _check_graph_plan(path, cluster, headroom_bytes, max_slowdown, verdict)
     try:
         is_plan = "kind: plan" in text or '"kind": "plan"' in text
         if Path(path).suffix in (".yaml", ".yml", ".json") and is_plan:
@@ -195,6 +199,83 @@ def check_file(
                         _flags_for("slower than"),
                     )
                 )
+    return verdict
+
+
+def _check_graph_plan(
+    path: str, cluster: ClusterSpec, headroom_bytes: float, max_slowdown: float | None, verdict: Verdict
+) -> Verdict:
+    """A graph-pipeline plan: a valid stage graph, memory per stage, throughput, distance from the best."""
+    from cost_models.graph_costs import estimate_graph
+    from planner.graph_plan import read_graph_plan
+
+    try:
+        inputs = read_graph_plan(path)
+    except PlannerError as exc:
+        verdict.add(Finding("error", "parse", str(exc)))
+        return verdict
+    if inputs.cluster.num_gpus != cluster.num_gpus:
+        verdict.add(
+            Finding(
+                "error",
+                "world size",
+                f"the plan is for {inputs.cluster.num_gpus} GPUs, the cluster has {cluster.num_gpus}",
+            )
+        )
+        return verdict
+    est = estimate_graph(inputs.model, inputs.cluster, inputs.job, inputs.config, inputs.stage_graph)
+    worst = est.worst_stage
+    verdict.metrics = {
+        "step_time_s": est.step_time_s,
+        "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
+        "mfu": est.mfu,
+        "peak_memory_bytes": est.peak_memory_bytes,
+        "headroom_bytes": worst.memory.headroom_bytes,
+    }
+    if worst.memory.headroom_bytes < headroom_bytes:
+        verdict.add(
+            Finding(
+                "error",
+                "memory",
+                f"does not fit: stage {worst.stage} peaks at {worst.memory.peak_bytes / 2**30:.1f} GiB of "
+                f"{worst.memory.capacity_bytes / 2**30:.1f} GiB (with {headroom_bytes / 2**30:.1f} GiB headroom "
+                f"required, {(headroom_bytes - worst.memory.headroom_bytes) / 2**30:.1f} GiB short)",
+            )
+        )
+    verdict.add(
+        Finding(
+            "notice",
+            "throughput",
+            f"predicted {est.step_time_s:.3f} s/step, {est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
+            f"MFU {100 * est.mfu:.1f}% (graph pipeline of {inputs.config.pp} stages)",
+        )
+    )
+    if any(inputs.modes):
+        verdict.add(
+            Finding(
+                "notice",
+                "launch",
+                "a graph pipeline: Megatron-LM cannot launch it (planner export megatron offers the sequential plan)",
+            )
+        )
+    if max_slowdown is not None:
+        from planner.graph_search import search_graph
+
+        result = search_graph(inputs.model, inputs.cluster, inputs.job, top_k=1)
+        if result.plans:
+            best = result.plans[0].estimate.step_time_s
+            slower = est.step_time_s / best - 1
+            verdict.metrics["best_step_time_s"] = best
+            verdict.metrics["slowdown_vs_best"] = slower
+            level = "notice" if slower <= max_slowdown else "error"
+            verdict.add(
+                Finding(
+                    level,
+                    "slowdown",
+                    f"{100 * max(slower, 0.0):.1f}% slower than the best graph plan found ({best:.3f} s/step); "
+                    f"allowed {100 * max_slowdown:.0f}%",
+                )
+            )
     return verdict
 
 

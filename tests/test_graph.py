@@ -493,3 +493,18 @@ def test_read_graph_plan_errors_name_the_key(tmp_path):
     path.write_text("schema_version: 1\nkind: graph_plan\n")
     with pytest.raises(SpecError, match="missing required key 'model'"):
         read_graph_plan(path)
+
+
+def test_check_gates_graph_plans(run_cli, tmp_path):
+    out = tmp_path / "plan.yaml"
+    assert run_cli(*SEARCH, "--out", str(out)).exit_code == 0
+    ok = run_cli("check", str(out), "-c", "dgx-h100", "-n", "8", "--json")
+    assert ok.exit_code == 0, ok.stdout
+    d = json.loads(ok.stdout)["configs"][0]
+    assert d["passed"] and {f["check"] for f in d["findings"]} == {"throughput", "launch"}
+    tight = run_cli("check", str(out), "-c", "dgx-h100", "-n", "8", "--headroom-gib", "70", "--json")
+    assert tight.exit_code == 1 and "does not fit" in tight.stdout
+    slow = run_cli("check", str(out), "-c", "dgx-h100", "-n", "8", "--max-slowdown", "0.05")
+    assert slow.exit_code == 1 and "slower than the best graph plan" in slow.stdout  # the free search wins
+    wrong = run_cli("check", str(out), "-c", "dgx-h100", "-n", "4")
+    assert wrong.exit_code == 1 and "the plan is for 64 GPUs" in wrong.stdout
