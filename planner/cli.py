@@ -680,7 +680,7 @@ def _search_graph(problem, restrictions, top, progress, out, explain_flag, as_js
                 "slower_than_best": p.estimate.step_time_s / best - 1.0,
                 "shape": {
                     "tp": p.config.tp,
-                    "dp": p.config.dp,
+                    "pipelines": p.config.dp,
                     "num_stages": p.config.pp,
                     "micro_batch_size": p.config.micro_batch_size,
                     "recompute": p.config.recompute,

@@ -461,4 +461,21 @@ def graph_search_tables(d: dict) -> list[Table]:
     foot.add_row("candidates / partitioned", f"{s['candidates']} / {s['partitioned']}")
     foot.add_row("no fit / pruned by bound", f"{s['no_fit']} / {s['pruned_by_bound']}")
     tables.append(foot)
+    if "explain" in d:
+        e = Table(title="Best plan per branched/serialised choice (parallel nodes in decomposition order)")
+        for col in ("branched", "tp", "pipelines", "stages", "mbs", "recompute", "step s", "slower"):
+            e.add_column(col, justify="left" if col == "branched" else "right")
+        for row in d["explain"]:
+            sh = row["shape"]
+            e.add_row(
+                ",".join("yes" if b else "no" for b in row["branched"]) or "-",
+                str(sh["tp"]),
+                str(sh["pipelines"]),
+                str(sh["num_stages"]),
+                str(sh["micro_batch_size"]),
+                sh["recompute"],
+                f"{row['step_time_s']:.3f}",
+                f"{100 * row['slower_than_best']:.1f}%",
+            )
+        tables.append(e)
     return tables

@@ -65,7 +65,7 @@ def run(case) -> dict:
 def _plan(p: dict) -> str:
     kind = "graph (branched)" if any(p["branched"]) else "sequential"
     return (
-        f"{kind}: tp {p['tp']} dp {p['dp']} stages {p['stages']} (max depth {p['max_depth']}) mbs {p['mbs']} "
+        f"{kind}: tp {p['tp']} pipelines {p['dp']} stages {p['stages']} (max depth {p['max_depth']}) mbs {p['mbs']} "
         f"recompute {p['recompute']}: {p['step_time_s']:.3f} s/step, MFU {100 * p['mfu']:.1f}%, "
         f"bubble {100 * p['bubble']:.1f}%, {p['peak_memory_gib']:.1f} GiB"
     )
