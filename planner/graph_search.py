@@ -572,6 +572,10 @@ def graph_shapes(
             raise UsageError(f"graph pipelines use {name} 1 (no context/expert parallelism or interleaving)")
     if r.schedule is not None and "1f1b" not in r.schedule:
         raise UsageError("graph pipelines use the generalised 1F1B schedule; --schedule must allow 1f1b")
+    if r.optimizer_sharding is not None and not set(r.optimizer_sharding) & {"none", "distributed"}:
+        raise UsageError("graph pipelines support --optimizer-sharding none or distributed (ZeRO-1)")
+    if not r.uneven_partitions:
+        raise UsageError("--even-partitions applies to chain models; graph plans are partitioned by the DP")
     world = cluster.num_gpus
     node = cluster.groups[0]
     domain = node.nvlink_domain_size

@@ -8,6 +8,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cost_models.estimate import estimate
 from cost_models.graph_costs import (
@@ -508,3 +510,81 @@ def test_check_gates_graph_plans(run_cli, tmp_path):
     assert slow.exit_code == 1 and "slower than the best graph plan" in slow.stdout  # the free search wins
     wrong = run_cli("check", str(out), "-c", "dgx-h100", "-n", "4")
     assert wrong.exit_code == 1 and "the plan is for 64 GPUs" in wrong.stdout
+
+
+def test_graph_flags_outside_the_graph_space_are_usage_errors(run_cli):
+    for extra, fragment in (
+        (["--optimizer-sharding", "full"], "none or distributed"),
+        (["--even-partitions"], "chain models"),
+        (["--schedule", "interleaved"], "1F1B"),
+        (["--vpp", "2"], "--vpp 1"),
+    ):
+        res = run_cli(*SEARCH, *extra)
+        assert res.exit_code == 2 and fragment in res.stderr, (extra, res.stderr)
+
+
+@st.composite
+def sp_models(draw):
+    """Random small series-parallel graph models: towers (with optional generic heads) -> fusion."""
+    n_towers = draw(st.integers(1, 3))
+    blocks, edges = [], []
+    for i in range(n_towers):
+        blocks.append(small_tower(f"t{i}", draw(st.integers(1, 4)), draw(st.sampled_from([512, 1024])), 8))
+        if draw(st.booleans()):
+            blocks.append(
+                {
+                    "name": f"p{i}",
+                    "type": "generic",
+                    "forward_flop_per_sample": draw(st.floats(1e9, 1e11)),
+                    "params": draw(st.integers(0, 10**7)),
+                    "activation_bytes_per_sample": 1e6,
+                    "output_bytes_per_sample": 1e6,
+                }
+            )
+            edges += [(f"t{i}", f"p{i}"), (f"p{i}", "fusion")]
+        else:
+            edges.append((f"t{i}", "fusion"))
+    blocks.append(
+        {
+            "name": "fusion",
+            "type": "transformer",
+            "num_layers": draw(st.integers(1, 4)),
+            "hidden_size": 1024,
+            "num_attention_heads": 8,
+            "embedding": True,
+            "output_head": True,
+            "vocab_size": 32000,
+            "max_position_embeddings": 2048,
+        }
+    )
+    doc = {
+        "schema_version": 1,
+        "kind": "graph_model",
+        "name": "random",
+        "blocks": blocks,
+        "edges": [{"from": a, "to": b} for a, b in edges],
+    }
+    return (
+        graph_model_from_mapping(doc, "hypothesis"),
+        draw(st.sampled_from([8, 16, 32])),
+        draw(st.sampled_from([1, 2])),
+    )
+
+
+@settings(max_examples=25, deadline=None)
+@given(sp_models())
+def test_random_graph_models_give_valid_plans_never_slower_than_sequential(case):
+    g, gbs, nodes = case
+    cluster = load_cluster("dgx-h100", nodes)
+    job = make_job(global_batch_size=gbs, seq_length=1024)
+    res = search_graph(g, cluster, job, Restrictions(memory_headroom_bytes=HEADROOM, max_tp=2), top_k=3)
+    assert res.plans and res.sequential is not None
+    assert res.plans[0].estimate.step_time_s <= res.sequential.estimate.step_time_s * (1 + 1e-12)
+    layout = unit_layout(g)
+    for p in res.plans:
+        assert check_stage_graph(layout, p.stage_graph) == ""
+        groups = sum(p.stage_graph.replicas_of(i) for i in range(p.stage_graph.num_stages))
+        assert p.config.tp * groups * p.config.dp == cluster.num_gpus
+        assert p.estimate.worst_stage.memory.headroom_bytes >= HEADROOM * (1 - 1e-9) - 1
+        again = estimate_graph(g, cluster, job, p.config, p.stage_graph)
+        assert again.step_time_s == p.estimate.step_time_s
