@@ -346,15 +346,15 @@ def stage_node(cluster: ClusterSpec) -> NodeGroup:
     return cluster.groups[0]
 
 
-def stage_config(c: ParallelConfig, sg: StageGraph, stage: int) -> ParallelConfig:
-    """The configuration one stage's GPUs see: ``c.dp`` pipelines x the stage's replicas, each with
-    ``micro_batch_size / replicas`` sequences per micro-batch (``c`` holds the pipeline's shape)."""
-    d = sg.replicas_of(stage)
+def replicated_config(c: ParallelConfig, replicas: int, pipelined: bool) -> ParallelConfig:
+    """The configuration a stage's GPUs see: ``c.dp`` pipelines x ``replicas``, each replica with
+    ``micro_batch_size / replicas`` sequences per micro-batch (``c`` holds the pipeline's shape);
+    ``pipelined`` says whether the plan has more than one stage (tied output weights)."""
     return ParallelConfig(
         tp=c.tp,
-        pp=2 if sg.num_stages > 1 else 1,
-        dp=c.dp * d,
-        micro_batch_size=c.micro_batch_size // d,
+        pp=2 if pipelined else 1,
+        dp=c.dp * replicas,
+        micro_batch_size=c.micro_batch_size // replicas,
         recompute=c.recompute,
         sequence_parallel=c.sequence_parallel,
         optimizer_sharding=c.optimizer_sharding,
@@ -367,12 +367,12 @@ def estimate_graph(
 ) -> Estimate:
     """Predict a stage graph. ``c`` is the pipeline's shape: ``c.dp`` identical pipelines, each
     micro-batch ``c.micro_batch_size`` sequences, ``c.pp`` stages; stage i runs on
-    ``tp x replicas_i`` GPUs of every pipeline (:func:`stage_config`)."""
+    ``tp x replicas_i`` GPUs of every pipeline (:func:`replicated_config`)."""
     layout = unit_layout(g)
     node = stage_node(cluster)
     m = c.num_microbatches(job)
     S = sg.num_stages
-    configs = [stage_config(c, sg, i) for i in range(S)]
+    configs = [replicated_config(c, sg.replicas_of(i), S > 1) for i in range(S)]
     ucs = [unit_costs(g, job, ci, node) for ci in configs]
     owner = np.empty(layout.num_units, dtype=int)
     for i, units in enumerate(sg.stages):

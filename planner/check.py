@@ -86,14 +86,7 @@ def check_file(
         if Path(path).suffix in (".yaml", ".yml", ".json") and is_plan:
             inputs = read_plan(path)
             model, job, config = inputs.model, inputs.job, inputs.config
-            if inputs.cluster.num_gpus != cluster.num_gpus:
-                verdict.add(
-                    Finding(
-                        "error",
-                        "world size",
-                        f"the plan is for {inputs.cluster.num_gpus} GPUs, the cluster has {cluster.num_gpus}",
-                    )
-                )
+            if _world_mismatch(verdict, inputs.cluster, cluster):
                 return verdict
             cluster = inputs.cluster
         else:
@@ -138,6 +131,40 @@ def check_file(
     except (PlannerError, ValueError) as exc:
         verdict.add(Finding("error", "estimate", str(exc)))
         return verdict
+    _judge_estimate(verdict, est, headroom_bytes, lines)
+    if max_slowdown is not None:
+        from planner.search import search
+
+        result = search(model, cluster, job, top_k=1)
+        if result.plans:
+            best = result.plans[0]
+            b = best.config
+            _judge_slowdown(
+                verdict,
+                est.step_time_s,
+                best.estimate.step_time_s,
+                max_slowdown,
+                f"tp {b.tp} pp {b.pp} dp {b.dp} cp {b.cp} vpp {b.vpp} mbs {b.micro_batch_size} {b.schedule} "
+                f"recompute {b.recompute} {b.optimizer_sharding}: ",
+            )
+    return verdict
+
+
+def _world_mismatch(verdict: Verdict, planned: ClusterSpec, cluster: ClusterSpec) -> bool:
+    if planned.num_gpus == cluster.num_gpus:
+        return False
+    verdict.add(
+        Finding(
+            "error",
+            "world size",
+            f"the plan is for {planned.num_gpus} GPUs, the cluster has {cluster.num_gpus}",
+        )
+    )
+    return True
+
+
+def _judge_estimate(verdict: Verdict, est, headroom_bytes: float, lines: dict, what: str = "") -> None:
+    """Metrics, the memory check (with headroom) and the throughput notice of one estimate."""
     worst = est.worst_stage
     verdict.metrics = {
         "step_time_s": est.step_time_s,
@@ -153,7 +180,7 @@ def check_file(
             f"{worst.memory.capacity_bytes / 2**30:.1f} GiB (with {headroom_bytes / 2**30:.1f} GiB headroom required, "
             f"{need / 2**30:.1f} GiB short)"
         )
-        flags = _flags_for("does not fit")
+        flags = _flags_for("does not fit") if not what else ()
         verdict.add(
             Finding("error", "memory", msg, flags, next((lines[f] for f in flags if f in lines), None))
         )
@@ -162,44 +189,38 @@ def check_file(
             "notice",
             "throughput",
             f"predicted {est.step_time_s:.3f} s/step, "
-            f"{est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {100 * est.mfu:.1f}%",
+            f"{est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {100 * est.mfu:.1f}%{what}",
         )
     )
-    if max_slowdown is not None:
-        from planner.search import search
 
-        result = search(model, cluster, job, top_k=1)
-        if result.plans:
-            best = result.plans[0]
-            verdict.metrics["best_step_time_s"] = best.estimate.step_time_s
-            slower = est.step_time_s / best.estimate.step_time_s - 1
-            verdict.metrics["slowdown_vs_best"] = slower
-            if slower <= max_slowdown:
-                verdict.add(
-                    Finding(
-                        "notice",
-                        "slowdown",
-                        f"within {100 * max(slower, 0.0):.1f}% of the best plan found "
-                        f"({best.estimate.step_time_s:.3f} s/step); allowed "
-                        f"{100 * max_slowdown:.0f}%",
-                    )
-                )
-            else:
-                b = best.config
-                verdict.add(
-                    Finding(
-                        "error",
-                        "slowdown",
-                        (
-                            f"{100 * slower:.1f}% slower than the best plan found (tp {b.tp} pp {b.pp} dp {b.dp} cp {b.cp} "
-                            f"vpp {b.vpp} mbs {b.micro_batch_size} {b.schedule} recompute {b.recompute} "
-                            f"{b.optimizer_sharding}: {best.estimate.step_time_s:.3f} s/step); allowed "
-                            f"{100 * max_slowdown:.0f}%"
-                        ),
-                        _flags_for("slower than"),
-                    )
-                )
-    return verdict
+
+def _judge_slowdown(
+    verdict: Verdict, step_s: float, best_s: float, max_slowdown: float, best_text: str, graph: bool = False
+) -> None:
+    """Pass within ``max_slowdown`` of the best plan found, else an error naming it."""
+    slower = step_s / best_s - 1
+    verdict.metrics["best_step_time_s"] = best_s
+    verdict.metrics["slowdown_vs_best"] = slower
+    kind = "best graph plan" if graph else "best plan"
+    if slower <= max_slowdown:
+        verdict.add(
+            Finding(
+                "notice",
+                "slowdown",
+                f"within {100 * max(slower, 0.0):.1f}% of the {kind} found ({best_s:.3f} s/step); "
+                f"allowed {100 * max_slowdown:.0f}%",
+            )
+        )
+    else:
+        verdict.add(
+            Finding(
+                "error",
+                "slowdown",
+                f"{100 * slower:.1f}% slower than the {kind} found ({best_text}{best_s:.3f} s/step); "
+                f"allowed {100 * max_slowdown:.0f}%",
+                () if graph else _flags_for("slower than"),
+            )
+        )
 
 
 def _check_graph_plan(
@@ -214,42 +235,10 @@ def _check_graph_plan(
     except PlannerError as exc:
         verdict.add(Finding("error", "parse", str(exc)))
         return verdict
-    if inputs.cluster.num_gpus != cluster.num_gpus:
-        verdict.add(
-            Finding(
-                "error",
-                "world size",
-                f"the plan is for {inputs.cluster.num_gpus} GPUs, the cluster has {cluster.num_gpus}",
-            )
-        )
+    if _world_mismatch(verdict, inputs.cluster, cluster):
         return verdict
     est = estimate_graph(inputs.model, inputs.cluster, inputs.job, inputs.config, inputs.stage_graph)
-    worst = est.worst_stage
-    verdict.metrics = {
-        "step_time_s": est.step_time_s,
-        "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
-        "mfu": est.mfu,
-        "peak_memory_bytes": est.peak_memory_bytes,
-        "headroom_bytes": worst.memory.headroom_bytes,
-    }
-    if worst.memory.headroom_bytes < headroom_bytes:
-        verdict.add(
-            Finding(
-                "error",
-                "memory",
-                f"does not fit: stage {worst.stage} peaks at {worst.memory.peak_bytes / 2**30:.1f} GiB of "
-                f"{worst.memory.capacity_bytes / 2**30:.1f} GiB (with {headroom_bytes / 2**30:.1f} GiB headroom "
-                f"required, {(headroom_bytes - worst.memory.headroom_bytes) / 2**30:.1f} GiB short)",
-            )
-        )
-    verdict.add(
-        Finding(
-            "notice",
-            "throughput",
-            f"predicted {est.step_time_s:.3f} s/step, {est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
-            f"MFU {100 * est.mfu:.1f}% (graph pipeline of {inputs.config.pp} stages)",
-        )
-    )
+    _judge_estimate(verdict, est, headroom_bytes, {}, f" (graph pipeline of {inputs.config.pp} stages)")
     if any(inputs.modes):
         verdict.add(
             Finding(
@@ -263,18 +252,14 @@ def _check_graph_plan(
 
         result = search_graph(inputs.model, inputs.cluster, inputs.job, top_k=1)
         if result.plans:
-            best = result.plans[0].estimate.step_time_s
-            slower = est.step_time_s / best - 1
-            verdict.metrics["best_step_time_s"] = best
-            verdict.metrics["slowdown_vs_best"] = slower
-            level = "notice" if slower <= max_slowdown else "error"
-            verdict.add(
-                Finding(
-                    level,
-                    "slowdown",
-                    f"{100 * max(slower, 0.0):.1f}% slower than the best graph plan found ({best:.3f} s/step); "
-                    f"allowed {100 * max_slowdown:.0f}%",
-                )
+            b = result.plans[0]
+            _judge_slowdown(
+                verdict,
+                est.step_time_s,
+                b.estimate.step_time_s,
+                max_slowdown,
+                f"tp {b.config.tp}, {b.config.dp} pipelines of {b.config.pp} stages: ",
+                graph=True,
             )
     return verdict
 

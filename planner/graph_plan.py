@@ -27,6 +27,7 @@ from planner.loading import (
     job_from_mapping,
     read_document,
 )
+from planner.plan import job_to_mapping
 from planner.specs import ClusterSpec, JobSpec
 
 
@@ -170,16 +171,7 @@ def graph_plan_document(inputs: GraphPlanInputs, predictions: dict, budget: dict
         "planner_version": __version__,
         "model": graph_model_to_mapping(g),
         "cluster": cluster_to_mapping(inputs.cluster),
-        "job": {
-            "global_batch_size": inputs.job.global_batch_size,
-            "seq_length": inputs.job.seq_length,
-            "precision": inputs.job.precision,
-            "optimizer": inputs.job.optimizer,
-            "grad_dtype": inputs.job.grad_dtype,
-            "master_dtype": inputs.job.master_dtype,
-            "overlap_grad_reduce": inputs.job.overlap_grad_reduce,
-            "overlap_param_gather": inputs.job.overlap_param_gather,
-        },
+        "job": job_to_mapping(inputs.job),
         "config": _config_mapping(inputs.config),
         "stage_graph": stage_graph_to_mapping(g, inputs.stage_graph),
         "branched": list(inputs.modes),

@@ -51,6 +51,7 @@ from cost_models.graph_costs import (
     UnitLayout,
     block_order,
     estimate_graph,
+    replicated_config,
     unit_costs,
     unit_layout,
 )
@@ -732,16 +733,7 @@ def replica_options(c: ParallelConfig, modes: tuple[bool, ...]) -> tuple[int, ..
 
 def unit_config(c: ParallelConfig, replicas: int) -> ParallelConfig:
     """What a stage with ``replicas`` replicas of a shape ``c`` (pp = the pipeline's groups) sees."""
-    return ParallelConfig(
-        tp=c.tp,
-        pp=2 if c.pp > 1 else 1,
-        dp=c.dp * replicas,
-        micro_batch_size=c.micro_batch_size // replicas,
-        recompute=c.recompute,
-        sequence_parallel=c.sequence_parallel,
-        optimizer_sharding=c.optimizer_sharding,
-        schedule=c.schedule,
-    )
+    return replicated_config(c, replicas, c.pp > 1)
 
 
 def evaluate_graph(

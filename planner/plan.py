@@ -114,6 +114,20 @@ def config_from_mapping(data: dict, where: str) -> ParallelConfig:
     return c
 
 
+def job_to_mapping(job: JobSpec) -> dict:
+    """The job section of a plan file (read back by :func:`planner.loading.job_from_mapping`)."""
+    return {
+        "global_batch_size": job.global_batch_size,
+        "seq_length": job.seq_length,
+        "precision": job.precision,
+        "optimizer": job.optimizer,
+        "grad_dtype": job.grad_dtype,
+        "master_dtype": job.master_dtype,
+        "overlap_grad_reduce": job.overlap_grad_reduce,
+        "overlap_param_gather": job.overlap_param_gather,
+    }
+
+
 def plan_document(inputs: PlanInputs, predictions: dict, budget: dict | None) -> dict:
     """The full plan as plain data."""
     doc = {
@@ -122,16 +136,7 @@ def plan_document(inputs: PlanInputs, predictions: dict, budget: dict | None) ->
         "planner_version": __version__,
         "model": model_to_mapping(inputs.model),
         "cluster": cluster_to_mapping(inputs.cluster),
-        "job": {
-            "global_batch_size": inputs.job.global_batch_size,
-            "seq_length": inputs.job.seq_length,
-            "precision": inputs.job.precision,
-            "optimizer": inputs.job.optimizer,
-            "grad_dtype": inputs.job.grad_dtype,
-            "master_dtype": inputs.job.master_dtype,
-            "overlap_grad_reduce": inputs.job.overlap_grad_reduce,
-            "overlap_param_gather": inputs.job.overlap_param_gather,
-        },
+        "job": job_to_mapping(inputs.job),
         "config": config_to_mapping(inputs.config),
         "stage_groups": list(inputs.stage_groups),
         "predictions": predictions,
