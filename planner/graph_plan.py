@@ -21,13 +21,12 @@ from planner.graph_model import GraphModelSpec, graph_model_from_mapping, graph_
 from planner.loading import (
     SCHEMA_VERSION,
     Reader,
-    _check_header,
     cluster_from_mapping,
     cluster_to_mapping,
     job_from_mapping,
     read_document,
 )
-from planner.plan import job_to_mapping
+from planner.plan import job_to_mapping, open_plan
 from planner.specs import ClusterSpec, JobSpec
 
 
@@ -195,12 +194,7 @@ def is_graph_plan(path: str | Path) -> bool:
 
 def read_graph_plan(path: str | Path) -> GraphPlanInputs:
     """Read a graph plan strictly back into its inputs."""
-    p = Path(path)
-    data = read_document(p)
-    where = str(p)
-    r = Reader(data, where)
-    _check_header(r, "graph_plan")
-    r.get("planner_version", str, "")
+    r, where = open_plan(path, "graph_plan")
     g = graph_model_from_mapping(r.get("model", dict), f"{where} (model)")
     cluster = cluster_from_mapping(r.get("cluster", dict), f"{where} (cluster)")
     job = job_from_mapping(r.get("job", dict), where)

@@ -170,14 +170,19 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise SpecError(f"{path}: cannot write: {exc.strerror}") from None
 
 
+def open_plan(path: str | Path, kind: str) -> tuple[Reader, str]:
+    """A strict reader over a plan file of ``kind`` (header checked) and the file's name."""
+    p = Path(path)
+    where = str(p)
+    r = Reader(read_document(p), where)
+    _check_header(r, kind)
+    r.get("planner_version", str, "")
+    return r, where
+
+
 def read_plan(path: str | Path) -> PlanInputs:
     """Read a plan file strictly back into its inputs."""
-    p = Path(path)
-    data = read_document(p)
-    where = str(p)
-    r = Reader(data, where)
-    _check_header(r, "plan")
-    r.get("planner_version", str, "")
+    r, where = open_plan(path, "plan")
     model = model_from_mapping(r.get("model", dict), f"{where} (model)")
     cluster = cluster_from_mapping(r.get("cluster", dict), f"{where} (cluster)")
     job = job_from_mapping(r.get("job", dict), where)
