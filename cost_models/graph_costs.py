@@ -288,6 +288,8 @@ class StageGraph:
     replicas: tuple[int, ...] = ()
     """Data-parallel replicas of each stage inside one pipeline (each takes ``1/replicas`` of the
     micro-batch, PipeDream's replicated stages); empty = one each."""
+    tps: tuple[int, ...] = ()
+    """Tensor-parallel degree of each stage; empty = the plan's tp for every stage."""
 
     @property
     def num_stages(self) -> int:
@@ -296,6 +298,10 @@ class StageGraph:
     def replicas_of(self, stage: int) -> int:
         """Replicas of ``stage`` (1 when not given)."""
         return self.replicas[stage] if self.replicas else 1
+
+    def tp_of(self, stage: int, default: int) -> int:
+        """Tensor-parallel degree of ``stage`` (``default``, the plan's, when not given)."""
+        return self.tps[stage] if self.tps else default
 
     @property
     def depths(self) -> list[int]:
@@ -346,12 +352,15 @@ def stage_node(cluster: ClusterSpec) -> NodeGroup:
     return cluster.groups[0]
 
 
-def replicated_config(c: ParallelConfig, replicas: int, pipelined: bool) -> ParallelConfig:
+def replicated_config(
+    c: ParallelConfig, replicas: int, pipelined: bool, tp: int | None = None
+) -> ParallelConfig:
     """The configuration a stage's GPUs see: ``c.dp`` pipelines x ``replicas``, each replica with
-    ``micro_batch_size / replicas`` sequences per micro-batch (``c`` holds the pipeline's shape);
-    ``pipelined`` says whether the plan has more than one stage (tied output weights)."""
+    ``micro_batch_size / replicas`` sequences per micro-batch (``c`` holds the pipeline's shape) on
+    ``tp`` GPUs (default ``c.tp``); ``pipelined``: the plan has more than one stage (tied output
+    weights)."""
     return ParallelConfig(
-        tp=c.tp,
+        tp=tp or c.tp,
         pp=2 if pipelined else 1,
         dp=c.dp * replicas,
         micro_batch_size=c.micro_batch_size // replicas,
@@ -367,12 +376,12 @@ def estimate_graph(
 ) -> Estimate:
     """Predict a stage graph. ``c`` is the pipeline's shape: ``c.dp`` identical pipelines, each
     micro-batch ``c.micro_batch_size`` sequences, ``c.pp`` stages; stage i runs on
-    ``tp x replicas_i`` GPUs of every pipeline (:func:`replicated_config`)."""
+    ``tp_i x replicas_i`` GPUs of every pipeline (:func:`replicated_config`)."""
     layout = unit_layout(g)
     node = stage_node(cluster)
     m = c.num_microbatches(job)
     S = sg.num_stages
-    configs = [replicated_config(c, sg.replicas_of(i), S > 1) for i in range(S)]
+    configs = [replicated_config(c, sg.replicas_of(i), S > 1, sg.tp_of(i, c.tp)) for i in range(S)]
     ucs = [unit_costs(g, job, ci, node) for ci in configs]
     owner = np.empty(layout.num_units, dtype=int)
     for i, units in enumerate(sg.stages):

@@ -396,6 +396,7 @@ def stage_graph_dict(g: GraphModelSpec, sg: StageGraph, est: Estimate) -> dict:
                 "label": stage_label(g, layout, units),
                 "blocks": stage_blocks(g, layout, units),
                 "depth": depths[i],
+                "tp": sg.tp_of(i, est.config.tp),
                 "replicas": sg.replicas_of(i),
                 "gpus": s.devices * est.config.dp,
                 "micro_batch_per_replica": est.config.micro_batch_size // sg.replicas_of(i),

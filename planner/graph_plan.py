@@ -68,18 +68,18 @@ def stage_label(g: GraphModelSpec, layout: UnitLayout, units: tuple[int, ...]) -
     return " + ".join(parts)
 
 
-def stage_graph_to_mapping(g: GraphModelSpec, sg: StageGraph) -> dict:
+def stage_graph_to_mapping(g: GraphModelSpec, sg: StageGraph, tp: int) -> dict:
     layout = unit_layout(g)
     return {
         "stages": [
-            {"blocks": stage_blocks(g, layout, units), "replicas": sg.replicas_of(i)}
+            {"blocks": stage_blocks(g, layout, units), "replicas": sg.replicas_of(i), "tp": sg.tp_of(i, tp)}
             for i, units in enumerate(sg.stages)
         ],
         "edges": [[a, b] for a, b in sg.edges],
     }
 
 
-def stage_graph_from_mapping(g: GraphModelSpec, data: dict, where: str, path: str) -> StageGraph:
+def stage_graph_from_mapping(g: GraphModelSpec, data: dict, where: str, path: str, tp: int) -> StageGraph:
     layout = unit_layout(g)
     r = Reader(data, where, path)
     raw_stages = r.get("stages", list)
@@ -92,10 +92,12 @@ def stage_graph_from_mapping(g: GraphModelSpec, data: dict, where: str, path: st
     names = [b.name for b in g.blocks]
     stages = []
     replicas = []
+    tps = []
     for i, raw in enumerate(raw_stages):
         sr = Reader(raw, where, f"{path}.stages[{i}]")
         runs = sr.get("blocks", list)
         replicas.append(sr.get("replicas", int, 1, positive=True))
+        tps.append(sr.get("tp", int, tp, positive=True))
         sr.done()
         units: list[int] = []
         for j, run in enumerate(runs):
@@ -124,7 +126,10 @@ def stage_graph_from_mapping(g: GraphModelSpec, data: dict, where: str, path: st
             )
         edges.append((e[0], e[1]))
     sg = StageGraph(
-        tuple(stages), tuple(sorted(set(edges))), tuple(replicas) if any(r > 1 for r in replicas) else ()
+        tuple(stages),
+        tuple(sorted(set(edges))),
+        tuple(replicas) if any(r > 1 for r in replicas) else (),
+        tuple(tps) if any(t != tp for t in tps) else (),
     )
     problem = check_stage_graph(layout, sg)
     if problem:
@@ -172,13 +177,16 @@ def graph_plan_document(inputs: GraphPlanInputs, predictions: dict, budget: dict
         "cluster": cluster_to_mapping(inputs.cluster),
         "job": job_to_mapping(inputs.job),
         "config": _config_mapping(inputs.config),
-        "stage_graph": stage_graph_to_mapping(g, inputs.stage_graph),
+        "stage_graph": stage_graph_to_mapping(g, inputs.stage_graph, inputs.config.tp),
         "branched": list(inputs.modes),
         "predictions": predictions,
     }
     if inputs.sequential is not None:
         c, sg = inputs.sequential
-        doc["sequential_plan"] = {"config": _config_mapping(c), "stage_graph": stage_graph_to_mapping(g, sg)}
+        doc["sequential_plan"] = {
+            "config": _config_mapping(c),
+            "stage_graph": stage_graph_to_mapping(g, sg, c.tp),
+        }
     if budget is not None:
         doc["bubble_fill_budget"] = budget
     return doc
@@ -199,7 +207,7 @@ def read_graph_plan(path: str | Path) -> GraphPlanInputs:
     cluster = cluster_from_mapping(r.get("cluster", dict), f"{where} (cluster)")
     job = job_from_mapping(r.get("job", dict), where)
     config = _config_from(r.get("config", dict), where, "config")
-    sg = stage_graph_from_mapping(g, r.get("stage_graph", dict), where, "stage_graph")
+    sg = stage_graph_from_mapping(g, r.get("stage_graph", dict), where, "stage_graph", config.tp)
     if sg.num_stages != config.pp:
         raise SpecError(
             f"{where}: key 'config.num_stages': {config.pp}, but the stage graph has {sg.num_stages} stages"
@@ -212,7 +220,9 @@ def read_graph_plan(path: str | Path) -> GraphPlanInputs:
     if raw_seq is not None:
         sr = Reader(raw_seq, where, "sequential_plan")
         sc = _config_from(sr.get("config", dict), where, "sequential_plan.config")
-        ssg = stage_graph_from_mapping(g, sr.get("stage_graph", dict), where, "sequential_plan.stage_graph")
+        ssg = stage_graph_from_mapping(
+            g, sr.get("stage_graph", dict), where, "sequential_plan.stage_graph", sc.tp
+        )
         sr.done()
         seq = (sc, ssg)
     r.get("predictions", dict, {})
@@ -227,11 +237,11 @@ def read_graph_plan(path: str | Path) -> GraphPlanInputs:
 
 
 def _check_shape(c: ParallelConfig, sg: StageGraph, cluster: ClusterSpec, job: JobSpec, where: str, key: str):
-    groups = sum(sg.replicas_of(i) for i in range(sg.num_stages))
-    if c.tp * groups * c.dp != cluster.num_gpus:
+    gpus = sum(sg.tp_of(i, c.tp) * sg.replicas_of(i) for i in range(sg.num_stages))
+    if gpus * c.dp != cluster.num_gpus:
         raise SpecError(
-            f"{where}: key '{key}': tp x (sum of stage replicas) x pipelines = {c.tp} x {groups} x {c.dp}, "
-            f"but the cluster has {cluster.num_gpus} GPUs"
+            f"{where}: key '{key}': the stages' GPUs (sum of tp x replicas = {gpus}) x {c.dp} pipelines "
+            f"!= the cluster's {cluster.num_gpus} GPUs"
         )
     if job.global_batch_size % (c.dp * c.micro_batch_size):
         raise SpecError(

@@ -294,6 +294,7 @@ class _ChainData:
         ``lo`` is non-decreasing in the end position, so a start ``a`` is reachable in j stages iff
         the first reachable end after it, b, has ``lo[b] <= a`` (a later end only starts later).
         """
+        depth = min(depth, self.lim.m)  # deeper than m: the same in-flight counts
         key = (T, depth, max_stages)
         hit = self._sweeps.get(key)
         if hit is not None:
@@ -331,28 +332,39 @@ class _ChainData:
         return segs
 
 
+StageOption = tuple[int, int]
+"""(tp, replicas) of a chain's stages: each stage runs on ``tp x replicas`` GPUs of a pipeline."""
+
+
 class _Solver:
-    """Feasibility of a pipeline of exactly ``U`` tensor-parallel groups with every stage time
-    <= T, over one structure. A chain's stages all have the same replica count ``r`` (from
-    ``replica_options``), so a chain of j stages takes ``j * r`` groups."""
+    """Feasibility of a pipeline of exactly ``U`` groups of ``base_tp`` GPUs with every stage time
+    <= T, over one structure. A chain's stages share one option (tp, replicas) from
+    ``options_for(chain)``; a stage takes ``tp * replicas / base_tp`` groups."""
 
-    def __init__(self, root: Series, ucs: dict, U: int, lim: StageLimits, replica_options: tuple[int, ...]):
-        self.root, self.U, self.lim = root, U, lim
-        self.options = tuple(r for r in replica_options if r <= U)
-        self.chains: dict[tuple[int, int], _ChainData] = {}
+    def __init__(self, root: Series, ucs: dict, U: int, lim: StageLimits, options_for, base_tp: int):
+        self.root, self.U, self.lim, self.base_tp = root, U, lim, base_tp
+        self.options: dict[int, tuple[StageOption, ...]] = {}
+        self.chains: dict[tuple[int, StageOption], _ChainData] = {}
+        self.chain_units: list[tuple[tuple[int, ...], tuple[StageOption, ...]]] = []
         self._shared: dict[tuple, _ChainData] = {}
-        self._collect(root, ucs)
+        self._collect(root, ucs, options_for)
 
-    def _collect(self, s: Series, ucs) -> None:
+    def groups(self, option: StageOption) -> int:
+        return option[0] * option[1] // self.base_tp
+
+    def _collect(self, s: Series, ucs, options_for) -> None:
         for item in s.items:
             if isinstance(item, Chain):
-                for r in self.options:
-                    data = _ChainData(item, ucs[r], self.lim)
+                opts = tuple(o for o in options_for(item) if self.groups(o) <= self.U)
+                self.options[id(item)] = opts
+                self.chain_units.append((item.units, opts))
+                for o in opts:
+                    data = _ChainData(item, ucs[o], self.lim)
                     # identical chains (e.g. identical towers) share one object and its sweeps
-                    self.chains[(id(item), r)] = self._shared.setdefault(data.signature, data)
+                    self.chains[(id(item), o)] = self._shared.setdefault(data.signature, data)
             else:
                 for b in item.branches:
-                    self._collect(b, ucs)
+                    self._collect(b, ucs, options_for)
 
     def candidates(self) -> np.ndarray:
         return np.unique(np.concatenate([c.segment_times() for c in self.chains.values()]))
@@ -389,11 +401,13 @@ class _Solver:
         if key in self._memo:
             return self._memo[key]
         out: dict = {}
-        for r in self.options:
-            reach = self.chains[(id(item), r)].sweep(T, depth, self.U // r)
+        for o in self.options[id(item)]:
+            per_stage = self.groups(o)
+            reach = self.chains[(id(item), o)].sweep(T, depth, self.U // per_stage)
             for j in range(1, len(reach)):
-                if reach[j][0] and (j * r not in out or depth + j < out[j * r][0]):
-                    out[j * r] = (depth + j, ("chain", item, j, depth, r))
+                used = j * per_stage
+                if reach[j][0] and (used not in out or depth + j < out[used][0]):
+                    out[used] = (depth + j, ("chain", item, j, depth, o))
         self._memo[key] = out
         return out
 
@@ -425,15 +439,16 @@ def _emit(
     T: float,
     stages: list[list[int]],
     edges: list[tuple[int, int]],
-    replicas: list[int],
+    replicas: list[StageOption],
 ):
-    """Append the stages of a series choice; return (entry stages, exit stages)."""
+    """Append the stages of a series choice (with each stage's option to ``replicas``); return
+    (entry stages, exit stages)."""
     entries: list[int] = []
     exits: list[int] = []
     for item in choice:
         if item[0] == "chain":
-            _, chain, j, depth, r = item
-            cd = solver.chains[(id(chain), r)]
+            _, chain, j, depth, option = item
+            cd = solver.chains[(id(chain), option)]
             # Balance the chain on its own: its least bottleneck with j stages (<= T, so the plan's
             # bottleneck is unchanged), then the lexicographically smallest cuts under it.
             local = cd.segment_times()
@@ -452,7 +467,7 @@ def _emit(
             first = len(stages)
             for a, b in cd.cuts(t_chain, depth, j, reach):
                 stages.append(list(chain.units[a:b]))
-                replicas.append(r)
+                replicas.append(option)
             ids = list(range(first, len(stages)))
             edges += list(zip(ids, ids[1:]))
             ins, outs = [ids[0]], [ids[-1]]
@@ -471,20 +486,30 @@ def _emit(
 
 
 def partition_graph(
-    root: Series, ucs, U: int, lim: StageLimits, replica_options: tuple[int, ...] = (1,)
+    root: Series,
+    ucs,
+    U: int,
+    lim: StageLimits,
+    options: tuple[StageOption, ...] = (),
+    base_tp: int = 1,
+    options_for=None,
 ) -> tuple[StageGraph, float] | None:
     """The stage graph minimising the bottleneck (exact), and that bottleneck; None if nothing fits.
 
-    ``ucs[r]`` are the unit costs of a stage replicated ``r`` times (a :class:`UnitCosts` alone
-    means ``{1: ucs}``); the pipeline has ``U`` tensor-parallel groups to give out.
+    The pipeline has ``U`` groups of ``base_tp`` GPUs. ``ucs[(tp, replicas)]`` are the unit costs
+    of a stage with that option (a :class:`UnitCosts` alone means ``{(base_tp, 1): ucs}``);
+    ``options_for(chain)`` narrows the options per chain (default: all of ``options``).
     """
     if not isinstance(ucs, dict):
-        ucs = {1: ucs}
-    solver = _Solver(root, ucs, U, lim, replica_options)
+        ucs = {(base_tp, 1): ucs}
+    options = options or tuple(ucs)
+    solver = _Solver(root, ucs, U, lim, options_for or (lambda chain: options), base_tp)
     cand = solver.candidates()
     if lim.m == 1:
         cand = cand[-1:]  # one micro-batch: the bottleneck does not matter, any fitting plan ties
-    floor = bottleneck_floor(ucs[1], U, max(solver.options)) * (1 - 1e-9)
+    floor = options_floor(ucs, solver, U) * (1 - 1e-9)
+    if not np.isfinite(floor) or not len(cand):
+        return None
     lo, hi = int(np.searchsorted(cand, floor)), len(cand) - 1
     if lo > hi or solver.solve(float(cand[hi])) is None:
         return None
@@ -503,21 +528,59 @@ def partition_graph(
     _, choice = solver.solve(T)
     stages: list[list[int]] = []
     edges: list[tuple[int, int]] = []
-    replicas: list[int] = []
-    _emit(choice, solver, T, stages, edges, replicas)
+    chosen: list[StageOption] = []
+    _emit(choice, solver, T, stages, edges, chosen)
+    tps = tuple(o[0] for o in chosen)
+    reps = tuple(o[1] for o in chosen)
     sg = StageGraph(
         tuple(tuple(s) for s in stages),
         tuple(sorted(set(edges))),
-        tuple(replicas) if any(r > 1 for r in replicas) else (),
+        reps if any(r > 1 for r in reps) else (),
+        tps if any(t != base_tp for t in tps) else (),
     )
     return sg, T
 
 
-def bottleneck_floor(uc1, U: int, max_replicas: int) -> float:
-    """A lower bound of the bottleneck stage time of any plan: the units' work spread over all ``U``
-    groups, or the largest unit on the most replicas. Valid because ``r x tau(r) >= tau(1)`` in
-    this cost model (GEMM efficiency grows with size; latencies and overheads do not shrink)."""
-    return max(float(uc1.tau_s.sum()) / U, float(uc1.tau_s.max()) / max_replicas)
+def options_floor(ucs: dict, solver: _Solver, U: int) -> float:
+    """A lower bound of the bottleneck over the options each unit may take: every unit's least
+    group-time spread over the ``U`` groups, and every unit's least time."""
+    work = largest = 0.0
+    for units, opts in solver.chain_units:
+        if not opts:
+            return float("inf")  # a chain with no option: nothing fits
+        idx = list(units)
+        work += float(np.min([ucs[o].tau_s[idx] * solver.groups(o) for o in opts], axis=0).sum())
+        largest = max(largest, float(np.min([ucs[o].tau_s[idx] for o in opts], axis=0).max()))
+    return max(work / U, largest)
+
+
+def _options_bound(
+    g: GraphModelSpec, job: JobSpec, node, c: ParallelConfig, modes: tuple[bool, ...]
+) -> float:
+    """:func:`options_floor` over every option of the shape, each unit free to take its best
+    (restricting options per chain only raises the optimum, so this stays a lower bound)."""
+    options = stage_options(c, modes)
+    ucs = {o: unit_costs(g, job, unit_config(c, o), node) for o in options}
+    groups = {o: o[0] * o[1] // c.tp for o in options}
+    work = np.min([ucs[o].tau_s * groups[o] for o in options], axis=0)
+    least = np.min([ucs[o].tau_s for o in options], axis=0)
+    return max(float(work.sum()) / c.pp, float(least.max()))
+
+
+def _shape_floor(g: GraphModelSpec, job: JobSpec, node, c: ParallelConfig, modes: tuple[bool, ...]) -> float:
+    """A lower bound of the bottleneck stage time of any plan of shape ``c`` and ``modes``.
+
+    Sequential: the work spread over the ``c.pp`` stages, or the largest unit. Branched: GPU-time
+    cannot shrink below one GPU's time at tp 1 with the whole micro-batch (GEMM efficiency grows
+    with size; latencies, overheads and tensor-parallel traffic do not shrink), so the bound is that
+    work over all ``c.tp x c.pp`` GPUs, or the largest unit over the most GPUs a stage may take.
+    """
+    if not any(modes):
+        uc = unit_costs(g, job, unit_config(c, (c.tp, 1)), node)
+        return max(float(uc.tau_s.sum()) / c.pp, float(uc.tau_s.max()))
+    uc = unit_costs(g, job, unit_config(c, (1, 1)), node)
+    widest = max(t * d for t, d in stage_options(c, modes))
+    return max(float(uc.tau_s.sum()) / (c.tp * c.pp), float(uc.tau_s.max()) / widest)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -616,11 +679,9 @@ def graph_shapes(
                 mbss = [b for b in mbss if b in r.micro_batch_size]
             recomputes = [x for x in ("none", "selective", "full") if x in (r.recompute or ("none", "full"))]
             supported = ("none", "distributed")
-            shardings = (
-                list(r.optimizer_sharding)
-                if r.optimizer_sharding is not None
-                else (["distributed"] if dp > 1 else ["none"])
-            )
+            # ZeRO-1 by default, also with one pipeline: replicated stages still shard over their
+            # replicas, and over one rank it equals the unsharded optimizer.
+            shardings = list(r.optimizer_sharding) if r.optimizer_sharding is not None else ["distributed"]
             shardings = [s for s in supported if s in shardings]
             sps = [tp > 1] if r.sequence_parallel is None else [r.sequence_parallel and tp > 1]
             for mbs in mbss:
@@ -664,15 +725,13 @@ def search_graph(
     for modes in mode_assignments(len(pars)):
         structures[modes] = structure(root, modes, layout)
     for index, c in enumerate(shapes):
-        uc = unit_costs(g, job, unit_config(c, 1), node)
         m = c.num_microbatches(job)
         for modes in structures:
             if c.pp == 1 and any(modes):
                 continue  # one stage: nothing runs concurrently
             if _min_stages(structures[modes]) > c.pp:
                 continue
-            bound = m * bottleneck_floor(uc, c.pp, max(replica_options(c, modes)))
-            heap.append((bound, sort_key(c), modes, index, c))
+            heap.append((m * _shape_floor(g, job, node, c, modes), sort_key(c), modes, index, 0, c))
     heapq.heapify(heap)
     result = GraphSearchResult(plans=[], sequential=None, decomposition=root, linearised_parts=linearised)
     result.candidates = len(heap)
@@ -680,7 +739,7 @@ def search_graph(
     plans: list[GraphPlan] = []
     total = len(heap)
     while heap:
-        bound, tie, modes, index, c = heapq.heappop(heap)
+        bound, tie, modes, index, level, c = heapq.heappop(heap)
         serial = not any(modes)
         graph_done = len(plans) >= top_k and bound >= plans[top_k - 1].estimate.step_time_s
         seq_done = result.sequential is not None and bound >= result.sequential.estimate.step_time_s
@@ -691,7 +750,12 @@ def search_graph(
             if not serial:
                 result.pruned_by_bound += 1
                 continue
-        plan = evaluate_graph(g, cluster, job, c, structures[modes], modes, r.memory_headroom_bytes)
+        if level == 0 and not serial:
+            # refine: the least time of every unit over the options a branched plan may use
+            refined = c.num_microbatches(job) * _options_bound(g, job, node, c, modes)
+            heapq.heappush(heap, (max(bound, refined), tie, modes, index, 1, c))
+            continue
+        plan = evaluate_graph(g, cluster, job, c, structures[modes], modes, r.memory_headroom_bytes, r.tp)
         result.evaluated += 1
         if progress and result.evaluated % 16 == 0:
             progress(total - len(heap), total)
@@ -722,18 +786,40 @@ def _min_stages(s: Series) -> int:
     return sum(1 if isinstance(i, Chain) else sum(_min_stages(b) for b in i.branches) for i in s.items)
 
 
-def replica_options(c: ParallelConfig, modes: tuple[bool, ...]) -> tuple[int, ...]:
-    """Replica counts a chain's stages may take: 1 in a sequential structure (replicating every
-    stage alike is the same as more pipelines), else every divisor of the micro-batch up to the
-    pipeline's tensor-parallel groups."""
+def stage_options(c: ParallelConfig, modes: tuple[bool, ...]) -> tuple[StageOption, ...]:
+    """(tp, replicas) a chain's stages may take in a pipeline of ``c.pp`` groups of ``c.tp`` GPUs.
+
+    A sequential structure uses (c.tp, 1) only (replicating every stage alike is more pipelines, a
+    smaller tp everywhere is another shape). A branched one also uses any tp dividing ``c.tp`` and
+    any replica count dividing the micro-batch, filling whole groups (``tp x replicas`` a multiple
+    of ``c.tp``, at most all ``c.pp`` groups).
+    """
     if not any(modes):
-        return (1,)
-    return tuple(r for r in _divisors(c.micro_batch_size) if r <= c.pp)
+        return ((c.tp, 1),)
+    return tuple(
+        (t, d)
+        for t in _divisors(c.tp)
+        for d in _divisors(c.micro_batch_size)
+        if (t * d) % c.tp == 0 and t * d // c.tp <= c.pp
+    )
 
 
-def unit_config(c: ParallelConfig, replicas: int) -> ParallelConfig:
-    """What a stage with ``replicas`` replicas of a shape ``c`` (pp = the pipeline's groups) sees."""
-    return replicated_config(c, replicas, c.pp > 1)
+def unit_config(c: ParallelConfig, option: StageOption) -> ParallelConfig:
+    """What a stage with ``option`` = (tp, replicas) of a shape ``c`` (pp = its groups) sees."""
+    return replicated_config(c, option[1], c.pp > 1, option[0])
+
+
+def _tp_fits(g: GraphModelSpec, blocks: set[int], tp: int) -> bool:
+    """Whether ``tp`` divides the heads, query groups (or is a multiple of them) and FFN of blocks."""
+    for bi in blocks:
+        m = g.blocks[bi].transformer
+        if m is not None and (
+            m.num_attention_heads % tp
+            or m.ffn_hidden_size % tp
+            or (m.num_query_groups % tp and tp % m.num_query_groups)
+        ):
+            return False
+    return True
 
 
 def evaluate_graph(
@@ -744,6 +830,7 @@ def evaluate_graph(
     root: Series,
     modes: tuple[bool, ...],
     headroom_bytes: float = 0.0,
+    allowed_tp: tuple[int, ...] | None = None,
 ) -> GraphPlan | None:
     """Partition one (shape, modes) candidate and time it; None when no partition fits.
 
@@ -751,14 +838,20 @@ def evaluate_graph(
     count (fewer when stages are replicated).
     """
     node = cluster.groups[0]
-    options = replica_options(c, modes)
-    ucs = {r: unit_costs(g, job, unit_config(c, r), node) for r in options}
+    layout = unit_layout(g)
+    options = tuple(o for o in stage_options(c, modes) if allowed_tp is None or o[0] in allowed_tp)
+
+    def options_for(chain: Chain) -> tuple[StageOption, ...]:
+        blocks = {layout.block[u] for u in chain.units}
+        return tuple(o for o in options if _tp_fits(g, blocks, o[0]))
+
+    ucs = {o: unit_costs(g, job, unit_config(c, o), node) for o in options}
     lim = StageLimits(
         capacity_bytes=node.gpu.memory_bytes - node.gpu.memory_reserve_bytes - headroom_bytes,
         fragmentation=mem.FRAGMENTATION_FRACTION,
         m=c.num_microbatches(job),
     )
-    part = partition_graph(root, ucs, c.pp, lim, options)
+    part = partition_graph(root, ucs, c.pp, lim, options, c.tp, options_for)
     if part is None:
         return None
     sg, _ = part
@@ -769,7 +862,11 @@ def evaluate_graph(
         if common > 1:
             config = config.with_(dp=c.dp * common, micro_batch_size=c.micro_batch_size // common)
             reps = tuple(r // common for r in sg.replicas)
-            sg = StageGraph(sg.stages, sg.edges, reps if any(r > 1 for r in reps) else ())
+            sg = StageGraph(sg.stages, sg.edges, reps if any(r > 1 for r in reps) else (), sg.tps)
+    if sg.tps:  # the plan's tp is its widest stage's (the same plan found from any group size)
+        widest = max(sg.tps)
+        config = config.with_(tp=widest, sequence_parallel=config.sequence_parallel and widest > 1)
+        sg = StageGraph(sg.stages, sg.edges, sg.replicas, sg.tps if len(set(sg.tps)) > 1 else ())
     est = estimate_graph(g, cluster, job, config, sg)
     if est.worst_stage.memory.headroom_bytes < headroom_bytes * (1 - 1e-9) - 1.0:
         return None

@@ -435,7 +435,7 @@ def graph_search_tables(d: dict) -> list[Table]:
     tables = [t]
     best = d["plans"][0]
     st = Table(title="Stage graph of plan 1 (GPUs over all pipelines)")
-    for col in ("stage", "layers", "GPUs", "replicas", "depth", "ms/micro-batch", "peak GiB", "feeds"):
+    for col in ("stage", "layers", "GPUs", "tp", "replicas", "depth", "ms/micro-batch", "peak GiB", "feeds"):
         st.add_column(col, justify="left" if col in ("layers", "feeds") else "right")
     edges = best["stage_graph"]["edges"]
     for s in best["stage_graph"]["stages"]:
@@ -444,6 +444,7 @@ def graph_search_tables(d: dict) -> list[Table]:
             str(s["stage"]),
             s["label"],
             str(s["gpus"]),
+            str(s["tp"]),
             str(s["replicas"]),
             str(s["depth"]),
             f"{1e3 * s['time_per_microbatch_s']:.1f}",

@@ -237,9 +237,10 @@ def test_chain_shaped_model_gets_the_sequential_search_plan(name, nodes, gbs, se
 # The partitioner is exact: brute force over every stage graph of the family
 
 
-def _brute_force_bottleneck(ucs, U, lim, branched, options):
-    """Min over every stage graph of a (towers || ...) ; fusion structure: stage count and replica
-    count of every chain (taking ``stages x replicas`` of the U groups), and every cut of each."""
+def _brute_force_bottleneck(ucs, U, lim, branched, options, base_tp=1):
+    """Min over every stage graph of a (towers || ...) ; fusion structure: stage count and option
+    (tp, replicas) of every chain, taking ``stages x tp x replicas / base_tp`` of the U groups, and
+    every cut of each chain."""
     from planner.graph_search import Chain
 
     chains = []
@@ -249,14 +250,14 @@ def _brute_force_bottleneck(ucs, U, lim, branched, options):
         else:
             chains += [b.items[0] for b in item.branches]
     last = len(chains) - 1  # the fusion chain follows every tower
-    choices = [(k, r) for k in range(1, U + 1) for r in options if k * r <= U]
+    choices = [(k, o) for k in range(1, U + 1) for o in options if k * o[0] * o[1] // base_tp <= U]
     best = np.inf
     for assignment in itertools.product(choices, repeat=len(chains)):
-        if sum(k * r for k, r in assignment) != U:
+        if sum(k * o[0] * o[1] // base_tp for k, o in assignment) != U:
             continue
         worst = 0.0
-        for ci, (chain, (k, r)) in enumerate(zip(chains, assignment)):
-            uc = ucs[r]
+        for ci, (chain, (k, o)) in enumerate(zip(chains, assignment)):
+            uc = ucs[o]
             offset = 0 if ci == last else assignment[last][0]
             n = len(chain.units)
             chain_best = np.inf
@@ -282,32 +283,67 @@ def _brute_force_bottleneck(ucs, U, lim, branched, options):
 @pytest.mark.parametrize("capacity_gib", [80.0, 6.0, 4.2])
 @pytest.mark.parametrize("U", [3, 4, 6])
 @pytest.mark.parametrize("recompute", ["none", "full"])
-def test_partition_is_exact_against_brute_force(U, capacity_gib, recompute):
-    from planner.graph_search import replica_options, unit_config
+@pytest.mark.parametrize("base_tp", [1, 2])
+def test_partition_is_exact_against_brute_force(U, capacity_gib, recompute, base_tp):
+    from planner.graph_search import stage_options, unit_config
 
     g = towers_model(2, tower_layers=5, fusion_layers=4, tower_hidden=(1024, 2048))
-    cluster = load_cluster("dgx-h100", 1)
+    cluster = load_cluster("dgx-h100", 2)
     job = make_job(global_batch_size=64, seq_length=1024)
     shape = ParallelConfig(
-        tp=1, pp=U, dp=1, micro_batch_size=4, recompute=recompute, optimizer_sharding="none"
+        tp=base_tp, pp=U, dp=1, micro_batch_size=4, recompute=recompute, optimizer_sharding="none"
     )
-    options = replica_options(shape, (True,))
-    assert options == tuple(r for r in (1, 2, 4) if r <= U)
-    ucs = {r: unit_costs(g, job, unit_config(shape, r), cluster.groups[0]) for r in options}
+    options = stage_options(shape, (True,))
+    if base_tp == 1:
+        assert options == tuple((1, r) for r in (1, 2, 4) if r <= U)
+    else:
+        assert (1, 2) in options and (2, 1) in options and (1, 1) not in options
+    ucs = {o: unit_costs(g, job, unit_config(shape, o), cluster.groups[0]) for o in options}
     lim = StageLimits(capacity_bytes=capacity_gib * 2**30, fragmentation=0.05, m=16)
     root, _ = decompose(g)
     branched = structure(root, (True,), unit_layout(g))
-    expected = _brute_force_bottleneck(ucs, U, lim, branched, options)
-    got = partition_graph(branched, ucs, U, lim, options)
+    expected = _brute_force_bottleneck(ucs, U, lim, branched, options, base_tp)
+    got = partition_graph(branched, ucs, U, lim, options, base_tp)
     if not np.isfinite(expected):
         assert got is None
         return
     sg, T = got
     assert T == pytest.approx(expected, rel=1e-9)
     assert check_stage_graph(unit_layout(g), sg) == ""
-    assert sum(sg.replicas_of(i) for i in range(sg.num_stages)) == U
+    used = sum(sg.tp_of(i, base_tp) * sg.replicas_of(i) for i in range(sg.num_stages))
+    assert used == U * base_tp
     for i, units in enumerate(sg.stages):
-        assert ucs[sg.replicas_of(i)].tau_s[list(units)].sum() <= T * (1 + 1e-9)
+        option = (sg.tp_of(i, base_tp), sg.replicas_of(i))
+        assert ucs[option].tau_s[list(units)].sum() <= T * (1 + 1e-9)
+
+
+def test_stages_may_take_different_tp_and_round_trip(run_cli, tmp_path):
+    import yaml
+
+    from planner.graph_plan import GraphPlanInputs, graph_plan_document, read_graph_plan
+
+    g = load_graph_model("mmt-4tower-4b")
+    cluster = load_cluster("dgx-h100", 8)
+    job = make_job(global_batch_size=128, seq_length=2048)
+    res = search_graph(g, cluster, job, Restrictions(pp=(4, 8), memory_headroom_bytes=HEADROOM), top_k=10)
+    mixed = [p for p in res.plans if p.stage_graph.tps]
+    assert mixed, "expected a plan whose stages use different tp"
+    p = mixed[0]
+    assert len(set(p.stage_graph.tps)) > 1 and p.config.tp == max(p.stage_graph.tps)
+    sg = p.stage_graph
+    gpus = sum(sg.tp_of(i, p.config.tp) * sg.replicas_of(i) for i in range(sg.num_stages))
+    assert gpus * p.config.dp == cluster.num_gpus
+    path = tmp_path / "mixed.yaml"
+    inputs = GraphPlanInputs(g, cluster, job, p.config, sg, p.modes)
+    path.write_text(yaml.safe_dump(graph_plan_document(inputs, {}, None)))
+    back = read_graph_plan(path)
+    assert back.stage_graph == sg and back.config == p.config
+    est = json.loads(run_cli("estimate", "--plan", str(path), "--json").stdout)
+    assert est["step_time_s"] == pytest.approx(p.estimate.step_time_s, rel=1e-12)
+    assert sorted({s["tp"] for s in est["stage_graph"]["stages"]}) == sorted(set(sg.tps))
+    # --tp limits every stage's tp, not only the plan's
+    only2 = search_graph(g, cluster, job, Restrictions(pp=(4, 8), tp=(2,)), top_k=10)
+    assert all(not q.stage_graph.tps and q.config.tp == 2 for q in only2.plans)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -583,8 +619,9 @@ def test_random_graph_models_give_valid_plans_never_slower_than_sequential(case)
     layout = unit_layout(g)
     for p in res.plans:
         assert check_stage_graph(layout, p.stage_graph) == ""
-        groups = sum(p.stage_graph.replicas_of(i) for i in range(p.stage_graph.num_stages))
-        assert p.config.tp * groups * p.config.dp == cluster.num_gpus
+        sg = p.stage_graph
+        gpus = sum(sg.tp_of(i, p.config.tp) * sg.replicas_of(i) for i in range(sg.num_stages))
+        assert gpus * p.config.dp == cluster.num_gpus
         assert p.estimate.worst_stage.memory.headroom_bytes >= HEADROOM * (1 - 1e-9) - 1
         again = estimate_graph(g, cluster, job, p.config, p.stage_graph)
         assert again.step_time_s == p.estimate.step_time_s
