@@ -809,6 +809,32 @@ def unit_config(c: ParallelConfig, option: StageOption) -> ParallelConfig:
     return replicated_config(c, option[1], c.pp > 1, option[0])
 
 
+def _undominated(
+    options: tuple[StageOption, ...], ucs: dict, units: tuple[int, ...]
+) -> tuple[StageOption, ...]:
+    """Drop an option when another of the same GPU count is no slower and needs no more memory on
+    every unit of the chain (it can replace it in any plan)."""
+    idx = list(units)
+
+    def arrays(o):
+        uc = ucs[o]
+        return (uc.tau_s[idx], uc.static_bytes[idx], uc.act_bytes[idx], uc.transient_bytes[idx])
+
+    keep = []
+    for o in options:
+        mine = arrays(o)
+        dominated = any(
+            q != o
+            and q[0] * q[1] == o[0] * o[1]
+            and all((x <= y).all() for x, y in zip(arrays(q), mine))
+            and (any((x < y).any() for x, y in zip(arrays(q), mine)) or q < o)
+            for q in options
+        )
+        if not dominated:
+            keep.append(o)
+    return tuple(keep)
+
+
 def _tp_fits(g: GraphModelSpec, blocks: set[int], tp: int) -> bool:
     """Whether ``tp`` divides the heads, query groups (or is a multiple of them) and FFN of blocks."""
     for bi in blocks:
@@ -843,7 +869,7 @@ def evaluate_graph(
 
     def options_for(chain: Chain) -> tuple[StageOption, ...]:
         blocks = {layout.block[u] for u in chain.units}
-        return tuple(o for o in options if _tp_fits(g, blocks, o[0]))
+        return _undominated(tuple(o for o in options if _tp_fits(g, blocks, o[0])), ucs, chain.units)
 
     ucs = {o: unit_costs(g, job, unit_config(c, o), node) for o in options}
     lim = StageLimits(
