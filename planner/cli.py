@@ -506,6 +506,8 @@ def bubbles(
         ),
     )
     data = {"schema_version": api.SCHEMA_VERSION, "planner_version": __version__, **bub.budget_dict(b)}
+    if problem.stage_graph is not None:
+        data["schedule"] = "graph-1f1b"
     if fill_job is not None:
         data["fill"] = bub.fill_dict(bub.fit_fill_job(b, bub.load_fill_job(str(fill_job)), max_slowdown))
     if as_json:
@@ -710,7 +712,8 @@ def _search_graph(problem, restrictions, top, progress, out, explain_flag, as_js
             best.modes,
             (seq.config, seq.stage_graph) if seq is not None else None,
         )
-        write_plan(out, graph_plan_document(inputs, predictions, bub.budget_dict(bub.budget(best.estimate))))
+        budget = {**bub.budget_dict(bub.budget(best.estimate)), "schedule": "graph-1f1b"}
+        write_plan(out, graph_plan_document(inputs, predictions, budget))
         typer.echo(f"wrote {out}", err=True)
     if as_json:
         _emit_json(data)
