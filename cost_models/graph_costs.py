@@ -32,11 +32,10 @@ from cost_models import communication as comm
 from cost_models import memory as mem
 from cost_models.compute import COMPUTE_DTYPE, attention_s, gemm_efficiency, gemm_s
 from cost_models.estimate import Estimate, StageEstimate, dp_sync, table_for
-from cost_models.graph_schedule import simulate_graph, topological_order
+from cost_models.graph_schedule import depths, simulate_graph, topological_order
 from cost_models.layers import ACT_BYTES, ZERO, LayerCost, _tp_collectives_s, p2p_activation_bytes
 from cost_models.parallel import ParallelConfig, group
-from planner.graph_model import Block, GraphModelSpec, cross_attention_params
-from planner.specs import ClusterSpec, JobSpec, NodeGroup
+from planner.specs import Block, ClusterSpec, GraphModelSpec, JobSpec, NodeGroup, cross_attention_params
 
 
 def block_order(g: GraphModelSpec) -> list[int]:
@@ -306,8 +305,6 @@ class StageGraph:
     @property
     def depths(self) -> list[int]:
         """Stages on the longest path to the sink, each stage included."""
-        from cost_models.graph_schedule import depths
-
         return depths(self.num_stages, self.edges)
 
 
@@ -315,8 +312,6 @@ def reachability(sg: StageGraph) -> np.ndarray:
     """reach[a, b]: stage b is stage a or one of its descendants."""
     S = sg.num_stages
     reach = np.eye(S, dtype=bool)
-    from cost_models.graph_schedule import topological_order
-
     for u in reversed(topological_order(S, sg.edges)):
         for a, b in sg.edges:
             if a == u:
