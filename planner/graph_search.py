@@ -13,25 +13,28 @@ forming a DAG, a 1F1B-like schedule whose warm-up depends on a stage's distance 
    GPUs and runs concurrently) or *serialised* (its branches are laid out one after the other in
    the surrounding chain). Serialising every parallel node gives the sequential pipeline, so the
    best graph plan is never slower than the best sequential plan (same search, superset of plans).
-3. **Stages.** Every stage has ``tp x dp`` GPUs (the shape's; Megatron-style uniform stages) and a
-   contiguous run of units of one chain (a transformer block's layers, generic blocks, serialised
-   branches). The stage graph is the chain of stages within a chain, joined to every branch's
-   first stage and from every branch's last stage at a parallel node.
+3. **Stages.** A shape gives ``pipelines`` identical pipelines of ``U`` groups of ``tp`` GPUs.
+   A stage is a contiguous run of units of one chain (a transformer block's layers, generic
+   blocks, serialised branches) on a whole number of groups: ``tp_s x replicas`` GPUs, ``tp_s``
+   dividing the shape's ``tp``, each replica taking ``1/replicas`` of the micro-batch (PipeDream's
+   replicated stages). All stages of a chain share one such option. The stage graph is the chain of
+   stages within a chain, joined to every branch's first stage and from every branch's last stage
+   at a branched node.
 4. **Objective.** The partition objective of chains (:mod:`planner.partition`), generalised:
    ``path + (m - 1) max_i tau_i`` where ``path`` is the critical path of per-micro-batch stage
-   times. With uniform stages the path through a branched node is its heaviest branch's total work
-   whatever the partition, so for given modes the path is fixed and the partition minimises the
-   bottleneck ``max tau`` subject to memory with in-flight ``min(depth_i, m)`` (generalised 1F1B).
-5. **Exact DP.** Bisection over the candidate bottleneck values (every contiguous run's time); for
-   a value ``T``, a DP over the decomposition (right to left, carrying the downstream depth) finds,
-   for each stage count, the least depth at which the part fits with every stage ``<= T`` and in
-   memory (least depth dominates: memory only grows with depth). Within a chain the DP is a sweep
-   of reachable cut positions per stage count. Ties: lexicographically smallest stages front to back
-   (the chain partitioner's rule), smallest stage counts first.
+   times. For given modes and options the path through a branched node is its heaviest branch's
+   work, so the partition minimises the bottleneck ``max tau`` subject to memory with in-flight
+   ``min(depth_i, m)`` (generalised 1F1B).
+5. **Exact DP.** Bisection over the candidate bottleneck values (every contiguous run's time under
+   every option); for a value ``T``, a DP over the decomposition (right to left, carrying the
+   downstream depth) finds, for each number of groups, the least depth at which the part fits with
+   every stage ``<= T`` and in memory (least depth dominates: memory only grows with depth). Within
+   a chain, a sweep of reachable cut positions per stage count. Ties: chains balanced on their own,
+   then lexicographically smallest stages front to back (the chain partitioner's rule).
 6. **Score.** Each (shape, modes) candidate's stage graph is timed by the graph simulator
    (:func:`cost_models.graph_costs.estimate_graph`); candidates are visited best-first by a lower
-   bound (``m x max(work / stages, largest unit)``, the bottleneck stage's busy time) and pruned once
-   the bound cannot beat the plans found.
+   bound of the bottleneck stage's busy time (refined with every option's unit times before a
+   candidate is partitioned) and pruned once the bound cannot beat the plans found.
 """
 
 from __future__ import annotations
