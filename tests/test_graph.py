@@ -443,6 +443,9 @@ def test_search_json_and_plan_file_round_trip(run_cli, tmp_path):
     assert {r["branched"] == [False] for r in d["explain"]} == {True, False}
     again = json.loads(run_cli(*SEARCH, "--json").stdout)
     assert again["plans"] == d["plans"]  # deterministic
+    twin = tmp_path / "plan2.yaml"
+    assert run_cli(*SEARCH, "--out", str(twin)).exit_code == 0
+    assert twin.read_bytes() == out.read_bytes()  # byte for byte
     est = json.loads(run_cli("estimate", "--plan", str(out), "--json").stdout)
     assert est["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-12)
     assert est["stage_graph"]["edges"] == best["stage_graph"]["edges"]
@@ -549,6 +552,11 @@ def test_check_gates_graph_plans(run_cli, tmp_path):
 
 
 def test_graph_flags_outside_the_graph_space_are_usage_errors(run_cli):
+    from pathlib import Path
+
+    mixed = Path(__file__).parent.parent / "examples" / "cluster-a100-h100.yaml"
+    res = run_cli("search", "-m", "mmt-4tower-4b", "-c", str(mixed), "-b", "256", "-s", "2048")
+    assert res.exit_code == 2 and "one GPU type" in res.stderr
     for extra, fragment in (
         (["--optimizer-sharding", "full"], "none or distributed"),
         (["--even-partitions"], "chain models"),
