@@ -633,3 +633,45 @@ def test_random_graph_models_give_valid_plans_never_slower_than_sequential(case)
         assert p.estimate.worst_stage.memory.headroom_bytes >= HEADROOM * (1 - 1e-9) - 1
         again = estimate_graph(g, cluster, job, p.config, p.stage_graph)
         assert again.step_time_s == p.estimate.step_time_s
+
+
+@st.composite
+def any_dags(draw):
+    """Random connected block DAGs with one final block, series-parallel or not."""
+    n = draw(st.integers(2, 6))
+    edges = set()
+    for v in range(1, n):
+        edges.add((draw(st.integers(0, v - 1)), v))  # every block after the first has a predecessor
+    for u in range(n):
+        for v in range(u + 1, n):
+            if draw(st.integers(0, 4)) == 0:
+                edges.add((u, v))
+    for u in range(n - 1):  # every block reaches the last one
+        if not any(a == u for a, _ in edges):
+            edges.add((u, n - 1))
+    blocks = [small_tower(f"b{i}", draw(st.integers(1, 3)), 1024, 8) for i in range(n)]
+    blocks[-1].update(causal=True, embedding=True, output_head=True, vocab_size=32000)
+    doc = {
+        "schema_version": 1,
+        "kind": "graph_model",
+        "name": "dag",
+        "blocks": blocks,
+        "edges": [{"from": f"b{a}", "to": f"b{b}"} for a, b in sorted(edges)],
+    }
+    return graph_model_from_mapping(doc, "hypothesis")
+
+
+@settings(max_examples=20, deadline=None)
+@given(any_dags())
+def test_random_dags_including_non_series_parallel(g):
+    cluster = load_cluster("dgx-h100", 1)
+    job = make_job(global_batch_size=16, seq_length=1024)
+    res = search_graph(g, cluster, job, Restrictions(pp=(2, 4, 8)), top_k=2)
+    assert res.plans and res.sequential is not None
+    assert res.plans[0].estimate.step_time_s <= res.sequential.estimate.step_time_s * (1 + 1e-12)
+    layout = unit_layout(g)
+    for p in [*res.plans, res.sequential]:
+        assert check_stage_graph(layout, p.stage_graph) == ""
+        tl = p.estimate.timeline
+        for s in range(tl.num_stages):
+            assert tl.busy_s(s) + tl.idle_s(s) == pytest.approx(tl.makespan_s)
