@@ -414,6 +414,7 @@ def graph_plan_summary(problem: Problem, plan) -> dict:
     est = plan.estimate
     out = graph_config_dict(plan.config, problem.job)
     out.update(
+        gpus_per_pipeline=sum(s.devices for s in est.stages),
         branched=list(plan.modes),
         sequential=plan.sequential,
         step_time_s=est.step_time_s,
