@@ -305,10 +305,27 @@ class _ChainData:
         if len(self._sweeps) > 4096:
             self._sweeps.clear()
         n = self.n
+        positions = self.b
+        if self.lo_mem(self.lim.m)[n] == 0:
+            # Memory never binds (the whole chain fits at the most in-flight micro-batches): the
+            # stage counts covering units a.. are exactly [fewest, n - a] (splitting a stage keeps
+            # every part within T), the fewest by greedy longest stages.
+            lo_t = self.lo(T, 0)
+            furthest = np.searchsorted(lo_t, positions, side="right") - 1
+            fewest = np.full(n + 1, n + 1)
+            fewest[n] = 0
+            for a in range(n - 1, -1, -1):
+                b = furthest[a]
+                if b > a:
+                    fewest[a] = fewest[b] + 1
+            js = np.arange(min(n, max_stages) + 1)[:, None]
+            rows = (fewest[None, :] <= js) & (js <= (n - positions)[None, :])
+            out = list(rows)
+            self._sweeps[key] = out
+            return out
         reach = np.zeros(n + 1, dtype=bool)
         reach[n] = True
         out = [reach]
-        positions = self.b
         for j in range(1, min(n, max_stages) + 1):
             lo = self.lo(T, min(depth + j, self.lim.m))
             ends = np.flatnonzero(out[-1])
@@ -415,19 +432,30 @@ class _Solver:
         return out
 
     def _branched(self, item: Branched, depth: int, T: float) -> dict:
+        """Groups given to the branches together -> least depth (the deepest branch), a knapsack.
+        Among equal (groups, depth), the first pair in (earlier groups, later groups) order wins."""
         acc: dict = {0: (depth, ())}
         for br in item.branches:
             opts = self._series(br, depth, T)
+            if not opts or not acc:
+                return {}
+            k1 = np.array(sorted(acc))
+            k2 = np.array(sorted(opts))
+            d1 = np.array([acc[k][0] for k in k1])
+            d2 = np.array([opts[k][0] for k in k2])
+            total = k1[:, None] + k2[None, :]
+            dep = np.maximum(d1[:, None], d2[None, :])
+            i1, i2 = np.nonzero(total <= self.U)  # row-major: earlier groups first
+            if not i1.size:
+                return {}
+            sums, deps = total[i1, i2], dep[i1, i2]
+            order = np.lexsort((np.arange(sums.size), deps, sums))
+            first = np.ones(order.size, dtype=bool)
+            first[1:] = sums[order][1:] != sums[order][:-1]
             new: dict = {}
-            for s1 in sorted(acc):
-                d1, c1 = acc[s1]
-                for s2 in sorted(opts):
-                    if s1 + s2 > self.U:
-                        break
-                    d2, c2 = opts[s2]
-                    dep = max(d1, d2)
-                    if s1 + s2 not in new or dep < new[s1 + s2][0]:
-                        new[s1 + s2] = (dep, (*c1, ("series", c2)))
+            for idx in order[first].tolist():
+                a, b = int(k1[i1[idx]]), int(k2[i2[idx]])
+                new[a + b] = (int(deps[idx]), (*acc[a][1], ("series", opts[b][1])))
             acc = new
         return {k: (dep, ("branched", item, c)) for k, (dep, c) in acc.items() if k > 0}
 
