@@ -675,3 +675,24 @@ def test_random_dags_including_non_series_parallel(g):
         tl = p.estimate.timeline
         for s in range(tl.num_stages):
             assert tl.busy_s(s) + tl.idle_s(s) == pytest.approx(tl.makespan_s)
+
+
+def test_graph_search_that_fits_nothing_exits_3(run_cli):
+    res = run_cli(
+        "search",
+        "-m",
+        "t5-11b",
+        "-c",
+        "dgx-a100-40gb",
+        "-n",
+        "1",
+        "-b",
+        "8",
+        "-s",
+        "512",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+    )
+    assert res.exit_code == 3 and "nothing fits: t5-11b" in res.stderr and "Traceback" not in res.stderr
