@@ -429,6 +429,28 @@ def graph_plan_summary(problem: Problem, plan) -> dict:
     return out
 
 
+def graph_explain(result) -> list[dict]:
+    """The fastest plan of each branched/serialised choice, and how much slower than the best."""
+    best = result.plans[0].estimate.step_time_s
+    return [
+        {
+            "branched": list(modes),
+            "step_time_s": p.estimate.step_time_s,
+            "slower_than_best": p.estimate.step_time_s / best - 1.0,
+            "shape": {
+                "tp": p.config.tp,
+                "pipelines": p.config.dp,
+                "num_stages": p.config.pp,
+                "micro_batch_size": p.config.micro_batch_size,
+                "recompute": p.config.recompute,
+            },
+        }
+        for modes, p in sorted(
+            result.best_by_modes.items(), key=lambda kv: (kv[1].estimate.step_time_s, kv[0])
+        )
+    ]
+
+
 def graph_search_dict(problem: Problem, result) -> dict:
     """The JSON of ``planner search`` on a graph model."""
     from planner.graph_search import describe

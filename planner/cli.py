@@ -674,24 +674,7 @@ def _search_graph(problem, restrictions, top, progress, out, explain_flag, as_js
     result = run_graph_search(problem.model, problem.cluster, problem.job, restrictions, top, progress)
     data = api.graph_search_dict(problem, result)
     if explain_flag:
-        best = result.plans[0].estimate.step_time_s
-        data["explain"] = [
-            {
-                "branched": list(modes),
-                "step_time_s": p.estimate.step_time_s,
-                "slower_than_best": p.estimate.step_time_s / best - 1.0,
-                "shape": {
-                    "tp": p.config.tp,
-                    "pipelines": p.config.dp,
-                    "num_stages": p.config.pp,
-                    "micro_batch_size": p.config.micro_batch_size,
-                    "recompute": p.config.recompute,
-                },
-            }
-            for modes, p in sorted(
-                result.best_by_modes.items(), key=lambda kv: (kv[1].estimate.step_time_s, kv[0])
-            )
-        ]
+        data["explain"] = api.graph_explain(result)
     if out is not None:
         best = result.plans[0]
         seq = result.sequential
@@ -749,7 +732,10 @@ def export_megatron(
     from planner.graph_plan import is_graph_plan
 
     if is_graph_plan(plan):
-        inputs = _sequential_for_megatron(plan, sequential)
+        from planner.graph_plan import sequential_for_megatron
+
+        inputs, note = sequential_for_megatron(plan, sequential)
+        typer.echo(f"note: {note}", err=True)
     else:
         if sequential:
             raise UsageError("--sequential applies to graph plans only; this plan is already sequential")
@@ -800,59 +786,6 @@ def export_megatron(
     else:
         for f in sorted(files):
             typer.echo(f"wrote {f}", err=True)
-
-
-def _sequential_for_megatron(plan: Path, sequential: bool):
-    """A graph plan's sequential alternative as chain-plan inputs, or a clear refusal."""
-    from cost_models.graph_costs import estimate_graph, unit_layout
-    from planner.errors import SpecError
-    from planner.graph_plan import read_graph_plan, stage_label
-    from planner.plan import PlanInputs
-
-    g = read_graph_plan(plan)
-    layout = unit_layout(g.model)
-    if g.sequential is not None:
-        sc, ssg = g.sequential
-    elif not any(g.modes):
-        sc, ssg = g.config, g.stage_graph
-    else:
-        sc, ssg = None, None
-    seq_text = "the plan file records no sequential plan; re-run planner search --out"
-    if sc is not None:
-        est = estimate_graph(g.model, g.cluster, g.job, sc, ssg)
-        best = estimate_graph(g.model, g.cluster, g.job, g.config, g.stage_graph)
-        stages = "; ".join(stage_label(g.model, layout, u) for u in ssg.stages)
-        seq_text = (
-            f"the best sequential plan is tp {sc.tp}, pp {sc.pp}, dp {sc.dp}, micro-batch {sc.micro_batch_size}, "
-            f"recompute {sc.recompute}: {est.step_time_s:.3f} s/step "
-            f"({100 * (est.step_time_s / best.step_time_s - 1):.1f}% slower than the graph plan), stages: {stages}"
-        )
-    gpt_like = None
-    if len(g.model.blocks) == 1:
-        b = g.model.blocks[0]
-        if b.transformer is not None and b.embedding and b.output_head and b.causal and not b.seq_length:
-            gpt_like = b.transformer
-    if any(g.modes) and not sequential:
-        raise SpecError(
-            f"{plan}: a graph pipeline plan (its stages form a DAG: branches run concurrently); Megatron-LM "
-            f"runs only sequential pipelines. Instead, {seq_text}"
-            + ("; export it with --sequential" if gpt_like is not None and sc is not None else "")
-        )
-    if gpt_like is None:
-        raise SpecError(
-            f"{plan}: Megatron-LM's pretrain_gpt.py cannot express {g.model.name}'s blocks "
-            f"({', '.join(b.name for b in g.model.blocks)}); {seq_text}. Its parallel flags: "
-            f"--tensor-model-parallel-size {sc.tp if sc else g.config.tp} "
-            f"--pipeline-model-parallel-size {sc.pp if sc else g.config.pp} "
-            f"--micro-batch-size {sc.micro_batch_size if sc else g.config.micro_batch_size} "
-            f"--global-batch-size {g.job.global_batch_size}"
-        )
-    if sc is None:
-        raise SpecError(f"{plan}: {seq_text}")
-    layers = tuple(len(u) for u in ssg.stages)
-    config = sc.with_(layers_per_stage=() if len(set(layers)) == 1 else layers)
-    typer.echo(f"note: exporting the sequential plan of {plan}: {seq_text}", err=True)
-    return PlanInputs(gpt_like, g.cluster, g.job, config)
 
 
 @app.command()

@@ -26,7 +26,7 @@ from planner.loading import (
     job_from_mapping,
     read_document,
 )
-from planner.plan import job_to_mapping, open_plan
+from planner.plan import PlanInputs, job_to_mapping, open_plan
 from planner.specs import ClusterSpec, JobSpec
 
 
@@ -254,3 +254,56 @@ def _check_shape(c: ParallelConfig, sg: StageGraph, cluster: ClusterSpec, job: J
             f"{where}: key '{key}': stage {bad[0]} has {sg.replicas_of(bad[0])} replicas, which do not divide "
             f"the micro-batch of {c.micro_batch_size}"
         )
+
+
+def sequential_for_megatron(plan: str | Path, sequential: bool) -> tuple[PlanInputs, str]:
+    """A graph plan's sequential alternative as chain-plan inputs (for the Megatron exporter) and a
+    note saying what is exported, or a SpecError saying why Megatron-LM cannot run it and what the
+    best sequential plan is. ``sequential``: the user asked for the sequential plan."""
+    from cost_models.graph_costs import estimate_graph
+
+    g = read_graph_plan(plan)
+    layout = unit_layout(g.model)
+    if g.sequential is not None:
+        sc, ssg = g.sequential
+    elif not any(g.modes):
+        sc, ssg = g.config, g.stage_graph
+    else:
+        sc, ssg = None, None
+    seq_text = "the plan file records no sequential plan; re-run planner search --out"
+    if sc is not None:
+        est = estimate_graph(g.model, g.cluster, g.job, sc, ssg)
+        best = estimate_graph(g.model, g.cluster, g.job, g.config, g.stage_graph)
+        stages = "; ".join(stage_label(g.model, layout, u) for u in ssg.stages)
+        seq_text = (
+            f"the best sequential plan is tp {sc.tp}, pp {sc.pp}, dp {sc.dp}, micro-batch {sc.micro_batch_size}, "
+            f"recompute {sc.recompute}: {est.step_time_s:.3f} s/step "
+            f"({100 * (est.step_time_s / best.step_time_s - 1):.1f}% slower than the graph plan), stages: {stages}"
+        )
+    gpt_like = None
+    if len(g.model.blocks) == 1:
+        b = g.model.blocks[0]
+        if b.transformer is not None and b.embedding and b.output_head and b.causal and not b.seq_length:
+            gpt_like = b.transformer
+    if any(g.modes) and not sequential:
+        raise SpecError(
+            f"{plan}: a graph pipeline plan (its stages form a DAG: branches run concurrently); Megatron-LM "
+            f"runs only sequential pipelines. Instead, {seq_text}"
+            + ("; export it with --sequential" if gpt_like is not None and sc is not None else "")
+        )
+    if gpt_like is None:
+        raise SpecError(
+            f"{plan}: Megatron-LM's pretrain_gpt.py cannot express {g.model.name}'s blocks "
+            f"({', '.join(b.name for b in g.model.blocks)}); {seq_text}. Its parallel flags: "
+            f"--tensor-model-parallel-size {sc.tp if sc else g.config.tp} "
+            f"--pipeline-model-parallel-size {sc.pp if sc else g.config.pp} "
+            f"--micro-batch-size {sc.micro_batch_size if sc else g.config.micro_batch_size} "
+            f"--global-batch-size {g.job.global_batch_size}"
+        )
+    if sc is None:
+        raise SpecError(f"{plan}: {seq_text}")
+    layers = tuple(len(u) for u in ssg.stages)
+    config = sc.with_(layers_per_stage=() if len(set(layers)) == 1 else layers)
+    return PlanInputs(
+        gpt_like, g.cluster, g.job, config
+    ), f"exporting the sequential plan of {plan}: {seq_text}"
