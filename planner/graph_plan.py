@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from cost_models.graph_costs import StageGraph, UnitLayout, check_stage_graph, unit_layout
+from cost_models.graph_costs import StageGraph, UnitLayout, check_stage_graph, estimate_graph, unit_layout
 from cost_models.parallel import ParallelConfig
 from planner import __version__
 from planner.errors import SpecError
@@ -260,8 +260,6 @@ def sequential_for_megatron(plan: str | Path, sequential: bool) -> tuple[PlanInp
     """A graph plan's sequential alternative as chain-plan inputs (for the Megatron exporter) and a
     note saying what is exported, or a SpecError saying why Megatron-LM cannot run it and what the
     best sequential plan is. ``sequential``: the user asked for the sequential plan."""
-    from cost_models.graph_costs import estimate_graph
-
     g = read_graph_plan(plan)
     layout = unit_layout(g.model)
     if g.sequential is not None:
