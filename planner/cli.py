@@ -588,7 +588,12 @@ def search(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Find the fastest plans that fit in memory (the main job)."""
+    """Find the fastest plans that fit in memory (the main job).
+
+    On a graph model (a DAG of blocks, e.g. the vlm-two-tower-13b, mmt-4tower-4b and t5-11b presets),
+    searches graph pipelines (GraphPipe: branches on their own stages, running concurrently) and
+    reports the best sequential pipeline beside them (speedup_vs_sequential in --json).
+    """
     from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES
     from planner import bubbles as bub
     from planner.plan import plan_document, write_plan
