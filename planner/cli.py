@@ -590,9 +590,7 @@ def search(
 ) -> None:
     """Find the fastest plans that fit in memory (the main job).
 
-    On a graph model (a DAG of blocks, e.g. the vlm-two-tower-13b, mmt-4tower-4b and t5-11b presets),
-    searches graph pipelines (GraphPipe: branches on their own stages, running concurrently) and
-    reports the best sequential pipeline beside them (speedup_vs_sequential in --json).
+    On a graph model (a DAG of blocks, e.g. the vlm-two-tower-13b, mmt-4tower-4b and t5-11b presets), searches graph pipelines (GraphPipe: branches on their own stages, running concurrently) and reports the best sequential pipeline beside them (speedup_vs_sequential in --json).
     """
     from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES
     from planner import bubbles as bub
