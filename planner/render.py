@@ -417,7 +417,7 @@ def graph_search_tables(d: dict) -> list[Table]:
         "#",
         "kind",
         "tp",
-        "dp/stage",
+        "pipelines",
         "stages",
         "mbs",
         "recompute",
