@@ -146,7 +146,9 @@ def _block(raw: object, where: str, path: str, model_name: str) -> Block:
     layer_keys = {k: v for k, v in raw.items() if k not in _BLOCK_KEYS}
     if not (embedding or output_head):
         layer_keys.setdefault("vocab_size", 1)  # unused: no embedding and no output layer
-    layer_keys.setdefault("max_position_embeddings", seq or 1)
+    if seq or not embedding:
+        # the position table's length: the block's own tokens, or unused (no embedding here)
+        layer_keys.setdefault("max_position_embeddings", seq or 1)
     mapping = {"schema_version": 1, "kind": "model", "name": f"{model_name}.{name}", **layer_keys}
     transformer = model_from_mapping(mapping, f"{where} ({path})")
     if transformer.is_moe:
