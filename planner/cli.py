@@ -216,26 +216,19 @@ def _config(
     )
 
 
-def _estimate(
-    model,
-    cluster,
-    nodes,
-    gbs,
-    seq,
-    precision,
-    tp,
-    pp,
-    cp,
-    ep,
-    vpp,
-    mbs,
-    recompute,
-    recompute_num_layers,
-    sequence_parallel,
-    optimizer_sharding,
-    schedule,
-    plan=None,
-):
+def _estimate(opts: dict):
+    """Load and estimate what an estimate/timeline/bubbles command was given (its ``locals()``):
+    a plan file, or a model, cluster, job and configuration flags."""
+    model, cluster, nodes, plan = opts["model"], opts["cluster"], opts["nodes"], opts["plan"]
+    gbs, seq, precision = opts["global_batch_size"], opts["seq_len"], opts["precision"]
+    tp, pp, cp, ep, vpp = opts["tp"], opts["pp"], opts["cp"], opts["ep"], opts["vpp"]
+    mbs, recompute, recompute_num_layers = (
+        opts["micro_batch_size"],
+        opts["recompute"],
+        opts["recompute_num_layers"],
+    )
+    sequence_parallel, optimizer_sharding = opts["sequence_parallel"], opts["optimizer_sharding"]
+    schedule = opts["schedule"]
     flags = (
         tp,
         pp,
@@ -318,26 +311,7 @@ def estimate(
     as_json: JsonOpt = False,
 ) -> None:
     """Predict step time, throughput, MFU and memory of one configuration."""
-    problem, est = _estimate(
-        model,
-        cluster,
-        nodes,
-        global_batch_size,
-        seq_len,
-        precision,
-        tp,
-        pp,
-        cp,
-        ep,
-        vpp,
-        micro_batch_size,
-        recompute,
-        recompute_num_layers,
-        sequence_parallel,
-        optimizer_sharding,
-        schedule,
-        plan,
-    )
+    problem, est = _estimate(locals())
     data = api.estimate_dict(problem, est)
     if as_json:
         _emit_json(data)
@@ -376,26 +350,7 @@ def timeline(
     as_json: JsonOpt = False,
 ) -> None:
     """Draw the per-stage pipeline schedule (terminal Gantt chart, optional SVG)."""
-    problem, est = _estimate(
-        model,
-        cluster,
-        nodes,
-        global_batch_size,
-        seq_len,
-        precision,
-        tp,
-        pp,
-        cp,
-        ep,
-        vpp,
-        micro_batch_size,
-        recompute,
-        recompute_num_layers,
-        sequence_parallel,
-        optimizer_sharding,
-        schedule,
-        plan,
-    )
+    problem, est = _estimate(locals())
     tl = est.timeline
     schedule = "graph-1f1b" if problem.stage_graph is not None else est.config.schedule
     title = f"{problem.model.name} {schedule} p={est.config.pp} m={est.num_microbatches}"
@@ -479,26 +434,7 @@ def bubbles(
         raise UsageError(
             "--safety-margin must be in [0, 1); --switch-overhead-s and --min-slice-s must be >= 0"
         )
-    problem, est = _estimate(
-        model,
-        cluster,
-        nodes,
-        global_batch_size,
-        seq_len,
-        precision,
-        tp,
-        pp,
-        cp,
-        ep,
-        vpp,
-        micro_batch_size,
-        recompute,
-        recompute_num_layers,
-        sequence_parallel,
-        optimizer_sharding,
-        schedule,
-        plan,
-    )
+    problem, est = _estimate(locals())
     b = bub.budget(
         est,
         bub.Assumptions(
