@@ -696,3 +696,27 @@ def test_graph_search_that_fits_nothing_exits_3(run_cli):
         "1",
     )
     assert res.exit_code == 3 and "nothing fits: t5-11b" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_export_sequential_flag_only_for_graph_plans(run_cli, tmp_path):
+    out = tmp_path / "chain.yaml"
+    res = run_cli(
+        "search",
+        "-m",
+        "llama2-7b",
+        "-c",
+        "dgx-a100",
+        "-n",
+        "1",
+        "-b",
+        "16",
+        "-s",
+        "4096",
+        "--top",
+        "1",
+        "--out",
+        str(out),
+    )
+    assert res.exit_code == 0, res.stderr
+    res = run_cli("export", "megatron", str(out), "--sequential", "-o", str(tmp_path / "launch"))
+    assert res.exit_code == 2 and "graph plans only" in res.stderr
