@@ -579,10 +579,17 @@ def options_floor(ucs: dict, solver: _Solver, U: int) -> float:
     for units, opts in solver.chain_units:
         if not opts:
             return float("inf")  # a chain with no option: nothing fits
-        idx = list(units)
-        work += float(np.min([ucs[o].tau_s[idx] * solver.groups(o) for o in opts], axis=0).sum())
-        largest = max(largest, float(np.min([ucs[o].tau_s[idx] for o in opts], axis=0).max()))
+        w, big = _least_times(ucs, opts, solver.groups, list(units))
+        work, largest = work + w, max(largest, big)
     return max(work / U, largest)
+
+
+def _least_times(ucs: dict, opts, groups, idx) -> tuple[float, float]:
+    """Over units ``idx``, each on its best option: the summed least group-time and the largest
+    least time."""
+    work = np.min([ucs[o].tau_s[idx] * groups(o) for o in opts], axis=0)
+    least = np.min([ucs[o].tau_s[idx] for o in opts], axis=0)
+    return float(work.sum()), float(least.max())
 
 
 def _options_bound(
@@ -592,10 +599,9 @@ def _options_bound(
     (restricting options per chain only raises the optimum, so this stays a lower bound)."""
     options = stage_options(c, modes)
     ucs = {o: unit_costs(g, job, unit_config(c, o), node) for o in options}
-    groups = {o: o[0] * o[1] // c.tp for o in options}
-    work = np.min([ucs[o].tau_s * groups[o] for o in options], axis=0)
-    least = np.min([ucs[o].tau_s for o in options], axis=0)
-    return max(float(work.sum()) / c.pp, float(least.max()))
+    idx = list(range(len(ucs[options[0]].tau_s)))
+    work, largest = _least_times(ucs, options, lambda o: o[0] * o[1] // c.tp, idx)
+    return max(work / c.pp, largest)
 
 
 def _shape_floor(g: GraphModelSpec, job: JobSpec, node, c: ParallelConfig, modes: tuple[bool, ...]) -> float:
