@@ -73,3 +73,12 @@ def p2p_s(size_bytes: float, link: Link) -> float:
     if size_bytes <= 0:
         return 0.0
     return link.latency_s + size_bytes / link.bandwidth_bytes_per_s
+
+
+def overlapped_s(comm_s: float, window_s: float, slowdown: float, floor_s: float = 0.0) -> float:
+    """Time a collective of ``comm_s`` adds when it is launched to overlap ``window_s`` of compute:
+    the part the window does not hide (never less than ``floor_s``, e.g. a last bucket), plus the
+    compute slowdown while the hidden part runs (``slowdown`` per second hidden: the SMs and HBM
+    bandwidth NCCL takes, ``EfficiencySpec.comm_overlap_slowdown``)."""
+    exposed = max(floor_s, comm_s - window_s)
+    return exposed + slowdown * (comm_s - exposed)

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from cost_models import communication as comm
+from cost_models import fsdp, schedules
 from cost_models import memory as mem
-from cost_models import schedules
 from cost_models.compute import COMPUTE_DTYPE, memory_bound_s
 from cost_models.layers import (
     ZERO,
@@ -70,6 +70,14 @@ class StageEstimate:
     model_flop_per_microbatch: float
     devices: int = 0
     """GPUs of this stage in one pipeline replica (graph plans); 0 = tp x cp x dp of the config."""
+    fsdp_exposed_s: float = 0.0
+    """Per micro-batch: FSDP / ZeRO-2 collectives inside the passes that compute did not hide."""
+    reduce_exposed_s: float = 0.0
+    """Per iteration: the part of ``dp_exposed_s`` paid after this rank's last backward."""
+    gather_exposed_s: float = 0.0
+    """Per iteration: the part of ``dp_exposed_s`` paid before the next first forward."""
+    end_s: float = 0.0
+    """When this rank's last backward ends (pipeline phase, from the timeline)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +107,31 @@ class Estimate:
     def fits(self) -> bool:
         """Whether every stage fits."""
         return all(s.memory.fits for s in self.stages)
+
+    def time_breakdown(self) -> tuple[tuple[str, float], ...]:
+        """Where the iteration's time goes, summing exactly to ``step_time_s``.
+
+        The step is ``max_r(end_r + reduce_exposed_r) + max_r optimizer_r + max_r gather_exposed_r``
+        (see :func:`estimate`); the critical rank is the one attaining the first maximum. Its
+        pipeline phase is split into compute, recompute, tensor/context/expert-parallel and FSDP
+        communication (per micro-batch x m) and the rest, which is waiting: the pipeline bubble
+        and point-to-point lags."""
+        crit = max(self.stages, key=lambda s: (s.end_s + s.reduce_exposed_s, -s.stage))
+        m = self.num_microbatches
+        compute = (crit.forward_s + crit.backward_s - crit.recompute_s - crit.tp_cp_ep_comm_s) * m
+        parts = (
+            ("compute", compute),
+            ("recompute", crit.recompute_s * m),
+            ("tensor/context/expert-parallel communication", crit.tp_cp_ep_comm_s * m),
+            ("exposed FSDP / ZeRO-2 communication", crit.fsdp_exposed_s * m),
+        )
+        waiting = crit.end_s - sum(v for _, v in parts)
+        return parts + (
+            ("pipeline bubble", waiting),
+            ("exposed data-parallel communication", crit.reduce_exposed_s),
+            ("optimizer step", max(s.optimizer_s for s in self.stages)),
+            ("exposed parameter gather", max(s.gather_exposed_s for s in self.stages)),
+        )
 
     @property
     def worst_stage(self) -> StageEstimate:
@@ -143,10 +176,9 @@ def table_for(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup
 
 
 def _virtual_stage_cost(model: ModelSpec, table: LayerTable, first_layer: int, n_layers: int) -> LayerCost:
-    if not model.is_moe:
+    if not model.is_moe and not model.window_size:
         return table.dense.scaled(n_layers)
-    n_moe = sum(1 for i in range(first_layer, first_layer + n_layers) if model.is_moe_layer(i))
-    return table.dense.scaled(n_layers - n_moe) + table.moe.scaled(n_moe)
+    return table.layers(model, first_layer, n_layers)
 
 
 def _recomputed_layers(c: ParallelConfig, n_layers: int) -> int:
@@ -173,6 +205,11 @@ class DPSync:
     gather_s: float
     gather_exposed_s: float
     optimizer_s: float
+
+
+def _exposed(comm_s: float, window_s: float, node: NodeGroup, floor_s: float = 0.0) -> float:
+    """:func:`cost_models.communication.overlapped_s` with the node's GPU slowdown."""
+    return comm.overlapped_s(comm_s, window_s, node.gpu.efficiency.comm_overlap_slowdown, floor_s)
 
 
 def dp_sync(
@@ -213,16 +250,29 @@ def dp_sync(
         gather_s = comm.all_gather_s(dense_params * 2.0, d_dense, link_d) + comm.all_gather_s(
             expert_params * 2.0, d_exp, link_e
         )
-    else:  # full sharding: paid per micro-batch inside the pipeline
-        reduce_s = gather_s = 0.0
+    else:  # full sharding: gathers and reduce-scatters are paid per micro-batch inside the pipeline
+        gather_s = 0.0
+        # HSDP: the shard group's gradient shard is all-reduced across the replicas (Zhao et al.
+        # 2023, arXiv:2304.11277, Sec. 3.2.2 "hybrid sharding"; torchtitan
+        # data_parallel_replicate_degree), once per iteration, overlapping the last backward.
+        replicas = group(c, "replicate")
+        reduce_s = comm.all_reduce_s(
+            dense_params * grad_b / c.shard_degree, replicas.size, comm.link_for(replicas, node)
+        )
     last_bucket = min(1.0, DDP_BUCKET_PARAMS / max(dense_params + expert_params, 1.0))
     reduce_exposed = (
-        max(reduce_s * last_bucket, reduce_s - backward_window_s) if job.overlap_grad_reduce else reduce_s
+        _exposed(reduce_s, backward_window_s, node, reduce_s * last_bucket)
+        if job.overlap_grad_reduce
+        else reduce_s
     )
     gather_exposed = (
-        max(gather_s * last_bucket, gather_s - forward_window_s) if job.overlap_param_gather else gather_s
+        _exposed(gather_s, forward_window_s, node, gather_s * last_bucket)
+        if job.overlap_param_gather
+        else gather_s
     )
-    shard = d_dense if c.optimizer_sharding != "none" else 1
+    shard = (
+        c.shard_degree if c.optimizer_sharding == "full" else d_dense if c.optimizer_sharding != "none" else 1
+    )
     shard_e = d_exp if c.optimizer_sharding != "none" else 1
     opt_s = memory_bound_s((dense_params / shard + expert_params / shard_e) * ADAM_BYTES_PER_PARAM, node.gpu)
     return DPSync(reduce_s, reduce_exposed, gather_s, gather_exposed, opt_s)
@@ -248,6 +298,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
             recompute=0.0,
             transient=0.0,
             fsdp=0.0,
+            fsdp_comm=0.0,
             largest=0.0,
             fwd=0.0,
             bwd=0.0,
@@ -266,7 +317,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
         layer_unit = _virtual_stage_cost(model, table, first_layer[vs], 1)
         recompute = k * layer_unit.recompute_forward_s
         if c.recompute == "selective":
-            recompute = n * table.dense.selective_recompute_s
+            recompute = cost.selective_recompute_s
         act = cost.activation_bytes - k * (layer_unit.activation_bytes - layer_unit.checkpoint_bytes)
         wbytes = cost.weight_grad_bytes * (n - k) / n if n else 0.0
         extra = ZERO
@@ -300,7 +351,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
     # Fully sharded data parallelism gathers weights per micro-batch (forward and backward) and
     # reduce-scatters gradients; ZeRO-2 keeps only its gradient shard, so it reduce-scatters every
     # micro-batch's gradients too (Rajbhandari et al. 2020, Sec. 5.2). Prefetching overlaps this with
-    # the pass's compute; what exceeds it is exposed.
+    # the neighbouring unit's compute, one unit ahead (cost_models/fsdp.py); what exceeds it is exposed.
     if (
         c.optimizer_sharding in ("full", "zero2")
         and c.dp * c.cp > 1
@@ -309,9 +360,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
     ):
         for vs in range(n_virtual):
             r = vs % p
-            if c.dp * c.cp == 1:
+            if c.shard_degree == 1:
                 continue
-            link = comm.link_for(group(c, "dpcp"), nodes[r])
+            link = comm.link_for(group(c, "shard"), nodes[r])
             params = per_rank[r]["cost"].params / v
             grad_b = float(DTYPE_BYTES[job.grad_dtype])
             # FSDP wraps each transformer layer as one unit: one gather (and one reduce-scatter) per
@@ -321,17 +372,23 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
                 if c.optimizer_sharding == "full"
                 else max(1, math.ceil(params / DDP_BUCKET_PARAMS))
             )
-            n = c.dp * c.cp
+            n = c.shard_degree
             gather = (
-                units * comm.all_gather_s(params * 2.0 / units, n, link)
-                if c.optimizer_sharding == "full"
-                else 0.0
+                comm.all_gather_s(params * 2.0 / units, n, link) if c.optimizer_sharding == "full" else 0.0
             )
-            scatter = units * comm.reduce_scatter_s(params * grad_b / units, n, link)
-            f_exposed = max(0.0, gather - durations[vs, 0])
-            b_exposed = max(0.0, gather + scatter - durations[vs, 1] - durations[vs, 2])
-            durations[vs, 0] += f_exposed
-            durations[vs, 1] += b_exposed
+            scatter = comm.reduce_scatter_s(params * grad_b / units, n, link)
+            px = fsdp.pass_exposure(
+                units,
+                gather,
+                scatter,
+                float(durations[vs, 0]),
+                float(durations[vs, 1] + durations[vs, 2]),
+                nodes[r].gpu.efficiency.comm_overlap_slowdown,
+            )
+            durations[vs, 0] += px.forward_s
+            durations[vs, 1] += px.backward_s
+            per_rank[r]["fsdp"] += px.forward_s + px.backward_s
+            per_rank[r]["fsdp_comm"] += px.comm_s
 
     orders = schedules.generate(c.schedule, p, m, v)
     timeline = schedules.simulate(orders, durations, p2p, m, wfrac, act_units, (c.schedule, p, m, v))
@@ -386,13 +443,17 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
                 recompute_s=acc["recompute"],
                 tp_cp_ep_comm_s=acc["comm"],
                 p2p_s=float(p2p[r]),
-                dp_comm_s=reduce_s + gather_s,
+                dp_comm_s=reduce_s + gather_s + acc["fsdp_comm"] * m,
                 dp_exposed_s=reduce_exposed + g_exposed,
                 optimizer_s=opt_s,
                 busy_s=timeline.busy_s(r),
                 idle_s=timeline.idle_s(r),
                 memory=memory,
                 model_flop_per_microbatch=acc["flop"],
+                fsdp_exposed_s=acc["fsdp"],
+                reduce_exposed_s=reduce_exposed,
+                gather_exposed_s=g_exposed,
+                end_s=end_r,
             )
         )
     pipeline_time = timeline.makespan_s

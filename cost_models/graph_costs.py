@@ -447,6 +447,9 @@ def estimate_graph(
                 memory=memory,
                 model_flop_per_microbatch=cost.model_flop,
                 devices=ci.tp * sg.replicas_of(i),
+                reduce_exposed_s=sync.reduce_exposed_s,
+                gather_exposed_s=sync.gather_exposed_s,
+                end_s=float(timeline.end_s[i][-1]),
             )
         )
     step = max(ends) + max(opt_times) + max(gather_exposed)

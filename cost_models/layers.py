@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from cost_models import communication as comm
+from cost_models import moe as moe_terms
 from cost_models.compute import attention_s, gemm_s, memory_bound_s
 from cost_models.parallel import ParallelConfig, group
 from planner.specs import JobSpec, ModelSpec, NodeGroup
@@ -101,14 +102,45 @@ class LayerTable:
 
     embedding: LayerCost
     dense: LayerCost
+    """A dense decoder layer (full attention)."""
     moe: LayerCost
+    """An MoE decoder layer (full attention)."""
     output: LayerCost
+    """Final norm, output layer and loss, plus the multi-token prediction modules (``mtp``)."""
     edges: LayerCost
     """Embedding + output layer (what the first and last stages add), precomputed."""
+    dense_local: LayerCost = ZERO
+    """A dense decoder layer with local (sliding-window or chunked) attention."""
+    moe_local: LayerCost = ZERO
+    """An MoE decoder layer with local attention."""
+    mtp: LayerCost = ZERO
+    """The multi-token prediction modules alone (already included in ``output``)."""
 
     def decoder(self, model: ModelSpec, index: int) -> LayerCost:
         """Cost of decoder layer ``index``."""
+        if model.is_local_attention_layer(index):
+            return self.moe_local if model.is_moe_layer(index) else self.dense_local
         return self.moe if model.is_moe_layer(index) else self.dense
+
+    def layers(self, model: ModelSpec, first: int, count: int) -> LayerCost:
+        """Cost of decoder layers ``first .. first + count - 1``."""
+        total = ZERO
+        for kind, n in _kind_counts(self, model, first, count):
+            total = total + kind.scaled(n)
+        return total
+
+    def mean_layer(self, model: ModelSpec) -> LayerCost:
+        """The average decoder layer of the model (for searches that treat layers as equal)."""
+        return self.layers(model, 0, model.num_layers).scaled(1 / model.num_layers)
+
+
+def _kind_counts(t: LayerTable, model: ModelSpec, first: int, count: int) -> list[tuple[LayerCost, int]]:
+    """(layer kind, how many) over a range of layers, in a fixed order (stable float sums)."""
+    counts = {"dense": 0, "moe": 0, "dense_local": 0, "moe_local": 0}
+    for i in range(first, first + count):
+        local = "_local" if model.is_local_attention_layer(i) else ""
+        counts[("moe" if model.is_moe_layer(i) else "dense") + local] += 1
+    return [(getattr(t, k), n) for k, n in counts.items() if n]
 
 
 def _norm_params(model: ModelSpec) -> int:
@@ -125,15 +157,46 @@ def _tp_collectives_s(volume: float, c: ParallelConfig, node: NodeGroup, count: 
     return count * comm.all_reduce_s(volume, c.tp, link)
 
 
+def _tp_overlapped(comm_s: float, gemm_fwd_s: float, tp: int, slowdown: float) -> tuple[float, float]:
+    """Forward and backward time of a layer's sequence-parallel all-gathers and reduce-scatters
+    (``comm_s`` per direction) when they are overlapped with the GEMMs that consume or produce them:
+    Megatron-LM ``--tp-comm-overlap`` (Transformer Engine userbuffers), which splits each all-gather
+    / reduce-scatter into ``tp`` chunks exchanged while the GEMM runs on the chunks already present
+    (Wang et al. 2023, "Overlap Communication with Dependent Computation via Decomposition in Large
+    Deep Learning Models", ASPLOS '23, Sec. 4; NVIDIA NeMo docs, "Communication Overlap: Tensor
+    Parallelism"). The window is the layer's GEMMs of that direction (forward: ``gemm_fwd_s``;
+    backward: the input- and weight-gradient GEMMs, twice that); one chunk (``comm_s / tp``) stays
+    exposed, as the first chunk has nothing to hide under, and the hidden part slows the GEMMs by
+    ``slowdown`` per second (the SMs the userbuffer kernels take; ``comm_overlap_slowdown``)."""
+    floor = comm_s / tp
+    return (
+        comm.overlapped_s(comm_s, gemm_fwd_s, slowdown, floor),
+        comm.overlapped_s(comm_s, 2 * gemm_fwd_s, slowdown, floor),
+    )
+
+
 def layer_table(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> LayerTable:
     """Costs of all layer kinds for configuration ``c`` on GPUs of ``node``."""
-    embedding, output = _embedding(model, job, c, node), _output(model, job, c, node)
+    embedding = _embedding(model, job, c, node)
+    s = job.seq_length
+    full = float(s)
+    local_layers = [i for i in range(model.num_layers) if model.is_local_attention_layer(i)]
+    local = model.attention_span(local_layers[0], s) if local_layers else full
+    dense = _decoder(model, job, c, node, moe=False, span=full)
+    moe = _decoder(model, job, c, node, moe=True, span=full) if model.is_moe else ZERO
+    mtp = _mtp(model, job, c, node) if model.mtp_num_layers else ZERO
+    output = _output(model, job, c, node) + mtp
     return LayerTable(
         embedding=embedding,
-        dense=_decoder(model, job, c, node, moe=False),
-        moe=_decoder(model, job, c, node, moe=True) if model.is_moe else ZERO,
+        dense=dense,
+        moe=moe,
         output=output,
         edges=embedding + output,
+        dense_local=_decoder(model, job, c, node, moe=False, span=local) if local_layers else ZERO,
+        moe_local=_decoder(model, job, c, node, moe=True, span=local)
+        if local_layers and model.is_moe
+        else ZERO,
+        mtp=mtp,
     )
 
 
@@ -148,44 +211,190 @@ def p2p_activation_bytes(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> f
     return tokens_per_gpu(job, c) * model.hidden_size * ACT_BYTES / (c.tp if c.sp else 1)
 
 
-def _decoder(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, *, moe: bool) -> LayerCost:
+@dataclass(frozen=True, slots=True)
+class _Attention:
+    """The attention block of one layer for one micro-batch on one GPU (see :func:`_decoder`)."""
+
+    gemm_fwd_s: float
+    attn_fwd_s: float
+    model_flop: float
+    elem_bytes: float
+    act_bytes: float
+    wgrad_bytes: float
+    params_sharded: float
+    params_replicated: float
+    tp_fwd_s: float
+    """Tensor-parallel collectives of the attention block, forward (backward: the same)."""
+    tp_bytes: float
+    """Bytes sent for those collectives, forward + backward."""
+    kv_width: float
+    """K and V elements per token on this GPU (what context parallelism passes around the ring)."""
+
+
+def _attention(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, span: float) -> _Attention:
+    """MHA/GQA attention (Korthikanti et al. 2022 Sec. 4): column-parallel QKV, row-parallel output
+    projection, one all-reduce (AG + RS with SP) of the hidden states per direction. ``span``: keys
+    per query in the non-causal convention (:meth:`ModelSpec.attention_span`)."""
+    if model.multi_latent_attention:
+        return _mla(model, job, c, node, span)
     gpu, prec = node.gpu, job.precision
     h, q, kv, t = model.hidden_size, model.query_projection_size, model.kv_projection_size, c.tp
     T = tokens_per_gpu(job, c)
-    s = job.seq_length
     sp_div = t if c.sp else 1
-    n_in = 2 if model.gated else 1
     kv_local = max(kv / t, model.kv_channels)  # with tp > groups, K/V heads are replicated
-
-    # --- attention block ---------------------------------------------------------------------
     qkv_n = q / t + 2 * kv_local
     gemm_fwd = gemm_s(T, qkv_n, h, gpu, prec) + gemm_s(T, h, q / t, gpu, prec)
-    # Causal attention executed: half of 4*T*s*q/t per cp rank (load-balanced ring, Megatron CP).
-    attn_exec_flop = 2 * T * s * q / t
-    attn_fwd = attention_s(attn_exec_flop, gpu, prec)
-    attn_bwd = 2.5 * attn_fwd
-    model_flop = 3 * (2 * T * h * (q + 2 * kv) + 2 * T * q * h + 4 * T * s * q) / t
-
-    # Memory-bound work per layer forward (bytes): 2 norms (read+write), 2 residual adds (2 reads,
-    # 1 write), rotary on Q and K (read+write); with SP the norm/residual work is split over tp.
-    elem = (4 * T * h + 6 * T * h) * ACT_BYTES / sp_div
-    if model.position_embedding_type == "rope":
-        elem += 2 * T * (q / t + kv_local) * ACT_BYTES
-
-    act = (2 * T * h + T * h) * ACT_BYTES / sp_div  # 2 norm inputs, QKV input
-    act += 2 * T * h * 1 / sp_div  # two dropout masks (1 byte), as Megatron's formula counts them
+    # Causal attention executed: half of the non-causal 2*T*span*(2q)/t per cp rank
+    # (load-balanced ring, Megatron CP); span = s for full attention.
+    attn_fwd = attention_s(T * span * model.core_attention_width / t, gpu, prec)
+    model_flop = (
+        3 * (2 * T * h * (q + 2 * kv) + 2 * T * q * h + 2 * T * span * model.core_attention_width) / t
+    )
+    # Memory-bound work (bytes): rotary on Q and K (read+write).
+    elem = 2 * T * (q / t + kv_local) * ACT_BYTES if model.position_embedding_type == "rope" else 0.0
+    act = T * h * ACT_BYTES / sp_div  # QKV input
     act += T * qkv_n * ACT_BYTES + T * q / t * ACT_BYTES  # Q, K, V and attention output
     act += 4 * T * model.num_attention_heads / t  # fp32 log-sum-exp of flash attention
-    wgrad_act = (T * h + T * q / t) * ACT_BYTES  # inputs of QKV and output projections
-
+    wgrad = (T * h + T * q / t) * ACT_BYTES  # inputs of QKV and output projections
     params_sharded = (h * (q + 2 * kv) + q * h) / t
-    if model.add_bias_linear:
+    if model.add_bias_linear or model.add_qkv_bias:
         params_sharded += (q + 2 * kv) / t
-    elif model.add_qkv_bias:
-        params_sharded += (q + 2 * kv) / t
-    params_replicated = 2 * _norm_params(model) + (h if model.add_bias_linear else 0)
+    params_replicated = float(h if model.add_bias_linear else 0)
     if model.qk_layernorm:
         params_replicated += 2 * model.kv_channels
+    if model.softmax_type == "learnable":
+        params_sharded += model.num_attention_heads / t  # one sink logit per head (gpt-oss)
+    volume = T * h * ACT_BYTES
+    return _Attention(
+        gemm_fwd_s=gemm_fwd,
+        attn_fwd_s=attn_fwd,
+        model_flop=model_flop,
+        elem_bytes=elem,
+        act_bytes=act,
+        wgrad_bytes=wgrad,
+        params_sharded=params_sharded,
+        params_replicated=params_replicated,
+        tp_fwd_s=_tp_collectives_s(volume, c, node, 1),
+        tp_bytes=4 * (t - 1) / t * volume if t > 1 else 0.0,
+        kv_width=2 * kv_local,
+    )
+
+
+def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, span: float) -> _Attention:
+    """Multi-head latent attention (DeepSeek-V2 arXiv:2405.04434 Sec. 2.1) sharded as Megatron-Core
+    ``MLASelfAttention`` (megatron/core/transformer/multi_latent_attention.py, TE spec):
+
+    * the down projections ``linear_q_down_proj`` (h -> r_q) and ``linear_kv_down_proj``
+      (h -> r_kv + d_R) are ``duplicated`` (replicated on every tp rank, full weights); with
+      sequence parallelism they run on the rank's own s/tp tokens, without it every rank repeats
+      them on all tokens;
+    * ``linear_q_up_proj`` (or ``linear_q_proj`` when ``q_lora_rank`` is 0) and
+      ``linear_kv_up_proj`` are column-parallel (heads split over tp), ``linear_proj`` row-parallel;
+    * communication per direction: with SP, all-gathers of the latents and the shared RoPE key
+      (``T (r_q + r_kv + d_R)``, or ``T (h + r_kv + d_R)`` without query compression) and one
+      reduce-scatter of ``T h``; without SP, one all-reduce of ``T h`` (forward) and of the latents'
+      gradients (backward, taken equal in time to the forward pass's).
+
+    FLOPs follow Megatron's ``num_floating_point_operations`` MLA branch (training.py): the
+    projections, ``+ r_q + r_kv`` per token for the latent norms, and the core attention with
+    query/key width ``d + d_R`` and value width ``d_v``.
+    """
+    gpu, prec = node.gpu, job.precision
+    h, a, t = model.hidden_size, model.num_attention_heads, c.tp
+    rq, rkv, dn, dr, dv = (
+        model.q_lora_rank,
+        model.kv_lora_rank,
+        model.qk_head_dim,
+        model.qk_pos_emb_head_dim,
+        model.v_head_dim,
+    )
+    dqk = dn + dr
+    T = tokens_per_gpu(job, c)
+    sp_div = t if c.sp else 1
+    T_local = T / sp_div  # tokens the duplicated down projections run on
+    q_in = rq if rq else h  # input width of the column-parallel query projection
+    # GEMMs (forward): down projections (replicated), up projections and output (sharded).
+    gemm_fwd = gemm_s(T_local, rkv + dr, h, gpu, prec)
+    if rq:
+        gemm_fwd += gemm_s(T_local, rq, h, gpu, prec)
+    gemm_fwd += gemm_s(T, a * dqk / t, q_in, gpu, prec)
+    gemm_fwd += gemm_s(T, a * (dn + dv) / t, rkv, gpu, prec)
+    gemm_fwd += gemm_s(T, h, a * dv / t, gpu, prec)
+    attn_fwd = attention_s(T * span * model.core_attention_width / t, gpu, prec)
+    q_term = rq * (h + a * dqk + 1) if rq else h * a * dqk
+    linear = q_term + rkv * (h + a * (dn + dv) + 1) + h * dr + a * dv * h
+    model_flop = 3 * (2 * T * linear + 2 * T * span * model.core_attention_width) / t
+    # Memory-bound: latent norms (read+write), rotary on the query and shared key RoPE parts.
+    elem = 2 * T_local * (rq + rkv) * ACT_BYTES + 2 * T * (a * dr / t + dr) * ACT_BYTES
+    # Activations kept for backward (Korthikanti-style, per tensor): the down projections' input,
+    # the latents (norm input and up-projection input, SP-sharded), the gathered RoPE key, Q, K
+    # (a heads of d + d_R), V (a heads of d_v), the attention output, and the fp32 log-sum-exp.
+    act = T_local * h * ACT_BYTES
+    act += 2 * T_local * (rq + rkv) * ACT_BYTES + T * dr * ACT_BYTES
+    act += T * a * (2 * dqk + dv) / t * ACT_BYTES + T * a * dv / t * ACT_BYTES
+    act += 4 * T * a / t
+    wgrad = (T_local * (h + rq + rkv) + T * a * dv / t) * ACT_BYTES
+    params_sharded = ((rq * a * dqk) if rq else h * a * dqk) / t
+    params_sharded += rkv * a * (dn + dv) / t + a * dv * h / t
+    params_replicated = float(h * (rq + rkv + dr))  # the duplicated down projections
+    if model.qk_layernorm:
+        params_replicated += rq + rkv
+    if model.add_bias_linear:
+        params_replicated += h
+    if model.softmax_type == "learnable":
+        params_sharded += a / t
+    tp_fwd = tp_bytes = 0.0
+    if t > 1:
+        link = comm.link_for(group(c, "tp"), node)
+        hidden = T * h * ACT_BYTES
+        latents = T * (q_in + rkv + dr) * ACT_BYTES
+        if c.sp:
+            tp_fwd = comm.all_gather_s(latents, t, link) + comm.reduce_scatter_s(hidden, t, link)
+        else:
+            tp_fwd = comm.all_reduce_s(hidden, t, link)
+        tp_bytes = 2 * (t - 1) / t * (latents + hidden)
+    return _Attention(
+        gemm_fwd_s=gemm_fwd,
+        attn_fwd_s=attn_fwd,
+        model_flop=model_flop,
+        elem_bytes=elem,
+        act_bytes=act,
+        wgrad_bytes=wgrad,
+        params_sharded=params_sharded,
+        params_replicated=params_replicated,
+        tp_fwd_s=tp_fwd,
+        tp_bytes=tp_bytes,
+        kv_width=a * (dqk + dv) / t,
+    )
+
+
+def _decoder(
+    model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, *, moe: bool, span: float
+) -> LayerCost:
+    gpu, prec = node.gpu, job.precision
+    h, t = model.hidden_size, c.tp
+    T = tokens_per_gpu(job, c)
+    sp_div = t if c.sp else 1
+    n_in = 2 if model.gated else 1
+
+    # --- attention block ---------------------------------------------------------------------
+    at = _attention(model, job, c, node, span)
+    gemm_fwd = at.gemm_fwd_s
+    attn_fwd = at.attn_fwd_s
+    attn_bwd = 2.5 * attn_fwd
+    model_flop = at.model_flop
+
+    # Memory-bound work per layer forward (bytes): 2 norms (read+write), 2 residual adds (2 reads,
+    # 1 write); with SP the norm/residual work is split over tp; plus the attention's own.
+    elem = (4 * T * h + 6 * T * h) * ACT_BYTES / sp_div + at.elem_bytes
+
+    act = 2 * T * h * ACT_BYTES / sp_div  # 2 norm inputs
+    act += 2 * T * h * 1 / sp_div  # two dropout masks (1 byte), as Megatron's formula counts them
+    act += at.act_bytes
+    wgrad_act = at.wgrad_bytes
+
+    params_sharded = at.params_sharded
+    params_replicated = 2 * _norm_params(model) + at.params_replicated
     params_expert = 0.0
     ep_bytes = 0.0
     ep_s_fwd = 0.0
@@ -202,15 +411,21 @@ def _decoder(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup,
     else:
         E, k, fe = model.num_experts, model.moe_router_topk, model.moe_ffn_hidden_size
         etp, ep = c.expert_tp, c.ep
-        cf = model.moe_expert_capacity_factor or 1.0
         # Each GPU starts with T/sp_div tokens; the expert-tensor-parallel group gathers etp of those
         # sets, so a GPU processes P token copies with experts sliced etp ways (balanced routing).
-        P = (T / sp_div) * etp * k * cf
+        # The busiest expert-parallel rank sets the pace (dropless: balls-into-bins maximum load;
+        # a capacity factor caps it), see cost_models.moe.
+        P_mean = (T / sp_div) * etp * k
+        load = moe_terms.routed_load_factor(P_mean * ep, ep, model.moe_expert_capacity_factor)
+        P = P_mean * load
         local_experts = E / ep
         tok_per_expert = P * ep / E
+        # Grouped GEMM: each expert's rows computed in whole tiles (tile quantisation).
+        rows = moe_terms.grouped_gemm_rows(tok_per_expert)
         gemm_fwd += gemm_s(T / sp_div, E, h, gpu, "bf16")  # router
-        gemm_fwd += gemm_s(tok_per_expert, n_in * fe / etp, h, gpu, prec, count=local_experts)
-        gemm_fwd += gemm_s(tok_per_expert, h, fe / etp, gpu, prec, count=local_experts)
+        gemm_fwd += gemm_s(rows, n_in * fe / etp, h, gpu, prec, count=local_experts)
+        gemm_fwd += gemm_s(rows, h, fe / etp, gpu, prec, count=local_experts)
+        elem += 3 * (T / sp_div) * E * 4  # router softmax + top-k over fp32 logits (~3 passes)
         model_flop += 3 * (2 * T * h * E / sp_div + 2 * (T * k / t) * h * fe * (n_in + 1))
         elem += (n_in + 1) * P * fe / etp * ACT_BYTES + 4 * P * h * ACT_BYTES  # activation, permutes
         act += P * h * ACT_BYTES + P * (n_in + 1) * fe / etp * ACT_BYTES
@@ -226,24 +441,34 @@ def _decoder(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup,
             params_sharded += (n_in + 1) * h * fs / t
         if ep > 1:
             # dispatch + combine, each moving every routed token copy's hidden state
-            volume = (T / sp_div) * k * cf * h * ACT_BYTES
+            # (the busiest rank receives `load` times the mean)
+            volume = (T / sp_div) * k * load * h * ACT_BYTES
             link = comm.link_for(group(c, "ep"), node)
             ep_s_fwd = 2 * comm.all_to_all_s(volume, ep, link)
             ep_bytes = 4 * volume * (ep - 1) / ep
 
     # --- tensor / context parallel communication --------------------------------------------------
+    # One all-reduce (AG + RS with SP) of the hidden states for the MLP per direction, plus the
+    # attention block's own (Korthikanti et al. 2022 Sec. 4.2.2).
     tp_volume = T * h * ACT_BYTES
-    tp_fwd = _tp_collectives_s(tp_volume, c, node, 2)
-    tp_bytes = 4 * 2 * (t - 1) / t * tp_volume if t > 1 else 0.0
+    tp_fwd = _tp_collectives_s(tp_volume, c, node, 1) + at.tp_fwd_s
+    tp_bytes = (4 * (t - 1) / t * tp_volume if t > 1 else 0.0) + at.tp_bytes
+    tp_bwd = tp_fwd
+    if job.tp_comm_overlap and c.sp:
+        tp_fwd, tp_bwd = _tp_overlapped(tp_fwd, gemm_fwd, t, gpu.efficiency.comm_overlap_slowdown)
     cp_fwd = cp_bwd = cp_bytes = 0.0
     if c.cp > 1:
-        chunk = T * 2 * kv_local * ACT_BYTES  # this rank's K and V
+        chunk = T * at.kv_width * ACT_BYTES  # this rank's K and V
         link = comm.link_for(group(c, "cp"), node)
         ring_fwd = (c.cp - 1) * comm.p2p_s(chunk, link)
         ring_bwd = (c.cp - 1) * comm.p2p_s(2 * chunk, link)  # K/V and their gradients
-        # The ring overlaps with the attention of the chunk already received (Ring Attention).
-        cp_fwd = max(0.0, ring_fwd - attn_fwd * (c.cp - 1) / c.cp)
-        cp_bwd = max(0.0, ring_bwd - attn_bwd * (c.cp - 1) / c.cp)
+        # The ring overlaps with the attention of the chunk already received (Ring Attention),
+        # slowing it while it runs; each of the cp - 1 extra ring steps launches its own attention
+        # kernels (one fixed overhead each, as a layer's launch overhead).
+        slowdown = gpu.efficiency.comm_overlap_slowdown
+        steps = (c.cp - 1) * gpu.efficiency.kernel_overhead_s
+        cp_fwd = comm.overlapped_s(ring_fwd, attn_fwd * (c.cp - 1) / c.cp, slowdown) + steps
+        cp_bwd = comm.overlapped_s(ring_bwd, attn_bwd * (c.cp - 1) / c.cp, slowdown) + steps
         cp_bytes = (c.cp - 1) * 3 * chunk
 
     elem_fwd = memory_bound_s(elem, gpu)
@@ -262,7 +487,7 @@ def _decoder(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup,
         backward_input_s=backward_input,
         backward_weight_s=backward_weight,
         forward_comm_s=tp_fwd + cp_fwd + ep_s_fwd,
-        backward_comm_s=tp_fwd + cp_bwd + ep_s_fwd,
+        backward_comm_s=tp_bwd + cp_bwd + ep_s_fwd,
         selective_recompute_s=attn_fwd,
         activation_bytes=act,
         checkpoint_bytes=T * h * ACT_BYTES / sp_div,
@@ -320,25 +545,102 @@ def _output(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) 
     )
 
 
+def _mtp(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> LayerCost:
+    """The multi-token prediction modules on the last stage (DeepSeek-V3 arXiv:2412.19437 Sec. 2.2;
+    Megatron-Core ``MultiTokenPredictionBlock``, placed with the output layer): per module the
+    embedding lookup of the shifted tokens, two RMSNorms and the column-parallel ``eh_proj``
+    (2h -> h), one transformer layer of the last decoder layer's kind (full attention), and the
+    shared output head with its own cross-entropy. With pp > 1 the last stage also holds a copy of
+    the word embedding (Megatron builds ``embedding`` where ``mtp_process``; the output head is the
+    main model's). Model FLOPs add Megatron's ``3 x 2 x (3h + 2h^2)`` for the norms and projection."""
+    gpu, prec = node.gpu, job.precision
+    T, h, t = tokens_per_gpu(job, c), model.hidden_size, c.tp
+    sp_div = t if c.sp else 1
+    last = model.num_layers - 1
+    layer = _decoder(model, job, c, node, moe=model.is_moe_layer(last), span=float(job.seq_length))
+    head = _output(model, job, c, node)
+    emb = _embedding(model, job, c, node)
+    proj = gemm_s(T, h / t, 2 * h, gpu, prec)
+    norms = memory_bound_s(3 * 2 * T * h * ACT_BYTES / sp_div, gpu)
+    module = LayerCost(
+        params_sharded=2 * h * h / t,
+        params_replicated=3 * _norm_params(model),
+        model_flop=3 * 2 * T * (3 * h + 2 * h * h) / t,
+        forward_s=proj + norms,
+        backward_input_s=proj + 2 * norms,
+        backward_weight_s=proj,
+        forward_comm_s=_tp_collectives_s(T * h * ACT_BYTES, c, node, 1) / 2,
+        backward_comm_s=_tp_collectives_s(T * h * ACT_BYTES, c, node, 1) / 2,
+        activation_bytes=(2 * T * h / sp_div + 2 * T * h / sp_div) * ACT_BYTES,
+        checkpoint_bytes=2 * T * h / sp_div * ACT_BYTES,
+        weight_grad_bytes=2 * T * h / sp_div * ACT_BYTES,
+    )
+    head_compute = LayerCost(
+        *(0.0 if f.startswith("params_") else v for f, v in zip(_FIELD_NAMES, head.astuple()))
+    )
+    lookup = LayerCost(*(0.0 if f.startswith("params_") else v for f, v in zip(_FIELD_NAMES, emb.astuple())))
+    total = (module + layer + head_compute + lookup).scaled(model.mtp_num_layers)
+    if c.pp > 1:  # the embedding copy on the last stage (shared with the first stage's)
+        total = total + LayerCost(params_sharded=model.vocab_size * h / t)
+    return total
+
+
+def layer_flop_per_token(model: ModelSpec, index: int, seq_length: int) -> float:
+    """Forward model FLOPs per token of decoder layer ``index`` (GEMMs and attention products,
+    non-causal convention; Narayanan et al. 2021 eq. 3, Megatron ``num_floating_point_operations``).
+
+    Attention: MHA/GQA ``2 h (q + 2 kv) + 2 q h``; MLA the projections of :meth:`ModelSpec.mla_params`
+    plus ``r_q + r_kv`` for the latent norms (Megatron's MLA branch); core ``2 x span x heads x
+    (qk width + v width)`` (= ``4 s q`` for full MHA). MLP: ``2 h f (n_in + 1)``; MoE layers the
+    router ``2 h E``, top-k routed experts and the shared experts.
+    """
+    h, a = model.hidden_size, model.num_attention_heads
+    n_in = 2 if model.gated else 1
+    if model.multi_latent_attention:
+        rq, rkv, dr = model.q_lora_rank, model.kv_lora_rank, model.qk_pos_emb_head_dim
+        dqk, dv = model.qk_head_size, model.v_head_dim
+        q_term = rq * (h + a * dqk + 1) if rq else h * a * dqk
+        flop = 2 * (q_term + rkv * (h + a * (model.qk_head_dim + dv) + 1) + h * dr + a * dv * h)
+    else:
+        q, kv = model.query_projection_size, model.kv_projection_size
+        flop = 2 * h * (q + 2 * kv) + 2 * q * h
+    flop += 2 * model.attention_span(index, seq_length) * model.core_attention_width
+    if model.is_moe_layer(index):
+        flop += 2 * h * model.num_experts
+        flop += model.moe_router_topk * 2 * h * model.moe_ffn_hidden_size * (n_in + 1)
+        flop += 2 * h * model.moe_shared_expert_intermediate_size * (n_in + 1)
+    else:
+        flop += 2 * h * model.ffn_hidden_size * (n_in + 1)
+    return flop
+
+
+def mtp_flop_per_token(model: ModelSpec, seq_length: int) -> float:
+    """Forward model FLOPs per token of the multi-token prediction modules: per module Megatron's
+    ``3h + 2h^2`` (norms, ``eh_proj``) times 2, one layer of the last layer's kind with full
+    attention, and the logits ``2 h V`` (Megatron ``num_floating_point_operations``)."""
+    if not model.mtp_num_layers:
+        return 0.0
+    h = model.hidden_size
+    last = model.num_layers - 1
+    layer = layer_flop_per_token(model, last, seq_length)
+    layer += 2 * (seq_length - model.attention_span(last, seq_length)) * model.core_attention_width
+    return model.mtp_num_layers * (2 * (3 * h + 2 * h * h) + layer + 2 * h * model.vocab_size)
+
+
+def model_flop_per_token(model: ModelSpec, seq_length: int) -> float:
+    """Forward model FLOPs per token: all decoder layers, the logits and the MTP modules."""
+    per_token = sum(layer_flop_per_token(model, i, seq_length) for i in range(model.num_layers))
+    return per_token + 2 * model.hidden_size * model.vocab_size + mtp_flop_per_token(model, seq_length)
+
+
 def model_flop_per_iteration(model: ModelSpec, job: JobSpec) -> float:
-    """Model FLOPs of one iteration (Megatron's ``num_floating_point_operations``; no recompute).
+    """Model FLOPs of one iteration (Megatron's ``num_floating_point_operations``; no recompute):
+    three times (forward, input and weight gradients) :func:`model_flop_per_token` per token.
 
     For a GPT with ffn = 4h and MHA this is ``72 B s L h^2 (1 + s/(6h) + V/(12 L h))``
     (Narayanan et al. 2021; Korthikanti et al. 2022 eq. 7).
     """
-    h, q, kv, s = model.hidden_size, model.query_projection_size, model.kv_projection_size, job.seq_length
-    n_in = 2 if model.gated else 1
-    per_token = 0.0
-    for i in range(model.num_layers):
-        per_token += 2 * h * (q + 2 * kv) + 2 * q * h + 4 * s * q
-        if model.is_moe_layer(i):
-            per_token += 2 * h * model.num_experts
-            per_token += model.moe_router_topk * 2 * h * model.moe_ffn_hidden_size * (n_in + 1)
-            per_token += 2 * h * model.moe_shared_expert_intermediate_size * (n_in + 1)
-        else:
-            per_token += 2 * h * model.ffn_hidden_size * (n_in + 1)
-    per_token += 2 * h * model.vocab_size
-    return 3 * per_token * job.tokens_per_step
+    return 3 * model_flop_per_token(model, job.seq_length) * job.tokens_per_step
 
 
 def hardware_flop_per_iteration(
@@ -353,11 +655,13 @@ def hardware_flop_per_iteration(
     """
     model_flop = model_flop_per_iteration(model, job)
     if recompute == "full":
-        logits = 3 * 2 * model.hidden_size * model.vocab_size * job.tokens_per_step
+        heads = (1 + model.mtp_num_layers) * 3 * 2 * model.hidden_size * model.vocab_size
+        logits = heads * job.tokens_per_step
         return model_flop + recomputed_fraction * (model_flop - logits) / 3
     if recompute == "selective":
-        return (
-            model_flop
-            + 4 * job.seq_length * model.query_projection_size * model.num_layers * job.tokens_per_step
+        s = job.seq_length
+        core = sum(
+            2 * model.attention_span(i, s) * model.core_attention_width for i in range(model.num_layers)
         )
+        return model_flop + core * job.tokens_per_step
     return model_flop

@@ -67,7 +67,7 @@ def static_memory(
     largest_layer_params: float = 0.0,
 ) -> StaticMemory:
     """Weights, gradients and optimizer states of one GPU holding the given parameters."""
-    d_dense = c.dp * c.cp
+    d_dense = c.shard_degree if c.optimizer_sharding == "full" else c.dp * c.cp
     d_expert = (c.tp * c.cp * c.dp) // (c.expert_tp * c.ep)
     wd, gd, od = bytes_per_param(job, c.optimizer_sharding, d_dense)
     we, ge, oe = bytes_per_param(job, c.optimizer_sharding, d_expert)

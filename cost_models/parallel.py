@@ -50,6 +50,16 @@ class ParallelConfig:
     """Pipeline schedule: 1f1b, interleaved (vpp > 1), gpipe, or zb-h1 (zero bubble)."""
     layers_per_stage: tuple[int, ...] = ()
     """Decoder layers of each virtual stage in pipeline order (length pp * vpp); empty = even split."""
+    fsdp_shard: int = 0
+    """HSDP shard degree with full sharding: parameters, gradients and optimizer states are sharded
+    over this many consecutive data-parallel ranks and replicated across ``dp * cp / fsdp_shard``
+    groups (torchtitan ``data_parallel_shard_degree`` / ``data_parallel_replicate_degree``); 0 = all
+    of ``dp * cp`` (plain FSDP)."""
+
+    @property
+    def shard_degree(self) -> int:
+        """Ranks a fully sharded parameter is split over (the HSDP shard group, or dp * cp)."""
+        return self.fsdp_shard or self.dp * self.cp
 
     @property
     def expert_tp(self) -> int:
@@ -88,6 +98,32 @@ class ParallelConfig:
     def with_(self, **changes) -> ParallelConfig:
         """A copy with some fields changed."""
         return replace(self, **changes)
+
+
+def first_last_split(num_layers: int, pp: int, first: int | None, last: int | None) -> tuple[int, ...]:
+    """Layers per pipeline stage under Megatron-LM's ``--decoder-first-pipeline-num-layers`` and
+    ``--decoder-last-pipeline-num-layers``: the given stages hold those counts, the remaining layers
+    are split evenly over the middle stages, which must divide them
+    (megatron/core/transformer/transformer_block.py ``get_num_layers_to_build``;
+    ../shared/reference/megatron-args.md)."""
+    if pp < 2:
+        raise ConfigError("first/last stage layer counts need pipeline parallelism (pp >= 2)")
+    for name, n in (("first", first), ("last", last)):
+        if n is not None and not 0 < n < num_layers:
+            raise ConfigError(f"{name} pipeline stage layers must be between 1 and {num_layers - 1}, got {n}")
+    middle_stages = pp - (first is not None) - (last is not None)
+    rest = num_layers - (first or 0) - (last or 0)
+    if middle_stages == 0:
+        if rest:
+            raise ConfigError(f"first + last stage layers must equal num_layers ({num_layers}) when pp = 2")
+        return (first, last)  # type: ignore[return-value]
+    if rest <= 0 or rest % middle_stages:
+        raise ConfigError(
+            f"the {rest} layers left after the first/last stages do not split evenly over "
+            f"{middle_stages} middle stages"
+        )
+    middle = (rest // middle_stages,) * middle_stages
+    return ((first,) if first is not None else ()) + middle + ((last,) if last is not None else ())
 
 
 def resolve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig) -> ParallelConfig:
@@ -177,16 +213,22 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
             out.append(f"ep = {c.ep} needs an MoE model (num_experts > 0)")
         elif model.num_experts % c.ep:
             out.append(f"num_experts ({model.num_experts}) is not divisible by ep ({c.ep})")
-        if (c.tp * c.cp * c.dp) % (c.expert_tp * c.ep):
-            out.append(
-                f"tp*cp*dp = {c.tp * c.cp * c.dp} is not divisible by expert tp x ep = {c.expert_tp} x {c.ep}"
-            )
+    if c.expert_tp < 1:
+        out.append(f"etp (expert tp) must be >= 1, got {c.expert_tp}")
+    elif (c.tp * c.cp * c.dp) % (c.expert_tp * c.ep):
+        # Also with ep == 1: an explicit etp must tile the dense ranks (else the expert
+        # data-parallel group has no member).
+        out.append(
+            f"tp*cp*dp = {c.tp * c.cp * c.dp} is not divisible by expert tp x ep = {c.expert_tp} x {c.ep}"
+        )
     if model.is_moe and model.moe_ffn_hidden_size % c.expert_tp:
         out.append(
             f"moe_ffn_hidden_size ({model.moe_ffn_hidden_size}) is not divisible by expert tp ({c.expert_tp})"
         )
     if c.recompute != "full" and c.recompute_num_layers:
         out.append("recompute_num_layers needs full recompute")
+    if c.fsdp_shard and (c.optimizer_sharding != "full" or (c.dp * c.cp) % c.fsdp_shard):
+        out.append(f"fsdp_shard ({c.fsdp_shard}) needs full sharding and must divide dp*cp ({c.dp * c.cp})")
     if c.optimizer_sharding == "full" and c.pp > 1:
         out.append(
             "full sharding (FSDP) is not supported with pipeline parallelism (Megatron: FSDP needs pp == 1)"
@@ -224,6 +266,8 @@ def group(config: ParallelConfig, dim: str) -> Group:
         "pp": Group(c.tp * c.cp * c.dp, c.pp),
         "ep": Group(c.expert_tp, c.ep),
         "edp": Group(c.expert_tp * c.ep, (c.tp * c.cp * c.dp) // (c.expert_tp * c.ep)),
+        "shard": Group(c.tp, c.shard_degree),
+        "replicate": Group(c.tp * c.shard_degree, max(1, c.cp * c.dp // c.shard_degree)),
     }
     return table[dim]
 

@@ -144,8 +144,9 @@ class Timeline:
         return float(np.sum(self.end_s[stage] - self.start_s[stage]))
 
     def idle_s(self, stage: int, horizon_s: float | None = None) -> float:
-        """Idle time of ``stage`` within ``[0, horizon]`` (default: the makespan)."""
-        return (self.makespan_s if horizon_s is None else horizon_s) - self.busy_s(stage)
+        """Idle time of ``stage`` within ``[0, horizon]`` (default: the makespan); never negative
+        (a fully busy stage's difference is float round-off such as -5.7e-14)."""
+        return max(0.0, (self.makespan_s if horizon_s is None else horizon_s) - self.busy_s(stage))
 
     def bubble_fraction(self) -> float:
         """Idle over total stage-time: sum of idle / (stages x makespan)."""

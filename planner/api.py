@@ -6,6 +6,7 @@ JSON-ready, with stable key order, and echoes its resolved inputs (STYLE lesson 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from cost_models.estimate import Estimate, estimate
@@ -29,6 +30,9 @@ class Problem:
     job: JobSpec
     stage_graph: StageGraph | None = None
     """For a graph-model plan: the stage graph the estimate is for."""
+    profile: object | None = None
+    """The calibrated profile (:class:`planner.calibrate.profile.Profile`) applied to the cluster,
+    recorded in plan files (``--profile``; see docs/calibrate.md)."""
 
 
 def load_problem(
@@ -38,74 +42,119 @@ def load_problem(
     global_batch_size: int,
     seq_length: int,
     precision: str = "bf16",
+    profile: str | None = None,
+    tp_comm_overlap: bool = False,
 ) -> Problem:
-    """Load a model (preset, YAML or HF config.json), a cluster (template + nodes, or file) and a job."""
+    """Load a model (preset, YAML or HF config.json), a cluster (template + nodes, or file) and a job;
+    ``profile``: a calibrated profile file applied to the cluster; ``tp_comm_overlap``:
+    :attr:`JobSpec.tp_comm_overlap`."""
+    from planner.calibrate.profile import apply_profile, read_profile
     from planner.graph_model import is_graph_model, load_graph_model
+    from planner.validation import require_precision
 
-    return Problem(
+    prof = read_profile(profile) if profile is not None else None
+    problem = Problem(
         model=load_graph_model(model) if is_graph_model(model) else load_model(model),
-        cluster=load_cluster(cluster, nodes),
-        job=make_job(global_batch_size=global_batch_size, seq_length=seq_length, precision=precision),
+        cluster=apply_profile(load_cluster(cluster, nodes), prof),
+        job=make_job(
+            global_batch_size=global_batch_size,
+            seq_length=seq_length,
+            precision=precision,
+            tp_comm_overlap=tp_comm_overlap,
+        ),
+        profile=prof,
     )
+    require_precision(problem.cluster, problem.job, "--precision")
+    return problem
 
 
-def run_search(problem: Problem, restrictions, top_k: int = 5, progress=None):
-    """The search (see :mod:`planner.search`); raises InfeasibleError when nothing fits."""
+def run_search(problem: Problem, restrictions, top_k: int = 5, progress=None, collect: bool = False):
+    """The search (see :mod:`planner.search.chain`); raises InfeasibleError when nothing fits.
+    ``collect`` keeps every candidate (``result.candidates``)."""
     from planner.errors import InfeasibleError
-    from planner.search import search
+    from planner.search.chain import search
 
-    result = search(problem.model, problem.cluster, problem.job, restrictions, top_k, progress)
+    result = search(
+        problem.model, problem.cluster, problem.job, restrictions, top_k, progress, collect=collect
+    )
     if not result.plans:
         raise InfeasibleError(result.infeasible_reason)
     return result
 
 
-def plan_summary(problem: Problem, ranked) -> dict:
-    """One ranked plan as the flat JSON of ``planner search``."""
-    from planner.search import time_components
-
-    est = ranked.estimate
-    c = est.config
-    worst = est.worst_stage
-    out = config_dict(c, problem.model, problem.job)
-    out.update(
-        step_time_s=est.step_time_s,
-        tokens_per_s=est.tokens_per_s,
-        tokens_per_s_per_gpu=est.tokens_per_s_per_gpu,
-        mfu=est.mfu,
-        hfu=est.hfu,
-        bubble_fraction=est.bubble_fraction,
-        peak_memory_bytes=est.peak_memory_bytes,
-        headroom_bytes=worst.memory.headroom_bytes,
-        memory_per_stage_bytes=[s.memory.peak_bytes for s in est.stages],
-        stage_gpus=[s.gpu for s in est.stages],
-        time_breakdown_s=dict(time_components(est)),
-    )
+def plan_summary(problem: Problem, ranked, target=None) -> dict:
+    """One ranked plan as the JSON of ``planner search``: its configuration, then
+    :func:`predictions_dict` (the same fields as ``planner estimate --json`` and plan files), with
+    the time, cost and energy to train when ``target`` (:class:`planner.costing.TrainingTarget`)
+    is given, and its equivalent variants under ``alternatives``."""
+    out = config_dict(ranked.estimate.config, problem.model, problem.job)
     if ranked.stage_groups:
         out["stage_groups"] = list(ranked.stage_groups)
+    out.update(predictions_dict(ranked.estimate, training_dict(ranked, target)))
+    out["plausibility"] = plausibility_dict(problem, ranked.estimate)
+    out["alternatives"] = [
+        {
+            **config_dict(a.estimate.config, problem.model, problem.job),
+            **rounded(
+                {
+                    "step_time_s": a.estimate.step_time_s,
+                    "tokens_per_s_per_gpu": a.estimate.tokens_per_s_per_gpu,
+                    "peak_memory_bytes": a.estimate.peak_memory_bytes,
+                }
+            ),
+        }
+        for a in ranked.alternatives
+    ]
     return out
 
 
-def plan_inputs(problem: Problem, ranked):
+def training_dict(ranked, target) -> dict | None:
+    """``days_to_train``, ``gpu_hours``, ``cost_usd``, ``energy_kwh`` of a ranked plan (``None``
+    without a target)."""
+    from planner.costing import training_cost
+
+    if target is None:
+        return None
+    return training_cost(ranked.estimate.tokens_per_s, ranked.cluster, target).as_dict()
+
+
+def plan_inputs(problem: Problem, ranked, framework: str = "any", memory_headroom_bytes: float = 0.0):
+    """The inputs of a plan file for one ranked plan searched for ``framework`` keeping
+    ``memory_headroom_bytes`` free per GPU."""
     from planner.plan import PlanInputs
 
-    return PlanInputs(problem.model, ranked.cluster, problem.job, ranked.estimate.config, ranked.stage_groups)
+    return PlanInputs(
+        problem.model,
+        ranked.cluster,
+        problem.job,
+        ranked.estimate.config,
+        ranked.stage_groups,
+        framework,
+        memory_headroom_bytes,
+        problem.profile,
+    )
 
 
-def estimate_plan_file(path: str):
-    """Re-estimate a plan file (chain or graph plan): (Problem, Estimate)."""
+def estimate_plan_file(path: str, profile: str | None = None):
+    """Re-estimate a plan file (chain or graph plan): (Problem, Estimate). A chain plan re-applies
+    the profile it records; ``profile`` (a profile file) replaces it."""
+    from planner.calibrate.profile import apply_profile, read_profile
     from planner.graph_plan import is_graph_plan, read_graph_plan
     from planner.plan import read_plan
 
+    prof = read_profile(profile) if profile is not None else None
     if is_graph_plan(path):
         from cost_models.graph_costs import estimate_graph
 
         g = read_graph_plan(path)
-        return Problem(g.model, g.cluster, g.job, g.stage_graph), estimate_graph(
-            g.model, g.cluster, g.job, g.config, g.stage_graph
+        cluster = apply_profile(g.cluster, prof)
+        return Problem(g.model, cluster, g.job, g.stage_graph, prof), estimate_graph(
+            g.model, cluster, g.job, g.config, g.stage_graph
         )
     inputs = read_plan(path)
-    problem = Problem(inputs.model, inputs.cluster, inputs.job)
+    problem = Problem(
+        inputs.model, apply_profile(inputs.cluster, prof), inputs.job, None, prof or inputs.profile
+    )
     return problem, estimate_config(problem, inputs.config)
 
 
@@ -163,6 +212,9 @@ def model_dict(m: ModelSpec | GraphModelSpec) -> dict:
             moe_layer_freq=m.moe_layer_freq,
             params_active=m.params_active,
         )
+    from planner.plan import optional_model_fields
+
+    out.update(optional_model_fields(m))  # MLA, layer pattern, local attention, sinks, MTP when set
     return out
 
 
@@ -221,6 +273,7 @@ def job_dict(j: JobSpec) -> dict:
         "master_dtype": j.master_dtype,
         "overlap_grad_reduce": j.overlap_grad_reduce,
         "overlap_param_gather": j.overlap_param_gather,
+        "tp_comm_overlap": j.tp_comm_overlap,
     }
 
 
@@ -242,11 +295,44 @@ def config_dict(c: ParallelConfig, model: ModelSpec | GraphModelSpec, job: JobSp
         "optimizer_sharding": c.optimizer_sharding,
         "schedule": c.schedule,
         "layers_per_stage": list(c.stage_layers(model)) if isinstance(model, ModelSpec) else [],
+        **({"fsdp_shard": c.fsdp_shard} if c.fsdp_shard else {}),
     }
 
 
-def estimate_dict(problem: Problem, est: Estimate) -> dict:
-    """The full JSON of ``planner estimate``."""
+TIME_KEYS = {
+    "compute": "compute_s",
+    "recompute": "recompute_s",
+    "tensor/context/expert-parallel communication": "tp_cp_ep_comm_s",
+    "exposed FSDP / ZeRO-2 communication": "fsdp_exposed_s",
+    "pipeline bubble": "bubble_s",
+    "exposed data-parallel communication": "dp_exposed_s",
+    "optimizer step": "optimizer_s",
+    "exposed parameter gather": "param_gather_exposed_s",
+}
+"""JSON key of each term of :meth:`Estimate.time_breakdown` (the terms sum to ``step_time_s``)."""
+
+
+SIGNIFICANT_DIGITS = 4
+
+
+def rounded(data, digits: int = SIGNIFICANT_DIGITS):
+    """``data`` with every float rounded to ``digits`` significant digits (ints, booleans and
+    strings unchanged): the one rounding of predictions in plan files and ``--json``. Inputs
+    (model, cluster, job) are never rounded, so a plan file reads back to the same problem."""
+    if isinstance(data, float):
+        return float(f"{data:.{digits}g}") if math.isfinite(data) else data
+    if isinstance(data, dict):
+        return {k: rounded(v, digits) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [rounded(v, digits) for v in data]
+    return data
+
+
+def predictions_dict(est: Estimate, training: dict | None = None) -> dict:
+    """The predictions of one plan, rounded: the same fields (and the same function) for
+    ``planner estimate --json``, each plan of ``planner search --json`` and a plan file's
+    ``predictions`` section. ``training`` (:meth:`planner.costing.TrainingCost.as_dict`) adds
+    ``days_to_train``, ``gpu_hours``, ``cost_usd`` and ``energy_kwh``."""
     worst = est.worst_stage
     per_stage_mem = [
         {
@@ -268,7 +354,6 @@ def estimate_dict(problem: Problem, est: Estimate) -> dict:
         for s in est.stages
     ]
     slow = max(est.stages, key=lambda s: (s.busy_s, -s.stage))
-    m = est.num_microbatches
     per_stage_time = [
         {
             "stage": s.stage,
@@ -286,6 +371,38 @@ def estimate_dict(problem: Problem, est: Estimate) -> dict:
         for s in est.stages
     ]
     out = {
+        "step_time_s": est.step_time_s,
+        "tokens_per_s": est.tokens_per_s,
+        "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
+        "mfu": est.mfu,
+        "hfu": est.hfu,
+        "bubble_fraction": est.bubble_fraction,
+        "peak_memory_bytes": est.peak_memory_bytes,
+        "headroom_bytes": worst.memory.headroom_bytes,
+        "fits": est.fits,
+    }
+    if training:
+        out.update(training)
+    out["memory"] = {
+        "worst_stage": worst.stage,
+        "shortfall_bytes": max(0.0, -worst.memory.headroom_bytes),
+        "per_stage": per_stage_mem,
+    }
+    out["time"] = {
+        "step_time_s": est.step_time_s,
+        "pipeline_s": est.pipeline_time_s,
+        "slowest_stage": slow.stage,
+        "critical_stage": max(est.stages, key=lambda s: (s.end_s + s.reduce_exposed_s, -s.stage)).stage,
+        **{TIME_KEYS[name]: seconds for name, seconds in est.time_breakdown()},
+        "per_stage": per_stage_time,
+    }
+    return rounded(out)
+
+
+def estimate_dict(problem: Problem, est: Estimate, training: dict | None = None) -> dict:
+    """The full JSON of ``planner estimate``: the resolved inputs, the configuration and
+    :func:`predictions_dict`."""
+    out = {
         "schema_version": SCHEMA_VERSION,
         "planner_version": __version__,
         "model": model_dict(problem.model),
@@ -294,35 +411,27 @@ def estimate_dict(problem: Problem, est: Estimate) -> dict:
         "config": config_dict(est.config, problem.model, problem.job)
         if problem.stage_graph is None
         else graph_config_dict(est.config, problem.job),
-        "step_time_s": est.step_time_s,
-        "tokens_per_s": est.tokens_per_s,
-        "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
-        "mfu": est.mfu,
-        "hfu": est.hfu,
-        "bubble_fraction": est.bubble_fraction,
-        "peak_memory_bytes": est.peak_memory_bytes,
-        "fits": est.fits,
-        "memory": {
-            "worst_stage": worst.stage,
-            "shortfall_bytes": max(0.0, -worst.memory.headroom_bytes),
-            "per_stage": per_stage_mem,
-        },
-        "time": {
-            "step_time_s": est.step_time_s,
-            "pipeline_s": est.pipeline_time_s,
-            "slowest_stage": slow.stage,
-            "compute_s": (slow.forward_s + slow.backward_s - slow.recompute_s - slow.tp_cp_ep_comm_s) * m,
-            "recompute_s": slow.recompute_s * m,
-            "tp_cp_ep_comm_s": slow.tp_cp_ep_comm_s * m,
-            "bubble_s": slow.idle_s,
-            "dp_exposed_s": max(s.dp_exposed_s for s in est.stages),
-            "optimizer_s": max(s.optimizer_s for s in est.stages),
-            "per_stage": per_stage_time,
-        },
+        **predictions_dict(est, training),
+        "plausibility": plausibility_dict(problem, est),
     }
     if problem.stage_graph is not None:
-        out["stage_graph"] = stage_graph_dict(problem.model, problem.stage_graph, est)
+        out["stage_graph"] = rounded(stage_graph_dict(problem.model, problem.stage_graph, est))
     return out
+
+
+def plausibility_dict(problem: Problem, est: Estimate, framework: str = "any") -> dict:
+    """The best published MFU of the estimate's class and whether the prediction exceeds it
+    (:mod:`planner.plausibility`)."""
+    from planner.plausibility import plausibility
+
+    is_moe = bool(getattr(problem.model, "is_moe", False))
+    p = plausibility(est.stages[0].gpu, problem.job.precision, is_moe, est.mfu, framework)
+    return {
+        "class": p.run_class,
+        "best_published_mfu": p.best_published_mfu,
+        "best_published_run": p.best_run_id,
+        "above_best_published": p.above_best_published,
+    }
 
 
 # ------------------------------------------------------------------------------------------------
@@ -426,7 +535,7 @@ def graph_plan_summary(problem: Problem, plan) -> dict:
         headroom_bytes=est.worst_stage.memory.headroom_bytes,
         stage_graph=stage_graph_dict(problem.model, plan.stage_graph, est),
     )
-    return out
+    return rounded(out)
 
 
 def graph_explain(result) -> list[dict]:
@@ -453,7 +562,7 @@ def graph_explain(result) -> list[dict]:
 
 def graph_search_dict(problem: Problem, result) -> dict:
     """The JSON of ``planner search`` on a graph model."""
-    from planner.graph_search import describe
+    from planner.search.graph import describe
 
     seq = result.sequential
     return {

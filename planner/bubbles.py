@@ -245,6 +245,8 @@ class Fill:
     bubble_time_used_fraction: float
     slowdown_bound: float
     """Worst-case main-job slowdown if window durations are off by ``duration_error``."""
+    reason: str = ""
+    """Why no unit fits (empty when some do): the window, time or memory that limits it."""
 
 
 def fit_fill_job(b: Budget, job: FillJob, max_slowdown: float = 0.02) -> Fill:
@@ -297,6 +299,51 @@ def fit_fill_job(b: Budget, job: FillJob, max_slowdown: float = 0.02) -> Fill:
         fill_throughput_units_per_s=units / b.iteration_time_s if b.iteration_time_s else 0.0,
         bubble_time_used_fraction=used / idle if idle else 0.0,
         slowdown_bound=bound(),
+        reason="" if units else no_fit_reason(b, job, max_slowdown),
+    )
+
+
+def no_fit_reason(b: Budget, job: FillJob, max_slowdown: float) -> str:
+    """Why :func:`fit_fill_job` places no unit of ``job`` in ``b``: the test each window fails
+    (usable time for ``min_units`` units, free memory for the footprint plus one unit), naming the
+    longest usable window and the most free memory in any window, or the slowdown bound."""
+    windows = [(w, st) for st in b.stages for w in st.windows]
+    if not windows:
+        return "the plan has no idle window"
+    need_s = job.min_units * job.unit_time_s
+    need_b = job.footprint_bytes + job.unit_memory_bytes
+    longest, lst = max(windows, key=lambda x: (x[0].usable_s, -x[1].stage, -x[0].start_s))
+    roomiest, rst = max(windows, key=lambda x: (x[0].free_memory_bytes, -x[1].stage, -x[0].start_s))
+    long_enough = [(w, st) for w, st in windows if w.usable_s + 1e-9 * job.unit_time_s >= need_s]
+    roomy = [(w, st) for w, st in windows if w.free_memory_bytes >= need_b]
+    unit = f"{job.min_units} unit{'s' if job.min_units > 1 else ''} ({need_s:.3g} s)"
+    time_msg = (
+        f"the longest usable window is {longest.usable_s:.3g} s (stage {lst.stage}, {longest.kind} at "
+        f"{longest.start_s:.3g} s, {longest.duration_s:.3g} s long before the {b.assumptions.safety_margin:.0%} "
+        f"margin and {b.assumptions.switch_overhead_s * 1e3:.3g} ms switch), shorter than {unit}"
+    )
+    mem_msg = (
+        f"the most free memory in any window is {roomiest.free_memory_bytes / GIB:.1f} GiB (stage {rst.stage}, "
+        f"{roomiest.kind}), less than the {need_b / GIB:.1f} GiB the job needs (footprint "
+        f"{job.footprint_bytes / GIB:.1f} + one unit {job.unit_memory_bytes / GIB:.1f})"
+    )
+    if not long_enough and not roomy:
+        return f"{time_msg}; and {mem_msg}"
+    if not long_enough:
+        return time_msg
+    if not roomy:
+        return mem_msg
+    both = [(w, st) for w, st in long_enough if w.free_memory_bytes >= need_b]
+    if not both:
+        w, st = max(long_enough, key=lambda x: (x[0].free_memory_bytes, -x[1].stage, -x[0].start_s))
+        return (
+            f"no window has both the time and the memory: the {len(long_enough)} windows long enough for "
+            f"{unit} have at most {w.free_memory_bytes / GIB:.1f} GiB free (stage {st.stage}, {w.kind}), "
+            f"the job needs {need_b / GIB:.1f} GiB"
+        )
+    return (
+        f"the main-job slowdown bound ({max_slowdown:.2%}, assuming window durations off by "
+        f"{b.assumptions.duration_error:.0%}) removed every unit; raise --max-slowdown"
     )
 
 
@@ -347,6 +394,33 @@ def budget_dict(b: Budget) -> dict:
     }
 
 
+def budget_summary_dict(b: Budget) -> dict:
+    """The compact budget of a plan file: per stage, how many windows, how much idle and usable
+    time, the largest window and the least free memory in any window (GiB); the assumptions and
+    aggregate as in :func:`budget_dict`. ``planner bubbles --plan FILE`` lists every window."""
+    full = budget_dict(b)
+    return {
+        "iteration_time_s": full["iteration_time_s"],
+        "schedule": full["schedule"],
+        "model_source": full["model_source"],
+        "per_stage": [
+            {
+                "stage": s.stage,
+                "gpu": s.gpu,
+                "devices_per_stage": s.devices_per_stage,
+                "windows": len(s.windows),
+                "idle_s": s.idle_s,
+                "usable_s": s.usable_s,
+                "largest_window_s": max((w.duration_s for w in s.windows), default=0.0),
+                "min_free_memory_gib": min((w.free_memory_bytes for w in s.windows), default=0.0) / GIB,
+            }
+            for s in b.stages
+        ],
+        "aggregate": full["aggregate"],
+        "assumptions": full["assumptions"],
+    }
+
+
 def fill_dict(f: Fill) -> dict:
     """JSON-ready fill result."""
     return {
@@ -356,4 +430,5 @@ def fill_dict(f: Fill) -> dict:
         "bubble_time_used_fraction": f.bubble_time_used_fraction,
         "slowdown_bound": f.slowdown_bound,
         "units_per_window": [list(row) for row in f.units_per_window],
+        "reason": f.reason,
     }

@@ -5,11 +5,13 @@ The data file is a copy of ../shared/calibration/published_runs.yaml (each run c
 citation). Sources count FLOPs differently, so the measured figure compared is tokens/s per GPU,
 derived in this order: the source's tokens/s; else global batch x sequence / (step time x GPUs);
 else the source's TFLOP/s divided by the FLOPs per token *by the source's own counting* (Narayanan
-et al. 2021 eq. 3 with recompute; BigScience's 8 x params; Megatron-LM's model-FLOP counter).
+et al. 2021 eq. 3 with recompute; Korthikanti et al. 2022 eq. 7; BigScience's 8 x params; Megatron-LM's
+model-FLOP counter).
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,7 +22,9 @@ from cost_models.estimate import Estimate, estimate
 from cost_models.layers import model_flop_per_iteration
 from cost_models.parallel import ParallelConfig, resolve
 from planner.errors import PlannerError
-from planner.loading import load_cluster, load_gpu, make_job
+from planner.loading import load_cluster, load_gpu, load_template, make_job
+from planner.software import apply as apply_software
+from planner.software import efficiency_family, software_class
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 DEFAULT_RUNS = Path(__file__).resolve().parent.parent / "tests" / "data" / "published_runs.yaml"
@@ -67,19 +71,94 @@ class Case:
     measured_from: str = ""
     assumptions: tuple[str, ...] = ()
     skip_reason: str = ""
+    source: str = ""
+    """The publication or page the run comes from (leave-one-source-out folds)."""
+    group: str = ""
+    """Layout group: runs of one model, cluster and batch differing only in layout ('' = none)."""
+    software: str = ""
+    """Software release class (planner.software.software_class; '' = the GPU's base values)."""
+
+
+def source_of(run: dict) -> str:
+    """A run's source: its citation's title up to the first comma or parenthesis (one paper, one
+    framework page, one repository document)."""
+    title = str((run.get("source") or {}).get("title") or run["id"])
+    for sep in (",", " ("):
+        title = title.split(sep)[0]
+    return title.strip()
+
+
+TEMPLATES = (
+    # (substring of the run's GPU name, node template, GPU type when the template's differs)
+    ("gb300", "gb300-nvl72", None),
+    ("gb200", "gb200-nvl72", None),
+    ("b300", "dgx-b300", None),
+    ("b200", "dgx-b200", None),
+    ("h200", "dgx-h200", None),
+    ("mi355x", "mi355x-node", None),
+    ("mi300x", "mi300x-node", None),
+)
+"""Node template of each GPU a published run names (A100 and H100 are handled by memory size)."""
+
+
+SEQUENTIAL_REDUCTION_SOURCES = ("Narayanan et al. 2021", "Korthikanti et al. 2022", "DLPerf Megatron-LM")
+"""Megatron-LM as of Narayanan et al. 2021 and Korthikanti et al. 2022 all-reduced gradients after
+the pipeline flush (Narayanan et al. 2021 Sec. 2.2 and 3.3: the data-parallel all-reduce follows
+the last backward); overlap with backward (``--overlap-grad-reduce``) came with Megatron-Core's
+distributed optimizer buckets in 2023. DLPerf's Megatron-LM runs (commit 8aa4619, January 2021)
+use that release's default ``--DDP-impl local``, whose all-reduce follows the backward pass."""
+
+
+def _overlapped_reduction(run: dict) -> bool:
+    """Whether a run's data-parallel gradient reduction overlapped backward: not with DeepSpeed's
+    pipeline engine (``TrainSchedule`` issues ``ReduceGrads`` after every micro-batch's backward,
+    deepspeed/runtime/pipe/schedule.py; BLOOM, Megatron-DeepSpeed), nor with the Megatron-LM of
+    :data:`SEQUENTIAL_REDUCTION_SOURCES`."""
+    par = run.get("parallel") or {}
+    if par.get("framework") == "deepspeed" or str(run["id"]).startswith("bloom176b"):
+        return False
+    return not source_of(run).startswith(SEQUENTIAL_REDUCTION_SOURCES)
 
 
 def _family(gpu: str) -> str:
     g = gpu.lower()
-    for fam in ("a100", "h100", "h200", "b200", "mi300x"):
+    for fam in ("a100", "h100", "h200", "gb300", "gb200", "b300", "b200", "mi355x", "mi300x"):
         if fam in g:
             return fam
     return g
 
 
+OPA_LINK_BYTES_PER_S = 100e9 / 8
+"""One Intel Omni-Path (OPA 100) port: 100 Gb/s (Intel Omni-Path Host Fabric Interface 100 series
+product brief, 2016)."""
+
+
+def _omni_path(cluster: ClusterSpec, hw: dict, notes: list[str]) -> ClusterSpec:
+    """Jean Zay's A100 nodes (BLOOM's cluster) reach each other over "4 OmniPath links" per node
+    (bigscience/bloom model card, "Compute infrastructure"), not a DGX's one 200 Gb/s HDR port per
+    GPU: the inter-node bandwidth per GPU is links x 100 Gb/s / GPUs per node."""
+    found = re.search(r"(\d+) OPA links per node", str(hw.get("inter_node_interconnect") or ""))
+    if not found:
+        return cluster
+    group = cluster.groups[0]
+    per_gpu = int(found.group(1)) * OPA_LINK_BYTES_PER_S / group.gpus_per_node
+    notes.append(f"inter-node {per_gpu / 1e9:.2f} GB/s per GPU ({found.group(0)})")
+    return replace(cluster, groups=(replace(group, inter_node_bandwidth_bytes_per_s=per_gpu),))
+
+
 def _cluster(hw: dict, total: int, notes: list[str]) -> ClusterSpec:
-    gpu = hw["gpu"].lower()
+    return _omni_path(_node_template_cluster(hw, total, notes), hw, notes)
+
+
+def _node_template_cluster(hw: dict, total: int, notes: list[str]) -> ClusterSpec:
+    gpu = hw["gpu"].lower().replace(" ", "").replace("-", "")
     mem_gb = hw.get("gpu_memory_gb") or 80
+    for key, template, _ in TEMPLATES:
+        if key in gpu:
+            per_node = load_template(template)["node"]["gpus_per_node"]
+            if total % per_node:
+                raise PlannerError(f"{total} GPUs is not a whole number of {per_node}-GPU {template} nodes")
+            return load_cluster(template, total // per_node)
     nodes = max(1, total // 8)
     if total % 8:
         raise PlannerError(f"{total} GPUs is not a whole number of 8-GPU nodes")
@@ -92,7 +171,38 @@ def _cluster(hw: dict, total: int, notes: list[str]) -> ClusterSpec:
             group = replace(cluster.groups[0], gpu=load_gpu("h100-sxm5-96gb"))
             cluster = replace(cluster, groups=(group,))
         return cluster
+    if "v100" in gpu:
+        return _v100_cluster(nodes, mem_gb, notes)
     raise PlannerError(f"no node template for GPU {hw['gpu']!r}")
+
+
+V100_NVLINK_BYTES_PER_S = 150e9
+"""V100-SXM2 NVLink2, per direction per GPU: 300 GB/s total (six links) in NVIDIA's V100 Tensor Core
+GPU datasheet (2020), i.e. 150 GB/s each way (the catalogue's intra-node figures are per direction)."""
+
+EDR_PORT_BYTES_PER_S = 100e9 / 8
+"""One 100 Gb/s 4X EDR InfiniBand port (Mellanox MT27700 / ConnectX-4), the one HCA per node of
+Oneflow-Inc/DLPerf's V100 servers (its Megatron-LM/README.md: 'InfiniBand 100 Gb/sec (4X EDR)',
+one mlx5_0 in `nvidia-smi topo -m`)."""
+
+
+def _v100_cluster(nodes: int, mem_gb: float, notes: list[str]) -> ClusterSpec:
+    """8x V100-SXM2 servers (DGX-1-style hybrid cube-mesh NVLink, one EDR port per node): the
+    dgx-a100 template's latencies and efficiencies with the V100 GPU type (16 GB variant where the
+    run says so) and the links above; the cube mesh is priced as its per-GPU NVLink total."""
+    cluster = load_cluster("dgx-a100", nodes)
+    gpu = load_gpu("v100-sxm2-32gb")
+    if mem_gb == 16:
+        gpu = replace(gpu, name="v100-sxm2-16gb", memory_bytes=16 * 2**30)
+        notes.append("V100-SXM2 16GB variant (v100-sxm2-32gb with 16 GiB)")
+    group = replace(
+        cluster.groups[0],
+        gpu=gpu,
+        intra_node_bandwidth_bytes_per_s=V100_NVLINK_BYTES_PER_S,
+        inter_node_bandwidth_bytes_per_s=EDR_PORT_BYTES_PER_S / 8,
+    )
+    notes.append("V100 node: NVLink2 150 GB/s per direction, one 100 Gb/s EDR port per 8 GPUs")
+    return replace(cluster, groups=(group,))
 
 
 def _model(run_id: str, mb: dict, notes: list[str]) -> ModelSpec:
@@ -120,7 +230,10 @@ def _model(run_id: str, mb: dict, notes: list[str]) -> ModelSpec:
         ffn_hidden_size=ffn,
         num_attention_heads=heads,
         num_query_groups=mb.get("num_query_groups") or heads,
-        kv_channels=h // heads,
+        **{
+            "kv_channels": h // heads,
+            **_attention_fields(str(moe.get("attention") or ""), mb["num_layers"], moe, notes),
+        },
         vocab_size=vocab,
         max_position_embeddings=mb.get("seq_length") or 8192,
         activation=act,
@@ -128,10 +241,62 @@ def _model(run_id: str, mb: dict, notes: list[str]) -> ModelSpec:
         position_embedding_type="rope" if llama_like or act == "squared_relu" else "learned_absolute",
         untie_embeddings_and_output_weights=llama_like or act == "squared_relu",
         add_bias_linear=not (llama_like or act == "squared_relu"),
-        num_experts=moe.get("num_experts", 0) if moe else 0,
-        moe_router_topk=moe.get("topk", 0) if moe else 0,
-        moe_ffn_hidden_size=moe.get("moe_ffn_hidden_size", 0) if moe else 0,
+        num_experts=_first(moe, "num_experts", "experts") or 0,
+        moe_router_topk=_first(moe, "topk", "top_k", "router_topk", "moe_router_topk") or 0,
+        moe_ffn_hidden_size=_first(moe, "moe_ffn_hidden_size", "expert_ffn_hidden_size", "ffn_hidden_size")
+        or 0,
+        moe_shared_expert_intermediate_size=_first(
+            moe,
+            "moe_shared_expert_intermediate_size",
+            "shared_expert_intermediate_size",
+            "shared_ffn_hidden_size",
+        )
+        or 0,
     )
+
+
+MLA_DEEPSEEK_V3 = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope": 128, "qk_rope": 64, "v_head": 128}
+"""DeepSeek-V3's MLA dimensions (arXiv:2412.19437 Sec. 4.2; its config.json), which Kimi K2 keeps
+(arXiv:2507.20534, its config.json): used for runs whose source says 'DeepSeek-V3 style'."""
+
+
+def _attention_fields(text: str, num_layers: int, moe: dict, notes: list[str]) -> dict:
+    """ModelSpec fields for what a run's ``model.moe.attention`` note and ``first_k_dense_layers``
+    say (the calibration file records the attention shape of models whose heads are not h / heads):
+    MLA with its ranks, an explicit head dimension, alternating sliding-window layers."""
+    out: dict = {}
+    if text.startswith("MLA"):
+        dims = {
+            k: int(v) for k, v in re.findall(r"(q_lora_rank|kv_lora_rank|qk_nope|qk_rope|v_head) (\d+)", text)
+        }
+        if not dims and "DeepSeek-V3 style" in text:
+            dims = dict(MLA_DEEPSEEK_V3)
+            notes.append("MLA dimensions of DeepSeek-V3 assumed")
+        if set(dims) != set(MLA_DEEPSEEK_V3):
+            raise PlannerError(f"MLA note without its ranks: {text!r}")
+        out.update(
+            multi_latent_attention=True,
+            q_lora_rank=dims["q_lora_rank"],
+            kv_lora_rank=dims["kv_lora_rank"],
+            qk_head_dim=dims["qk_nope"],
+            qk_pos_emb_head_dim=dims["qk_rope"],
+            v_head_dim=dims["v_head"],
+        )
+    head_dim = re.search(r"head_dim (\d+)", text)
+    if head_dim:
+        out["kv_channels"] = int(head_dim.group(1))
+    window = re.search(r"alternating full / (\d+)-token sliding-window", text)
+    if window:
+        out.update(window_size=int(window.group(1)), window_attn_skip_freq=2)
+    dense = moe.get("first_k_dense_layers")
+    if dense:
+        out["moe_layer_pattern"] = (0,) * int(dense) + (1,) * (num_layers - int(dense))
+    return out
+
+
+def _first(data: dict, *keys: str):
+    """The first of ``keys`` the mapping has a non-null value for (sources name MoE fields differently)."""
+    return next((data[k] for k in keys if data.get(k) is not None), None)
 
 
 def _measured(run: dict, model: ModelSpec, job: JobSpec, gpus: int) -> tuple[float, str]:
@@ -147,6 +312,11 @@ def _measured(run: dict, model: ModelSpec, job: JobSpec, gpus: int) -> tuple[flo
     if "eq.(3)" in counting:
         per_token = 96 * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
         return tflops * 1e12 / per_token, "TFLOP/s by Narayanan eq. 3"
+    if "eq.(7)" in counting:
+        # Korthikanti et al. 2022 eq. 7, model FLOPs per iteration 72 B L s h^2 (1 + s/6h + V/12hL),
+        # divided by the B s tokens of an iteration (no recompute counted: the source's MFU).
+        per_token = 72 * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
+        return tflops * 1e12 / per_token, "TFLOP/s by Korthikanti eq. 7"
     if "BigScience" in counting:
         per_token = 8 * run["model"]["params_b"] * 1e9
         return tflops * 1e12 / per_token, "TFLOP/s by BigScience 8 x params"
@@ -163,6 +333,11 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
     for run in data["runs"]:
         rid, hw, par = run["id"], run["hardware"], run["parallel"]
         fam = _family(hw["gpu"])
+        origin = {
+            "source": source_of(run),
+            "group": str(run.get("group") or ""),
+            "software": software_class(par.get("framework"), par.get("software")),
+        }
         notes: list[str] = []
         try:
             if par.get("tp") is None or par.get("pp") is None:
@@ -178,7 +353,23 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 if ("fp8" in prec_text or "float8" in prec_text)
                 else ("fp16" if "fp16" in prec_text and "bf16" not in prec_text else "bf16")
             )
-            job = make_job(global_batch_size=par["global_batch_size"], seq_length=seq, precision=precision)
+            # Overlapped tensor-parallel collectives where the source says so: Megatron-LM's
+            # --tp-comm-overlap, torchtitan's async TP (JobSpec.tp_comm_overlap).
+            par_notes = str(par.get("notes") or "")
+            tp_overlap = "--tp-comm-overlap" in par_notes or "with async TP" in par_notes
+            if tp_overlap:
+                notes.append("tensor-parallel communication overlapped (source notes)")
+            overlap_reduce = _overlapped_reduction(run)
+            if not overlap_reduce:
+                notes.append("gradient reduction after the last backward (not overlapped)")
+            job = make_job(
+                global_batch_size=par["global_batch_size"],
+                seq_length=seq,
+                precision=precision,
+                tp_comm_overlap=tp_overlap,
+                overlap_grad_reduce=overlap_reduce,
+                overlap_param_gather=overlap_reduce,
+            )
             cluster = _cluster(hw, hw["total_gpus"], notes)
             rec_text = str(par.get("recompute") or "none").lower()
             recompute = (
@@ -188,6 +379,12 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
             )
             if "unknown" in rec_text:
                 notes.append("full recompute assumed")
+            if "microbatch-level" in rec_text:
+                # Korthikanti et al. 2022 App. C skips checkpointing for some in-flight micro-batches;
+                # planner chooses recompute per layer, not per micro-batch.
+                notes.append(
+                    "micro-batch-level recompute priced as selective (recompute for every micro-batch)"
+                )
             tp, pp, cp = par["tp"], par["pp"], par.get("cp") or 1
             if par.get("zero_stage") == 3 or par.get("fsdp") or "ZeRO-3" in rec_text or "zero-3" in rec_text:
                 sharding = "full"
@@ -231,18 +428,39 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                     layers_per_stage=tuple(base + (1 if i < extra else 0) for i in range(n_virtual))
                 )
                 notes.append("balanced uneven layer split assumed")
-            config = resolve(model, cluster, job, config)
             measured, how = _measured(run, model, job, cluster.num_gpus)
             if not measured:
-                raise PlannerError("no throughput figure comparable in tokens/s")
+                counting = (run["measured"].get("flops_counting") or "not stated").lower()
+                raise PlannerError(f"no throughput figure comparable in tokens/s (FLOP counting {counting})")
+            config = resolve(model, cluster, job, config)
+            cluster = _with_software(cluster, origin["software"])
             out.append(
                 Case(
-                    rid, cluster.groups[0].gpu.name, model, cluster, job, config, measured, how, tuple(notes)
+                    rid,
+                    cluster.groups[0].gpu.name,
+                    model,
+                    cluster,
+                    job,
+                    config,
+                    measured,
+                    how,
+                    tuple(notes),
+                    **origin,
                 )
             )
         except PlannerError as exc:
-            out.append(Case(rid, fam, skip_reason=str(exc)))
+            out.append(Case(rid, fam, skip_reason=str(exc), **origin))
     return out
+
+
+def _with_software(cluster, name: str):
+    """The cluster with its GPU's efficiency under software profile ``name`` (planner.software)."""
+    if not name:
+        return cluster
+    gpu = cluster.groups[0].gpu
+    eff = apply_software(gpu.efficiency, name, efficiency_family(gpu.name))
+    groups = tuple(replace(g, gpu=replace(g.gpu, efficiency=eff)) for g in cluster.groups)
+    return replace(cluster, groups=groups)
 
 
 @dataclass(frozen=True)

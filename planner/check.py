@@ -13,11 +13,15 @@ from pathlib import Path
 from cost_models.estimate import estimate
 from cost_models.parallel import violations
 from planner.errors import PlannerError, SpecError
-from planner.exporters.megatron import parse_megatron
+from planner.frameworks.megatron.importer import parse_megatron
+from planner.frameworks.megatron.rules import megatron_findings
 from planner.plan import read_plan
 from planner.specs import ClusterSpec
+from planner.validation import read_text_capped
 
 FLAG_HINTS = {
+    "moe_ffn_hidden_size": ("--moe-ffn-hidden-size", "--expert-tensor-parallel-size"),
+    "exceeds max_position_embeddings": ("--max-position-embeddings", "--seq-length"),
     "global batch": ("--global-batch-size", "--micro-batch-size"),
     "num_attention_heads": ("--num-attention-heads", "--tensor-model-parallel-size"),
     "num_query_groups": ("--num-query-groups", "--tensor-model-parallel-size"),
@@ -30,6 +34,10 @@ FLAG_HINTS = {
     "num_layers": ("--num-layers", "--pipeline-model-parallel-size"),
     "seq_length": ("--seq-length", "--context-parallel-size"),
     "interleaved": ("--num-virtual-stages-per-pipeline-rank",),
+    "virtual pipeline": ("--num-virtual-stages-per-pipeline-rank", "--pipeline-model-parallel-size"),
+    "layers_per_stage": ("--pipeline-model-parallel-layout",),
+    "ep = ": ("--expert-model-parallel-size", "--num-experts"),
+    "max_position_embeddings": ("--max-position-embeddings", "--seq-length"),
     "num_experts": ("--num-experts", "--expert-model-parallel-size"),
     "expert tp": ("--expert-model-parallel-size", "--expert-tensor-parallel-size"),
     "does not fit": ("--micro-batch-size", "--recompute-granularity", "--use-distributed-optimizer"),
@@ -59,6 +67,14 @@ class Verdict:
             self.passed = False
 
 
+def first_causes(problems: list[str]) -> list[str]:
+    """The violations Megatron-LM would report: TransformerConfig checks the heads before the
+    query groups, so a query-groups complaint beside a heads/tp one is not a cause of its own."""
+    if any(p.startswith("num_attention_heads") for p in problems):
+        return [p for p in problems if not p.startswith("num_query_groups")]
+    return problems
+
+
 def _flags_for(message: str) -> tuple[str, ...]:
     for key, flags in FLAG_HINTS.items():
         if key in message:
@@ -67,14 +83,20 @@ def _flags_for(message: str) -> tuple[str, ...]:
 
 
 def check_file(
-    path: str, cluster: ClusterSpec, headroom_bytes: float = 0.0, max_slowdown: float | None = None
+    path: str,
+    cluster: ClusterSpec,
+    headroom_bytes: float = 0.0,
+    max_slowdown: float | None = None,
+    profile=None,
 ) -> Verdict:
-    """Every check on one config file."""
+    """Every check on one config file; ``profile`` (a calibrated
+    :class:`planner.calibrate.profile.Profile`, already applied to ``cluster``) is applied to a plan
+    file's own cluster too."""
     verdict = Verdict(path)
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        verdict.add(Finding("error", "read", f"cannot read: {exc.strerror}"))
+        text = read_text_capped(Path(path))  # size-capped, UTF-8 (planner.validation)
+    except SpecError as exc:
+        verdict.add(Finding("error", "read", str(exc)))
         return verdict
     lines: dict = {}
     if Path(path).suffix in (".yaml", ".yml", ".json") and (
@@ -86,20 +108,44 @@ def check_file(
         if Path(path).suffix in (".yaml", ".yml", ".json") and is_plan:
             inputs = read_plan(path)
             model, job, config = inputs.model, inputs.job, inputs.config
+            framework = inputs.framework
+            searched_headroom = inputs.memory_headroom_bytes
             if _world_mismatch(verdict, inputs.cluster, cluster):
                 return verdict
-            cluster = inputs.cluster
+            from planner.calibrate.profile import apply_profile
+
+            cluster = apply_profile(inputs.cluster, profile)
+        elif Path(path).suffix == ".toml":
+            # A torchtitan job config; findings point at the TOML line of the matching key.
+            from planner.frameworks.torchtitan.importer import KEY_HINTS, read_torchtitan
+
+            titan = read_torchtitan(path, cluster.num_gpus)
+            model, job, config = titan.model, titan.job, titan.config
+            lines = {f: titan.key_lines[k] for f, k in KEY_HINTS.items() if k in titan.key_lines}
+            framework = "torchtitan"
+            searched_headroom = 0.0
+            for note in titan.notes:
+                verdict.add(Finding("notice", "import", note))
         else:
             imported = parse_megatron(text, path, cluster.num_gpus)
             model, job, config, lines = imported.model, imported.job, imported.config, imported.flag_lines
+            framework = "megatron"
+            searched_headroom = 0.0
             for flag in imported.unknown:
                 verdict.add(
                     Finding(
                         "warning",
                         "import",
-                        f"flag {flag} is not interpreted by planner",
+                        f"flag {flag} is accepted by Megatron-LM but not interpreted by planner",
                         (flag,),
                         lines.get(flag),
+                    )
+                )
+            # What Megatron-LM's own validation rejects (planner/frameworks/megatron/rules.py).
+            for level, msg, flags in megatron_findings(imported, cluster):
+                verdict.add(
+                    Finding(
+                        level, "megatron", msg, flags, next((lines[f] for f in flags if f in lines), None)
                     )
                 )
     except PlannerError as exc:
@@ -118,7 +164,7 @@ def check_file(
         )
         return verdict
     config = config.with_(dp=cluster.num_gpus // mp)
-    problems = violations(model, cluster, job, config)
+    problems = first_causes(violations(model, cluster, job, config))
     for msg in problems:
         flags = _flags_for(msg)
         verdict.add(
@@ -132,10 +178,18 @@ def check_file(
         verdict.add(Finding("error", "estimate", str(exc)))
         return verdict
     _judge_estimate(verdict, est, headroom_bytes, lines)
+    verdict.metrics["framework"] = framework
     if max_slowdown is not None:
-        from planner.search import search
+        from planner.search.chain import search
+        from planner.search.space import Restrictions
 
-        result = search(model, cluster, job, top_k=1)
+        # The best plan the same framework can launch: a launch is never judged against plans its
+        # framework cannot run. The memory rule is the stricter of this check's and the one the
+        # plan was searched under, so a plan is never judged against one its own search refused.
+        rules = Restrictions(
+            framework=framework, memory_headroom_bytes=max(headroom_bytes, searched_headroom)
+        )
+        result = search(model, cluster, job, rules, top_k=1)
         if result.plans:
             best = result.plans[0]
             b = best.config
@@ -248,9 +302,14 @@ def _check_graph_plan(
             )
         )
     if max_slowdown is not None:
-        from planner.graph_search import search_graph
+        from planner.search.graph import search_graph
+        from planner.search.space import Restrictions
 
-        result = search_graph(inputs.model, inputs.cluster, inputs.job, top_k=1)
+        # The same memory rule as the search that wrote the plan (see check_file).
+        headroom = max(headroom_bytes, inputs.memory_headroom_bytes)
+        result = search_graph(
+            inputs.model, inputs.cluster, inputs.job, Restrictions(memory_headroom_bytes=headroom), top_k=1
+        )
         if result.plans:
             b = result.plans[0]
             _judge_slowdown(

@@ -48,6 +48,7 @@ import yaml
 from planner.errors import SpecError
 from planner.loading import Reader, _check_header, _preset_files, model_from_mapping, read_document
 from planner.specs import BLOCK_TYPES, Block, Edge, GraphModelSpec, cross_attention_params
+from planner.validation import path_exists, short_path
 
 __all__ = [
     "BLOCK_TYPES",
@@ -64,6 +65,10 @@ __all__ = [
 
 # ------------------------------------------------------------------------------------------------
 # Loading
+
+MAX_BLOCKS = 256
+"""Most blocks in one graph model. GraphPipe's evaluated models have at most tens of branches and
+blocks; the acyclicity check recurses once per block along a path, well within Python's limit."""
 
 _BLOCK_KEYS = ("name", "type", "seq_length", "causal", "embedding", "output_head", "cross_attention_from")
 _GENERIC_KEYS = (
@@ -86,6 +91,8 @@ def graph_model_from_mapping(data: dict, where: str) -> GraphModelSpec:
     r.done()
     if not raw_blocks:
         raise SpecError(f"{where}: key 'blocks': needs at least one block")
+    if len(raw_blocks) > MAX_BLOCKS:
+        raise SpecError(f"{where}: key 'blocks': {len(raw_blocks)} blocks; at most {MAX_BLOCKS} are allowed")
     blocks: list[Block] = []
     for i, raw in enumerate(raw_blocks):
         blocks.append(_block(raw, where, f"blocks[{i}]", name))
@@ -248,8 +255,8 @@ def load_graph_model(name_or_path: str) -> GraphModelSpec:
         where = f"preset {name_or_path}"
     else:
         path = Path(name_or_path)
-        if not path.exists():
-            raise SpecError(f"unknown model '{name_or_path}': not a preset and no such file")
+        if not path_exists(path):
+            raise SpecError(f"unknown model '{short_path(name_or_path)}': not a preset and no such file")
         data = read_document(path)
         where = str(path)
     if not is_graph_document(data):
@@ -263,7 +270,7 @@ def is_graph_model(name_or_path: str) -> bool:
     if name_or_path in presets:
         return is_graph_document(yaml.safe_load(presets[name_or_path].read_text()) or {})
     path = Path(name_or_path)
-    if not path.is_file() or path.suffix.lower() not in (".yaml", ".yml", ".json"):
+    if path.suffix.lower() not in (".yaml", ".yml", ".json") or not path_exists(path) or not path.is_file():
         return False
     try:
         data = read_document(path)
@@ -274,7 +281,7 @@ def is_graph_model(name_or_path: str) -> bool:
 
 def graph_model_to_mapping(g: GraphModelSpec) -> dict:
     """The graph model as its file's mapping (round-trips through :func:`graph_model_from_mapping`)."""
-    from planner.plan import MODEL_FIELDS
+    from planner.plan import MODEL_FIELDS, optional_model_fields
 
     blocks = []
     for b in g.blocks:
@@ -292,6 +299,8 @@ def graph_model_to_mapping(g: GraphModelSpec) -> dict:
                     if not f.startswith("moe_") and f != "num_experts"
                 }
             )
+            optional = optional_model_fields(b.transformer)
+            out.update({k: v for k, v in optional.items() if not k.startswith("moe_")})
         else:
             out.update(
                 forward_flop_per_sample=b.forward_flop_per_sample,

@@ -26,8 +26,9 @@ from planner.loading import (
     job_from_mapping,
     read_document,
 )
-from planner.plan import PlanInputs, job_to_mapping, open_plan
+from planner.plan import PlanInputs, job_to_mapping, open_plan, search_from_mapping, search_to_mapping
 from planner.specs import ClusterSpec, JobSpec
+from planner.validation import require_precision
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,8 @@ class GraphPlanInputs:
     modes: tuple[bool, ...]
     sequential: tuple[ParallelConfig, StageGraph] | None = None
     """The best sequential plan found by the same search (absent in hand-written files)."""
+    memory_headroom_bytes: float = 0.0
+    """Memory per GPU the search kept free (the plan's ``search`` section; see PlanInputs)."""
 
 
 def stage_blocks(g: GraphModelSpec, layout: UnitLayout, units: tuple[int, ...]) -> list[dict]:
@@ -179,6 +182,7 @@ def graph_plan_document(inputs: GraphPlanInputs, predictions: dict, budget: dict
         "config": _config_mapping(inputs.config),
         "stage_graph": stage_graph_to_mapping(g, inputs.stage_graph, inputs.config.tp),
         "branched": list(inputs.modes),
+        "search": search_to_mapping(inputs.memory_headroom_bytes),
         "predictions": predictions,
     }
     if inputs.sequential is not None:
@@ -225,15 +229,17 @@ def read_graph_plan(path: str | Path) -> GraphPlanInputs:
         )
         sr.done()
         seq = (sc, ssg)
+    headroom = search_from_mapping(r.get("search", dict, {}), where)
     r.get("predictions", dict, {})
     r.get("bubble_fill_budget", dict, {})
     r.done()
+    require_precision(cluster, job, where)
     for c, graph, key in (
         (config, sg, "config"),
         *(((seq[0], seq[1], "sequential_plan.config"),) if seq else ()),
     ):
         _check_shape(c, graph, cluster, job, where, key)
-    return GraphPlanInputs(g, cluster, job, config, sg, tuple(modes), seq)
+    return GraphPlanInputs(g, cluster, job, config, sg, tuple(modes), seq, headroom)
 
 
 def _check_shape(c: ParallelConfig, sg: StageGraph, cluster: ClusterSpec, job: JobSpec, where: str, key: str):

@@ -7,7 +7,9 @@ Units are converted once here (GiB, GB/s, TFLOP/s, microseconds -> SI).
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -15,12 +17,15 @@ from typing import Any
 import yaml
 
 from planner.errors import SpecError
+from planner.layer_pattern import PatternError, parse_pattern
 from planner.specs import (
     ACTIVATIONS,
     DTYPES,
     NORMALIZATIONS,
     POSITION_EMBEDDINGS,
     PRECISIONS,
+    SOFTMAX_TYPES,
+    WINDOW_TYPES,
     ClusterSpec,
     EfficiencySpec,
     GPUSpec,
@@ -28,6 +33,7 @@ from planner.specs import (
     ModelSpec,
     NodeGroup,
 )
+from planner.validation import check_number, limit, path_exists, read_text_capped, short_path
 
 SCHEMA_VERSION = 1
 GIB = 1024**3
@@ -48,9 +54,17 @@ class Reader:
         return f"{self.path}.{key}" if self.path else key
 
     def get(
-        self, key: str, kind: type | tuple, default: Any = _MISSING, *, choices=None, positive=False
+        self,
+        key: str,
+        kind: type | tuple,
+        default: Any = _MISSING,
+        *,
+        choices=None,
+        positive=False,
+        maximum: float | None = None,
     ) -> Any:
-        """Return ``data[key]`` checked against ``kind``, ``choices`` and positivity."""
+        """Return ``data[key]`` checked against ``kind``, ``choices``, positivity, finiteness and the
+        key's upper bound (``maximum``, default :data:`planner.validation.LIMITS`)."""
         self.used.add(key)
         if key not in self.data or self.data[key] is None:
             if default is _MISSING:
@@ -70,10 +84,9 @@ class Reader:
             raise SpecError(
                 f"{self.where}: key '{self._key(key)}': {value!r} is not allowed; allowed values: {', '.join(map(str, choices))}"
             )
-        if positive and isinstance(value, (int, float)) and value <= 0:
-            raise SpecError(f"{self.where}: key '{self._key(key)}': must be positive, got {value}")
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-            raise SpecError(f"{self.where}: key '{self._key(key)}': must not be negative, got {value}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            # Finite, non-negative (positive if asked), under the key's realistic bound (validation.py).
+            check_number(value, self.where, self._key(key), positive=positive, maximum=maximum)
         return value
 
     def sub(self, key: str) -> Reader:
@@ -108,24 +121,41 @@ def _names(kinds: tuple) -> str:
 
 def read_document(path: Path) -> dict:
     """Parse a YAML or JSON file into a mapping, with a one-line error on failure."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise SpecError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+    text = read_text_capped(path)
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to be a planner input") from None
+    except (yaml.YAMLError, json.JSONDecodeError, ValueError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         detail = getattr(exc, "problem", None) or getattr(exc, "msg", None) or str(exc).splitlines()[0]
         raise SpecError(
             f"{path}: malformed {'JSON' if path.suffix == '.json' else 'YAML'}{where}: {detail}"
         ) from None
+    if isinstance(data, dict) and _depth(data) > MAX_DEPTH:
+        raise SpecError(f"{path}: nested more than {MAX_DEPTH} levels deep; not a planner input")
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping at the top level")
     return data
+
+
+MAX_DEPTH = 32
+"""Deepest nesting of an input (a graph plan nests about 6 levels); deeper data is refused before
+any recursive code walks it."""
+
+
+def _depth(data: Any, level: int = 1) -> int:
+    """Nesting depth of ``data``, stopping just past :data:`MAX_DEPTH` (iterative: no recursion)."""
+    deepest, stack = level, [(data, level)]
+    while stack:
+        item, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > MAX_DEPTH:
+            return deepest
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((c, d + 1) for c in children if isinstance(c, (dict, list)))
+    return deepest
 
 
 def _check_header(r: Reader, kind: str) -> None:
@@ -165,6 +195,7 @@ def model_from_mapping(data: dict, where: str) -> ModelSpec:
         position_embedding_type=r.get(
             "position_embedding_type", str, "learned_absolute", choices=POSITION_EMBEDDINGS
         ),
+        rotary_base=r.get("rotary_base", int, 10000, positive=True),
         untie_embeddings_and_output_weights=r.get("untie_embeddings_and_output_weights", bool, False),
         add_bias_linear=r.get("add_bias_linear", bool, True),
         add_qkv_bias=r.get("add_qkv_bias", bool, False),
@@ -175,10 +206,39 @@ def model_from_mapping(data: dict, where: str) -> ModelSpec:
         moe_shared_expert_intermediate_size=r.get("moe_shared_expert_intermediate_size", int, 0),
         moe_layer_freq=r.get("moe_layer_freq", int, 1, positive=True),
         moe_expert_capacity_factor=r.get("moe_expert_capacity_factor", float, 0.0),
+        **_frontier_fields(r),
     )
     r.done()
     validate_model(spec, where)
     return spec
+
+
+def _frontier_fields(r: Reader) -> dict[str, Any]:
+    """MLA, layer patterns, local attention, sinks and MTP (all optional; docs/models.md)."""
+    raw = r.get("moe_layer_pattern", (str, list), "")
+    try:
+        if isinstance(raw, list):
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v in (0, 1) for v in raw):
+                raise PatternError("a list of 0 (dense) and 1 (MoE) entries")
+            pattern = tuple(raw)
+        else:
+            pattern = parse_pattern(raw) if raw else ()
+    except PatternError as exc:
+        raise SpecError(f"{r.where}: key 'moe_layer_pattern': {exc}") from None
+    return dict(
+        moe_layer_pattern=pattern,
+        multi_latent_attention=r.get("multi_latent_attention", bool, False),
+        q_lora_rank=r.get("q_lora_rank", int, 0),
+        kv_lora_rank=r.get("kv_lora_rank", int, 0),
+        qk_head_dim=r.get("qk_head_dim", int, 0),
+        qk_pos_emb_head_dim=r.get("qk_pos_emb_head_dim", int, 0),
+        v_head_dim=r.get("v_head_dim", int, 0),
+        window_size=r.get("window_size", int, 0),
+        window_attn_skip_freq=r.get("window_attn_skip_freq", int, 0),
+        window_type=r.get("window_type", str, "sliding", choices=WINDOW_TYPES),
+        softmax_type=r.get("softmax_type", str, "vanilla", choices=SOFTMAX_TYPES),
+        mtp_num_layers=r.get("mtp_num_layers", int, 0),
+    )
 
 
 def validate_model(m: ModelSpec, where: str) -> None:
@@ -194,25 +254,78 @@ def validate_model(m: ModelSpec, where: str) -> None:
         )
     if not m.num_experts and m.moe_router_topk:
         raise SpecError(f"{where}: moe_router_topk is set but num_experts is 0")
+    if m.moe_layer_pattern and len(m.moe_layer_pattern) != m.num_layers:
+        raise SpecError(
+            f"{where}: moe_layer_pattern has {len(m.moe_layer_pattern)} entries but num_layers is {m.num_layers}"
+        )
+    if m.moe_layer_pattern and not m.num_experts:
+        raise SpecError(f"{where}: moe_layer_pattern is set but num_experts is 0")
+    mla = (m.q_lora_rank, m.kv_lora_rank, m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim)
+    if m.multi_latent_attention and not all(mla[1:]):
+        raise SpecError(
+            f"{where}: multi_latent_attention needs kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim "
+            "and v_head_dim (q_lora_rank 0 = no query compression)"
+        )
+    if not m.multi_latent_attention and any(mla):
+        raise SpecError(
+            f"{where}: q_lora_rank/kv_lora_rank/qk_head_dim/qk_pos_emb_head_dim/v_head_dim "
+            "are set but multi_latent_attention is false"
+        )
+    if m.window_attn_skip_freq and not m.window_size:
+        raise SpecError(f"{where}: window_attn_skip_freq is set but window_size is 0")
+    if m.mtp_num_layers and m.mtp_num_layers > m.num_layers:
+        raise SpecError(f"{where}: mtp_num_layers ({m.mtp_num_layers}) exceeds num_layers ({m.num_layers})")
+
+
+def _rope_theta(data: dict, where: str) -> int:
+    """``rope_theta`` of a Hugging Face config (``transformers`` LlamaConfig & co., default 10000;
+    newer configs nest it in ``rope_parameters``) as Megatron's integer ``--rotary-base``."""
+    nested = data.get("rope_parameters")
+    theta = data.get("rope_theta", nested.get("rope_theta") if isinstance(nested, dict) else None)
+    if theta is None:
+        return 10000
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta != theta or theta <= 0:
+        raise SpecError(f"{where}: key 'rope_theta': expected a positive number, got {theta!r}"[:300])
+    if theta != int(theta) or theta > 10**12:
+        raise SpecError(
+            f"{where}: key 'rope_theta': {theta!r} is not an integer; Megatron's --rotary-base takes an integer"[:300]
+        )
+    return int(theta)
 
 
 def load_hf_config(path: Path) -> ModelSpec:
     """Import a local Hugging Face ``config.json`` (no network).
 
     Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gpt2,
-    gpt_neox, gemma, gemma2, nemotron. Field meanings follow the ``transformers`` configuration
-    classes of the same names.
+    gpt_neox, gemma, gemma2, nemotron, and (:mod:`planner.hf_frontier`) deepseek_v2, deepseek_v3,
+    kimi_k2, gpt_oss, llama4 (its ``text_config``), llama4_text, phi3. Field meanings follow the
+    ``transformers`` configuration classes of the same names.
     """
     data = read_document(path)
     where = str(path)
     mt = data.get("model_type")
+    if not isinstance(mt, str):
+        raise SpecError(f"{where}: key 'model_type': expected a string, got {type(mt).__name__} {mt!r}"[:300])
     name = path.parent.name or path.stem
+    if path.parent.parent.name == "snapshots" and path.parent.parent.parent.name.startswith("models--"):
+        name = path.parent.parent.parent.name.split("--")[-1]  # hub cache: models--org--name/snapshots/rev
+    from planner import hf_frontier  # imports this module: resolved at call time
+
+    if mt in hf_frontier.MODEL_TYPES:
+        return hf_frontier.load_frontier(data, where, name)
 
     def need(key: str, *alts: str) -> Any:
+        """A required positive integer field (the first of ``key`` and ``alts`` present)."""
         for k in (key, *alts):
             if data.get(k) is not None:
-                return data[k]
+                return check_number(data[k], where, k, integer=True, positive=True, maximum=_hf_limit(k))
         raise SpecError(f"{where}: missing required key '{key}' for model_type '{mt}'")
+
+    def opt(key: str) -> Any:
+        """An optional positive integer field (None when absent, null or 0)."""
+        if not data.get(key):
+            return None
+        return check_number(data[key], where, key, integer=True, positive=True, maximum=_hf_limit(key))
 
     llama_like = {
         "llama",
@@ -241,13 +354,14 @@ def load_hf_config(path: Path) -> ModelSpec:
             hidden_size=hidden,
             ffn_hidden_size=need("intermediate_size"),
             num_attention_heads=heads,
-            num_query_groups=data.get("num_key_value_heads") or heads,
-            kv_channels=data.get("head_dim") or hidden // heads,
+            num_query_groups=opt("num_key_value_heads") or heads,
+            kv_channels=opt("head_dim") or hidden // heads,
             vocab_size=need("vocab_size"),
             max_position_embeddings=need("max_position_embeddings"),
             activation=activation,
             normalization="layernorm" if mt == "nemotron" else "rmsnorm",
             position_embedding_type="rope",
+            rotary_base=_rope_theta(data, where),
             untie_embeddings_and_output_weights=not data.get("tie_word_embeddings", mt.startswith("gemma")),
             add_bias_linear=bool(data.get("mlp_bias", False)) and bool(data.get("attention_bias", False)),
             add_qkv_bias=mt in ("qwen2", "qwen2_moe") or bool(data.get("attention_bias", False)),
@@ -264,8 +378,8 @@ def load_hf_config(path: Path) -> ModelSpec:
                 num_experts=need("num_experts"),
                 moe_router_topk=need("num_experts_per_tok"),
                 moe_ffn_hidden_size=need("moe_intermediate_size"),
-                moe_layer_freq=data.get("decoder_sparse_step") or 1,
-                moe_shared_expert_intermediate_size=data.get("shared_expert_intermediate_size") or 0,
+                moe_layer_freq=opt("decoder_sparse_step") or 1,
+                moe_shared_expert_intermediate_size=opt("shared_expert_intermediate_size") or 0,
             )
     elif mt == "gpt2":
         hidden = need("n_embd", "hidden_size")
@@ -273,7 +387,7 @@ def load_hf_config(path: Path) -> ModelSpec:
             name=name,
             num_layers=need("n_layer", "num_hidden_layers"),
             hidden_size=hidden,
-            ffn_hidden_size=data.get("n_inner") or 4 * hidden,
+            ffn_hidden_size=opt("n_inner") or 4 * hidden,
             num_attention_heads=need("n_head"),
             num_query_groups=need("n_head"),
             kv_channels=hidden // need("n_head"),
@@ -301,20 +415,64 @@ def load_hf_config(path: Path) -> ModelSpec:
             activation="gelu",
             normalization="layernorm",
             position_embedding_type="rope",
+            rotary_base=_rope_theta(data, where),
             untie_embeddings_and_output_weights=not data.get("tie_word_embeddings", False),
             add_bias_linear=True,
         )
     else:
-        supported = "gemma, gemma2, gpt2, gpt_neox, llama, mistral, mixtral, nemotron, qwen2, qwen2_moe, qwen3, qwen3_moe"
+        supported = (
+            "deepseek_v2, deepseek_v3, gemma, gemma2, gpt2, gpt_neox, gpt_oss, kimi_k2, llama, llama4, "
+            "llama4_text, mistral, mixtral, nemotron, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe"
+        )
         raise SpecError(f"{where}: key 'model_type': {mt!r} is not supported; allowed values: {supported}")
     for key, value in kwargs.items():
         if isinstance(value, (bool, str)):
             continue
-        if not isinstance(value, int) or value < 0:
-            raise SpecError(f"{where}: field for '{key}' must be a non-negative integer, got {value!r}")
+        # Derived fields (hidden // heads, 4 * hidden) get the planner key's bound too.
+        optional = key.startswith("moe_") or key == "num_experts"
+        check_number(value, f"{where} (as planner's {key})", key, integer=True, positive=not optional)
+    for key in ("tie_word_embeddings", "mlp_bias", "attention_bias"):
+        if key in data and not isinstance(data[key], bool):
+            raise SpecError(f"{where}: key '{key}': expected true/false, got {data[key]!r}"[:300])
     spec = ModelSpec(**kwargs)
     validate_model(spec, where)
     return spec
+
+
+_HF_KEYS = {
+    "n_routed_experts": "num_experts",
+    "n_shared_experts": "num_experts",
+    "first_k_dense_replace": "num_layers",
+    "qk_nope_head_dim": "qk_head_dim",
+    "qk_rope_head_dim": "qk_pos_emb_head_dim",
+    "num_nextn_predict_layers": "mtp_num_layers",
+    "sliding_window": "window_size",
+    "attention_chunk_size": "window_size",
+    "intermediate_size_mlp": "ffn_hidden_size",
+    "interleave_moe_layer_step": "moe_layer_freq",
+    "no_rope_layer_interval": "num_layers",
+    "experts_per_token": "moe_router_topk",
+    "num_hidden_layers": "num_layers",
+    "n_layer": "num_layers",
+    "n_embd": "hidden_size",
+    "n_head": "num_attention_heads",
+    "n_inner": "ffn_hidden_size",
+    "intermediate_size": "ffn_hidden_size",
+    "moe_intermediate_size": "moe_ffn_hidden_size",
+    "shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
+    "num_key_value_heads": "num_query_groups",
+    "head_dim": "kv_channels",
+    "num_local_experts": "num_experts",
+    "num_experts_per_tok": "moe_router_topk",
+    "decoder_sparse_step": "moe_layer_freq",
+    "n_positions": "max_position_embeddings",
+    "n_ctx": "max_position_embeddings",
+}
+
+
+def _hf_limit(hf_key: str) -> float | None:
+    """The bound of the planner field an HF ``config.json`` key maps to."""
+    return limit(_HF_KEYS.get(hf_key, hf_key))
 
 
 def _preset_files(package: str, folder: str) -> dict[str, Any]:
@@ -324,6 +482,43 @@ def _preset_files(package: str, folder: str) -> dict[str, Any]:
         for p in sorted(base.iterdir(), key=lambda p: p.name)
         if p.name.endswith(".yaml")
     }
+
+
+def preset_name(name: str, names: Iterable[str]) -> str | None:
+    """The built-in name ``name`` refers to: itself, or the one name equal to it ignoring case."""
+    names = list(names)
+    if name in names:
+        return name
+    folded = [n for n in names if n.lower() == name.lower()]
+    return folded[0] if len(folded) == 1 else None
+
+
+def did_you_mean(name: str, names: Iterable[str]) -> str:
+    """`` (did you mean a or b?)`` for the closest built-in names (difflib, case ignored), or ''."""
+    by_lower = {n.lower(): n for n in names}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return " (did you mean " + " or ".join(by_lower[c] for c in close) + "?)"
+
+
+def _hf_config_file(path: Path) -> Path:
+    """A directory given as a model: its ``config.json``, or that of its one Hugging Face snapshot
+    (the hub cache layout ``models--org--name/snapshots/<revision>/config.json``)."""
+    if (path / "config.json").is_file():
+        return path / "config.json"
+    snapshots = path / "snapshots" if (path / "snapshots").is_dir() else path
+    found = sorted(p.parent for p in snapshots.glob("*/config.json"))
+    if len(found) == 1:
+        return found[0] / "config.json"
+    if not found:
+        raise SpecError(
+            f"{short_path(str(path))}: a directory without config.json (nor one snapshot holding it)"
+        )
+    raise SpecError(
+        f"{short_path(str(path))}: {len(found)} snapshots hold a config.json "
+        f"({', '.join(p.name for p in found[:5])}); pass one snapshot directory"
+    )
 
 
 def model_preset_names(include_graph: bool = True) -> list[str]:
@@ -339,6 +534,9 @@ def model_preset_names(include_graph: bool = True) -> list[str]:
 def load_model(name_or_path: str) -> ModelSpec:
     """A model from a preset name, a planner YAML/JSON file, or a HF ``config.json``."""
     presets = _preset_files("planner.presets", "models")
+    path = Path(name_or_path)
+    if name_or_path not in presets and not path_exists(path):
+        name_or_path = preset_name(name_or_path, presets) or name_or_path
     if name_or_path in presets:
         data = yaml.safe_load(presets[name_or_path].read_text())
         if data.get("kind") == "graph_model":
@@ -347,11 +545,13 @@ def load_model(name_or_path: str) -> ModelSpec:
                 "estimate, timeline and bubbles take its plan file with --plan"
             )
         return model_from_mapping(data, f"preset {name_or_path}")
-    path = Path(name_or_path)
-    if not path.exists():
+    if not path_exists(path):
+        hint = did_you_mean(name_or_path, presets)
         raise SpecError(
-            f"unknown model '{name_or_path}': not a preset and no such file; presets: {', '.join(sorted(presets))}"
+            f"unknown model '{name_or_path}'{hint}: not a preset and no such file; presets: {', '.join(sorted(presets))}"
         )
+    if path.is_dir():
+        path = _hf_config_file(path)
     data = read_document(path)
     if "model_type" in data and "schema_version" not in data:
         return load_hf_config(path)
@@ -386,6 +586,7 @@ def _gpu_from_mapping(data: dict, where: str) -> GPUSpec:
         hbm_efficiency=e.get("hbm_efficiency", float, positive=True),
         fp8_gemm_speedup=e.get("fp8_gemm_speedup", float, 1.0, positive=True),
         kernel_overhead_s=e.get("kernel_overhead_us", float, 0.0) * 1e-6,
+        comm_overlap_slowdown=e.get("comm_overlap_slowdown", float, 0.0),
     )
     e.get("fitted_on", str, "")
     e.done()
@@ -397,6 +598,7 @@ def _gpu_from_mapping(data: dict, where: str) -> GPUSpec:
         memory_reserve_bytes=int(r.get("memory_reserve_gib", float) * GIB),
         efficiency=eff,
         source=r.get("source", str),
+        tdp_w=r.get("tdp_w", float, 0.0),
     )
     r.done()
     return spec
@@ -405,11 +607,14 @@ def _gpu_from_mapping(data: dict, where: str) -> GPUSpec:
 def load_gpu(name_or_path: str) -> GPUSpec:
     """A GPU type from the catalogue or a YAML file."""
     files = _preset_files("hardware_profiles", "gpus")
+    path = Path(name_or_path)
+    if name_or_path not in files and not path_exists(path):
+        name_or_path = preset_name(name_or_path, files) or name_or_path
     if name_or_path in files:
         return _gpu_from_mapping(yaml.safe_load(files[name_or_path].read_text()), f"gpu {name_or_path}")
-    path = Path(name_or_path)
-    if not path.exists():
-        raise SpecError(f"unknown GPU '{name_or_path}'; known GPUs: {', '.join(sorted(files))}")
+    if not path_exists(path):
+        hint = did_you_mean(name_or_path, files)
+        raise SpecError(f"unknown GPU '{name_or_path}'{hint}; known GPUs: {', '.join(sorted(files))}")
     return _gpu_from_mapping(read_document(path), str(path))
 
 
@@ -458,8 +663,12 @@ def _node_group(r: Reader, num_nodes: int, base: dict | None = None) -> NodeGrou
 
 def _template_node(name: str) -> dict:
     files = _preset_files("hardware_profiles", "clusters")
+    name = preset_name(name, files) or name
     if name not in files:
-        raise SpecError(f"unknown cluster template '{name}'; known templates: {', '.join(sorted(files))}")
+        hint = did_you_mean(name, files)
+        raise SpecError(
+            f"unknown cluster template '{name}'{hint}; known templates: {', '.join(sorted(files))}"
+        )
     data = yaml.safe_load(files[name].read_text())
     return data
 
@@ -476,11 +685,12 @@ def load_cluster(name_or_path: str, nodes: int | None = None) -> ClusterSpec:
     plus ``num_nodes``. Several groups make a heterogeneous cluster, ranks numbered in order.
     """
     files = _preset_files("hardware_profiles", "clusters")
+    if name_or_path not in files and not path_exists(Path(name_or_path)):
+        name_or_path = preset_name(name_or_path, files) or name_or_path
     if name_or_path in files:
         if nodes is None:
             raise SpecError(f"cluster template '{name_or_path}' needs a node count (--nodes N)")
-        if nodes <= 0:
-            raise SpecError(f"--nodes must be positive, got {nodes}")
+        check_number(nodes, "--nodes", "num_nodes", integer=True, positive=True)
         data = _template_node(name_or_path)
         r = Reader(data, f"cluster {name_or_path}")
         _check_header(r, "cluster_template")
@@ -492,9 +702,10 @@ def load_cluster(name_or_path: str, nodes: int | None = None) -> ClusterSpec:
         r.done()
         return ClusterSpec(name=name_or_path, groups=(group,))
     path = Path(name_or_path)
-    if not path.exists():
+    if not path_exists(path):
+        hint = did_you_mean(name_or_path, files)
         raise SpecError(
-            f"unknown cluster '{name_or_path}': not a template and no such file; templates: {', '.join(sorted(files))}"
+            f"unknown cluster '{name_or_path}'{hint}: not a template and no such file; templates: {', '.join(sorted(files))}"
         )
     if nodes is not None:
         raise SpecError(f"{path}: a cluster file gives num_nodes per group; do not pass --nodes")
@@ -519,8 +730,9 @@ def cluster_from_mapping(data: dict, where: str, default_name: str = "cluster") 
             base = dict(tdata.get("node", {}))
         groups.append(_node_group(gr, gr.get("num_nodes", int, positive=True), base))
         gr.done()
+    price = r.get("gpu_hour_price_usd", float, 0.0)  # optional: what one GPU-hour costs, for --tokens
     r.done()
-    return ClusterSpec(name=name, groups=tuple(groups))
+    return ClusterSpec(name=name, groups=tuple(groups), gpu_hour_price_usd=price or None)
 
 
 def cluster_to_mapping(c: ClusterSpec) -> dict:
@@ -544,6 +756,7 @@ def cluster_to_mapping(c: ClusterSpec) -> dict:
             }
             for g in c.groups
         ],
+        **({"gpu_hour_price_usd": c.gpu_hour_price_usd} if c.gpu_hour_price_usd is not None else {}),
     }
 
 
@@ -560,10 +773,8 @@ def make_job(
     **kwargs: Any,
 ) -> JobSpec:
     """A validated :class:`JobSpec` (from flags or a plan file)."""
-    if global_batch_size <= 0:
-        raise SpecError(f"{where}: global_batch_size must be positive, got {global_batch_size}")
-    if seq_length <= 0:
-        raise SpecError(f"{where}: seq_length must be positive, got {seq_length}")
+    check_number(global_batch_size, where, "global_batch_size", integer=True, positive=True)
+    check_number(seq_length, where, "seq_length", integer=True, positive=True)
     if precision not in PRECISIONS:
         raise SpecError(
             f"{where}: precision {precision!r} is not allowed; allowed values: {', '.join(PRECISIONS)}"
@@ -588,6 +799,7 @@ def job_from_mapping(data: dict, where: str) -> JobSpec:
         master_dtype=r.get("master_dtype", str, "fp32", choices=DTYPES),
         overlap_grad_reduce=r.get("overlap_grad_reduce", bool, True),
         overlap_param_gather=r.get("overlap_param_gather", bool, True),
+        tp_comm_overlap=r.get("tp_comm_overlap", bool, False),
         where=where,
     )
     r.done()

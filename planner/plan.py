@@ -1,22 +1,30 @@
 """Plan files: the resolved inputs, the chosen configuration with its exact layer partition, the
 predictions and the bubble-fill budget, versioned (``schema_version``) and strict on read.
 
-A plan file is YAML or JSON by extension. Its ``model`` and ``cluster`` sections are themselves
-valid planner model and cluster files. ``predictions`` and ``bubble_fill_budget`` are outputs:
-they are re-computed, never trusted, when a plan is read back.
+A plan file is YAML or JSON by extension, written for people to read top to bottom (schema
+version 2): the framework, ``model``, ``cluster`` and ``job`` (themselves valid planner model and
+cluster files), the ``config``, the ``predictions`` with their memory and time breakdowns (the same
+fields as ``planner estimate --json``, rounded to 4 significant digits), and last a compact
+``bubble_fill_budget`` (one line per stage; ``planner bubbles --plan FILE`` lists every window).
+Per-stage rows are written one per line. ``predictions`` and ``bubble_fill_budget`` are outputs:
+they are re-computed, never trusted, when a plan is read back. Version-1 plan files (keys sorted,
+every window spelled out) are still read.
 """
 
 from __future__ import annotations
 
-import json
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES, ParallelConfig
+from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES, ParallelConfig, violations
 from planner import __version__
 from planner.errors import SpecError
+from planner.frameworks import FRAMEWORKS, get_framework
+from planner.layer_pattern import pattern_text
 from planner.loading import (
     SCHEMA_VERSION,
     Reader,
@@ -28,6 +36,12 @@ from planner.loading import (
     read_document,
 )
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
+from planner.validation import check_number, clean, json_text, limit, require_precision, short_path
+
+PLAN_SCHEMA_VERSION = 2
+"""Plan file layout version: 2 orders sections for reading and keeps the budget compact."""
+PLAN_SCHEMA_VERSIONS = (1, 2)
+"""Plan file versions :func:`read_plan` accepts (version 1: before the layout of version 2)."""
 
 MODEL_FIELDS = (
     "num_layers",
@@ -41,6 +55,7 @@ MODEL_FIELDS = (
     "activation",
     "normalization",
     "position_embedding_type",
+    "rotary_base",
     "untie_embeddings_and_output_weights",
     "add_bias_linear",
     "add_qkv_bias",
@@ -63,11 +78,53 @@ class PlanInputs:
     job: JobSpec
     config: ParallelConfig
     stage_groups: tuple[int, ...] = ()
+    framework: str = "any"
+    """The framework the plan was searched for (:data:`planner.frameworks.FRAMEWORKS`); plan files
+    written before frameworks existed read back as ``any``."""
+    memory_headroom_bytes: float = 0.0
+    """Memory per GPU the search kept free (``search --headroom-gib``), recorded in the plan's
+    ``search`` section so that ``planner check --max-slowdown`` compares with the best plan under
+    the same memory rule (plans written before it read back as 0)."""
+    profile: object | None = None
+    """The calibrated profile (:class:`planner.calibrate.profile.Profile`) the plan was made with,
+    recorded in its ``profile`` section and re-applied to the cluster when the plan is read."""
+
+
+OPTIONAL_MODEL_FIELDS = (
+    "moe_layer_pattern",
+    "multi_latent_attention",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_head_dim",
+    "qk_pos_emb_head_dim",
+    "v_head_dim",
+    "window_size",
+    "window_attn_skip_freq",
+    "window_type",
+    "softmax_type",
+    "mtp_num_layers",
+)
+"""Model fields written only when they differ from the default (MLA, layer patterns, local
+attention, sinks, MTP), so plan files of models without them are unchanged."""
+
+
+def optional_model_fields(m: ModelSpec) -> dict:
+    """The :data:`OPTIONAL_MODEL_FIELDS` of ``m`` that are set, as file values (a layer pattern
+    in Megatron's list grammar)."""
+    defaults = ModelSpec(
+        name="", num_layers=1, hidden_size=1, ffn_hidden_size=1, num_attention_heads=1,
+        num_query_groups=1, kv_channels=1, vocab_size=1, max_position_embeddings=1,
+    )  # fmt: skip
+    out = {f: getattr(m, f) for f in OPTIONAL_MODEL_FIELDS if getattr(m, f) != getattr(defaults, f)}
+    if "moe_layer_pattern" in out:
+        out["moe_layer_pattern"] = pattern_text(m.moe_layer_pattern)
+    return out
 
 
 def model_to_mapping(m: ModelSpec) -> dict:
     out = {"schema_version": SCHEMA_VERSION, "kind": "model", "name": m.name}
     out.update({f: getattr(m, f) for f in MODEL_FIELDS})
+    out.update(optional_model_fields(m))
     return out
 
 
@@ -87,6 +144,8 @@ def config_to_mapping(c: ParallelConfig) -> dict:
         "optimizer_sharding": c.optimizer_sharding,
         "schedule": c.schedule,
         "layers_per_stage": list(c.layers_per_stage),
+        # HSDP shard degree, written only when set, so plans without it read as before.
+        **({"fsdp_shard": c.fsdp_shard} if c.fsdp_shard else {}),
     }
 
 
@@ -98,7 +157,7 @@ def config_from_mapping(data: dict, where: str) -> ParallelConfig:
         dp=r.get("dp", int, positive=True),
         cp=r.get("cp", int, 1, positive=True),
         ep=r.get("ep", int, 1, positive=True),
-        etp=r.get("etp", int, 0),
+        etp=r.get("etp", int, 0, positive=True),  # written resolved (>= 1); absent = Megatron's default
         vpp=r.get("vpp", int, 1, positive=True),
         micro_batch_size=r.get("micro_batch_size", int, positive=True),
         recompute=r.get("recompute", str, "none", choices=RECOMPUTE),
@@ -107,9 +166,17 @@ def config_from_mapping(data: dict, where: str) -> ParallelConfig:
         optimizer_sharding=r.get("optimizer_sharding", str, "distributed", choices=OPTIMIZER_SHARDING),
         schedule=r.get("schedule", str, "1f1b", choices=SCHEDULES),
         layers_per_stage=tuple(r.get("layers_per_stage", list, [])),
+        fsdp_shard=r.get("fsdp_shard", int, 0),
     )
-    if not all(isinstance(x, int) and not isinstance(x, bool) for x in c.layers_per_stage):
-        raise SpecError(f"{where}: key 'config.layers_per_stage': expected a list of integers")
+    for i, x in enumerate(c.layers_per_stage):
+        check_number(
+            x,
+            where,
+            f"config.layers_per_stage[{i}]",
+            integer=True,
+            positive=True,
+            maximum=limit("num_layers"),
+        )
     r.done()
     return c
 
@@ -125,25 +192,82 @@ def job_to_mapping(job: JobSpec) -> dict:
         "master_dtype": job.master_dtype,
         "overlap_grad_reduce": job.overlap_grad_reduce,
         "overlap_param_gather": job.overlap_param_gather,
+        # Written only when on, so plans without it read as before.
+        **({"tp_comm_overlap": True} if job.tp_comm_overlap else {}),
     }
 
 
 def plan_document(inputs: PlanInputs, predictions: dict, budget: dict | None) -> dict:
-    """The full plan as plain data."""
+    """The full plan as plain data, in reading order: inputs, configuration, predictions
+    (:func:`planner.api.predictions_dict`), then the compact budget
+    (:func:`planner.bubbles.budget_summary_dict`)."""
+    config = config_to_mapping(inputs.config)
+    config = {
+        **{k: v for k, v in config.items() if k != "layers_per_stage"},
+        "num_microbatches": inputs.config.num_microbatches(inputs.job),
+        "layers_per_stage": config["layers_per_stage"],
+    }
     doc = {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": PLAN_SCHEMA_VERSION,
         "kind": "plan",
         "planner_version": __version__,
+        "framework": framework_to_mapping(inputs.framework),
         "model": model_to_mapping(inputs.model),
         "cluster": cluster_to_mapping(inputs.cluster),
         "job": job_to_mapping(inputs.job),
-        "config": config_to_mapping(inputs.config),
+        "config": config,
         "stage_groups": list(inputs.stage_groups),
+        "search": search_to_mapping(inputs.memory_headroom_bytes),
         "predictions": predictions,
     }
+    if inputs.profile is not None:
+        from planner.calibrate.profile import profile_to_mapping
+
+        doc = {
+            **{k: v for k, v in doc.items() if k != "predictions"},
+            "profile": profile_to_mapping(inputs.profile, with_fit=False),
+            "predictions": predictions,
+        }
     if budget is not None:
         doc["bubble_fill_budget"] = budget
     return doc
+
+
+def search_to_mapping(memory_headroom_bytes: float) -> dict:
+    """The ``search`` section of a plan file: the search's rules a re-check must apply again."""
+    return {"memory_headroom_gib": memory_headroom_bytes / 2**30}
+
+
+def search_from_mapping(data: dict, where: str) -> float:
+    """The memory headroom (bytes) recorded in a plan file's ``search`` section."""
+    r = Reader(data, where, "search")
+    gib = r.get("memory_headroom_gib", float, 0.0, maximum=limit("memory_gib"))
+    r.done()
+    return gib * 2**30
+
+
+def framework_to_mapping(name: str) -> dict:
+    """The framework section of a plan file: its name and the pinned version it was planned for."""
+    fw = get_framework(name)
+    return {"name": fw.name, "version": fw.version}
+
+
+def framework_from_mapping(data: dict, where: str) -> str:
+    """The framework name of a plan file's ``framework`` section (version recorded, not enforced)."""
+    r = Reader(data, where, "framework")
+    name = r.get("name", str, choices=tuple(FRAMEWORKS))
+    r.get("version", str, "")
+    r.done()
+    return name
+
+
+def check_framework(inputs: PlanInputs, where: str) -> None:
+    """A plan's configuration must be one its framework runs (a hand-edited plan may not be)."""
+    reasons = get_framework(inputs.framework).violations(
+        inputs.model, inputs.cluster, inputs.job, inputs.config
+    )
+    if reasons:
+        raise SpecError(f"{where}: key 'config': {reasons[0]} (the plan's framework is {inputs.framework})")
 
 
 def write_plan(path: Path, doc: dict) -> None:
@@ -151,23 +275,75 @@ def write_plan(path: Path, doc: dict) -> None:
     suffix = path.suffix.lower()
     if suffix not in (".yaml", ".yml", ".json"):
         raise SpecError(f"{path}: plan files end in .yaml, .yml or .json")
-    text = (
-        json.dumps(doc, indent=2, sort_keys=True) + "\n"
-        if suffix == ".json"
-        else yaml.safe_dump(doc, sort_keys=True, default_flow_style=False, width=100)
-    )
+    doc = clean(doc)  # finite, no round-off negatives (planner.validation)
+    text = json_text(doc, indent=2) + "\n" if suffix == ".json" else plan_yaml(doc)
     write_text_atomic(path, text)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write through a temporary file and rename: a failed write never clobbers ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp")
+class _Row(dict):
+    """A mapping written on one line (a per-stage row of a plan file)."""
+
+
+class _PlanDumper(yaml.SafeDumper):
+    """Keys in the document's order; lists of scalars and per-stage rows on one line each."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list):
+    flow = all(not isinstance(x, (dict, list, tuple)) for x in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+def _represent_row(dumper: yaml.SafeDumper, data: _Row):
+    return dumper.represent_mapping("tag:yaml.org,2002:map", data, flow_style=True)
+
+
+_PlanDumper.add_representer(list, _represent_list)
+_PlanDumper.add_representer(_Row, _represent_row)
+
+
+def _rows(data):
+    """Wrap the items of every ``per_stage`` list in :class:`_Row`."""
+    if isinstance(data, dict):
+        return {
+            k: [_Row(_rows(x)) if isinstance(x, dict) else x for x in v]
+            if k == "per_stage" and isinstance(v, list)
+            else _rows(v)
+            for k, v in data.items()
+        }
+    if isinstance(data, list):
+        return [_rows(x) for x in data]
+    return data
+
+
+def plan_yaml(doc: dict) -> str:
+    """A plan document as YAML, in its own key order, one line per per-stage row."""
+    return yaml.dump(_rows(doc), Dumper=_PlanDumper, sort_keys=False, default_flow_style=False, width=100_000)
+
+
+def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write ``text`` to ``path`` atomically: a unique temporary file beside the target, flushed to
+    disk, then renamed over it (POSIX ``rename`` is atomic within a file system). A crash or
+    ``SIGKILL`` at any moment leaves the old file or the new one, never a truncated one; concurrent
+    writers each use their own temporary file, so the target is always one writer's whole text.
+    Only ``path`` and the temporary file are touched."""
+    path = Path(path)
+    if path.name in ("", ".", "..") or path.is_dir():
+        raise SpecError(f"{short_path(path)}: is a directory; give a file name")
+    tmp = None
     try:
-        tmp.write_text(text)
-        tmp.replace(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+        tmp = None
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise SpecError(f"{path}: cannot write: {exc.strerror}") from None
+        raise SpecError(f"{short_path(path)}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def open_plan(path: str | Path, kind: str) -> tuple[Reader, str]:
@@ -175,7 +351,16 @@ def open_plan(path: str | Path, kind: str) -> tuple[Reader, str]:
     p = Path(path)
     where = str(p)
     r = Reader(read_document(p), where)
-    _check_header(r, kind)
+    if kind == "plan":
+        version = r.get("schema_version", int)
+        if version not in PLAN_SCHEMA_VERSIONS:
+            raise SpecError(
+                f"{where}: schema_version {version} is not supported for plan files; supported: "
+                + ", ".join(map(str, PLAN_SCHEMA_VERSIONS))
+            )
+        r.get("kind", str, choices=(kind,))
+    else:
+        _check_header(r, kind)
     r.get("planner_version", str, "")
     return r, where
 
@@ -186,9 +371,37 @@ def read_plan(path: str | Path) -> PlanInputs:
     model = model_from_mapping(r.get("model", dict), f"{where} (model)")
     cluster = cluster_from_mapping(r.get("cluster", dict), f"{where} (cluster)")
     job = job_from_mapping(r.get("job", dict), where)
-    config = config_from_mapping(r.get("config", dict), where)
+    raw_config = dict(r.get("config", dict))
+    microbatches = raw_config.pop("num_microbatches", None)
+    config = config_from_mapping(raw_config, where)
+    if microbatches is not None and microbatches != config.num_microbatches(job):
+        raise SpecError(
+            f"{where}: key 'config.num_microbatches': {microbatches!r} does not match global_batch_size / "
+            f"(dp x micro_batch_size) = {config.num_microbatches(job)}"
+        )
     groups = tuple(r.get("stage_groups", list, []))
+    framework = framework_from_mapping(r.get("framework", dict, {"name": "any"}), where)
+    headroom = search_from_mapping(r.get("search", dict, {}), where)
+    profile = None
+    if r.get("profile", dict, None) is not None:
+        from planner.calibrate.profile import apply_profile, profile_from_mapping
+
+        profile = profile_from_mapping(r.get("profile", dict), f"{where} (profile)")
+        cluster = apply_profile(cluster, profile)
     r.get("predictions", dict, {})
     r.get("bubble_fill_budget", dict, {})
     r.done()
-    return PlanInputs(model, cluster, job, config, groups)
+    inputs = PlanInputs(model, cluster, job, config, groups, framework, headroom, profile)
+    check_configuration(inputs, where)
+    check_framework(inputs, where)
+    return inputs
+
+
+def check_configuration(inputs: PlanInputs, where: str) -> None:
+    """Re-validate a plan's recorded configuration against its recorded inputs: a hand-edited plan
+    (``etp: 64``, ``tp: 3``) is a one-line error naming the constraint, never a crash or a silent
+    re-estimate."""
+    require_precision(inputs.cluster, inputs.job, where)
+    reasons = violations(inputs.model, inputs.cluster, inputs.job, inputs.config)
+    if reasons:
+        raise SpecError(f"{where}: key 'config': {reasons[0]}")

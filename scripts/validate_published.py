@@ -4,10 +4,15 @@
 Prints one row per run (predicted vs measured tokens/s per GPU, absolute percentage error,
 predicted peak memory and whether it fits), the runs that cannot be predicted and why, then the
 median and 90th percentile of the absolute errors over the runs that count (see
-planner.calibration.EXCLUDED). Exit code 1 when the median exceeds --max-median or the 90th
-percentile exceeds --max-p90 (defaults: 12% and 30%, the project's targets).
+planner.calibration.EXCLUDED): in-sample (the shipped efficiencies, fitted on every run) and
+leave-one-source-out (each source predicted by a fit that never saw it: the figures to quote;
+planner.fitting), per class (GPU type, precision, dense/MoE, sharding), and per layout group the
+Spearman correlation of predicted vs measured throughput, whether the measured-best layout is
+predicted best, and the measured throughput lost by following the prediction.
+Exit code 1 when the in-sample median exceeds --max-median or the 90th percentile exceeds
+--max-p90 (defaults: 12% and 30%).
 
-Usage: python scripts/validate_published.py [--runs FILE] [--json]
+Usage: python scripts/validate_published.py [--runs FILE] [--json] [--no-loso]
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from planner.calibration import (  # noqa: E402
     predict_all,
     summary,
 )
+from planner.fitting import group_ranking, leave_one_source_out  # noqa: E402
 
 GIB = 1024**3
 
@@ -46,11 +52,25 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print machine-readable results")
     ap.add_argument("--max-median", type=float, default=0.12)
     ap.add_argument("--max-p90", type=float, default=0.30)
+    ap.add_argument(
+        "--no-loso", action="store_true", help="skip the leave-one-source-out refits (minutes of CPU)"
+    )
+    ap.add_argument("--jobs", type=int, default=2, help="leave-one-source-out folds run in parallel")
     args = ap.parse_args()
     all_cases = cases(args.runs)
     results = predict_all(all_cases)
     counted = [r for r in results if not excluded_reason(r.case.run_id)]
     stats = summary(counted)
+    loso = (
+        [] if args.no_loso else leave_one_source_out(all_cases, progress=lambda t: print(t, file=sys.stderr))
+    )
+    held_out = {
+        "overall": summary(loso) if loso else None,
+        "by_class": {k: summary(v) for k, v in sorted(by_class(loso).items())} if loso else {},
+        "by_source": {k: summary(v) for k, v in sorted(by_source(loso).items())} if loso else {},
+    }
+    groups_in = group_ranking(counted)
+    groups_out = group_ranking(loso) if loso else []
     peaks = measured_memory(args.memory)
     mem_errors = sorted(
         abs(r.estimate.peak_memory_bytes - peaks[r.case.run_id]) / peaks[r.case.run_id]
@@ -79,7 +99,21 @@ def main() -> int:
             memory_runs=len(mem_errors),
             memory_median_abs_error=mem_errors[len(mem_errors) // 2] if mem_errors else None,
         )
-        print(json.dumps({"runs": rows, "skipped": skipped, "summary": stats_out}, indent=2, sort_keys=True))
+        print(
+            json.dumps(
+                {
+                    "runs": rows,
+                    "skipped": skipped,
+                    "summary": stats_out,
+                    "in_sample_by_class": {k: summary(v) for k, v in sorted(by_class(counted).items())},
+                    "leave_one_source_out": held_out,
+                    "groups_in_sample": groups_in,
+                    "groups_leave_one_source_out": groups_out,
+                },
+                indent=2,
+                sort_keys=True,
+            )
+        )
     else:
         print(
             f"{'run':58s} {'gpu':15s} {'measured':>10s} {'predicted':>10s} {'error':>7s} {'mem GiB':>8s} fits"
@@ -111,8 +145,68 @@ def main() -> int:
                 f"{100 * mem_errors[len(mem_errors) // 2]:.1f}%, largest {100 * mem_errors[-1]:.1f}% "
                 "(informational: torchtitan's logged peaks include allocator caching; see docs/calibration.md)"
             )
+        print()
+        print_classes("in-sample by class", by_class(counted))
+        if loso:
+            o = held_out["overall"]
+            print()
+            print(
+                f"LEAVE-ONE-SOURCE-OUT (the figures to quote): runs {o['count']}   median abs error "
+                f"{100 * o['median']:.1f}%   90th percentile {100 * o['p90']:.1f}%"
+            )
+            print_classes("held out, by class", by_class(loso))
+            print_classes("held out, by source", by_source(loso))
+        for title, rows_ in (("in-sample", groups_in), ("leave-one-source-out", groups_out)):
+            if rows_:
+                print()
+                print_groups(f"layout groups ({title})", rows_)
     ok = stats["median"] <= args.max_median and stats["p90"] <= args.max_p90
     return 0 if ok else 1
+
+
+def by_class(results) -> dict[str, list]:
+    """Results by class: GPU type, precision, dense or MoE, optimizer sharding."""
+    out: dict[str, list] = {}
+    for r in results:
+        c = r.case
+        key = (
+            f"{c.gpu} {c.job.precision} {'moe' if c.model.is_moe else 'dense'} {c.config.optimizer_sharding}"
+        )
+        out.setdefault(key, []).append(r)
+    return out
+
+
+def by_source(results) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for r in results:
+        out.setdefault(r.case.source, []).append(r)
+    return out
+
+
+def print_classes(title: str, classes: dict[str, list]) -> None:
+    print(f"{title}:")
+    for key in sorted(classes):
+        s = summary(classes[key])
+        print(
+            f"  {key[:70]:70s} n={s['count']:3d}  median {100 * s['median']:5.1f}%  p90 {100 * s['p90']:5.1f}%"
+        )
+
+
+def print_groups(title: str, rows: list[dict]) -> None:
+    import statistics
+
+    print(f"{title}:")
+    for g in rows:
+        print(
+            f"  {g['group'][:40]:40s} n={g['runs']:2d}  spearman {g['spearman']:+.2f}  "
+            f"top1 {'yes' if g['top1'] else 'no ':3s}  loss {100 * g['loss_following_prediction']:5.1f}%  "
+            f"spread predicted {g['predicted_spread']:.2f}x measured {g['measured_spread']:.2f}x"
+        )
+    rhos = [g["spearman"] for g in rows if g["spearman"] == g["spearman"]]
+    print(
+        f"  groups {len(rows)}: median Spearman {statistics.median(rhos) if rhos else float('nan'):.2f}, "
+        f"measured-best ranked first in {sum(g['top1'] for g in rows)} of {len(rows)}"
+    )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,10 @@ from cost_models.graph_costs import (
 from cost_models.parallel import ParallelConfig, resolve
 from planner.errors import SpecError
 from planner.graph_model import graph_model_from_mapping, graph_preset_names, load_graph_model
-from planner.graph_search import (
+from planner.loading import load_cluster, load_model, make_job
+from planner.plan import model_to_mapping
+from planner.search.chain import search
+from planner.search.graph import (
     StageLimits,
     decompose,
     describe,
@@ -31,10 +34,7 @@ from planner.graph_search import (
     search_graph,
     structure,
 )
-from planner.loading import load_cluster, load_model, make_job
-from planner.plan import model_to_mapping
-from planner.search import search
-from planner.space import Restrictions
+from planner.search.space import Restrictions
 
 HEADROOM = 2 * 2**30
 
@@ -241,7 +241,7 @@ def _brute_force_bottleneck(ucs, U, lim, branched, options, base_tp=1):
     """Min over every stage graph of a (towers || ...) ; fusion structure: stage count and option
     (tp, replicas) of every chain, taking ``stages x tp x replicas / base_tp`` of the U groups, and
     every cut of each chain."""
-    from planner.graph_search import Chain
+    from planner.search.graph import Chain
 
     chains = []
     for item in branched.items:
@@ -285,7 +285,7 @@ def _brute_force_bottleneck(ucs, U, lim, branched, options, base_tp=1):
 @pytest.mark.parametrize("recompute", ["none", "full"])
 @pytest.mark.parametrize("base_tp", [1, 2])
 def test_partition_is_exact_against_brute_force(U, capacity_gib, recompute, base_tp):
-    from planner.graph_search import stage_options, unit_config
+    from planner.search.graph import stage_options, unit_config
 
     g = towers_model(2, tower_layers=5, fusion_layers=4, tower_hidden=(1024, 2048))
     cluster = load_cluster("dgx-h100", 2)
@@ -339,7 +339,7 @@ def test_stages_may_take_different_tp_and_round_trip(run_cli, tmp_path):
     back = read_graph_plan(path)
     assert back.stage_graph == sg and back.config == p.config
     est = json.loads(run_cli("estimate", "--plan", str(path), "--json").stdout)
-    assert est["step_time_s"] == pytest.approx(p.estimate.step_time_s, rel=1e-12)
+    assert est["step_time_s"] == pytest.approx(p.estimate.step_time_s, rel=1e-3)  # --json rounds to 4 significant digits
     assert sorted({s["tp"] for s in est["stage_graph"]["stages"]}) == sorted(set(sg.tps))
     # --tp limits every stage's tp, not only the plan's
     only2 = search_graph(g, cluster, job, Restrictions(pp=(4, 8), tp=(2,)), top_k=10)
@@ -454,7 +454,7 @@ def test_search_json_and_plan_file_round_trip(run_cli, tmp_path):
     for stage in bub["per_stage"]:
         assert all(w["free_memory_bytes"] >= 0 for w in stage["intervals"])
     tl = run_cli("timeline", "--plan", str(out), "--json")
-    assert tl.exit_code == 0 and json.loads(tl.stdout)["step_time_s"] == pytest.approx(best["step_time_s"])
+    assert tl.exit_code == 0 and json.loads(tl.stdout)["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-3)
 
 
 def test_export_refuses_graph_plan_and_offers_sequential(run_cli, tmp_path):

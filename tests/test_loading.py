@@ -145,7 +145,7 @@ def test_cluster_file_rejects_unknown_keys_and_gpus(tmp_path):
 
 
 def test_job_validation():
-    with pytest.raises(SpecError, match="global_batch_size must be positive"):
+    with pytest.raises(SpecError, match="'global_batch_size': must be positive"):
         make_job(global_batch_size=0, seq_length=10)
     with pytest.raises(SpecError, match="allowed values: bf16, fp16, fp8"):
         make_job(global_batch_size=8, seq_length=10, precision="int4")

@@ -10,18 +10,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cost_models.parallel import ParallelConfig, resolve
-from planner.exporters.megatron import (
+from planner.frameworks.megatron.export import (
     args_text,
     layout_for,
     megatron_args,
-    parse_megatron,
     slurm_script,
     torchrun_script,
 )
+from planner.frameworks.megatron.importer import parse_megatron
 from planner.loading import load_cluster, load_model, make_job
 from planner.plan import PlanInputs
-from planner.search import search
-from planner.space import Restrictions
+from planner.search.chain import search
+from planner.search.space import Restrictions
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -102,12 +102,13 @@ def test_scripts_are_valid_bash_with_consistent_ranks(name, tmp_path):
             assert f"#SBATCH --nodes={nodes}" in script and "#SBATCH --gpus-per-node=8" in script
         else:
             assert f"NUM_NODES={nodes}" in script and "GPUS_PER_NODE=8" in script
-    needs_one = plan.config.tp > 1 or plan.config.cp > 1
+    fsdp = plan.config.optimizer_sharding in ("zero2", "full")
+    needs_one = (plan.config.tp > 1 or plan.config.cp > 1) and not fsdp
     assert ("export CUDA_DEVICE_MAX_CONNECTIONS=1" in torchrun_script(plan, 8, nodes)) == needs_one
 
 
 def normalise(c: ParallelConfig, model) -> tuple:
-    sharding = "distributed" if c.optimizer_sharding == "zero2" else c.optimizer_sharding
+    sharding = c.optimizer_sharding
     return (
         c.tp,
         c.pp,
@@ -201,7 +202,9 @@ def test_check_passes_a_good_config(run_cli, tmp_path):
 def test_check_fails_bad_configs(run_cli, tmp_path, edit, fragment, flag):
     bad = tmp_path / "bad_args.sh"
     bad.write_text(
-        "#!/bin/bash\nARGS=(\n" + ARGS_OK.replace(*edit) + ")\ntorchrun pretrain_gpt.py ${ARGS[@]}\n"
+        "#!/bin/bash\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\nARGS=(\n"
+        + ARGS_OK.replace(*edit)
+        + ")\ntorchrun pretrain_gpt.py ${ARGS[@]}\n"
     )
     res = run_cli("check", str(bad), "-c", "dgx-h100", "-n", "2", "--json")
     assert res.exit_code == 1
@@ -273,29 +276,74 @@ def test_export_cli_refuses_to_overwrite(run_cli, tmp_path):
     assert check.exit_code == 0, check.stdout
 
 
-def test_zero_bubble_plans_are_not_exported(run_cli, tmp_path):
+def test_zero_bubble_plans_are_not_exported():
     from planner.errors import SpecError
 
     plan = inputs("llama3-8b", "dgx-h100", 2, 64, 4096, tp=2, pp=4, schedule="zb-h1")
-    with pytest.raises(SpecError, match="re-run planner search with --schedule 1f1b,interleaved"):
+    with pytest.raises(
+        SpecError, match="no 'zb-h1' schedule.*re-run planner search with --framework megatron"
+    ):
         megatron_args(plan)
 
 
-def test_zero2_plans_export_only_when_zero1_fits(run_cli, tmp_path):
+def test_every_sharding_exports_its_own_flags():
+    """ZeRO-1 = distributed optimizer; ZeRO-2/3 = Megatron-FSDP optim_grads / optim_grads_params
+    with every flag NVIDIA's guide requires; FSDP scripts unset CUDA_DEVICE_MAX_CONNECTIONS."""
+    expected = {
+        "none": [],
+        "distributed": ["--use-distributed-optimizer"],
+        "zero2": [
+            "--use-megatron-fsdp",
+            "--data-parallel-sharding-strategy optim_grads",
+            "--use-distributed-optimizer",
+            "--no-gradient-accumulation-fusion",
+            "--ckpt-format fsdp_dtensor",
+        ],
+        "full": [
+            "--use-megatron-fsdp",
+            "--data-parallel-sharding-strategy optim_grads_params",
+            "--use-distributed-optimizer",
+            "--no-gradient-accumulation-fusion",
+            "--ckpt-format fsdp_dtensor",
+        ],
+    }
+    for sharding, flags in expected.items():
+        plan = inputs("llama3-8b", "dgx-h100", 2, 64, 4096, tp=2, optimizer_sharding=sharding)
+        lines = args_text(megatron_args(plan)).splitlines()
+        sharding_lines = [
+            x
+            for x in lines
+            if x.split()[0]
+            in {
+                "--use-megatron-fsdp",
+                "--data-parallel-sharding-strategy",
+                "--use-distributed-optimizer",
+                "--no-gradient-accumulation-fusion",
+                "--ckpt-format",
+            }
+        ]
+        assert sharding_lines == flags, (sharding, sharding_lines)
+        script = torchrun_script(plan, 8, 2)
+        fsdp = sharding in ("zero2", "full")
+        assert ("unset CUDA_DEVICE_MAX_CONNECTIONS" in script) == fsdp
+        assert ("export CUDA_DEVICE_MAX_CONNECTIONS=1" in script) == (not fsdp)
+        assert ("--overlap-param-gather" in lines) == (sharding != "none")
+        back = parse_megatron(script, "x", 16)
+        assert back.config.optimizer_sharding == sharding
+
+
+def test_export_cli_has_no_zero1_fallback(run_cli, tmp_path):
+    """A ZeRO-2 plan exports as Megatron-FSDP optim_grads, never silently as ZeRO-1."""
     from planner.plan import plan_document, write_plan
 
-    fits = inputs("llama3-8b", "dgx-h100", 2, 64, 4096, tp=2, pp=2, optimizer_sharding="zero2")
+    plan = inputs("llama3-8b", "dgx-h100", 2, 64, 4096, tp=2, optimizer_sharding="zero2")
     path = tmp_path / "z2.yaml"
-    write_plan(path, plan_document(fits, {}, None))
+    write_plan(path, plan_document(plan, {}, None))
     res = run_cli("export", "megatron", str(path), "--out", str(tmp_path / "a"))
-    assert res.exit_code == 0 and "ZeRO-1" in res.stderr and "still fits" in res.stderr
-    tight = inputs(
-        "llama2-70b", "dgx-h100", 4, 64, 4096, tp=4, pp=1, optimizer_sharding="zero2", recompute="full"
-    )
-    path2 = tmp_path / "z2b.yaml"
-    write_plan(path2, plan_document(tight, {}, None))
-    res = run_cli("export", "megatron", str(path2), "--out", str(tmp_path / "b"))
-    assert res.exit_code == 1 and "--optimizer-sharding distributed,full" in res.stderr
+    assert res.exit_code == 0, res.stderr
+    assert "ZeRO-1" not in res.stderr
+    text = (tmp_path / "a" / "megatron_args.txt").read_text()
+    assert "--data-parallel-sharding-strategy optim_grads\n" in text
 
 
 def test_launch_scripts_import_without_unknown_flags():
@@ -306,3 +354,35 @@ def test_launch_scripts_import_without_unknown_flags():
             back = parse_megatron(script, name, plan.cluster.num_gpus)
             assert back.unknown == (), back.unknown
             assert normalise(back.config, back.model) == normalise(plan.config, plan.model)
+
+
+def test_export_refuses_a_plan_megatron_cannot_run(run_cli, tmp_path):
+    """A zb-h1 plan searched with --framework any: exit 1, one line naming the reason and the fix."""
+    plan = tmp_path / "any.yaml"
+    res = run_cli(
+        "search", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "2", "-b", "64", "-s", "4096",
+        "--framework", "any", "--schedule", "zb-h1", "--pp", "4", "--out", str(plan),
+    )  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    out = tmp_path / "launch"
+    res = run_cli("export", "megatron", str(plan), "--out", str(out))
+    assert res.exit_code == 1
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "zb-h1" in lines[0] and "--framework megatron" in lines[0], res.stderr
+    assert not out.exists()
+
+
+def test_force_replaces_only_the_export_files(run_cli, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    res = run_cli(
+        "search", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "1", "-b", "32", "-s", "4096", "--out", str(plan)
+    )
+    assert res.exit_code == 0, res.stderr
+    out = tmp_path / "launch"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "megatron_args.txt").write_text("old")
+    assert run_cli("export", "megatron", str(plan), "--out", str(out)).exit_code == 1
+    assert (out / "megatron_args.txt").read_text() == "old"
+    assert run_cli("export", "megatron", str(plan), "--out", str(out), "--force").exit_code == 0
+    assert (out / "megatron_args.txt").read_text() != "old" and (out / "notes.txt").read_text() == "mine"

@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 from cost_models.estimate import estimate, node_of_stage
 from cost_models.parallel import ParallelConfig, resolve, violations
 from planner.loading import load_cluster, load_model, make_job
-from planner.partition import StageModel, brute_force_partition, dp_partition, ilp_partition
-from planner.search import (
+from planner.search.chain import (
     _canonical,
     full_recompute_variants,
     inflight_for,
@@ -21,7 +20,14 @@ from planner.search import (
     sort_key,
     stage_model,
 )
-from planner.space import Restrictions, enumerate_shapes
+from planner.search.partition import (
+    StageModel,
+    brute_force_partition,
+    dp_partition,
+    ilp_partition,
+    placement_partition,
+)
+from planner.search.space import Restrictions, enumerate_shapes
 from planner.specs import ModelSpec
 
 
@@ -118,6 +124,50 @@ def test_ilp_places_node_groups_optimally():
         if ilp is not None:
             assert ilp.objective_s == pytest.approx(best, rel=1e-6)
             assert sorted(ilp.stage_groups) == [0, 0, 1, 1]
+
+
+def test_placement_dp_equals_brute_force_over_every_placement():
+    # One to three node groups, partial recompute included: the placement DP's optimum equals the
+    # best brute-force partition over every assignment of stage positions to groups.
+    rng = random.Random(5)
+    solved = 0
+    for _ in range(250):
+        G = rng.choice([1, 2, 3])
+        p, m = rng.randint(G, 5), rng.randint(1, 9)
+        L = rng.randint(p, 11)
+        slots = [1] * G
+        for _ in range(p - G):
+            slots[rng.randrange(G)] += 1
+        rows = [random_stages(rng, p, L, homogeneous=False) for _ in range(G)]
+        options = [[rows[g][i] for g in range(G)] for i in range(p)]
+        labels = [g for g in range(G) for _ in range(slots[g])]
+        best = None
+        for assign in sorted(set(itertools.permutations(labels))):
+            part = brute_force_partition([options[i][g] for i, g in enumerate(assign)], L, m)
+            if part and (best is None or part.objective_s < best):
+                best = part.objective_s
+        got = placement_partition(options, slots, L, m)
+        assert (best is None) == (got is None)
+        if got is not None:
+            solved += 1
+            assert got.objective_s == pytest.approx(best, rel=1e-9)
+            assert sorted(got.stage_groups) == labels and sum(got.layers) == L
+            assert got == placement_partition(options, slots, L, m)  # deterministic
+    assert solved > 200
+
+
+def test_placement_dp_agrees_with_the_ilp():
+    rng = random.Random(13)
+    for _ in range(10):
+        p, m = 4, rng.randint(1, 8)
+        L = rng.randint(p, 10)
+        rows = [random_stages(rng, p, L, homogeneous=True) for _ in range(2)]
+        rows[1] = [replace(s, layer_s=0.6 * s.layer_s, recompute_s=0.6 * s.recompute_s) for s in rows[1]]
+        options = [[rows[g][i] for g in range(2)] for i in range(p)]
+        a, b = placement_partition(options, [2, 2], L, m), ilp_partition(options, [2, 2], L, m)
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.objective_s == pytest.approx(b.objective_s, rel=1e-6)
 
 
 def tiny_model(layers=8, moe=False):
@@ -417,4 +467,35 @@ def test_heterogeneous_pruning_never_loses_the_best(tmp_path, layers, gbs, nodes
         full.plans[0].estimate.step_time_s, rel=1e-12
     )
     assert pruned.plans[0].config == full.plans[0].config
+    assert pruned.shapes_evaluated < full.shapes_evaluated
+
+
+@pytest.mark.parametrize(
+    "groups,layers,gbs",
+    [
+        ((("dgx-a100", 2), ("dgx-h100", 1)), 12, 32),
+        ((("dgx-a100", 1), ("dgx-h100", 1), ("dgx-h200", 1)), 10, 16),
+        ((("dgx-h100", 1), ("dgx-a100-40gb", 2)), 9, 16),
+    ],
+)
+def test_partition_bound_never_exceeds_the_simulation(tmp_path, groups, layers, gbs):
+    # On mixed GPU types each shape's key is finally the path bound of the partition it will be
+    # simulated with: in an exhaustive search every simulated shape's key is at most its step time,
+    # and the pruned search returns the same ranking.
+    path = tmp_path / "mixed.yaml"
+    path.write_text(
+        "schema_version: 1\nkind: cluster\ngroups:\n"
+        + "".join(f"  - template: {t}\n    num_nodes: {n}\n" for t, n in groups)
+    )
+    cluster = load_cluster(str(path))
+    model = tiny_model(layers=layers)
+    job = make_job(global_batch_size=gbs, seq_length=4096)
+    r = Restrictions(max_micro_batch_size=2)
+    full = search(model, cluster, job, r, top_k=3, exhaustive=True)
+    simulated = [o for o in full.outcomes if o.step_time_s]
+    assert len(simulated) > 10
+    for o in simulated:
+        assert o.bound_s <= o.step_time_s * (1 + 1e-9), o.config
+    pruned = search(model, cluster, job, r, top_k=3)
+    assert [p.config for p in pruned.plans] == [p.config for p in full.plans]
     assert pruned.shapes_evaluated < full.shapes_evaluated

@@ -1,0 +1,59 @@
+"""``planner export torchtitan``: a job-config TOML, its command-line overrides and a launch script
+for torchtitan (:mod:`planner.frameworks.torchtitan.export`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from planner.cli.app import PANEL_OUTPUT, JsonOpt, _emit_json, _write_export, export_app
+from planner.errors import SpecError, UsageError
+
+
+@export_app.command("torchtitan")
+def export_torchtitan(
+    plan: Annotated[Path, typer.Argument(help="Plan file from planner search --framework torchtitan --out.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Directory for torchtitan_job.toml and the launch script.",
+            rich_help_panel=PANEL_OUTPUT,
+        ),
+    ] = Path("torchtitan_launch"),
+    launcher: Annotated[
+        str, typer.Option("--launcher", help="torchrun or slurm.", rich_help_panel=PANEL_OUTPUT)
+    ] = "torchrun",
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace existing files in --out.", rich_help_panel=PANEL_OUTPUT)
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a torchtitan job config (TOML), its CLI overrides and a launch script for a plan
+    (torchtitan 0.2.2). Exit 1 when torchtitan cannot run the plan, naming the reason."""
+    from planner.frameworks.torchtitan import export as tx
+    from planner.graph_plan import is_graph_plan
+    from planner.plan import read_plan
+
+    if launcher not in ("torchrun", "slurm"):
+        raise UsageError(f"--launcher {launcher!r} is not allowed; allowed values: torchrun, slurm")
+    if is_graph_plan(plan):
+        raise SpecError(f"{plan}: a graph plan; torchtitan runs sequential pipelines only")
+    inputs = read_plan(str(plan))
+    files = _write_export(out, tx.export_files(inputs, launcher), force)
+    (out / f"launch_{launcher}.sh").chmod(0o755)
+    if as_json:
+        _emit_json(
+            {
+                "files": sorted(str(f) for f in files),
+                "overrides": [[f, v] for f, v in tx.cli_overrides(inputs)],
+                "world_size": inputs.cluster.num_gpus,
+                "framework": {"name": "torchtitan", "version": tx.VERSION},
+            }
+        )
+    else:
+        for f in sorted(files):
+            typer.echo(f"wrote {f}", err=True)

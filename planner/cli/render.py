@@ -1,0 +1,530 @@
+"""All human-facing output: rich tables and the terminal Gantt chart (the SVG timeline is
+:mod:`planner.timeline_svg`).
+
+Nothing else in planner imports rich (STYLE lesson 9). Results go to stdout; the CLI sends
+messages to stderr. Colour is used only when stdout is a terminal (rich's own detection).
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from cost_models.schedules import KIND_NAMES, Timeline
+
+GIB = 1024**3
+
+
+def console() -> Console:
+    """stdout console; wide when not a terminal so that piped tables are not truncated."""
+    import sys
+
+    return Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+
+
+def _gib(x: float) -> str:
+    return f"{x / GIB:.1f}"
+
+
+def models_table(rows: list[dict]) -> Table:
+    t = Table(title="Model presets")
+    for col in ("name", "layers", "hidden", "heads", "kv groups", "params (B)", "active (B)"):
+        t.add_column(col, justify="left" if col == "name" else "right")
+    for r in rows:
+        if r.get("kind") == "graph_model":
+            blocks = r["blocks"]
+            t.add_row(
+                f"{r['name']} (graph: {len(blocks)} blocks)",
+                str(sum(b.get("num_layers", 1) for b in blocks)),
+                "/".join(str(b["hidden_size"]) for b in blocks if "hidden_size" in b),
+                "",
+                "",
+                f"{r['params_total'] / 1e9:.2f}",
+                f"{r['params_total'] / 1e9:.2f}",
+            )
+            continue
+        t.add_row(
+            r["name"],
+            str(r["num_layers"]),
+            str(r["hidden_size"]),
+            str(r["num_attention_heads"]),
+            str(r["num_query_groups"]),
+            f"{r['params_total'] / 1e9:.2f}",
+            f"{r.get('params_active', r['params_total']) / 1e9:.2f}",
+        )
+    return t
+
+
+def kv_table(title: str, data: dict) -> Table:
+    t = Table(title=title, show_header=False)
+    t.add_column("key")
+    t.add_column("value", justify="right")
+    for k, v in data.items():
+        if isinstance(v, dict):
+            v = ", ".join(f"{a}={b}" for a, b in v.items())
+        elif isinstance(v, float):
+            v = f"{v:.6g}"
+        t.add_row(k, str(v))
+    return t
+
+
+def hardware_tables(gpus: list[dict], templates: list[dict]) -> list[Table]:
+    g = Table(title="GPU types")
+    for col in ("name", "memory GiB", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB/s"):
+        g.add_column(col, justify="left" if col == "name" else "right")
+    for r in gpus:
+        p = r["peak_flop_per_s"]
+        g.add_row(
+            r["name"],
+            _gib(r["memory_bytes"]),
+            f"{p['bf16'] / 1e12:.0f}",
+            f"{p['fp8'] / 1e12:.0f}",
+            f"{r['hbm_bandwidth_bytes_per_s'] / 1e9:.0f}",
+        )
+    c = Table(title="Node templates")
+    for col in ("name", "gpu", "gpus/node", "NVLink domain", "NVLink GB/s", "network GB/s per GPU"):
+        c.add_column(col, justify="left" if col in ("name", "gpu") else "right")
+    for r in templates:
+        n = r["node"]
+        c.add_row(
+            r["name"],
+            n["gpu"],
+            str(n["gpus_per_node"]),
+            str(n.get("nvlink_domain_size", n["gpus_per_node"])),
+            str(n["intra_node_bandwidth_gb_per_s"]),
+            str(n["inter_node_bandwidth_gb_per_s"]),
+        )
+    return [g, c]
+
+
+def _plausibility_text(p: dict | None) -> str:
+    if not p or p.get("best_published_mfu") is None:
+        return f"none published ({p['class']})" if p else "-"
+    text = f"{100 * p['best_published_mfu']:.1f}% ({p['best_published_run']})"
+    return f"[bold yellow]ABOVE[/] {text}" if p["above_best_published"] else text
+
+
+def estimate_tables(d: dict) -> list[Table]:
+    cfg = d["config"]
+    head = Table(
+        title=f"{d['model']['name']} on {d['cluster']['num_gpus']} GPUs ({d['cluster']['name']})",
+        show_header=False,
+    )
+    head.add_column("k")
+    head.add_column("v", justify="right")
+    shape = (
+        f"graph: {cfg['pipelines']} pipelines of {cfg['num_stages']} stages, tp {cfg['tp']}"
+        if "num_stages" in cfg
+        else f"tp {cfg['tp']} pp {cfg['pp']} dp {cfg['dp']} cp {cfg['cp']} ep {cfg['ep']} vpp {cfg['vpp']}"
+    )
+    rows = [
+        ("configuration", shape),
+        ("micro-batch x micro-batches", f"{cfg['micro_batch_size']} x {cfg['num_microbatches']}"),
+        (
+            "schedule / recompute / sharding",
+            f"{cfg['schedule']} / {cfg['recompute']} / {cfg['optimizer_sharding']}",
+        ),
+        ("step time", f"{d['step_time_s']:.3f} s"),
+        ("tokens/s (per GPU)", f"{d['tokens_per_s']:,.0f} ({d['tokens_per_s_per_gpu']:,.1f})"),
+        ("MFU / HFU", f"{100 * d['mfu']:.1f}% / {100 * d['hfu']:.1f}%"),
+        ("best published MFU of its class", _plausibility_text(d.get("plausibility"))),
+        ("bubble fraction", f"{100 * d['bubble_fraction']:.1f}%"),
+        ("peak memory", f"{_gib(d['peak_memory_bytes'])} GiB"),
+        (
+            "fits",
+            "yes"
+            if d["fits"]
+            else f"NO: stage {d['memory']['worst_stage']} short by "
+            f"{_gib(d['memory']['shortfall_bytes'])} GiB",
+        ),
+    ]
+    for k, v in rows:
+        head.add_row(k, v)
+    tm = d["time"]
+    time_t = Table(
+        title=f"Time per iteration (critical stage {tm.get('critical_stage', 0)}; sums to the step)",
+        show_header=False,
+    )
+    time_t.add_column("k")
+    time_t.add_column("s", justify="right")
+    for k in (
+        "compute_s",
+        "recompute_s",
+        "tp_cp_ep_comm_s",
+        "fsdp_exposed_s",
+        "bubble_s",
+        "dp_exposed_s",
+        "optimizer_s",
+        "param_gather_exposed_s",
+        "step_time_s",
+    ):
+        if k in tm:
+            time_t.add_row(k.removesuffix("_s").replace("_", " "), f"{tm[k]:.3f}")
+    mem_t = Table(title="Memory per stage (GiB)")
+    for col in (
+        "stage",
+        "gpu",
+        "layers",
+        "weights",
+        "grads",
+        "optimizer",
+        "activations",
+        "reserve",
+        "peak",
+        "capacity",
+        "in flight",
+    ):
+        mem_t.add_column(col, justify="right")
+    for s in d["memory"]["per_stage"]:
+        style = None if s["fits"] else "bold red"
+        mem_t.add_row(
+            str(s["stage"]),
+            s["gpu"],
+            "+".join(map(str, s["layers"])),
+            _gib(s["weights_bytes"]),
+            _gib(s["gradients_bytes"]),
+            _gib(s["optimizer_bytes"]),
+            _gib(s["activations_bytes"] + s["transient_bytes"]),
+            _gib(s["reserve_bytes"]),
+            _gib(s["peak_bytes"]),
+            _gib(s["capacity_bytes"]),
+            f"{s['peak_inflight_microbatches']:.1f}",
+            style=style,
+        )
+    return [head, time_t, mem_t]
+
+
+def gantt_lines(tl: Timeline, width: int = 100, horizon_s: float | None = None) -> list[str]:
+    """One text row per stage: F/B/W where an operation runs, '.' where the stage idles."""
+    horizon = horizon_s or tl.makespan_s
+    lines = []
+    for r in range(tl.num_stages):
+        row = ["."] * width
+        for i in range(len(tl.kind[r])):
+            a = int(tl.start_s[r][i] / horizon * width)
+            b = max(a + 1, int(round(tl.end_s[r][i] / horizon * width)))
+            ch = KIND_NAMES[int(tl.kind[r][i])]
+            for x in range(a, min(b, width)):
+                row[x] = ch
+        lines.append(f"stage {r:>3} |{''.join(row)}|")
+    return lines
+
+
+def budget_tables(d: dict) -> list[Table]:
+    head = Table(title=f"Bubble-fill budget: iteration {d['iteration_time_s']:.3f} s ({d['schedule']})")
+    for col in (
+        "stage",
+        "devices",
+        "windows",
+        "idle s",
+        "usable s",
+        "usable %",
+        "largest window s",
+        "free GiB then",
+    ):
+        head.add_column(col, justify="right")
+    for s in d["per_stage"]:
+        big = max(s["intervals"], key=lambda w: w["duration_s"], default=None)
+        head.add_row(
+            str(s["stage"]),
+            str(s["devices_per_stage"]),
+            str(len(s["intervals"])),
+            f"{s['idle_s']:.3f}",
+            f"{s['usable_s']:.3f}",
+            f"{100 * s['usable_fraction']:.1f}",
+            f"{big['duration_s']:.3f}" if big else "-",
+            _gib(big["free_memory_bytes"]) if big else "-",
+        )
+    agg = d["aggregate"]
+    foot = Table(show_header=False)
+    foot.add_column("k")
+    foot.add_column("v", justify="right")
+    foot.add_row("usable GPU-seconds per iteration", f"{agg['gpu_seconds_per_iteration']:.1f}")
+    foot.add_row("equivalent whole GPUs", f"{agg['equivalent_gpus']:.1f}")
+    tables = [head, foot]
+    if "fill" in d:
+        f = d["fill"]
+        ft = Table(title=f"Fill job {f['job']}", show_header=False)
+        ft.add_column("k")
+        ft.add_column("v", justify="right")
+        ft.add_row("units per iteration", str(f["units_per_iteration"]))
+        ft.add_row("fill throughput (units/s)", f"{f['fill_throughput_units_per_s']:.2f}")
+        ft.add_row("bubble time used", f"{100 * f['bubble_time_used_fraction']:.1f}%")
+        ft.add_row("main-job slowdown bound", f"{100 * f['slowdown_bound']:.2f}%")
+        tables.append(ft)
+        if f.get("reason"):
+            from rich.text import Text
+
+            tables.append(Text(f"No unit fits: {f['reason']}."))
+    return tables
+
+
+PROGRESS_DELAY_S = 1.0
+"""A bar appears only once a search or sweep has run this long (short runs print nothing)."""
+
+
+def progress_callback(label: str = "searching", unit: str = "candidates"):
+    """A transient stderr progress bar for ``progress(done, total, best_step_time_s)`` callbacks:
+    candidates settled of the total and the best step time so far, shown after
+    :data:`PROGRESS_DELAY_S` (the caller decides whether to show one at all: a terminal, no --json,
+    no --quiet)."""
+    import time
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    state: dict = {"start": time.monotonic()}
+
+    def update(done: int, total: int, best_s: float | None = None) -> None:
+        best = f"best {best_s:.3f} s/step" if best_s is not None else "no plan yet"
+        if "bar" not in state:
+            if done >= total or time.monotonic() - state["start"] < PROGRESS_DELAY_S:
+                return
+            bar = Progress(
+                TextColumn("[progress.description]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn(unit),
+                TextColumn("{task.fields[best]}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            bar.start()
+            state["bar"] = bar
+            state["task"] = bar.add_task(label, total=max(total, 1), best=best)
+        state["bar"].update(state["task"], completed=done, total=max(total, 1), best=best)
+        if done >= total:
+            state["bar"].stop()
+
+    return update
+
+
+TRAINING_COLUMNS = {
+    "days_to_train": ("days", lambda v: f"{v:,.1f}"),
+    "gpu_hours": ("GPU-h", lambda v: f"{v:,.0f}"),
+    "cost_usd": ("cost $", lambda v: f"{v:,.0f}"),
+    "energy_kwh": ("MWh", lambda v: f"{v / 1e3:,.0f}"),
+}
+"""Columns shown when ``--tokens`` (and a price) were given: header and format."""
+
+
+def _letter(j: int) -> str:
+    return "abcdefghijklmnopqrstuvwxyz"[j] if j < 26 else f"+{j}"
+
+
+def _plan_cells(p: dict, alternative: bool = False) -> list[str]:
+    """The cells of one plan (or one of its equivalent alternatives) in the search table."""
+    layers = p["layers_per_stage"]
+    lay = (
+        "even"
+        if len(set(layers)) <= 1
+        else ",".join(map(str, layers[:6])) + ("..." if len(layers) > 6 else "")
+    )
+    rec = p["recompute"] + (f"({p['recompute_num_layers']})" if p["recompute_num_layers"] else "")
+    cells = [
+        str(p["tp"]),
+        str(p["pp"]),
+        str(p["dp"]),
+        str(p["cp"]),
+        str(p["ep"]),
+        str(p["vpp"]),
+        str(p["micro_batch_size"]),
+        p["schedule"],
+        rec,
+        p["optimizer_sharding"],
+        lay,
+        f"{p['step_time_s']:.3f}",
+        f"{p['tokens_per_s_per_gpu']:,.0f}",
+    ]
+    if alternative:
+        return cells + ["", _gib(p["peak_memory_bytes"]), ""]
+    above = p.get("plausibility", {}).get("above_best_published")
+    return cells + [
+        f"{100 * p['mfu']:.1f}%" + ("[bold yellow]![/]" if above else ""),
+        _gib(p["peak_memory_bytes"]),
+        f"{100 * p['bubble_fraction']:.1f}%",
+    ]
+
+
+def search_tables(d: dict) -> list[Table]:
+    t = Table(title=f"Best plans for {d['model']['name']} on {d['cluster']['num_gpus']} GPUs")
+    for col in (
+        "#",
+        "tp",
+        "pp",
+        "dp",
+        "cp",
+        "ep",
+        "vpp",
+        "mbs",
+        "schedule",
+        "recompute",
+        "sharding",
+        "layers/stage",
+        "step s",
+        "tok/s/GPU",
+        "MFU",
+        "peak GiB",
+        "bubble",
+    ):
+        t.add_column(col, justify="right")
+    training = [k for k in TRAINING_COLUMNS if any(k in p for p in d["plans"])]
+    for k in training:
+        t.add_column(TRAINING_COLUMNS[k][0], justify="right")
+    for i, p in enumerate(d["plans"], 1):
+        t.add_row(str(i), *_plan_cells(p), *(TRAINING_COLUMNS[k][1](p[k]) for k in training))
+        for j, a in enumerate(p.get("alternatives", [])):
+            # an equivalent variant: same time within 0.1%, no less memory
+            t.add_row(
+                f"{i}{_letter(j)}", *_plan_cells(a, alternative=True), *("" for _ in training), style="dim"
+            )
+    s = d["search"]
+    foot = Table(show_header=False)
+    foot.add_column("k")
+    foot.add_column("v", justify="right")
+    foot.add_row("shapes enumerated / simulated", f"{s['shapes_enumerated']} / {s['shapes_simulated']}")
+    foot.add_row("pruned: memory / bound", f"{s['pruned_by_memory']} / {s['pruned_by_bound']}")
+    if any(p.get("alternatives") for p in d["plans"]):
+        foot.add_row("1a, 1b, ...", "equivalent variants: same time within 0.1%, no less memory")
+    flagged = [p["plausibility"] for p in d["plans"] if p.get("plausibility", {}).get("above_best_published")]
+    if flagged:
+        f = flagged[0]
+        foot.add_row(
+            "MFU!",
+            f"above the best published MFU of its class ({f['class']}: {100 * f['best_published_mfu']:.1f}%, "
+            f"{f['best_published_run']})",
+        )
+    tables = [t, foot]
+    if "explain" in d:
+        e = Table(title="Why the alternatives lost")
+        for col in ("dimension", "value", "slower", "reason"):
+            e.add_column(col)
+        for row in d["explain"]:
+            slower = "-" if row["slower_fraction"] is None else f"{100 * row['slower_fraction']:.1f}%"
+            e.add_row(row["dimension"], str(row["value"]), slower, row["reason"])
+        tables.append(e)
+    return tables
+
+
+# ------------------------------------------------------------------------------------------------
+# Graph models
+
+
+def graph_model_tables(d: dict) -> list[Table]:
+    t = Table(title=f"Graph model {d['name']} ({d['params_total'] / 1e9:.2f}B parameters)")
+    for col in ("block", "type", "units", "hidden", "tokens", "attention", "params (B)"):
+        t.add_column(col, justify="left" if col in ("block", "type", "attention") else "right")
+    for b in d["blocks"]:
+        attention = ""
+        if b["type"] == "transformer":
+            attention = "causal" if b["causal"] else "bidirectional"
+            if b["cross_attention_from"]:
+                attention += f" + cross({b['cross_attention_from']})"
+        t.add_row(
+            b["name"],
+            b["type"],
+            str(b["units"]),
+            str(b.get("hidden_size", "")),
+            str(b["seq_length"] or "job"),
+            attention,
+            f"{b['params'] / 1e9:.3f}",
+        )
+    e = Table(title="Edges")
+    e.add_column("from")
+    e.add_column("to")
+    e.add_column("MiB/sample", justify="right")
+    for edge in d["edges"]:
+        e.add_row(
+            edge["from"],
+            edge["to"],
+            f"{edge['bytes_per_sample'] / 2**20:.2f}" if edge["bytes_per_sample"] else "output",
+        )
+    return [t, e]
+
+
+def _graph_plan_row(t: Table, label: str, p: dict) -> None:
+    t.add_row(
+        label,
+        "sequential" if p["sequential"] else "graph",
+        str(p["tp"]),
+        str(p["pipelines"]),
+        str(p["num_stages"]),
+        str(p["micro_batch_size"]),
+        p["recompute"],
+        f"{p['step_time_s']:.3f}",
+        f"{p['tokens_per_s_per_gpu']:,.0f}",
+        f"{100 * p['mfu']:.1f}%",
+        _gib(p["peak_memory_bytes"]),
+        f"{100 * p['bubble_fraction']:.1f}%",
+    )
+
+
+def graph_search_tables(d: dict) -> list[Table]:
+    t = Table(title=f"Best graph-pipeline plans for {d['model']['name']} on {d['cluster']['num_gpus']} GPUs")
+    for col in (
+        "#",
+        "kind",
+        "tp",
+        "pipelines",
+        "stages",
+        "mbs",
+        "recompute",
+        "step s",
+        "tok/s/GPU",
+        "MFU",
+        "peak GiB",
+        "bubble",
+    ):
+        t.add_column(col, justify="right")
+    for i, p in enumerate(d["plans"], 1):
+        _graph_plan_row(t, str(i), p)
+    if d["sequential_plan"] is not None:
+        _graph_plan_row(t, "seq", d["sequential_plan"])
+    tables = [t]
+    best = d["plans"][0]
+    st = Table(title="Stage graph of plan 1 (GPUs over all pipelines)")
+    for col in ("stage", "layers", "GPUs", "tp", "replicas", "depth", "ms/micro-batch", "peak GiB", "feeds"):
+        st.add_column(col, justify="left" if col in ("layers", "feeds") else "right")
+    edges = best["stage_graph"]["edges"]
+    for s in best["stage_graph"]["stages"]:
+        feeds = ",".join(str(b) for a, b in edges if a == s["stage"]) or "-"
+        st.add_row(
+            str(s["stage"]),
+            s["label"],
+            str(s["gpus"]),
+            str(s["tp"]),
+            str(s["replicas"]),
+            str(s["depth"]),
+            f"{1e3 * s['time_per_microbatch_s']:.1f}",
+            _gib(s["peak_memory_bytes"]),
+            feeds,
+        )
+    tables.append(st)
+    foot = Table(show_header=False)
+    foot.add_column("k")
+    foot.add_column("v", justify="right")
+    foot.add_row("decomposition", d["decomposition"])
+    speed = d["speedup_vs_sequential"]
+    foot.add_row("speedup vs sequential", f"{speed:.3f}x" if speed else "n/a")
+    s = d["search"]
+    foot.add_row("candidates / partitioned", f"{s['candidates']} / {s['partitioned']}")
+    foot.add_row("no fit / pruned by bound", f"{s['no_fit']} / {s['pruned_by_bound']}")
+    tables.append(foot)
+    if "explain" in d:
+        e = Table(title="Best plan per branched/serialised choice (parallel nodes in decomposition order)")
+        for col in ("branched", "tp", "pipelines", "stages", "mbs", "recompute", "step s", "slower"):
+            e.add_column(col, justify="left" if col == "branched" else "right")
+        for row in d["explain"]:
+            sh = row["shape"]
+            e.add_row(
+                ",".join("yes" if b else "no" for b in row["branched"]) or "-",
+                str(sh["tp"]),
+                str(sh["pipelines"]),
+                str(sh["num_stages"]),
+                str(sh["micro_batch_size"]),
+                sh["recompute"],
+                f"{row['step_time_s']:.3f}",
+                f"{100 * row['slower_than_best']:.1f}%",
+            )
+        tables.append(e)
+    return tables

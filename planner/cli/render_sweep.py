@@ -1,0 +1,110 @@
+"""Rendering of ``planner sweep``: the rich table and a hand-written SVG chart (no plotting
+dependency): tokens/s per GPU against the number of GPUs, one line per cluster."""
+
+from __future__ import annotations
+
+from xml.sax.saxutils import escape
+
+from rich.table import Table
+
+COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7")
+
+
+def sweep_table(d: dict) -> Table:
+    rows = d["points"]
+    training = [
+        k for k in ("days_to_train", "gpu_hours", "cost_usd", "energy_kwh") if any(k in r for r in rows)
+    ]
+    t = Table(title=f"Sweep: {d['model']} (global batch {d['global_batch_size']}, seq {d['seq_length']})")
+    for col in ("cluster", "nodes", "GPUs", "plan", "step s", "tok/s", "tok/s/GPU", "MFU", "scaling"):
+        t.add_column(col, justify="left" if col in ("cluster", "plan") else "right")
+    heads = {"days_to_train": "days", "gpu_hours": "GPU-h", "cost_usd": "cost $", "energy_kwh": "MWh"}
+    for k in training:
+        t.add_column(heads[k], justify="right")
+    for i, r in enumerate(rows):
+        mark = " *" if i == d.get("best_point") else ""
+        if not r["feasible"]:
+            t.add_row(r["cluster"], str(r["nodes"]), str(r["num_gpus"]), f"nothing fits: {r['reason'][:60]}")
+            continue
+        plan = (
+            f"tp{r['tp']} pp{r['pp']} dp{r['dp']} cp{r['cp']}"
+            + (f" vpp{r['vpp']}" if r["vpp"] > 1 else "")
+            + f" mbs{r['micro_batch_size']} {r['recompute']}"
+        )
+        cells = [
+            r["cluster"] + mark,
+            str(r["nodes"]),
+            str(r["num_gpus"]),
+            plan,
+            f"{r['step_time_s']:.3f}",
+            f"{r['tokens_per_s']:,.0f}",
+            f"{r['tokens_per_s_per_gpu']:,.0f}",
+            f"{100 * r['mfu']:.1f}%",
+            f"{100 * r['scaling_efficiency']:.1f}%",
+        ]
+        fmt = {
+            "days_to_train": lambda v: f"{v:,.1f}",
+            "gpu_hours": lambda v: f"{v:,.0f}",
+            "cost_usd": lambda v: f"{v:,.0f}",
+            "energy_kwh": lambda v: f"{v / 1e3:,.0f}",
+        }
+        cells += [fmt[k](r[k]) if k in r else "" for k in training]
+        t.add_row(*cells)
+    if d.get("best_point") is not None:
+        t.caption = f"* best by {d['objective']}"
+    return t
+
+
+def sweep_svg(d: dict) -> str:
+    """Tokens/s per GPU (y) against GPUs (x, one slot per distinct GPU count), one polyline and
+    legend entry per cluster; each point labelled with its days to train when known."""
+    rows = [r for r in d["points"] if r["feasible"]]
+    counts = sorted({r["num_gpus"] for r in rows})
+    left, top, width, height = 80, 40, 640, 300
+    total_w, total_h = left + width + 200, top + height + 60
+    ymax = max((r["tokens_per_s_per_gpu"] for r in rows), default=1.0) * 1.15 or 1.0
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w}" height="{total_h}" '
+        f'viewBox="0 0 {total_w} {total_h}" font-family="sans-serif" font-size="11">',
+        f"<title>{escape(d['model'])} sweep</title>",
+        f'<text x="{left}" y="20" font-size="13">{escape(d["model"])}: best plan per point, '
+        "tokens/s per GPU</text>",
+        f'<line x1="{left}" y1="{top + height}" x2="{left + width}" y2="{top + height}" stroke="#333"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + height}" stroke="#333"/>',
+    ]
+
+    def x_of(n: int) -> float:
+        return left + (counts.index(n) + 0.5) * width / max(len(counts), 1)
+
+    def y_of(v: float) -> float:
+        return top + height - v / ymax * height
+
+    for k in range(5):
+        v = ymax * k / 4
+        y = y_of(v)
+        parts.append(f'<line x1="{left - 4}" y1="{y:.1f}" x2="{left}" y2="{y:.1f}" stroke="#333"/>')
+        parts.append(f'<text x="{left - 8}" y="{y + 4:.1f}" text-anchor="end">{v:,.0f}</text>')
+    for n in counts:
+        parts.append(f'<text x="{x_of(n):.1f}" y="{top + height + 16}" text-anchor="middle">{n}</text>')
+    parts.append(f'<text x="{left + width / 2}" y="{top + height + 36}" text-anchor="middle">GPUs</text>')
+    clusters = list(dict.fromkeys(r["cluster"] for r in rows))
+    for ci, name in enumerate(clusters):
+        colour = COLOURS[ci % len(COLOURS)]
+        pts = sorted((r for r in rows if r["cluster"] == name), key=lambda r: r["num_gpus"])
+        path = " ".join(f"{x_of(r['num_gpus']):.1f},{y_of(r['tokens_per_s_per_gpu']):.1f}" for r in pts)
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        for r in pts:
+            x, y = x_of(r["num_gpus"]), y_of(r["tokens_per_s_per_gpu"])
+            label = f"{r['tokens_per_s_per_gpu']:,.0f}" + (
+                f" ({r['days_to_train']:,.1f} d)" if "days_to_train" in r else ""
+            )
+            parts.append(
+                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{colour}"><title>{escape(name)} '
+                f"{r['num_gpus']} GPUs: {escape(label)}</title></circle>"
+            )
+            parts.append(f'<text x="{x + 6:.1f}" y="{y - 6:.1f}" fill="{colour}">{escape(label)}</text>')
+        ly = top + 14 + ci * 18
+        parts.append(f'<rect x="{left + width + 20}" y="{ly - 9}" width="12" height="12" fill="{colour}"/>')
+        parts.append(f'<text x="{left + width + 38}" y="{ly + 1}">{escape(name)}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"

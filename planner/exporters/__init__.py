@@ -1,1 +1,0 @@
-"""Exporters (plans -> launchable configurations) and importers (existing launches -> plans)."""

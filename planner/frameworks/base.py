@@ -1,0 +1,152 @@
+"""A training framework as part of the problem statement: what it runs at a pinned version.
+
+A plan the search ranks first is only useful if the framework the user runs can launch it. Each
+framework declares its :class:`Capabilities` (schedules, optimizer/gradient/parameter sharding,
+recompute forms, context/expert parallelism, uneven layer splits, precisions, mixed GPU types) at
+a pinned version; :meth:`Framework.violations` turns them into reasons a configuration is out of
+the framework's space. The search enumerates only configurations with no violation, ``check``
+compares a launch with the best plan of the same framework, and plan files record the framework
+and its version.
+
+``any`` is the model's whole space (every schedule and sharding the cost model knows): for
+research, never for export.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES, ParallelConfig
+from planner.errors import SpecError, UsageError
+from planner.specs import ClusterSpec, JobSpec, ModelSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capabilities:
+    """What one framework version runs. Names are the cost model's (``cost_models.parallel``)."""
+
+    schedules: tuple[str, ...]
+    """Pipeline schedules it runs (1f1b, interleaved, gpipe, zb-h1)."""
+    optimizer_sharding: tuple[str, ...]
+    """Sharding modes it runs: none, distributed (ZeRO-1), zero2, full (ZeRO-3 / FSDP)."""
+    sharding_with_pipeline: tuple[str, ...]
+    """Sharding modes it combines with pp > 1."""
+    recompute: tuple[str, ...]
+    """Recompute forms: none, selective, full."""
+    partial_recompute: bool
+    """Full recompute of only some layers per stage (Megatron ``--recompute-num-layers``)."""
+    sequence_parallel_optional: bool
+    """False when tensor parallelism always shards norms/dropout over the sequence (SP on)."""
+    context_parallel: bool
+    expert_parallel: bool
+    uneven_layers: bool
+    """Stages may hold different numbers of layers."""
+    uneven_interleaved: bool
+    """Uneven layer counts also with virtual pipeline stages."""
+    precisions: tuple[str, ...]
+    heterogeneous_gpus: bool
+    """One job over node groups of different GPU types, each stage on the type the plan chose."""
+    tp_comm_overlap: bool = False
+    """Its exported launch can overlap sequence-parallel collectives with GEMMs
+    (``JobSpec.tp_comm_overlap``)."""
+    hsdp: bool = False
+    """Hybrid sharding (``ParallelConfig.fsdp_shard``): FSDP inside a shard group, replicas across."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Framework:
+    """A framework at a pinned version, with the source its capabilities were read from."""
+
+    name: str
+    """Short name used on the command line and in plan files: megatron, torchtitan, any."""
+    title: str
+    """Human name with the pinned version, e.g. 'Megatron-LM (megatron-core 0.15.0)'."""
+    version: str
+    """The pinned release the capabilities describe."""
+    capabilities: Capabilities
+    source: str
+    """Where the capabilities were read (files of the pinned release)."""
+    exportable: bool = True
+    """False for ``any`` (no launcher runs the whole space)."""
+
+    def violations(
+        self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig
+    ) -> list[str]:
+        """Why the framework cannot run ``c`` (empty when it can). Each reason names the framework."""
+        cap, out = self.capabilities, []
+        who = self.title
+        if c.pp > 1 and c.schedule not in cap.schedules:
+            out.append(f"{who} has no {c.schedule!r} schedule (it runs {', '.join(cap.schedules)})")
+        if c.optimizer_sharding not in cap.optimizer_sharding:
+            out.append(
+                f"{who} has no {c.optimizer_sharding!r} sharding (it runs {', '.join(cap.optimizer_sharding)})"
+            )
+        elif c.pp > 1 and c.optimizer_sharding not in cap.sharding_with_pipeline:
+            out.append(f"{who} does not combine {c.optimizer_sharding!r} sharding with pipeline parallelism")
+        if c.recompute not in cap.recompute:
+            out.append(f"{who} has no {c.recompute!r} recompute (it runs {', '.join(cap.recompute)})")
+        if c.recompute == "full" and c.recompute_num_layers and not cap.partial_recompute:
+            out.append(f"{who} cannot recompute only {c.recompute_num_layers} layers per stage")
+        if c.tp > 1 and not c.sequence_parallel and not cap.sequence_parallel_optional:
+            out.append(f"{who} always uses sequence parallelism with tensor parallelism")
+        if c.cp > 1 and not cap.context_parallel:
+            out.append(f"{who} has no context parallelism")
+        if c.ep > 1 and not cap.expert_parallel:
+            out.append(f"{who} has no expert parallelism")
+        if c.layers_per_stage and len(set(c.layers_per_stage)) > 1:
+            if not cap.uneven_layers:
+                out.append(f"{who} splits layers evenly over pipeline stages")
+            elif c.vpp > 1 and not cap.uneven_interleaved:
+                out.append(f"{who} has no uneven split with virtual pipeline stages")
+        if job.precision not in cap.precisions:
+            out.append(f"{who} has no {job.precision} training (it runs {', '.join(cap.precisions)})")
+        if len({g.gpu.name for g in cluster.groups}) > 1 and not cap.heterogeneous_gpus:
+            out.append(f"{who} cannot place stages on different GPU types")
+        if c.fsdp_shard and not cap.hsdp:
+            out.append(f"{who} is not planned with HSDP (fsdp_shard); use full sharding over all dp ranks")
+        if job.tp_comm_overlap and c.sp and not cap.tp_comm_overlap:
+            out.append(f"{who} launches no overlap of tensor-parallel communication with GEMMs")
+        return out
+
+    def require(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> None:
+        """Raise SpecError naming the first reason ``c`` cannot run here."""
+        reasons = self.violations(model, cluster, job, c)
+        if reasons:
+            raise SpecError(f"{reasons[0]}; re-run planner search with --framework {self.name}")
+
+    def check_choices(self, flag: str, chosen: tuple[str, ...] | None, allowed: tuple[str, ...]) -> None:
+        """A user's ``--schedule``/``--optimizer-sharding``/``--recompute`` list must lie inside the
+        framework's space: a usage error otherwise, naming what the framework runs."""
+        if chosen is None:
+            return
+        outside = [x for x in chosen if x not in allowed]
+        if outside:
+            raise UsageError(
+                f"{flag} {','.join(outside)}: {self.title} runs {', '.join(allowed)}; "
+                "pick another --framework (or --framework any for the whole space)"
+            )
+
+
+ANY = Framework(
+    name="any",
+    title="any framework (the cost model's whole space)",
+    version="-",
+    capabilities=Capabilities(
+        schedules=SCHEDULES,
+        optimizer_sharding=OPTIMIZER_SHARDING,
+        sharding_with_pipeline=OPTIMIZER_SHARDING,
+        recompute=RECOMPUTE,
+        partial_recompute=True,
+        sequence_parallel_optional=True,
+        context_parallel=True,
+        expert_parallel=True,
+        uneven_layers=True,
+        uneven_interleaved=True,
+        precisions=("bf16", "fp16", "fp8"),
+        heterogeneous_gpus=True,
+        tp_comm_overlap=True,
+        hsdp=True,
+    ),
+    source="cost_models/parallel.py (SCHEDULES, OPTIMIZER_SHARDING, RECOMPUTE)",
+    exportable=False,
+)

@@ -1,0 +1,52 @@
+"""What Megatron-LM runs at the pinned release (megatron-core 0.19.2, whose wheel ships
+``megatron/training/arguments.py``; ../shared/reference/megatron-args.md).
+
+* Schedules: ``megatron/core/pipeline_parallel/schedules.py`` has
+  ``forward_backward_pipelining_without_interleaving`` (1F1B) and ``..._with_interleaving``
+  (interleaved 1F1B, ``--num-virtual-stages-per-pipeline-rank``); no GPipe and no zero-bubble
+  schedule upstream.
+* Sharding: ``--use-distributed-optimizer`` (ZeRO-1); Megatron-FSDP (``--use-megatron-fsdp``) with
+  ``--data-parallel-sharding-strategy optim_grads`` (ZeRO-2) or ``optim_grads_params`` (ZeRO-3), see
+  Megatron-LM docs/discussions/megatron-fsdp-user-guide. Megatron-FSDP is planned without pipeline
+  parallelism (the cost model prices FSDP gathers per layer of a single stage).
+* Recompute: ``--recompute-granularity selective|full``, ``--recompute-method uniform|block``,
+  ``--recompute-num-layers`` (partial full recompute).
+* Uneven stages: ``--decoder-first/last-pipeline-num-layers`` and
+  ``--pipeline-model-parallel-layout`` (also with virtual stages).
+* Mixed GPU types: Megatron places ranks in launch order; planner exports a Slurm heterogeneous job
+  whose components are the plan's node groups in pipeline order.
+"""
+
+from planner.frameworks.base import Capabilities, Framework
+
+MEGATRON = Framework(
+    name="megatron",
+    title="Megatron-LM (megatron-core 0.19.2)",
+    version="megatron-core 0.19.2",
+    capabilities=Capabilities(
+        schedules=("1f1b", "interleaved"),
+        optimizer_sharding=("none", "distributed", "zero2", "full"),
+        sharding_with_pipeline=("none", "distributed"),
+        recompute=("none", "selective", "full"),
+        partial_recompute=True,
+        sequence_parallel_optional=True,
+        context_parallel=True,
+        expert_parallel=True,
+        uneven_layers=True,
+        uneven_interleaved=True,
+        precisions=("bf16", "fp16", "fp8"),
+        heterogeneous_gpus=True,
+        # --tp-comm-overlap (arguments.py; Transformer Engine userbuffers, with --sequence-parallel).
+        tp_comm_overlap=True,
+    ),
+    source="megatron/training/arguments.py, megatron/core/pipeline_parallel/schedules.py (megatron-core 0.19.2)",
+)
+
+
+def compute_capability_major(gpu_name: str) -> int:
+    """CUDA compute-capability major of a GPU preset, for the rules validate_args ties to the
+    architecture (``get_device_arch_version() < 10``): Blackwell (B100/B200/GB200/B300/GB300) is
+    10; every other preset planner ships (Volta to Hopper, L40S; AMD Instinct counted as before
+    Blackwell) is below."""
+    name = gpu_name.lower()
+    return 10 if any(k in name for k in ("b100", "b200", "gb200", "b300", "gb300")) else 9

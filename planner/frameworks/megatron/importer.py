@@ -1,0 +1,495 @@
+"""Megatron-LM import: read an arguments file or a launch script back into a model, a job and a
+configuration (see docs/megatron.md), with the line of every flag for annotations.
+
+Shell variables are resolved from the script's own assignments (:mod:`.shell`); the Megatron flags
+are the words after ``pretrain_gpt.py`` (or every word of a plain arguments file), each checked
+against the parser of the pinned release (:data:`.flags.ACCEPTED`): a word argparse would reject
+is recorded in :attr:`Imported.rejected`, a flag it accepts that planning does not need in
+:attr:`Imported.ignored`, one that could matter but planner does not model in
+:attr:`Imported.unknown`. What Megatron's ``validate_args`` would reject is judged by
+:mod:`.rules`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from cost_models.parallel import ParallelConfig, first_last_split
+from planner.errors import ConfigError, SpecError
+from planner.frameworks.megatron.flags import ACCEPTED
+from planner.frameworks.megatron.shell import REDIRECT, SEPARATORS, read_script, unresolved_in
+from planner.specs import JobSpec, ModelSpec
+from planner.validation import check_number, limit
+
+
+@dataclass(frozen=True, slots=True)
+class Imported:
+    """A Megatron launch read back: model, job, configuration, and what was not understood."""
+
+    model: ModelSpec
+    job: JobSpec
+    config: ParallelConfig
+    world_size: int | None
+    ignored: tuple[str, ...]
+    """Flags Megatron accepts that do not matter for planning."""
+    unknown: tuple[str, ...]
+    """Flags Megatron accepts that planner does not interpret (warnings)."""
+    flag_lines: dict
+    """Line number (1-based) of each flag in the source, for annotations."""
+    flags: dict = field(default_factory=dict)
+    """Every Megatron flag given, with its value (None for switches)."""
+    rejected: tuple[str, ...] = ()
+    """``--`` words the pinned release's parser does not accept (argparse exits with an error)."""
+    env: dict = field(default_factory=dict)
+    """Environment the script sets (``export NAME=v``; None for ``unset NAME``)."""
+    is_script: bool = False
+    """Whether the source is a launch script (it runs pretrain_gpt.py), not an arguments file."""
+
+
+IGNORED = {
+    "--train-iters",
+    "--train-samples",
+    "--lr",
+    "--min-lr",
+    "--lr-decay-style",
+    "--lr-warmup-iters",
+    "--lr-warmup-fraction",
+    "--lr-decay-iters",
+    "--lr-warmup-samples",
+    "--lr-decay-samples",
+    "--weight-decay",
+    "--clip-grad",
+    "--adam-beta1",
+    "--adam-beta2",
+    "--adam-eps",
+    "--init-method-std",
+    "--save",
+    "--load",
+    "--save-interval",
+    "--eval-interval",
+    "--eval-iters",
+    "--log-interval",
+    "--data-path",
+    "--split",
+    "--mock-data",
+    "--tokenizer-type",
+    "--tokenizer-model",
+    "--vocab-file",
+    "--merge-file",
+    "--tensorboard-dir",
+    "--wandb-project",
+    "--seed",
+    "--attention-dropout",
+    "--hidden-dropout",
+    "--ckpt-format",
+    "--distributed-timeout-minutes",
+    "--transformer-impl",
+    "--attention-backend",
+    "--rotary-percent",
+    "--norm-epsilon",
+    "--make-vocab-size-divisible-by",
+    "--moe-token-dispatcher-type",
+    "--moe-grouped-gemm",
+    "--moe-aux-loss-coeff",
+    "--moe-router-load-balancing-type",
+    "--no-gradient-accumulation-fusion",
+    "--cross-entropy-loss-fusion",
+    "--manual-gc",
+    "--log-throughput",
+    "--fp8-recipe",
+    "--fp8-amax-history-len",
+    "--fp8-amax-compute-algo",
+    "--data-parallel-sharding-strategy",
+    "--use-rope-scaling",
+    "--log-timers-to-tensorboard",
+    "--no-masked-softmax-fusion",
+    "--no-bias-swiglu-fusion",
+    "--no-rope-fusion",
+    "--eod-mask-loss",
+    "--timing-log-level",
+    "--exit-duration-in-mins",
+    "--num-workers",
+    "--recompute-method",
+    "--no-overlap-p2p-communication",
+    "--use-rotary-position-embeddings",
+}
+"""Accepted flags that change no planned cost (or that :mod:`.rules` reads by itself)."""
+
+MODELLED = {
+    "--num-layers",
+    "--hidden-size",
+    "--ffn-hidden-size",
+    "--num-attention-heads",
+    "--kv-channels",
+    "--group-query-attention",
+    "--num-query-groups",
+    "--swiglu",
+    "--squared-relu",
+    "--normalization",
+    "--disable-bias-linear",
+    "--add-qkv-bias",
+    "--qk-layernorm",
+    "--untie-embeddings-and-output-weights",
+    "--position-embedding-type",
+    "--rotary-base",
+    "--max-position-embeddings",
+    "--seq-length",
+    "--vocab-size",
+    "--padded-vocab-size",
+    "--num-experts",
+    "--moe-router-topk",
+    "--moe-ffn-hidden-size",
+    "--moe-shared-expert-intermediate-size",
+    "--moe-layer-freq",
+    "--expert-model-parallel-size",
+    "--expert-tensor-parallel-size",
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--context-parallel-size",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--num-layers-per-virtual-pipeline-stage",
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
+    "--pipeline-model-parallel-layout",
+    "--sequence-parallel",
+    "--micro-batch-size",
+    "--global-batch-size",
+    "--recompute-granularity",
+    "--recompute-activations",
+    "--recompute-num-layers",
+    "--use-distributed-optimizer",
+    "--use-megatron-fsdp",
+    "--use-torch-fsdp2",
+    "--overlap-grad-reduce",
+    "--overlap-param-gather",
+    "--tp-comm-overlap",
+    "--bf16",
+    "--fp16",
+    "--fp8-format",
+}
+"""Flags the import turns into model, job or configuration fields."""
+
+
+def megatron_words(text: str) -> tuple[list[tuple[str, int]], dict, bool]:
+    """The Megatron argument words of a script or arguments file (with line numbers), the
+    environment it sets, and whether it is a launch script."""
+    script = read_script(text)
+    words = script.words
+    starts = [i for i, (w, _) in enumerate(words) if w.endswith(".py")]
+    if not starts:
+        return [(w, n) for w, n in words if w not in SEPARATORS], script.env, False
+    out: list[tuple[str, int]] = []
+    for start in starts:
+        for w, n in words[start + 1 :]:
+            if w in SEPARATORS or REDIRECT.match(w):
+                break
+            out.append((w, n))
+    return out, script.env, True
+
+
+def parse_megatron(text: str, where: str, world_size: int | None = None) -> Imported:
+    """Read Megatron flags from an args file or a launch script."""
+    try:
+        words, env, is_script = megatron_words(text)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    flags: dict[str, str | None] = {}
+    lines: dict[str, int] = {}
+    ignored, unknown, rejected = [], [], []
+    i = 0
+    while i < len(words):
+        w, line = words[i]
+        i += 1
+        if not w.startswith("--"):
+            continue
+        value: str | None = None
+        if "=" in w:
+            w, value = w.split("=", 1)
+        kind = ACCEPTED.get(w)
+        if kind is None:
+            rejected.append(w)
+            lines.setdefault(w, line)
+            continue
+        if kind == "value" and value is None:
+            if i < len(words) and not (words[i][0].startswith("--") and len(words[i][0]) > 2):
+                value = words[i][0]
+                i += 1
+        elif kind == "values" and value is None:
+            vals = []
+            while i < len(words) and not words[i][0].startswith("--"):
+                vals.append(words[i][0])
+                i += 1
+            value = " ".join(vals) if vals else None
+        if value is not None:
+            name = unresolved_in(value)
+            if name is not None:
+                if name.startswith("$"):
+                    raise SpecError(
+                        f"{where}: line {line}: {w} takes its value from {name}, which planner cannot "
+                        "evaluate from the script's own assignments; write the value"
+                    )
+                raise SpecError(
+                    f"{where}: line {line}: {w} takes its value from {name!r}, which the script never "
+                    f"sets; assign {name}=... in the script or write the value"
+                )
+        flags[w], lines[w] = value, line
+        if w in MODELLED:
+            continue
+        (ignored if w in IGNORED else unknown).append(w)
+
+    def num(flag: str, default: int | None = None) -> int | None:
+        """An integer flag: present with a value, finite, positive (zero only where the default is
+        0, e.g. --num-experts) and under the planner key's bound (planner.validation.LIMITS)."""
+        v = flags.get(flag)
+        if v is None:
+            if flag in flags:
+                raise SpecError(f"{where}: line {lines.get(flag, '?')}: {flag} is given without its value")
+            return default
+        try:
+            value = int(v)
+        except ValueError:
+            raise SpecError(
+                f"{where}: line {lines.get(flag, '?')}: {flag} expects an integer, got {v!r}"
+            ) from None
+        key = flag.lstrip("-").replace("-", "_")
+        check_number(
+            value,
+            f"{where}: line {lines.get(flag, '?')}",
+            flag,
+            integer=True,
+            positive=default != 0,
+            maximum=limit(key) or limit("tp"),
+        )
+        return value
+
+    def at(flag: str) -> str:
+        return f"{where}: line {lines.get(flag, '?')}"
+
+    for req in (
+        "--num-layers",
+        "--hidden-size",
+        "--num-attention-heads",
+        "--seq-length",
+        "--micro-batch-size",
+    ):
+        if flags.get(req) is None:
+            raise SpecError(f"{where}: missing {req} (needed to plan; Megatron requires it too)")
+    h, heads = num("--hidden-size"), num("--num-attention-heads")
+    gated = "--swiglu" in flags
+    ffn_default = int((4 * h * 2 / 3) / 64) * 64 if gated else 4 * h
+    groups = num("--num-query-groups", 1) if "--group-query-attention" in flags else heads
+    experts = num("--num-experts", 0) or 0
+    vocab = num("--padded-vocab-size") or num("--vocab-size")
+    if vocab is None:
+        tokenizer = flags.get("--tokenizer-type") or "GPT2BPETokenizer (the default)"
+        raise SpecError(
+            f"{where}: the vocabulary size cannot be known: the tokenizer ({tokenizer}) is read at "
+            "launch, not by planner; add --vocab-size N with the tokenizer's vocabulary size "
+            "(e.g. 128256 for Llama 3)"
+        )
+    seq = num("--seq-length")
+    position = flags.get("--position-embedding-type") or (
+        "rope" if "--use-rotary-position-embeddings" in flags else "learned_absolute"
+    )
+    if position not in ("learned_absolute", "rope", "none"):
+        raise SpecError(
+            f"{at('--position-embedding-type')}: --position-embedding-type {position!r}: planner models "
+            "learned_absolute, rope and none"
+        )
+    rotary = num("--rotary-base", 10000)
+    model = ModelSpec(
+        name=where,
+        num_layers=num("--num-layers"),
+        hidden_size=h,
+        ffn_hidden_size=num("--ffn-hidden-size", ffn_default),
+        num_attention_heads=heads,
+        num_query_groups=groups,
+        kv_channels=num("--kv-channels", h // heads),
+        vocab_size=vocab,
+        max_position_embeddings=num("--max-position-embeddings", seq),
+        activation="swiglu" if gated else ("squared_relu" if "--squared-relu" in flags else "gelu"),
+        normalization="rmsnorm" if flags.get("--normalization") == "RMSNorm" else "layernorm",
+        position_embedding_type=position,
+        rotary_base=rotary,
+        untie_embeddings_and_output_weights="--untie-embeddings-and-output-weights" in flags,
+        add_bias_linear="--disable-bias-linear" not in flags,
+        add_qkv_bias="--add-qkv-bias" in flags,
+        qk_layernorm="--qk-layernorm" in flags,
+        num_experts=experts,
+        moe_router_topk=num("--moe-router-topk", 2) if experts else 0,
+        moe_ffn_hidden_size=num("--moe-ffn-hidden-size", num("--ffn-hidden-size", ffn_default))
+        if experts
+        else 0,
+        moe_shared_expert_intermediate_size=num("--moe-shared-expert-intermediate-size", 0) if experts else 0,
+        moe_layer_freq=num("--moe-layer-freq", 1) if experts else 1,
+    )
+    tp, pp, cp = (
+        num("--tensor-model-parallel-size", 1),
+        num("--pipeline-model-parallel-size", 1),
+        num("--context-parallel-size", 1),
+    )
+    vpp, layers = _pipeline(flags, num, at, model.num_layers, pp)
+    granularity = flags.get("--recompute-granularity") or (
+        "selective" if "--recompute-activations" in flags else None
+    )
+    recompute = granularity or "none"
+    if recompute not in ("none", "selective", "full"):
+        raise SpecError(
+            f"{at('--recompute-granularity')}: --recompute-granularity {recompute!r}: allowed values: full, selective"
+        )
+    rnl = (num("--recompute-num-layers", 0) or 0) if recompute == "full" else 0
+    most = max(layers) if layers else -(-model.num_layers // (pp * vpp))
+    if recompute == "full" and rnl >= most:
+        rnl = 0  # every layer of every stage: planner's "all"
+    if "--use-megatron-fsdp" in flags or "--use-torch-fsdp2" in flags:
+        strategy = flags.get("--data-parallel-sharding-strategy") or "optim_grads_params"
+        sharding = {"optim_grads": "zero2", "optim": "distributed", "no_shard": "none"}.get(strategy, "full")
+    elif "--use-distributed-optimizer" in flags:
+        sharding = "distributed"
+    else:
+        sharding = "none"
+    gbs = num("--global-batch-size")
+    dp = world_size // (tp * pp * cp) if world_size and world_size % (tp * pp * cp) == 0 else 1
+    if gbs is None:
+        gbs = num("--micro-batch-size") * dp
+    precision = "fp8" if flags.get("--fp8-format") else ("fp16" if "--fp16" in flags else "bf16")
+    job = JobSpec(
+        global_batch_size=gbs,
+        seq_length=seq,
+        precision=precision,
+        overlap_grad_reduce="--overlap-grad-reduce" in flags,
+        overlap_param_gather="--overlap-param-gather" in flags,
+        tp_comm_overlap="--tp-comm-overlap" in flags,
+    )
+    ep = num("--expert-model-parallel-size", 1)
+    etp = num("--expert-tensor-parallel-size", 0) or tp  # Megatron's default is tp (arguments.py)
+    config = ParallelConfig(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        vpp=vpp,
+        micro_batch_size=num("--micro-batch-size"),
+        recompute=recompute,
+        recompute_num_layers=rnl,
+        sequence_parallel="--sequence-parallel" in flags,
+        optimizer_sharding=sharding,
+        schedule="interleaved" if vpp > 1 else "1f1b",
+        layers_per_stage=() if len(set(layers)) <= 1 else layers,
+    )
+    return Imported(
+        model,
+        job,
+        config,
+        world_size,
+        tuple(ignored),
+        tuple(sorted(set(unknown))),
+        lines,
+        flags,
+        tuple(dict.fromkeys(rejected)),
+        env,
+        is_script,
+    )
+
+
+def parse_layout(text: str) -> list[str]:
+    """The stages of a ``--pipeline-model-parallel-layout`` string, as Megatron-LM unrolls it
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py ``parse_str_to_list``: commas
+    dropped, ``(...)*n`` and ``x*n`` repeated, stages split on |)."""
+    s = text.replace(",", "")
+    s = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * min(int(m.group(2)), 100_000), s)
+    s = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * min(int(m.group(2)), 100_000), s)
+    return s.split("|")
+
+
+def _pipeline(flags, num, at, num_layers: int, pp: int) -> tuple[int, tuple[int, ...]]:
+    """Virtual stages and the layers of each virtual stage, with validate_args' own rules and
+    messages naming the flags (megatron/training/arguments.py, "Uneven virtual pipeline
+    parallelism"; TransformerConfig for first/last)."""
+    given = [
+        f
+        for f in (
+            "--num-layers-per-virtual-pipeline-stage",
+            "--num-virtual-stages-per-pipeline-rank",
+            "--pipeline-model-parallel-layout",
+        )
+        if flags.get(f) is not None
+    ]
+    if len(given) > 1:
+        raise SpecError(
+            f"{at(given[1])}: {' and '.join(given)} exclude each other (Megatron accepts one of them)"
+        )
+    layout = flags.get("--pipeline-model-parallel-layout")
+    first_last = [
+        f for f in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers") if f in flags
+    ]
+    if layout is not None:
+        stages = parse_layout(layout)
+        bad = sorted(set("".join(stages)) - set("EtLm"))
+        if bad:
+            raise SpecError(
+                f"{at('--pipeline-model-parallel-layout')}: --pipeline-model-parallel-layout has {bad[0]!r}; "
+                "its letters are E (embedding), t (decoder layer), L (loss), m (MTP) and | between stages"
+            )
+        if len(stages) % pp:
+            raise SpecError(
+                f"{at('--pipeline-model-parallel-layout')}: --pipeline-model-parallel-layout has {len(stages)} "
+                f"stages, not a multiple of --pipeline-model-parallel-size {pp}"
+            )
+        layers = tuple(s.count("t") for s in stages)
+        if sum(layers) != num_layers:
+            raise SpecError(
+                f"{at('--pipeline-model-parallel-layout')}: --pipeline-model-parallel-layout holds "
+                f"{sum(layers)} decoder layers (t), --num-layers is {num_layers}"
+            )
+        if not stages[0].startswith("E") or not stages[-1].endswith("L"):
+            raise SpecError(
+                f"{at('--pipeline-model-parallel-layout')}: --pipeline-model-parallel-layout must start "
+                "with E (embedding) and end with L (loss)"
+            )
+        if min(layers) < 1:
+            raise SpecError(
+                f"{at('--pipeline-model-parallel-layout')}: planner models stages of at least one decoder "
+                "layer; a stage of the layout holds none"
+            )
+        return len(stages) // pp, layers
+    nlpvs = num("--num-layers-per-virtual-pipeline-stage")
+    if nlpvs is not None:
+        if first_last:
+            raise SpecError(
+                f"{at(first_last[0])}: {first_last[0]} with --num-layers-per-virtual-pipeline-stage: Megatron "
+                "asks for --num-virtual-stages-per-pipeline-rank with uneven stages"
+            )
+        if num_layers % pp:
+            raise SpecError(
+                f"{at('--pipeline-model-parallel-size')}: --num-layers {num_layers} is not divisible by "
+                f"--pipeline-model-parallel-size {pp}"
+            )
+        per_stage = num_layers // pp
+        if per_stage % nlpvs:
+            raise SpecError(
+                f"{at('--num-layers-per-virtual-pipeline-stage')}: --num-layers-per-virtual-pipeline-stage "
+                f"{nlpvs} does not divide the {per_stage} layers of each pipeline stage (--num-layers "
+                f"{num_layers} / --pipeline-model-parallel-size {pp})"
+            )
+        return per_stage // nlpvs, ()
+    vpp = num("--num-virtual-stages-per-pipeline-rank", 1) or 1
+    if first_last:
+        if vpp > 1:
+            raise SpecError(
+                f"{at(first_last[0])}: planner exports uneven stages with virtual stages as "
+                "--pipeline-model-parallel-layout; first/last counts with virtual stages are not modelled"
+            )
+        first = num("--decoder-first-pipeline-num-layers")
+        last = num("--decoder-last-pipeline-num-layers")
+        try:
+            return 1, first_last_split(num_layers, pp, first, last)
+        except ConfigError as exc:
+            named = " and ".join(f"{f} {flags[f]}" for f in first_last)
+            raise SpecError(
+                f"{at(first_last[0])}: {named}: {exc} (--num-layers {num_layers}, --pipeline-model-parallel-size {pp})"
+            ) from None
+    return vpp, ()

@@ -1,0 +1,184 @@
+"""What Megatron-LM's own validation rejects in an imported launch, beyond the cost model's shape
+constraints (:func:`cost_models.parallel.violations`): the argparse parser, ``validate_args``
+(megatron/training/arguments.py) and ``TransformerConfig.__post_init__``
+(megatron/core/transformer/transformer_config.py) of the pinned release, megatron-core 0.19.2.
+Each rule cites the check it restates; each finding names the flag to change. The agreement of
+these rules with Megatron's own verdicts is tested (tests/test_megatron_agreement.py) and tabled in
+docs/megatron.md.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from planner.frameworks.megatron.capabilities import compute_capability_major
+from planner.frameworks.megatron.flags import ACCEPTED, VERSION
+from planner.frameworks.megatron.importer import Imported
+from planner.specs import ClusterSpec
+
+Finding = tuple[str, str, tuple[str, ...]]
+"""(level, message, flags): level "error" (Megatron rejects the launch) or "warning"."""
+
+
+def megatron_findings(imp: Imported, cluster: ClusterSpec) -> list[Finding]:
+    """Every rejection (and warning) of Megatron's validation for this launch, first cause first."""
+    f, out = imp.flags, []
+
+    def err(msg: str, *flags: str) -> None:
+        out.append(("error", msg, flags))
+
+    def warn(msg: str, *flags: str) -> None:
+        out.append(("warning", msg, flags))
+
+    # argparse (parse_args, allow_abbrev=False): any other -- word exits with "unrecognized arguments".
+    for flag in imp.rejected:
+        close = difflib.get_close_matches(flag, ACCEPTED, n=1, cutoff=0.8)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        err(f"{flag} is not an argument of {VERSION} (its parser exits: unrecognized arguments){hint}", flag)
+    tp = _int(f.get("--tensor-model-parallel-size"), 1)
+    cp = _int(f.get("--context-parallel-size"), 1)
+    pp = _int(f.get("--pipeline-model-parallel-size"), 1)
+    sp = "--sequence-parallel" in f and tp > 1  # validate_args turns SP off when tp == 1
+    fsdp = "--use-megatron-fsdp" in f
+    # Recompute: validate_args ("selective" takes no method) and TransformerConfig (full needs a
+    # method and --recompute-num-layers; selective takes no --recompute-num-layers).
+    granularity = f.get("--recompute-granularity") or (
+        "selective" if "--recompute-activations" in f else None
+    )
+    if granularity == "full":
+        if f.get("--recompute-method") is None:
+            err(
+                "full recompute needs --recompute-method uniform or block (TransformerConfig)",
+                "--recompute-method",
+            )
+        if f.get("--recompute-num-layers") is None:
+            err(
+                "full recompute needs --recompute-num-layers (layers recomputed per pipeline stage; TransformerConfig)",
+                "--recompute-num-layers",
+            )
+    elif granularity == "selective":
+        if f.get("--recompute-method") is not None:
+            err(
+                "--recompute-method is not supported with selective recompute (validate_args)",
+                "--recompute-method",
+                "--recompute-granularity",
+            )
+        if f.get("--recompute-num-layers") is not None:
+            err(
+                "--recompute-num-layers must not be given with selective recompute (TransformerConfig)",
+                "--recompute-num-layers",
+            )
+    # Overlap flags (validate_args).
+    if "--overlap-param-gather" in f:
+        if "--use-distributed-optimizer" not in f and not fsdp:
+            err(
+                "--overlap-param-gather needs the distributed optimizer (--use-distributed-optimizer) or "
+                "Megatron-FSDP (validate_args)",
+                "--overlap-param-gather",
+                "--use-distributed-optimizer",
+            )
+        if "--overlap-grad-reduce" not in f:
+            err("--overlap-param-gather needs --overlap-grad-reduce (validate_args)", "--overlap-grad-reduce")
+    if "--tp-comm-overlap" in f and not sp:
+        err(
+            "--tp-comm-overlap needs sequence parallelism (--sequence-parallel with tp > 1; validate_args)",
+            "--tp-comm-overlap",
+            "--sequence-parallel",
+        )
+    # Interleaving: pp > 2 unless p2p communication overlaps (validate_args).
+    if imp.config.vpp > 1 and "--no-overlap-p2p-communication" in f and pp <= 2:
+        err(
+            "the interleaved schedule without p2p overlap (--no-overlap-p2p-communication) needs "
+            "--pipeline-model-parallel-size > 2 (validate_args)",
+            "--no-overlap-p2p-communication",
+            "--pipeline-model-parallel-size",
+        )
+    # Positions (validate_args asserts it for every embedding type).
+    seq, maxpos = _int(f.get("--seq-length"), 0), _int(f.get("--max-position-embeddings"), None)
+    if maxpos is None:
+        err("--max-position-embeddings is required (validate_args)", "--max-position-embeddings")
+    elif maxpos < seq:
+        err(
+            f"--max-position-embeddings ({maxpos}) must be >= --seq-length ({seq}) (validate_args)",
+            "--max-position-embeddings",
+            "--seq-length",
+        )
+    # Megatron-FSDP (validate_args; NVIDIA's Megatron-FSDP user guide "Required Configurations").
+    ckpt = f.get("--ckpt-format") or "torch_dist"
+    if fsdp:
+        if ckpt != "fsdp_dtensor":
+            err("Megatron-FSDP requires --ckpt-format fsdp_dtensor (validate_args)", "--ckpt-format")
+        if "--use-distributed-optimizer" not in f:
+            warn(
+                "Megatron-FSDP turns on the distributed optimizer by itself; NVIDIA's guide lists "
+                "--use-distributed-optimizer as required",
+                "--use-distributed-optimizer",
+            )
+        if "--no-gradient-accumulation-fusion" not in f:
+            warn(
+                "NVIDIA's Megatron-FSDP guide lists --no-gradient-accumulation-fusion as required",
+                "--no-gradient-accumulation-fusion",
+            )
+    elif ckpt == "fsdp_dtensor":
+        err(
+            "--ckpt-format fsdp_dtensor is only supported with --use-megatron-fsdp (validate_args)",
+            "--ckpt-format",
+        )
+    if "--use-torch-fsdp2" in f:
+        if pp > 1:
+            err(
+                "--use-torch-fsdp2 is not supported with pipeline parallelism (validate_args)",
+                "--use-torch-fsdp2",
+            )
+        if "--use-distributed-optimizer" in f:
+            err(
+                "--use-torch-fsdp2 excludes --use-distributed-optimizer (validate_args)",
+                "--use-distributed-optimizer",
+            )
+        if "--no-gradient-accumulation-fusion" not in f:
+            err(
+                "--use-torch-fsdp2 needs --no-gradient-accumulation-fusion (validate_args)",
+                "--no-gradient-accumulation-fusion",
+            )
+        if "--untie-embeddings-and-output-weights" not in f:
+            err(
+                "--use-torch-fsdp2 needs --untie-embeddings-and-output-weights (validate_args)",
+                "--untie-embeddings-and-output-weights",
+            )
+        if ckpt not in ("torch_dist", "torch_dcp"):
+            err(
+                "--use-torch-fsdp2 needs --ckpt-format torch_dist or torch_dcp (validate_args)",
+                "--ckpt-format",
+            )
+    # CUDA_DEVICE_MAX_CONNECTIONS (validate_args, before Blackwell): 1 with tp > 1 or cp > 1,
+    # never 1 with Megatron-FSDP. Only a launch script sets the environment.
+    conn = imp.env.get("CUDA_DEVICE_MAX_CONNECTIONS")
+    pre_blackwell = any(compute_capability_major(g.gpu.name) < 10 for g in cluster.groups)
+    if fsdp or "--use-torch-fsdp2" in f:
+        if conn == "1":
+            err(
+                "Megatron-FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset (validate_args); unset it",
+                "CUDA_DEVICE_MAX_CONNECTIONS",
+            )
+    elif imp.is_script and (tp > 1 or cp > 1) and pre_blackwell and conn != "1":
+        err(
+            "tensor or context parallelism needs CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell "
+            "(validate_args); add 'export CUDA_DEVICE_MAX_CONNECTIONS=1' to the launch script",
+            "CUDA_DEVICE_MAX_CONNECTIONS",
+        )
+    if "--num-experts" not in f:
+        for moe in ("--moe-router-topk", "--expert-model-parallel-size"):
+            if moe in f and moe == "--expert-model-parallel-size" and _int(f.get(moe), 1) > 1:
+                err(
+                    "--expert-model-parallel-size > 1 needs an MoE model (--num-experts)",
+                    moe,
+                    "--num-experts",
+                )
+    return out
+
+
+def _int(value, default):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default

@@ -1,0 +1,2 @@
+"""torchtitan: capabilities at the pinned version (:mod:`.capabilities`), export (:mod:`.export`),
+import (:mod:`.importer`)."""

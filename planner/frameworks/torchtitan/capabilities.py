@@ -1,0 +1,130 @@
+"""What torchtitan runs at the pinned release: torchtitan 0.2.2 from PyPI, the last release whose
+job config is a TOML file (``torchtitan/config/manager.py``: ``--job.config_file``; 0.3.0 replaced
+it with Python config registries). File names below are of the 0.2.2 wheel.
+
+* Schedules (``parallelism.pipeline_parallel_schedule``, resolved by
+  ``torch.distributed.pipelining.schedules.get_schedule_class``): ``1F1B`` and ``GPipe`` (one
+  stage per rank), ``Interleaved1F1B`` (looped, ``pp * vpp`` stages), ``InterleavedZeroBubble``
+  (ZB1P of Qi et al. 2024, a looped schedule run here with one stage per rank: ZB-H1).
+  ``distributed/pipeline_parallel.py`` places stage ``k`` on pp rank ``k % pp`` (chunk-major, as
+  Megatron) and takes the stages from ``module_fqns_per_model_part`` (uneven splits, also with
+  virtual stages).
+* Looped schedules (torch 2.14 ``schedules.py``) need the micro-batch count ``m`` to be a
+  multiple of ``max(1, m // pp)``.
+* Sharding (``models/llama3/infra/parallelize.py``): FSDP2 ``fully_shard`` over
+  ``data_parallel_shard_degree * context_parallel_degree``. ``fsdp_reshard_after_forward =
+  "always"`` is ZeRO-3; ``"never"`` keeps the gathered parameters until the backward: ZeRO-2
+  (``"default"`` is ``never`` with pp > 1, ``always`` otherwise). DDP
+  (``data_parallel_replicate_degree``, no sharding) raises "DDP has not supported > 1D
+  parallelism" with any other parallelism. No ZeRO-1. FSDP + pp runs (ZeRO-2; ZeRO-3 with pp is
+  outside the cost model).
+* Mixed precision: bf16 parameters through ``fully_shard``; with TP or PP and no FSDP/CP
+  ``distributed/utils.py:maybe_enable_amp`` turns mixed precision off (fp32 training).
+* Tensor parallelism always shards norms over the sequence (``SequenceParallel``); the sequence
+  length must divide by ``2 * tp * cp`` (``ParallelDims.seq_len_divisor``).
+* Experts (``distributed/parallel_dims.py``): ``expert_tensor_parallel_degree`` is 1 or tp, and
+  ``ep * etp`` divides ``dp_shard * cp * tp`` (the ``efsdp`` mesh).
+* Recompute (``distributed/activation_checkpoint.py``): ``activation_checkpoint.mode = none |
+  full`` (every block). Its ``selective`` modes (every n-th layer, or per-op saving of matmuls)
+  are not Megatron's selective recompute of core attention and are not used.
+* float8 (torchao, ``quantize.linear.float8``) for linear layers; float8 grouped GEMMs for
+  experts are a prototype needing torchao nightly, so fp8 is dense models only.
+* Models: see :mod:`planner.frameworks.torchtitan.models` (qwen3 has no pipelining function).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models.parallel import ParallelConfig
+from planner.errors import SpecError
+from planner.frameworks.base import Capabilities, Framework
+from planner.frameworks.torchtitan.models import VERSION, titan_model
+from planner.specs import ClusterSpec, JobSpec, ModelSpec
+
+
+def dp_shard_degree(c: ParallelConfig) -> int:
+    """``data_parallel_shard_degree`` of a configuration (FSDP for zero2/full, else 1; with HSDP the
+    shard group ``fsdp_shard`` = dp_shard x cp, torchtitan's mesh order dp_replicate, dp_shard, cp)."""
+    if c.fsdp_shard:
+        return c.fsdp_shard // c.cp
+    return c.dp if c.optimizer_sharding in ("zero2", "full") else 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TorchtitanFramework(Framework):
+    """torchtitan: the shared capabilities plus the rules of its meshes, DDP and models."""
+
+    def violations(
+        self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig
+    ) -> list[str]:
+        out = Framework.violations(self, model, cluster, job, c)
+        who = self.title
+        try:
+            tm = titan_model(model)
+            if c.pp > 1 and not tm.pipelining:
+                out.append(f"{who} has no pipeline parallelism for {tm.name} models")
+        except SpecError as exc:
+            out.append(str(exc))
+        shard = dp_shard_degree(c)
+        if c.fsdp_shard % c.cp:
+            out.append(
+                f"{who} shards over dp_shard x cp: fsdp_shard ({c.fsdp_shard}) must be a multiple of cp ({c.cp})"
+            )
+        if c.optimizer_sharding == "none" and c.dp > 1 and max(c.tp, c.pp, c.cp) > 1:
+            out.append(f"{who} runs DDP (no sharding) only without tensor, pipeline or context parallelism")
+        elif c.optimizer_sharding == "none" and c.cp > 1:
+            out.append(f"{who} always shards parameters over context-parallel ranks (FSDP)")
+        if max(c.tp, c.pp) > 1 and shard * c.cp == 1:
+            out.append(
+                f"{who} trains in fp32 with tensor or pipeline parallelism unless FSDP is on (dp*cp > 1)"
+            )
+        if job.seq_length % (2 * c.tp * c.cp):
+            out.append(f"{who} needs seq_length ({job.seq_length}) divisible by 2*tp*cp = {2 * c.tp * c.cp}")
+        if c.ep > 1:
+            if c.expert_tp not in (1, c.tp):
+                out.append(f"{who} runs expert tp 1 or tp, got {c.expert_tp}")
+            elif (shard * c.cp * c.tp) % (c.ep * c.expert_tp):
+                out.append(
+                    f"{who} needs ep*etp = {c.ep * c.expert_tp} to divide dp_shard*cp*tp = {shard * c.cp * c.tp}"
+                )
+        if c.pp > 1 and c.schedule in ("interleaved", "zb-h1") and c.dp and c.micro_batch_size:
+            # torch 2.14 ScheduleInterleaved1F1B / ScheduleInterleavedZeroBubble: rounds = max(1, m // pp)
+            m = c.num_microbatches(job)
+            if m and m % max(1, m // c.pp):
+                out.append(
+                    f"{who} needs the {m} micro-batches to be a multiple of max(1, m // pp) = {max(1, m // c.pp)}"
+                )
+        if job.precision == "fp8" and model.is_moe:
+            out.append(f"{who} has float8 for dense models only (float8 grouped GEMMs are a prototype)")
+        return out
+
+
+TORCHTITAN = TorchtitanFramework(
+    name="torchtitan",
+    title=f"torchtitan ({VERSION})",
+    version=f"torchtitan {VERSION}",
+    capabilities=Capabilities(
+        schedules=("1f1b", "interleaved", "gpipe", "zb-h1"),
+        optimizer_sharding=("none", "zero2", "full"),
+        sharding_with_pipeline=("zero2",),
+        recompute=("none", "full"),
+        partial_recompute=False,
+        sequence_parallel_optional=False,
+        context_parallel=True,
+        expert_parallel=True,
+        uneven_layers=True,
+        uneven_interleaved=True,
+        precisions=("bf16", "fp8"),
+        heterogeneous_gpus=False,
+        # HSDP: data_parallel_replicate_degree x data_parallel_shard_degree (parallelize.py, 2-D mesh)
+        hsdp=True,
+        # Async TP (parallelism.enable_async_tensor_parallel) needs torch.compile of the model,
+        # which the export does not turn on: tensor-parallel collectives stay exposed.
+        tp_comm_overlap=False,
+    ),
+    source=(
+        f"torchtitan/config/job_config.py, torchtitan/distributed/{{parallel_dims,pipeline_parallel,"
+        f"activation_checkpoint}}.py, torchtitan/models/llama3/infra/parallelize.py (torchtitan {VERSION})"
+    ),
+)

@@ -1,0 +1,124 @@
+"""Where failed GPUs sit in a plan's rank grid, and what each data-parallel replica keeps.
+
+Ranks follow Megatron's order ``tp-cp-dp-pp`` (:mod:`cost_models.parallel`): rank =
+``tp_i + tp * (cp_i + cp * (dp_i + dp * pp_i))``; node ``n`` holds ranks ``[n g, (n + 1) g)`` for
+``g`` GPUs per node. Failures are placed deterministically and spread over data-parallel replicas
+first: a few failures among many replicas rarely share one, and it is the worst case for the
+strategies that give up whole replicas. Failing nodes are picked greedily, each one touching as
+few replicas already hit as possible (lowest node index on ties).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from cost_models.parallel import ParallelConfig
+from planner.errors import ConfigError
+from planner.specs import ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FailureSpec:
+    """What fails: ``gpus`` single GPUs or ``nodes`` whole nodes (exactly one is positive)."""
+
+    gpus: int = 0
+    nodes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """The failed hardware and its effect on each hit data-parallel replica."""
+
+    failed_ranks: tuple[int, ...]
+    failed_nodes: tuple[int, ...]
+    """Nodes holding a failed GPU (drained as a whole by the strategies that need whole nodes)."""
+    survivors: tuple[tuple[int, int], ...]
+    """(replica, fewest surviving GPUs in any of that replica's tensor-parallel groups)."""
+
+    @property
+    def replicas(self) -> tuple[int, ...]:
+        """Hit data-parallel replicas, ascending."""
+        return tuple(r for r, _ in self.survivors)
+
+
+def coords(c: ParallelConfig, rank: int) -> tuple[int, int, int, int]:
+    """(tp_i, cp_i, dp_i, pp_i) of ``rank`` in Megatron's order."""
+    tp_i, rest = rank % c.tp, rank // c.tp
+    cp_i, rest = rest % c.cp, rest // c.cp
+    dp_i, pp_i = rest % c.dp, rest // c.dp
+    return tp_i, cp_i, dp_i, pp_i
+
+
+def rank_of(c: ParallelConfig, tp_i: int, cp_i: int, dp_i: int, pp_i: int) -> int:
+    """Inverse of :func:`coords`."""
+    return tp_i + c.tp * (cp_i + c.cp * (dp_i + c.dp * pp_i))
+
+
+def place(c: ParallelConfig, gpus_per_node: int, failure: FailureSpec) -> Damage:
+    """Failed ranks and nodes for ``failure`` on the resolved configuration ``c``."""
+    world = c.world_size
+    if (failure.gpus > 0) == (failure.nodes > 0):
+        raise ConfigError("give exactly one of --fail-gpus K or --fail-nodes K, with K >= 1")
+    if failure.gpus:
+        if failure.gpus >= world:
+            raise ConfigError(f"--fail-gpus {failure.gpus}: the plan has only {world} GPUs")
+        ranks = []
+        for k in range(failure.gpus):
+            dp_i, rest = k % c.dp, k // c.dp
+            tp_i, rest = rest % c.tp, rest // c.tp
+            cp_i, pp_i = rest % c.cp, rest // c.cp
+            ranks.append(rank_of(c, tp_i, cp_i, dp_i, pp_i))
+    else:
+        num_nodes = world // gpus_per_node
+        if failure.nodes >= num_nodes:
+            raise ConfigError(f"--fail-nodes {failure.nodes}: the plan has only {num_nodes} nodes")
+        replicas_of = [
+            frozenset(coords(c, r)[2] for r in range(n * gpus_per_node, (n + 1) * gpus_per_node))
+            for n in range(num_nodes)
+        ]
+        hits: Counter = Counter()
+        chosen: set[int] = set()
+        for _ in range(failure.nodes):
+            best = min(
+                (n for n in range(num_nodes) if n not in chosen),
+                key=lambda n: (sum(hits[d] for d in replicas_of[n]), n),
+            )
+            chosen.add(best)
+            hits.update(replicas_of[best])
+        ranks = [r for n in sorted(chosen) for r in range(n * gpus_per_node, (n + 1) * gpus_per_node)]
+    ranks = sorted(set(ranks))
+    per_group: Counter = Counter()
+    for r in ranks:
+        _, cp_i, dp_i, pp_i = coords(c, r)
+        per_group[(dp_i, pp_i, cp_i)] += 1
+    worst: dict[int, int] = {}
+    for (dp_i, _, _), n in per_group.items():
+        worst[dp_i] = max(worst.get(dp_i, 0), n)
+    return Damage(
+        failed_ranks=tuple(ranks),
+        failed_nodes=tuple(sorted({r // gpus_per_node for r in ranks})),
+        survivors=tuple((d, c.tp - worst[d]) for d in sorted(worst)),
+    )
+
+
+def lower_tp(model: ModelSpec, c: ParallelConfig, survivors: int) -> int:
+    """Largest tensor-parallel degree at most ``survivors`` that the model's shapes allow
+    (heads, query groups and MLP width divisible as Megatron requires, see
+    :func:`cost_models.parallel.violations`); 0 when none."""
+    for t in range(min(survivors, c.tp), 0, -1):
+        if model.num_attention_heads % t or model.ffn_hidden_size % t:
+            continue
+        g = model.num_query_groups
+        if g % t and t % g:
+            continue
+        if model.is_moe and c.ep == 1 and model.moe_ffn_hidden_size % t:
+            continue
+        return t
+    return 0
+
+
+def replicas_per_node(c: ParallelConfig, gpus_per_node: int) -> int:
+    """Data-parallel replicas one node failure hits: a node holds ``g / (tp cp)`` tensor x context
+    groups of consecutive replicas when they are smaller than a node, else part of one replica."""
+    return max(1, min(c.dp, gpus_per_node // (c.tp * c.cp)))

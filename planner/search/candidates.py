@@ -1,0 +1,135 @@
+"""Candidates as data: what the search did with every configuration it enumerated, and the
+distinct choices among the plans it ranked.
+
+* :class:`Candidate` records one (shape, recompute variant): simulated (with its prediction), or
+  left out with the reason (memory, lower bound, constraint). :func:`candidates_csv` writes them
+  as CSV in a fixed order (``planner search --csv FILE``). The search collects them only when
+  asked, so the normal path pays nothing.
+* :func:`fold_equivalent` turns a ranking into distinct choices: a plan whose predicted step time
+  is within :data:`EQUIVALENT_TIME_FRACTION` of a better-ranked plan and that needs no less memory
+  gives the user nothing to act on (the same plan with dp and cp swapped, or full recompute of one
+  layer at equal time and more memory), so it is listed under that plan as an alternative.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, replace
+
+from cost_models.estimate import Estimate
+from cost_models.parallel import ParallelConfig
+
+EQUIVALENT_TIME_FRACTION = 1e-3
+"""Plans within 0.1% of predicted step time are equivalent in time (well inside the cost
+model's error, docs/calibration.md)."""
+
+STATUSES = ("simulated", "memory", "bound", "constraint")
+"""``simulated``: partitioned and simulated; ``memory``: no layer partition fits; ``bound``: its
+lower bound was already slower than the plans found, so it was not simulated; ``constraint``:
+the configuration breaks a constraint of the model, cluster or framework."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One enumerated configuration and what the search did with it."""
+
+    config: ParallelConfig
+    status: str
+    reason: str = ""
+    lower_bound_s: float | None = None
+    estimate: Estimate | None = None
+    """The prediction of a simulated candidate (its config carries the chosen layer partition)."""
+
+
+def equivalent(a, b, fraction: float = EQUIVALENT_TIME_FRACTION) -> bool:
+    """Whether ranked plan ``b`` is an equivalent variant of the better-ranked plan ``a``: step
+    time within ``fraction`` of ``a``'s and peak memory no lower."""
+    ta, tb = a.estimate.step_time_s, b.estimate.step_time_s
+    return abs(tb - ta) <= fraction * ta and b.estimate.peak_memory_bytes >= a.estimate.peak_memory_bytes
+
+
+def fold_equivalent(plans: list, top_k: int | None = None) -> list:
+    """Ranked plans (best first) -> distinct plans, each carrying its equivalent variants in
+    ``alternatives`` (in rank order). Deterministic: follows the ranking. With ``top_k``, at most
+    that many distinct plans (later plans still fold into them)."""
+    reps: list = []
+    alternatives: list[list] = []
+    for p in plans:
+        for i, r in enumerate(reps):
+            if equivalent(r, p):
+                alternatives[i].append(p)
+                break
+        else:
+            if top_k is None or len(reps) < top_k:
+                reps.append(p)
+                alternatives.append([])
+    return [replace(r, alternatives=tuple(a)) for r, a in zip(reps, alternatives)]
+
+
+CSV_COLUMNS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vpp",
+    "micro_batch_size",
+    "recompute",
+    "recompute_num_layers",
+    "sequence_parallel",
+    "optimizer_sharding",
+    "schedule",
+    "layers_per_stage",
+    "status",
+    "reason",
+    "lower_bound_s",
+    "step_time_s",
+    "tokens_per_s_per_gpu",
+    "mfu",
+    "bubble_fraction",
+    "peak_memory_gib",
+)
+
+
+def _number(x: float | None) -> str:
+    return "" if x is None else f"{x:.4g}"
+
+
+def candidate_row(c: Candidate) -> list[str]:
+    """One CSV row (columns :data:`CSV_COLUMNS`)."""
+    cfg = c.config
+    e = c.estimate
+    return [
+        str(cfg.tp),
+        str(cfg.pp),
+        str(cfg.dp),
+        str(cfg.cp),
+        str(cfg.ep),
+        str(cfg.vpp),
+        str(cfg.micro_batch_size),
+        cfg.recompute,
+        str(cfg.recompute_num_layers),
+        str(cfg.sp).lower(),
+        cfg.optimizer_sharding,
+        cfg.schedule,
+        " ".join(map(str, cfg.layers_per_stage)),
+        c.status,
+        c.reason,
+        _number(c.lower_bound_s),
+        _number(e.step_time_s if e else None),
+        _number(e.tokens_per_s_per_gpu if e else None),
+        _number(e.mfu if e else None),
+        _number(e.bubble_fraction if e else None),
+        _number(e.peak_memory_bytes / 2**30 if e else None),
+    ]
+
+
+def candidates_csv(candidates: list[Candidate]) -> str:
+    """Every candidate as CSV text with a header row (candidates already in a fixed order)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for c in candidates:
+        w.writerow(candidate_row(c))
+    return buf.getvalue()

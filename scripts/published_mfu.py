@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Write hardware_profiles/published_mfu.yaml: the best measured MFU of each class of published run.
+
+A class is (GPU type, precision, dense or MoE). MFU is computed the way planner reports it: model
+FLOPs per iteration (Megatron's formula, no recompute; cost_models.layers.model_flop_per_iteration)
+over the GPU's dense BF16/FP16 peak, from each run's measured tokens/s per GPU
+(planner.calibration). Every entry names the run it comes from, whose citation is in
+tests/data/published_runs.yaml. ``planner estimate`` flags predictions above their class's best
+(issue 12: plans claimed 56-63% MFU where no published run of the class reached that).
+
+Usage: python scripts/published_mfu.py [--runs FILE] [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from cost_models.compute import COMPUTE_DTYPE  # noqa: E402
+from cost_models.layers import model_flop_per_iteration  # noqa: E402
+from planner.calibration import DEFAULT_RUNS, cases  # noqa: E402
+from planner.plausibility import TABLE, class_key  # noqa: E402
+
+
+def table(runs: Path) -> dict:
+    best: dict[str, dict] = {}
+    for c in cases(runs):
+        if c.skip_reason:
+            continue
+        gpu = c.cluster.groups[0].gpu
+        flop_per_token = model_flop_per_iteration(c.model, c.job) / c.job.tokens_per_step
+        mfu = c.measured_tokens_per_s_per_gpu * flop_per_token / gpu.peak(COMPUTE_DTYPE["bf16"])
+        key = class_key(gpu.name, c.job.precision, c.model.is_moe)
+        entry = {"mfu": round(mfu, 4), "run_id": c.run_id, "source": c.source}
+        cls = best.setdefault(key, {"by_framework": {}})
+        if "mfu" not in cls or mfu > cls["mfu"]:
+            cls.update(entry)
+        fw = framework_of(c)
+        if fw not in cls["by_framework"] or mfu > cls["by_framework"][fw]["mfu"]:
+            cls["by_framework"][fw] = entry
+    return {k: best[k] for k in sorted(best)}
+
+
+def framework_of(case) -> str:
+    """The framework a published run used: torchtitan's pages and benchmarks, else Megatron-LM
+    (Megatron-LM papers and docs, NeMo, BLOOM's Megatron-DeepSpeed)."""
+    return "torchtitan" if "torchtitan" in case.source.lower() else "megatron"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
+    ap.add_argument("--check", action="store_true", help="exit 1 if the shipped table is out of date")
+    args = ap.parse_args()
+    data = table(args.runs)
+    text = (
+        "# Written by scripts/published_mfu.py from tests/data/published_runs.yaml (each run_id's citation\n"
+        "# is there): the best measured MFU (model FLOPs, Megatron's formula, over the dense BF16 peak)\n"
+        "# of each class of run: GPU type, precision, dense or MoE, overall and per framework.\n"
+        + yaml.safe_dump({"schema_version": 1, "classes": data}, sort_keys=True, width=100)
+    )
+    if args.check:
+        return 0 if TABLE.read_text() == text else 1
+    TABLE.write_text(text)
+    for k, v in data.items():
+        print(f"{k:40s} {100 * v['mfu']:5.1f}%  {v['run_id']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

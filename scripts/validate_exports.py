@@ -1,0 +1,229 @@
+"""Export searched plans and run each through the framework's own validation.
+
+For every case (dense, GQA, MoE with ep, cp, interleaved, uneven, zb-h1, fp8, every sharding, tp 1,
+pp 1) and every framework (megatron, torchtitan): ``search --framework F`` (top plan), export it
+(Megatron: ``planner.frameworks.megatron.export``; torchtitan: ``planner.frameworks.torchtitan.export``)
+and hand the export to ``scripts/_framework_validators.py`` (``validate_megatron(argv, env)``:
+Megatron-LM's ``parse_args``/``validate_args``, micro-batch calculator, parallel state and
+``TransformerConfig``; ``validate_torchtitan(toml_path, overrides)``: torchtitan's
+``ConfigManager``), which run in the framework environment (``/work/venv-fw`` or
+``$PLANNER_FW_PYTHON``). A case a framework cannot search (e.g. zb-h1 for Megatron) is listed as
+such, not counted.
+
+    python scripts/validate_exports.py [--framework megatron|torchtitan] [--cases a,b] [--json]
+
+Exit 0 when no export is rejected or silently overridden, 1 otherwise, 2 when the validators are
+unavailable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from planner.errors import PlannerError  # noqa: E402
+from planner.frameworks.torchtitan.models import model_from_flavor  # noqa: E402
+from planner.loading import load_cluster, load_model, make_job  # noqa: E402
+from planner.plan import PlanInputs  # noqa: E402
+from planner.search.chain import search  # noqa: E402
+from planner.search.space import Restrictions  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    model: str
+    nodes: int
+    gbs: int
+    seq: int
+    precision: str = "bf16"
+    restrict: dict = field(default_factory=dict)
+
+
+CASES = (
+    Case("dense-8b", "llama3-8b", 2, 64, 4096),
+    Case("gqa-70b", "llama3-70b", 8, 128, 4096),
+    Case("readme-70b-64n", "llama3-70b", 64, 1024, 8192),
+    Case("interleaved", "llama3-70b", 8, 128, 4096, restrict={"schedule": ("interleaved",), "pp": (4,)}),
+    Case("zb-h1", "llama3-70b", 8, 128, 4096, restrict={"schedule": ("zb-h1",), "pp": (4,)}),
+    Case("gpipe", "llama3-8b", 2, 64, 4096, restrict={"schedule": ("gpipe",), "pp": (2,)}),
+    Case("cp", "llama3-8b", 2, 32, 16384, restrict={"cp": (2,)}),
+    Case("moe-qwen3-ep", "qwen3-30b-a3b", 2, 64, 4096, restrict={"ep": (8,)}),
+    Case("moe-mixtral-ep", "mixtral-8x7b", 4, 64, 4096, restrict={"ep": (8,)}),
+    Case("fp8", "llama3-8b", 2, 64, 4096, precision="fp8"),
+    Case("sharding-none", "qwen3:1.7B", 4, 128, 2048, restrict={"optimizer_sharding": ("none",)}),
+    Case("sharding-distributed", "llama3-8b", 2, 64, 4096, restrict={"optimizer_sharding": ("distributed",)}),
+    Case("sharding-zero2", "llama3-8b", 2, 64, 4096, restrict={"optimizer_sharding": ("zero2",)}),
+    Case("sharding-full", "llama3-8b", 2, 64, 4096, restrict={"optimizer_sharding": ("full",)}),
+    Case("tp1", "llama3-8b", 2, 64, 4096, restrict={"tp": (1,)}),
+    Case("pp1", "llama3-70b", 8, 128, 4096, restrict={"pp": (1,)}),
+    Case("uneven-405b", "llama3.1-405b", 16, 256, 4096, restrict={"pp": (8,), "tp": (8,)}),
+    Case("recompute-full", "llama3-70b", 4, 64, 4096, restrict={"recompute": ("full",)}),
+    Case("custom-llama2-70b", "llama2-70b", 8, 128, 4096),
+    Case("70b-16n-8k", "llama3-70b", 16, 256, 8192),
+    Case("8b-1node", "llama3-8b", 1, 32, 4096),
+    Case("moe-qwen3-4n", "qwen3-30b-a3b", 4, 128, 4096),
+)
+
+
+def _model(name: str):
+    if name.startswith("qwen3:"):
+        return model_from_flavor("qwen3", name.split(":", 1)[1], "validate_exports")
+    return load_model(name)
+
+
+def plan_for(case: Case, framework: str) -> tuple[PlanInputs | None, str]:
+    """The top plan of ``case`` for ``framework``, or None and why there is none."""
+    try:
+        model = _model(case.model)
+        cluster = load_cluster("dgx-h100", case.nodes)
+        job = make_job(
+            global_batch_size=case.gbs, seq_length=case.seq, precision=case.precision, where=case.name
+        )
+        result = search(model, cluster, job, Restrictions(framework=framework, **case.restrict), top_k=1)
+    except PlannerError as exc:
+        return None, f"not searched: {exc}"
+    if not result.plans:
+        return None, "no feasible plan"
+    best = result.plans[0]
+    return PlanInputs(model, best.cluster, job, best.estimate.config, best.stage_groups, framework), ""
+
+
+def megatron_launch(inputs: PlanInputs) -> tuple[list[str], dict]:
+    """argv and environment of the Megatron export (the library function of the exporter)."""
+    from planner.frameworks.megatron import export as mx
+
+    argv: list[str] = []
+    for flag, value in mx.megatron_args(inputs):
+        argv += [flag] if value is None else [flag, value]
+    # torchrun's environment for rank 0 of the plan's world: Megatron derives dp from WORLD_SIZE.
+    env = {"WORLD_SIZE": str(inputs.config.world_size)}
+    if mx.needs_single_connection(inputs):
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    return argv, env
+
+
+def validate(case: Case, framework: str, validators, workdir: Path) -> dict:
+    """One row: the plan, its export and the framework's verdict."""
+    inputs, why = plan_for(case, framework)
+    row = {"case": case.name, "framework": framework}
+    if inputs is None:
+        return {**row, "status": "skipped", "error": why}
+    c = inputs.config
+    row["plan"] = (
+        f"tp{c.tp} pp{c.pp} dp{c.dp} cp{c.cp} ep{c.ep} vpp{c.vpp} mbs{c.micro_batch_size} "
+        f"{c.schedule} {c.optimizer_sharding} rc:{c.recompute}"
+        + (" uneven" if len(set(c.layers_per_stage)) > 1 else "")
+    )
+    try:
+        if framework == "megatron":
+            argv, env = megatron_launch(inputs)
+            result = validators.validate_megatron(argv, env)
+        else:
+            from planner.frameworks.torchtitan import export as tx
+
+            folder = workdir / f"{case.name}-{framework}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, text in tx.export_files(inputs, "torchrun").items():
+                (folder / name).write_text(text)
+            overrides = [x for pair in tx.cli_overrides(inputs) for x in pair]
+            result = validators.validate_torchtitan(str(folder / tx.CONFIG_FILE), overrides)
+    except PlannerError as exc:
+        return {**row, "status": "export refused", "error": str(exc)}
+    overridden = result.get("overridden") or []
+    status = "accepted" if result.get("accepted") and not overridden else "rejected"
+    if result.get("accepted") and overridden:
+        status = "overridden"
+    groups = result.get("groups") or {}
+    if status == "accepted" and framework == "megatron" and groups.get("dp", c.dp) != c.dp:
+        # Megatron accepted the launch but laid it out differently from the plan.
+        status, result = (
+            "rejected",
+            {"stage": "parallel_state", "error": f"dp {groups['dp']} != plan's {c.dp}"},
+        )
+    return {
+        **row,
+        "status": status,
+        "stage": result.get("stage", ""),
+        "error": result.get("error") or "",
+        "overridden": overridden,
+    }
+
+
+def load_validators():
+    """``scripts/_framework_validators.py``, or None when it (or its environment) is missing."""
+    try:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import _framework_validators as validators  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    ok = getattr(validators, "available", lambda: True)()
+    return validators if ok else None
+
+
+def tally(rows: list[dict]) -> dict:
+    out: dict = {}
+    for r in rows:
+        t = out.setdefault(
+            r["framework"], {"accepted": 0, "rejected": 0, "overridden": 0, "export refused": 0, "skipped": 0}
+        )
+        t[r["status"]] += 1
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--framework", choices=("megatron", "torchtitan"), action="append")
+    p.add_argument("--cases", help="comma-separated case names (default: all)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    validators = load_validators()
+    if validators is None:
+        print(
+            "framework validators unavailable (scripts/_framework_validators.py or its environment)",
+            file=sys.stderr,
+        )
+        return 2
+    cases = CASES
+    if args.cases:
+        wanted = args.cases.split(",")
+        unknown = [w for w in wanted if w not in {c.name for c in CASES}]
+        if unknown:
+            print(
+                f"--cases {','.join(unknown)}: allowed values are {', '.join(c.name for c in CASES)}",
+                file=sys.stderr,
+            )
+            return 2
+        cases = tuple(c for c in CASES if c.name in wanted)
+    frameworks = args.framework or ["megatron", "torchtitan"]
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = [validate(c, f, validators, Path(tmp)) for f in frameworks for c in cases]
+    counts = tally(rows)
+    bad = [r for r in rows if r["status"] in ("rejected", "overridden", "export refused")]
+    if args.json:
+        print(json.dumps({"tally": counts, "rows": rows}, indent=2, sort_keys=True))
+    else:
+        print(
+            f"{'framework':<11} {'accepted':>8} {'rejected':>8} {'overridden':>10} {'refused':>7} {'skipped':>7}"
+        )
+        for f, t in counts.items():
+            print(
+                f"{f:<11} {t['accepted']:>8} {t['rejected']:>8} {t['overridden']:>10} "
+                f"{t['export refused']:>7} {t['skipped']:>7}"
+            )
+        for r in rows:
+            detail = r.get("error") or ", ".join(r.get("overridden") or [])
+            print(
+                f"  {r['framework']:<10} {r['case']:<22} {r['status']:<14} {r.get('plan', '')}  {detail}".rstrip()
+            )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Measured vs predicted peak memory per GPU on the published runs (docs/calibration.md "Memory").
+
+Prints a markdown table (run, metric, measured GiB, predicted GiB, measured - predicted, signed
+error) and the summary: n, median and max absolute error, signed bias (median of
+(predicted - measured) / measured) and the p90 of the measured excess in GiB.
+Regenerate the docs table with: python scripts/validate_memory.py
+
+Usage: python scripts/validate_memory.py [--runs FILE] [--memory FILE] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from planner.calibration import DEFAULT_MEMORY, DEFAULT_RUNS, cases, predict_all  # noqa: E402
+from planner.memory_validation import GIB, is_reserved, rows, summarize  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
+    ap.add_argument("--memory", type=Path, default=DEFAULT_MEMORY)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    entries = yaml.safe_load(args.memory.read_text()).get("measured_memory", [])
+    ids = {e.get("run_id") for e in entries}
+    results = predict_all([c for c in cases(args.runs) if c.run_id in ids])
+    table = rows(results, entries)
+    stats = summarize(table)
+    if args.json:
+        out = [
+            {
+                "run_id": r.run_id,
+                "metric": "reserved" if is_reserved(r.metric) else "allocated",
+                "measured_gib": r.measured_bytes / GIB,
+                "predicted_gib": r.predicted_bytes / GIB,
+                "signed_error": r.signed_error,
+            }
+            for r in table
+        ]
+        print(json.dumps({"rows": out, "summary": stats}, indent=2, sort_keys=True))
+        return 0
+    print("| run | metric | measured GiB | predicted GiB | measured - predicted GiB | error |")
+    print("|---|---|---:|---:|---:|---:|")
+    for r in table:
+        print(
+            f"| {r.run_id} | {'reserved' if is_reserved(r.metric) else 'allocated'} | "
+            f"{r.measured_bytes / GIB:.1f} | {r.predicted_bytes / GIB:.1f} | {r.excess_bytes / GIB:+.1f} | "
+            f"{100 * r.signed_error:+.1f}% |"
+        )
+    if stats["n"]:
+        print(
+            f"\nn {stats['n']} ({stats['n_reserved']} reserved-metric), median |error| "
+            f"{100 * stats['median_abs_error']:.1f}%, max {100 * stats['max_abs_error']:.1f}%, signed bias "
+            f"(median) {100 * stats['median_signed_error']:+.1f}%, p90 of measured - predicted "
+            f"{stats['excess_p90_gib']:+.1f} GiB"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

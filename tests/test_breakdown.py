@@ -1,0 +1,213 @@
+"""The time breakdown of every estimate sums exactly to its step time, with no negative term
+(issue 12: an FSDP plan's breakdown once missed 1.23 s of its step)."""
+
+import math
+
+import pytest
+
+from cost_models.estimate import estimate
+from cost_models.parallel import ParallelConfig, resolve
+from planner.api import TIME_KEYS
+from planner.loading import load_cluster, load_model, make_job
+
+CASES = [
+    (
+        "llama3-70b",
+        "dgx-h100",
+        64,
+        1024,
+        8192,
+        dict(tp=1, pp=1, cp=2, optimizer_sharding="full", recompute="full"),
+    ),
+    ("llama3-70b", "dgx-h100", 8, 64, 4096, dict(tp=8, pp=4, vpp=5, schedule="interleaved")),
+    ("llama3-70b", "dgx-h100", 8, 64, 4096, dict(tp=8, pp=4, schedule="zb-h1")),
+    ("llama3-8b", "dgx-h100", 2, 64, 8192, dict(tp=2, pp=1, optimizer_sharding="zero2", micro_batch_size=2)),
+    ("gpt3-175b", "dgx-a100", 128, 1536, 2048, dict(tp=8, pp=8, optimizer_sharding="distributed")),
+    (
+        "mixtral-8x7b",
+        "dgx-h100",
+        8,
+        256,
+        4096,
+        dict(tp=2, pp=4, ep=8, recompute="full", recompute_num_layers=2),
+    ),
+    ("llama3-8b", "dgx-a100", 1, 32, 2048, dict(tp=1, pp=1, optimizer_sharding="none")),
+    (
+        "llama3-70b",
+        "dgx-h100",
+        64,
+        1024,
+        8192,
+        dict(tp=1, pp=1, cp=2, optimizer_sharding="full", recompute="full", fsdp_shard=8),
+    ),
+]
+
+
+@pytest.mark.parametrize("name,cluster,nodes,gbs,seq,cfg", CASES)
+def test_breakdown_sums_to_step_time(name, cluster, nodes, gbs, seq, cfg):
+    model, spec = load_model(name), load_cluster(cluster, nodes)
+    job = make_job(global_batch_size=gbs, seq_length=seq)
+    est = estimate(model, spec, job, resolve(model, spec, job, ParallelConfig(**cfg)))
+    parts = est.time_breakdown()
+    assert [n for n, _ in parts] == list(TIME_KEYS)
+    assert all(v >= -1e-9 * est.step_time_s for _, v in parts), parts
+    assert math.isclose(sum(v for _, v in parts), est.step_time_s, rel_tol=1e-9)
+
+
+def test_fsdp_communication_is_in_the_breakdown():
+    """Fully sharded plans pay per-layer gathers: the data-parallel traffic is not reported as zero."""
+    model, spec = load_model("llama3-70b"), load_cluster("dgx-h100", 64)
+    job = make_job(global_batch_size=1024, seq_length=8192)
+    c = ParallelConfig(tp=1, pp=1, cp=2, optimizer_sharding="full", recompute="full")
+    est = estimate(model, spec, job, resolve(model, spec, job, c))
+    assert all(s.dp_comm_s > 0 for s in est.stages)
+
+
+def test_megatron_first_last_stage_split():
+    """Megatron's --decoder-first/last-pipeline-num-layers: the middle stages split the rest evenly
+    (Llama 3.1 405B's 126 layers on 16 stages), and a split that does not divide is an error."""
+    from cost_models.parallel import first_last_split
+    from planner.errors import ConfigError
+
+    assert first_last_split(126, 16, 7, 7) == (7,) + (8,) * 14 + (7,)
+    assert first_last_split(126, 16, 6, None) == (6,) + (8,) * 15
+    assert first_last_split(94, 2, 47, 47) == (47, 47)
+    with pytest.raises(ConfigError, match="do not split evenly"):
+        first_last_split(126, 16, 5, None)
+
+
+def test_cli_estimate_uneven_split(run_cli):
+    import json
+
+    r = run_cli(
+        "estimate",
+        "-m",
+        "llama3.1-405b",
+        "-c",
+        "dgx-h100",
+        "-n",
+        "128",
+        "-b",
+        "512",
+        "-s",
+        "8192",
+        "--tp",
+        "8",
+        "--pp",
+        "16",
+        "--decoder-first-pipeline-num-layers",
+        "7",
+        "--decoder-last-pipeline-num-layers",
+        "7",
+        "--json",
+    )
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["config"]["layers_per_stage"] == [7] + [8] * 14 + [7]
+    bad = run_cli(
+        "estimate",
+        "-m",
+        "llama3-8b",
+        "-c",
+        "dgx-h100",
+        "-n",
+        "1",
+        "-b",
+        "64",
+        "-s",
+        "4096",
+        "--pp",
+        "2",
+        "--layers-per-stage",
+        "16,15",
+    )
+    assert bad.exit_code == 1 and "sums to 31" in bad.stderr
+    both = run_cli(
+        "estimate",
+        "-m",
+        "llama3-8b",
+        "-c",
+        "dgx-h100",
+        "-n",
+        "1",
+        "-b",
+        "64",
+        "-s",
+        "4096",
+        "--pp",
+        "2",
+        "--layers-per-stage",
+        "16,16",
+        "--decoder-first-pipeline-num-layers",
+        "16",
+    )
+    assert both.exit_code == 2
+
+
+def test_plausibility_flags_predictions_above_the_best_published_mfu():
+    """Issue 12: each estimate names the best published MFU of its class and flags a prediction above it."""
+    from planner.plausibility import _classes, plausibility
+
+    best = _classes()["h100-sxm5-80gb bf16 dense"]
+    above = plausibility("h100-sxm5-80gb", "bf16", False, best["mfu"] + 0.05)
+    below = plausibility("h100-sxm5-80gb", "bf16", False, best["mfu"] - 0.05)
+    assert above.above_best_published and not below.above_best_published
+    assert above.best_run_id == best["run_id"]
+    unknown = plausibility("l40s", "bf16", True, 0.9)
+    assert unknown.best_published_mfu is None and not unknown.above_best_published
+
+
+def test_published_mfu_table_is_up_to_date():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "published_mfu.py"
+    assert subprocess.run([sys.executable, str(script), "--check"]).returncode == 0
+
+
+def test_overlap_slowdown_charges_hidden_communication():
+    """EfficiencySpec.comm_overlap_slowdown: hidden FSDP / data-parallel traffic slows the compute it
+    overlaps; zero leaves the estimate as it was, and the breakdown still sums to the step."""
+    from dataclasses import replace
+
+    model, spec = load_model("llama3-70b"), load_cluster("dgx-h100", 64)
+    job = make_job(global_batch_size=1024, seq_length=8192)
+    c = resolve(
+        model, spec, job, ParallelConfig(tp=1, pp=1, cp=2, optimizer_sharding="full", recompute="full")
+    )
+
+    def with_slowdown(k):
+        gpu = spec.groups[0].gpu
+        gpu = replace(gpu, efficiency=replace(gpu.efficiency, comm_overlap_slowdown=k))
+        return replace(spec, groups=tuple(replace(g, gpu=gpu) for g in spec.groups))
+
+    base, slow = estimate(model, with_slowdown(0.0), job, c), estimate(model, with_slowdown(0.2), job, c)
+    assert slow.step_time_s > base.step_time_s
+    assert math.isclose(sum(v for _, v in slow.time_breakdown()), slow.step_time_s, rel_tol=1e-9)
+    fsdp = dict(slow.time_breakdown())["exposed FSDP / ZeRO-2 communication"]
+    assert fsdp > dict(base.time_breakdown())["exposed FSDP / ZeRO-2 communication"]
+
+
+def test_hsdp_gathers_inside_the_shard_group_and_all_reduces_across_replicas():
+    """HSDP (shard 8 = one NVLink node, 64 replicas): per-layer gathers ride NVLink, so less FSDP
+    communication is exposed than with 512-way sharding; the replicas' all-reduce of the gradient
+    shard is charged once per iteration; states are 8-way sharded, so memory grows."""
+    from cost_models.parallel import group
+    from planner.errors import ConfigError
+
+    model, spec = load_model("llama3-70b"), load_cluster("dgx-h100", 64)
+    job = make_job(global_batch_size=1024, seq_length=8192)
+    base = dict(tp=1, pp=1, cp=2, optimizer_sharding="full", recompute="full")
+    fsdp = estimate(model, spec, job, resolve(model, spec, job, ParallelConfig(**base)))
+    c = resolve(model, spec, job, ParallelConfig(**base, fsdp_shard=8))
+    assert c.fsdp_shard == 8 and group(c, "replicate").size == 64
+    hsdp = estimate(model, spec, job, c)
+    assert hsdp.stages[0].fsdp_exposed_s < fsdp.stages[0].fsdp_exposed_s
+    assert hsdp.stages[0].memory.optimizer_bytes > 8 * fsdp.stages[0].memory.optimizer_bytes
+    assert hsdp.stages[0].dp_comm_s > hsdp.stages[0].dp_comm_s - hsdp.stages[0].dp_exposed_s >= 0
+    with pytest.raises(ConfigError, match="fsdp_shard"):
+        resolve(
+            model, spec, job, ParallelConfig(**{**base, "optimizer_sharding": "distributed"}, fsdp_shard=8)
+        )
+    with pytest.raises(ConfigError, match="fsdp_shard"):
+        resolve(model, spec, job, ParallelConfig(**base, fsdp_shard=3))
