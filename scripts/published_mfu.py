@@ -3,7 +3,8 @@
 
 A class is (GPU type, precision, dense or MoE). MFU is computed the way planner reports it: model
 FLOPs per iteration (Megatron's formula, no recompute; cost_models.layers.model_flop_per_iteration)
-over the GPU's dense BF16/FP16 peak, from each run's measured tokens/s per GPU
+over the GPU's dense peak for the run's precision (cost_models.compute.COMPUTE_DTYPE: BF16 for BF16
+and FP8 runs, FP16 for FP16 runs, so V100s, which have no BF16 tensor cores, are counted too), from each run's measured tokens/s per GPU
 (planner.calibration). Every entry names the run it comes from, whose citation is in
 tests/data/published_runs.yaml. ``planner estimate`` flags predictions above their class's best
 (issue 12: plans claimed 56-63% MFU where no published run of the class reached that).
@@ -34,7 +35,7 @@ def table(runs: Path) -> dict:
             continue
         gpu = c.cluster.groups[0].gpu
         flop_per_token = model_flop_per_iteration(c.model, c.job) / c.job.tokens_per_step
-        mfu = c.measured_tokens_per_s_per_gpu * flop_per_token / gpu.peak(COMPUTE_DTYPE["bf16"])
+        mfu = c.measured_tokens_per_s_per_gpu * flop_per_token / gpu.peak(COMPUTE_DTYPE[c.job.precision])
         key = class_key(gpu.name, c.job.precision, c.model.is_moe)
         entry = {"mfu": round(mfu, 4), "run_id": c.run_id, "source": c.source}
         cls = best.setdefault(key, {"by_framework": {}})
@@ -47,9 +48,12 @@ def table(runs: Path) -> dict:
 
 
 def framework_of(case) -> str:
-    """The framework a published run used: torchtitan's pages and benchmarks, else Megatron-LM
-    (Megatron-LM papers and docs, NeMo, BLOOM's Megatron-DeepSpeed)."""
-    return "torchtitan" if "torchtitan" in case.source.lower() else "megatron"
+    """The framework a published run used: torchtitan's pages and benchmarks, OneFlow's DLPerf
+    benchmark, else Megatron-LM (Megatron-LM papers and docs, NeMo, BLOOM's Megatron-DeepSpeed)."""
+    source = case.source.lower()
+    if "torchtitan" in source:
+        return "torchtitan"
+    return "oneflow" if "oneflow" in source else "megatron"
 
 
 def main() -> int:
@@ -60,7 +64,8 @@ def main() -> int:
     data = table(args.runs)
     text = (
         "# Written by scripts/published_mfu.py from tests/data/published_runs.yaml (each run_id's citation\n"
-        "# is there): the best measured MFU (model FLOPs, Megatron's formula, over the dense BF16 peak)\n"
+        "# is there): the best measured MFU (model FLOPs, Megatron's formula, over the dense BF16 peak;\n"
+        "# FP16 peak for FP16 runs, as planner estimate reports MFU)\n"
         "# of each class of run: GPU type, precision, dense or MoE, overall and per framework.\n"
         + yaml.safe_dump({"schema_version": 1, "classes": data}, sort_keys=True, width=100)
     )

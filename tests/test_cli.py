@@ -166,6 +166,7 @@ def test_cli_option_set_is_pinned(run_cli):
             "--pp",
             "--cp",
             "--ep",
+            "--fsdp-shard",
             "--vpp",
             "--micro-batch-size",
             "--recompute",
