@@ -100,6 +100,27 @@ class ParallelConfig:
         return replace(self, **changes)
 
 
+def account_for_split(num_layers: int, n_virtual: int, embedding: bool, loss: bool) -> tuple[int, ...]:
+    """Decoder layers per virtual stage under Megatron-LM's ``--account-for-embedding-in-pipeline-split``
+    / ``--account-for-loss-in-pipeline-split``: the embedding (loss) counts as one layer of the first
+    (last) virtual stage, every virtual stage holds the same number of such units, so the first (last)
+    holds one decoder layer fewer, possibly none; ``(L + emb + loss) % (pp * vpp) == 0`` is required
+    (megatron/training/arguments.py validate_args and TransformerConfig; ../shared/reference/megatron-args.md,
+    "account-for-embedding/loss")."""
+    units = num_layers + embedding + loss
+    if units % n_virtual:
+        raise ConfigError(f"num_layers + embedding + loss = {units} is not divisible by pp*vpp = {n_virtual}")
+    per = units // n_virtual
+    out = [per] * n_virtual
+    out[0] -= embedding
+    out[-1] -= loss
+    if min(out) < 0 or (n_virtual > 1 and 0 in out[1:-1]):
+        raise ConfigError(
+            f"{num_layers} layers cannot fill {n_virtual} virtual stages with embedding/loss accounted"
+        )
+    return tuple(out)
+
+
 def first_last_split(num_layers: int, pp: int, first: int | None, last: int | None) -> tuple[int, ...]:
     """Layers per pipeline stage under Megatron-LM's ``--decoder-first-pipeline-num-layers`` and
     ``--decoder-last-pipeline-num-layers``: the given stages hold those counts, the remaining layers
@@ -188,8 +209,13 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
             out.append(
                 f"layers_per_stage sums to {sum(c.layers_per_stage)}, expected num_layers = {model.num_layers}"
             )
-        elif min(c.layers_per_stage) < 1:
-            out.append("every pipeline stage needs at least one layer")
+        elif min(c.layers_per_stage) < 0:
+            out.append("layers_per_stage entries must not be negative")
+        elif 0 in c.layers_per_stage[1:-1]:
+            out.append(
+                "every pipeline stage needs at least one layer, except the first (embedding only) and "
+                "the last (output layer and loss only) virtual stage"
+            )
     elif model.num_layers % n_virtual:
         out.append(
             f"num_layers ({model.num_layers}) is not divisible by pp*vpp = {c.pp}*{c.vpp} = {n_virtual} "

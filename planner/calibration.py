@@ -20,7 +20,7 @@ import yaml
 
 from cost_models.estimate import Estimate, estimate
 from cost_models.layers import model_flop_per_iteration
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig, account_for_split, resolve
 from planner.errors import PlannerError
 from planner.loading import load_cluster, load_gpu, load_template, make_job
 from planner.software import apply as apply_software
@@ -422,7 +422,14 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 schedule="interleaved" if vpp > 1 else "1f1b",
             )
             n_virtual = pp * vpp
-            if model.num_layers % n_virtual:
+            if model.num_layers < n_virtual and (model.num_layers + 2) % n_virtual == 0:
+                # More virtual stages than layers: Megatron's recipes account the embedding and the
+                # loss as one layer each (e.g. Qwen3-235B, 94 layers, pp 32 x vpp 3).
+                config = config.with_(
+                    layers_per_stage=account_for_split(model.num_layers, n_virtual, True, True)
+                )
+                notes.append("embedding and loss accounted in the pipeline split assumed")
+            elif model.num_layers % n_virtual:
                 base, extra = divmod(model.num_layers, n_virtual)
                 config = config.with_(
                     layers_per_stage=tuple(base + (1 if i < extra else 0) for i in range(n_virtual))

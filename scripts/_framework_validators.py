@@ -63,6 +63,21 @@ def fw_python(python: str | None = None) -> str:
     return python or os.environ.get("PLANNER_FW_PYTHON") or DEFAULT_FW_PYTHON
 
 
+def available(python: str | None = None) -> bool:
+    """Whether the framework interpreter exists and imports megatron-core and torchtitan (the test
+    suite skips the framework check otherwise: CI has neither, docs/framework-validation.md)."""
+    exe = fw_python(python)
+    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        return False
+    try:
+        proc = subprocess.run(
+            [exe, "-c", "import megatron.core, torchtitan"], capture_output=True, timeout=DEFAULT_TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
 def _unavailable(msg: str) -> dict[str, Any]:
     return {"accepted": None, "stage": "unavailable", "error": msg, "overridden": []}
 

@@ -449,7 +449,9 @@ def _with_split(config, model, layers: str | None, first: int | None, last: int 
             "--decoder-first/last-pipeline-num-layers"
         )
     if layers is not None:
-        return config.with_(layers_per_stage=_ints(layers, "--layers-per-stage"))
+        # 0 is allowed at the ends: an embedding-only first or loss-only last stage, as Megatron's
+        # --account-for-embedding/loss-in-pipeline-split and layout's E / L stages give.
+        return config.with_(layers_per_stage=_ints(layers, "--layers-per-stage", minimum=0))
     if config.vpp > 1:
         raise UsageError(
             "--decoder-first/last-pipeline-num-layers with --vpp > 1: give every virtual stage with --layers-per-stage"
@@ -516,7 +518,8 @@ LayersPerStageOpt = Annotated[
     str | None,
     typer.Option(
         "--layers-per-stage",
-        help="Decoder layers of every pipeline stage, virtual stages included, in Megatron's order, e.g. 7,8,8,7.",
+        help="Decoder layers of every pipeline stage, virtual stages included, in Megatron's order, e.g. "
+        "7,8,8,7; the first and last may be 0 (embedding-only / loss-only stage).",
         rich_help_panel=PANEL_LAYOUT,
     ),
 ]
@@ -767,15 +770,16 @@ def bubbles(
         _print(*render.budget_tables(data))
 
 
-def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
+def _ints(text: str | None, flag: str, minimum: int = 1) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
         values = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise UsageError(f"{flag} takes integers separated by commas, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise UsageError(f"{flag} takes positive integers, got {text!r}")
+    if not values or min(values) < minimum:
+        kind = "positive" if minimum == 1 else "non-negative"
+        raise UsageError(f"{flag} takes {kind} integers, got {text!r}")
     return values
 
 

@@ -52,8 +52,9 @@ def partition_flags(c: ParallelConfig, model: ModelSpec) -> list[tuple[str, str 
     """How the layer partition and the virtual stages map to Megatron.
 
     Even split: ``--num-virtual-stages-per-pipeline-rank`` when vpp > 1, nothing else. Uneven
-    without virtual stages: first/last counts when every middle stage is equal, else an explicit
-    layout. Uneven with virtual stages: always the layout (it fixes vpp itself; validate_args
+    without virtual stages: first/last counts when every middle stage is equal and neither end is
+    empty, else an explicit layout (an embedding-only first or loss-only last stage is ``E|`` /
+    ``|L``). Uneven with virtual stages: always the layout (it fixes vpp itself; validate_args
     forbids it beside ``--num-virtual-stages-per-pipeline-rank``)."""
     layers = c.layers_per_stage
     uneven = bool(layers) and len(set(layers)) > 1
@@ -62,7 +63,8 @@ def partition_flags(c: ParallelConfig, model: ModelSpec) -> list[tuple[str, str 
     if c.vpp > 1:
         return [("--pipeline-model-parallel-layout", layout_for(layers))]
     first, last, middle = layers[0], layers[-1], layers[1:-1]
-    if not middle or len(set(middle)) == 1:
+    if (not middle or len(set(middle)) == 1) and first and last:
+        # validate_args wants first/last counts > 0: an embedding- or loss-only stage is a layout.
         out = []
         if not middle or first != middle[0]:
             out.append(("--decoder-first-pipeline-num-layers", str(first)))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cost_models.parallel import ParallelConfig, first_last_split
+from cost_models.parallel import ParallelConfig, account_for_split, first_last_split
 from planner.errors import ConfigError, SpecError
 from planner.frameworks.megatron.flags import ACCEPTED
 from planner.frameworks.megatron.shell import REDIRECT, SEPARATORS, read_script, unresolved_in
@@ -450,10 +450,11 @@ def _pipeline(flags, num, at, num_layers: int, pp: int) -> tuple[int, tuple[int,
                 f"{at('--pipeline-model-parallel-layout')}: --pipeline-model-parallel-layout must start "
                 "with E (embedding) and end with L (loss)"
             )
-        if min(layers) < 1:
+        if 0 in layers[1:-1]:
             raise SpecError(
                 f"{at('--pipeline-model-parallel-layout')}: planner models stages of at least one decoder "
-                "layer; a stage of the layout holds none"
+                "layer, except an embedding-only first and a loss-only last stage; stage "
+                f"{layers[1:-1].index(0) + 1} of the layout holds none"
             )
         return len(stages) // pp, layers
     nlpvs = num("--num-layers-per-virtual-pipeline-stage")
@@ -477,6 +478,29 @@ def _pipeline(flags, num, at, num_layers: int, pp: int) -> tuple[int, tuple[int,
             )
         return per_stage // nlpvs, ()
     vpp = num("--num-virtual-stages-per-pipeline-rank", 1) or 1
+    account = [
+        f
+        for f in ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")
+        if f in flags
+    ]
+    if account:
+        if first_last:
+            raise SpecError(
+                f"{at(account[0])}: {account[0]} with {first_last[0]}: Megatron accepts one way of "
+                "splitting uneven stages"
+            )
+        try:
+            return vpp, account_for_split(
+                num_layers,
+                pp * vpp,
+                "--account-for-embedding-in-pipeline-split" in flags,
+                "--account-for-loss-in-pipeline-split" in flags,
+            )
+        except ConfigError as exc:
+            raise SpecError(
+                f"{at(account[0])}: {' and '.join(account)}: {exc} (--num-layers {num_layers}, "
+                f"--pipeline-model-parallel-size {pp}, virtual stages per rank {vpp})"
+            ) from None
     if first_last:
         if vpp > 1:
             raise SpecError(
