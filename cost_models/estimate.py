@@ -29,6 +29,7 @@ from cost_models.layers import (
     LayerTable,
     hardware_flop_per_iteration,
     layer_table,
+    loss_transient_bytes,
     model_flop_per_iteration,
     p2p_activation_bytes,
 )
@@ -346,6 +347,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
         acc["flop"] += total.model_flop
         if k:
             acc["transient"] = max(acc["transient"], layer_unit.activation_bytes)
+        if vs == n_virtual - 1:
+            acc["transient"] = max(acc["transient"], loss_transient_bytes(model, job, c))
         acc["largest"] = max(acc["largest"], layer_unit.params * c.tp)
 
     # Fully sharded data parallelism gathers weights per micro-batch (forward and backward) and

@@ -33,7 +33,14 @@ from cost_models import memory as mem
 from cost_models.compute import COMPUTE_DTYPE, attention_s, gemm_efficiency, gemm_s
 from cost_models.estimate import Estimate, StageEstimate, dp_sync, table_for
 from cost_models.graph_schedule import depths, simulate_graph, topological_order
-from cost_models.layers import ACT_BYTES, ZERO, LayerCost, _tp_collectives_s, p2p_activation_bytes
+from cost_models.layers import (
+    ACT_BYTES,
+    ZERO,
+    LayerCost,
+    _tp_collectives_s,
+    loss_transient_bytes,
+    p2p_activation_bytes,
+)
 from cost_models.parallel import ParallelConfig, group
 from planner.specs import Block, ClusterSpec, GraphModelSpec, JobSpec, NodeGroup, cross_attention_params
 
@@ -238,6 +245,8 @@ def unit_costs(g: GraphModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGro
                 redo = 4 * T * block.tokens(job.seq_length) * m.query_projection_size / c.tp
                 if source is not None:
                     redo += 4 * T * source.tokens(job.seq_length) * m.query_projection_size / c.tp
+            if k == m.num_layers - 1 and block.output_head:
+                transient = max(transient, loss_transient_bytes(m, bjob, c))
             inner_bytes[bi] = p2p_activation_bytes(m, bjob, c)
             if source is not None:  # the encoder output travels with the decoder's hidden states
                 inner_bytes[bi] += (
@@ -416,7 +425,7 @@ def estimate_graph(
         opt_times.append(sync.optimizer_s)
         gather_exposed.append(sync.gather_exposed_s)
         peak = float(timeline.peak_inflight(i))
-        transient = float(uc.transient_bytes[idx].max()) if c.recompute == "full" else 0.0
+        transient = float(uc.transient_bytes[idx].max())  # recomputed layer or loss working set
         memory = mem.breakdown(
             static,
             peak,

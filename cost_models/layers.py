@@ -205,6 +205,23 @@ def tokens_per_gpu(job: JobSpec, c: ParallelConfig) -> float:
     return c.micro_batch_size * job.seq_length / c.cp
 
 
+def loss_transient_bytes(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> float:
+    """Memory live only while the loss runs on the last stage: the 16-bit logits beside their fp32 copy.
+
+    Megatron-Core's ``compute_language_model_loss`` hands the 16-bit logits ``[s, b, V/t]`` to
+    ``vocab_parallel_cross_entropy``, whose forward casts them to fp32
+    (``VocabParallelCrossEntropy.calculate_logits_max``: ``vocab_parallel_logits.float()``). The fp32
+    copy (4 T V/t bytes) is what :func:`_output` keeps for backward; the 16-bit logits (2 T V/t)
+    stay alive beside it until the loss returns, and in backward the fp32 gradient is cast back to a
+    16-bit one of the same size. So the last stage peaks 2 T V/t above its saved activations while
+    the loss runs (one micro-batch at a time). Measured with megatron-core 0.19.2 on one H100
+    (scripts/measure_memory.py; ``hardware_profiles/measurements/h100-sxm5-80gb-megatron-memory.yaml``):
+    Llama 3 8B's layer shape and 128K vocabulary at 8,192 tokens peaks 2.0 GiB above the saved
+    activations, 2 T V = 1.96 GiB. The logits GEMM stays 16-bit under FP8 recipes, so FP8 is the same.
+    """
+    return 2 * tokens_per_gpu(job, c) * model.vocab_size / c.tp
+
+
 def p2p_activation_bytes(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> float:
     """Bytes one GPU sends to the next pipeline stage per micro-batch: the hidden states, split over
     tp with sequence parallelism (Megatron's scatter-gather of pipeline sends)."""

@@ -14,23 +14,38 @@ the derivation and why it is not yet the p90 of the measured excess.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from cost_models.estimate import estimate
+from cost_models.parallel import ParallelConfig
+from planner.loading import SCHEMA_VERSION, load_gpu, make_job, model_from_mapping
+from planner.specs import ClusterSpec, NodeGroup
 
 GIB = 2**30
 
 HEADROOM_GIB_DEFAULT = 2.0
 """Default of ``planner search --headroom-gib`` (GiB kept free per GPU beyond the modelled reserve).
 
-Derivation: the intended rule is the 90th percentile of (measured - predicted) peak memory over
-measured *allocated* peaks (``max_memory_allocated``) at 80 GB scale. The published peaks gathered
-so far (18 torchtitan H100 rows, 2024-12) are *reserved* peaks: the caching allocator grows into
-free HBM, so their excess over the prediction (p90 ``reserved_excess_p90_gib`` in
-:func:`summarize`, 33.8 GiB, see docs/calibration.md "Memory") measures allocator caching,
-not model error, and cannot set the default. Until allocated peaks exist
-(``scripts/measure_memory.py`` on a lent GPU), the default stays at 2 GiB: PyTorch's
-``expandable_segments`` note puts steady fragmentation at "a few percent" of the pool, and 2 GiB is
-2.5% of an 80 GiB H100 on top of the 5% activation fragmentation already in
-:data:`cost_models.memory.FRAGMENTATION_FRACTION`."""
+Derived from the measured Megatron-Core peaks (:data:`MEASURED_ALLOCATED`, see docs/calibration.md
+"Memory") by :func:`derived_headroom_gib`: the largest excess of the caching allocator's *reserved*
+peak over planner's predicted allocated peak, rounded up to a whole GiB. Allocated peaks are
+predicted within 2% (planner errs high), so what the headroom must absorb is the allocator's pool
+beyond the live tensors: 1.49 GiB at most on the measured configurations (full recompute, where
+layers are rebuilt and freed in turn), hence 2 GiB. A test keeps this constant equal to the
+derivation. The published torchtitan rows (reserved peaks of jobs whose pool grows toward capacity)
+do not enter it: their excess measures caching, not need."""
+
+MEASURED_ALLOCATED = (
+    Path(__file__).resolve().parent.parent
+    / "hardware_profiles"
+    / "measurements"
+    / "h100-sxm5-80gb-megatron-memory.yaml"
+)
+"""Peak allocated memory of real Megatron-Core steps on one H100 (scripts/measure_memory.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,3 +117,124 @@ def summarize(memory_rows: list[MemoryRow]) -> dict:
         "excess_p90_gib": _percentile(excess, 0.9),
         "reserved_excess_p90_gib": _percentile(reserved, 0.9) if reserved else None,
     }
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredRow:
+    """A measured single-GPU Megatron-Core step beside planner's prediction of the same step."""
+
+    run_id: str
+    label: str
+    """Model, sequence, micro-batch and recompute, for tables."""
+    measured_static_bytes: float
+    measured_peak_bytes: float
+    """``max_memory_allocated`` over forward and backward."""
+    measured_reserved_bytes: float
+    predicted_static_bytes: float
+    predicted_peak_bytes: float
+    """Planner's peak less its fixed CUDA-context/NCCL reserve (memory the caching allocator never
+    sees): static + activations + transients + fragmentation."""
+
+    @property
+    def signed_error(self) -> float:
+        """(predicted - measured) / measured allocated peak."""
+        return (self.predicted_peak_bytes - self.measured_peak_bytes) / self.measured_peak_bytes
+
+    @property
+    def static_error(self) -> float:
+        """(predicted - measured) / measured static memory."""
+        return (self.predicted_static_bytes - self.measured_static_bytes) / self.measured_static_bytes
+
+    @property
+    def reserved_excess_bytes(self) -> float:
+        """Reserved peak minus the predicted allocated peak (what the allocator's pool adds)."""
+        return self.measured_reserved_bytes - self.predicted_peak_bytes
+
+
+def load_measured(path: Path = MEASURED_ALLOCATED) -> list[dict]:
+    """The ``measured_allocated`` entries of a measurement file (scripts/measure_memory.py output)."""
+    return list((yaml.safe_load(path.read_text()) or {}).get("measured_allocated", []))
+
+
+def predict_measured(entry: dict):
+    """Planner's estimate of one measured step: one node of the entry's GPU type holding tp x pp x dp
+    GPUs (the measurements so far are single-GPU), one micro-batch per data-parallel rank."""
+    where = f"measurement {entry['run_id']}"
+    tp, pp, dp = (int(entry.get(k, 1)) for k in ("tp", "pp", "dp"))
+    model = model_from_mapping({"schema_version": SCHEMA_VERSION, **entry["model"]}, where)
+    node = NodeGroup(
+        gpu=load_gpu(entry["gpu"]),
+        num_nodes=1,
+        gpus_per_node=tp * pp * dp,
+        nvlink_domain_size=tp * pp * dp,
+        intra_node_bandwidth_bytes_per_s=1.0,
+        intra_node_latency_s=0.0,
+        inter_node_bandwidth_bytes_per_s=1.0,
+        inter_node_latency_s=0.0,
+        intra_node_efficiency=1.0,
+        inter_node_efficiency=1.0,
+    )
+    mb = int(entry["micro_batch_size"])
+    job = make_job(global_batch_size=mb * dp, seq_length=int(entry["seq_length"]), where=where)
+    config = ParallelConfig(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        micro_batch_size=mb,
+        recompute=str(entry["recompute"]),
+        sequence_parallel=False,
+        optimizer_sharding="distributed",
+    )
+    return estimate(model, ClusterSpec(name="one-gpu", groups=(node,)), job, config)
+
+
+def measured_rows(entries: list[dict]) -> list[MeasuredRow]:
+    """Measured vs predicted, one row per entry, in order."""
+    out = []
+    for e in entries:
+        est = predict_measured(e)
+        m = max(est.stages, key=lambda s: s.memory.peak_bytes).memory
+        out.append(
+            MeasuredRow(
+                run_id=e["run_id"],
+                label=(
+                    f"{e['model']['name']}, s {e['seq_length']}, b {e['micro_batch_size']}, "
+                    f"{e['recompute']}, dropout {e.get('dropout', 0.0)}"
+                ),
+                measured_static_bytes=float(e["static_gib"]) * GIB,
+                measured_peak_bytes=float(e["peak_memory_gib"]) * GIB,
+                measured_reserved_bytes=float(e["peak_reserved_gib"]) * GIB,
+                predicted_static_bytes=m.static_bytes,
+                predicted_peak_bytes=m.peak_bytes - m.gpu_reserve_bytes,
+            )
+        )
+    return out
+
+
+def summarize_measured(measured: list[MeasuredRow]) -> dict:
+    """n, median / max absolute error of the allocated peak and of static memory, signed bias, the
+    p90 of measured - predicted allocated (GiB), the largest reserved excess and the headroom it
+    implies (:func:`derived_headroom_gib`)."""
+    if not measured:
+        return {"n": 0}
+    abs_err = [abs(r.signed_error) for r in measured]
+    return {
+        "n": len(measured),
+        "median_abs_error": _percentile(abs_err, 0.5),
+        "max_abs_error": max(abs_err),
+        "median_signed_error": _percentile([r.signed_error for r in measured], 0.5),
+        "static_max_abs_error": max(abs(r.static_error) for r in measured),
+        "excess_p90_gib": _percentile(
+            [(r.measured_peak_bytes - r.predicted_peak_bytes) / GIB for r in measured], 0.9
+        ),
+        "reserved_excess_max_gib": max(r.reserved_excess_bytes for r in measured) / GIB,
+        "derived_headroom_gib": derived_headroom_gib(measured),
+    }
+
+
+def derived_headroom_gib(measured: list[MeasuredRow]) -> float:
+    """The ``--headroom-gib`` the measurements call for: the largest excess of the reserved peak (or,
+    were the model to under-predict, of the allocated peak) over the predicted allocated peak,
+    rounded up to a whole GiB (at least 1)."""
+    worst = max(max(r.reserved_excess_bytes, r.measured_peak_bytes - r.predicted_peak_bytes) for r in measured)
+    return float(max(1, math.ceil(worst / GIB)))

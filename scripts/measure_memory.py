@@ -21,8 +21,11 @@ measured step and records, from ``torch.cuda`` memory statistics:
 - ``peak_step_gib``: the peak over the whole step including the optimizer update;
 - ``peak_reserved_gib``: ``max_memory_reserved`` over the step.
 
-Rows are written as ``measured_allocated`` entries (see tests/data/published_memory.yaml), each with
-the model mapping, job and configuration so ``scripts/validate_memory.py`` can predict it.
+Rows are written as ``measured_allocated`` entries (the format of
+hardware_profiles/measurements/h100-sxm5-80gb-megatron-memory.yaml), each with the planner GPU type,
+model mapping, job and configuration, so ``scripts/validate_memory.py --measured FILE`` can predict it.
+Megatron-Core needs no Transformer Engine here; on a machine without network access carry its wheel
+(``pip download megatron-core``; it needs only torch, numpy and packaging).
 torch and megatron-core are optional: imported inside main; without them or without a CUDA device
 the script prints why and exits 0 without writing anything.
 
@@ -84,6 +87,17 @@ GPT_SMALL = {
 }
 """A GPT-3-XL-width decoder (Brown et al. 2020, Table 2.1: h 2048, 16 heads) with 12 layers, tied."""
 
+MOE_SMALL = {
+    **LLAMA_SMALL,
+    "name": "moe-style-8x1.4b-top2",
+    "num_layers": 8,
+    "num_experts": 8,
+    "moe_router_topk": 2,
+    "moe_ffn_hidden_size": 5632,
+}
+"""A Mixtral-style MoE decoder (Jiang et al. 2024: 8 experts, top-2, SwiGLU experts) at the width of
+LLAMA_SMALL with 8 layers; Megatron's alltoall dispatcher, experts as a SequentialMLP (local spec)."""
+
 CONFIGS = [
     # (name, model mapping, seq, micro-batch, recompute, dropout)
     ("llama1b_s4096_b1_selective", LLAMA_SMALL, 4096, 1, "selective", 0.0),
@@ -96,6 +110,9 @@ CONFIGS = [
     ("gpt1b_s2048_b4_selective_dropout", GPT_SMALL, 2048, 4, "selective", 0.1),
     ("gpt1b_s2048_b4_none_dropout", GPT_SMALL, 2048, 4, "none", 0.1),
     ("gpt1b_s2048_b8_full_dropout", GPT_SMALL, 2048, 8, "full", 0.1),
+    ("moe8x_s4096_b1_selective", MOE_SMALL, 4096, 1, "selective", 0.0),
+    ("moe8x_s4096_b2_selective", MOE_SMALL, 4096, 2, "selective", 0.0),
+    ("moe8x_s4096_b2_full", MOE_SMALL, 4096, 2, "full", 0.0),
 ]
 """Single-GPU configurations (tp = pp = dp = 1), each well inside 80 GiB, chosen to separate the
 static terms (weights, gradients, optimizer), the per-layer activations with each recompute mode,
@@ -143,6 +160,13 @@ def _measure(torch, model_map: dict, seq: int, mb: int, recompute: str, dropout:
         rec = {"recompute_granularity": "selective", "recompute_modules": ["core_attn"]}
     elif recompute == "full":
         rec = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+    if m.get("num_experts"):
+        rec.update(
+            num_moe_experts=m["num_experts"],
+            moe_router_topk=m["moe_router_topk"],
+            moe_ffn_hidden_size=m["moe_ffn_hidden_size"],
+            moe_token_dispatcher_type="alltoall",
+        )
     cfg = TransformerConfig(
         num_layers=m["num_layers"],
         hidden_size=m["hidden_size"],
@@ -164,7 +188,7 @@ def _measure(torch, model_map: dict, seq: int, mb: int, recompute: str, dropout:
         bias_activation_fusion=m["activation"] == "swiglu" or m["add_bias_linear"],
         **rec,
     )
-    spec = get_gpt_layer_local_spec(normalization=cfg.normalization)
+    spec = get_gpt_layer_local_spec(num_experts=m.get("num_experts") or None, normalization=cfg.normalization)
     spec.submodules.self_attention.submodules.core_attention = _sdpa_core_attention(torch)
     model = GPTModel(
         config=cfg,
@@ -221,6 +245,15 @@ def _measure(torch, model_map: dict, seq: int, mb: int, recompute: str, dropout:
     return out
 
 
+def _planner_gpu(device_name: str) -> str:
+    """planner's GPU type for a CUDA device name (the predictions use its capacity and reserve)."""
+    name = device_name.upper()
+    for key, gpu in (("H200", "h200-sxm-141gb"), ("H100", "h100-sxm5-80gb"), ("A100", "a100-sxm4-80gb")):
+        if key in name:
+            return gpu
+    return device_name
+
+
 def _measure_in_process(torch, wanted: list[str]) -> list[dict]:
     """Run the named configurations in this process (the parent runs each in its own)."""
     import megatron.core as mcore
@@ -247,6 +280,7 @@ def _measure_in_process(torch, wanted: list[str]) -> list[dict]:
                     f"scripts/measure_memory.py on one {name}, megatron-core {mcore.__version__}, "
                     f"torch {torch.__version__}"
                 ),
+                "gpu": _planner_gpu(name),
                 "model": dict(model_map),
                 "dropout": dropout,
                 "seq_length": seq,

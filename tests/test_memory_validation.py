@@ -7,7 +7,21 @@ import importlib.util
 import inspect
 from pathlib import Path
 
-from planner.memory_validation import GIB, HEADROOM_GIB_DEFAULT, MemoryRow, summarize
+import pytest
+
+from cost_models.layers import loss_transient_bytes
+from planner.memory_validation import (
+    GIB,
+    HEADROOM_GIB_DEFAULT,
+    MeasuredRow,
+    MemoryRow,
+    derived_headroom_gib,
+    load_measured,
+    measured_rows,
+    predict_measured,
+    summarize,
+    summarize_measured,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,6 +39,58 @@ def test_summary_figures():
     assert abs(s["median_signed_error"] - 0.0) < 1e-12
     assert abs(s["excess_p90_gib"] - 20.0) < 1e-12
     assert abs(s["reserved_excess_p90_gib"] - 20.0) < 1e-12
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return measured_rows(load_measured())
+
+
+def test_measured_megatron_peaks_are_predicted_within_3_percent(measured):
+    """Real Megatron-Core steps on one H100 (hardware_profiles/measurements): every allocated peak and
+    every static (weights + fp32 gradient buffer + optimizer) figure within 3% / 1%."""
+    assert len(measured) == 10
+    for r in measured:
+        assert abs(r.signed_error) < 0.03, (r.run_id, r.signed_error)
+        assert abs(r.static_error) < 0.01, (r.run_id, r.static_error)
+    s = summarize_measured(measured)
+    assert s["n"] == 10 and s["max_abs_error"] < 0.03
+    assert s["excess_p90_gib"] < 0.25  # under-prediction, if any, stays small
+
+
+def test_headroom_default_is_derived_from_the_measurements(measured):
+    assert derived_headroom_gib(measured) == HEADROOM_GIB_DEFAULT
+
+
+def test_derived_headroom_rounds_the_worst_excess_up():
+    def row(alloc, reserved, predicted):
+        return MeasuredRow("x", "x", 1.0, alloc * GIB, reserved * GIB, 1.0, predicted * GIB)
+
+    assert derived_headroom_gib([row(10, 10.2, 10.1)]) == 1.0  # at least 1 GiB
+    assert derived_headroom_gib([row(10, 12.3, 10.0), row(20, 20.5, 20.0)]) == 3.0
+    # an under-predicted allocated peak counts too
+    assert derived_headroom_gib([row(14.5, 14.6, 10.0)]) == 5.0
+
+
+def test_loss_transient_is_the_16bit_logits_on_the_last_stage_only():
+    """The bf16 logits live beside their fp32 copy while the loss runs: 2 T V / t bytes on the last
+    stage (measured: Llama 3 8B's vocabulary at 8,192 tokens)."""
+    entry = dict(load_measured()[5])  # llama3-8b-width-4-layers, s 8192, b 1, selective
+    est = predict_measured(entry)
+    T, V = 8192, 128256
+    assert est.stages[0].memory.transient_bytes == pytest.approx(2 * T * V)
+    two_stages = predict_measured({**entry, "pp": 2, "micro_batch_size": 1})
+    first, last = two_stages.stages
+    assert first.memory.transient_bytes == 0.0
+    assert last.memory.transient_bytes == pytest.approx(2 * T * V)
+    from cost_models.parallel import ParallelConfig
+    from planner.loading import make_job
+
+    job = make_job(global_batch_size=8, seq_length=4096)
+    model = type("M", (), {"vocab_size": 32000})()
+    assert loss_transient_bytes(model, job, ParallelConfig(tp=4, dp=2, micro_batch_size=2)) == pytest.approx(
+        2 * 2 * 4096 * 32000 / 4
+    )
 
 
 def test_search_headroom_default_is_the_documented_constant():
