@@ -47,14 +47,15 @@ def measured():
 
 
 def test_measured_megatron_peaks_are_predicted_within_3_percent(measured):
-    """Real Megatron-Core steps on one H100 (hardware_profiles/measurements): every allocated peak and
-    every static (weights + fp32 gradient buffer + optimizer) figure within 3% / 1%."""
-    assert len(measured) == 10
+    """Real Megatron-Core steps on one H100 (hardware_profiles/measurements; dense and MoE): every
+    allocated peak within 3% and every static (weights + fp32 gradient buffer + optimizer) figure
+    within 2%."""
+    assert len(measured) == 13
     for r in measured:
         assert abs(r.signed_error) < 0.03, (r.run_id, r.signed_error)
-        assert abs(r.static_error) < 0.01, (r.run_id, r.static_error)
+        assert abs(r.static_error) < 0.02, (r.run_id, r.static_error)
     s = summarize_measured(measured)
-    assert s["n"] == 10 and s["max_abs_error"] < 0.03
+    assert s["n"] == 13 and s["max_abs_error"] < 0.03
     assert s["excess_p90_gib"] < 0.25  # under-prediction, if any, stays small
 
 
@@ -70,6 +71,9 @@ def test_derived_headroom_rounds_the_worst_excess_up():
     assert derived_headroom_gib([row(10, 12.3, 10.0), row(20, 20.5, 20.0)]) == 3.0
     # an under-predicted allocated peak counts too
     assert derived_headroom_gib([row(14.5, 14.6, 10.0)]) == 5.0
+    # the 90th percentile (nearest rank): one outlier in twenty rows does not set it
+    rows = [row(10, 11.4, 10.0)] * 19 + [row(10, 16.0, 10.0)]
+    assert derived_headroom_gib(rows) == 2.0
 
 
 def test_loss_transient_is_the_16bit_logits_on_the_last_stage_only():
