@@ -85,3 +85,27 @@ def test_kernel_measurements_compare_with_the_cost_model():
     assert len(r["attention"]["rows"]) == len(data["attention"])
     assert 0.3 < r["gemm"]["kernel_fit"]["e_max"] < 0.95 and r["gemm"]["kernel_fit"]["f_half_flop"] > 0
     assert all(0 < m["bandwidth_fraction"] < 1.2 for m in r["memory"]["rows"])
+
+
+def test_grouped_gemm_measurements_compare_with_the_cost_model():
+    """scripts/compare_grouped_gemm.py prices every stored H100 grouped-GEMM row both ways; one call over
+    all experts' rows tracks the kernel (median within 10%), per-expert pricing does not."""
+    import importlib.util
+    import json
+    import statistics
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location(
+        "compare_grouped_gemm", root / "scripts" / "compare_grouped_gemm.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    data = json.loads(
+        (root / "hardware_profiles" / "measurements" / "h100-sxm5-80gb-grouped-gemm.json").read_text()
+    )
+    rows = mod.compare(data, "h100-sxm5-80gb")
+    assert len(rows) == len(data["rows"]) == 36
+    grouped = [r for r in rows if r["local_experts"] > 1]
+    assert abs(statistics.median(r["one_call_ratio"] for r in grouped) - 1.0) < 0.1
+    assert statistics.median(r["per_expert_ratio"] for r in grouped) > 2.0
