@@ -425,12 +425,22 @@ def plausibility_dict(problem: Problem, est: Estimate, framework: str = "any") -
     from planner.plausibility import plausibility
 
     is_moe = bool(getattr(problem.model, "is_moe", False))
-    p = plausibility(est.stages[0].gpu, problem.job.precision, is_moe, est.mfu, framework)
+    c = est.config
+    p = plausibility(
+        est.stages[0].gpu,
+        problem.job.precision,
+        is_moe,
+        est.mfu,
+        framework,
+        gpus=problem.cluster.num_gpus,
+        fsdp_shard=c.shard_degree if c.optimizer_sharding == "full" else 0,
+    )
     return {
         "class": p.run_class,
         "best_published_mfu": p.best_published_mfu,
         "best_published_run": p.best_run_id,
         "above_best_published": p.above_best_published,
+        "outside_calibration": list(p.extrapolation),
     }
 
 

@@ -4,6 +4,11 @@
 calibration set, every entry naming its run) holds, per class (GPU type, precision, dense or
 MoE), the best measured MFU, overall and per framework. A prediction above it is not impossible, but nobody has published
 such a run: reports flag it so that a plan's claim is read with that in mind.
+
+The same table records each class's coverage: its largest run (GPUs) and its largest fully sharded
+(FSDP) data-parallel group. A prediction beyond either extrapolates the calibration (issue 12: the
+search picked FSDP over 256+ ranks where the largest validated FSDP run of the class sharded over
+64): :attr:`Plausibility.extrapolation` says so, naming the run that bounds the class.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ class Plausibility:
     """None when no published run of the class is in the calibration set."""
     best_run_id: str
     above_best_published: bool
+    extrapolation: tuple[str, ...] = ()
+    """Why the prediction lies outside what the class's calibration runs cover ('' entries none)."""
 
 
 @cache
@@ -38,16 +45,47 @@ def _classes() -> dict[str, dict]:
     return yaml.safe_load(TABLE.read_text())["classes"]
 
 
-def plausibility(gpu: str, precision: str, moe: bool, mfu: float, framework: str = "any") -> Plausibility:
+def plausibility(
+    gpu: str,
+    precision: str,
+    moe: bool,
+    mfu: float,
+    framework: str = "any",
+    *,
+    gpus: int = 0,
+    fsdp_shard: int = 0,
+) -> Plausibility:
     """Compare a predicted MFU with the best published one of its class: of the same framework
-    when runs of it are in the set, else of any framework."""
+    when runs of it are in the set, else of any framework; and say whether ``gpus`` (the plan's GPU
+    count) or ``fsdp_shard`` (its fully sharded group size; 0: not fully sharded) go beyond the
+    class's calibration runs."""
     key = class_key(gpu, precision, moe)
     cls = _classes().get(key)
     if cls is None:
-        return Plausibility(key, None, "", False)
+        return Plausibility(key, None, "", False, (f"no published run of class {key} in the calibration set",))
+    extrapolation = _extrapolation(cls.get("coverage", {}), gpus, fsdp_shard)
     entry = cls.get("by_framework", {}).get(framework)
     if entry is None:
         entry = cls
     else:
         key = f"{key} {framework}"
-    return Plausibility(key, float(entry["mfu"]), str(entry["run_id"]), mfu > float(entry["mfu"]))
+    return Plausibility(
+        key, float(entry["mfu"]), str(entry["run_id"]), mfu > float(entry["mfu"]), extrapolation
+    )
+
+
+def _extrapolation(coverage: dict, gpus: int, fsdp_shard: int) -> tuple[str, ...]:
+    out = []
+    largest = coverage.get("largest_run")
+    if largest and gpus > largest["gpus"]:
+        out.append(f"{gpus} GPUs: the class's largest calibration run has {largest['gpus']} ({largest['run_id']})")
+    if fsdp_shard > 1:
+        fsdp = coverage.get("largest_fsdp_shard")
+        if fsdp is None:
+            out.append(f"FSDP over {fsdp_shard} ranks: no fully sharded run of the class is in the calibration set")
+        elif fsdp_shard > fsdp["ranks"]:
+            out.append(
+                f"FSDP over {fsdp_shard} ranks: the class's largest fully sharded calibration run shards over "
+                f"{fsdp['ranks']} ({fsdp['run_id']})"
+            )
+    return tuple(out)

@@ -7,7 +7,9 @@ over the GPU's dense peak for the run's precision (cost_models.compute.COMPUTE_D
 and FP8 runs, FP16 for FP16 runs, so V100s, which have no BF16 tensor cores, are counted too), from each run's measured tokens/s per GPU
 (planner.calibration). Every entry names the run it comes from, whose citation is in
 tests/data/published_runs.yaml. ``planner estimate`` flags predictions above their class's best
-(issue 12: plans claimed 56-63% MFU where no published run of the class reached that).
+(issue 12: plans claimed 56-63% MFU where no published run of the class reached that), and
+predictions beyond the class's largest run or largest FSDP shard group as extrapolations (issue 12:
+FSDP plans over 256 ranks were picked though no such run validates the model).
 
 Usage: python scripts/published_mfu.py [--runs FILE] [--check]
 """
@@ -24,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cost_models.compute import COMPUTE_DTYPE  # noqa: E402
 from cost_models.layers import model_flop_per_iteration  # noqa: E402
-from planner.calibration import DEFAULT_RUNS, cases  # noqa: E402
+from planner.calibration import DEFAULT_RUNS, cases, excluded_reason  # noqa: E402
 from planner.plausibility import TABLE, class_key  # noqa: E402
 
 
@@ -44,7 +46,23 @@ def table(runs: Path) -> dict:
         fw = framework_of(c)
         if fw not in cls["by_framework"] or mfu > cls["by_framework"][fw]["mfu"]:
             cls["by_framework"][fw] = entry
+        if not excluded_reason(c.run_id):  # runs the model is not meant to match validate nothing
+            _cover(cls.setdefault("coverage", {}), c)
     return {k: best[k] for k in sorted(best)}
+
+
+def _cover(coverage: dict, case) -> None:
+    """The largest run of the class (GPUs) and its largest fully sharded data-parallel group (FSDP
+    shard degree), each with its run: beyond them a prediction extrapolates."""
+    gpus = case.cluster.num_gpus
+    largest = coverage.get("largest_run")
+    if largest is None or gpus > largest["gpus"]:
+        coverage["largest_run"] = {"gpus": gpus, "run_id": case.run_id}
+    if case.config.optimizer_sharding == "full":
+        ranks = case.config.shard_degree
+        fsdp = coverage.get("largest_fsdp_shard")
+        if fsdp is None or ranks > fsdp["ranks"]:
+            coverage["largest_fsdp_shard"] = {"ranks": ranks, "run_id": case.run_id}
 
 
 def framework_of(case) -> str:
@@ -66,7 +84,8 @@ def main() -> int:
         "# Written by scripts/published_mfu.py from tests/data/published_runs.yaml (each run_id's citation\n"
         "# is there): the best measured MFU (model FLOPs, Megatron's formula, over the dense BF16 peak;\n"
         "# FP16 peak for FP16 runs, as planner estimate reports MFU)\n"
-        "# of each class of run: GPU type, precision, dense or MoE, overall and per framework.\n"
+        "# of each class of run: GPU type, precision, dense or MoE, overall and per framework; and the\n"
+        "# class's coverage: its largest run (GPUs) and largest fully sharded (FSDP) group, with the run.\n"
         + yaml.safe_dump({"schema_version": 1, "classes": data}, sort_keys=True, width=100)
     )
     if args.check:

@@ -156,6 +156,41 @@ def test_plausibility_flags_predictions_above_the_best_published_mfu():
     assert unknown.best_published_mfu is None and not unknown.above_best_published
 
 
+def test_plans_beyond_the_calibration_runs_of_their_class_are_flagged():
+    """Issue 12: FSDP over more ranks, or more GPUs, than any calibration run of the class is an
+    extrapolation; the reason names the run that bounds the class."""
+    from planner.plausibility import _classes, plausibility
+
+    cover = _classes()["a100-sxm4-80gb bf16 dense"]["coverage"]
+    ranks, gpus = cover["largest_fsdp_shard"]["ranks"], cover["largest_run"]["gpus"]
+    inside = plausibility("a100-sxm4-80gb", "bf16", False, 0.4, gpus=gpus, fsdp_shard=ranks)
+    assert inside.extrapolation == ()
+    wide = plausibility("a100-sxm4-80gb", "bf16", False, 0.4, gpus=2 * gpus, fsdp_shard=4 * ranks)
+    assert len(wide.extrapolation) == 2
+    assert cover["largest_run"]["run_id"] in wide.extrapolation[0]
+    assert f"FSDP over {4 * ranks} ranks" in wide.extrapolation[1]
+    assert cover["largest_fsdp_shard"]["run_id"] in wide.extrapolation[1]
+    # a class with no fully sharded run at all
+    assert "no fully sharded run" in plausibility("b200", "fp8", True, 0.2, fsdp_shard=16).extrapolation[0]
+    assert "no published run" in plausibility("l40s", "bf16", True, 0.2).extrapolation[0]
+
+
+def test_search_json_flags_an_fsdp_plan_beyond_the_calibration():
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    args = ["search", "-m", "gpt3-175b", "-c", "dgx-a100", "-n", "128", "-b", "1536", "-s", "2048"]
+    args += ["--tp", "4", "--pp", "1", "--optimizer-sharding", "full", "--top", "1", "--json"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    import json
+
+    plan = json.loads(out.output)["plans"][0]
+    assert plan["optimizer_sharding"] == "full"
+    assert any("FSDP over" in r for r in plan["plausibility"]["outside_calibration"])
+
+
 def test_published_mfu_table_is_up_to_date():
     import subprocess
     import sys

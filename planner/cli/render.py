@@ -8,6 +8,7 @@ messages to stderr. Colour is used only when stdout is a terminal (rich's own de
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from cost_models.schedules import KIND_NAMES, Timeline
@@ -128,6 +129,10 @@ def estimate_tables(d: dict) -> list[Table]:
         ("tokens/s (per GPU)", f"{d['tokens_per_s']:,.0f} ({d['tokens_per_s_per_gpu']:,.1f})"),
         ("MFU / HFU", f"{100 * d['mfu']:.1f}% / {100 * d['hfu']:.1f}%"),
         ("best published MFU of its class", _plausibility_text(d.get("plausibility"))),
+        *[
+            ("[bold yellow]outside calibration[/]", escape(reason))
+            for reason in (d.get("plausibility") or {}).get("outside_calibration", [])
+        ],
         ("bubble fraction", f"{100 * d['bubble_fraction']:.1f}%"),
         ("peak memory", f"{_gib(d['peak_memory_bytes'])} GiB"),
         (
@@ -394,6 +399,8 @@ def search_tables(d: dict) -> list[Table]:
             f"above the best published MFU of its class ({f['class']}: {100 * f['best_published_mfu']:.1f}%, "
             f"{f['best_published_run']})",
         )
+    for reason in (d["plans"][0].get("plausibility") or {}).get("outside_calibration", []) if d["plans"] else []:
+        foot.add_row("[bold yellow]plan 1 outside calibration[/]", escape(reason))
     tables = [t, foot]
     if "explain" in d:
         e = Table(title="Why the alternatives lost")
