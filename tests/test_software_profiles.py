@@ -328,3 +328,48 @@ def test_profiles_ship_in_the_wheel():
     for f in files:
         rel = f.relative_to(root / "hardware_profiles").as_posix()
         assert any(fnmatch.fnmatch(rel, pat) for pat in patterns), rel
+
+
+def test_graph_plans_record_the_profile_too(run_cli, tmp_path):
+    plan = tmp_path / "g.yaml"
+    args = ["search", "-m", "mmt-4tower-4b", "-c", "dgx-b200", "-n", "1", "-b", "16", "-s", "2048"]
+    found = _json(run_cli(*args, "--software", "megatron-bridge-25.11", "--out", str(plan), "-q", "--json"))
+    assert found["software"]["name"] == "megatron-bridge-25.11"
+    assert "software:\n  name: megatron-bridge-25.11\n" in plan.read_text()
+    again = _json(run_cli("estimate", "--plan", str(plan), "--json"))
+    assert again["software"]["name"] == "megatron-bridge-25.11"
+    assert again["step_time_s"] == found["plans"][0]["step_time_s"]
+    base = _json(run_cli("estimate", "--plan", str(plan), "--software", "base", "--json"))
+    assert base["step_time_s"] != again["step_time_s"]
+
+
+def test_check_of_a_launch_file_takes_its_frameworks_default(run_cli, tmp_path):
+    plan, launch = tmp_path / "p.yaml", tmp_path / "launch"
+    assert run_cli("search", *B200, "--top", "1", "--out", str(plan), "-q").exit_code == 0
+    assert run_cli("export", "megatron", str(plan), "--out", str(launch)).exit_code == 0
+    args = str(launch / "megatron_args.txt")
+    recorded = _json(run_cli("check", str(plan), "-c", "dgx-b200", "-n", "2", "--json"))["configs"][0][
+        "metrics"
+    ]
+    launched = _json(run_cli("check", args, "-c", "dgx-b200", "-n", "2", "--json"))["configs"][0]["metrics"]
+    assert launched["software"] == recorded["software"] == default_software("megatron")
+    assert launched["step_time_s"] == pytest.approx(recorded["step_time_s"], rel=1e-9)
+    base = run_cli("check", args, "-c", "dgx-b200", "-n", "2", "--software", "base", "--json")
+    assert _json(base)["configs"][0]["metrics"]["step_time_s"] > launched["step_time_s"]
+
+
+def test_sweep_and_resilience_commands_take_the_profile(run_cli, tmp_path):
+    sweep = ["sweep", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "1", "-b", "32", "-s", "2048", "-j", "1"]
+    d = _json(run_cli(*sweep, "--json"))
+    assert (
+        d["software"] == "megatron-bridge-26.06"
+        and d["points"][0]["software_base_values"] == "h100-sxm5-80gb"
+    )
+    d = _json(run_cli(*sweep, "--software", "megatron-bridge-26.04", "--json"))
+    assert d["software"] == "megatron-bridge-26.04" and d["points"][0]["software_base_values"] == ""
+    plan = tmp_path / "p.yaml"
+    assert run_cli("search", *B200, "--top", "1", "--out", str(plan), "-q").exit_code == 0
+    for command in (["whatif", str(plan), "--fail-gpus", "1"], ["goodput", str(plan)]):
+        r = run_cli(*command, "--software", "nope")
+        assert r.exit_code == 2 and "allowed values are base" in r.stderr
+        assert run_cli(*command, "--software", "base", "--json").exit_code == 0
