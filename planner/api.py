@@ -16,6 +16,7 @@ from planner import __version__
 from planner.errors import ConfigError
 from planner.graph_model import GraphModelSpec
 from planner.loading import load_cluster, load_model, make_job
+from planner.software import BASE, SoftwareUse
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 SCHEMA_VERSION = 1
@@ -33,6 +34,9 @@ class Problem:
     profile: object | None = None
     """The calibrated profile (:class:`planner.calibrate.profile.Profile`) applied to the cluster,
     recorded in plan files (``--profile``; see docs/calibrate.md)."""
+    software: SoftwareUse | None = None
+    """The software profile the cluster's efficiencies come from (``--software``, or the default of
+    the framework; :mod:`planner.software`), recorded in plan files and ``--json``."""
 
 
 def load_problem(
@@ -44,18 +48,25 @@ def load_problem(
     precision: str = "bf16",
     profile: str | None = None,
     tp_comm_overlap: bool = False,
+    software: str | None = None,
+    framework: str = "any",
 ) -> Problem:
     """Load a model (preset, YAML or HF config.json), a cluster (template + nodes, or file) and a job;
-    ``profile``: a calibrated profile file applied to the cluster; ``tp_comm_overlap``:
-    :attr:`JobSpec.tp_comm_overlap`."""
-    from planner.calibrate.profile import apply_profile, read_profile
+    ``software``: a software profile name (None: the newest of ``framework``, none for ``any``;
+    :func:`planner.software.resolve_software`), then ``profile``: a calibrated profile file, applied
+    to the cluster (:func:`planner.software.configure`: the calibration wins);
+    ``tp_comm_overlap``: :attr:`JobSpec.tp_comm_overlap`."""
+    from planner.calibrate.profile import read_profile
     from planner.graph_model import is_graph_model, load_graph_model
+    from planner.software import configure, resolve_software
     from planner.validation import require_precision
 
+    name = resolve_software(software, framework)
     prof = read_profile(profile) if profile is not None else None
+    spec, use = configure(load_cluster(cluster, nodes), name, prof)
     problem = Problem(
         model=load_graph_model(model) if is_graph_model(model) else load_model(model),
-        cluster=apply_profile(load_cluster(cluster, nodes), prof),
+        cluster=spec,
         job=make_job(
             global_batch_size=global_batch_size,
             seq_length=seq_length,
@@ -63,6 +74,7 @@ def load_problem(
             tp_comm_overlap=tp_comm_overlap,
         ),
         profile=prof,
+        software=use,
     )
     require_precision(problem.cluster, problem.job, "--precision")
     return problem
@@ -132,30 +144,37 @@ def plan_inputs(problem: Problem, ranked, framework: str = "any", memory_headroo
         framework,
         memory_headroom_bytes,
         problem.profile,
+        problem.software.name if problem.software is not None else BASE,
     )
 
 
-def estimate_plan_file(path: str, profile: str | None = None):
-    """Re-estimate a plan file (chain or graph plan): (Problem, Estimate). A chain plan re-applies
-    the profile it records; ``profile`` (a profile file) replaces it."""
-    from planner.calibrate.profile import apply_profile, read_profile
+def estimate_plan_file(path: str, profile: str | None = None, software: str | None = None):
+    """Re-estimate a plan file (chain or graph plan): (Problem, Estimate). The plan's cluster is
+    under the software and calibration profiles it records; ``software`` (a software profile name)
+    and ``profile`` (a profile file) replace them."""
+    from planner.calibrate.profile import read_profile
     from planner.graph_plan import is_graph_plan, read_graph_plan
     from planner.plan import read_plan
+    from planner.software import check_software, software_use
 
+    name = check_software(software) if software is not None else None
     prof = read_profile(profile) if profile is not None else None
     if is_graph_plan(path):
         from cost_models.graph_costs import estimate_graph
 
-        g = read_graph_plan(path)
-        cluster = apply_profile(g.cluster, prof)
-        return Problem(g.model, cluster, g.job, g.stage_graph, prof), estimate_graph(
-            g.model, cluster, g.job, g.config, g.stage_graph
-        )
-    inputs = read_plan(path)
-    problem = Problem(
-        inputs.model, apply_profile(inputs.cluster, prof), inputs.job, None, prof or inputs.profile
-    )
+        g = read_graph_plan(path, name, prof)
+        use = software_use((x.gpu.name for x in g.cluster.groups), g.software, _gpus_of(prof))
+        problem = Problem(g.model, g.cluster, g.job, g.stage_graph, prof, use)
+        return problem, estimate_graph(g.model, g.cluster, g.job, g.config, g.stage_graph)
+    inputs = read_plan(path, name, prof)
+    use = software_use((x.gpu.name for x in inputs.cluster.groups), inputs.software, _gpus_of(inputs.profile))
+    problem = Problem(inputs.model, inputs.cluster, inputs.job, None, inputs.profile, use)
     return problem, estimate_config(problem, inputs.config)
+
+
+def _gpus_of(profile) -> tuple[str, ...]:
+    """The GPU type a calibration profile is for, as a tuple (empty for none)."""
+    return (profile.gpu,) if profile is not None else ()
 
 
 def estimate_config(problem: Problem, config: ParallelConfig) -> Estimate:
@@ -408,6 +427,7 @@ def estimate_dict(problem: Problem, est: Estimate, training: dict | None = None)
         "model": model_dict(problem.model),
         "cluster": cluster_dict(problem.cluster),
         "job": job_dict(problem.job),
+        **software_dict(problem),
         "config": config_dict(est.config, problem.model, problem.job)
         if problem.stage_graph is None
         else graph_config_dict(est.config, problem.job),
@@ -417,6 +437,12 @@ def estimate_dict(problem: Problem, est: Estimate, training: dict | None = None)
     if problem.stage_graph is not None:
         out["stage_graph"] = rounded(stage_graph_dict(problem.model, problem.stage_graph, est))
     return out
+
+
+def software_dict(problem: Problem) -> dict:
+    """``{"software": ...}``: the software profile the problem's efficiencies come from
+    (:meth:`planner.software.SoftwareUse.as_dict`); empty when the problem does not say."""
+    return {"software": problem.software.as_dict()} if problem.software is not None else {}
 
 
 def plausibility_dict(problem: Problem, est: Estimate, framework: str = "any") -> dict:
@@ -581,6 +607,7 @@ def graph_search_dict(problem: Problem, result) -> dict:
         "model": graph_model_dict(problem.model),
         "cluster": cluster_dict(problem.cluster),
         "job": job_dict(problem.job),
+        **software_dict(problem),
         "decomposition": describe(problem.model, result.decomposition),
         "linearised_non_series_parallel_parts": result.linearised_parts,
         "plans": [graph_plan_summary(problem, p) for p in result.plans],

@@ -88,10 +88,15 @@ def check_file(
     headroom_bytes: float = 0.0,
     max_slowdown: float | None = None,
     profile=None,
+    software: str | None = None,
 ) -> Verdict:
-    """Every check on one config file; ``profile`` (a calibrated
-    :class:`planner.calibrate.profile.Profile`, already applied to ``cluster``) is applied to a plan
-    file's own cluster too."""
+    """Every check on one config file against ``cluster`` (as loaded: no software or calibration
+    profile applied). ``software`` (a software profile name; None: a plan file's recorded one, the
+    newest of a launch file's framework) and then ``profile`` (a calibrated
+    :class:`planner.calibrate.profile.Profile`, replacing a plan's recorded one) are applied to the
+    cluster the file is judged on (:func:`planner.software.configure`)."""
+    from planner.software import configure, default_software
+
     verdict = Verdict(path)
     try:
         text = read_text_capped(Path(path))  # size-capped, UTF-8 (planner.validation)
@@ -102,19 +107,18 @@ def check_file(
     if Path(path).suffix in (".yaml", ".yml", ".json") and (
         "kind: graph_plan" in text or '"kind": "graph_plan"' in text
     ):
-        return _check_graph_plan(path, cluster, headroom_bytes, max_slowdown, verdict)
+        return _check_graph_plan(path, cluster, headroom_bytes, max_slowdown, verdict, software, profile)
     try:
         is_plan = "kind: plan" in text or '"kind": "plan"' in text
-        if Path(path).suffix in (".yaml", ".yml", ".json") and is_plan:
-            inputs = read_plan(path)
+        is_plan = Path(path).suffix in (".yaml", ".yml", ".json") and is_plan
+        if is_plan:
+            inputs = read_plan(path, software, profile)
             model, job, config = inputs.model, inputs.job, inputs.config
             framework = inputs.framework
             searched_headroom = inputs.memory_headroom_bytes
             if _world_mismatch(verdict, inputs.cluster, cluster):
                 return verdict
-            from planner.calibrate.profile import apply_profile
-
-            cluster = apply_profile(inputs.cluster, profile)
+            cluster, software = inputs.cluster, inputs.software
         elif Path(path).suffix == ".toml":
             # A torchtitan job config; findings point at the TOML line of the matching key.
             from planner.frameworks.torchtitan.importer import KEY_HINTS, read_torchtitan
@@ -151,6 +155,13 @@ def check_file(
     except PlannerError as exc:
         verdict.add(Finding("error", "parse", str(exc)))
         return verdict
+    if not is_plan:
+        software = software if software is not None else default_software(framework)
+        try:
+            cluster, _ = configure(cluster, software, profile)
+        except PlannerError as exc:
+            verdict.add(Finding("error", "profile", str(exc)))
+            return verdict
     mp = config.tp * config.pp * config.cp
     if cluster.num_gpus % mp:
         verdict.add(
@@ -179,6 +190,7 @@ def check_file(
         return verdict
     _judge_estimate(verdict, est, headroom_bytes, lines)
     verdict.metrics["framework"] = framework
+    verdict.metrics["software"] = software
     if max_slowdown is not None:
         from planner.search.chain import search
         from planner.search.space import Restrictions
@@ -278,14 +290,21 @@ def _judge_slowdown(
 
 
 def _check_graph_plan(
-    path: str, cluster: ClusterSpec, headroom_bytes: float, max_slowdown: float | None, verdict: Verdict
+    path: str,
+    cluster: ClusterSpec,
+    headroom_bytes: float,
+    max_slowdown: float | None,
+    verdict: Verdict,
+    software: str | None = None,
+    profile=None,
 ) -> Verdict:
-    """A graph-pipeline plan: a valid stage graph, memory per stage, throughput, distance from the best."""
+    """A graph-pipeline plan: a valid stage graph, memory per stage, throughput, distance from the
+    best; under the software profile it records (``software`` replaces it) and ``profile``."""
     from cost_models.graph_costs import estimate_graph
     from planner.graph_plan import read_graph_plan
 
     try:
-        inputs = read_graph_plan(path)
+        inputs = read_graph_plan(path, software, profile)
     except PlannerError as exc:
         verdict.add(Finding("error", "parse", str(exc)))
         return verdict
@@ -293,6 +312,7 @@ def _check_graph_plan(
         return verdict
     est = estimate_graph(inputs.model, inputs.cluster, inputs.job, inputs.config, inputs.stage_graph)
     _judge_estimate(verdict, est, headroom_bytes, {}, f" (graph pipeline of {inputs.config.pp} stages)")
+    verdict.metrics["software"] = inputs.software
     if any(inputs.modes):
         verdict.add(
             Finding(

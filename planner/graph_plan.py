@@ -26,7 +26,16 @@ from planner.loading import (
     job_from_mapping,
     read_document,
 )
-from planner.plan import PlanInputs, job_to_mapping, open_plan, search_from_mapping, search_to_mapping
+from planner.plan import (
+    PlanInputs,
+    job_to_mapping,
+    open_plan,
+    search_from_mapping,
+    search_to_mapping,
+    software_from_mapping,
+    software_to_mapping,
+)
+from planner.software import configure
 from planner.specs import ClusterSpec, JobSpec
 from planner.validation import require_precision
 
@@ -45,6 +54,9 @@ class GraphPlanInputs:
     """The best sequential plan found by the same search (absent in hand-written files)."""
     memory_headroom_bytes: float = 0.0
     """Memory per GPU the search kept free (the plan's ``search`` section; see PlanInputs)."""
+    software: str = "base"
+    """The software profile the plan was made with (the plan's ``software`` section; see
+    PlanInputs)."""
 
 
 def stage_blocks(g: GraphModelSpec, layout: UnitLayout, units: tuple[int, ...]) -> list[dict]:
@@ -176,6 +188,7 @@ def graph_plan_document(inputs: GraphPlanInputs, predictions: dict, budget: dict
         "schema_version": SCHEMA_VERSION,
         "kind": "graph_plan",
         "planner_version": __version__,
+        "software": software_to_mapping(inputs.software),
         "model": graph_model_to_mapping(g),
         "cluster": cluster_to_mapping(inputs.cluster),
         "job": job_to_mapping(inputs.job),
@@ -204,8 +217,10 @@ def is_graph_plan(path: str | Path) -> bool:
         return False
 
 
-def read_graph_plan(path: str | Path) -> GraphPlanInputs:
-    """Read a graph plan strictly back into its inputs."""
+def read_graph_plan(path: str | Path, software: str | None = None, profile=None) -> GraphPlanInputs:
+    """Read a graph plan strictly back into its inputs, its cluster under the software profile it
+    records (``software`` replaces it) and a calibration ``profile`` when given
+    (:func:`planner.software.configure`)."""
     r, where = open_plan(path, "graph_plan")
     g = graph_model_from_mapping(r.get("model", dict), f"{where} (model)")
     cluster = cluster_from_mapping(r.get("cluster", dict), f"{where} (cluster)")
@@ -230,16 +245,19 @@ def read_graph_plan(path: str | Path) -> GraphPlanInputs:
         sr.done()
         seq = (sc, ssg)
     headroom = search_from_mapping(r.get("search", dict, {}), where)
+    recorded = software_from_mapping(r.get("software", dict, None), where)
+    software = recorded if software is None else software
     r.get("predictions", dict, {})
     r.get("bubble_fill_budget", dict, {})
     r.done()
+    cluster, _ = configure(cluster, software, profile)
     require_precision(cluster, job, where)
     for c, graph, key in (
         (config, sg, "config"),
         *(((seq[0], seq[1], "sequential_plan.config"),) if seq else ()),
     ):
         _check_shape(c, graph, cluster, job, where, key)
-    return GraphPlanInputs(g, cluster, job, config, sg, tuple(modes), seq, headroom)
+    return GraphPlanInputs(g, cluster, job, config, sg, tuple(modes), seq, headroom, software)
 
 
 def _check_shape(c: ParallelConfig, sg: StageGraph, cluster: ClusterSpec, job: JobSpec, where: str, key: str):

@@ -88,6 +88,10 @@ class PlanInputs:
     profile: object | None = None
     """The calibrated profile (:class:`planner.calibrate.profile.Profile`) the plan was made with,
     recorded in its ``profile`` section and re-applied to the cluster when the plan is read."""
+    software: str = "base"
+    """The software profile (:mod:`planner.software`) the plan was made with, recorded in its
+    ``software`` section and re-applied to the cluster when the plan is read (plans written before
+    software profiles read back as ``base``: the GPU files' base values, as they were made with)."""
 
 
 OPTIONAL_MODEL_FIELDS = (
@@ -212,6 +216,7 @@ def plan_document(inputs: PlanInputs, predictions: dict, budget: dict | None) ->
         "kind": "plan",
         "planner_version": __version__,
         "framework": framework_to_mapping(inputs.framework),
+        "software": software_to_mapping(inputs.software),
         "model": model_to_mapping(inputs.model),
         "cluster": cluster_to_mapping(inputs.cluster),
         "job": job_to_mapping(inputs.job),
@@ -257,6 +262,29 @@ def framework_from_mapping(data: dict, where: str) -> str:
     r = Reader(data, where, "framework")
     name = r.get("name", str, choices=tuple(FRAMEWORKS))
     r.get("version", str, "")
+    r.done()
+    return name
+
+
+def software_to_mapping(name: str) -> dict:
+    """The ``software`` section of a plan file: the software profile's name (``base``: none) and
+    its release month."""
+    from planner.software import BASE, load_profiles
+
+    released = str((load_profiles().get(name) or {}).get("released", ""))
+    return {"name": name, **({"released": released} if name != BASE else {})}
+
+
+def software_from_mapping(data: dict | None, where: str) -> str:
+    """The software profile name of a plan file's ``software`` section (``base`` when absent; the
+    release month is recorded, not enforced)."""
+    from planner.software import BASE, software_names
+
+    if data is None:
+        return BASE
+    r = Reader(data, where, "software")
+    name = r.get("name", str, choices=software_names())
+    r.get("released", str, "")
     r.done()
     return name
 
@@ -365,8 +393,11 @@ def open_plan(path: str | Path, kind: str) -> tuple[Reader, str]:
     return r, where
 
 
-def read_plan(path: str | Path) -> PlanInputs:
-    """Read a plan file strictly back into its inputs."""
+def read_plan(path: str | Path, software: str | None = None, profile=None) -> PlanInputs:
+    """Read a plan file strictly back into its inputs, its cluster under the software profile and
+    then the calibration profile it records (:func:`planner.software.configure`). ``software`` (a
+    name :func:`planner.software.check_software` accepted) and ``profile`` (a
+    :class:`planner.calibrate.profile.Profile`) replace the recorded ones."""
     r, where = open_plan(path, "plan")
     model = model_from_mapping(r.get("model", dict), f"{where} (model)")
     cluster = cluster_from_mapping(r.get("cluster", dict), f"{where} (cluster)")
@@ -381,17 +412,21 @@ def read_plan(path: str | Path) -> PlanInputs:
         )
     groups = tuple(r.get("stage_groups", list, []))
     framework = framework_from_mapping(r.get("framework", dict, {"name": "any"}), where)
+    recorded = software_from_mapping(r.get("software", dict, None), where)
+    software = recorded if software is None else software
     headroom = search_from_mapping(r.get("search", dict, {}), where)
-    profile = None
     if r.get("profile", dict, None) is not None:
-        from planner.calibrate.profile import apply_profile, profile_from_mapping
+        from planner.calibrate.profile import profile_from_mapping
 
-        profile = profile_from_mapping(r.get("profile", dict), f"{where} (profile)")
-        cluster = apply_profile(cluster, profile)
+        recorded_profile = profile_from_mapping(r.get("profile", dict), f"{where} (profile)")
+        profile = recorded_profile if profile is None else profile
+    from planner.software import configure
+
+    cluster, _ = configure(cluster, software, profile)
     r.get("predictions", dict, {})
     r.get("bubble_fill_budget", dict, {})
     r.done()
-    inputs = PlanInputs(model, cluster, job, config, groups, framework, headroom, profile)
+    inputs = PlanInputs(model, cluster, job, config, groups, framework, headroom, profile, software)
     check_configuration(inputs, where)
     check_framework(inputs, where)
     return inputs

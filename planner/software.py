@@ -12,13 +12,14 @@ class's runs (planner.fitting.fit_profile); a (family, class) with fewer than
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
 import yaml
 
-from planner.specs import EfficiencySpec
+from planner.errors import SpecError, UsageError
+from planner.specs import ClusterSpec, EfficiencySpec
 
 GPU_DIR = Path(__file__).resolve().parent.parent / "hardware_profiles" / "gpus"
 SOFTWARE_DIR = Path(__file__).resolve().parent.parent / "hardware_profiles" / "software"
@@ -92,3 +93,168 @@ def to_yaml_values(eff: EfficiencySpec) -> dict[str, float]:
         key, scale = _YAML_KEYS.get(field, (field, 1.0))
         out[key] = round(getattr(eff, field) / scale, 4)
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Selecting a profile for a plan (``--software``; recorded in plan files)
+
+BASE = "base"
+"""The name of "no software profile": the GPU files' base efficiencies (``--software base``)."""
+BASE_ALIASES = (BASE, "none")
+"""Names that select the base values (``none`` is accepted and recorded as ``base``)."""
+
+
+def software_names() -> tuple[str, ...]:
+    """Every name ``--software`` accepts: ``base`` then the shipped profiles (sorted)."""
+    return (BASE, *sorted(load_profiles()))
+
+
+def check_software(name: str, where: str = "--software") -> str:
+    """``name`` as recorded (case-insensitive; ``none`` -> ``base``), or an error listing the
+    allowed values: a :class:`UsageError` (exit 2) for the command-line flag, a :class:`SpecError`
+    (exit 1) for a file's key (``where`` is then the file and key)."""
+    key = str(name).strip().lower()
+    if key in BASE_ALIASES:
+        return BASE
+    if key in load_profiles():
+        return key
+    error = UsageError if where == "--software" else SpecError
+    raise error(f"{where} {name!r}: allowed values are {', '.join(software_names())} (or none)")
+
+
+def default_software(framework: str) -> str:
+    """The profile a plan for ``framework`` gets when no ``--software`` is given: the newest
+    (by ``released``; ties by name) profile of that framework, ``base`` when it has none (``any``)."""
+    own = [
+        (str(d.get("released", "")), n) for n, d in load_profiles().items() if d.get("framework") == framework
+    ]
+    return max(own)[1] if own else BASE
+
+
+def resolve_software(name: str | None, framework: str) -> str:
+    """The profile to use: ``name`` checked, or :func:`default_software` of ``framework``."""
+    return check_software(name) if name is not None else default_software(framework)
+
+
+@dataclass(frozen=True, slots=True)
+class SoftwareUse:
+    """Which software profile a cluster's efficiencies come from, per GPU type."""
+
+    name: str
+    """The profile's name, or ``base``."""
+    overridden: tuple[tuple[str, str], ...] = ()
+    """(GPU type, efficiency family) whose efficiencies the profile sets."""
+    base_values: tuple[tuple[str, str], ...] = ()
+    """(GPU type, family) the profile has no entry for: the GPU file's base values apply."""
+    calibrated: tuple[str, ...] = ()
+    """GPU types under a user's calibration profile (``--profile``): its values and the GPU file's
+    base values apply, never the software profile's (the calibration was fitted over the base)."""
+
+    @property
+    def released(self) -> str:
+        return str((load_profiles().get(self.name) or {}).get("released", ""))
+
+    def note(self) -> str:
+        """A one-line note when the profile leaves some GPU type at base values ('' otherwise)."""
+        if self.name == BASE or not self.base_values:
+            return ""
+        gpus = ", ".join(f"{gpu} (family {fam})" for gpu, fam in self.base_values)
+        return (
+            f"software profile {self.name} has no efficiencies for {gpus}: the GPU file's base values apply"
+        )
+
+    def as_dict(self) -> dict:
+        """JSON-ready: name, released, and which GPU types it sets or leaves at base values."""
+        return {
+            "name": self.name,
+            "released": self.released,
+            "overridden": [{"gpu": g, "family": f} for g, f in self.overridden],
+            "base_values": [{"gpu": g, "family": f} for g, f in self.base_values],
+            **({"calibrated": list(self.calibrated)} if self.calibrated else {}),
+        }
+
+
+def software_use(gpus, name: str, calibrated: tuple[str, ...] = ()) -> SoftwareUse:
+    """Which of the GPU types ``gpus`` profile ``name`` sets (by efficiency family), which keep
+    their base values because it has no entry for their family, and which are ``calibrated``
+    (a user's calibration profile applies to them, over the base values)."""
+    name = check_software(name)
+    gpus = sorted(set(gpus))
+    if name == BASE:
+        return SoftwareUse(BASE)
+    cal = tuple(g for g in gpus if g in calibrated)
+    fams = [(g, efficiency_family(g)) for g in gpus if g not in cal]
+    over = tuple((g, f) for g, f in fams if overrides(name, f))
+    return SoftwareUse(name, over, tuple(x for x in fams if x not in over), cal)
+
+
+def with_software(
+    cluster: ClusterSpec, name: str, calibrated: tuple[str, ...] = ()
+) -> tuple[ClusterSpec, SoftwareUse]:
+    """``cluster`` with profile ``name``'s overrides on every node group, by its GPU's efficiency
+    family, and what was set (:func:`software_use`: a family without an entry keeps the base
+    values and is listed, not skipped silently; GPU types in ``calibrated`` are left alone).
+    ``base`` returns the cluster unchanged."""
+    use = software_use((g.gpu.name for g in cluster.groups), name, calibrated)
+    fams = dict(use.overridden)
+    groups = tuple(
+        replace(g, gpu=replace(g.gpu, efficiency=apply(g.gpu.efficiency, use.name, fams[g.gpu.name])))
+        if g.gpu.name in fams
+        else g
+        for g in cluster.groups
+    )
+    return (replace(cluster, groups=groups) if fams else cluster), use
+
+
+def configure(cluster: ClusterSpec, software: str, profile=None) -> tuple[ClusterSpec, SoftwareUse]:
+    """``cluster`` under software profile ``software``, then a user's calibration ``profile``
+    (:class:`planner.calibrate.profile.Profile`, ``--profile``; None for none).
+
+    The calibration wins: its GPU type keeps the GPU file's base values under the calibrated ones
+    and gets nothing from the software profile (``planner calibrate`` fits over the base values,
+    and a user's own measurements of their own cluster say more than a release class's published
+    runs); every other GPU type gets the software profile."""
+    from planner.calibrate.profile import apply_profile
+
+    cluster, use = with_software(cluster, software, (profile.gpu,) if profile is not None else ())
+    return apply_profile(cluster, profile), use
+
+
+def profile_rows(family: str | None = None) -> list[dict]:
+    """The shipped profiles as JSON-ready rows (``planner hardware software`` / ``show``): name,
+    framework, released, description and, per family (only ``family`` when given; a profile without
+    an entry for it is left out), the overridden values in file units and the runs they were fitted
+    on (counted from the file's comment, which names them)."""
+    rows = []
+    for name, data in sorted(load_profiles().items()):
+        fams = data.get("families") or {}
+        keep = sorted(fams) if family is None else [f for f in sorted(fams) if f == family]
+        if family is not None and not keep:
+            continue
+        rows.append(
+            {
+                "name": name,
+                "framework": data.get("framework", ""),
+                "released": str(data.get("released", "")),
+                "description": data.get("description", ""),
+                "families": [
+                    {
+                        "family": f,
+                        "fitted_runs": fitted_runs(name, f),
+                        **{k: float(v) for k, v in fams[f].items()},
+                    }
+                    for f in keep
+                ],
+            }
+        )
+    return rows
+
+
+@cache
+def fitted_runs(name: str, family: str) -> int:
+    """How many runs profile ``name``'s entry for ``family`` was fitted on: the ``# fitted on N
+    runs`` comment ``scripts/calibrate.py --write`` puts above each entry (0 when absent)."""
+    path = SOFTWARE_DIR / f"{name}.yaml"
+    text = path.read_text() if path.exists() else ""
+    found = re.search(rf"^  {re.escape(family)}:\n\s*# fitted on (\d+) runs", text, re.M)
+    return int(found.group(1)) if found else 0

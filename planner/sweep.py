@@ -60,6 +60,8 @@ class SweepTask:
     precision: str
     restrictions: object
     target: TrainingTarget | None
+    software: str = "base"
+    """The software profile (:mod:`planner.software`; resolved, never None)."""
 
 
 def run_point(task: SweepTask) -> dict:
@@ -68,7 +70,13 @@ def run_point(task: SweepTask) -> dict:
 
     p = task.point
     problem = api.load_problem(
-        task.model, p.cluster, p.nodes, task.global_batch_size, task.seq_length, task.precision
+        task.model,
+        p.cluster,
+        p.nodes,
+        task.global_batch_size,
+        task.seq_length,
+        task.precision,
+        software=task.software,
     )
     cluster = problem.cluster
     row = {
@@ -76,6 +84,7 @@ def run_point(task: SweepTask) -> dict:
         "nodes": p.nodes if p.nodes is not None else sum(g.num_nodes for g in cluster.groups),
         "num_gpus": cluster.num_gpus,
         "gpus": "+".join(sorted({g.gpu.name for g in cluster.groups})),
+        "software_base_values": "+".join(g for g, _ in problem.software.base_values),
     }
     try:
         result = api.run_search(problem, task.restrictions, 1)

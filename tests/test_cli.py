@@ -180,6 +180,7 @@ def test_cli_option_set_is_pinned(run_cli):
             "--precision",
             "--plan",
             "--profile",
+            "--software",
             "--tp-comm-overlap",
             "--json",
         ]

@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import replace
+
+import pytest
 
 from planner.calibration import cases
+from planner.errors import SpecError, UsageError
 from planner.fitting import family, predict, usable
-from planner.software import CLASSES, apply, load_profiles, overrides, software_class
+from planner.loading import load_cluster, load_gpu
+from planner.software import (
+    BASE,
+    CLASSES,
+    MIN_RUNS,
+    apply,
+    check_software,
+    configure,
+    default_software,
+    efficiency_family,
+    load_profiles,
+    overrides,
+    profile_rows,
+    software_class,
+    software_names,
+    with_software,
+)
 
 
 def test_release_class_of_a_run():
@@ -39,8 +60,316 @@ def test_profile_lowers_the_error_of_its_own_runs_vs_base():
         return sum(abs(math.log(predict(c, eff).predicted / c.measured_tokens_per_s_per_gpu)) for c in runs)
 
     with_profile = err(base)
-    from planner.loading import load_gpu
-
     shipped = load_gpu(runs[0].gpu).efficiency
     assert apply(shipped, "torchtitan-2025", "h100-96gb") == base
     assert with_profile < err(shipped)
+
+
+# ------------------------------------------------------------------------------------------------
+# Selection (--software), plan files, hardware listing
+
+
+B200 = ["-m", "llama3-8b", "-c", "dgx-b200", "-n", "2", "-b", "64", "-s", "4096"]
+H100 = ["-m", "llama3-8b", "-c", "dgx-h100", "-n", "2", "-b", "64", "-s", "4096"]
+CONFIG = ["--tp", "2", "--pp", "2"]
+
+
+def test_default_is_the_newest_profile_of_the_framework():
+    profiles = load_profiles()
+    newest = max((d["released"], n) for n, d in profiles.items() if d["framework"] == "megatron")[1]
+    assert default_software("megatron") == newest == "megatron-bridge-26.06"
+    assert default_software("torchtitan") == "torchtitan-2025"
+    assert default_software("any") == BASE
+
+
+def test_names_are_checked_with_the_allowed_values():
+    assert check_software("none") == check_software("BASE") == BASE
+    assert check_software("Megatron-Bridge-26.04") == "megatron-bridge-26.04"
+    assert software_names() == (BASE, *sorted(CLASSES))
+    with pytest.raises(UsageError, match="allowed values are base, megatron-bridge-25.11"):
+        check_software("megatron-bridge-99")
+    with pytest.raises(SpecError, match="plan.yaml"):
+        check_software("nope", "plan.yaml: key 'software.name'")
+
+
+def test_profile_applies_per_family_and_reports_families_it_has_no_entry_for():
+    base = load_cluster("dgx-h100", 2)
+    cluster, use = with_software(base, "megatron-bridge-26.04")
+    assert use.overridden == (("h100-sxm5-80gb", "h100"),) and use.base_values == ()
+    eff = cluster.groups[0].gpu.efficiency
+    assert (
+        eff
+        == apply(base.groups[0].gpu.efficiency, "megatron-bridge-26.04", "h100")
+        != base.groups[0].gpu.efficiency
+    )
+    assert (
+        eff.gemm_efficiency_max
+        == load_profiles()["megatron-bridge-26.04"]["families"]["h100"]["gemm_efficiency_max"]
+    )
+    # 26.06 was fitted on Blackwell runs only: H100 keeps its base values, and says so
+    same, use = with_software(base, "megatron-bridge-26.06")
+    assert same == base and use.base_values == (("h100-sxm5-80gb", "h100"),)
+    assert "no efficiencies for h100-sxm5-80gb (family h100)" in use.note()
+    assert with_software(base, "none") == (base, with_software(base, BASE)[1])
+
+
+def test_a_calibration_profile_wins_on_its_gpu():
+    from planner.calibrate.params import values_of
+    from planner.calibrate.profile import Profile, ProfileParam
+
+    base = load_cluster("dgx-h100", 2)
+    values = {**values_of(base, "h100-sxm5-80gb"), "gemm_efficiency_max": 0.5}
+    prof = Profile(
+        "h100-sxm5-80gb", "dgx-h100", tuple((n, ProfileParam(v, 0.0, v, True)) for n, v in values.items())
+    )
+    alone, _ = configure(base, BASE, prof)
+    both, use = configure(base, "megatron-bridge-25.11", prof)
+    assert both == alone and alone.groups[0].gpu.efficiency.gemm_efficiency_max == 0.5
+    assert use.calibrated == ("h100-sxm5-80gb",) and use.overridden == ()
+
+
+def test_a_faster_profile_predicts_a_faster_step(monkeypatch):
+    """The mechanism, on made-up profiles: more GEMM efficiency, less step time; less, more."""
+    from cost_models.estimate import estimate
+    from cost_models.parallel import ParallelConfig, resolve
+    from planner import software
+    from planner.loading import load_model, make_job
+
+    base = load_cluster("dgx-h100", 1)
+    g = base.groups[0].gpu.efficiency.gemm_efficiency_max
+    made_up = {
+        name: {
+            "name": name,
+            "framework": "megatron",
+            "released": "2030-01",
+            "families": {"h100": {"gemm_efficiency_max": value}},
+        }
+        for name, value in (("fast", min(0.99, 1.2 * g)), ("slow", 0.8 * g))
+    }
+    monkeypatch.setattr(software, "load_profiles", lambda directory=None: made_up)
+    model, job = load_model("llama3-8b"), make_job(global_batch_size=16, seq_length=4096)
+    config = ParallelConfig(tp=2, pp=1, micro_batch_size=1)
+
+    def step(name):
+        cluster, _ = with_software(base, name)
+        return estimate(model, cluster, job, resolve(model, cluster, job, config)).step_time_s
+
+    assert step("fast") < step(BASE) < step("slow")
+
+
+@pytest.mark.parametrize("name", ["megatron-bridge-25.11", "megatron-bridge-26.04"])
+def test_selection_on_h100_moves_predictions_toward_the_release_class_runs(name):
+    """A shipped profile on H100 vs base: ``with_software`` (what --software applies) gives the
+    calibration cases' own clusters, and their predictions lie closer to the measurements (summed
+    |log error|) than the base values' do."""
+    runs = [c for c in usable(cases()) if c.software == name and family(c) == "h100"]
+    assert len(runs) >= MIN_RUNS
+    before = after = 0.0
+    for c in runs:
+        base_eff = load_gpu(c.gpu).efficiency
+        base = replace(
+            c.cluster,
+            groups=tuple(replace(x, gpu=replace(x.gpu, efficiency=base_eff)) for x in c.cluster.groups),
+        )
+        cluster, use = with_software(base, name)
+        assert cluster == c.cluster and use.overridden == ((c.gpu, "h100"),)
+        measured = c.measured_tokens_per_s_per_gpu
+        before += abs(math.log(predict(c, base_eff).predicted / measured))
+        after += abs(math.log(predict(c, cluster.groups[0].gpu.efficiency).predicted / measured))
+    assert after < before
+
+
+def _json(r):
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_cli_software_selection_and_default(run_cli):
+    base = _json(run_cli("estimate", *H100, *CONFIG, "--json"))
+    assert base["software"]["name"] == BASE  # estimate has no framework: base values
+    chosen = run_cli("estimate", *H100, *CONFIG, "--software", "megatron-bridge-25.11", "--json")
+    d = _json(chosen)
+    assert d["software"] == {
+        "name": "megatron-bridge-25.11",
+        "released": "2025-11",
+        "overridden": [{"gpu": "h100-sxm5-80gb", "family": "h100"}],
+        "base_values": [],
+    }
+    assert d["step_time_s"] != base["step_time_s"] and chosen.stderr == ""
+    none = _json(run_cli("estimate", *H100, *CONFIG, "--software", "none", "--json"))
+    assert none == base
+    partial = run_cli("estimate", *H100, *CONFIG, "--software", "megatron-bridge-26.06", "--json")
+    assert _json(partial)["step_time_s"] == base["step_time_s"]
+    assert (
+        "note: software profile megatron-bridge-26.06 has no efficiencies for h100-sxm5-80gb"
+        in partial.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["estimate", *H100, *CONFIG],
+        ["search", *H100],
+        ["timeline", *H100, *CONFIG],
+        ["bubbles", *H100, *CONFIG],
+        ["sweep", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "1", "-b", "32", "-s", "2048"],
+        ["check", "x.yaml", "-c", "dgx-h100", "-n", "2"],
+    ],
+)
+def test_cli_unknown_software_is_a_usage_error(run_cli, command):
+    r = run_cli(*command, "--software", "megatron-bridge-24.01")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert "--software 'megatron-bridge-24.01': allowed values are base, megatron-bridge-25.11" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_cli_search_takes_the_framework_default(run_cli):
+    megatron = _json(run_cli("search", *B200, "--top", "1", "--json"))
+    assert megatron["software"]["name"] == "megatron-bridge-26.06"
+    assert megatron["software"]["overridden"] == [{"gpu": "b200", "family": "b200"}]
+    any_fw = _json(run_cli("search", *B200, "--top", "1", "--framework", "any", "--json"))
+    assert any_fw["software"]["name"] == BASE
+    forced = _json(run_cli("search", *B200, "--top", "1", "--software", "base", "--json"))
+    assert forced["plans"][0]["step_time_s"] != megatron["plans"][0]["step_time_s"]
+    titan = run_cli("search", *H100, "--top", "1", "--framework", "torchtitan", "--json")
+    assert _json(titan)["software"]["base_values"] == [{"gpu": "h100-sxm5-80gb", "family": "h100"}]
+    assert "torchtitan-2025 has no efficiencies for h100-sxm5-80gb" in titan.stderr
+
+
+def test_plan_records_the_profile_and_is_re_estimated_under_it(run_cli, tmp_path):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    assert run_cli("search", *B200, "--top", "1", "--out", str(a), "-q").exit_code == 0
+    assert run_cli("search", *B200, "--top", "1", "--out", str(b), "-q").exit_code == 0
+    assert a.read_bytes() == b.read_bytes()  # byte-for-byte reproducible
+    text = a.read_text()
+    assert "software:\n  name: megatron-bridge-26.06\n  released: 2026-06\n" in text
+    import yaml
+
+    recorded = yaml.safe_load(text)["predictions"]["step_time_s"]
+    again = _json(run_cli("estimate", "--plan", str(a), "--json"))
+    assert again["software"]["name"] == "megatron-bridge-26.06" and again["step_time_s"] == recorded
+    base = _json(run_cli("estimate", "--plan", str(a), "--software", "base", "--json"))
+    assert base["software"]["name"] == BASE and base["step_time_s"] != recorded
+    tl = _json(run_cli("timeline", "--plan", str(a), "--json"))
+    assert round(tl["step_time_s"], 4) == pytest.approx(recorded, rel=1e-3)
+    chk = _json(run_cli("check", str(a), "-c", "dgx-b200", "-n", "2", "--json"))
+    assert chk["configs"][0]["metrics"]["software"] == "megatron-bridge-26.06"
+    assert chk["configs"][0]["metrics"]["step_time_s"] == pytest.approx(recorded, rel=1e-3)
+    # the recorded name is checked like every key of a plan file
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("name: megatron-bridge-26.06", "name: megatron-bridge-19.01"))
+    r = run_cli("estimate", "--plan", str(bad))
+    assert r.exit_code == 1 and "bad.yaml" in r.stderr and "software" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_plans_without_the_key_read_as_base(run_cli, tmp_path):
+    from planner.plan import read_plan
+
+    from .conftest import DATA
+
+    old = read_plan(DATA / "plan_v1.yaml")
+    assert old.software == BASE
+    assert (
+        _json(run_cli("estimate", "--plan", str(DATA / "plan_v1.yaml"), "--json"))["software"]["name"] == BASE
+    )
+    plan = tmp_path / "p.yaml"
+    assert (
+        run_cli("search", *B200, "--top", "1", "--software", "base", "--out", str(plan), "-q").exit_code == 0
+    )
+    text = plan.read_text()
+    assert "software:\n  name: base\n" in text
+    stripped = tmp_path / "stripped.yaml"
+    stripped.write_text(text.replace("software:\n  name: base\n", ""))
+    assert read_plan(stripped) == read_plan(plan)
+
+
+def test_hardware_show_lists_the_profiles_of_the_gpu_family(run_cli):
+    profiles = load_profiles()
+    for name in ("h100-sxm5-80gb", "dgx-b200", "gb200"):
+        d = _json(run_cli("hardware", "show", name, "--json"))
+        fam = d["efficiency_family"]
+        assert fam == efficiency_family(d["gpu"]["name"] if "node" in d else d["name"])
+        listed = [r["name"] for r in d["software_profiles"]]
+        assert listed and listed == sorted(n for n, p in profiles.items() if fam in (p["families"] or {}))
+        for row in d["software_profiles"]:
+            (entry,) = row["families"]
+            assert entry["fitted_runs"] >= MIN_RUNS
+            assert {k: v for k, v in entry.items() if k not in ("family", "fitted_runs")} == {
+                k: float(v) for k, v in profiles[row["name"]]["families"][fam].items()
+            }
+    text = run_cli("hardware", "show", "h100-sxm5-80gb")
+    assert "megatron-bridge-26.04" in text.stdout and "megatron-bridge-26.06" not in text.stdout
+    assert "no software profile has an entry for family l40s" in run_cli("hardware", "show", "l40s").stdout
+
+
+def test_hardware_software_lists_every_profile(run_cli):
+    d = _json(run_cli("hardware", "software", "--json"))
+    assert [r["name"] for r in d["software"]] == sorted(CLASSES) and d["software"] == profile_rows()
+    assert all(f["fitted_runs"] >= MIN_RUNS for r in d["software"] for f in r["families"])
+    assert _json(run_cli("hardware", "list", "--json"))["software"] == d["software"]
+    assert "torchtitan-2025" in run_cli("hardware", "software").stdout
+
+
+def test_profiles_ship_in_the_wheel():
+    """pyproject's package data takes every profile file (.ci/run also installs the wheel and runs
+    --software from it)."""
+    import fnmatch
+    import re
+
+    from planner.software import SOFTWARE_DIR
+
+    root = SOFTWARE_DIR.parent.parent
+    line = re.search(r'^"hardware_profiles" = \[(.*)\]$', (root / "pyproject.toml").read_text(), re.M)
+    patterns = re.findall(r'"([^"]+)"', line.group(1))
+    files = sorted(SOFTWARE_DIR.glob("*.yaml"))
+    assert len(files) == len(CLASSES)
+    for f in files:
+        rel = f.relative_to(root / "hardware_profiles").as_posix()
+        assert any(fnmatch.fnmatch(rel, pat) for pat in patterns), rel
+
+
+def test_graph_plans_record_the_profile_too(run_cli, tmp_path):
+    plan = tmp_path / "g.yaml"
+    args = ["search", "-m", "mmt-4tower-4b", "-c", "dgx-b200", "-n", "1", "-b", "16", "-s", "2048"]
+    found = _json(run_cli(*args, "--software", "megatron-bridge-25.11", "--out", str(plan), "-q", "--json"))
+    assert found["software"]["name"] == "megatron-bridge-25.11"
+    assert "software:\n  name: megatron-bridge-25.11\n" in plan.read_text()
+    again = _json(run_cli("estimate", "--plan", str(plan), "--json"))
+    assert again["software"]["name"] == "megatron-bridge-25.11"
+    assert again["step_time_s"] == found["plans"][0]["step_time_s"]
+    base = _json(run_cli("estimate", "--plan", str(plan), "--software", "base", "--json"))
+    assert base["step_time_s"] != again["step_time_s"]
+
+
+def test_check_of_a_launch_file_takes_its_frameworks_default(run_cli, tmp_path):
+    plan, launch = tmp_path / "p.yaml", tmp_path / "launch"
+    assert run_cli("search", *B200, "--top", "1", "--out", str(plan), "-q").exit_code == 0
+    assert run_cli("export", "megatron", str(plan), "--out", str(launch)).exit_code == 0
+    args = str(launch / "megatron_args.txt")
+    recorded = _json(run_cli("check", str(plan), "-c", "dgx-b200", "-n", "2", "--json"))["configs"][0][
+        "metrics"
+    ]
+    launched = _json(run_cli("check", args, "-c", "dgx-b200", "-n", "2", "--json"))["configs"][0]["metrics"]
+    assert launched["software"] == recorded["software"] == default_software("megatron")
+    assert launched["step_time_s"] == pytest.approx(recorded["step_time_s"], rel=1e-9)
+    base = run_cli("check", args, "-c", "dgx-b200", "-n", "2", "--software", "base", "--json")
+    assert _json(base)["configs"][0]["metrics"]["step_time_s"] > launched["step_time_s"]
+
+
+def test_sweep_and_resilience_commands_take_the_profile(run_cli, tmp_path):
+    sweep = ["sweep", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "1", "-b", "32", "-s", "2048", "-j", "1"]
+    d = _json(run_cli(*sweep, "--json"))
+    assert (
+        d["software"] == "megatron-bridge-26.06"
+        and d["points"][0]["software_base_values"] == "h100-sxm5-80gb"
+    )
+    d = _json(run_cli(*sweep, "--software", "megatron-bridge-26.04", "--json"))
+    assert d["software"] == "megatron-bridge-26.04" and d["points"][0]["software_base_values"] == ""
+    plan = tmp_path / "p.yaml"
+    assert run_cli("search", *B200, "--top", "1", "--out", str(plan), "-q").exit_code == 0
+    for command in (["whatif", str(plan), "--fail-gpus", "1"], ["goodput", str(plan)]):
+        r = run_cli(*command, "--software", "nope")
+        assert r.exit_code == 2 and "allowed values are base" in r.stderr
+        assert run_cli(*command, "--software", "base", "--json").exit_code == 0

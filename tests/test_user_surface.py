@@ -53,7 +53,17 @@ def test_main_job_plan_is_short_and_ordered(main_plan):
     text = path.read_text()
     assert len(text.splitlines()) < 200
     top = [line.split(":")[0] for line in text.splitlines() if line and not line.startswith((" ", "-"))]
-    order = ["schema_version", "kind", "planner_version", "framework", "model", "cluster", "job", "config"]
+    order = [
+        "schema_version",
+        "kind",
+        "planner_version",
+        "framework",
+        "software",
+        "model",
+        "cluster",
+        "job",
+        "config",
+    ]
     assert top[: len(order)] == order
     assert top.index("predictions") > top.index("config") and top[-1] == "bubble_fill_budget"
     doc = yaml.safe_load(text)

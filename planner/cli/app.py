@@ -153,6 +153,16 @@ ProfileOpt = Annotated[
         rich_help_panel=PANEL_INPUTS,
     ),
 ]
+SoftwareOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--software",
+        help="Software profile whose efficiencies apply (planner hardware software lists them), or base "
+        "(also: none) for the GPU files' own values. Default: the newest profile of --framework (search, "
+        "sweep), the one a plan file records (--plan, check), base otherwise. A --profile wins on its GPU.",
+        rich_help_panel=PANEL_INPUTS,
+    ),
+]
 
 
 QuietOpt = Annotated[
@@ -262,13 +272,34 @@ def models_show(
 def hardware_list(as_json: JsonOpt = False) -> None:
     """List GPU types and node templates."""
     from planner.loading import cluster_template_names, gpu_names, load_gpu, load_template
+    from planner.software import profile_rows
 
     gpus = [api.gpu_dict(load_gpu(n)) for n in gpu_names()]
     templates = [load_template(n) for n in cluster_template_names()]
+    software = profile_rows()
     if as_json:
-        _emit_json({"gpus": gpus, "clusters": [{"name": t["name"], "node": t["node"]} for t in templates]})
+        _emit_json(
+            {
+                "gpus": gpus,
+                "clusters": [{"name": t["name"], "node": t["node"]} for t in templates],
+                "software": software,
+            }
+        )
     else:
-        _print(*render.hardware_tables(gpus, templates))
+        _print(*render.hardware_tables(gpus, templates), render.software_table(software))
+
+
+@hardware_app.command("software")
+def hardware_software(as_json: JsonOpt = False) -> None:
+    """List the software profiles: per GPU efficiency family, the efficiencies a framework release
+    class changes and how many published runs they were fitted on (see --software)."""
+    from planner.software import profile_rows
+
+    rows = profile_rows()
+    if as_json:
+        _emit_json({"schema_version": api.SCHEMA_VERSION, "software": rows})
+    else:
+        _print(render.software_table(rows))
 
 
 @hardware_app.command("show")
@@ -285,6 +316,7 @@ def hardware_show(
         load_template,
         preset_name,
     )
+    from planner.software import efficiency_family, profile_rows
 
     name = preset_name(name, [*cluster_template_names(), *gpu_names()]) or name
     if name in cluster_template_names():
@@ -306,9 +338,13 @@ def hardware_show(
             f"GPU types: {', '.join(gpu_names())}; "
             f"node templates: {', '.join(cluster_template_names())}"
         )
+    family = efficiency_family(data["gpu"]["name"] if "node" in data else data["name"])
+    data["efficiency_family"] = family
+    data["software_profiles"] = profile_rows(family)
     if as_json:
         _emit_json(data)
     else:
+        software = data.pop("software_profiles")
         flat = {k: v for k, v in data.items() if not isinstance(v, dict)}
         tables = [render.kv_table(name, flat)]
         if "node" in data:
@@ -318,6 +354,10 @@ def hardware_show(
             )
         else:
             tables[0] = render.kv_table(name, data)
+        if software:
+            tables.append(render.software_table(software, f"software profiles for family {family}"))
+        else:
+            tables.append(f"no software profile has an entry for family {family}: base values only")
         _print(*tables)
 
 
@@ -400,7 +440,9 @@ def _estimate(opts: dict):
                 "--plan gives the model, cluster, job and configuration; do not combine it with "
                 "--model/--cluster/--nodes/--global-batch-size/--seq-len or configuration flags"
             )
-        return api.estimate_plan_file(str(plan), _profile(opts))
+        problem, est = api.estimate_plan_file(str(plan), _profile(opts), opts.get("software"))
+        _software_note(problem)
+        return problem, est
     missing = [
         flag
         for flag, v in (
@@ -414,14 +456,30 @@ def _estimate(opts: dict):
     if missing:
         raise UsageError(f"missing {', '.join(missing)} (or give --plan FILE)")
     problem = api.load_problem(
-        model, cluster, nodes, gbs, seq, precision, _profile(opts), bool(opts.get("tp_comm_overlap"))
+        model,
+        cluster,
+        nodes,
+        gbs,
+        seq,
+        precision,
+        _profile(opts),
+        bool(opts.get("tp_comm_overlap")),
+        opts.get("software"),
     )
+    _software_note(problem)
     config = _with_split(_config(*flags), problem.model, *split[:3])
     if split[3] is not None:
         if split[3] < 1:
             raise UsageError(f"--fsdp-shard must be >= 1, got {split[3]}")
         config = config.with_(fsdp_shard=split[3])
     return problem, api.estimate_config(problem, config)
+
+
+def _software_note(problem, quiet: bool = False) -> None:
+    """Say on stderr which GPU types a software profile left at base values (none: no note)."""
+    note = problem.software.note() if problem.software is not None else ""
+    if note:
+        _note(f"note: {note}", quiet)
 
 
 def _profile(opts: dict) -> str | None:
@@ -574,6 +632,7 @@ def estimate(
     precision: PrecisionOpt = "bf16",
     plan: PlanOpt = None,
     profile: ProfileOpt = None,
+    software: SoftwareOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -616,6 +675,7 @@ def timeline(
     precision: PrecisionOpt = "bf16",
     plan: PlanOpt = None,
     profile: ProfileOpt = None,
+    software: SoftwareOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
     svg: Annotated[
         Path | None,
@@ -708,6 +768,7 @@ def bubbles(
     precision: PrecisionOpt = "bf16",
     plan: PlanOpt = None,
     profile: ProfileOpt = None,
+    software: SoftwareOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
     fill_job: Annotated[
         Path | None,
@@ -971,6 +1032,7 @@ def search(
         ),
     ] = None,
     profile: ProfileOpt = None,
+    software: SoftwareOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -1027,7 +1089,10 @@ def search(
         precision,
         _profile({"profile": profile}),
         tp_comm_overlap,
+        software,
+        restrictions.framework,
     )
+    _software_note(problem, quiet)
     progress = _progress(quiet, as_json)
     target = make_target(tokens, gpu_hour_price, problem.cluster, gpu_power_fraction, node_power_overhead)
     check_objective(objective, target)
@@ -1057,6 +1122,7 @@ def search(
         "cluster": api.cluster_dict(problem.cluster),
         "job": api.job_dict(problem.job),
         "framework": framework_to_mapping(restrictions.framework),
+        **api.software_dict(problem),
         "plans": plans,
         "search": {
             "shapes_enumerated": result.shapes_enumerated,
@@ -1104,7 +1170,9 @@ def _search_graph(problem, restrictions, top, progress, out, explain_flag, as_js
     if out is not None:
         best = result.plans[0]
         seq = result.sequential
-        gproblem = api.Problem(problem.model, problem.cluster, problem.job, best.stage_graph)
+        gproblem = api.Problem(
+            problem.model, problem.cluster, problem.job, best.stage_graph, problem.profile, problem.software
+        )
         est_dict = api.estimate_dict(gproblem, best.estimate)
         predictions = {
             k: v
@@ -1121,6 +1189,7 @@ def _search_graph(problem, restrictions, top, progress, out, explain_flag, as_js
             best.modes,
             (seq.config, seq.stage_graph) if seq is not None else None,
             restrictions.memory_headroom_bytes,
+            problem.software.name,
         )
         budget = {**bub.budget_dict(bub.budget(best.estimate)), "schedule": "graph-1f1b"}
         write_plan(out, graph_plan_document(inputs, predictions, budget))
@@ -1239,6 +1308,7 @@ def check(
         typer.Option("--format", help="text or github (Actions annotations).", rich_help_panel=PANEL_OUTPUT),
     ] = "text",
     profile: ProfileOpt = None,
+    software: SoftwareOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Check configs for CI: constraints, memory, throughput, distance from the best plan. Exit 1 on failure."""
@@ -1250,11 +1320,14 @@ def check(
     _finite(headroom_gib=headroom_gib, max_slowdown=max_slowdown or 0.0)
     if headroom_gib < 0 or (max_slowdown is not None and max_slowdown < 0):
         raise UsageError("--headroom-gib and --max-slowdown must not be negative")
-    from planner.calibrate.profile import apply_profile, read_profile
+    from planner.calibrate.profile import read_profile
+    from planner.software import BASE, check_software, configure
 
+    name = check_software(software) if software is not None else None
     prof = read_profile(profile) if profile is not None else None
-    spec = apply_profile(load_cluster(cluster, nodes), prof)
-    verdicts = [check_file(str(p), spec, headroom_gib * 2**30, max_slowdown, prof) for p in configs]
+    spec = load_cluster(cluster, nodes)
+    configure(spec, name or BASE, prof)  # a profile for another GPU type: an error here, exit 1
+    verdicts = [check_file(str(p), spec, headroom_gib * 2**30, max_slowdown, prof, name) for p in configs]
     if as_json:
         _emit_json(
             {

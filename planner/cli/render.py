@@ -98,6 +98,30 @@ def hardware_tables(gpus: list[dict], templates: list[dict]) -> list[Table]:
     return [g, c]
 
 
+SOFTWARE_COLUMNS = (
+    ("GEMM eff. max", "gemm_efficiency_max"),
+    ("FP8 speedup", "fp8_gemm_speedup"),
+    ("kernel overhead us", "kernel_overhead_us"),
+    ("overlap slowdown", "comm_overlap_slowdown"),
+)
+"""The overridden values of a software profile: column title, key of the profile file."""
+
+
+def software_table(rows: list[dict], title: str = "Software profiles") -> Table:
+    """Software profiles (:func:`planner.software.profile_rows`): one row per profile and
+    efficiency family, with the values it overrides and the runs it was fitted on."""
+    t = Table(title=title)
+    for col in ("name", "framework", "released", "family"):
+        t.add_column(col)
+    for col in ("runs", *(c for c, _ in SOFTWARE_COLUMNS)):
+        t.add_column(col, justify="right")
+    for r in rows:
+        for f in r["families"]:
+            values = ("-" if f.get(k) is None else f"{f[k]:.4g}" for _, k in SOFTWARE_COLUMNS)
+            t.add_row(r["name"], r["framework"], r["released"], f["family"], str(f["fitted_runs"]), *values)
+    return t
+
+
 def _plausibility_text(p: dict | None) -> str:
     if not p or p.get("best_published_mfu") is None:
         return f"none published ({p['class']})" if p else "-"

@@ -25,6 +25,7 @@ from planner.cli.app import (
     PriceOpt,
     QuietOpt,
     SeqOpt,
+    SoftwareOpt,
     TokensOpt,
     _emit_json,
     _ints,
@@ -80,6 +81,7 @@ def sweep(
             "--framework", help="Target framework (as planner search).", rich_help_panel=PANEL_SPACE
         ),
     ] = "megatron",
+    software: SoftwareOpt = None,
     jobs: Annotated[
         int,
         typer.Option(
@@ -106,6 +108,7 @@ def sweep(
     from planner.frameworks import get_framework
     from planner.loading import load_cluster
     from planner.search.space import Restrictions
+    from planner.software import resolve_software
     from planner.sweep import SweepTask, best_point, run_sweep, sweep_csv, sweep_points
 
     if headroom_gib < 0:
@@ -115,13 +118,16 @@ def sweep(
     restrictions = Restrictions(
         memory_headroom_bytes=headroom_gib * 2**30, framework=get_framework(framework).name
     )
+    software = resolve_software(software, restrictions.framework)
     tasks = []
     for p in points:
         target = make_target(
             tokens, gpu_hour_price, load_cluster(p.cluster, p.nodes), gpu_power_fraction, node_power_overhead
         )
         check_objective(objective, target)
-        tasks.append(SweepTask(p, model, global_batch_size, seq_len, precision, restrictions, target))
+        tasks.append(
+            SweepTask(p, model, global_batch_size, seq_len, precision, restrictions, target, software)
+        )
     # the model and job are checked once here, so that a bad name fails before any worker starts
     api.load_problem(model, points[0].cluster, points[0].nodes, global_batch_size, seq_len, precision)
     progress = _progress(quiet, as_json, "sweeping", "points")
@@ -133,6 +139,7 @@ def sweep(
         "global_batch_size": global_batch_size,
         "seq_length": seq_len,
         "objective": objective,
+        "software": software,
         "best_point": best_point(rows, objective),
         "points": rows,
     }

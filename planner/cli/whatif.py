@@ -13,18 +13,20 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.app import JsonOpt, _emit_json, _print, app
+from planner.cli.app import JsonOpt, SoftwareOpt, _emit_json, _print, app
 from planner.errors import UsageError
 
 PlanArg = Annotated[Path, typer.Argument(help="A plan file (from planner search --out).")]
 
 
-def load_plan_inputs(path: Path):
-    """The plan's inputs with its configuration resolved, and its healthy estimate."""
+def load_plan_inputs(path: Path, software: str | None = None):
+    """The plan's inputs with its configuration resolved, and its healthy estimate; under the
+    software profile the plan records (``software``, from ``--software``, replaces it)."""
     from planner import api
     from planner.plan import read_plan
+    from planner.software import check_software
 
-    inputs = read_plan(path)
+    inputs = read_plan(path, check_software(software) if software is not None else None)
     healthy = api.estimate_config(api.Problem(inputs.model, inputs.cluster, inputs.job), inputs.config)
     return replace(inputs, config=healthy.config), healthy
 
@@ -45,6 +47,7 @@ def whatif(
             "--headroom-gib", help="Memory headroom of the re-planning search (default: the plan's, else 2)."
         ),
     ] = None,
+    software: SoftwareOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """What a GPU or node failure costs a plan: drop the hit replicas (global batch kept or reduced),
@@ -61,7 +64,7 @@ def whatif(
         raise UsageError("give exactly one of --fail-gpus K or --fail-nodes K, with K >= 1")
     if headroom_gib is not None and (not math.isfinite(headroom_gib) or headroom_gib < 0):
         raise UsageError("--headroom-gib must not be negative")
-    inputs, healthy = load_plan_inputs(plan)
+    inputs, healthy = load_plan_inputs(plan, software)
     headroom = (
         headroom_gib * 2**30
         if headroom_gib is not None
@@ -111,6 +114,7 @@ def goodput(
     spares: Annotated[
         int | None, typer.Option("--spares", help="Evaluate exactly this many spare nodes.")
     ] = None,
+    software: SoftwareOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Goodput of a plan over a run: failure rate, checkpoint save/restore, Young/Daly interval,
@@ -143,7 +147,7 @@ def goodput(
         repair_h,
         checkpoint_interval_s,
     )
-    inputs, _ = load_plan_inputs(plan)
+    inputs, _ = load_plan_inputs(plan, software)
     data = goodput_dict(inputs, fm, plan_goodput(inputs, fm, spares))
     if as_json:
         _emit_json(data)
