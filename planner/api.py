@@ -52,18 +52,19 @@ def load_problem(
     framework: str = "any",
 ) -> Problem:
     """Load a model (preset, YAML or HF config.json), a cluster (template + nodes, or file) and a job;
-    ``software``: a software profile name (None: the newest of ``framework``, none for ``any``;
-    :func:`planner.software.resolve_software`), then ``profile``: a calibrated profile file, applied
+    ``software``: a software profile name (None: the newest of ``framework`` fitted on the
+    cluster's GPU families, none for ``any``; :func:`planner.software.resolve_software`), then ``profile``: a calibrated profile file, applied
     to the cluster (:func:`planner.software.configure`: the calibration wins);
     ``tp_comm_overlap``: :attr:`JobSpec.tp_comm_overlap`."""
     from planner.calibrate.profile import read_profile
     from planner.graph_model import is_graph_model, load_graph_model
-    from planner.software import configure, resolve_software
+    from planner.software import cluster_families, configure, resolve_software
     from planner.validation import require_precision
 
-    name = resolve_software(software, framework)
+    base_cluster = load_cluster(cluster, nodes)
+    name = resolve_software(software, framework, cluster_families(base_cluster))
     prof = read_profile(profile) if profile is not None else None
-    spec, use = configure(load_cluster(cluster, nodes), name, prof)
+    spec, use = configure(base_cluster, name, prof)
     problem = Problem(
         model=load_graph_model(model) if is_graph_model(model) else load_model(model),
         cluster=spec,

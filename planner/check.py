@@ -95,7 +95,7 @@ def check_file(
     newest of a launch file's framework) and then ``profile`` (a calibrated
     :class:`planner.calibrate.profile.Profile`, replacing a plan's recorded one) are applied to the
     cluster the file is judged on (:func:`planner.software.configure`)."""
-    from planner.software import configure, default_software
+    from planner.software import cluster_families, configure, default_software
 
     verdict = Verdict(path)
     try:
@@ -156,7 +156,7 @@ def check_file(
         verdict.add(Finding("error", "parse", str(exc)))
         return verdict
     if not is_plan:
-        software = software if software is not None else default_software(framework)
+        software = software if software is not None else default_software(framework, cluster_families(cluster))
         try:
             cluster, _ = configure(cluster, software, profile)
         except PlannerError as exc:

@@ -122,18 +122,41 @@ def check_software(name: str, where: str = "--software") -> str:
     raise error(f"{where} {name!r}: allowed values are {', '.join(software_names())} (or none)")
 
 
-def default_software(framework: str) -> str:
-    """The profile a plan for ``framework`` gets when no ``--software`` is given: the newest
-    (by ``released``; ties by name) profile of that framework, ``base`` when it has none (``any``)."""
-    own = [
-        (str(d.get("released", "")), n) for n, d in load_profiles().items() if d.get("framework") == framework
-    ]
-    return max(own)[1] if own else BASE
+def default_software(framework: str, families: tuple[str, ...] = ()) -> str:
+    """The profile a plan for ``framework`` gets when no ``--software`` is given: the newest (by
+    ``released``; ties by name) profile of that framework that has an entry for every efficiency
+    family in ``families`` (the cluster's GPUs, :func:`cluster_families`), else the newest covering
+    any of them, else the newest of the framework; ``base`` when the framework has none (``any``).
+    A release class is fitted only where it has runs (e.g. no 26.06 H100 runs), so an H100 plan
+    gets the newest release measured on H100s rather than base values."""
+    profiles = load_profiles()
+    own = sorted(
+        ((str(d.get("released", "")), n) for n, d in profiles.items() if d.get("framework") == framework),
+        reverse=True,
+    )
+    if not own:
+        return BASE
+    wanted = set(families)
+
+    def covered(name: str) -> set[str]:
+        return wanted & set((profiles[name].get("families") or {}).keys())
+
+    for test in (lambda n: covered(n) == wanted, lambda n: bool(covered(n))):
+        hits = [n for _, n in own if wanted and test(n)]
+        if hits:
+            return hits[0]
+    return own[0][1]
 
 
-def resolve_software(name: str | None, framework: str) -> str:
-    """The profile to use: ``name`` checked, or :func:`default_software` of ``framework``."""
-    return check_software(name) if name is not None else default_software(framework)
+def cluster_families(cluster: ClusterSpec) -> tuple[str, ...]:
+    """The efficiency families of a cluster's GPU types, in group order, without repeats."""
+    return tuple(dict.fromkeys(efficiency_family(g.gpu.name) for g in cluster.groups))
+
+
+def resolve_software(name: str | None, framework: str, families: tuple[str, ...] = ()) -> str:
+    """The profile to use: ``name`` checked, or :func:`default_software` of ``framework`` for a
+    cluster of ``families``."""
+    return check_software(name) if name is not None else default_software(framework, families)
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,22 @@ def test_default_is_the_newest_profile_of_the_framework():
     assert default_software("any") == BASE
 
 
+def test_default_is_the_newest_profile_fitted_on_the_clusters_gpus():
+    """26.06 has no H100 runs: an H100 cluster gets the newest release fitted on H100s (26.04), a B200
+    one 26.06; a mixed cluster the newest covering both, else the newest covering either."""
+    assert default_software("megatron", ("b200",)) == "megatron-bridge-26.06"
+    assert default_software("megatron", ("h100",)) == "megatron-bridge-26.04"
+    covers_both = [
+        n
+        for n, d in sorted(load_profiles().items(), key=lambda kv: kv[1]["released"], reverse=True)
+        if d["framework"] == "megatron" and {"h100", "b200"} <= set(d.get("families") or {})
+    ]
+    expected = covers_both[0] if covers_both else "megatron-bridge-26.06"
+    assert default_software("megatron", ("h100", "b200")) == expected
+    assert default_software("megatron", ("no-such-family",)) == "megatron-bridge-26.06"
+    assert default_software("any", ("h100",)) == BASE
+
+
 def test_names_are_checked_with_the_allowed_values():
     assert check_software("none") == check_software("BASE") == BASE
     assert check_software("Megatron-Bridge-26.04") == "megatron-bridge-26.04"
@@ -360,13 +376,13 @@ def test_check_of_a_launch_file_takes_its_frameworks_default(run_cli, tmp_path):
 
 def test_sweep_and_resilience_commands_take_the_profile(run_cli, tmp_path):
     sweep = ["sweep", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "1", "-b", "32", "-s", "2048", "-j", "1"]
-    d = _json(run_cli(*sweep, "--json"))
+    d = _json(run_cli(*sweep, "--json"))  # the newest release fitted on H100s
+    assert d["software"] == "megatron-bridge-26.04" and d["points"][0]["software_base_values"] == ""
+    d = _json(run_cli(*sweep, "--software", "megatron-bridge-26.06", "--json"))
     assert (
         d["software"] == "megatron-bridge-26.06"
         and d["points"][0]["software_base_values"] == "h100-sxm5-80gb"
     )
-    d = _json(run_cli(*sweep, "--software", "megatron-bridge-26.04", "--json"))
-    assert d["software"] == "megatron-bridge-26.04" and d["points"][0]["software_base_values"] == ""
     plan = tmp_path / "p.yaml"
     assert run_cli("search", *B200, "--top", "1", "--out", str(plan), "-q").exit_code == 0
     for command in (["whatif", str(plan), "--fail-gpus", "1"], ["goodput", str(plan)]):

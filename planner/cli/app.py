@@ -158,8 +158,8 @@ SoftwareOpt = Annotated[
     typer.Option(
         "--software",
         help="Software profile whose efficiencies apply (planner hardware software lists them), or base "
-        "(also: none) for the GPU files' own values. Default: the newest profile of --framework (search, "
-        "sweep), the one a plan file records (--plan, check), base otherwise. A --profile wins on its GPU.",
+        "(also: none) for the GPU files' own values. Default: the newest profile of --framework fitted on the "
+        "cluster's GPUs (search, sweep), the one a plan file records (--plan, check), base otherwise. A --profile wins on its GPU.",
         rich_help_panel=PANEL_INPUTS,
     ),
 ]

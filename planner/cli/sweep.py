@@ -108,7 +108,7 @@ def sweep(
     from planner.frameworks import get_framework
     from planner.loading import load_cluster
     from planner.search.space import Restrictions
-    from planner.software import resolve_software
+    from planner.software import cluster_families, resolve_software
     from planner.sweep import SweepTask, best_point, run_sweep, sweep_csv, sweep_points
 
     if headroom_gib < 0:
@@ -118,16 +118,19 @@ def sweep(
     restrictions = Restrictions(
         memory_headroom_bytes=headroom_gib * 2**30, framework=get_framework(framework).name
     )
-    software = resolve_software(software, restrictions.framework)
+    chosen = software
     tasks = []
+    names_used = []
     for p in points:
-        target = make_target(
-            tokens, gpu_hour_price, load_cluster(p.cluster, p.nodes), gpu_power_fraction, node_power_overhead
-        )
+        point_cluster = load_cluster(p.cluster, p.nodes)
+        target = make_target(tokens, gpu_hour_price, point_cluster, gpu_power_fraction, node_power_overhead)
         check_objective(objective, target)
+        point_software = resolve_software(chosen, restrictions.framework, cluster_families(point_cluster))
+        names_used.append(point_software)
         tasks.append(
-            SweepTask(p, model, global_batch_size, seq_len, precision, restrictions, target, software)
+            SweepTask(p, model, global_batch_size, seq_len, precision, restrictions, target, point_software)
         )
+    software = "+".join(dict.fromkeys(names_used))
     # the model and job are checked once here, so that a bad name fails before any worker starts
     api.load_problem(model, points[0].cluster, points[0].nodes, global_batch_size, seq_len, precision)
     progress = _progress(quiet, as_json, "sweeping", "points")
