@@ -126,7 +126,8 @@ def default_software(framework: str, families: tuple[str, ...] = ()) -> str:
     """The profile a plan for ``framework`` gets when no ``--software`` is given: the newest (by
     ``released``; ties by name) profile of that framework that has an entry for every efficiency
     family in ``families`` (the cluster's GPUs, :func:`cluster_families`), else the newest covering
-    any of them, else the newest of the framework; ``base`` when the framework has none (``any``).
+    any of them, else ``base`` (no release of the framework was fitted on these GPUs); with no
+    families given, the newest of the framework; ``base`` when the framework has none (``any``).
     A release class is fitted only where it has runs (e.g. no 26.06 H100 runs), so an H100 plan
     gets the newest release measured on H100s rather than base values."""
     profiles = load_profiles()
@@ -141,11 +142,13 @@ def default_software(framework: str, families: tuple[str, ...] = ()) -> str:
     def covered(name: str) -> set[str]:
         return wanted & set((profiles[name].get("families") or {}).keys())
 
+    if not wanted:
+        return own[0][1]
     for test in (lambda n: covered(n) == wanted, lambda n: bool(covered(n))):
-        hits = [n for _, n in own if wanted and test(n)]
+        hits = [n for _, n in own if test(n)]
         if hits:
             return hits[0]
-    return own[0][1]
+    return BASE
 
 
 def cluster_families(cluster: ClusterSpec) -> tuple[str, ...]:

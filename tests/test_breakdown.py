@@ -186,7 +186,7 @@ def test_search_json_flags_an_fsdp_plan_beyond_the_calibration():
     assert out.exit_code == 0, out.output
     import json
 
-    plan = json.loads(out.output)["plans"][0]
+    plan = json.loads(out.stdout)["plans"][0]
     assert plan["optimizer_sharding"] == "full"
     assert any("FSDP over" in r for r in plan["plausibility"]["outside_calibration"])
 
