@@ -248,9 +248,12 @@ def test_cli_search_takes_the_framework_default(run_cli):
     assert any_fw["software"]["name"] == BASE
     forced = _json(run_cli("search", *B200, "--top", "1", "--software", "base", "--json"))
     assert forced["plans"][0]["step_time_s"] != megatron["plans"][0]["step_time_s"]
+    # torchtitan-2025 was fitted on the 96 GB H100s only: an 80 GB H100 cluster gets base values
     titan = run_cli("search", *H100, "--top", "1", "--framework", "torchtitan", "--json")
-    assert _json(titan)["software"]["base_values"] == [{"gpu": "h100-sxm5-80gb", "family": "h100"}]
-    assert "torchtitan-2025 has no efficiencies for h100-sxm5-80gb" in titan.stderr
+    assert _json(titan)["software"]["name"] == BASE and "note: software profile" not in titan.stderr
+    forced = run_cli("search", *H100, "--top", "1", "--software", "torchtitan-2025", "--json")
+    assert _json(forced)["software"]["base_values"] == [{"gpu": "h100-sxm5-80gb", "family": "h100"}]
+    assert "torchtitan-2025 has no efficiencies for h100-sxm5-80gb" in forced.stderr
 
 
 def test_plan_records_the_profile_and_is_re_estimated_under_it(run_cli, tmp_path):
