@@ -97,8 +97,13 @@ def test_rotary_base_round_trips():
 
 
 def _search(model, template, nodes, gbs, seq, precision="bf16", **rules):
+    """The best plan under the software profile a Megatron launch is checked with (the framework's
+    newest fitted on the cluster's GPUs), so check must reproduce its step time."""
+    from planner.software import cluster_families, configure, default_software
+
     m = load_model(model)
     cluster = load_cluster(template, nodes)
+    cluster, _ = configure(cluster, default_software("megatron", cluster_families(cluster)))
     job = make_job(global_batch_size=gbs, seq_length=seq, precision=precision)
     result = search(m, cluster, job, Restrictions(max_micro_batch_size=2, **rules), top_k=1)
     assert result.plans, (model, rules)
