@@ -17,7 +17,7 @@ export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"
 GPUS_PER_NODE=8
 NUM_NODES=${SLURM_NNODES:-8}
 if [ "$NUM_NODES" -ne 8 ]; then echo "this plan needs 8 nodes, got $NUM_NODES" >&2; exit 1; fi
-MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
 MASTER_PORT=$((SLURM_JOB_ID % 4536 + 61000))
 
 srun --ntasks-per-node=1 torchrun --nproc-per-node "$GPUS_PER_NODE" --nnodes "$NUM_NODES" \

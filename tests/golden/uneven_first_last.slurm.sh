@@ -21,7 +21,7 @@ TRAINING_ARGS=(--train-iters 1000 --lr 1.0e-4 --min-lr 1.0e-5 --lr-decay-style c
 GPUS_PER_NODE=8
 NUM_NODES=${SLURM_NNODES:-2}
 if [ "$NUM_NODES" -ne 2 ]; then echo "this plan needs 2 nodes, got $NUM_NODES" >&2; exit 1; fi
-MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
 MASTER_PORT=$((SLURM_JOB_ID % 4536 + 61000))
 
 MODEL_AND_PARALLEL_ARGS=(

@@ -343,8 +343,9 @@ srun {het}--ntasks-per-node=1 bash -c 'cd "$MEGATRON_PATH" && exec torchrun --np
 
 def slurm_script(inputs: PlanInputs, gpus_per_node: int, nodes: int) -> str:
     """A Slurm batch script: one torchrun per node (srun --ntasks-per-node=1), rendezvous on the
-    first host. A cluster of several node groups becomes a heterogeneous job
-    (:func:`slurm_het_script`)."""
+    first host (``scontrol show hostnames | sed -n 1p``: sed reads every line, where ``head -n 1``
+    would exit early and fail the pipeline with SIGPIPE under ``set -o pipefail``). A cluster of
+    several node groups becomes a heterogeneous job (:func:`slurm_het_script`)."""
     if len(inputs.cluster.groups) > 1:
         return slurm_het_script(inputs)
     env, placeholders, args = _script_parts(inputs)
@@ -361,7 +362,7 @@ set -euo pipefail
 GPUS_PER_NODE={gpus_per_node}
 NUM_NODES=${{SLURM_NNODES:-{nodes}}}
 if [ "$NUM_NODES" -ne {nodes} ]; then echo "this plan needs {nodes} nodes, got $NUM_NODES" >&2; exit 1; fi
-MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
 MASTER_PORT=$((SLURM_JOB_ID % 4536 + 61000))
 
 MODEL_AND_PARALLEL_ARGS=(
@@ -405,7 +406,7 @@ set -euo pipefail
 GPUS_PER_NODE={gpn}
 NUM_NODES={nodes}
 {chr(10).join(checks)}
-MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST_HET_GROUP_0" | head -n 1)
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST_HET_GROUP_0" | sed -n 1p)
 MASTER_PORT=$((SLURM_JOB_ID % 4536 + 61000))
 
 MODEL_AND_PARALLEL_ARGS=(

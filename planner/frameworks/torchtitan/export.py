@@ -259,7 +259,7 @@ export PYTHONPATH="$HERE${{PYTHONPATH:+:$PYTHONPATH}}"
 GPUS_PER_NODE={gpus_per_node}
 NUM_NODES=${{SLURM_NNODES:-{nodes}}}
 if [ "$NUM_NODES" -ne {nodes} ]; then echo "this plan needs {nodes} nodes, got $NUM_NODES" >&2; exit 1; fi
-MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
 MASTER_PORT=$((SLURM_JOB_ID % 4536 + 61000))
 
 srun --ntasks-per-node=1 torchrun --nproc-per-node "$GPUS_PER_NODE" --nnodes "$NUM_NODES" \\
