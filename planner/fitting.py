@@ -53,7 +53,10 @@ LINEAGE = {
     "a100": Lineage(
         parent=None,
         reference_gpu="a100-sxm4-80gb",
-        why="Ampere GA100: the family with the most sources (8); prior: the vendor-typical UNCALIBRATED values",
+        why=(
+            "Ampere GA100: the family with the most sources (7); prior: the vendor-typical "
+            "UNCALIBRATED values"
+        ),
     ),
     "v100": Lineage(
         parent="a100",
@@ -67,12 +70,18 @@ LINEAGE = {
     "h100": Lineage(
         parent="a100",
         reference_gpu="h100-sxm5-80gb",
-        why="Hopper GH100 succeeds Ampere GA100 (NVIDIA H100 whitepaper, 2022); Megatron-Core and cuDNN on both",
+        why=(
+            "Hopper GH100 succeeds Ampere GA100 (NVIDIA H100 whitepaper, 2022); Megatron-Core and "
+            "cuDNN on both"
+        ),
     ),
     "h100-96gb": Lineage(
         parent="h100",
         reference_gpu="h100-sxm5-96gb",
-        why="the same GH100 chip (132 SMs, same dense peaks) with 96 GB of HBM3: only the software and power differ",
+        why=(
+            "the same GH100 chip (132 SMs, same dense peaks) with 96 GB of HBM3: only the software "
+            "and power differ"
+        ),
     ),
     "b200": Lineage(
         parent="h100",
@@ -174,10 +183,12 @@ It is a maximum-a-posteriori fit with a Laplace likelihood of scale 0.05 (half t
 families' typical mean |log error|) per *source*, not per run: runs of one source share its
 software, its measurement and its transcription, so they are not independent evidence. A family
 seen by one source (Blackwell: Megatron-Bridge) moves off its prior only where the data pay for it;
-one seen by eight (A100) is fitted almost freely."""
+one seen by seven (A100) is fitted almost freely."""
 
 
-def prior_penalty(eff: EfficiencySpec, prior: EfficiencySpec, sources: int, only: Iterable[str] = PARAMS) -> float:
+def prior_penalty(
+    eff: EfficiencySpec, prior: EfficiencySpec, sources: int, only: Iterable[str] = PARAMS
+) -> float:
     """PRIOR_SCALE / sources x sum over ``only`` of ((log of value / prior value) / PRIOR_LOG_SD)^2 / 2."""
     total = 0.0
     for name in only:
@@ -291,7 +302,7 @@ def prior_of(fam: str, fitted: dict[str, EfficiencySpec]) -> EfficiencySpec:
     if lin is None:
         return UNCALIBRATED
     if lin.parent is None:
-        return replace(UNCALIBRATED, fp8_gemm_speedup=UNCALIBRATED.fp8_gemm_speedup if reference_peaks(fam)[1] else 1.0)
+        return UNCALIBRATED if reference_peaks(fam)[1] else replace(UNCALIBRATED, fp8_gemm_speedup=1.0)
     return transfer(fitted[lin.parent], lin.parent, fam)
 
 

@@ -47,7 +47,10 @@ def main() -> int:
         gpu_name = ", ".join(sorted({c.gpu for c in group}))
         sources = len({c.source for c in group})
         parent = LINEAGE[fam].parent if fam in LINEAGE else None
-        print(f"{gpu_name}: {count} runs from {sources} sources, mean |log error| {err:.3f}, prior: {parent or 'uncalibrated'}")
+        print(
+            f"{gpu_name}: {count} runs from {sources} sources, mean |log error| {err:.3f}, "
+            f"prior: {parent or 'uncalibrated'}"
+        )
         values = {
             "gemm_efficiency_max": round(eff.gemm_efficiency_max, 4),
             "gemm_half_efficiency_gflop": round(eff.gemm_half_efficiency_flop / 1e9, 4),
