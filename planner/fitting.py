@@ -22,18 +22,24 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache
+from pathlib import Path
+
+import numpy as np
 
 from cost_models.estimate import estimate
 from planner.calibration import Case, Result, excluded_reason
 from planner.software import MIN_RUNS, OVERRIDE_PARAMS, efficiency_family
 from planner.loading import load_gpu
 from planner.specs import EfficiencySpec, GPUSpec
+
+MEASUREMENTS_DIR = Path(__file__).resolve().parent.parent / "hardware_profiles" / "measurements"
 
 
 
@@ -294,16 +300,67 @@ def lineage_order(families: Iterable[str]) -> list[str]:
     return out
 
 
+KERNEL_MEASUREMENTS = {"h100": MEASUREMENTS_DIR / "h100-sxm5-80gb-kernels.json"}
+"""Kernel timings of a family's reference GPU (scripts/measure_kernels.py on a lent H100,
+docs/calibration.md "Kernel-level check"): where a family has one, its GEMM curve and attention
+efficiency priors are the measured kernels' (:func:`kernel_prior`), not the parent's."""
+MODEL_ATTENTION_PASSES = 3.5
+"""Attention time in forward + backward over forward time as planner charges it (cost_models.layers:
+backward 2.5 x forward)."""
+
+
+def fit_gemm_curve(flop: np.ndarray, time_s: np.ndarray, peak: float) -> tuple[float, float]:
+    """(e_max, F_half) minimising the squared log error of ``(F + F_half) / (peak e_max)``."""
+    best = (np.inf, 0.0, 0.0)
+    for f_half in np.geomspace(1e8, 1e12, 400):
+        # for a given F_half, the best e_max has a closed form in log space
+        log_e = np.mean(np.log((flop + f_half) / peak) - np.log(time_s))
+        err = np.sum((np.log((flop + f_half) / (peak * np.exp(log_e))) - np.log(time_s)) ** 2)
+        if err < best[0]:
+            best = (err, float(np.exp(log_e)), float(f_half))
+    return best[1], best[2]
+
+
+@cache
+def kernel_prior(fam: str) -> dict[str, float]:
+    """The measured kernels' values for a family of :data:`KERNEL_MEASUREMENTS` ({} otherwise):
+    ``gemm_efficiency_max`` and ``gemm_half_efficiency_flop`` fitted to the BF16 GEMM timings
+    (:func:`fit_gemm_curve`), and ``attention_efficiency`` as planner charges attention: the median
+    over the causal flash-attention cases of MODEL_ATTENTION_PASSES x forward FLOPs / (peak x
+    measured forward + backward time)."""
+    path = KERNEL_MEASUREMENTS.get(fam)
+    if path is None:
+        return {}
+    data = json.loads(path.read_text())
+    peak = reference_peaks(fam)[0]
+    flop = np.array([g["flop"] for g in data["gemm"]])
+    time_s = np.array([g["time_s"] for g in data["gemm"]])
+    e_max, f_half = fit_gemm_curve(flop, time_s, peak)
+    attention = [
+        MODEL_ATTENTION_PASSES * a["forward_flop_executed"] / (peak * a["forward_backward_s"])
+        for a in data["attention"]
+        if a["causal"]
+    ]
+    return {
+        "gemm_efficiency_max": e_max,
+        "gemm_half_efficiency_flop": f_half,
+        "attention_efficiency": float(np.median(attention)),
+    }
+
+
 def prior_of(fam: str, fitted: dict[str, EfficiencySpec]) -> EfficiencySpec:
     """A family's prior: its lineage parent's value in ``fitted`` transferred (:func:`transfer`);
     :data:`UNCALIBRATED` for the lineage root (FP8 speed-up 1.0 without an FP8 peak) and for a
-    family outside the lineage."""
+    family outside the lineage; then, where the family's kernels were measured, the GEMM curve and
+    attention efficiency of :func:`kernel_prior` in place of the inherited ones."""
     lin = LINEAGE.get(fam)
     if lin is None:
         return UNCALIBRATED
     if lin.parent is None:
-        return UNCALIBRATED if reference_peaks(fam)[1] else replace(UNCALIBRATED, fp8_gemm_speedup=1.0)
-    return transfer(fitted[lin.parent], lin.parent, fam)
+        prior = UNCALIBRATED if reference_peaks(fam)[1] else replace(UNCALIBRATED, fp8_gemm_speedup=1.0)
+    else:
+        prior = transfer(fitted[lin.parent], lin.parent, fam)
+    return replace(prior, **kernel_prior(fam))
 
 
 def fit_families(

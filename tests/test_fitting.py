@@ -220,3 +220,20 @@ def test_fold_holding_out_a_familys_only_source_predicts_with_the_parents_fit():
     for r in results:
         assert r.case.source == source and family(r.case) == "b200"
         assert math.isclose(r.predicted, predict(r.case, expected).predicted)
+
+
+def test_measured_kernels_set_the_h100_gemm_and_attention_prior():
+    """H100's GEMM curve and attention priors are its measured kernels' (docs/calibration.md: e_max
+    0.711, F_half 22.2 GFLOP; causal flash attention 0.13-0.29 of peak as planner charges it), the
+    rest comes from the A100 parent; a family without measurements (b200) takes the transfer only."""
+    from planner.fitting import UNCALIBRATED, kernel_prior, prior_of, transfer
+
+    k = kernel_prior("h100")
+    assert math.isclose(k["gemm_efficiency_max"], 0.711, abs_tol=0.002)
+    assert math.isclose(k["gemm_half_efficiency_flop"], 22.2e9, rel_tol=0.01)
+    assert 0.13 < k["attention_efficiency"] < 0.29
+    prior = prior_of("h100", {"a100": UNCALIBRATED})
+    assert prior.attention_efficiency == k["attention_efficiency"]
+    assert prior.kernel_overhead_s == UNCALIBRATED.kernel_overhead_s
+    assert kernel_prior("b200") == {}
+    assert prior_of("b200", {"h100": prior}) == transfer(prior, "h100", "b200")
