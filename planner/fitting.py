@@ -7,7 +7,8 @@
   (no per-run parameter), plus a penalty pulling the values toward a prior (:func:`objective`).
 * :func:`fit_families` — every family in :data:`LINEAGE` order: a family's prior (start and
   penalty centre) is its lineage parent's fit carried over by :func:`transfer` (the root's is
-  :data:`UNCALIBRATED`); a family with no runs keeps that prior.
+  :data:`UNCALIBRATED`), with the GEMM curve and attention efficiency of its measured kernels where
+  it has them (:func:`kernel_prior`); a family with no runs keeps that prior.
   ``scripts/calibrate.py`` writes its result into ``hardware_profiles/gpus``.
 * :func:`leave_one_source_out` — the figures to quote: for each source (a paper, a framework's
   performance page), refit every family on the runs of the *other* sources with
