@@ -4,13 +4,17 @@
   block (``gemm_efficiency_max``, ``gemm_half_efficiency_flop``, ``attention_efficiency``,
   ``fp8_gemm_speedup`` where FP8 runs exist, ``kernel_overhead_s``, ``comm_overlap_slowdown``)
   minimising the mean absolute log error of tokens/s per GPU over all of the family's runs at once
-  (no per-run parameter).
+  (no per-run parameter), plus a penalty pulling the values toward a prior (:func:`objective`).
+* :func:`fit_families` — every family in :data:`LINEAGE` order: a family's prior (start and
+  penalty centre) is its lineage parent's fit carried over by :func:`transfer` (the root's is
+  :data:`UNCALIBRATED`), with the GEMM curve and attention efficiency of its measured kernels where
+  it has them (:func:`kernel_prior`); a family with no runs keeps that prior.
   ``scripts/calibrate.py`` writes its result into ``hardware_profiles/gpus``.
 * :func:`leave_one_source_out` — the figures to quote: for each source (a paper, a framework's
-  performance page), refit every family on the runs of the *other* sources, starting from the
-  uncalibrated vendor-typical values, and predict the held-out source's runs with that fit. A
-  family with no other runs falls back to its architecture's other runs (H100 80 GB <-> 96 GB),
-  else keeps the uncalibrated values.
+  performance page), refit every family on the runs of the *other* sources with
+  :func:`fit_families` (the same procedure as the shipped fit) and predict the held-out source's
+  runs with that fit. A family left with no runs (every Blackwell run is one source's) is
+  predicted with its parent's fold fit, transferred.
 * :func:`group_ranking` — what a search lives on: for each layout group (runs of one model,
   cluster and batch that differ only in layout), the Spearman correlation of predicted vs
   measured throughput, whether the measured-best layout is predicted best, and the measured
@@ -19,20 +23,88 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+
+import numpy as np
 
 from cost_models.estimate import estimate
 from planner.calibration import Case, Result, excluded_reason
 from planner.software import MIN_RUNS, OVERRIDE_PARAMS, efficiency_family
+from planner.loading import load_gpu
 from planner.specs import EfficiencySpec, GPUSpec
 
-ARCHITECTURE_FALLBACK = {"h100": "h100-96gb", "h100-96gb": "h100"}
+MEASUREMENTS_DIR = Path(__file__).resolve().parent.parent / "hardware_profiles" / "measurements"
 
-"""Where a family with no runs left borrows its fit: the same architecture's other memory variant."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Lineage:
+    """Where an efficiency family takes its prior from."""
+
+    parent: str | None
+    """The nearest calibrated family (None: the root, whose prior is :data:`UNCALIBRATED`)."""
+    reference_gpu: str
+    """The catalogue GPU whose dense peaks stand for the family in :func:`transfer`."""
+    why: str
+    """The justification: why the parent's efficiency fractions are the best guess for this family."""
+
+
+LINEAGE = {
+    "a100": Lineage(
+        parent=None,
+        reference_gpu="a100-sxm4-80gb",
+        why=(
+            "Ampere GA100: the family with the most sources (7); prior: the vendor-typical "
+            "UNCALIBRATED values"
+        ),
+    ),
+    "v100": Lineage(
+        parent="a100",
+        reference_gpu="v100-sxm2-32gb",
+        why=(
+            "Volta GV100 -> Ampere GA100, the nearest calibrated architecture: both SXM parts on HBM2 "
+            "with 80 / 108 SMs of tensor cores fed by the same cuBLAS, and every V100 run (DLPerf, "
+            "January 2021) used the Megatron-LM generation of Narayanan et al. 2021's A100 runs"
+        ),
+    ),
+    "h100": Lineage(
+        parent="a100",
+        reference_gpu="h100-sxm5-80gb",
+        why=(
+            "Hopper GH100 succeeds Ampere GA100 (NVIDIA H100 whitepaper, 2022); Megatron-Core and "
+            "cuDNN on both"
+        ),
+    ),
+    "h100-96gb": Lineage(
+        parent="h100",
+        reference_gpu="h100-sxm5-96gb",
+        why=(
+            "the same GH100 chip (132 SMs, same dense peaks) with 96 GB of HBM3: only the software "
+            "and power differ"
+        ),
+    ),
+    "b200": Lineage(
+        parent="h100",
+        reference_gpu="b200",
+        why=(
+            "Blackwell (B200, GB200, B300, GB300) succeeds Hopper: FP8 at 2x the BF16 peak on both "
+            "(datasheets), and the Blackwell runs come from the Megatron-Bridge releases (Megatron-Core, "
+            "Transformer Engine, cuDNN attention) that produced the H100 runs of the same tables"
+        ),
+    ),
+}
+"""Architecture lineage of the efficiency families (the ``# family:`` lines of
+hardware_profiles/gpus). A family's prior is its parent's fit carried over by :func:`transfer`;
+it is what the family keeps when it has no runs (a leave-one-source-out fold that holds out its
+only source) and where the regularised fit (:func:`objective`) pulls it when it has few sources.
+Families not listed (l40s, mi300x: no runs) keep their files' values."""
 
 UNCALIBRATED = EfficiencySpec(
     gemm_efficiency_max=0.75,
@@ -96,17 +168,68 @@ def loss(group: list[Case], eff: EfficiencySpec) -> float:
     return total / len(group)
 
 
+PRIOR_LOG_SD = {
+    "gemm_efficiency_max": 0.15,
+    "gemm_half_efficiency_flop": 1.0,
+    "attention_efficiency": 0.3,
+    "fp8_gemm_speedup": 0.1,
+    "kernel_overhead_s": 1.0,
+    "comm_overlap_slowdown": 0.5,
+}
+"""Width of the prior, in natural log units, per parameter: how far a family's value may be
+expected to sit from its parent's transferred value. Chosen, not fitted: GEMM ceilings of one
+software generation differ by about 15% between GPU generations (measured H100 and H200 GEMM
+kernels fit 0.71 and 0.70, docs/calibration.md); attention kernels change more between
+generations (FlashAttention 2 -> 3); the GEMM latency, the kernel overhead and the overlap
+slowdown are known only to within a factor of e (1.6 for the slowdown)."""
+PRIOR_FLOOR = {"kernel_overhead_s": 1e-6, "comm_overlap_slowdown": 0.02}
+"""Added to both sides of the log ratio for parameters that may be 0 (1 us; 2% slowdown)."""
+PRIOR_SCALE = 0.05
+"""Penalty per source: the objective is mean |log error| + PRIOR_SCALE / sources x sum z^2 / 2.
+It is a maximum-a-posteriori fit with a Laplace likelihood of scale 0.05 (half the calibrated
+families' typical mean |log error|) per *source*, not per run: runs of one source share its
+software, its measurement and its transcription, so they are not independent evidence. A family
+seen by one source (Blackwell: Megatron-Bridge) moves off its prior only where the data pay for it;
+one seen by seven (A100) is fitted almost freely."""
+
+
+def prior_penalty(
+    eff: EfficiencySpec, prior: EfficiencySpec, sources: int, only: Iterable[str] = PARAMS
+) -> float:
+    """PRIOR_SCALE / sources x sum over ``only`` of ((log of value / prior value) / PRIOR_LOG_SD)^2 / 2."""
+    total = 0.0
+    for name in only:
+        floor = PRIOR_FLOOR.get(name, 0.0)
+        z = math.log((getattr(eff, name) + floor) / (getattr(prior, name) + floor)) / PRIOR_LOG_SD[name]
+        total += z * z / 2
+    return PRIOR_SCALE / max(1, sources) * total
+
+
+def objective(
+    group: list[Case], eff: EfficiencySpec, prior: EfficiencySpec | None, only: Iterable[str] = PARAMS
+) -> float:
+    """What :func:`fit` minimises: :func:`loss`, plus :func:`prior_penalty` (over ``only``) counted
+    with the number of distinct sources in ``group`` when a ``prior`` is given."""
+    value = loss(group, eff)
+    if prior is not None:
+        value += prior_penalty(eff, prior, len({c.source for c in group}), only)
+    return value
+
+
 def fit(
     group: list[Case],
     start: EfficiencySpec,
     passes: int = 8,
     steps: tuple[float, ...] = STEPS,
     only: tuple[str, ...] = PARAMS,
+    prior: EfficiencySpec | None = None,
 ) -> tuple[EfficiencySpec, float]:
     """Coordinate descent from ``start`` over the ``only`` parameters; each tries multiplicative
-    ``steps`` within its bounds. ``fp8_gemm_speedup`` is fitted only when the group has FP8 runs."""
+    ``steps`` within its bounds, minimising :func:`objective` (regularised toward ``prior`` when
+    given). ``fp8_gemm_speedup`` is fitted only when the group has FP8 runs. Returns the values and
+    their mean |log error| (without the penalty)."""
     params = [p for p in only if p != "fp8_gemm_speedup" or any(c.job.precision == "fp8" for c in group)]
-    best, best_loss = start, loss(group, start)
+    best, best_loss = start, objective(group, start, prior, params)
     for _ in range(passes):
         improved = False
         for name in params:
@@ -116,13 +239,170 @@ def fit(
                 raised = value * step if value else (ZERO_START.get(name, 0.0) * step if step > 1 else 0.0)
                 trial_value = min(hi, max(lo, raised))
                 trial = replace(best, **{name: trial_value})
-                trial_loss = loss(group, trial)
+                trial_loss = objective(group, trial, prior, params)
                 if trial_loss < best_loss - 1e-6:
                     best, best_loss, improved = trial, trial_loss, True
                     value = trial_value
         if not improved:
             break
-    return best, best_loss
+    return best, loss(group, best)
+
+
+@cache
+def reference_peaks(fam: str) -> tuple[float, float]:
+    """(16-bit dense peak, FP8 dense peak or 0) in FLOP/s of the family's :data:`LINEAGE` reference GPU."""
+    gpu = load_gpu(LINEAGE[fam].reference_gpu)
+    half = gpu.peak("bf16") if gpu.supports("bf16") else gpu.peak("fp16")
+    return half, gpu.peak("fp8") if gpu.supports("fp8") else 0.0
+
+
+def transfer(parent_eff: EfficiencySpec, parent: str, child: str) -> EfficiencySpec:
+    """The parent family's fitted values as the child's prior, keeping what does not depend on the chip.
+
+    * ``gemm_efficiency_max``, ``attention_efficiency`` (fractions of the dense peak),
+      ``kernel_overhead_s`` (launch and synchronisation time per kernel) and
+      ``comm_overlap_slowdown`` (compute time added per second of hidden communication) carry over.
+    * ``gemm_half_efficiency_flop``: the GEMM model t = (F + F_half) / (e_max x peak)
+      (cost_models.compute.gemm_s) charges every call a fixed time F_half / (e_max x peak); that time
+      carries over, so F_half scales with the 16-bit peak (a faster chip needs a larger GEMM to fill).
+    * ``fp8_gemm_speedup`` carries over as a fraction of the FP8 / 16-bit peak ratio (2.0 on H100
+      and B200 alike); 1.0 where the child has no FP8 peak, the vendor-typical
+      :data:`UNCALIBRATED` value where only the parent has none.
+    * ``hbm_efficiency`` is not fitted: :data:`UNCALIBRATED`'s."""
+    p16, p8 = reference_peaks(parent)
+    c16, c8 = reference_peaks(child)
+    fp8 = UNCALIBRATED.fp8_gemm_speedup
+    if p8 and c8:
+        fp8 = min(BOUNDS["fp8_gemm_speedup"][1], parent_eff.fp8_gemm_speedup / (p8 / p16) * (c8 / c16))
+    elif not c8:
+        fp8 = 1.0
+    return replace(
+        parent_eff,
+        gemm_half_efficiency_flop=parent_eff.gemm_half_efficiency_flop * c16 / p16,
+        fp8_gemm_speedup=fp8,
+        hbm_efficiency=UNCALIBRATED.hbm_efficiency,
+    )
+
+
+def lineage_order(families: Iterable[str]) -> list[str]:
+    """``families`` with every one's :data:`LINEAGE` ancestors, parents before children (then by name)."""
+    out: list[str] = []
+
+    def visit(fam: str) -> None:
+        if fam in out:
+            return
+        parent = LINEAGE[fam].parent if fam in LINEAGE else None
+        if parent:
+            visit(parent)
+        out.append(fam)
+
+    for fam in sorted(families):
+        visit(fam)
+    return out
+
+
+KERNEL_MEASUREMENTS = {"h100": MEASUREMENTS_DIR / "h100-sxm5-80gb-kernels.json"}
+"""Kernel timings of a family's reference GPU (scripts/measure_kernels.py on a lent H100,
+docs/calibration.md "Kernel-level check"): where a family has one, its GEMM curve and attention
+efficiency priors are the measured kernels' (:func:`kernel_prior`), not the parent's."""
+MODEL_ATTENTION_PASSES = 3.5
+"""Attention time in forward + backward over forward time as planner charges it (cost_models.layers:
+backward 2.5 x forward)."""
+
+
+def fit_gemm_curve(flop: np.ndarray, time_s: np.ndarray, peak: float) -> tuple[float, float]:
+    """(e_max, F_half) minimising the squared log error of ``(F + F_half) / (peak e_max)``."""
+    best = (np.inf, 0.0, 0.0)
+    for f_half in np.geomspace(1e8, 1e12, 400):
+        # for a given F_half, the best e_max has a closed form in log space
+        log_e = np.mean(np.log((flop + f_half) / peak) - np.log(time_s))
+        err = np.sum((np.log((flop + f_half) / (peak * np.exp(log_e))) - np.log(time_s)) ** 2)
+        if err < best[0]:
+            best = (err, float(np.exp(log_e)), float(f_half))
+    return best[1], best[2]
+
+
+@cache
+def kernel_prior(fam: str) -> dict[str, float]:
+    """The measured kernels' values for a family of :data:`KERNEL_MEASUREMENTS` ({} otherwise):
+    ``gemm_efficiency_max`` and ``gemm_half_efficiency_flop`` fitted to the BF16 GEMM timings
+    (:func:`fit_gemm_curve`), and ``attention_efficiency`` as planner charges attention: the median
+    over the causal flash-attention cases of MODEL_ATTENTION_PASSES x forward FLOPs / (peak x
+    measured forward + backward time)."""
+    path = KERNEL_MEASUREMENTS.get(fam)
+    if path is None:
+        return {}
+    data = json.loads(path.read_text())
+    peak = reference_peaks(fam)[0]
+    flop = np.array([g["flop"] for g in data["gemm"]])
+    time_s = np.array([g["time_s"] for g in data["gemm"]])
+    e_max, f_half = fit_gemm_curve(flop, time_s, peak)
+    attention = [
+        MODEL_ATTENTION_PASSES * a["forward_flop_executed"] / (peak * a["forward_backward_s"])
+        for a in data["attention"]
+        if a["causal"]
+    ]
+    return {
+        "gemm_efficiency_max": e_max,
+        "gemm_half_efficiency_flop": f_half,
+        "attention_efficiency": float(np.median(attention)),
+    }
+
+
+def prior_of(fam: str, fitted: dict[str, EfficiencySpec]) -> EfficiencySpec:
+    """A family's prior: its lineage parent's value in ``fitted`` transferred (:func:`transfer`);
+    :data:`UNCALIBRATED` for the lineage root (FP8 speed-up 1.0 without an FP8 peak) and for a
+    family outside the lineage; then, where the family's kernels were measured, the GEMM curve and
+    attention efficiency of :func:`kernel_prior` in place of the inherited ones."""
+    lin = LINEAGE.get(fam)
+    if lin is None:
+        return UNCALIBRATED
+    if lin.parent is None:
+        prior = UNCALIBRATED if reference_peaks(fam)[1] else replace(UNCALIBRATED, fp8_gemm_speedup=1.0)
+    else:
+        prior = transfer(fitted[lin.parent], lin.parent, fam)
+    return replace(prior, **kernel_prior(fam))
+
+
+def fit_families(
+    runs: list[Case],
+    families: Iterable[str],
+    passes: int = 8,
+    steps: tuple[float, ...] = STEPS,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, tuple[EfficiencySpec, float, int]]:
+    """Every family of ``families`` (with its lineage ancestors) fitted on its ``runs``, in
+    :func:`lineage_order`: from, and regularised toward, its prior (:func:`prior_of`). A family
+    with no runs keeps its prior. Returns family -> (values, mean |log error| or nan, runs)."""
+    out: dict[str, tuple[EfficiencySpec, float, int]] = {}
+    fitted: dict[str, EfficiencySpec] = {}
+    for fam in lineage_order(families):
+        group = [c for c in runs if family(c) == fam]
+        prior = prior_of(fam, fitted)
+        if group:
+            eff, err = _fit_cached(tuple(group), prior, passes, steps)
+        else:
+            eff, err = prior, float("nan")
+        fitted[fam] = eff
+        out[fam] = (eff, err, len(group))
+        if progress:
+            parent = LINEAGE[fam].parent if fam in LINEAGE else None
+            progress(f"{fam} fitted on {len(group)} runs" + (f", prior from {parent}" if parent else ""))
+    return out
+
+
+_FITS: dict[tuple, tuple[EfficiencySpec, float]] = {}
+"""Fits already made in this process, by (run ids, prior, passes, steps): leave-one-source-out folds
+that keep all of a family's runs share its fit."""
+
+
+def _fit_cached(
+    group: tuple[Case, ...], prior: EfficiencySpec, passes: int, steps: tuple[float, ...]
+) -> tuple[EfficiencySpec, float]:
+    key = (tuple(c.run_id for c in group), prior, passes, steps)
+    if key not in _FITS:
+        _FITS[key] = fit(list(group), prior, passes, steps, prior=prior)
+    return _FITS[key]
 
 
 def profile_groups(group: list[Case]) -> dict[str, list[Case]]:
@@ -139,8 +419,9 @@ def fit_profile(
     runs: list[Case], base: EfficiencySpec, passes: int = 8, steps: tuple[float, ...] = STEPS
 ) -> tuple[EfficiencySpec, float]:
     """A software class's overrides: the family's ``base`` fit with only
-    :data:`planner.software.OVERRIDE_PARAMS` refitted on the class's ``runs``."""
-    return fit(runs, base, passes, steps, OVERRIDE_PARAMS)
+    :data:`planner.software.OVERRIDE_PARAMS` refitted on the class's ``runs``, regularised toward
+    ``base`` as a family is toward its parent (:func:`objective`; a class is usually one source)."""
+    return fit(runs, base, passes, steps, OVERRIDE_PARAMS, prior=base)
 
 
 def usable(all_cases: Iterable[Case]) -> list[Case]:
@@ -160,10 +441,11 @@ def leave_one_source_out(
 ) -> list[Result]:
     """Every usable case predicted by a fit that never saw its source (see the module docstring).
 
-    Each fold refits, from :data:`UNCALIBRATED`, every efficiency family its held-out runs belong to,
-    on the other sources' runs of that family (or of :data:`ARCHITECTURE_FALLBACK`'s); a family with
-    no other runs keeps the uncalibrated values. ``jobs`` folds run in parallel processes; the result
-    does not depend on it."""
+    Each fold refits with :func:`fit_families`, on the other sources' runs, the efficiency families
+    its held-out runs belong to and their lineage ancestors (each family's prior is its parent's fold
+    fit, so no held-out run reaches a prior either); a family with no runs left keeps that prior.
+    Software profiles are refitted without the held-out source too. ``jobs`` folds run in parallel
+    processes; the result does not depend on it."""
     cases_ = usable(all_cases)
     sources = sorted({c.source for c in cases_})
     folds = [(s, cases_, passes) for s in sources]
@@ -186,15 +468,12 @@ def _fold(args: tuple[str, list[Case], int]) -> tuple[list[str], list[Result]]:
     source, cases_, passes = args
     held = [c for c in cases_ if c.source == source]
     rest = [c for c in cases_ if c.source != source]
-    fitted: dict[tuple[str, str], EfficiencySpec] = {}
-    notes = []
+    notes: list[str] = []
+    families = fit_families(rest, {family(c) for c in held}, passes, LOSO_STEPS, progress=notes.append)
+    fitted: dict[tuple[str, str], EfficiencySpec] = {(fam, ""): v[0] for fam, v in families.items()}
     for fam in sorted({family(c) for c in held}):
-        train = [c for c in rest if family(c) == fam] or [
-            c for c in rest if family(c) == ARCHITECTURE_FALLBACK.get(fam)
-        ]
-        base = fit(train, UNCALIBRATED, passes, LOSO_STEPS)[0] if train else UNCALIBRATED
-        fitted[(fam, "")] = base
-        notes.append(f"{fam} fitted on {len(train)} runs")
+        base = fitted[(fam, "")]
+        train = [c for c in rest if family(c) == fam]
         # Software profiles refitted without the held-out source too (no leakage).
         classes = profile_groups(train)
         for cls in sorted({c.software for c in held if family(c) == fam and c.software}):

@@ -39,11 +39,17 @@ CLASSES = {
 tests/data/published_runs.yaml (Megatron-Bridge performance summary pages; torchtitan benchmarks)."""
 
 
+VARIANT_OF = {"v100-sxm2-16gb": "v100-sxm2-32gb"}
+"""GPU types the calibration derives from a catalogue file rather than reading one
+(planner.calibration._v100_cluster: the 16 GB V100-SXM2 is the 32 GB file with 16 GiB); they
+belong to that file's family."""
+
+
 @cache
 def efficiency_family(gpu: str) -> str:
     """The efficiency family of a GPU type: the ``# family:`` line of its YAML's efficiency block
     (GPU types of one family share fitted values; e.g. H200 inherits H100's)."""
-    path = GPU_DIR / f"{gpu}.yaml"
+    path = GPU_DIR / f"{VARIANT_OF.get(gpu, gpu)}.yaml"
     found = re.search(r"^\s*# family: (\S+)$", path.read_text(), re.M) if path.exists() else None
     return found.group(1) if found else gpu
 

@@ -6,9 +6,12 @@ Per efficiency family (the ``# family:`` line of the GPU YAML files; e.g. H200 i
 ``attention_efficiency``, ``fp8_gemm_speedup`` where FP8 runs exist, ``kernel_overhead_us``,
 ``comm_overlap_slowdown``; planner.fitting)
 minimises the mean absolute log error of predicted vs measured tokens/s per GPU over *all* that
-family's usable runs at once. No parameter is per run. ``--write`` stores the result in the YAML
-files of the type's family (GPUs of the same architecture inherit it), with a comment saying
-what it was fitted on.
+family's usable runs at once, plus a penalty toward the family's prior: its lineage parent's fit
+(planner.fitting.LINEAGE; A100 -> V100, H100 -> H100 96 GB, Blackwell), weighted by the number
+of sources. Families are fitted parents first, each from its prior, so the result depends only on
+the runs file, not on the values already shipped. No parameter is per run. ``--write`` stores the
+result in the YAML files of the type's family (GPUs of the same architecture inherit it), with a
+comment saying what it was fitted on.
 
 Usage: python scripts/calibrate.py [--runs FILE] [--write]
 """
@@ -25,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _efficiency_blocks import write_block  # noqa: E402
 
 from planner.calibration import DEFAULT_RUNS, cases  # noqa: E402
-from planner.fitting import family, fit, fit_profile, profile_groups, usable  # noqa: E402
+from planner.fitting import LINEAGE, family, fit_families, fit_profile, profile_groups, usable  # noqa: E402
 from planner.software import CLASSES, SOFTWARE_DIR, to_yaml_values  # noqa: E402
 
 
@@ -36,12 +39,18 @@ def main() -> int:
     args = ap.parse_args()
     runs = usable(cases(args.runs))
     profiles: dict[str, list[str]] = {name: [] for name in CLASSES}
-    for fam in sorted({family(c) for c in runs}):
+    fitted = fit_families(runs, {family(c) for c in runs})
+    for fam, (eff, err, count) in fitted.items():
         group = [c for c in runs if family(c) == fam]
+        if not group:
+            continue
         gpu_name = ", ".join(sorted({c.gpu for c in group}))
-        start = group[0].cluster.groups[0].gpu.efficiency
-        eff, err = fit(group, start)
-        print(f"{gpu_name}: {len(group)} runs, mean |log error| {err:.3f}")
+        sources = len({c.source for c in group})
+        parent = LINEAGE[fam].parent if fam in LINEAGE else None
+        print(
+            f"{gpu_name}: {count} runs from {sources} sources, mean |log error| {err:.3f}, "
+            f"prior: {parent or 'uncalibrated'}"
+        )
         values = {
             "gemm_efficiency_max": round(eff.gemm_efficiency_max, 4),
             "gemm_half_efficiency_gflop": round(eff.gemm_half_efficiency_flop / 1e9, 4),
@@ -55,9 +64,11 @@ def main() -> int:
             print(f"  {k}: {v}")
         if args.write:
             ids = ", ".join(c.run_id for c in group)
+            prior = f"the {parent} fit transferred" if parent else "the uncalibrated values"
             comment = (
-                f"Fitted by scripts/calibrate.py on the {len(group)} runs of tests/data/published_runs.yaml\n"
-                f"measured on {gpu_name} (mean |log error| {err:.3f}; one set of values for all runs):\n"
+                f"Fitted by scripts/calibrate.py on the {len(group)} runs ({sources} sources) of\n"
+                f"tests/data/published_runs.yaml measured on {gpu_name}, regularised toward {prior}\n"
+                f"(planner.fitting.LINEAGE; mean |log error| {err:.3f}; one set of values for all runs):\n"
                 + "\n".join(ids[i : i + 100] for i in range(0, len(ids), 100))
             )
             write_block(fam, values, comment)
@@ -76,7 +87,8 @@ def main() -> int:
             text = (
                 "# Software profile written by scripts/calibrate.py --write: per efficiency family, the\n"
                 "# efficiency numbers this release class changes, fitted on that class's runs of\n"
-                "# tests/data/published_runs.yaml (citations there). A family with fewer than 3 runs of\n"
+                "# tests/data/published_runs.yaml (citations there), regularised toward the family's\n"
+                "# base values (planner.fitting.fit_profile). A family with fewer than 3 runs of\n"
                 "# the class has no entry: the GPU file's base values apply.\n"
                 f"name: {name}\nframework: {framework}\nreleased: '{released}'\n"
                 f"description: {description}\nfamilies:" + ("\n" + "\n".join(body) if body else " {}") + "\n"

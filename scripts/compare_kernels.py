@@ -28,19 +28,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cost_models.compute import attention_s, gemm_s  # noqa: E402
+from planner.fitting import fit_gemm_curve  # noqa: E402
 from planner.loading import load_gpu  # noqa: E402
-
-
-def fit_gemm_curve(flop: np.ndarray, time_s: np.ndarray, peak: float) -> tuple[float, float]:
-    """(e_max, F_half) minimising the squared log error of ``(F + F_half) / (peak e_max)``."""
-    best = (np.inf, 0.0, 0.0)
-    for f_half in np.geomspace(1e8, 1e12, 400):
-        # for a given F_half, the best e_max has a closed form in log space
-        log_e = np.mean(np.log((flop + f_half) / peak) - np.log(time_s))
-        err = np.sum((np.log((flop + f_half) / (peak * np.exp(log_e))) - np.log(time_s)) ** 2)
-        if err < best[0]:
-            best = (err, float(np.exp(log_e)), float(f_half))
-    return best[1], best[2]
 
 
 def compare(data: dict, gpu_name: str) -> dict:

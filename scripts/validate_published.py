@@ -68,6 +68,16 @@ def main() -> int:
         "overall": summary(loso) if loso else None,
         "by_class": {k: summary(v) for k, v in sorted(by_class(loso).items())} if loso else {},
         "by_source": {k: summary(v) for k, v in sorted(by_source(loso).items())} if loso else {},
+        "runs": [
+            {
+                "id": r.case.run_id,
+                "source": r.case.source,
+                "measured_tokens_per_s_per_gpu": r.case.measured_tokens_per_s_per_gpu,
+                "predicted_tokens_per_s_per_gpu": r.predicted,
+                "abs_error": r.error,
+            }
+            for r in loso
+        ],
     }
     groups_in = group_ranking(counted)
     groups_out = group_ranking(loso) if loso else []

@@ -107,3 +107,133 @@ def test_cases_map_blackwell_runs_and_moe_fields(tmp_path):
         2048,
     )
     assert case.source == "Example source" and case.group == "g1"
+
+
+def test_lineage_table_is_a_tree_over_the_calibrated_families():
+    """Every parent is itself in the table, the order puts parents first, and every family with
+    published runs has an entry (so no fold falls back to the vendor-typical values silently)."""
+    from planner.calibration import cases
+    from planner.fitting import LINEAGE, family, lineage_order, usable
+
+    for fam, lin in LINEAGE.items():
+        assert lin.parent is None or lin.parent in LINEAGE, fam
+        assert len(lin.why) > 40, fam
+    order = lineage_order(LINEAGE)
+    for fam, lin in LINEAGE.items():
+        if lin.parent:
+            assert order.index(lin.parent) < order.index(fam)
+    assert lineage_order({"b200"}) == ["a100", "h100", "b200"]
+    assert {family(c) for c in usable(cases())} <= set(LINEAGE)
+
+
+def test_v100_16gb_runs_belong_to_the_v100_family():
+    from planner.software import efficiency_family
+
+    assert efficiency_family("v100-sxm2-16gb") == efficiency_family("v100-sxm2-32gb") == "v100"
+
+
+def test_transfer_keeps_fractions_and_the_per_call_gemm_time():
+    """Fractions of peak, kernel overhead and overlap slowdown carry over; F_half scales with the
+    16-bit peak (fixed time F_half / (e_max x peak) per GEMM call); the FP8 speed-up keeps its share
+    of the FP8 / BF16 peak ratio; a GPU without FP8 gets 1.0."""
+    from dataclasses import replace
+
+    from planner.fitting import UNCALIBRATED, reference_peaks, transfer
+
+    h100 = replace(
+        UNCALIBRATED,
+        gemm_efficiency_max=0.66,
+        gemm_half_efficiency_flop=40e9,
+        attention_efficiency=0.24,
+        fp8_gemm_speedup=1.9,
+        kernel_overhead_s=5e-6,
+        comm_overlap_slowdown=0.3,
+    )
+    b200 = transfer(h100, "h100", "b200")
+    assert (b200.gemm_efficiency_max, b200.attention_efficiency) == (0.66, 0.24)
+    assert (b200.kernel_overhead_s, b200.comm_overlap_slowdown) == (5e-6, 0.3)
+    # per-call GEMM time F_half / (e_max x peak) is the same on both chips: 2250 / 989.4 TFLOP/s
+    t_h100 = h100.gemm_half_efficiency_flop / (0.66 * reference_peaks("h100")[0])
+    t_b200 = b200.gemm_half_efficiency_flop / (0.66 * reference_peaks("b200")[0])
+    assert math.isclose(t_h100, t_b200)
+    assert math.isclose(b200.gemm_half_efficiency_flop, 40e9 * 2250 / 989.4)
+    assert math.isclose(b200.fp8_gemm_speedup, 1.9 / (1978.9 / 989.4) * 2.0)
+    v100 = transfer(h100, "a100", "v100")
+    assert v100.fp8_gemm_speedup == 1.0 and v100.hbm_efficiency == UNCALIBRATED.hbm_efficiency
+    assert math.isclose(v100.gemm_half_efficiency_flop, 40e9 * 125 / 312)
+
+
+def test_prior_penalty_hand_worked_and_weighted_by_sources():
+    """One prior width off on one parameter costs PRIOR_SCALE / sources x 1/2."""
+    from dataclasses import replace
+
+    from planner.fitting import PRIOR_LOG_SD, PRIOR_SCALE, UNCALIBRATED, prior_penalty
+
+    assert prior_penalty(UNCALIBRATED, UNCALIBRATED, 1) == 0.0
+    off = replace(
+        UNCALIBRATED,
+        gemm_efficiency_max=UNCALIBRATED.gemm_efficiency_max * math.exp(PRIOR_LOG_SD["gemm_efficiency_max"]),
+    )
+    assert math.isclose(prior_penalty(off, UNCALIBRATED, 1), PRIOR_SCALE / 2)
+    assert math.isclose(prior_penalty(off, UNCALIBRATED, 4), PRIOR_SCALE / 8)
+    # parameters that may be 0 are compared with a floor, so 0 is a finite distance away
+    assert math.isfinite(prior_penalty(replace(UNCALIBRATED, kernel_overhead_s=0.0), UNCALIBRATED, 1))
+
+
+def _small_set():
+    """Three A100 runs of two sources, three H100 runs, and the Blackwell runs' one source."""
+    from planner.calibration import cases
+    from planner.fitting import family, usable
+
+    runs = usable(cases())
+    a100 = [c for c in runs if family(c) == "a100" and c.source.startswith("Korthikanti")][:2]
+    a100 += [c for c in runs if family(c) == "a100" and c.source.startswith("Narayanan")][:1]
+    h100 = [c for c in runs if family(c) == "h100" and c.source.startswith("NVIDIA NeMo")][:3]
+    b200 = [c for c in runs if family(c) == "b200"][:2]
+    return a100 + h100 + b200
+
+
+def test_family_without_runs_keeps_its_lineage_parents_fit():
+    """fit_families: a family with no runs (b200 here) gets its parent's fit transferred, and the
+    parent (h100) was fitted from the transferred A100 fit."""
+    from planner.fitting import family, fit_families, transfer
+
+    runs = [c for c in _small_set() if family(c) != "b200"]
+    out = fit_families(runs, {"b200"}, passes=1, steps=(0.9, 1.1))
+    assert list(out) == ["a100", "h100", "b200"]
+    assert out["b200"][2] == 0 and math.isnan(out["b200"][1])
+    assert out["b200"][0] == transfer(out["h100"][0], "h100", "b200")
+
+
+def test_fold_holding_out_a_familys_only_source_predicts_with_the_parents_fit():
+    """Leave-one-source-out: with Megatron-Bridge held out no Blackwell run is left, so its runs are
+    predicted with the fold's H100 fit transferred (not the vendor-typical values, not the shipped fit)."""
+    from planner.fitting import LOSO_STEPS, _fold, family, fit_families, predict, transfer
+
+    cases_ = _small_set()
+    source = next(c.source for c in cases_ if family(c) == "b200")
+    notes, results = _fold((source, cases_, 1))
+    rest = [c for c in cases_ if c.source != source]
+    fitted = fit_families(rest, {"b200"}, 1, LOSO_STEPS)
+    expected = transfer(fitted["h100"][0], "h100", "b200")
+    assert any("b200 fitted on 0 runs, prior from h100" in n for n in notes), notes
+    for r in results:
+        assert r.case.source == source and family(r.case) == "b200"
+        assert math.isclose(r.predicted, predict(r.case, expected).predicted)
+
+
+def test_measured_kernels_set_the_h100_gemm_and_attention_prior():
+    """H100's GEMM curve and attention priors are its measured kernels' (docs/calibration.md: e_max
+    0.711, F_half 22.2 GFLOP; causal flash attention 0.13-0.29 of peak as planner charges it), the
+    rest comes from the A100 parent; a family without measurements (b200) takes the transfer only."""
+    from planner.fitting import UNCALIBRATED, kernel_prior, prior_of, transfer
+
+    k = kernel_prior("h100")
+    assert math.isclose(k["gemm_efficiency_max"], 0.711, abs_tol=0.002)
+    assert math.isclose(k["gemm_half_efficiency_flop"], 22.2e9, rel_tol=0.01)
+    assert 0.13 < k["attention_efficiency"] < 0.29
+    prior = prior_of("h100", {"a100": UNCALIBRATED})
+    assert prior.attention_efficiency == k["attention_efficiency"]
+    assert prior.kernel_overhead_s == UNCALIBRATED.kernel_overhead_s
+    assert kernel_prior("b200") == {}
+    assert prior_of("b200", {"h100": prior}) == transfer(prior, "h100", "b200")

@@ -24,6 +24,7 @@ from planner.errors import SpecError
 from planner.graph_model import graph_model_from_mapping, graph_preset_names, load_graph_model
 from planner.loading import load_cluster, load_model, make_job
 from planner.plan import model_to_mapping
+from planner.search.candidates import equivalent
 from planner.search.chain import search
 from planner.search.graph import (
     StageLimits,
@@ -221,9 +222,16 @@ def test_chain_shaped_model_gets_the_sequential_search_plan(name, nodes, gbs, se
         memory_headroom_bytes=HEADROOM,
     )
     seq_plans = search(m, cluster, job, r, top_k=3).plans
-    res = search_graph(chain_graph(m), cluster, job, r, top_k=3)
-    assert len(res.plans) == len(seq_plans) > 0
-    for a, b in zip(seq_plans, res.plans):
+    res = search_graph(chain_graph(m), cluster, job, r, top_k=6)
+    # The sequential search lists distinct choices (a plan within 0.1% of a better one's time with no
+    # less memory is folded under it, planner.search.candidates); fold the graph ranking the same way.
+    graph_plans: list = []
+    for p in res.plans:
+        if not any(equivalent(q, p) for q in graph_plans):
+            graph_plans.append(p)
+    graph_plans = graph_plans[:3]
+    assert len(graph_plans) == len(seq_plans) > 0
+    for a, b in zip(seq_plans, graph_plans):
         ca, cb = a.config, b.config
         assert (ca.tp, ca.pp, ca.dp, ca.micro_batch_size) == (cb.tp, cb.pp, cb.dp, cb.micro_batch_size)
         assert ca.stage_layers(m) == tuple(len(s) for s in b.stage_graph.stages)

@@ -4,24 +4,20 @@ from planner.calibration import cases, excluded_reason, predict_all, summary
 
 
 def test_published_runs_within_targets():
-    """In-sample targets over the 195-run set (187 on calibrated GPU types) (docs/calibration.md quotes the held-out figures):
-    all runs median <= 12% and p90 <= 30%; dense runs, the classes calibrated longest, median <= 10%
-    and p90 <= 25%; MoE runs (one source family, Megatron-Bridge) median <= 25%."""
+    """In-sample targets over the 195 usable runs (docs/calibration.md quotes the held-out figures):
+    all runs median <= 12% and p90 <= 27%; dense runs median <= 10% and p90 <= 23%; MoE runs (one
+    source family, Megatron-Bridge) median <= 25%. DLPerf's V100 runs count since the v100 family
+    has a fit (2026-11-24; before, they priced uncalibrated vendor-typical values and were left out)."""
     all_cases = cases()
     usable = [c for c in all_cases if not c.skip_reason]
-    assert len(usable) >= 186, [c.skip_reason for c in all_cases if c.skip_reason]
-    # DLPerf's V100 runs price an uncalibrated GPU type (no fitted efficiencies): they count for
-    # ranking (test below), not for the absolute-error targets.
-    results = [
-        r
-        for r in predict_all(all_cases)
-        if not excluded_reason(r.case.run_id) and not r.case.gpu.startswith("v100")
-    ]
+    assert len(usable) >= 195, [c.skip_reason for c in all_cases if c.skip_reason]
+    results = [r for r in predict_all(all_cases) if not excluded_reason(r.case.run_id)]
+    assert sum(r.case.gpu.startswith("v100") for r in results) == 8
     stats = summary(results)
     assert stats["median"] <= 0.12, stats
-    assert stats["p90"] <= 0.30, stats
+    assert stats["p90"] <= 0.27, stats
     dense = summary([r for r in results if not r.case.model.is_moe])
-    assert dense["median"] <= 0.10 and dense["p90"] <= 0.25, dense
+    assert dense["median"] <= 0.10 and dense["p90"] <= 0.23, dense
     moe = summary([r for r in results if r.case.model.is_moe])
     assert moe["count"] >= 20 and moe["median"] <= 0.25, moe
 
