@@ -69,7 +69,7 @@ def test_linear_layer_prices_each_gemm_on_its_own_shape():
     assert t.forward_s == pytest.approx(base / (336 / 432))
     assert t.input_grad_s == pytest.approx(base / (896 / 972))
     assert t.weight_grad_s == pytest.approx(base / (2352 / 2376))
-    # A larger micro-batch fills the last wave: the forward's time per token falls.
-    t4 = linear_s(4 * 2048, 5376, 14336, A100, "fp16")
-    assert t4.forward_s / 4 < 0.85 * t.forward_s
-    assert t4.weight_grad_s / 4 == pytest.approx(t.weight_grad_s, rel=0.02)
+    # A larger micro-batch fills the last wave of the forward (32 x 42 = 1344 tiles, 12.4 -> 13
+    # waves); the weight gradient's output, and so its quantization, does not change.
+    assert gemm_quantization(4 * 2048, 5376, 14336, A100, "fp16") == pytest.approx(1344 / 1404)
+    assert gemm_quantization(14336, 5376, 4 * 2048, A100, "fp16") == pytest.approx(2352 / 2376)
