@@ -39,7 +39,7 @@ GEMM_K_STEP_BYTES = 128
 """Bytes of the reduction dimension one main-loop step of a tensor-core GEMM consumes: NVIDIA's
 "Matrix Multiplication Background User's Guide", Table "Tensor Core Requirements" (cuBLAS >= 11):
 FP16 dimensions are "most efficient with multiples of 8; on A100, multiples of 64" elements, i.e.
-128 bytes (64 TF32 ... 128 INT8/FP8 elements likewise)."""
+128 bytes (32 TF32 or 128 FP8/INT8 elements)."""
 
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
 """Bytes per GEMM input element by job precision."""
