@@ -1,15 +1,27 @@
 """Kernel times from FLOPs and bytes, using the GPU's efficiency data (a roofline with a size curve).
 
-* GEMMs: ``time = FLOP / (peak * eff(FLOP))`` with ``eff(F) = e_max * F / (F + F_half)``, the smooth
-  form of Calculon's efficiency-by-size tables (Isaev et al., SC'23, "Calculon: a methodology and
-  tool for high-level co-design of systems and large language models"). Tensor parallelism slices
-  GEMMs, so ``F`` shrinks and efficiency drops. FP8 GEMMs run ``fp8_gemm_speedup`` times faster.
+* GEMMs: ``time = FLOP / (peak * eff(FLOP) * q(M, N, K))`` with ``eff(F) = e_max * F / (F + F_half)``,
+  the smooth form of Calculon's efficiency-by-size tables (Isaev et al., SC'23, "Calculon: a
+  methodology and tool for high-level co-design of systems and large language models"). Tensor
+  parallelism slices GEMMs, so ``F`` shrinks and efficiency drops. FP8 GEMMs run
+  ``fp8_gemm_speedup`` times faster.
+* GEMM shape: ``q`` is the useful fraction of the tile work the GPU issues (:func:`gemm_quantization`),
+  NVIDIA's tile and wave quantization (Deep Learning Performance Documentation, "Matrix
+  Multiplication Background User's Guide", Sec. "Dimension Quantization Effects"): the output is
+  computed in whole ``tile_m x tile_n`` thread-block tiles and the tiles run in waves of one tile per
+  SM; the reduction dimension is consumed in whole 128-byte steps ("Tensor Core Requirements": most
+  efficient with multiples of 64 FP16 elements on A100). A linear layer's three GEMMs (forward,
+  input gradient, weight gradient) have different output shapes, so each is priced on its own
+  (:func:`linear_s`).
 * Fused attention: ``time = FLOP / (peak_bf16 * attention_efficiency)`` (attention stays in 16-bit
   under Transformer Engine's FP8 recipes).
 * Memory-bound kernels (norms, activations, residuals, optimizer): ``bytes / (HBM * hbm_efficiency)``.
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 from planner.specs import GPUSpec
 
@@ -23,16 +35,90 @@ def gemm_efficiency(flop: float, gpu: GPUSpec) -> float:
     return e.gemm_efficiency_max * flop / (flop + e.gemm_half_efficiency_flop)
 
 
+GEMM_K_STEP_BYTES = 128
+"""Bytes of the reduction dimension one main-loop step of a tensor-core GEMM consumes: NVIDIA's
+"Matrix Multiplication Background User's Guide", Table "Tensor Core Requirements" (cuBLAS >= 11):
+FP16 dimensions are "most efficient with multiples of 8; on A100, multiples of 64" elements, i.e.
+128 bytes (32 TF32 or 128 FP8/INT8 elements)."""
+
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+"""Bytes per GEMM input element by job precision."""
+
+
+def _tiles(extent: float, tile: int) -> int:
+    """Whole tiles covering ``extent`` (at least one for a non-empty extent)."""
+    return max(1, math.ceil(extent / tile - 1e-9))
+
+
+def gemm_quantization(
+    m: float, n: float, k: float, gpu: GPUSpec, precision: str, count: float = 1.0
+) -> float:
+    """Useful fraction of the tile work ``count`` GEMMs (m x k) @ (k x n) issue, in (0, 1].
+
+    Tile quantization: the m x n output is covered by whole ``tile_m x tile_n`` tiles (either
+    orientation; cuBLAS has both). Wave quantization: the tiles run in ``ceil(tiles / SMs)`` waves of
+    one tile per SM, a partial last wave taking a whole wave's time. K is consumed in whole
+    :data:`GEMM_K_STEP_BYTES` steps. ``count`` > 1 is one grouped GEMM (MoE experts): all groups'
+    tiles share the waves. Worked example (NVIDIA's guide, A100: 108 SMs, 256 x 128 tiles):
+    m = 2048, n = 1792, k = 14336 needs 8 x 14 = 112 tiles, two waves of 108 for 1.04 waves' work,
+    so q = 112 / 216 = 0.52. 1.0 when the GPU's SM count is unknown (``sm_count`` 0).
+    """
+    sms = gpu.sm_count
+    if sms <= 0 or m <= 0 or n <= 0 or k <= 0:
+        return 1.0
+    k_step = GEMM_K_STEP_BYTES // ELEMENT_BYTES.get(precision, 2)
+    k_work = _tiles(k, k_step) * k_step
+    a, b = gpu.gemm_tile
+    best = 0.0
+    for tm, tn in ((a, b), (b, a)):
+        tiles = _tiles(m, tm) * _tiles(n, tn) * count
+        waves = math.ceil(tiles / sms - 1e-9)
+        best = max(best, count * m * n * k / (waves * sms * tm * tn * k_work))
+    return best
+
+
 def gemm_s(m: float, n: float, k: float, gpu: GPUSpec, precision: str, count: float = 1.0) -> float:
-    """Time of ``count`` GEMMs of shape (m x k) @ (k x n)."""
+    """Time of ``count`` GEMMs of shape (m x k) @ (k x n) (``count`` > 1: one grouped GEMM): the
+    size curve times the shape's quantization (:func:`gemm_quantization`)."""
     flop = 2.0 * m * n * k
     if flop <= 0:
         return 0.0
     peak = gpu.peak(COMPUTE_DTYPE[precision])
-    t = flop / (peak * gemm_efficiency(flop, gpu))
+    t = flop / (peak * gemm_efficiency(flop, gpu) * gemm_quantization(m, n, k, gpu, precision, count))
     if precision == "fp8":
         t /= gpu.efficiency.fp8_gemm_speedup
     return count * t
+
+
+@dataclass(frozen=True, slots=True)
+class LinearTimes:
+    """GEMM times of linear layers for one micro-batch: forward, input gradient (B), weight
+    gradient (W), seconds."""
+
+    forward_s: float = 0.0
+    input_grad_s: float = 0.0
+    weight_grad_s: float = 0.0
+
+    def __add__(self, other: LinearTimes) -> LinearTimes:
+        return LinearTimes(
+            self.forward_s + other.forward_s,
+            self.input_grad_s + other.input_grad_s,
+            self.weight_grad_s + other.weight_grad_s,
+        )
+
+
+def linear_s(
+    tokens: float, n_out: float, k_in: float, gpu: GPUSpec, precision: str, count: float = 1.0
+) -> LinearTimes:
+    """The three GEMMs of ``count`` linear layers ``k_in -> n_out`` over ``tokens`` rows:
+    forward ``Y = X W`` (tokens x n_out, reducing k_in), input gradient ``dX = dY W^T``
+    (tokens x k_in, reducing n_out), weight gradient ``dW = X^T dY`` (k_in x n_out, reducing tokens).
+    Same FLOPs each; different output shapes, so different tile and wave quantization."""
+    return LinearTimes(
+        gemm_s(tokens, n_out, k_in, gpu, precision, count),
+        gemm_s(tokens, k_in, n_out, gpu, precision, count),
+        gemm_s(k_in, n_out, tokens, gpu, precision, count),
+    )
 
 
 def attention_s(flop: float, gpu: GPUSpec, precision: str) -> float:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields
 
 from cost_models import communication as comm
 from cost_models import moe as moe_terms
-from cost_models.compute import attention_s, gemm_s, memory_bound_s
+from cost_models.compute import LinearTimes, attention_s, linear_s, memory_bound_s
 from cost_models.parallel import ParallelConfig, group
 from planner.specs import JobSpec, ModelSpec, NodeGroup
 
@@ -232,7 +232,8 @@ def p2p_activation_bytes(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> f
 class _Attention:
     """The attention block of one layer for one micro-batch on one GPU (see :func:`_decoder`)."""
 
-    gemm_fwd_s: float
+    gemm: LinearTimes
+    """Projection GEMMs: forward, input-gradient and weight-gradient times."""
     attn_fwd_s: float
     model_flop: float
     elem_bytes: float
@@ -260,7 +261,7 @@ def _attention(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGrou
     sp_div = t if c.sp else 1
     kv_local = max(kv / t, model.kv_channels)  # with tp > groups, K/V heads are replicated
     qkv_n = q / t + 2 * kv_local
-    gemm_fwd = gemm_s(T, qkv_n, h, gpu, prec) + gemm_s(T, h, q / t, gpu, prec)
+    gemm = linear_s(T, qkv_n, h, gpu, prec) + linear_s(T, h, q / t, gpu, prec)
     # Causal attention executed: half of the non-causal 2*T*span*(2q)/t per cp rank
     # (load-balanced ring, Megatron CP); span = s for full attention.
     attn_fwd = attention_s(T * span * model.core_attention_width / t, gpu, prec)
@@ -283,7 +284,7 @@ def _attention(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGrou
         params_sharded += model.num_attention_heads / t  # one sink logit per head (gpt-oss)
     volume = T * h * ACT_BYTES
     return _Attention(
-        gemm_fwd_s=gemm_fwd,
+        gemm=gemm,
         attn_fwd_s=attn_fwd,
         model_flop=model_flop,
         elem_bytes=elem,
@@ -331,12 +332,12 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
     T_local = T / sp_div  # tokens the duplicated down projections run on
     q_in = rq if rq else h  # input width of the column-parallel query projection
     # GEMMs (forward): down projections (replicated), up projections and output (sharded).
-    gemm_fwd = gemm_s(T_local, rkv + dr, h, gpu, prec)
+    gemm = linear_s(T_local, rkv + dr, h, gpu, prec)
     if rq:
-        gemm_fwd += gemm_s(T_local, rq, h, gpu, prec)
-    gemm_fwd += gemm_s(T, a * dqk / t, q_in, gpu, prec)
-    gemm_fwd += gemm_s(T, a * (dn + dv) / t, rkv, gpu, prec)
-    gemm_fwd += gemm_s(T, h, a * dv / t, gpu, prec)
+        gemm += linear_s(T_local, rq, h, gpu, prec)
+    gemm += linear_s(T, a * dqk / t, q_in, gpu, prec)
+    gemm += linear_s(T, a * (dn + dv) / t, rkv, gpu, prec)
+    gemm += linear_s(T, h, a * dv / t, gpu, prec)
     attn_fwd = attention_s(T * span * model.core_attention_width / t, gpu, prec)
     q_term = rq * (h + a * dqk + 1) if rq else h * a * dqk
     linear = q_term + rkv * (h + a * (dn + dv) + 1) + h * dr + a * dv * h
@@ -371,7 +372,7 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
             tp_fwd = comm.all_reduce_s(hidden, t, link)
         tp_bytes = 2 * (t - 1) / t * (latents + hidden)
     return _Attention(
-        gemm_fwd_s=gemm_fwd,
+        gemm=gemm,
         attn_fwd_s=attn_fwd,
         model_flop=model_flop,
         elem_bytes=elem,
@@ -396,7 +397,7 @@ def _decoder(
 
     # --- attention block ---------------------------------------------------------------------
     at = _attention(model, job, c, node, span)
-    gemm_fwd = at.gemm_fwd_s
+    gemm = at.gemm
     attn_fwd = at.attn_fwd_s
     attn_bwd = 2.5 * attn_fwd
     model_flop = at.model_flop
@@ -419,7 +420,7 @@ def _decoder(
     # --- MLP / MoE -----------------------------------------------------------------------------
     if not moe:
         f = model.ffn_hidden_size
-        gemm_fwd += gemm_s(T, n_in * f / t, h, gpu, prec) + gemm_s(T, h, f / t, gpu, prec)
+        gemm += linear_s(T, n_in * f / t, h, gpu, prec) + linear_s(T, h, f / t, gpu, prec)
         model_flop += 3 * 2 * T * h * f * (n_in + 1) / t
         elem += (n_in + 1) * T * f / t * ACT_BYTES
         act += T * h * ACT_BYTES / sp_div + (n_in * T * f + T * f) / t * ACT_BYTES  # fc1 in, fc1 out, act out
@@ -439,9 +440,9 @@ def _decoder(
         tok_per_expert = P * ep / E
         # Grouped GEMM: each expert's rows computed in whole tiles (tile quantisation).
         rows = moe_terms.grouped_gemm_rows(tok_per_expert)
-        gemm_fwd += gemm_s(T / sp_div, E, h, gpu, "bf16")  # router
-        gemm_fwd += gemm_s(rows, n_in * fe / etp, h, gpu, prec, count=local_experts)
-        gemm_fwd += gemm_s(rows, h, fe / etp, gpu, prec, count=local_experts)
+        gemm += linear_s(T / sp_div, E, h, gpu, "bf16")  # router
+        gemm += linear_s(rows, n_in * fe / etp, h, gpu, prec, count=local_experts)
+        gemm += linear_s(rows, h, fe / etp, gpu, prec, count=local_experts)
         elem += 3 * (T / sp_div) * E * 4  # router softmax + top-k over fp32 logits (~3 passes)
         model_flop += 3 * (2 * T * h * E / sp_div + 2 * (T * k / t) * h * fe * (n_in + 1))
         elem += (n_in + 1) * P * fe / etp * ACT_BYTES + 4 * P * h * ACT_BYTES  # activation, permutes
@@ -452,7 +453,7 @@ def _decoder(
         params_replicated += h * E
         if model.moe_shared_expert_intermediate_size:
             fs = model.moe_shared_expert_intermediate_size
-            gemm_fwd += gemm_s(T, n_in * fs / t, h, gpu, prec) + gemm_s(T, h, fs / t, gpu, prec)
+            gemm += linear_s(T, n_in * fs / t, h, gpu, prec) + linear_s(T, h, fs / t, gpu, prec)
             model_flop += 3 * 2 * T * h * fs * (n_in + 1) / t
             act += (n_in + 1) * T * fs / t * ACT_BYTES
             params_sharded += (n_in + 1) * h * fs / t
@@ -472,7 +473,7 @@ def _decoder(
     tp_bytes = (4 * (t - 1) / t * tp_volume if t > 1 else 0.0) + at.tp_bytes
     tp_bwd = tp_fwd
     if job.tp_comm_overlap and c.sp:
-        tp_fwd, tp_bwd = _tp_overlapped(tp_fwd, gemm_fwd, t, gpu.efficiency.comm_overlap_slowdown)
+        tp_fwd, tp_bwd = _tp_overlapped(tp_fwd, gemm.forward_s, t, gpu.efficiency.comm_overlap_slowdown)
     cp_fwd = cp_bwd = cp_bytes = 0.0
     if c.cp > 1:
         chunk = T * at.kv_width * ACT_BYTES  # this rank's K and V
@@ -490,11 +491,12 @@ def _decoder(
 
     elem_fwd = memory_bound_s(elem, gpu)
     overhead = gpu.efficiency.kernel_overhead_s
-    forward = gemm_fwd + attn_fwd + elem_fwd + overhead
-    # Backward: input-gradient GEMMs (same FLOPs as forward), all attention backward, and the
-    # elementwise backward (twice the forward bytes) go to B; weight-gradient GEMMs go to W.
-    backward_input = gemm_fwd + attn_bwd + 2 * elem_fwd + overhead
-    backward_weight = gemm_fwd
+    forward = gemm.forward_s + attn_fwd + elem_fwd + overhead
+    # Backward: input-gradient GEMMs (same FLOPs as forward, their own shapes), all attention
+    # backward, and the elementwise backward (twice the forward bytes) go to B; weight-gradient
+    # GEMMs go to W.
+    backward_input = gemm.input_grad_s + attn_bwd + 2 * elem_fwd + overhead
+    backward_weight = gemm.weight_grad_s
     return LayerCost(
         params_sharded=params_sharded,
         params_replicated=params_replicated,
@@ -542,7 +544,7 @@ def _output(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) 
     T, h, t, V = tokens_per_gpu(job, c), model.hidden_size, c.tp, model.vocab_size
     sp_div = t if c.sp else 1
     # The output GEMM stays in 16-bit under Transformer Engine's FP8 recipes.
-    logits = gemm_s(T, V / t, h, gpu, "bf16" if prec == "fp8" else prec)
+    logits = linear_s(T, V / t, h, gpu, "bf16" if prec == "fp8" else prec)
     # Cross-entropy over fp32 logits: ~3 passes (max, exp-sum, gradient) over T x V/t floats.
     ce = memory_bound_s(3 * T * V / t * 4, gpu)
     norm = memory_bound_s(2 * T * h * ACT_BYTES / sp_div, gpu)
@@ -551,9 +553,9 @@ def _output(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) 
         params_sharded=(V * h / t) if (model.untie_embeddings_and_output_weights or c.pp > 1) else 0.0,
         params_replicated=_norm_params(model),
         model_flop=3 * 2 * T * h * V / t,
-        forward_s=logits + ce + norm,
-        backward_input_s=logits + ce + norm,
-        backward_weight_s=logits,
+        forward_s=logits.forward_s + ce + norm,
+        backward_input_s=logits.input_grad_s + ce + norm,
+        backward_weight_s=logits.weight_grad_s,
         forward_comm_s=tp_fwd,
         backward_comm_s=tp_fwd,
         activation_bytes=4 * T * h / sp_div + 4 * T * V / t,
@@ -577,15 +579,15 @@ def _mtp(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> 
     layer = _decoder(model, job, c, node, moe=model.is_moe_layer(last), span=float(job.seq_length))
     head = _output(model, job, c, node)
     emb = _embedding(model, job, c, node)
-    proj = gemm_s(T, h / t, 2 * h, gpu, prec)
+    proj = linear_s(T, h / t, 2 * h, gpu, prec)
     norms = memory_bound_s(3 * 2 * T * h * ACT_BYTES / sp_div, gpu)
     module = LayerCost(
         params_sharded=2 * h * h / t,
         params_replicated=3 * _norm_params(model),
         model_flop=3 * 2 * T * (3 * h + 2 * h * h) / t,
-        forward_s=proj + norms,
-        backward_input_s=proj + 2 * norms,
-        backward_weight_s=proj,
+        forward_s=proj.forward_s + norms,
+        backward_input_s=proj.input_grad_s + 2 * norms,
+        backward_weight_s=proj.weight_grad_s,
         forward_comm_s=_tp_collectives_s(T * h * ACT_BYTES, c, node, 1) / 2,
         backward_comm_s=_tp_collectives_s(T * h * ACT_BYTES, c, node, 1) / 2,
         activation_bytes=(2 * T * h / sp_div + 2 * T * h / sp_div) * ACT_BYTES,

@@ -36,7 +36,7 @@ import numpy as np
 
 from cost_models.estimate import estimate
 from planner.calibration import Case, Result, excluded_reason
-from planner.software import MIN_RUNS, OVERRIDE_PARAMS, efficiency_family
+from planner.software import MIN_RUNS, OVERRIDE_PARAMS, efficiency_family, profile_start
 from planner.loading import load_gpu
 from planner.specs import EfficiencySpec, GPUSpec
 
@@ -478,7 +478,8 @@ def _fold(args: tuple[str, list[Case], int]) -> tuple[list[str], list[Result]]:
         classes = profile_groups(train)
         for cls in sorted({c.software for c in held if family(c) == fam and c.software}):
             if cls in classes:
-                fitted[(fam, cls)] = fit_profile(classes[cls], base, passes, LOSO_STEPS)[0]
+                start = profile_start(base, cls, held_out_source=source)
+                fitted[(fam, cls)] = fit_profile(classes[cls], start, passes, LOSO_STEPS)[0]
                 notes.append(f"{fam}/{cls} profile fitted on {len(classes[cls])} runs")
     return notes, [predict(c, fitted.get((family(c), c.software), fitted[(family(c), "")])) for c in held]
 

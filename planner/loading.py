@@ -599,9 +599,19 @@ def _gpu_from_mapping(data: dict, where: str) -> GPUSpec:
         efficiency=eff,
         source=r.get("source", str),
         tdp_w=r.get("tdp_w", float, 0.0),
+        sm_count=r.get("sm_count", int, 0),
+        gemm_tile=_gemm_tile(r, where),
     )
     r.done()
     return spec
+
+
+def _gemm_tile(r: Reader, where: str) -> tuple[int, int]:
+    """The ``gemm_tile: [rows, columns]`` of a GPU file (default 256 x 128)."""
+    value = r.get("gemm_tile", list, [256, 128])
+    if len(value) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+        raise SpecError(f"{where}: gemm_tile must be two positive integers [rows, columns], got {value!r}")
+    return (value[0], value[1])
 
 
 def load_gpu(name_or_path: str) -> GPUSpec:

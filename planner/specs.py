@@ -344,6 +344,13 @@ class GPUSpec:
     tdp_w: float = 0.0
     """Thermal design power (maximum board power) in watts, from the vendor datasheet; 0 when
     unknown (no energy estimate then)."""
+    sm_count: int = 0
+    """Streaming multiprocessors, from the vendor's architecture whitepaper: the wave size of GEMM
+    tiles (:func:`cost_models.compute.gemm_quantization`); 0 when unknown (no quantization)."""
+    gemm_tile: tuple[int, int] = (256, 128)
+    """Output tile (rows, columns) of one GEMM thread block, one per SM: NVIDIA's "Matrix
+    Multiplication Background User's Guide" example for A100 (256 x 128 tiles, one thread block per
+    SM, a wave of 108 tiles)."""
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; raises ``KeyError`` when unsupported."""

@@ -29,7 +29,7 @@ from _efficiency_blocks import write_block  # noqa: E402
 
 from planner.calibration import DEFAULT_RUNS, cases  # noqa: E402
 from planner.fitting import LINEAGE, family, fit_families, fit_profile, profile_groups, usable  # noqa: E402
-from planner.software import CLASSES, SOFTWARE_DIR, to_yaml_values  # noqa: E402
+from planner.software import CLASSES, SOFTWARE_DIR, profile_start, to_yaml_values  # noqa: E402
 
 
 def main() -> int:
@@ -73,7 +73,7 @@ def main() -> int:
             )
             write_block(fam, values, comment)
         for cls, class_runs in profile_groups(group).items():
-            prof, perr = fit_profile(class_runs, eff)
+            prof, perr = fit_profile(class_runs, profile_start(eff, cls))
             print(f"  profile {cls}: {len(class_runs)} runs, mean |log error| {perr:.3f}")
             ids = ", ".join(c.run_id for c in class_runs)
             lines = [f"  {fam}:", f"    # fitted on {len(class_runs)} runs (mean |log error| {perr:.3f}):"]

@@ -86,3 +86,27 @@ def test_the_unpredicted_runs_say_why():
     skipped = {c.run_id: c.skip_reason for c in cases() if c.skip_reason}
     assert set(skipped) == {"opt175b_meta"}
     assert "FLOP counting not stated" in skipped["opt175b_meta"]
+
+
+def test_bigscience_runs_form_their_software_class():
+    """BigScience's Megatron-DeepSpeed runs (CUDA_LAUNCH_BLOCKING=1 on Jean Zay) get their own
+    software profile; Megatron-LM's own runs of the same years do not."""
+    by_id = _by_id()
+    bloom = [c for rid, c in by_id.items() if rid.startswith(("bigscience_prequel_", "bloom176b_reshape_"))]
+    assert len(bloom) == 40
+    assert {c.software for c in bloom} == {"megatron-deepspeed-bigscience-2022"}
+    assert by_id["narayanan2021_t1_gpt1.7b"].software == ""
+
+
+def test_bigscience_micro_batch_sweep_peaks_inside():
+    """The 02-21 sweep (tp 8, pp 12, dp 4) measured tokens/s rising from micro-batch 1 to 4 and
+    falling at 8; with GEMM wave quantization and the class's per-layer launch cost the prediction
+    rises from 1 to 2 and falls from 4 to 8 (before both it fell monotonically)."""
+    from planner.fitting import predict
+
+    by_id = _by_id()
+    pred = {
+        mbs: predict(by_id[f"bigscience_prequel_0221_h14336_l72_dp4_tp8_pp12_mbs{mbs}_gbs2048"]).predicted
+        for mbs in (1, 2, 4, 8)
+    }
+    assert pred[1] < pred[2] and pred[8] < pred[4], pred
