@@ -21,6 +21,10 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from measure_kernels import _time  # noqa: E402  (CUDA-event timing: warm-up, then the median)
+
 SHAPES = [
     # (label, hidden, expert intermediate, local experts): published MoE expert shapes
     ("qwen3-30b-a3b ep8", 2048, 768, 16),  # Qwen3 tech report arXiv:2505.09388 Table 2 + config.json
@@ -29,22 +33,6 @@ SHAPES = [
     ("mixtral-8x7b ep8", 4096, 14336, 1),  # Mixtral arXiv:2401.04088 Table 1
 ]
 TOKENS_PER_EXPERT = [16, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
-
-
-def _time(torch, fn, reps: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
-    times.sort()
-    return times[len(times) // 2]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
             x = torch.randn(E * n, h, device=dev, dtype=torch.bfloat16)
             y = torch.randn(E * n, f, device=dev, dtype=torch.bfloat16)
             offs = torch.arange(1, E + 1, device=dev, dtype=torch.int32) * n
-            fc1 = _time(torch, lambda: torch._grouped_mm(x, w1, offs=offs))
-            fc2 = _time(torch, lambda: torch._grouped_mm(y, w2, offs=offs))
-            dense = _time(torch, lambda: x @ w1[0])
+            fc1 = _time(lambda: torch._grouped_mm(x, w1, offs=offs), torch, reps=20)
+            fc2 = _time(lambda: torch._grouped_mm(y, w2, offs=offs), torch, reps=20)
+            dense = _time(lambda: x @ w1[0], torch, reps=20)
             flop1, flop2 = 2.0 * E * n * h * 2 * f, 2.0 * E * n * f * h
             rows.append(
                 {
