@@ -181,6 +181,7 @@ def test_cli_option_set_is_pinned(run_cli):
             "--plan",
             "--profile",
             "--software",
+            "--framework",
             "--tp-comm-overlap",
             "--json",
         ]

@@ -408,3 +408,31 @@ def test_sweep_and_resilience_commands_take_the_profile(run_cli, tmp_path):
         r = run_cli(*command, "--software", "nope")
         assert r.exit_code == 2 and "allowed values are base" in r.stderr
         assert run_cli(*command, "--software", "base", "--json").exit_code == 0
+
+
+def test_estimate_framework_prices_a_searched_plan_as_the_search_did(run_cli, tmp_path):
+    """estimate/timeline/bubbles --framework apply that framework's default profile, so a layout the
+    search ranked is re-estimated from flags to the same step time; without it, base values."""
+    found = _json(run_cli("search", *H100, "--top", "1", "--json"))
+    p = found["plans"][0]
+    flags = ["--tp", str(p["tp"]), "--pp", str(p["pp"]), "--cp", str(p["cp"]), "--vpp", str(p["vpp"])]
+    flags += ["--micro-batch-size", str(p["micro_batch_size"]), "--optimizer-sharding", p["optimizer_sharding"]]
+    flags += ["--schedule", p["schedule"], "--recompute", p["recompute"]]
+    if p["recompute_num_layers"]:
+        flags += ["--recompute-num-layers", str(p["recompute_num_layers"])]
+    flags += ["--sequence-parallel" if p["sequence_parallel"] else "--no-sequence-parallel"]
+    if p["layers_per_stage"] and len(set(p["layers_per_stage"])) > 1:
+        flags += ["--layers-per-stage", ",".join(map(str, p["layers_per_stage"]))]
+    same = _json(run_cli("estimate", *H100, *flags, "--framework", "megatron", "--json"))
+    assert same["software"]["name"] == found["software"]["name"] == default_software("megatron", ("h100",))
+    assert same["step_time_s"] == pytest.approx(p["step_time_s"], rel=1e-3)
+    base = _json(run_cli("estimate", *H100, *flags, "--json"))
+    assert base["software"]["name"] == BASE and base["step_time_s"] != same["step_time_s"]
+    for command in ("timeline", "bubbles"):
+        assert run_cli(command, *H100, *flags, "--framework", "megatron", "--json").exit_code == 0
+    bad = run_cli("estimate", *H100, *CONFIG, "--framework", "deepspeed")
+    assert bad.exit_code == 2 and "allowed values are megatron, torchtitan, any" in bad.stderr
+    plan = tmp_path / "p.yaml"
+    assert run_cli("search", *H100, "--top", "1", "--out", str(plan), "-q").exit_code == 0
+    both = run_cli("estimate", "--plan", str(plan), "--framework", "megatron")
+    assert both.exit_code == 2 and "--plan gives" in both.stderr

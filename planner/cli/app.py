@@ -129,6 +129,15 @@ def _framework_help() -> str:
 FrameworkOpt = Annotated[
     str, typer.Option("--framework", help=_framework_help(), rich_help_panel=PANEL_SPACE)
 ]
+EstimateFrameworkOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--framework",
+        help="Price as this framework runs it: its newest software profile fitted on the cluster's GPUs "
+        "applies, as in search (default: none, the GPU files' base values; --software overrides).",
+        rich_help_panel=PANEL_INPUTS,
+    ),
+]
 PlanOpt = Annotated[
     Path | None,
     typer.Option(
@@ -435,6 +444,7 @@ def _estimate(opts: dict):
             any(x is not None for x in (model, cluster, nodes, gbs, seq))
             or any(x is not None for x in flags + split)
             or opts.get("tp_comm_overlap")
+            or opts.get("framework")
         ):
             raise UsageError(
                 "--plan gives the model, cluster, job and configuration; do not combine it with "
@@ -465,6 +475,7 @@ def _estimate(opts: dict):
         _profile(opts),
         bool(opts.get("tp_comm_overlap")),
         opts.get("software"),
+        _framework_name(opts.get("framework")),
     )
     _software_note(problem)
     config = _with_split(_config(*flags), problem.model, *split[:3])
@@ -473,6 +484,13 @@ def _estimate(opts: dict):
             raise UsageError(f"--fsdp-shard must be >= 1, got {split[3]}")
         config = config.with_(fsdp_shard=split[3])
     return problem, api.estimate_config(problem, config)
+
+
+def _framework_name(name: str | None) -> str:
+    """A checked ``--framework`` of estimate/timeline/bubbles; ``any`` (base values) when not given."""
+    from planner.frameworks import get_framework
+
+    return get_framework(name).name if name else "any"
 
 
 def _software_note(problem, quiet: bool = False) -> None:
@@ -633,6 +651,7 @@ def estimate(
     plan: PlanOpt = None,
     profile: ProfileOpt = None,
     software: SoftwareOpt = None,
+    framework: EstimateFrameworkOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -676,6 +695,7 @@ def timeline(
     plan: PlanOpt = None,
     profile: ProfileOpt = None,
     software: SoftwareOpt = None,
+    framework: EstimateFrameworkOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
     svg: Annotated[
         Path | None,
@@ -769,6 +789,7 @@ def bubbles(
     plan: PlanOpt = None,
     profile: ProfileOpt = None,
     software: SoftwareOpt = None,
+    framework: EstimateFrameworkOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
     fill_job: Annotated[
         Path | None,
