@@ -146,6 +146,11 @@ class MeasuredRow:
         return (self.predicted_static_bytes - self.measured_static_bytes) / self.measured_static_bytes
 
     @property
+    def allocated_excess_bytes(self) -> float:
+        """Measured minus predicted allocated peak (positive: the model under-predicts)."""
+        return self.measured_peak_bytes - self.predicted_peak_bytes
+
+    @property
     def reserved_excess_bytes(self) -> float:
         """Reserved peak minus the predicted allocated peak (what the allocator's pool adds)."""
         return self.measured_reserved_bytes - self.predicted_peak_bytes
@@ -224,9 +229,7 @@ def summarize_measured(measured: list[MeasuredRow]) -> dict:
         "max_abs_error": max(abs_err),
         "median_signed_error": _percentile([r.signed_error for r in measured], 0.5),
         "static_max_abs_error": max(abs(r.static_error) for r in measured),
-        "excess_p90_gib": _percentile(
-            [(r.measured_peak_bytes - r.predicted_peak_bytes) / GIB for r in measured], 0.9
-        ),
+        "excess_p90_gib": _percentile([r.allocated_excess_bytes / GIB for r in measured], 0.9),
         "reserved_excess_max_gib": max(r.reserved_excess_bytes for r in measured) / GIB,
         "derived_headroom_gib": derived_headroom_gib(measured),
     }
@@ -236,5 +239,5 @@ def derived_headroom_gib(measured: list[MeasuredRow]) -> float:
     """The ``--headroom-gib`` the measurements call for: the 90th percentile (nearest rank) over the
     rows of the excess of the reserved peak (or, were the model to under-predict, of the allocated
     peak) over the predicted allocated peak, rounded up to a whole GiB (at least 1)."""
-    excess = [max(r.reserved_excess_bytes, r.measured_peak_bytes - r.predicted_peak_bytes) for r in measured]
+    excess = [max(r.reserved_excess_bytes, r.allocated_excess_bytes) for r in measured]
     return float(max(1, math.ceil(_percentile(excess, 0.9) / GIB)))

@@ -118,19 +118,15 @@ def sweep(
     restrictions = Restrictions(
         memory_headroom_bytes=headroom_gib * 2**30, framework=get_framework(framework).name
     )
-    chosen = software
     tasks = []
-    names_used = []
     for p in points:
         point_cluster = load_cluster(p.cluster, p.nodes)
         target = make_target(tokens, gpu_hour_price, point_cluster, gpu_power_fraction, node_power_overhead)
         check_objective(objective, target)
-        point_software = resolve_software(chosen, restrictions.framework, cluster_families(point_cluster))
-        names_used.append(point_software)
+        point_software = resolve_software(software, restrictions.framework, cluster_families(point_cluster))
         tasks.append(
             SweepTask(p, model, global_batch_size, seq_len, precision, restrictions, target, point_software)
         )
-    software = "+".join(dict.fromkeys(names_used))
     # the model and job are checked once here, so that a bad name fails before any worker starts
     api.load_problem(model, points[0].cluster, points[0].nodes, global_batch_size, seq_len, precision)
     progress = _progress(quiet, as_json, "sweeping", "points")
@@ -142,7 +138,7 @@ def sweep(
         "global_batch_size": global_batch_size,
         "seq_length": seq_len,
         "objective": objective,
-        "software": software,
+        "software": "+".join(dict.fromkeys(t.software for t in tasks)),
         "best_point": best_point(rows, objective),
         "points": rows,
     }
