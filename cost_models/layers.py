@@ -416,6 +416,7 @@ def _decoder(
     params_expert = 0.0
     ep_bytes = 0.0
     ep_s_fwd = 0.0
+    moe_host = (0.0, 0.0)
 
     # --- MLP / MoE -----------------------------------------------------------------------------
     if not moe:
@@ -438,14 +439,18 @@ def _decoder(
         P = P_mean * load
         local_experts = E / ep
         tok_per_expert = P * ep / E
-        # Grouped GEMM: each expert's rows computed in whole tiles (tile quantisation).
+        # Grouped GEMM: each expert's rows computed in whole tiles (tile quantisation), all local
+        # experts in one grouped call (cost_models.moe.grouped_linear_s).
         rows = moe_terms.grouped_gemm_rows(tok_per_expert)
         gemm += linear_s(T / sp_div, E, h, gpu, "bf16")  # router
-        gemm += linear_s(rows, n_in * fe / etp, h, gpu, prec, count=local_experts)
-        gemm += linear_s(rows, h, fe / etp, gpu, prec, count=local_experts)
+        gemm += moe_terms.grouped_linear_s(rows, local_experts, n_in * fe / etp, h, gpu, prec)
+        gemm += moe_terms.grouped_linear_s(rows, local_experts, h, fe / etp, gpu, prec)
         elem += 3 * (T / sp_div) * E * 4  # router softmax + top-k over fp32 logits (~3 passes)
         model_flop += 3 * (2 * T * h * E / sp_div + 2 * (T * k / t) * h * fe * (n_in + 1))
-        elem += (n_in + 1) * P * fe / etp * ACT_BYTES + 4 * P * h * ACT_BYTES  # activation, permutes
+        elem += (n_in + 1) * P * fe / etp * ACT_BYTES  # the experts' activation
+        sort_chunks = ep > 1 and local_experts > 1
+        elem += moe_terms.dispatch_traffic(P, k, job.moe_dispatcher, sort_chunks) * h * ACT_BYTES
+        moe_host = moe_terms.host_launches(local_experts, job.moe_dispatcher, job.cuda_graph_scope)
         act += P * h * ACT_BYTES + P * (n_in + 1) * fe / etp * ACT_BYTES
         act += T * E * 4 / sp_div  # router logits/probabilities (fp32)
         wgrad_act += (P * h + P * fe / etp) * ACT_BYTES
@@ -458,12 +463,19 @@ def _decoder(
             act += (n_in + 1) * T * fs / t * ACT_BYTES
             params_sharded += (n_in + 1) * h * fs / t
         if ep > 1:
-            # dispatch + combine, each moving every routed token copy's hidden state
-            # (the busiest rank receives `load` times the mean)
-            volume = (T / sp_div) * k * load * h * ACT_BYTES
             link = comm.link_for(group(c, "ep"), node)
-            ep_s_fwd = 2 * comm.all_to_all_s(volume, ep, link)
-            ep_bytes = 4 * volume * (ep - 1) / ep
+            if job.moe_dispatcher == "allgather":
+                # all-gather every rank's tokens, reduce-scatter the expert outputs back
+                # (Megatron-Core MoEAllGatherTokenDispatcher)
+                gathered = ep * (T / sp_div) * h * ACT_BYTES
+                ep_s_fwd = comm.all_gather_s(gathered, ep, link) + comm.reduce_scatter_s(gathered, ep, link)
+                ep_bytes = 4 * gathered * (ep - 1) / ep
+            else:
+                # dispatch + combine, each moving every routed token copy's hidden state
+                # (the busiest rank receives `load` times the mean)
+                volume = (T / sp_div) * k * load * h * ACT_BYTES
+                ep_s_fwd = 2 * comm.all_to_all_s(volume, ep, link)
+                ep_bytes = 4 * volume * (ep - 1) / ep
 
     # --- tensor / context parallel communication --------------------------------------------------
     # One all-reduce (AG + RS with SP) of the hidden states for the MLP per direction, plus the
@@ -497,6 +509,24 @@ def _decoder(
     # GEMMs go to W.
     backward_input = gemm.input_grad_s + attn_bwd + 2 * elem_fwd + overhead
     backward_weight = gemm.weight_grad_s
+    ep_s_bwd = ep_s_fwd
+    if moe and ep_s_fwd and job.moe_a2a_overlap:
+        # Each all-to-all runs under the other micro-batch's pass of the same layer (forward's under
+        # a backward, backward's under a forward; Megatron-Core --overlap-moe-expert-parallel-comm).
+        slow = gpu.efficiency.comm_overlap_slowdown
+        ep_s_fwd, ep_s_bwd = (
+            comm.overlapped_s(ep_s_fwd, backward_input + backward_weight, slow),
+            comm.overlapped_s(ep_s_bwd, forward, slow),
+        )
+    fwd_comm = tp_fwd + cp_fwd + ep_s_fwd
+    bwd_comm = tp_bwd + cp_bwd + ep_s_bwd
+    if moe and gpu.efficiency.host_launch_s:
+        # The dispatcher synchronises the host on the token counts every MoE layer, so the host
+        # cannot run ahead: a pass takes at least the time to issue its kernels
+        # (cost_models.moe.host_launches).
+        launch = gpu.efficiency.host_launch_s
+        forward += max(0.0, moe_host[0] * launch - (forward + fwd_comm))
+        backward_input += max(0.0, moe_host[1] * launch - (backward_input + backward_weight + bwd_comm))
     return LayerCost(
         params_sharded=params_sharded,
         params_replicated=params_replicated,
@@ -505,8 +535,8 @@ def _decoder(
         forward_s=forward,
         backward_input_s=backward_input,
         backward_weight_s=backward_weight,
-        forward_comm_s=tp_fwd + cp_fwd + ep_s_fwd,
-        backward_comm_s=tp_bwd + cp_bwd + ep_s_fwd,
+        forward_comm_s=fwd_comm,
+        backward_comm_s=bwd_comm,
         selective_recompute_s=attn_fwd,
         activation_bytes=act,
         checkpoint_bytes=T * h * ACT_BYTES / sp_div,

@@ -1,4 +1,5 @@
-"""Routed-expert (MoE) pricing terms: load imbalance and grouped-GEMM tile quantisation.
+"""Routed-expert (MoE) pricing terms: load imbalance, grouped GEMMs, the token dispatcher's
+memory traffic, and the host time of an MoE layer.
 
 Pure functions used by :func:`cost_models.layers._decoder`'s MoE branch.
 
@@ -22,6 +23,9 @@ Pure functions used by :func:`cost_models.layers._decoder`'s MoE branch.
 from __future__ import annotations
 
 import math
+
+from cost_models.compute import LinearTimes, gemm_s
+from planner.specs import GPUSpec
 
 GROUPED_GEMM_TILE_ROWS = 128
 """Rows per tile of a grouped GEMM (MegaBlocks' block size, Gale et al. 2022 Sec. 5.1)."""
@@ -59,3 +63,103 @@ def grouped_gemm_rows(tokens_per_expert: float, tile: int = GROUPED_GEMM_TILE_RO
     if tokens_per_expert <= 0:
         return 0.0
     return max(float(tile), tokens_per_expert + tile / 2.0)
+
+
+def grouped_linear_s(
+    rows: float, local_experts: float, n_out: float, k_in: float, gpu: GPUSpec, precision: str
+) -> LinearTimes:
+    """The three GEMMs of one MoE linear over ``local_experts`` experts with ``rows`` (tile-padded)
+    rows each, priced as one grouped kernel: forward and input gradient as one GEMM over all
+    experts' rows, the weight gradients as one GEMM producing every expert's ``k_in x n_out`` block
+    (same FLOPs, all tiles in one launch). On an H100 this tracks ``torch._grouped_mm`` to a median
+    1.00x over 27 measured Qwen3 / DeepSeek-V3 / Mixtral expert shapes at 16-8,192 tokens per expert
+    (docs/calibration.md, "MoE grouped GEMMs"; hardware_profiles/measurements/
+    h100-sxm5-80gb-grouped-gemm.json), where pricing each expert as its own GEMM was 3.3x slow.
+    Divided by the GPU's ``grouped_gemm_efficiency`` (a software's grouped GEMM below one kernel's
+    speed, e.g. Transformer Engine's one-cuBLAS-call-per-expert ``GroupedLinear``)."""
+    if rows <= 0 or local_experts <= 0:
+        return LinearTimes()
+    m = rows * local_experts
+    g = gpu.efficiency.grouped_gemm_efficiency
+    return LinearTimes(
+        gemm_s(m, n_out, k_in, gpu, precision) / g,
+        gemm_s(m, k_in, n_out, gpu, precision) / g,
+        gemm_s(k_in, n_out * local_experts, rows, gpu, precision) / g,
+    )
+
+
+def dispatch_traffic(routed: float, topk: int, dispatcher: str, sort_chunks: bool) -> float:
+    """HBM traffic of one forward of the token dispatcher (both directions: dispatch and combine),
+    in hidden-state rows read or written, for ``routed`` token copies on this GPU.
+
+    * ``alltoall`` (Megatron-Core ``MoEAlltoAllTokenDispatcher``, megatron/core/transformer/moe/
+      token_dispatcher.py with ``moe_utils.permute`` / ``unpermute`` / ``sort_chunks_by_idxs``):
+      permute the local tokens into expert order (read and write every copy: 2), after the
+      all-to-all sort the received chunks by local expert (2; only with several local experts and
+      expert parallelism), the reverse sort before the combine all-to-all (2), and unpermute: read
+      every copy, write the probability-weighted sum per token (1 + 1/topk).
+    * ``allgather`` (``MoEAllGatherTokenDispatcher``): gather the local experts' copies out of the
+      all-gathered tokens (2) and scatter-add them back (1 + 1/topk); no sort.
+    * ``flex`` (DeepEP / HybridEP, ``MoEFlexTokenDispatcher``): the communication kernels write the
+      received tokens in expert order and reduce on the way back (DeepEP README, "normal kernels"
+      for training), so only the copies' write on dispatch and read on combine remain (2).
+    The backward moves the same rows (cost_models.layers charges elementwise backward at twice the
+    forward's bytes, which covers the gradient's reads and writes)."""
+    if dispatcher == "flex":
+        rows = 2.0
+    elif dispatcher == "allgather":
+        rows = 3.0 + 1.0 / max(1, topk)
+    else:
+        rows = 2.0 + (4.0 if sort_chunks else 2.0) + 1.0 + 1.0 / max(1, topk)
+    return rows * routed
+
+
+MOE_LAUNCHES = {
+    # part: (forward kernels, backward kernels), eager Megatron-Core with Transformer Engine
+    "router": (10, 10),
+    "preprocess": (8, 0),
+    "dispatch": (6, 6),
+    "experts": (6, 8),
+}
+"""Kernels one MoE layer launches outside its expert GEMMs, per part and pass, counted on
+Megatron-Core's MoE layer (megatron/core/transformer/moe/moe_layer.py, router.py,
+token_dispatcher.py, experts.py ``TEGroupedMLP``) with its fusions on (``--moe-router-fusion``,
+``--moe-permute-fusion``): the router's gating GEMM, fused top-k/score function and auxiliary-loss
+kernels and their gradients; the dispatcher's preprocess (token counts per expert, their
+all-to-all or all-gather, the device-to-host copy it synchronises on); permute, all-to-all, sort and
+their reverses; the experts' FP8 casts and fused activation. The expert GEMMs come on top: one per
+local expert and linear under Transformer Engine's multi-stream grouped GEMM
+(:func:`host_launches`)."""
+MOE_GRAPH_PARTS = {
+    "moe": ("router", "preprocess", "dispatch", "experts"),
+    "moe_router": ("router",),
+    "moe_preprocess": ("preprocess",),
+    "full_iteration": ("router", "preprocess", "dispatch", "experts"),
+}
+"""The MoE-layer parts each CUDA-graph scope captures (Megatron-Core ``--cuda-graph-scope`` help:
+``moe`` the whole MoE MLP, ``moe_router`` up to ``MoELayer.router()``, ``moe_preprocess``
+``MoELayer.preprocess()``, ``full_iteration`` everything); ``full`` (whole dense layers) and
+``attn`` capture nothing of the MoE MLP."""
+
+
+def host_launches(local_experts: float, dispatcher: str, scope: tuple[str, ...]) -> tuple[float, float]:
+    """Kernels the host issues for one MoE layer's MLP, (forward, backward).
+
+    :data:`MOE_LAUNCHES` plus the expert GEMMs: Transformer Engine's ``GroupedLinear`` issues one
+    cuBLAS GEMM per local expert (``multi_stream_cublas_gemm``, TransformerEngine
+    transformer_engine/common/gemm/cublaslt_gemm.cu), two linears forward (fc1, fc2) and their input
+    and weight gradients backward. The flex dispatcher's fused kernels replace permute and sort
+    (4 of the 6 dispatch kernels per pass). A part a CUDA-graph ``scope`` captures is one graph
+    launch instead."""
+    captured = {part for s in scope for part in MOE_GRAPH_PARTS.get(s, ())}
+    fwd = bwd = 0.0
+    for part, (f, b) in MOE_LAUNCHES.items():
+        if part == "dispatch" and dispatcher == "flex":
+            f, b = f - 4, b - 4
+        if part == "experts":
+            f, b = f + 2 * local_experts, b + 4 * local_experts
+        if part in captured:
+            f, b = min(f, 1), min(b, 1)
+        fwd += f
+        bwd += b
+    return fwd, bwd

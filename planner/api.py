@@ -50,12 +50,16 @@ def load_problem(
     tp_comm_overlap: bool = False,
     software: str | None = None,
     framework: str = "any",
+    moe_dispatcher: str = "alltoall",
+    moe_a2a_overlap: bool = False,
+    cuda_graph_scope: tuple[str, ...] = (),
 ) -> Problem:
     """Load a model (preset, YAML or HF config.json), a cluster (template + nodes, or file) and a job;
     ``software``: a software profile name (None: the newest of ``framework`` fitted on the
     cluster's GPU families, none for ``any``; :func:`planner.software.resolve_software`), then ``profile``: a calibrated profile file, applied
     to the cluster (:func:`planner.software.configure`: the calibration wins);
-    ``tp_comm_overlap``: :attr:`JobSpec.tp_comm_overlap`."""
+    ``tp_comm_overlap``, ``moe_dispatcher``, ``moe_a2a_overlap``, ``cuda_graph_scope``: the
+    :class:`JobSpec` fields of those names."""
     from planner.calibrate.profile import read_profile
     from planner.graph_model import is_graph_model, load_graph_model
     from planner.software import cluster_families, configure, resolve_software
@@ -73,6 +77,10 @@ def load_problem(
             seq_length=seq_length,
             precision=precision,
             tp_comm_overlap=tp_comm_overlap,
+            moe_dispatcher=moe_dispatcher,
+            moe_a2a_overlap=moe_a2a_overlap,
+            cuda_graph_scope=cuda_graph_scope,
+            where="command line",
         ),
         profile=prof,
         software=use,
@@ -254,6 +262,9 @@ def gpu_dict(gpu) -> dict:
             "hbm_efficiency": e.hbm_efficiency,
             "fp8_gemm_speedup": e.fp8_gemm_speedup,
             "kernel_overhead_s": e.kernel_overhead_s,
+            "comm_overlap_slowdown": e.comm_overlap_slowdown,
+            "grouped_gemm_efficiency": e.grouped_gemm_efficiency,
+            "host_launch_s": e.host_launch_s,
         },
         "source": gpu.source,
     }
@@ -294,6 +305,9 @@ def job_dict(j: JobSpec) -> dict:
         "overlap_grad_reduce": j.overlap_grad_reduce,
         "overlap_param_gather": j.overlap_param_gather,
         "tp_comm_overlap": j.tp_comm_overlap,
+        "moe_dispatcher": j.moe_dispatcher,
+        "moe_a2a_overlap": j.moe_a2a_overlap,
+        "cuda_graph_scope": list(j.cuda_graph_scope),
     }
 
 

@@ -294,6 +294,36 @@ def _attention_fields(text: str, num_layers: int, moe: dict, notes: list[str]) -
     return out
 
 
+def _moe_runtime(rid: str, par: dict, notes: list[str]) -> dict:
+    """The MoE dispatcher, all-to-all overlap and CUDA graphs of a run (JobSpec fields) from the
+    keys the calibration file records from the recipes (``moe_token_dispatcher``,
+    ``moe_a2a_overlap``, ``cuda_graphs``), else from the source's own words ("token dispatcher
+    DeepEP"; ``_a2a`` / ``_deepep`` in Megatron-MoE-ModelZoo run names); alltoall, no overlap and no
+    graphs otherwise (noted)."""
+    text = f"{par.get('notes') or ''} {rid}".lower()
+    dispatcher = par.get("moe_token_dispatcher")
+    if dispatcher is None:
+        if "deepep" in text or "hybridep" in text:
+            dispatcher = "flex"
+        elif "a2a" in text or "alltoall" in text:
+            dispatcher = "alltoall"
+        else:
+            dispatcher = "alltoall"
+            notes.append("alltoall token dispatcher assumed")
+    graphs = par.get("cuda_graphs")
+    if graphs in (None, "none", "null"):
+        graphs = ()
+    elif isinstance(graphs, str):
+        graphs = (graphs,)
+    if par.get("cuda_graphs") is None:
+        notes.append("no CUDA graphs assumed")
+    return {
+        "moe_dispatcher": dispatcher,
+        "moe_a2a_overlap": bool(par.get("moe_a2a_overlap")),
+        "cuda_graph_scope": tuple(graphs),
+    }
+
+
 def _first(data: dict, *keys: str):
     """The first of ``keys`` the mapping has a non-null value for (sources name MoE fields differently)."""
     return next((data[k] for k in keys if data.get(k) is not None), None)
@@ -356,7 +386,9 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
             # Overlapped tensor-parallel collectives where the source says so: Megatron-LM's
             # --tp-comm-overlap, torchtitan's async TP (JobSpec.tp_comm_overlap).
             par_notes = str(par.get("notes") or "")
-            tp_overlap = "--tp-comm-overlap" in par_notes or "with async TP" in par_notes
+            tp_overlap = par.get("tp_comm_overlap")
+            if tp_overlap is None:
+                tp_overlap = "--tp-comm-overlap" in par_notes or "with async TP" in par_notes
             if tp_overlap:
                 notes.append("tensor-parallel communication overlapped (source notes)")
             overlap_reduce = _overlapped_reduction(run)
@@ -369,9 +401,19 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 tp_comm_overlap=tp_overlap,
                 overlap_grad_reduce=overlap_reduce,
                 overlap_param_gather=overlap_reduce,
+                **(_moe_runtime(rid, par, notes) if model.is_moe else {}),
+                where=f"run {rid}",
             )
             cluster = _cluster(hw, hw["total_gpus"], notes)
             rec_text = str(par.get("recompute") or "none").lower()
+            modules = par.get("recompute_modules")
+            if modules is not None and "full" not in rec_text:
+                # Megatron's --recompute-modules (the recipes record them): planner's selective
+                # recompute is core attention, Megatron's default module; the others (norms, MoE
+                # activation, MLA up-projection, MLP) are priced as no recompute.
+                rec_text = "selective" if "core_attn" in modules else "none"
+                if modules and "core_attn" not in modules:
+                    notes.append(f"recompute modules {', '.join(modules)} priced as no recompute")
             recompute = (
                 "full"
                 if ("full" in rec_text or "unknown" in rec_text)

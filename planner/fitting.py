@@ -114,11 +114,15 @@ UNCALIBRATED = EfficiencySpec(
     fp8_gemm_speedup=1.6,
     kernel_overhead_s=20e-6,
     comm_overlap_slowdown=0.18,
+    grouped_gemm_efficiency=1.0,
+    host_launch_s=10e-6,
 )
 """The vendor-typical starting values every uncalibrated GPU type carries
 (hardware_profiles/gpus/b200.yaml), and an overlap slowdown of 24 of 132 SMs (the CTAs an NCCL
-all-gather takes on an H100; EfficiencySpec.comm_overlap_slowdown). Leave-one-source-out fits start
-here, not from the shipped fit."""
+all-gather takes on an H100; EfficiencySpec.comm_overlap_slowdown), a grouped GEMM as fast as one
+kernel (the H100 measurement, cost_models.moe.grouped_linear_s) and 10 us of host time per kernel
+launch (the low end of the 5-50 us EfficiencySpec.host_launch_s cites). Leave-one-source-out fits
+start here, not from the shipped fit."""
 
 PARAMS = (
     "gemm_efficiency_max",
@@ -127,7 +131,11 @@ PARAMS = (
     "fp8_gemm_speedup",
     "kernel_overhead_s",
     "comm_overlap_slowdown",
+    "grouped_gemm_efficiency",
+    "host_launch_s",
 )
+MOE_PARAMS = ("grouped_gemm_efficiency", "host_launch_s")
+"""Parameters only MoE layers read: fitted only where a group has MoE runs."""
 BOUNDS = {
     "gemm_efficiency_max": (0.3, 0.95),
     "gemm_half_efficiency_flop": (1e8, 1e12),
@@ -135,8 +143,10 @@ BOUNDS = {
     "fp8_gemm_speedup": (1.0, 2.0),
     "kernel_overhead_s": (0.0, 2e-3),
     "comm_overlap_slowdown": (0.0, 0.6),
+    "grouped_gemm_efficiency": (0.1, 1.0),
+    "host_launch_s": (0.0, 100e-6),
 }
-ZERO_START = {"kernel_overhead_s": 1e-5, "comm_overlap_slowdown": 0.05}
+ZERO_START = {"kernel_overhead_s": 1e-5, "comm_overlap_slowdown": 0.05, "host_launch_s": 2e-6}
 """Where a parameter at zero starts when a step would raise it (multiplicative steps cannot leave 0)."""
 STEPS = (0.6, 0.8, 0.9, 0.95, 1.05, 1.1, 1.25, 1.6)
 
@@ -175,14 +185,17 @@ PRIOR_LOG_SD = {
     "fp8_gemm_speedup": 0.1,
     "kernel_overhead_s": 1.0,
     "comm_overlap_slowdown": 0.5,
+    "grouped_gemm_efficiency": 0.7,
+    "host_launch_s": 1.0,
 }
 """Width of the prior, in natural log units, per parameter: how far a family's value may be
 expected to sit from its parent's transferred value. Chosen, not fitted: GEMM ceilings of one
 software generation differ by about 15% between GPU generations (measured H100 and H200 GEMM
 kernels fit 0.71 and 0.70, docs/calibration.md); attention kernels change more between
-generations (FlashAttention 2 -> 3); the GEMM latency, the kernel overhead and the overlap
-slowdown are known only to within a factor of e (1.6 for the slowdown)."""
-PRIOR_FLOOR = {"kernel_overhead_s": 1e-6, "comm_overlap_slowdown": 0.02}
+generations (FlashAttention 2 -> 3); the GEMM latency, the kernel overhead, the host launch time and
+the overlap slowdown are known only to within a factor of e (1.6 for the slowdown); a grouped GEMM
+may run at a fraction of one kernel's speed when issued per expert (factor 2 at one sigma)."""
+PRIOR_FLOOR = {"kernel_overhead_s": 1e-6, "comm_overlap_slowdown": 0.02, "host_launch_s": 1e-6}
 """Added to both sides of the log ratio for parameters that may be 0 (1 us; 2% slowdown)."""
 PRIOR_SCALE = 0.05
 """Penalty per source: the objective is mean |log error| + PRIOR_SCALE / sources x sum z^2 / 2.
@@ -229,6 +242,8 @@ def fit(
     given). ``fp8_gemm_speedup`` is fitted only when the group has FP8 runs. Returns the values and
     their mean |log error| (without the penalty)."""
     params = [p for p in only if p != "fp8_gemm_speedup" or any(c.job.precision == "fp8" for c in group)]
+    if not any(c.model.is_moe for c in group):
+        params = [p for p in params if p not in MOE_PARAMS]
     best, best_loss = start, objective(group, start, prior, params)
     for _ in range(passes):
         improved = False

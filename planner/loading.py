@@ -20,7 +20,9 @@ from planner.errors import SpecError
 from planner.layer_pattern import PatternError, parse_pattern
 from planner.specs import (
     ACTIVATIONS,
+    CUDA_GRAPH_SCOPES,
     DTYPES,
+    MOE_DISPATCHERS,
     NORMALIZATIONS,
     POSITION_EMBEDDINGS,
     PRECISIONS,
@@ -587,6 +589,8 @@ def _gpu_from_mapping(data: dict, where: str) -> GPUSpec:
         fp8_gemm_speedup=e.get("fp8_gemm_speedup", float, 1.0, positive=True),
         kernel_overhead_s=e.get("kernel_overhead_us", float, 0.0) * 1e-6,
         comm_overlap_slowdown=e.get("comm_overlap_slowdown", float, 0.0),
+        grouped_gemm_efficiency=e.get("grouped_gemm_efficiency", float, 1.0, positive=True),
+        host_launch_s=e.get("host_launch_us", float, 0.0) * 1e-6,
     )
     e.get("fitted_on", str, "")
     e.done()
@@ -794,7 +798,33 @@ def make_job(
             raise SpecError(
                 f"{where}: {key} {kwargs[key]!r} is not allowed; allowed values: {', '.join(DTYPES)}"
             )
+    if kwargs.get("moe_dispatcher", "alltoall") not in MOE_DISPATCHERS:
+        raise SpecError(
+            f"{where}: moe_dispatcher {kwargs['moe_dispatcher']!r} is not allowed; allowed values: "
+            f"{', '.join(MOE_DISPATCHERS)}"
+        )
+    if "cuda_graph_scope" in kwargs:
+        kwargs["cuda_graph_scope"] = cuda_graph_scope(kwargs["cuda_graph_scope"], where)
     return JobSpec(global_batch_size=global_batch_size, seq_length=seq_length, precision=precision, **kwargs)
+
+
+def cuda_graph_scope(values: Any, where: str) -> tuple[str, ...]:
+    """Validated CUDA graph scopes (:data:`planner.specs.CUDA_GRAPH_SCOPES`), sorted and deduplicated
+    so equal settings compare equal; ``none`` (alone) is the empty tuple."""
+    items = [values] if isinstance(values, str) else list(values or ())
+    items = [str(v).strip() for v in items if str(v).strip() and str(v).strip() != "none"]
+    bad = [v for v in items if v not in CUDA_GRAPH_SCOPES]
+    if bad:
+        raise SpecError(
+            f"{where}: cuda_graph_scope {bad[0]!r} is not allowed; allowed values: "
+            f"none, {', '.join(CUDA_GRAPH_SCOPES)}"
+        )
+    if "moe_preprocess" in items and "moe_router" not in items:
+        raise SpecError(
+            f"{where}: cuda_graph_scope moe_preprocess needs moe_router too (Megatron-Core: "
+            "'\"moe_preprocess\" ... must be used together with \"moe_router\"')"
+        )
+    return tuple(sorted(set(items), key=CUDA_GRAPH_SCOPES.index))
 
 
 def job_from_mapping(data: dict, where: str) -> JobSpec:
@@ -810,6 +840,9 @@ def job_from_mapping(data: dict, where: str) -> JobSpec:
         overlap_grad_reduce=r.get("overlap_grad_reduce", bool, True),
         overlap_param_gather=r.get("overlap_param_gather", bool, True),
         tp_comm_overlap=r.get("tp_comm_overlap", bool, False),
+        moe_dispatcher=r.get("moe_dispatcher", str, "alltoall", choices=MOE_DISPATCHERS),
+        moe_a2a_overlap=r.get("moe_a2a_overlap", bool, False),
+        cuda_graph_scope=r.get("cuda_graph_scope", (list, str), []),
         where=where,
     )
     r.done()

@@ -196,8 +196,11 @@ def job_to_mapping(job: JobSpec) -> dict:
         "master_dtype": job.master_dtype,
         "overlap_grad_reduce": job.overlap_grad_reduce,
         "overlap_param_gather": job.overlap_param_gather,
-        # Written only when on, so plans without it read as before.
+        # Written only when not the default, so plans without them read as before.
         **({"tp_comm_overlap": True} if job.tp_comm_overlap else {}),
+        **({"moe_dispatcher": job.moe_dispatcher} if job.moe_dispatcher != "alltoall" else {}),
+        **({"moe_a2a_overlap": True} if job.moe_a2a_overlap else {}),
+        **({"cuda_graph_scope": list(job.cuda_graph_scope)} if job.cuda_graph_scope else {}),
     }
 
 

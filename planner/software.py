@@ -25,9 +25,20 @@ GPU_DIR = Path(__file__).resolve().parent.parent / "hardware_profiles" / "gpus"
 SOFTWARE_DIR = Path(__file__).resolve().parent.parent / "hardware_profiles" / "software"
 MIN_RUNS = 3
 """A (family, class) needs this many usable runs for a fitted profile."""
-OVERRIDE_PARAMS = ("gemm_efficiency_max", "fp8_gemm_speedup", "kernel_overhead_s", "comm_overlap_slowdown")
-"""The efficiency numbers a software release class may change (EfficiencySpec fields)."""
-_YAML_KEYS = {"kernel_overhead_s": ("kernel_overhead_us", 1e-6)}
+OVERRIDE_PARAMS = (
+    "gemm_efficiency_max",
+    "fp8_gemm_speedup",
+    "kernel_overhead_s",
+    "comm_overlap_slowdown",
+    "grouped_gemm_efficiency",
+    "host_launch_s",
+)
+"""The efficiency numbers a software release class may change (EfficiencySpec fields): the GEMM
+ceiling and FP8 speed-up (cuBLAS / Transformer Engine releases), the per-layer overhead, the overlap
+slowdown, and the two MoE numbers (the grouped-GEMM implementation and the host time per launch
+change with Transformer Engine and Megatron-Core releases); the MoE ones only where the class has
+MoE runs (planner.fitting.fit)."""
+_YAML_KEYS = {"kernel_overhead_s": ("kernel_overhead_us", 1e-6), "host_launch_s": ("host_launch_us", 1e-6)}
 
 CLASSES = {
     "megatron-bridge-25.11": ("megatron", "2025-11", "Megatron-Bridge / NeMo 25.11 container"),
@@ -131,10 +142,17 @@ def apply(eff: EfficiencySpec, name: str, family: str) -> EfficiencySpec:
     return replace(eff, **overrides(name, family)) if name else eff
 
 
-def to_yaml_values(eff: EfficiencySpec) -> dict[str, float]:
-    """The override fields of ``eff`` as written in a profile file (kernel overhead in us)."""
+MOE_OVERRIDES = ("grouped_gemm_efficiency", "host_launch_s")
+"""The override fields only MoE layers read (written only for a class fitted on MoE runs)."""
+
+
+def to_yaml_values(eff: EfficiencySpec, moe: bool = True) -> dict[str, float]:
+    """The override fields of ``eff`` as written in a profile file (kernel overhead and host launch
+    time in us); without ``moe``, the MoE-only fields are left out (the family's base values apply)."""
     out = {}
     for field in OVERRIDE_PARAMS:
+        if not moe and field in MOE_OVERRIDES:
+            continue
         key, scale = _YAML_KEYS.get(field, (field, 1.0))
         out[key] = round(getattr(eff, field) / scale, 4)
     return out

@@ -321,6 +321,19 @@ class EfficiencySpec:
     (Lee et al. 2025, "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed
     Deep Learning", arXiv:2507.03114). Charged on FSDP/ZeRO-2 prefetch and the overlapped
     data-parallel reduction and gather; fitted per GPU family (scripts/calibrate.py)."""
+    grouped_gemm_efficiency: float = 1.0
+    """An MoE layer's grouped expert GEMMs' speed relative to one dense GEMM of the same total FLOPs
+    and tile-padded rows (cost_models.moe.grouped_linear_s): 1.0 is one fused grouped kernel, as
+    measured on an H100 (docs/calibration.md, "MoE grouped GEMMs"); Transformer Engine's
+    ``GroupedLinear`` issues one cuBLAS GEMM per local expert over four streams
+    (TransformerEngine ``transformer_engine/common/gemm/cublaslt_gemm.cu``,
+    ``multi_stream_cublas_gemm``), which runs below that. Fitted per GPU family on its MoE runs."""
+    host_launch_s: float = 0.0
+    """Host (CPU) time to issue one kernel from an eager PyTorch module (Python, the dispatcher and
+    the CUDA launch; 5-50 us per kernel, NVIDIA's CUDA Graphs documentation and Megatron-Core's
+    ``--cuda-graph-impl`` help). It bounds an MoE layer's pass from below, since the token
+    dispatcher synchronises the host on the token counts every layer
+    (cost_models.moe.host_launches); 0 = never binding. Fitted per GPU family on its MoE runs."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -453,12 +466,31 @@ class JobSpec:
     (Megatron-LM ``--tp-comm-overlap``: Transformer Engine userbuffers; needs sequence parallelism).
     Off by default: it needs Transformer Engine's userbuffers bootstrap, and a plan only claims it
     when its launch sets it."""
+    moe_dispatcher: str = "alltoall"
+    """MoE token dispatcher (Megatron-Core ``--moe-token-dispatcher-type``): ``alltoall``
+    (permute, all-to-all over the expert-parallel group, sort by expert; the default), ``allgather``
+    (all-gather the tokens, keep the local experts' ones) or ``flex`` (DeepEP / HybridEP kernels
+    that permute while they communicate, ``--moe-flex-dispatcher-backend``)."""
+    moe_a2a_overlap: bool = False
+    """Hide the expert-parallel all-to-alls of one micro-batch under another micro-batch's compute
+    (Megatron-Core ``--overlap-moe-expert-parallel-comm``, the 1F1B "A2A overlap")."""
+    cuda_graph_scope: tuple[str, ...] = ()
+    """What CUDA graphs capture (Megatron-Core ``--cuda-graph-impl`` with ``--cuda-graph-scope``;
+    :data:`CUDA_GRAPH_SCOPES`); () = none. A captured part of an MoE layer costs the host one graph
+    launch instead of one launch per kernel (cost_models.moe.host_launches)."""
 
     @property
     def tokens_per_step(self) -> int:
         """Tokens processed per optimizer step."""
         return self.global_batch_size * self.seq_length
 
+
+MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
+"""Values of :attr:`JobSpec.moe_dispatcher` (Megatron-Core ``--moe-token-dispatcher-type``)."""
+CUDA_GRAPH_SCOPES = ("full", "attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration")
+"""Values of :attr:`JobSpec.cuda_graph_scope`: Megatron-Core's ``--cuda-graph-scope`` choices
+(``megatron/training/arguments.py``; ``mamba`` left out: no Mamba layers here) and ``full``, every
+whole transformer layer (``--cuda-graph-impl`` with no scope)."""
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 """Bytes per element of each dtype."""

@@ -91,6 +91,8 @@ LIMITS: dict[str, tuple[float, str]] = {
     "gemm_half_efficiency_gflop": (1e9, "a GEMM size; the largest GEMMs are about 1e6 GFLOP"),
     "fp8_gemm_speedup": (100.0, "fp8 is at most about 2x bf16 on tensor cores"),
     "kernel_overhead_us": (1e6, "launch overheads are microseconds"),
+    "host_launch_us": (1e6, "a kernel launch takes microseconds"),
+    "grouped_gemm_efficiency": (1.0, "a fraction of a dense GEMM's speed"),
     "bf16": (1e9, "TFLOP/s: the fastest GPUs are about 2.5-5 PFLOP/s dense"),
     "fp16": (1e9, "as bf16"),
     "fp8": (1e9, "as bf16"),

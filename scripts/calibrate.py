@@ -59,6 +59,8 @@ def main() -> int:
             "fp8_gemm_speedup": round(eff.fp8_gemm_speedup, 4),
             "kernel_overhead_us": round(eff.kernel_overhead_s * 1e6, 3),
             "comm_overlap_slowdown": round(eff.comm_overlap_slowdown, 4),
+            "grouped_gemm_efficiency": round(eff.grouped_gemm_efficiency, 4),
+            "host_launch_us": round(eff.host_launch_s * 1e6, 3),
         }
         for k, v in values.items():
             print(f"  {k}: {v}")
@@ -78,7 +80,8 @@ def main() -> int:
             ids = ", ".join(c.run_id for c in class_runs)
             lines = [f"  {fam}:", f"    # fitted on {len(class_runs)} runs (mean |log error| {perr:.3f}):"]
             lines += [f"    # {ids[i : i + 96]}" for i in range(0, len(ids), 96)]
-            lines += [f"    {k}: {v:.6g}" for k, v in to_yaml_values(prof).items()]
+            moe = any(c.model.is_moe for c in class_runs)
+            lines += [f"    {k}: {v:.6g}" for k, v in to_yaml_values(prof, moe).items()]
             profiles[cls] += lines
     if args.write:
         SOFTWARE_DIR.mkdir(exist_ok=True)

@@ -96,7 +96,7 @@ def test_rotary_base_round_trips():
     assert parse_megatron(text, "a", 8).model.rotary_base == 500000
 
 
-def _search(model, template, nodes, gbs, seq, precision="bf16", **rules):
+def _search(model, template, nodes, gbs, seq, precision="bf16", job_kw=None, **rules):
     """The best plan under the software profile a Megatron launch is checked with (the framework's
     newest fitted on the cluster's GPUs), so check must reproduce its step time."""
     from planner.software import cluster_families, configure, default_software
@@ -104,7 +104,7 @@ def _search(model, template, nodes, gbs, seq, precision="bf16", **rules):
     m = load_model(model)
     cluster = load_cluster(template, nodes)
     cluster, _ = configure(cluster, default_software("megatron", cluster_families(cluster)))
-    job = make_job(global_batch_size=gbs, seq_length=seq, precision=precision)
+    job = make_job(global_batch_size=gbs, seq_length=seq, precision=precision, **(job_kw or {}))
     result = search(m, cluster, job, Restrictions(max_micro_batch_size=2, **rules), top_k=1)
     assert result.plans, (model, rules)
     best = result.plans[0]
@@ -130,6 +130,25 @@ ROUND_TRIP = {
     "tp1": lambda: _search("gpt3-5b", "dgx-h100", 1, 32, 2048, tp=(1,)),
     "pp1": lambda: _search("llama3-8b", "dgx-h100", 2, 64, 4096, pp=(1,)),
     "full_recompute": lambda: _search("llama2-13b", "dgx-a100", 1, 32, 4096, recompute=("full",), tp=(8,)),
+    "moe_runtime": lambda: _search(
+        "mixtral-8x7b",
+        "dgx-h100",
+        4,
+        128,
+        4096,
+        job_kw={
+            "moe_dispatcher": "flex",
+            "moe_a2a_overlap": True,
+            "cuda_graph_scope": ("attn", "moe_router", "moe_preprocess"),
+        },
+        ep=(8,),
+        tp=(1,),
+        cp=(1,),
+        pp=(2,),
+        vpp=(2,),
+        recompute=("selective",),
+        framework="megatron",
+    ),
 }
 
 
@@ -160,3 +179,69 @@ def test_round_trip_set_covers_every_feature():
     assert any(len(set(c.layers_per_stage)) > 1 for c in plans.values())
     assert {c.optimizer_sharding for c in plans.values()} == {"none", "distributed", "zero2", "full"}
     assert any(c.tp == 1 for c in plans.values()) and any(c.pp == 1 for c in plans.values())
+    jobs = [make()[0].job for make in ROUND_TRIP.values()]
+    assert any(j.moe_a2a_overlap and j.moe_dispatcher == "flex" and j.cuda_graph_scope for j in jobs)
+
+
+def test_moe_runtime_round_trips_through_the_launch():
+    plan, _ = ROUND_TRIP["moe_runtime"]()
+    text = export_files(plan, "torchrun")["megatron_args.txt"]
+    assert "--moe-token-dispatcher-type flex\n" in text
+    assert "--overlap-moe-expert-parallel-comm\n" in text
+    assert "--cuda-graph-impl transformer_engine\n--cuda-graph-modules attn moe_router moe_preprocess\n" in text
+    back = parse_megatron(text, "megatron_args.txt", plan.cluster.num_gpus)
+    assert (back.job.moe_dispatcher, back.job.moe_a2a_overlap, back.job.cuda_graph_scope) == (
+        "flex",
+        True,
+        ("attn", "moe_router", "moe_preprocess"),
+    )
+
+
+@pytest.mark.parametrize(
+    "flags, scope",
+    [
+        ("", ()),
+        ("--cuda-graph-impl transformer_engine", ("full",)),
+        ("--cuda-graph-impl local --cuda-graph-modules moe mamba", ("moe",)),
+        ("--cuda-graph-impl full_iteration", ("full_iteration",)),
+        ("--cuda-graph-impl local --cuda-graph-scope full_iteration", ("full_iteration",)),
+        ("--enable-cuda-graph", ("full",)),
+        ("--cuda-graph-modules attn", ()),  # no implementation: nothing captured
+    ],
+)
+def test_cuda_graph_flags_import(flags, scope):
+    assert parse_megatron(f"{MODEL} {flags}", "a", 8).job.cuda_graph_scope == scope
+
+
+def test_megatron_default_dispatcher_is_allgather_on_import():
+    moe = MODEL + " --num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 2"
+    assert parse_megatron(moe, "a", 8).job.moe_dispatcher == "allgather"
+    assert parse_megatron(moe + " --moe-token-dispatcher-type alltoall", "a", 8).job.moe_dispatcher == "alltoall"
+    with pytest.raises(SpecError, match="moe-token-dispatcher-type 'fast'.*allowed values: alltoall"):
+        parse_megatron(moe + " --moe-token-dispatcher-type fast", "a", 8)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ("--pipeline-model-parallel-size 2", "virtual pipeline stages"),
+        ("--expert-model-parallel-size 1", "needs expert parallelism"),
+        ("--moe-token-dispatcher-type allgather", "alltoall or flex"),
+        (
+            "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+            "excludes full recompute",
+        ),
+    ],
+)
+def test_a2a_overlap_rules_restate_transformer_config(extra, message):
+    from planner.frameworks.megatron.rules import megatron_findings
+
+    moe = (
+        MODEL
+        + " --num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 2"
+        + " --moe-token-dispatcher-type alltoall --overlap-moe-expert-parallel-comm "
+        + extra
+    )
+    imp = parse_megatron(moe, "a", 8)
+    errors = [msg for level, msg, _ in megatron_findings(imp, load_cluster("dgx-h100", 1)) if level == "error"]
+    assert any(message in e for e in errors), errors

@@ -57,3 +57,113 @@ def test_dropless_busiest_rank_costs_more_than_a_capacity_factor_of_one():
     # mixtral: top-2 of 8 experts, 1024 tokens per GPU, ep 8: load = 1 + sqrt(2 ln 8 / 2048)
     ratio = moe.routed_load_factor(1024 * 2 * 8, 8, None)
     assert dropless.ep_comm_bytes / capped.ep_comm_bytes == pytest.approx(ratio)
+
+
+# --- grouped GEMM, dispatcher traffic, host launches, a2a overlap, CUDA graphs ---------------------
+
+
+def _gpu(**eff):
+    from dataclasses import replace
+
+    from planner.loading import load_gpu
+
+    g = load_gpu("h100-sxm5-80gb")
+    return replace(g, efficiency=replace(g.efficiency, **eff))
+
+
+def test_grouped_linear_prices_all_experts_as_one_gemm():
+    from cost_models.compute import gemm_s
+
+    gpu = _gpu(grouped_gemm_efficiency=1.0)
+    t = moe.grouped_linear_s(256, 16, 1536, 2048, gpu, "bf16")
+    assert t.forward_s == pytest.approx(gemm_s(256 * 16, 1536, 2048, gpu, "bf16"))
+    assert t.input_grad_s == pytest.approx(gemm_s(256 * 16, 2048, 1536, gpu, "bf16"))
+    # weight gradients: every expert's 2048 x 1536 block, reducing its 256 rows
+    assert t.weight_grad_s == pytest.approx(gemm_s(2048, 1536 * 16, 256, gpu, "bf16"))
+    # one call over 16 experts is faster than 16 separate GEMMs of one expert's size
+    assert t.forward_s < 16 * gemm_s(256, 1536, 2048, gpu, "bf16")
+    # a grouped GEMM at half a kernel's speed takes twice as long
+    half = moe.grouped_linear_s(256, 16, 1536, 2048, _gpu(grouped_gemm_efficiency=0.5), "bf16")
+    assert half.forward_s == pytest.approx(2 * t.forward_s)
+    assert moe.grouped_linear_s(0, 16, 1536, 2048, gpu, "bf16").forward_s == 0.0
+
+
+def test_dispatch_traffic_by_dispatcher():
+    a2a = moe.dispatch_traffic(1000, 8, "alltoall", sort_chunks=True)
+    assert a2a == pytest.approx((2 + 4 + 1 + 1 / 8) * 1000)
+    # no chunk sort with one local expert or without expert parallelism
+    assert moe.dispatch_traffic(1000, 8, "alltoall", sort_chunks=False) == pytest.approx(a2a - 2000)
+    assert moe.dispatch_traffic(1000, 8, "flex", sort_chunks=True) == pytest.approx(2000)
+    assert moe.dispatch_traffic(1000, 8, "flex", True) < moe.dispatch_traffic(1000, 8, "allgather", True) < a2a
+
+
+def test_host_launches_count_expert_gemms_and_cuda_graphs_remove_them():
+    fwd, bwd = moe.host_launches(16, "alltoall", ())
+    base_f = sum(f for f, _ in moe.MOE_LAUNCHES.values())
+    base_b = sum(b for _, b in moe.MOE_LAUNCHES.values())
+    assert (fwd, bwd) == (base_f + 2 * 16, base_b + 4 * 16)
+    # each local expert adds two forward GEMMs and four backward ones
+    f8, b8 = moe.host_launches(8, "alltoall", ())
+    assert (fwd - f8, bwd - b8) == (16, 32)
+    # the flex dispatcher fuses permute and sort into its kernels
+    assert moe.host_launches(16, "flex", ())[0] == fwd - 4
+    # graphs: router + preprocess captured -> one launch each; the whole MoE -> one per part
+    part = moe.host_launches(16, "alltoall", ("attn", "moe_router", "moe_preprocess"))
+    assert part[0] == fwd - (moe.MOE_LAUNCHES["router"][0] - 1) - (moe.MOE_LAUNCHES["preprocess"][0] - 1)
+    assert moe.host_launches(16, "alltoall", ("full_iteration",)) == moe.host_launches(16, "alltoall", ("moe",))
+    assert moe.host_launches(16, "alltoall", ("moe",))[0] == len(moe.MOE_LAUNCHES)
+    # whole dense layers ("full") and attention capture nothing of the MoE MLP
+    assert moe.host_launches(16, "alltoall", ("full", "attn")) == (fwd, bwd)
+
+
+def _qwen_layer(job_kw=None, eff=None, ep=8, pp=1, vpp=1):
+    from dataclasses import replace
+
+    from cost_models.layers import layer_table
+    from cost_models.parallel import ParallelConfig, resolve
+    from planner.loading import load_cluster, load_model, make_job
+
+    m = load_model("qwen3-30b-a3b")
+    cluster = load_cluster("dgx-h100", 2)
+    if eff:
+        g = cluster.groups[0]
+        gpu = replace(g.gpu, efficiency=replace(g.gpu.efficiency, **eff))
+        cluster = replace(cluster, groups=(replace(g, gpu=gpu),))
+    job = make_job(global_batch_size=64, seq_length=4096, **(job_kw or {}))
+    c = resolve(m, cluster, job, ParallelConfig(tp=1, pp=pp, vpp=vpp, ep=ep, micro_batch_size=1))
+    return layer_table(m, job, c, cluster.groups[0]).moe
+
+
+def test_host_bound_moe_layer_takes_its_launch_time():
+    fast = _qwen_layer(eff={"host_launch_s": 0.0})
+    slow = _qwen_layer(eff={"host_launch_s": 1e-3})  # 1 ms per kernel: the host binds
+    fwd, bwd = moe.host_launches(128 / 8, "alltoall", ())
+    assert slow.forward_s + slow.forward_comm_s == pytest.approx(fwd * 1e-3)
+    assert slow.backward_input_s + slow.backward_weight_s + slow.backward_comm_s == pytest.approx(bwd * 1e-3)
+    assert fast.forward_s < slow.forward_s
+    # a launch time far below the GPU time changes nothing
+    assert _qwen_layer(eff={"host_launch_s": 1e-9}).forward_s == pytest.approx(fast.forward_s)
+    # CUDA graphs over the whole MoE MLP leave one launch per part
+    graphed = _qwen_layer({"cuda_graph_scope": ("moe",)}, eff={"host_launch_s": 1e-3})
+    assert graphed.forward_s < slow.forward_s
+
+
+def test_a2a_overlap_hides_expert_parallel_all_to_alls():
+    plain = _qwen_layer({"moe_dispatcher": "alltoall"})
+    hidden = _qwen_layer({"moe_a2a_overlap": True})
+    assert plain.forward_comm_s > 0
+    assert hidden.forward_comm_s < plain.forward_comm_s
+    assert hidden.backward_comm_s < plain.backward_comm_s
+    assert hidden.ep_comm_bytes == pytest.approx(plain.ep_comm_bytes)  # same bytes, hidden
+
+
+def test_dispatchers_price_their_own_traffic():
+    a2a = _qwen_layer({"moe_dispatcher": "alltoall"})
+    flex = _qwen_layer({"moe_dispatcher": "flex"})
+    gather = _qwen_layer({"moe_dispatcher": "allgather"})
+    # flex permutes inside its communication kernels: less HBM traffic, same all-to-all bytes
+    assert flex.forward_s < a2a.forward_s
+    assert flex.ep_comm_bytes == pytest.approx(a2a.ep_comm_bytes)
+    # allgather moves every rank's tokens to every rank: ep x tokens x hidden, gathered and scattered
+    assert gather.ep_comm_bytes != pytest.approx(a2a.ep_comm_bytes)
+    assert gather.forward_comm_s > 0

@@ -154,6 +154,33 @@ TpOverlapOpt = Annotated[
         rich_help_panel=PANEL_INPUTS,
     ),
 ]
+MoeDispatcherOpt = Annotated[
+    str,
+    typer.Option(
+        "--moe-dispatcher",
+        help="MoE token dispatcher: alltoall, allgather or flex (DeepEP/HybridEP) "
+        "(Megatron --moe-token-dispatcher-type).",
+        rich_help_panel=PANEL_INPUTS,
+    ),
+]
+MoeOverlapOpt = Annotated[
+    bool,
+    typer.Option(
+        "--moe-a2a-overlap",
+        help="Hide expert-parallel all-to-alls under another micro-batch's compute "
+        "(Megatron --overlap-moe-expert-parallel-comm).",
+        rich_help_panel=PANEL_INPUTS,
+    ),
+]
+CudaGraphOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cuda-graph-scope",
+        help="What CUDA graphs capture, comma-separated: full, attn, mlp, moe, moe_router, "
+        "moe_preprocess, full_iteration, or none (Megatron --cuda-graph-impl / --cuda-graph-scope).",
+        rich_help_panel=PANEL_INPUTS,
+    ),
+]
 ProfileOpt = Annotated[
     Path | None,
     typer.Option(
@@ -445,6 +472,9 @@ def _estimate(opts: dict):
             or any(x is not None for x in flags + split)
             or opts.get("tp_comm_overlap")
             or opts.get("framework")
+            or opts.get("moe_a2a_overlap")
+            or opts.get("cuda_graph_scope") is not None
+            or opts.get("moe_dispatcher", "alltoall") != "alltoall"
         ):
             raise UsageError(
                 "--plan gives the model, cluster, job and configuration; do not combine it with "
@@ -476,6 +506,7 @@ def _estimate(opts: dict):
         bool(opts.get("tp_comm_overlap")),
         opts.get("software"),
         _framework_name(opts.get("framework")),
+        **_runtime(opts),
     )
     _software_note(problem)
     config = _with_split(_config(*flags), problem.model, *split[:3])
@@ -484,6 +515,16 @@ def _estimate(opts: dict):
             raise UsageError(f"--fsdp-shard must be >= 1, got {split[3]}")
         config = config.with_(fsdp_shard=split[3])
     return problem, api.estimate_config(problem, config)
+
+
+def _runtime(opts: dict) -> dict:
+    """The MoE dispatcher and CUDA graph options as :func:`planner.api.load_problem` keywords."""
+    scope = opts.get("cuda_graph_scope")
+    return {
+        "moe_dispatcher": opts.get("moe_dispatcher") or "alltoall",
+        "moe_a2a_overlap": bool(opts.get("moe_a2a_overlap")),
+        "cuda_graph_scope": tuple(w.strip() for w in scope.split(",")) if scope else (),
+    }
 
 
 def _framework_name(name: str | None) -> str:
@@ -653,6 +694,9 @@ def estimate(
     software: SoftwareOpt = None,
     framework: EstimateFrameworkOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
+    moe_dispatcher: MoeDispatcherOpt = "alltoall",
+    moe_a2a_overlap: MoeOverlapOpt = False,
+    cuda_graph_scope: CudaGraphOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Predict step time, throughput, MFU and memory of one configuration."""
@@ -697,6 +741,9 @@ def timeline(
     software: SoftwareOpt = None,
     framework: EstimateFrameworkOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
+    moe_dispatcher: MoeDispatcherOpt = "alltoall",
+    moe_a2a_overlap: MoeOverlapOpt = False,
+    cuda_graph_scope: CudaGraphOpt = None,
     svg: Annotated[
         Path | None,
         typer.Option("--svg", help="Write the timeline as an SVG file.", rich_help_panel=PANEL_OUTPUT),
@@ -791,6 +838,9 @@ def bubbles(
     software: SoftwareOpt = None,
     framework: EstimateFrameworkOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
+    moe_dispatcher: MoeDispatcherOpt = "alltoall",
+    moe_a2a_overlap: MoeOverlapOpt = False,
+    cuda_graph_scope: CudaGraphOpt = None,
     fill_job: Annotated[
         Path | None,
         typer.Option(
@@ -1055,6 +1105,9 @@ def search(
     profile: ProfileOpt = None,
     software: SoftwareOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
+    moe_dispatcher: MoeDispatcherOpt = "alltoall",
+    moe_a2a_overlap: MoeOverlapOpt = False,
+    cuda_graph_scope: CudaGraphOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -1112,6 +1165,7 @@ def search(
         tp_comm_overlap,
         software,
         restrictions.framework,
+        **_runtime(locals()),
     )
     _software_note(problem, quiet)
     progress = _progress(quiet, as_json)

@@ -103,6 +103,8 @@ SOFTWARE_COLUMNS = (
     ("FP8 speedup", "fp8_gemm_speedup"),
     ("kernel overhead us", "kernel_overhead_us"),
     ("overlap slowdown", "comm_overlap_slowdown"),
+    ("grouped GEMM eff.", "grouped_gemm_efficiency"),
+    ("host launch us", "host_launch_us"),
 )
 """The overridden values of a software profile: column title, key of the profile file."""
 

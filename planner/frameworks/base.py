@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES, ParallelConfig
 from planner.errors import SpecError, UsageError
-from planner.specs import ClusterSpec, JobSpec, ModelSpec
+from planner.specs import MOE_DISPATCHERS, ClusterSpec, JobSpec, ModelSpec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,6 +51,14 @@ class Capabilities:
     (``JobSpec.tp_comm_overlap``)."""
     hsdp: bool = False
     """Hybrid sharding (``ParallelConfig.fsdp_shard``): FSDP inside a shard group, replicas across."""
+    moe_dispatchers: tuple[str, ...] = ("alltoall",)
+    """MoE token dispatchers its launch can select (``JobSpec.moe_dispatcher``)."""
+    moe_a2a_overlap: bool = False
+    """Hides expert-parallel all-to-alls under another micro-batch (``JobSpec.moe_a2a_overlap``),
+    under Megatron-Core's conditions (TransformerConfig: ep > 1, alltoall or flex dispatcher,
+    virtual stages when pp > 1, no full recompute)."""
+    cuda_graphs: bool = False
+    """Its launch can capture CUDA graphs (``JobSpec.cuda_graph_scope``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,6 +114,24 @@ class Framework:
             out.append(f"{who} is not planned with HSDP (fsdp_shard); use full sharding over all dp ranks")
         if job.tp_comm_overlap and c.sp and not cap.tp_comm_overlap:
             out.append(f"{who} launches no overlap of tensor-parallel communication with GEMMs")
+        moe = getattr(model, "is_moe", False)
+        if moe and job.moe_dispatcher not in cap.moe_dispatchers:
+            out.append(
+                f"{who} has no {job.moe_dispatcher!r} MoE dispatcher (it runs {', '.join(cap.moe_dispatchers)})"
+            )
+        if job.cuda_graph_scope and not cap.cuda_graphs:
+            out.append(f"{who} launches no CUDA graphs")
+        if job.moe_a2a_overlap and moe:
+            if not cap.moe_a2a_overlap:
+                out.append(f"{who} has no overlap of MoE all-to-alls with another micro-batch")
+            elif c.ep <= 1:
+                out.append(f"{who} overlaps MoE all-to-alls only with expert parallelism (ep > 1)")
+            elif job.moe_dispatcher not in ("alltoall", "flex"):
+                out.append(f"{who} overlaps MoE all-to-alls only with the alltoall or flex dispatcher")
+            elif c.pp > 1 and c.vpp <= 1:
+                out.append(f"{who} overlaps MoE all-to-alls with pipeline parallelism only with virtual stages")
+            elif c.recompute == "full":
+                out.append(f"{who} does not overlap MoE all-to-alls with full recompute")
         return out
 
     def require(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> None:
@@ -146,6 +172,9 @@ ANY = Framework(
         heterogeneous_gpus=True,
         tp_comm_overlap=True,
         hsdp=True,
+        moe_dispatchers=MOE_DISPATCHERS,
+        moe_a2a_overlap=True,
+        cuda_graphs=True,
     ),
     source="cost_models/parallel.py (SCHEDULES, OPTIMIZER_SHARDING, RECOMPUTE)",
     exportable=False,

@@ -38,6 +38,11 @@ MEGATRON = Framework(
         heterogeneous_gpus=True,
         # --tp-comm-overlap (arguments.py; Transformer Engine userbuffers, with --sequence-parallel).
         tp_comm_overlap=True,
+        # --moe-token-dispatcher-type {allgather,alltoall,flex}, --overlap-moe-expert-parallel-comm,
+        # --cuda-graph-impl / --cuda-graph-modules (arguments.py, TransformerConfig).
+        moe_dispatchers=("alltoall", "allgather", "flex"),
+        moe_a2a_overlap=True,
+        cuda_graphs=True,
     ),
     source="megatron/training/arguments.py, megatron/core/pipeline_parallel/schedules.py (megatron-core 0.19.2)",
 )

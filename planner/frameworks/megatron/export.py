@@ -17,6 +17,7 @@ import shlex
 from cost_models.parallel import ParallelConfig
 from planner.errors import SpecError
 from planner.frameworks.megatron.capabilities import MEGATRON, compute_capability_major
+from planner.frameworks.megatron.flags import ACCEPTED
 from planner.layer_pattern import pattern_text
 from planner.plan import PlanInputs
 from planner.specs import ModelSpec
@@ -151,10 +152,11 @@ def model_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
             ("--expert-model-parallel-size", str(c.ep)),
             ("--expert-tensor-parallel-size", str(c.expert_tp)),
         ]
-        if c.ep > 1:
-            # The default dispatcher (allgather) gathers every token on every expert rank; the
-            # cost model prices the all-to-all exchange.
-            args.append(("--moe-token-dispatcher-type", "alltoall"))
+        # The dispatcher the cost model priced (JobSpec.moe_dispatcher); Megatron's own default is
+        # allgather, so it is always written.
+        args.append(("--moe-token-dispatcher-type", job.moe_dispatcher))
+        if job.moe_a2a_overlap:
+            args.append(("--overlap-moe-expert-parallel-comm", None))
         args.append(("--moe-grouped-gemm", None))
     if m.mtp_num_layers:
         args.append(("--mtp-num-layers", str(m.mtp_num_layers)))
@@ -236,9 +238,25 @@ def parallel_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
     if c.sp and job.tp_comm_overlap:
         # validate_args: --tp-comm-overlap only with sequence parallelism.
         args.append(("--tp-comm-overlap", None))
+    args += cuda_graph_args(job.cuda_graph_scope)
     args.append(("--bf16" if job.precision in ("bf16", "fp8") else "--fp16", None))
     if job.precision == "fp8":
         args += [("--fp8-format", "hybrid"), ("--fp8-recipe", "delayed")]
+    return args
+
+
+def cuda_graph_args(scope: tuple[str, ...]) -> list[tuple[str, str | None]]:
+    """CUDA graph flags of megatron-core 0.19.2 (TransformerConfig ``cuda_graph_impl`` /
+    ``cuda_graph_modules``): ``full_iteration`` is its own implementation; otherwise Transformer
+    Engine's per-layer graphs over the listed modules (none listed: whole layers)."""
+    if not scope:
+        return []
+    if "full_iteration" in scope:
+        return [("--cuda-graph-impl", "full_iteration")]
+    modules = [s for s in scope if s != "full"]
+    args: list[tuple[str, str | None]] = [("--cuda-graph-impl", "transformer_engine")]
+    if modules:
+        args.append(("--cuda-graph-modules", " ".join(modules)))
     return args
 
 
@@ -249,9 +267,19 @@ def megatron_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
     return model_args(inputs) + parallel_args(inputs)
 
 
+def quoted(flag: str, value: str | None) -> str:
+    """A flag and its value as shell words: a ``values`` flag (argparse ``nargs='+'``, e.g.
+    ``--cuda-graph-modules``) gets each of its space-separated words on its own."""
+    if value is None:
+        return flag
+    if ACCEPTED.get(flag) == "values":
+        return " ".join([flag, *(shlex.quote(w) for w in value.split())])
+    return f"{flag} {shlex.quote(value)}"
+
+
 def args_text(args: list[tuple[str, str | None]]) -> str:
     """``megatron_args.txt``: one flag (and its value) per line."""
-    return "".join(f"{flag}\n" if value is None else f"{flag} {shlex.quote(value)}\n" for flag, value in args)
+    return "".join(quoted(flag, value) + "\n" for flag, value in args)
 
 
 def needs_single_connection(inputs: PlanInputs) -> bool:
@@ -286,7 +314,7 @@ def _script_parts(inputs: PlanInputs) -> tuple[str, str, str]:
         else "unset CUDA_DEVICE_MAX_CONNECTIONS\n"
     )
     args = "\n".join(
-        f"    {flag}" + ("" if value is None else f" {shlex.quote(value)}")
+        f"    {quoted(flag, value)}"
         for flag, value in megatron_args(inputs)
     )
     return env, PLACEHOLDERS.format(vocab=inputs.model.vocab_size), args

@@ -19,7 +19,8 @@ from cost_models.parallel import ParallelConfig, account_for_split, first_last_s
 from planner.errors import ConfigError, SpecError
 from planner.frameworks.megatron.flags import ACCEPTED
 from planner.frameworks.megatron.shell import REDIRECT, SEPARATORS, read_script, unresolved_in
-from planner.specs import JobSpec, ModelSpec
+from planner.loading import cuda_graph_scope
+from planner.specs import MOE_DISPATCHERS, JobSpec, ModelSpec
 from planner.validation import check_number, limit
 
 
@@ -45,6 +46,34 @@ class Imported:
     """Environment the script sets (``export NAME=v``; None for ``unset NAME``)."""
     is_script: bool = False
     """Whether the source is a launch script (it runs pretrain_gpt.py), not an arguments file."""
+
+
+def _dispatcher(flags: dict, at) -> str:
+    """``--moe-token-dispatcher-type`` (Megatron's default: allgather)."""
+    value = flags.get("--moe-token-dispatcher-type") or "allgather"
+    if value not in MOE_DISPATCHERS:
+        raise SpecError(
+            f"{at('--moe-token-dispatcher-type')}: --moe-token-dispatcher-type {value!r}: allowed values: "
+            f"{', '.join(MOE_DISPATCHERS)}"
+        )
+    return value
+
+
+def _cuda_graphs(flags: dict, at) -> tuple[str, ...]:
+    """What CUDA graphs capture (JobSpec.cuda_graph_scope) from megatron-core 0.19.2's
+    ``--cuda-graph-impl {none,local,transformer_engine,full_iteration}`` and
+    ``--cuda-graph-modules`` (empty: whole layers), the deprecated ``--cuda-graph-scope`` (whose
+    ``full_iteration`` value means the full-iteration graph) and ``--enable-cuda-graph`` (whole layers,
+    TransformerConfig's migration)."""
+    impl = flags.get("--cuda-graph-impl") or ("transformer_engine" if "--enable-cuda-graph" in flags else "none")
+    words = str(flags.get("--cuda-graph-modules") or flags.get("--cuda-graph-scope") or "").split()
+    if impl == "none":
+        return ()
+    if impl == "full_iteration" or "full_iteration" in words:
+        return ("full_iteration",)
+    words = [w for w in words if w not in ("full", "mamba")] or ["full"]
+    flag = "--cuda-graph-modules" if "--cuda-graph-modules" in flags else "--cuda-graph-scope"
+    return cuda_graph_scope(words, at(flag))
 
 
 IGNORED = {
@@ -89,7 +118,6 @@ IGNORED = {
     "--rotary-percent",
     "--norm-epsilon",
     "--make-vocab-size-divisible-by",
-    "--moe-token-dispatcher-type",
     "--moe-grouped-gemm",
     "--moe-aux-loss-coeff",
     "--moe-router-load-balancing-type",
@@ -117,6 +145,12 @@ IGNORED = {
 """Accepted flags that change no planned cost (or that :mod:`.rules` reads by itself)."""
 
 MODELLED = {
+    "--moe-token-dispatcher-type",
+    "--overlap-moe-expert-parallel-comm",
+    "--cuda-graph-impl",
+    "--cuda-graph-modules",
+    "--cuda-graph-scope",
+    "--enable-cuda-graph",
     "--num-layers",
     "--hidden-size",
     "--ffn-hidden-size",
@@ -361,6 +395,10 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
         overlap_grad_reduce="--overlap-grad-reduce" in flags,
         overlap_param_gather="--overlap-param-gather" in flags,
         tp_comm_overlap="--tp-comm-overlap" in flags,
+        # Megatron's default dispatcher is allgather (arguments.py --moe-token-dispatcher-type).
+        moe_dispatcher=_dispatcher(flags, at),
+        moe_a2a_overlap="--overlap-moe-expert-parallel-comm" in flags,
+        cuda_graph_scope=_cuda_graphs(flags, at),
     )
     ep = num("--expert-model-parallel-size", 1)
     etp = num("--expert-tensor-parallel-size", 0) or tp  # Megatron's default is tp (arguments.py)

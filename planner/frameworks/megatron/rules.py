@@ -160,12 +160,49 @@ def megatron_findings(imp: Imported, cluster: ClusterSpec) -> list[Finding]:
                 "Megatron-FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset (validate_args); unset it",
                 "CUDA_DEVICE_MAX_CONNECTIONS",
             )
+    elif "--overlap-moe-expert-parallel-comm" in f:
+        if imp.is_script and (tp > 1 or cp > 1) and pre_blackwell:
+            warn(
+                "before Blackwell, tensor or context parallelism wants CUDA_DEVICE_MAX_CONNECTIONS=1 "
+                "while the MoE all-to-all overlap wants more (validate_args warns)",
+                "CUDA_DEVICE_MAX_CONNECTIONS",
+            )
     elif imp.is_script and (tp > 1 or cp > 1) and pre_blackwell and conn != "1":
         err(
             "tensor or context parallelism needs CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell "
             "(validate_args); add 'export CUDA_DEVICE_MAX_CONNECTIONS=1' to the launch script",
             "CUDA_DEVICE_MAX_CONNECTIONS",
         )
+    # MoE all-to-all overlap (TransformerConfig.__post_init__, overlap_moe_expert_parallel_comm).
+    if "--overlap-moe-expert-parallel-comm" in f:
+        a2a = "--overlap-moe-expert-parallel-comm"
+        if _int(f.get("--expert-model-parallel-size"), 1) <= 1:
+            err(f"{a2a} needs expert parallelism (--expert-model-parallel-size > 1; TransformerConfig)", a2a)
+        if (f.get("--moe-token-dispatcher-type") or "allgather") not in ("alltoall", "flex"):
+            err(
+                f"{a2a} needs --moe-token-dispatcher-type alltoall or flex (TransformerConfig)",
+                a2a,
+                "--moe-token-dispatcher-type",
+            )
+        if pp > 1 and imp.config.vpp <= 1:
+            err(
+                f"{a2a} with pipeline parallelism needs virtual pipeline stages (TransformerConfig)",
+                a2a,
+                "--num-layers-per-virtual-pipeline-stage",
+            )
+        if granularity == "full" or f.get("--recompute-method") is not None:
+            err(f"{a2a} excludes full recompute and --recompute-method (TransformerConfig)", a2a)
+        if "moe" in str(f.get("--recompute-modules") or "").split():
+            err(f"{a2a} excludes 'moe' in --recompute-modules (TransformerConfig)", a2a, "--recompute-modules")
+    # CUDA graphs (TransformerConfig.__post_init__, cuda_graph_modules).
+    modules = str(f.get("--cuda-graph-modules") or "").split()
+    if f.get("--cuda-graph-impl") == "full_iteration" and modules:
+        err(
+            "--cuda-graph-modules must be empty with --cuda-graph-impl full_iteration (TransformerConfig)",
+            "--cuda-graph-modules",
+        )
+    if "moe_preprocess" in modules and "moe_router" not in modules:
+        err("--cuda-graph-modules moe_preprocess needs moe_router (TransformerConfig)", "--cuda-graph-modules")
     if "--num-experts" not in f:
         for moe in ("--moe-router-topk", "--expert-model-parallel-size"):
             if moe in f and moe == "--expert-model-parallel-size" and _int(f.get(moe), 1) > 1:
