@@ -27,7 +27,7 @@ from cost_models import communication as comm
 from cost_models import moe as moe_terms
 from cost_models.compute import LinearTimes, attention_s, linear_s, memory_bound_s
 from cost_models.parallel import ParallelConfig, group
-from planner.specs import JobSpec, ModelSpec, NodeGroup
+from planner.specs import JobSpec, ModelSpec, NodeGroup, compute_capability_major
 
 ACT_BYTES = 2
 """Bytes per activation element (16-bit activations, also under FP8 recipes)."""
@@ -510,9 +510,14 @@ def _decoder(
     backward_input = gemm.input_grad_s + attn_bwd + 2 * elem_fwd + overhead
     backward_weight = gemm.weight_grad_s
     ep_s_bwd = ep_s_fwd
-    if moe and ep_s_fwd and job.moe_a2a_overlap:
+    serial_launches = compute_capability_major(gpu.name) < 10 and (c.tp > 1 or c.cp > 1)
+    if moe and ep_s_fwd and job.moe_a2a_overlap and not serial_launches:
         # Each all-to-all runs under the other micro-batch's pass of the same layer (forward's under
         # a backward, backward's under a forward; Megatron-Core --overlap-moe-expert-parallel-comm).
+        # Not before Blackwell with tensor or context parallelism: those need
+        # CUDA_DEVICE_MAX_CONNECTIONS=1, one hardware queue, so the other stream's communication
+        # waits (validate_args: "For Hopper and before, try not to use tensor model parallelism or
+        # context parallelism with overlap_moe_expert_parallel_comm").
         slow = gpu.efficiency.comm_overlap_slowdown
         ep_s_fwd, ep_s_bwd = (
             comm.overlapped_s(ep_s_fwd, backward_input + backward_weight, slow),

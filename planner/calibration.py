@@ -294,6 +294,19 @@ def _attention_fields(text: str, num_layers: int, moe: dict, notes: list[str]) -
     return out
 
 
+MEGATRON_RECOMPUTE_MODULES = (
+    "core_attn",
+    "moe_act",
+    "layernorm",
+    "mla_up_proj",
+    "mlp",
+    "moe",
+    "shared_experts",
+)
+"""Megatron-Core's ``--recompute-modules`` choices (megatron/training/arguments.py, megatron-core
+0.19.2) that the calibration file's recompute notes name."""
+
+
 def _moe_runtime(rid: str, par: dict, notes: list[str]) -> dict:
     """The MoE dispatcher, all-to-all overlap and CUDA graphs of a run (JobSpec fields) from the
     keys the calibration file records from the recipes (``moe_token_dispatcher``,
@@ -407,6 +420,10 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
             cluster = _cluster(hw, hw["total_gpus"], notes)
             rec_text = str(par.get("recompute") or "none").lower()
             modules = par.get("recompute_modules")
+            if modules is None and rec_text.startswith("selective"):
+                # Megatron module names in the source's words ("selective (layernorm, moe_act)")
+                named = [w for w in re.findall(r"[a-z_]+", rec_text) if w in MEGATRON_RECOMPUTE_MODULES]
+                modules = named or None
             if modules is not None and "full" not in rec_text:
                 # Megatron's --recompute-modules (the recipes record them): planner's selective
                 # recompute is core attention, Megatron's default module; the others (norms, MoE

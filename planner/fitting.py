@@ -149,6 +149,10 @@ BOUNDS = {
 ZERO_START = {"kernel_overhead_s": 1e-5, "comm_overlap_slowdown": 0.05, "host_launch_s": 2e-6}
 """Where a parameter at zero starts when a step would raise it (multiplicative steps cannot leave 0)."""
 STEPS = (0.6, 0.8, 0.9, 0.95, 1.05, 1.1, 1.25, 1.6)
+GRID = {"host_launch_s": (0.0, 5e-6, 10e-6, 20e-6, 30e-6, 40e-6, 50e-6, 60e-6, 80e-6, 100e-6)}
+"""Absolute values tried besides the multiplicative steps, for a threshold parameter: the host
+launch time changes nothing until an MoE pass becomes host-bound (cost_models.layers), so small
+steps from a value below every threshold see a flat objective and never move."""
 
 
 def family(case: Case) -> str:
@@ -250,8 +254,12 @@ def fit(
         for name in params:
             value = getattr(best, name)
             lo, hi = BOUNDS[name]
-            for step in steps:
-                raised = value * step if value else (ZERO_START.get(name, 0.0) * step if step > 1 else 0.0)
+            moves = [("step", x) for x in steps] + [("grid", x) for x in GRID.get(name, ())]
+            for kind, x in moves:
+                if kind == "grid":
+                    raised = x
+                else:
+                    raised = value * x if value else (ZERO_START.get(name, 0.0) * x if x > 1 else 0.0)
                 trial_value = min(hi, max(lo, raised))
                 trial = replace(best, **{name: trial_value})
                 trial_loss = objective(group, trial, prior, params)

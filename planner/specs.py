@@ -485,6 +485,15 @@ class JobSpec:
         return self.global_batch_size * self.seq_length
 
 
+def compute_capability_major(gpu_name: str) -> int:
+    """CUDA compute-capability major of a GPU preset, for what Megatron-LM ties to the architecture
+    (``get_device_arch_version() < 10`` in validate_args): Blackwell (B100/B200/GB200/B300/GB300) is
+    10; every other preset planner ships (Volta to Hopper, L40S; AMD Instinct counted as before
+    Blackwell) is below."""
+    name = gpu_name.lower()
+    return 10 if any(k in name for k in ("b100", "b200", "gb200", "b300", "gb300")) else 9
+
+
 MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
 """Values of :attr:`JobSpec.moe_dispatcher` (Megatron-Core ``--moe-token-dispatcher-type``)."""
 CUDA_GRAPH_SCOPES = ("full", "attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration")

@@ -237,3 +237,29 @@ def test_measured_kernels_set_the_h100_gemm_and_attention_prior():
     assert prior.kernel_overhead_s == UNCALIBRATED.kernel_overhead_s
     assert kernel_prior("b200") == {}
     assert prior_of("b200", {"h100": prior}) == transfer(prior, "h100", "b200")
+
+
+def test_fit_moves_a_threshold_parameter_off_a_flat_start():
+    """The host launch time changes nothing until an MoE pass is host-bound: the fit's absolute grid
+    (planner.fitting.GRID) finds it where multiplicative steps from a flat start would not."""
+    from dataclasses import replace
+
+    from cost_models.parallel import ParallelConfig, resolve
+    from planner.calibration import Case
+    from planner.fitting import fit, predict
+    from planner.loading import load_cluster, load_model, make_job
+
+    m, job = load_model("qwen3-30b-a3b"), make_job(global_batch_size=32, seq_length=2048)
+    base = load_cluster("dgx-h100", 1)
+    eff = base.groups[0].gpu.efficiency
+    truth = replace(eff, host_launch_s=60e-6)
+    cases = []
+    for mbs in (1, 2):
+        c = resolve(m, base, job, ParallelConfig(tp=1, pp=1, ep=8, micro_batch_size=mbs))
+        probe = Case(f"mbs{mbs}", "h100-sxm5-80gb", m, base, job, c, 1.0, source="synthetic")
+        measured = predict(probe, truth).predicted
+        cases.append(replace(probe, measured_tokens_per_s_per_gpu=measured))
+    start = replace(eff, host_launch_s=10e-6)
+    assert predict(cases[0], start).predicted > 1.05 * cases[0].measured_tokens_per_s_per_gpu
+    fitted, err = fit(cases, start, only=("host_launch_s",))
+    assert fitted.host_launch_s == 60e-6 and err < 1e-9

@@ -131,6 +131,16 @@ def _plausibility_text(p: dict | None) -> str:
     return f"[bold yellow]ABOVE[/] {text}" if p["above_best_published"] else text
 
 
+def _moe_runtime_rows(d: dict) -> list[tuple[str, str]]:
+    """The MoE runtime row of an MoE model's estimate (dispatcher, all-to-all overlap, CUDA graphs)."""
+    if not (d.get("model") or {}).get("num_experts"):
+        return []
+    job = d["job"]
+    overlap = "a2a overlapped" if job.get("moe_a2a_overlap") else "a2a exposed"
+    graphs = ",".join(job.get("cuda_graph_scope") or []) or "none"
+    return [("MoE dispatcher / overlap / CUDA graphs", f"{job.get('moe_dispatcher')} / {overlap} / {graphs}")]
+
+
 def estimate_tables(d: dict) -> list[Table]:
     cfg = d["config"]
     head = Table(
@@ -151,6 +161,7 @@ def estimate_tables(d: dict) -> list[Table]:
             "schedule / recompute / sharding",
             f"{cfg['schedule']} / {cfg['recompute']} / {cfg['optimizer_sharding']}",
         ),
+        *_moe_runtime_rows(d),
         ("step time", f"{d['step_time_s']:.3f} s"),
         ("tokens/s (per GPU)", f"{d['tokens_per_s']:,.0f} ({d['tokens_per_s_per_gpu']:,.1f})"),
         ("MFU / HFU", f"{100 * d['mfu']:.1f}% / {100 * d['hfu']:.1f}%"),

@@ -18,6 +18,7 @@
 """
 
 from planner.frameworks.base import Capabilities, Framework
+from planner.specs import compute_capability_major  # noqa: F401  (re-exported for export.py, rules.py)
 
 MEGATRON = Framework(
     name="megatron",
@@ -47,11 +48,3 @@ MEGATRON = Framework(
     source="megatron/training/arguments.py, megatron/core/pipeline_parallel/schedules.py (megatron-core 0.19.2)",
 )
 
-
-def compute_capability_major(gpu_name: str) -> int:
-    """CUDA compute-capability major of a GPU preset, for the rules validate_args ties to the
-    architecture (``get_device_arch_version() < 10``): Blackwell (B100/B200/GB200/B300/GB300) is
-    10; every other preset planner ships (Volta to Hopper, L40S; AMD Instinct counted as before
-    Blackwell) is below."""
-    name = gpu_name.lower()
-    return 10 if any(k in name for k in ("b100", "b200", "gb200", "b300", "gb300")) else 9
