@@ -183,6 +183,9 @@ def test_cli_option_set_is_pinned(run_cli):
             "--software",
             "--framework",
             "--tp-comm-overlap",
+            "--moe-dispatcher",
+            "--moe-a2a-overlap",
+            "--cuda-graph-scope",
             "--json",
         ]
     )
