@@ -10,15 +10,24 @@ one, so all-reduce takes the minimum.
 Topology (STYLE lesson 6): a group's link is NVLink when all members share an NVLink domain;
 otherwise the network, where the ``k`` members in one domain use ``k`` NICs in parallel (NCCL
 spreads its rings/channels across the node's NICs), capped by NVLink bandwidth.
+
+Inside a node without NVSwitch (DGX-1's hybrid cube-mesh, ``NodeGroup.nvlink_mesh``) a GPU reaches
+only some peers, so the bandwidth depends on which GPUs form the group: NCCL runs one ring per
+channel over direct NVLinks, each channel one link wide, and its bus bandwidth is channels x link
+bandwidth (NCCL 2.8 ``src/graph/search.cc``: ``ncclTopoCompute`` keeps the graph with the most
+``nChannels * speedIntra``; ``src/graph/topo.h`` prices one Volta link at ``SM70_NVLINK_WIDTH``
+21 GB/s). :func:`mesh_ring_channels` counts the rings that fit over a rank set's links.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from cost_models.parallel import Group, span
-from planner.specs import NodeGroup
+from planner.specs import NodeGroup, NVLinkMesh
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,10 +40,18 @@ class Link:
 
 
 def link_for(g: Group, node: NodeGroup) -> Link:
-    """The link used by a collective over group ``g`` on nodes of type ``node``."""
+    """The link used by a collective over group ``g`` on nodes of type ``node``.
+
+    On an NVLink mesh a group inside the node gets its ring channels' links (the slowest of the
+    node's groups of that shape, since they run in lockstep); elsewhere, and for groups that leave
+    the node, the per-GPU NVLink bandwidth as before.
+    """
     intra = node.intra_node_bandwidth_bytes_per_s * node.intra_node_efficiency
     sp = span(g, node)
     if not sp.crosses_network:
+        if node.nvlink_mesh is not None and g.size > 1:
+            channels = mesh_group_channels(node.nvlink_mesh, g.stride, g.size)
+            intra = channels * node.nvlink_mesh.link_bandwidth_bytes_per_s * node.intra_node_efficiency
         return Link(intra, node.intra_node_latency_s, False)
     inter = node.inter_node_bandwidth_bytes_per_s * node.inter_node_efficiency * sp.members_per_domain
     return Link(min(intra, inter), node.inter_node_latency_s, True)
@@ -82,3 +99,107 @@ def overlapped_s(comm_s: float, window_s: float, slowdown: float, floor_s: float
     bandwidth NCCL takes, ``EfficiencySpec.comm_overlap_slowdown``)."""
     exposed = max(floor_s, comm_s - window_s)
     return exposed + slowdown * (comm_s - exposed)
+
+
+MESH_SEARCH_STEPS = 100_000
+"""Ring packings tried per rank set before the best found so far is kept: the same bounded search
+NCCL does (``NCCL_SEARCH_TIMEOUT`` in NCCL 2.8 ``src/graph/search.cc``). Every rank set of an
+8-GPU mesh finishes far below it (the degree bound is met on DGX-1), so the count is exact there."""
+
+
+def _ring_cycles(
+    links: tuple[tuple[int, ...], ...], ranks: tuple[int, ...]
+) -> list[tuple[tuple[int, int], ...]]:
+    """Every ring through all of ``ranks`` over direct links, once per direction pair: the first
+    rank fixed, the second smaller than the last. Each ring is its edges as sorted rank pairs."""
+    first, rest = ranks[0], ranks[1:]
+    rings = []
+    for order in itertools.permutations(rest):
+        if order[0] > order[-1]:
+            continue
+        path = (first, *order, first)
+        if all(links[a][b] > 0 for a, b in itertools.pairwise(path)):
+            rings.append(tuple(sorted(tuple(sorted(e)) for e in itertools.pairwise(path))))
+    return rings
+
+
+@lru_cache(maxsize=4096)
+def mesh_ring_channels(links: tuple[tuple[int, ...], ...], ranks: tuple[int, ...]) -> int:
+    """NCCL ring channels, one link wide each, that fit over the direct links among ``ranks``.
+
+    Two GPUs: one channel per link between them (its two directions carry the two ring hops).
+    Three or more: each ring through all of them over direct links is used in both directions
+    (one link each way per hop, links being full duplex), so the count is twice the most rings
+    that fit with no link pair used more often than it has links; a GPU with ``d`` links into the
+    set bounds it by ``d // 2`` rings. On DGX-1 this gives 6 channels over all 8 GPUs (the
+    whitepaper's "three interwoven rings of single NVLink connections"), 4 over a fully connected
+    quad, 2 over ranks {0,2,4,6}, and 1 or 2 over a pair (its ``NV1``/``NV2`` links). 0: no ring.
+    """
+    if len(ranks) < 2:
+        return 0
+    if len(ranks) == 2:
+        return links[ranks[0]][ranks[1]]
+    cycles = _ring_cycles(links, ranks)
+    capacity = {(a, b): links[a][b] for a, b in itertools.combinations(sorted(ranks), 2)}
+
+    def rings_bound() -> int:
+        return min(sum(c for e, c in capacity.items() if r in e) for r in ranks) // 2
+
+    upper = rings_bound()
+    best = 0
+    steps = 0
+
+    def pack(start: int, count: int) -> None:
+        nonlocal best, steps
+        best = max(best, count)
+        if best == upper or steps >= MESH_SEARCH_STEPS or count + rings_bound() <= best:
+            return
+        for k in range(start, len(cycles)):
+            ring = cycles[k]
+            if all(capacity[e] > 0 for e in ring):
+                steps += 1
+                for e in ring:
+                    capacity[e] -= 1
+                pack(k, count + 1)
+                for e in ring:
+                    capacity[e] += 1
+                if best == upper or steps >= MESH_SEARCH_STEPS:
+                    return
+
+    pack(0, 0)
+    return 2 * best
+
+
+def mesh_rank_sets(num_gpus: int, stride: int, size: int) -> list[tuple[int, ...]]:
+    """The local rank sets ``first + k*stride`` (k < size) of a node of ``num_gpus`` GPUs, for a
+    group shape whose extent ``stride*size`` divides the node (Megatron's placement)."""
+    extent = stride * size
+    return [
+        tuple(block + offset + k * stride for k in range(size))
+        for block in range(0, num_gpus, extent)
+        for offset in range(stride)
+    ]
+
+
+@lru_cache(maxsize=1024)
+def mesh_group_channels(mesh: NVLinkMesh, stride: int, size: int) -> int:
+    """Ring channels of the slowest rank set of shape (``stride``, ``size``) in a mesh node: the
+    groups of one kind run their collectives together, so the slowest sets the time."""
+    sets = mesh_rank_sets(len(mesh.links), stride, size)
+    return min(mesh_ring_channels(mesh.links, ranks) for ranks in sets)
+
+
+def mesh_problems(mesh: NVLinkMesh) -> list[str]:
+    """Rank sets of a mesh node that Megatron may form but that have no ring over direct NVLinks
+    (their collectives would leave NVLink, which the mesh model does not price), as readable
+    lines; empty when every group shape is covered."""
+    n = len(mesh.links)
+    problems = []
+    for size in range(2, n + 1):
+        for stride in range(1, n // size + 1):
+            if n % (stride * size):
+                continue
+            for ranks in mesh_rank_sets(n, stride, size):
+                if mesh_ring_channels(mesh.links, ranks) == 0:
+                    problems.append(f"GPUs {list(ranks)} (a group of {size} with stride {stride})")
+    return problems

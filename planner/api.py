@@ -287,6 +287,16 @@ def cluster_dict(c: ClusterSpec) -> dict:
                 "inter_node_latency_s": g.inter_node_latency_s,
                 "intra_node_efficiency": g.intra_node_efficiency,
                 "inter_node_efficiency": g.inter_node_efficiency,
+                **(
+                    {
+                        "nvlink_mesh": {
+                            "link_bandwidth_bytes_per_s": g.nvlink_mesh.link_bandwidth_bytes_per_s,
+                            "links": [list(row) for row in g.nvlink_mesh.links],
+                        }
+                    }
+                    if g.nvlink_mesh is not None
+                    else {}
+                ),
             }
             for g in c.groups
         ],

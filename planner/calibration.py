@@ -176,10 +176,6 @@ def _node_template_cluster(hw: dict, total: int, notes: list[str]) -> ClusterSpe
     raise PlannerError(f"no node template for GPU {hw['gpu']!r}")
 
 
-V100_NVLINK_BYTES_PER_S = 150e9
-"""V100-SXM2 NVLink2, per direction per GPU: 300 GB/s total (six links) in NVIDIA's V100 Tensor Core
-GPU datasheet (2020), i.e. 150 GB/s each way (the catalogue's intra-node figures are per direction)."""
-
 EDR_PORT_BYTES_PER_S = 100e9 / 8
 """One 100 Gb/s 4X EDR InfiniBand port (Mellanox MT27700 / ConnectX-4), the one HCA per node of
 Oneflow-Inc/DLPerf's V100 servers (its Megatron-LM/README.md: 'InfiniBand 100 Gb/sec (4X EDR)',
@@ -187,21 +183,16 @@ one mlx5_0 in `nvidia-smi topo -m`)."""
 
 
 def _v100_cluster(nodes: int, mem_gb: float, notes: list[str]) -> ClusterSpec:
-    """8x V100-SXM2 servers (DGX-1-style hybrid cube-mesh NVLink, one EDR port per node): the
-    dgx-a100 template's latencies and efficiencies with the V100 GPU type (16 GB variant where the
-    run says so) and the links above; the cube mesh is priced as its per-GPU NVLink total."""
-    cluster = load_cluster("dgx-a100", nodes)
-    gpu = load_gpu("v100-sxm2-32gb")
+    """8x V100-SXM2 servers wired as DGX-1's hybrid cube-mesh (the ``dgx1-v100`` template: its
+    NVLink mesh is the ``nvidia-smi topo -m`` of DLPerf's servers), with one EDR port per node
+    instead of DGX-1's four, and the 16 GB GPU variant where the run says so."""
+    cluster = load_cluster("dgx1-v100", nodes)
+    group = replace(cluster.groups[0], inter_node_bandwidth_bytes_per_s=EDR_PORT_BYTES_PER_S / 8)
     if mem_gb == 16:
-        gpu = replace(gpu, name="v100-sxm2-16gb", memory_bytes=16 * 2**30)
+        gpu = replace(group.gpu, name="v100-sxm2-16gb", memory_bytes=16 * 2**30)
+        group = replace(group, gpu=gpu)
         notes.append("V100-SXM2 16GB variant (v100-sxm2-32gb with 16 GiB)")
-    group = replace(
-        cluster.groups[0],
-        gpu=gpu,
-        intra_node_bandwidth_bytes_per_s=V100_NVLINK_BYTES_PER_S,
-        inter_node_bandwidth_bytes_per_s=EDR_PORT_BYTES_PER_S / 8,
-    )
-    notes.append("V100 node: NVLink2 150 GB/s per direction, one 100 Gb/s EDR port per 8 GPUs")
+    notes.append("V100 node: DGX-1 hybrid cube-mesh NVLink (25 GB/s links), one 100 Gb/s EDR port per 8 GPUs")
     return replace(cluster, groups=(group,))
 
 

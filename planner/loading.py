@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from cost_models.communication import mesh_problems
 from planner.errors import SpecError
 from planner.layer_pattern import PatternError, parse_pattern
 from planner.specs import (
@@ -34,6 +35,7 @@ from planner.specs import (
     JobSpec,
     ModelSpec,
     NodeGroup,
+    NVLinkMesh,
 )
 from planner.validation import check_number, limit, path_exists, read_text_capped, short_path
 
@@ -642,6 +644,7 @@ _NODE_KEYS = (
     "inter_node_latency_us",
     "intra_node_efficiency",
     "inter_node_efficiency",
+    "nvlink_mesh",
 )
 
 
@@ -672,7 +675,76 @@ def _node_group(r: Reader, num_nodes: int, base: dict | None = None) -> NodeGrou
         inter_node_latency_s=field("inter_node_latency_us", float) * 1e-6,
         intra_node_efficiency=field("intra_node_efficiency", float, positive=True),
         inter_node_efficiency=field("inter_node_efficiency", float, positive=True),
+        nvlink_mesh=_nvlink_mesh(r, base, gpus_per_node),
     )
+
+
+def _nvlink_mesh(r: Reader, base: dict, gpus_per_node: int) -> NVLinkMesh | None:
+    """The node's optional ``nvlink_mesh`` (``links``: a square matrix of NVLink link counts between
+    its GPUs; ``link_bandwidth_gb_per_s``: one link, one direction), checked: one row per GPU,
+    symmetric, zero diagonal, the NVLink domain is the node, no GPU has more links than its
+    NVLink bandwidth carries, and every group Megatron can form in the node has a ring over
+    direct links."""
+    r.used.add("nvlink_mesh")
+    raw = r.data.get("nvlink_mesh", base.get("nvlink_mesh"))
+    if raw is None:
+        return None
+    m = Reader(raw, r.where, r._key("nvlink_mesh"))
+    bandwidth = m.get("link_bandwidth_gb_per_s", float, positive=True) * GB
+    rows = m.get("links", list)
+    m.done()
+    key = f"{r.where}: key '{m._key('links')}'"
+    if gpus_per_node > MESH_MAX_GPUS:
+        raise SpecError(
+            f"{key}: a mesh of {gpus_per_node} GPUs is beyond the {MESH_MAX_GPUS} the ring search handles"
+        )
+    if len(rows) != gpus_per_node or not all(
+        isinstance(row, list) and len(row) == gpus_per_node for row in rows
+    ):
+        raise SpecError(
+            f"{key}: needs {gpus_per_node} rows of {gpus_per_node} link counts (one per GPU of the node)"
+        )
+    for i, row in enumerate(rows):
+        for j, value in enumerate(row):
+            check_number(
+                value, r.where, f"{m._key('links')}[{i}][{j}]", integer=True, maximum=limit("nvlink_links")
+            )
+    links = tuple(tuple(row) for row in rows)
+    for i in range(gpus_per_node):
+        if links[i][i]:
+            raise SpecError(f"{key}: GPU {i} has {links[i][i]} links to itself; the diagonal must be 0")
+        for j in range(i):
+            if links[i][j] != links[j][i]:
+                raise SpecError(
+                    f"{key}: not symmetric: GPU {i} -> {j} has {links[i][j]} links, GPU {j} -> {i} has {links[j][i]}"
+                )
+    domain = r.get("nvlink_domain_size", int, base.get("nvlink_domain_size", gpus_per_node))
+    if domain != gpus_per_node:
+        raise SpecError(
+            f"{key}: an NVLink mesh spans one node: nvlink_domain_size ({domain}) must equal gpus_per_node ({gpus_per_node})"
+        )
+    per_gpu = r.get("intra_node_bandwidth_gb_per_s", float, base.get("intra_node_bandwidth_gb_per_s")) * GB
+    busiest = max(range(gpus_per_node), key=lambda i: sum(links[i]))
+    if sum(links[busiest]) * bandwidth > per_gpu * (1 + 1e-9):
+        raise SpecError(
+            f"{key}: GPU {busiest} has {sum(links[busiest])} links of {bandwidth / GB:g} GB/s, more than "
+            f"intra_node_bandwidth_gb_per_s ({per_gpu / GB:g})"
+        )
+    mesh = NVLinkMesh(links=links, link_bandwidth_bytes_per_s=bandwidth)
+    problems = mesh_problems(mesh)
+    if problems:
+        raise SpecError(
+            f"{key}: no ring over direct NVLinks for {problems[0]}"
+            + (f" and {len(problems) - 1} more rank sets" if len(problems) > 1 else "")
+            + "; every group of consecutive or strided GPUs that divides the node needs one"
+        )
+    return mesh
+
+
+MESH_MAX_GPUS = 8
+"""Largest node an ``nvlink_mesh`` may describe: the ring search enumerates every ring through a
+group ((n-1)!/2 of them), 2520 for 8 GPUs. Meshes without NVSwitch are DGX-1 / HGX-1 class (8 GPUs);
+larger nodes use NVSwitch."""
 
 
 def _template_node(name: str) -> dict:
@@ -767,6 +839,16 @@ def cluster_to_mapping(c: ClusterSpec) -> dict:
                 "inter_node_latency_us": g.inter_node_latency_s * 1e6,
                 "intra_node_efficiency": g.intra_node_efficiency,
                 "inter_node_efficiency": g.inter_node_efficiency,
+                **(
+                    {
+                        "nvlink_mesh": {
+                            "link_bandwidth_gb_per_s": g.nvlink_mesh.link_bandwidth_bytes_per_s / GB,
+                            "links": [list(row) for row in g.nvlink_mesh.links],
+                        }
+                    }
+                    if g.nvlink_mesh is not None
+                    else {}
+                ),
             }
             for g in c.groups
         ],

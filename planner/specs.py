@@ -378,6 +378,19 @@ class GPUSpec:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class NVLinkMesh:
+    """Point-to-point NVLink wiring of a node without NVSwitch (DGX-1's hybrid cube-mesh): GPUs
+    reach only some peers, over one or more bonded links, so a collective's bandwidth depends on
+    which GPUs form the group (:func:`cost_models.communication.mesh_ring_channels`)."""
+
+    links: tuple[tuple[int, ...], ...]
+    """``links[i][j]``: NVLink links between local GPUs i and j (``nvidia-smi topo -m``'s ``NV#``);
+    symmetric, zero on the diagonal, one row per GPU of the node."""
+    link_bandwidth_bytes_per_s: float
+    """Unidirectional bandwidth of one link (V100 NVLink2: 25 GB/s each way)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class NodeGroup:
     """A set of identical nodes: one GPU type and one set of links."""
 
@@ -401,6 +414,9 @@ class NodeGroup:
     """Achieved fraction of NVLink bandwidth by NCCL collectives."""
     inter_node_efficiency: float = 0.9
     """Achieved fraction of network bandwidth by NCCL collectives."""
+    nvlink_mesh: NVLinkMesh | None = None
+    """Point-to-point NVLink wiring when the node has no NVSwitch; ``None``: every GPU pair gets
+    ``intra_node_bandwidth_bytes_per_s`` (NVSwitch nodes)."""
 
     @property
     def num_gpus(self) -> int:
@@ -428,7 +444,13 @@ class ClusterSpec:
     def is_heterogeneous(self) -> bool:
         """Whether the groups differ in GPU type or links."""
         return (
-            len({(g.gpu.name, g.gpus_per_node, g.inter_node_bandwidth_bytes_per_s) for g in self.groups}) > 1
+            len(
+                {
+                    (g.gpu.name, g.gpus_per_node, g.inter_node_bandwidth_bytes_per_s, g.nvlink_mesh)
+                    for g in self.groups
+                }
+            )
+            > 1
         )
 
     def group_of_rank(self, rank: int) -> NodeGroup:

@@ -84,6 +84,8 @@ LIMITS: dict[str, tuple[float, str]] = {
     "intra_node_latency_us": (1e6, "link latencies are microseconds; one second is a broken link"),
     "inter_node_latency_us": (1e6, "as intra_node_latency_us"),
     "intra_node_efficiency": (1.0, "a fraction of the link's bandwidth"),
+    "link_bandwidth_gb_per_s": (1e4, "one NVLink link carries 20-50 GB/s per direction"),
+    "nvlink_links": (18, "a GPU has at most 18 NVLink links (H100, B200)"),
     "inter_node_efficiency": (1.0, "a fraction of the link's bandwidth"),
     "gemm_efficiency_max": (1.0, "a fraction of the peak"),
     "attention_efficiency": (1.0, "a fraction of the peak"),

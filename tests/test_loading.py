@@ -94,6 +94,7 @@ def test_catalogue_loads_and_is_cited():
         "aws-p4d",
         "aws-p5",
         "mi300x-node",
+        "dgx1-v100",
     }
     assert required_templates <= set(cluster_template_names())
 
