@@ -50,12 +50,13 @@ def load_problem(
     tp_comm_overlap: bool = False,
     software: str | None = None,
     framework: str = "any",
+    eager_ops: tuple[str, ...] = (),
 ) -> Problem:
     """Load a model (preset, YAML or HF config.json), a cluster (template + nodes, or file) and a job;
     ``software``: a software profile name (None: the newest of ``framework`` fitted on the
     cluster's GPU families, none for ``any``; :func:`planner.software.resolve_software`), then ``profile``: a calibrated profile file, applied
     to the cluster (:func:`planner.software.configure`: the calibration wins);
-    ``tp_comm_overlap``: :attr:`JobSpec.tp_comm_overlap`."""
+    ``tp_comm_overlap``, ``eager_ops``: :attr:`JobSpec.tp_comm_overlap`, :attr:`JobSpec.eager_ops`."""
     from planner.calibrate.profile import read_profile
     from planner.graph_model import is_graph_model, load_graph_model
     from planner.software import cluster_families, configure, resolve_software
@@ -73,6 +74,7 @@ def load_problem(
             seq_length=seq_length,
             precision=precision,
             tp_comm_overlap=tp_comm_overlap,
+            eager_ops=eager_ops,
         ),
         profile=prof,
         software=use,
@@ -294,6 +296,7 @@ def job_dict(j: JobSpec) -> dict:
         "overlap_grad_reduce": j.overlap_grad_reduce,
         "overlap_param_gather": j.overlap_param_gather,
         "tp_comm_overlap": j.tp_comm_overlap,
+        "eager_ops": list(j.eager_ops),
     }
 
 

@@ -21,6 +21,7 @@ from planner.layer_pattern import PatternError, parse_pattern
 from planner.specs import (
     ACTIVATIONS,
     DTYPES,
+    EAGER_OPS,
     NORMALIZATIONS,
     POSITION_EMBEDDINGS,
     PRECISIONS,
@@ -794,7 +795,22 @@ def make_job(
             raise SpecError(
                 f"{where}: {key} {kwargs[key]!r} is not allowed; allowed values: {', '.join(DTYPES)}"
             )
+    if "eager_ops" in kwargs:
+        kwargs["eager_ops"] = eager_ops_tuple(kwargs["eager_ops"], where)
     return JobSpec(global_batch_size=global_batch_size, seq_length=seq_length, precision=precision, **kwargs)
+
+
+def eager_ops_tuple(ops: Any, where: str, key: str = "eager_ops") -> tuple[str, ...]:
+    """``ops`` (names of :data:`planner.specs.EAGER_OPS`, any order, no repeats) in canonical order,
+    or a SpecError naming ``where``, ``key`` and the allowed values."""
+    if isinstance(ops, str) or not isinstance(ops, (list, tuple)):
+        raise SpecError(f"{where}: {key}: expected a list of op groups ({', '.join(EAGER_OPS)})")
+    for op in ops:
+        if op not in EAGER_OPS:
+            raise SpecError(f"{where}: {key}: {op!r} is not allowed; allowed values: {', '.join(EAGER_OPS)}")
+    if len(set(ops)) != len(ops):
+        raise SpecError(f"{where}: {key}: an op group is listed twice: {', '.join(ops)}")
+    return tuple(op for op in EAGER_OPS if op in ops)
 
 
 def job_from_mapping(data: dict, where: str) -> JobSpec:
@@ -810,6 +826,7 @@ def job_from_mapping(data: dict, where: str) -> JobSpec:
         overlap_grad_reduce=r.get("overlap_grad_reduce", bool, True),
         overlap_param_gather=r.get("overlap_param_gather", bool, True),
         tp_comm_overlap=r.get("tp_comm_overlap", bool, False),
+        eager_ops=eager_ops_tuple(r.get("eager_ops", list, []), where, "key 'job.eager_ops'"),
         where=where,
     )
     r.done()

@@ -196,8 +196,9 @@ def job_to_mapping(job: JobSpec) -> dict:
         "master_dtype": job.master_dtype,
         "overlap_grad_reduce": job.overlap_grad_reduce,
         "overlap_param_gather": job.overlap_param_gather,
-        # Written only when on, so plans without it read as before.
+        # Written only when on, so plans without them read as before.
         **({"tp_comm_overlap": True} if job.tp_comm_overlap else {}),
+        **({"eager_ops": list(job.eager_ops)} if job.eager_ops else {}),
     }
 
 

@@ -183,6 +183,7 @@ def test_cli_option_set_is_pinned(run_cli):
             "--software",
             "--framework",
             "--tp-comm-overlap",
+            "--eager-ops",
             "--json",
         ]
     )

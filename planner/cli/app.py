@@ -21,6 +21,7 @@ from planner.errors import PlannerError, UsageError
 from planner.graph_model import GraphModelSpec
 from planner.memory_validation import HEADROOM_GIB_DEFAULT
 from planner.plan import write_text_atomic
+from planner.specs import EAGER_OPS
 from planner.validation import json_text
 
 
@@ -151,6 +152,16 @@ TpOverlapOpt = Annotated[
     typer.Option(
         "--tp-comm-overlap",
         help="Overlap sequence-parallel collectives with GEMMs (Megatron --tp-comm-overlap).",
+        rich_help_panel=PANEL_INPUTS,
+    ),
+]
+EagerOpsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--eager-ops",
+        help="Elementwise op groups run as eager PyTorch, one kernel per op (comma-separated: norm, rope, "
+        "activation; torchtitan without torch.compile runs rope,activation eager). Default: all fused "
+        "(Megatron-Core/Transformer Engine kernels, torch.compile).",
         rich_help_panel=PANEL_INPUTS,
     ),
 ]
@@ -444,6 +455,7 @@ def _estimate(opts: dict):
             any(x is not None for x in (model, cluster, nodes, gbs, seq))
             or any(x is not None for x in flags + split)
             or opts.get("tp_comm_overlap")
+            or opts.get("eager_ops") is not None
             or opts.get("framework")
         ):
             raise UsageError(
@@ -476,6 +488,7 @@ def _estimate(opts: dict):
         bool(opts.get("tp_comm_overlap")),
         opts.get("software"),
         _framework_name(opts.get("framework")),
+        _eager_ops(opts.get("eager_ops")),
     )
     _software_note(problem)
     config = _with_split(_config(*flags), problem.model, *split[:3])
@@ -653,6 +666,7 @@ def estimate(
     software: SoftwareOpt = None,
     framework: EstimateFrameworkOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
+    eager_ops: EagerOpsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Predict step time, throughput, MFU and memory of one configuration."""
@@ -697,6 +711,7 @@ def timeline(
     software: SoftwareOpt = None,
     framework: EstimateFrameworkOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
+    eager_ops: EagerOpsOpt = None,
     svg: Annotated[
         Path | None,
         typer.Option("--svg", help="Write the timeline as an SVG file.", rich_help_panel=PANEL_OUTPUT),
@@ -791,6 +806,7 @@ def bubbles(
     software: SoftwareOpt = None,
     framework: EstimateFrameworkOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
+    eager_ops: EagerOpsOpt = None,
     fill_job: Annotated[
         Path | None,
         typer.Option(
@@ -873,6 +889,14 @@ def _words(text: str | None, flag: str, allowed: tuple[str, ...]) -> tuple[str, 
     if bad or not values:
         raise UsageError(f"{flag} {text!r}: allowed values: {', '.join(allowed)}")
     return values
+
+
+def _eager_ops(text: str | None) -> tuple[str, ...]:
+    """``--eager-ops`` as :attr:`JobSpec.eager_ops` (canonical order; none given: all fused)."""
+    values = _words(text, "--eager-ops", EAGER_OPS) or ()
+    if len(set(values)) != len(values):
+        raise UsageError(f"--eager-ops {text!r}: an op group is listed twice")
+    return tuple(op for op in EAGER_OPS if op in values)
 
 
 ListOpt = Optional[str]
@@ -1055,6 +1079,7 @@ def search(
     profile: ProfileOpt = None,
     software: SoftwareOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
+    eager_ops: EagerOpsOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -1112,6 +1137,7 @@ def search(
         tp_comm_overlap,
         software,
         restrictions.framework,
+        _eager_ops(eager_ops),
     )
     _software_note(problem, quiet)
     progress = _progress(quiet, as_json)

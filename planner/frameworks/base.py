@@ -51,6 +51,17 @@ class Capabilities:
     (``JobSpec.tp_comm_overlap``)."""
     hsdp: bool = False
     """Hybrid sharding (``ParallelConfig.fsdp_shard``): FSDP inside a shard group, replicas across."""
+    eager_ops: tuple[tuple[str, ...], ...] | None = ((),)
+    """The sets of eager elementwise op groups (``JobSpec.eager_ops``) its launches run: ``((),)``
+    always fused, ``None`` any set."""
+
+    def eager_text(self) -> str:
+        """The eager op sets it runs, in words (for refusals)."""
+        if self.eager_ops is None:
+            return "any elementwise op groups eager or fused"
+        return " or ".join(
+            "every elementwise op fused" if not ops else f"{','.join(ops)} eager" for ops in self.eager_ops
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,6 +117,8 @@ class Framework:
             out.append(f"{who} is not planned with HSDP (fsdp_shard); use full sharding over all dp ranks")
         if job.tp_comm_overlap and c.sp and not cap.tp_comm_overlap:
             out.append(f"{who} launches no overlap of tensor-parallel communication with GEMMs")
+        if cap.eager_ops is not None and job.eager_ops not in cap.eager_ops:
+            out.append(f"{who} runs {cap.eager_text()}, not {','.join(job.eager_ops) or 'every op fused'}")
         return out
 
     def require(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> None:
@@ -146,6 +159,7 @@ ANY = Framework(
         heterogeneous_gpus=True,
         tp_comm_overlap=True,
         hsdp=True,
+        eager_ops=None,
     ),
     source="cost_models/parallel.py (SCHEDULES, OPTIMIZER_SHARDING, RECOMPUTE)",
     exportable=False,

@@ -38,6 +38,10 @@ MEGATRON = Framework(
         heterogeneous_gpus=True,
         # --tp-comm-overlap (arguments.py; Transformer Engine userbuffers, with --sequence-parallel).
         tp_comm_overlap=True,
+        # Elementwise work fused: Transformer Engine's norm + GEMM modules, fused RoPE, bias-SwiGLU /
+        # bias-GELU and bias-dropout-add fusions are its defaults (--no-*-fusion turns them off;
+        # planner neither exports nor prices those).
+        eager_ops=((),),
     ),
     source="megatron/training/arguments.py, megatron/core/pipeline_parallel/schedules.py (megatron-core 0.19.2)",
 )
