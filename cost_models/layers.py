@@ -17,6 +17,9 @@ sum over its layers. Sources:
   context parallelism as a ring over K/V chunks (Liu et al. 2023, Ring Attention,
   arXiv:2310.01889); expert parallelism as two all-to-alls per direction (Lepikhin et al. 2020,
   GShard, arXiv:2006.16668).
+* Memory-bound elementwise work: bytes at the GPU's HBM bandwidth; fused kernels by default, the
+  job's eager op groups (``JobSpec.eager_ops``) at the bytes :mod:`cost_models.elementwise` derives
+  from torchtitan's and PyTorch's code.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from cost_models import communication as comm
+from cost_models import elementwise
 from cost_models import moe as moe_terms
 from cost_models.compute import LinearTimes, attention_s, linear_s, memory_bound_s
 from cost_models.parallel import ParallelConfig, group
@@ -247,6 +251,10 @@ class _Attention:
     """Bytes sent for those collectives, forward + backward."""
     kv_width: float
     """K and V elements per token on this GPU (what context parallelism passes around the ring)."""
+    norm_elements: float = 0.0
+    """Elements the block's own norms normalise (MLA's latent norms, QK norms), for eager pricing."""
+    rope_elements: float = 0.0
+    """Q and K elements rotated by RoPE, for eager pricing (:mod:`cost_models.elementwise`)."""
 
 
 def _attention(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, span: float) -> _Attention:
@@ -269,6 +277,7 @@ def _attention(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGrou
         3 * (2 * T * h * (q + 2 * kv) + 2 * T * q * h + 2 * T * span * model.core_attention_width) / t
     )
     # Memory-bound work (bytes): rotary on Q and K (read+write).
+    rope_elements = T * (q / t + kv_local) if model.position_embedding_type == "rope" else 0.0
     elem = 2 * T * (q / t + kv_local) * ACT_BYTES if model.position_embedding_type == "rope" else 0.0
     act = T * h * ACT_BYTES / sp_div  # QKV input
     act += T * qkv_n * ACT_BYTES + T * q / t * ACT_BYTES  # Q, K, V and attention output
@@ -295,6 +304,8 @@ def _attention(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGrou
         tp_fwd_s=_tp_collectives_s(volume, c, node, 1),
         tp_bytes=4 * (t - 1) / t * volume if t > 1 else 0.0,
         kv_width=2 * kv_local,
+        norm_elements=T * (q / t + kv_local) if model.qk_layernorm else 0.0,
+        rope_elements=rope_elements,
     )
 
 
@@ -383,6 +394,8 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
         tp_fwd_s=tp_fwd,
         tp_bytes=tp_bytes,
         kv_width=a * (dqk + dv) / t,
+        norm_elements=T_local * (rq + rkv),
+        rope_elements=T * (a * dr / t + dr),
     )
 
 
@@ -421,6 +434,7 @@ def _decoder(
     # --- MLP / MoE -----------------------------------------------------------------------------
     if not moe:
         f = model.ffn_hidden_size
+        ffn_elements = T * f / t
         gemm += linear_s(T, n_in * f / t, h, gpu, prec) + linear_s(T, h, f / t, gpu, prec)
         model_flop += 3 * 2 * T * h * f * (n_in + 1) / t
         elem += (n_in + 1) * T * f / t * ACT_BYTES
@@ -437,6 +451,7 @@ def _decoder(
         P_mean = (T / sp_div) * etp * k
         load = moe_terms.routed_load_factor(P_mean * ep, ep, model.moe_expert_capacity_factor)
         P = P_mean * load
+        ffn_elements = P * fe / etp
         local_experts = E / ep
         tok_per_expert = P * ep / E
         # Grouped GEMM: each expert's rows computed in whole tiles (tile quantisation), all local
@@ -458,6 +473,7 @@ def _decoder(
         params_replicated += h * E
         if model.moe_shared_expert_intermediate_size:
             fs = model.moe_shared_expert_intermediate_size
+            ffn_elements += T * fs / t
             gemm += linear_s(T, n_in * fs / t, h, gpu, prec) + linear_s(T, h, fs / t, gpu, prec)
             model_flop += 3 * 2 * T * h * fs * (n_in + 1) / t
             act += (n_in + 1) * T * fs / t * ACT_BYTES
@@ -502,12 +518,23 @@ def _decoder(
         cp_bytes = (c.cp - 1) * 3 * chunk
 
     elem_fwd = memory_bound_s(elem, gpu)
+    # Eager op groups move more bytes than the fused kernels counted in `elem` (two norms, the
+    # attention block's own norms and RoPE, the activation; cost_models.elementwise).
+    eager = elementwise.eager_extra(
+        model,
+        job,
+        norm_elements=2 * T * h / sp_div + at.norm_elements,
+        rope_elements=at.rope_elements,
+        ffn_elements=ffn_elements,
+    )
     overhead = gpu.efficiency.kernel_overhead_s
-    forward = gemm.forward_s + attn_fwd + elem_fwd + overhead
+    forward = gemm.forward_s + attn_fwd + elem_fwd + memory_bound_s(eager.forward, gpu) + overhead
     # Backward: input-gradient GEMMs (same FLOPs as forward, their own shapes), all attention
-    # backward, and the elementwise backward (twice the forward bytes) go to B; weight-gradient
-    # GEMMs go to W.
-    backward_input = gemm.input_grad_s + attn_bwd + 2 * elem_fwd + overhead
+    # backward, and the elementwise backward (twice the forward bytes when fused; the autograd
+    # kernels' bytes when eager) go to B; weight-gradient GEMMs go to W.
+    backward_input = (
+        gemm.input_grad_s + attn_bwd + 2 * elem_fwd + memory_bound_s(eager.backward, gpu) + overhead
+    )
     backward_weight = gemm.weight_grad_s
     ep_s_bwd = ep_s_fwd
     serial_launches = compute_capability_major(gpu.name) < 10 and (c.tp > 1 or c.cp > 1)
@@ -583,13 +610,18 @@ def _output(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) 
     # Cross-entropy over fp32 logits: ~3 passes (max, exp-sum, gradient) over T x V/t floats.
     ce = memory_bound_s(3 * T * V / t * 4, gpu)
     norm = memory_bound_s(2 * T * h * ACT_BYTES / sp_div, gpu)
+    # The final norm, eager when the job's norms are (torchtitan compiles per block, so its final
+    # norm stays eager under torch.compile too: one norm in 2L + 1, priced fused there).
+    eager = elementwise.eager_extra(
+        model, job, norm_elements=T * h / sp_div, rope_elements=0.0, ffn_elements=0.0
+    )
     tp_fwd = _tp_collectives_s(T * h * ACT_BYTES, c, node, 1) / 2 if t > 1 else 0.0
     return LayerCost(
         params_sharded=(V * h / t) if (model.untie_embeddings_and_output_weights or c.pp > 1) else 0.0,
         params_replicated=_norm_params(model),
         model_flop=3 * 2 * T * h * V / t,
-        forward_s=logits.forward_s + ce + norm,
-        backward_input_s=logits.input_grad_s + ce + norm,
+        forward_s=logits.forward_s + ce + norm + memory_bound_s(eager.forward, gpu),
+        backward_input_s=logits.input_grad_s + ce + norm + memory_bound_s(eager.backward, gpu),
         backward_weight_s=logits.weight_grad_s,
         forward_comm_s=tp_fwd,
         backward_comm_s=tp_fwd,
@@ -616,12 +648,15 @@ def _mtp(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> 
     emb = _embedding(model, job, c, node)
     proj = linear_s(T, h / t, 2 * h, gpu, prec)
     norms = memory_bound_s(3 * 2 * T * h * ACT_BYTES / sp_div, gpu)
+    eager = elementwise.eager_extra(
+        model, job, norm_elements=3 * T * h / sp_div, rope_elements=0.0, ffn_elements=0.0
+    )
     module = LayerCost(
         params_sharded=2 * h * h / t,
         params_replicated=3 * _norm_params(model),
         model_flop=3 * 2 * T * (3 * h + 2 * h * h) / t,
-        forward_s=proj.forward_s + norms,
-        backward_input_s=proj.input_grad_s + 2 * norms,
+        forward_s=proj.forward_s + norms + memory_bound_s(eager.forward, gpu),
+        backward_input_s=proj.input_grad_s + 2 * norms + memory_bound_s(eager.backward, gpu),
         backward_weight_s=proj.weight_grad_s,
         forward_comm_s=_tp_collectives_s(T * h * ACT_BYTES, c, node, 1) / 2,
         backward_comm_s=_tp_collectives_s(T * h * ACT_BYTES, c, node, 1) / 2,

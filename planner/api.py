@@ -53,13 +53,14 @@ def load_problem(
     moe_dispatcher: str = "alltoall",
     moe_a2a_overlap: bool = False,
     cuda_graph_scope: tuple[str, ...] = (),
+    eager_ops: tuple[str, ...] = (),
 ) -> Problem:
     """Load a model (preset, YAML or HF config.json), a cluster (template + nodes, or file) and a job;
     ``software``: a software profile name (None: the newest of ``framework`` fitted on the
     cluster's GPU families, none for ``any``; :func:`planner.software.resolve_software`), then ``profile``: a calibrated profile file, applied
     to the cluster (:func:`planner.software.configure`: the calibration wins);
-    ``tp_comm_overlap``, ``moe_dispatcher``, ``moe_a2a_overlap``, ``cuda_graph_scope``: the
-    :class:`JobSpec` fields of those names."""
+    ``tp_comm_overlap``, ``moe_dispatcher``, ``moe_a2a_overlap``, ``cuda_graph_scope``,
+    ``eager_ops``: the :class:`JobSpec` fields of those names."""
     from planner.calibrate.profile import read_profile
     from planner.graph_model import is_graph_model, load_graph_model
     from planner.software import cluster_families, configure, resolve_software
@@ -77,6 +78,7 @@ def load_problem(
             seq_length=seq_length,
             precision=precision,
             tp_comm_overlap=tp_comm_overlap,
+            eager_ops=eager_ops,
             moe_dispatcher=moe_dispatcher,
             moe_a2a_overlap=moe_a2a_overlap,
             cuda_graph_scope=cuda_graph_scope,
@@ -318,6 +320,7 @@ def job_dict(j: JobSpec) -> dict:
         "moe_dispatcher": j.moe_dispatcher,
         "moe_a2a_overlap": j.moe_a2a_overlap,
         "cuda_graph_scope": list(j.cuda_graph_scope),
+        "eager_ops": list(j.eager_ops),
     }
 
 

@@ -25,7 +25,7 @@ from planner.errors import PlannerError
 from planner.loading import load_cluster, load_gpu, load_template, make_job
 from planner.software import apply as apply_software
 from planner.software import efficiency_family, software_class
-from planner.specs import ClusterSpec, JobSpec, ModelSpec
+from planner.specs import EAGER_OPS, ClusterSpec, JobSpec, ModelSpec
 
 DEFAULT_RUNS = Path(__file__).resolve().parent.parent / "tests" / "data" / "published_runs.yaml"
 DEFAULT_MEMORY = Path(__file__).resolve().parent.parent / "tests" / "data" / "published_memory.yaml"
@@ -118,6 +118,48 @@ def _overlapped_reduction(run: dict) -> bool:
     if par.get("framework") == "deepspeed" or str(run["id"]).startswith("bloom176b"):
         return False
     return not source_of(run).startswith(SEQUENTIAL_REDUCTION_SOURCES)
+
+
+TORCHTITAN_FUSED_RMSNORM = ("torchtitan_a100_llama_3_8b_", "torchtitan_a100_llama_2_13b_")
+"""torchtitan runs whose RMSNorm was a fused kernel although the model ran eager: the 64-A100 tables
+of pytorch/torchtitan docs/performance.md (commit 0413364) use the presets of that commit, whose
+``train_configs/llama3_8b.toml`` and ``llama2_13b.toml`` set ``norm_type = "fused_rmsnorm"`` (a
+Triton kernel, ``torchtitan/models/norms.py``) while ``llama3_70b.toml`` and ``llama2_70b.toml`` set
+``"rmsnorm"``; every preset has ``compile = false``."""
+
+
+def _eager_ops(run: dict, notes: list[str]) -> tuple[str, ...]:
+    """The elementwise op groups a run executed as eager PyTorch (``JobSpec.eager_ops``).
+
+    The rule: llm-foundry's Composer runs are eager (no ``compile_config`` in its benchmark
+    launches: ``scripts/train/benchmarking/submit_benchmarks.py`` and ``yamls/pretrain/mpt-*.yaml``
+    at 5e85bd6; MPT's ``LPLayerNorm`` and GELU are one ATen kernel each, so they cost what the
+    fused kernels do). torchtitan runs are compiled when their record mentions ``compile``
+    (``FSDP + torch.compile`` and the like in the locator or notes, unless it says ``eager``; async
+    TP requires it, ``torchtitan/parallelisms/parallelize_llama.py`` at 9dec370: "Async TP requires
+    --training.compile"), else eager in every group, less ``norm`` for the runs of
+    :data:`TORCHTITAN_FUSED_RMSNORM`. Every other run is Megatron-LM, NeMo/Megatron-Bridge,
+    Megatron-DeepSpeed or OneFlow, with fused kernels (no note). The inferred groups are recorded
+    in ``notes``."""
+    par = run.get("parallel") or {}
+    rid = str(run["id"])
+    if par.get("framework") == "composer":
+        notes.append(
+            "eager PyTorch (Composer, no torch.compile): norm, rope, activation eager (MPT's LayerNorm "
+            "and GELU are one ATen kernel each and it has no RoPE: no extra bytes)"
+        )
+        return EAGER_OPS
+    if not (rid.startswith("torchtitan") or par.get("framework") == "torchtitan"):
+        return ()
+    text = f"{par.get('notes') or ''} {(run.get('source') or {}).get('locator') or ''}"
+    if re.search(r"\bcompile\b", text) and "eager" not in text:
+        notes.append("elementwise ops fused (torch.compile in the source)")
+        return ()
+    if rid.startswith(TORCHTITAN_FUSED_RMSNORM):
+        notes.append("eager PyTorch (no torch.compile): rope, activation eager; fused_rmsnorm preset")
+        return tuple(op for op in EAGER_OPS if op != "norm")
+    notes.append("eager PyTorch (no torch.compile in the source): norm, rope, activation eager")
+    return EAGER_OPS
 
 
 def _family(gpu: str) -> str:
@@ -405,6 +447,7 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 tp_comm_overlap=tp_overlap,
                 overlap_grad_reduce=overlap_reduce,
                 overlap_param_gather=overlap_reduce,
+                eager_ops=_eager_ops(run, notes),
                 **(_moe_runtime(rid, par, notes) if model.is_moe else {}),
                 where=f"run {rid}",
             )

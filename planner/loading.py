@@ -24,6 +24,7 @@ from planner.specs import (
     CUDA_GRAPH_SCOPES,
     DTYPES,
     MOE_DISPATCHERS,
+    EAGER_OPS,
     NORMALIZATIONS,
     POSITION_EMBEDDINGS,
     PRECISIONS,
@@ -887,6 +888,8 @@ def make_job(
         )
     if "cuda_graph_scope" in kwargs:
         kwargs["cuda_graph_scope"] = cuda_graph_scope(kwargs["cuda_graph_scope"], where)
+    if "eager_ops" in kwargs:
+        kwargs["eager_ops"] = eager_ops_tuple(kwargs["eager_ops"], where)
     return JobSpec(global_batch_size=global_batch_size, seq_length=seq_length, precision=precision, **kwargs)
 
 
@@ -909,6 +912,19 @@ def cuda_graph_scope(values: Any, where: str) -> tuple[str, ...]:
     return tuple(sorted(set(items), key=CUDA_GRAPH_SCOPES.index))
 
 
+def eager_ops_tuple(ops: Any, where: str, key: str = "eager_ops") -> tuple[str, ...]:
+    """``ops`` (names of :data:`planner.specs.EAGER_OPS`, any order, no repeats) in canonical order,
+    or a SpecError naming ``where``, ``key`` and the allowed values."""
+    if isinstance(ops, str) or not isinstance(ops, (list, tuple)):
+        raise SpecError(f"{where}: {key}: expected a list of op groups ({', '.join(EAGER_OPS)})")
+    for op in ops:
+        if op not in EAGER_OPS:
+            raise SpecError(f"{where}: {key}: {op!r} is not allowed; allowed values: {', '.join(EAGER_OPS)}")
+    if len(set(ops)) != len(ops):
+        raise SpecError(f"{where}: {key}: an op group is listed twice: {', '.join(ops)}")
+    return tuple(op for op in EAGER_OPS if op in ops)
+
+
 def job_from_mapping(data: dict, where: str) -> JobSpec:
     """A job from a mapping (the ``job`` section of a plan file)."""
     r = Reader(data, where, "job")
@@ -925,6 +941,7 @@ def job_from_mapping(data: dict, where: str) -> JobSpec:
         moe_dispatcher=r.get("moe_dispatcher", str, "alltoall", choices=MOE_DISPATCHERS),
         moe_a2a_overlap=r.get("moe_a2a_overlap", bool, False),
         cuda_graph_scope=r.get("cuda_graph_scope", (list, str), []),
+        eager_ops=eager_ops_tuple(r.get("eager_ops", list, []), where, "key 'job.eager_ops'"),
         where=where,
     )
     r.done()

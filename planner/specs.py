@@ -18,6 +18,9 @@ WINDOW_TYPES = ("sliding", "chunked")
 SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
 PRECISIONS = ("bf16", "fp16", "fp8")
 DTYPES = ("fp32", "bf16", "fp16")
+EAGER_OPS = ("norm", "rope", "activation")
+"""Elementwise op groups a job may run as separate eager PyTorch kernels instead of fused ones
+(:attr:`JobSpec.eager_ops`; byte counts in :mod:`cost_models.elementwise`)."""
 
 GATED_ACTIVATIONS = frozenset({"swiglu"})
 
@@ -500,6 +503,14 @@ class JobSpec:
     """What CUDA graphs capture (Megatron-Core ``--cuda-graph-impl`` with ``--cuda-graph-scope``;
     :data:`CUDA_GRAPH_SCOPES`); () = none. A captured part of an MoE layer costs the host one graph
     launch instead of one launch per kernel (cost_models.moe.host_launches)."""
+    eager_ops: tuple[str, ...] = ()
+    """Elementwise op groups (of :data:`EAGER_OPS`: ``norm``, ``rope``, ``activation``) that run as
+    eager PyTorch, one kernel and one HBM round trip per PyTorch op, instead of one fused kernel
+    each. Empty (the default): all fused, as Megatron-Core with Transformer Engine and
+    ``torch.compile`` run them. torchtitan without ``torch.compile`` runs ``rope`` and
+    ``activation`` eager (``norm`` too before PyTorch's fused RMSNorm kernel); the bytes each group
+    moves either way are derived in :mod:`cost_models.elementwise`. Kept in :data:`EAGER_OPS`
+    order."""
 
     @property
     def tokens_per_step(self) -> int:

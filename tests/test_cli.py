@@ -186,6 +186,7 @@ def test_cli_option_set_is_pinned(run_cli):
             "--moe-dispatcher",
             "--moe-a2a-overlap",
             "--cuda-graph-scope",
+            "--eager-ops",
             "--json",
         ]
     )

@@ -21,6 +21,7 @@ from planner.errors import PlannerError, UsageError
 from planner.graph_model import GraphModelSpec
 from planner.memory_validation import HEADROOM_GIB_DEFAULT
 from planner.plan import write_text_atomic
+from planner.specs import EAGER_OPS
 from planner.validation import json_text
 
 
@@ -178,6 +179,16 @@ CudaGraphOpt = Annotated[
         "--cuda-graph-scope",
         help="What CUDA graphs capture, comma-separated: full, attn, mlp, moe, moe_router, "
         "moe_preprocess, full_iteration, or none (Megatron --cuda-graph-impl / --cuda-graph-scope).",
+        rich_help_panel=PANEL_INPUTS,
+    ),
+]
+EagerOpsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--eager-ops",
+        help="Elementwise op groups run as eager PyTorch, one kernel per op (comma-separated: norm, rope, "
+        "activation; torchtitan without torch.compile runs rope,activation eager). Default: all fused "
+        "(Megatron-Core/Transformer Engine kernels, torch.compile).",
         rich_help_panel=PANEL_INPUTS,
     ),
 ]
@@ -471,6 +482,7 @@ def _estimate(opts: dict):
             any(x is not None for x in (model, cluster, nodes, gbs, seq))
             or any(x is not None for x in flags + split)
             or opts.get("tp_comm_overlap")
+            or opts.get("eager_ops") is not None
             or opts.get("framework")
             or opts.get("moe_a2a_overlap")
             or opts.get("cuda_graph_scope") is not None
@@ -506,6 +518,7 @@ def _estimate(opts: dict):
         bool(opts.get("tp_comm_overlap")),
         opts.get("software"),
         _framework_name(opts.get("framework")),
+        eager_ops=_eager_ops(opts.get("eager_ops")),
         **_runtime(opts),
     )
     _software_note(problem)
@@ -697,6 +710,7 @@ def estimate(
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,
+    eager_ops: EagerOpsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Predict step time, throughput, MFU and memory of one configuration."""
@@ -744,6 +758,7 @@ def timeline(
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,
+    eager_ops: EagerOpsOpt = None,
     svg: Annotated[
         Path | None,
         typer.Option("--svg", help="Write the timeline as an SVG file.", rich_help_panel=PANEL_OUTPUT),
@@ -841,6 +856,7 @@ def bubbles(
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,
+    eager_ops: EagerOpsOpt = None,
     fill_job: Annotated[
         Path | None,
         typer.Option(
@@ -923,6 +939,14 @@ def _words(text: str | None, flag: str, allowed: tuple[str, ...]) -> tuple[str, 
     if bad or not values:
         raise UsageError(f"{flag} {text!r}: allowed values: {', '.join(allowed)}")
     return values
+
+
+def _eager_ops(text: str | None) -> tuple[str, ...]:
+    """``--eager-ops`` as :attr:`JobSpec.eager_ops` (canonical order; none given: all fused)."""
+    values = _words(text, "--eager-ops", EAGER_OPS) or ()
+    if len(set(values)) != len(values):
+        raise UsageError(f"--eager-ops {text!r}: an op group is listed twice")
+    return tuple(op for op in EAGER_OPS if op in values)
 
 
 ListOpt = Optional[str]
@@ -1108,6 +1132,7 @@ def search(
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,
+    eager_ops: EagerOpsOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -1165,6 +1190,7 @@ def search(
         tp_comm_overlap,
         software,
         restrictions.framework,
+        eager_ops=_eager_ops(eager_ops),
         **_runtime(locals()),
     )
     _software_note(problem, quiet)

@@ -154,6 +154,7 @@ def estimate_tables(d: dict) -> list[Table]:
         if "num_stages" in cfg
         else f"tp {cfg['tp']} pp {cfg['pp']} dp {cfg['dp']} cp {cfg['cp']} ep {cfg['ep']} vpp {cfg['vpp']}"
     )
+    eager = (d.get("job") or {}).get("eager_ops") or []
     rows = [
         ("configuration", shape),
         ("micro-batch x micro-batches", f"{cfg['micro_batch_size']} x {cfg['num_microbatches']}"),
@@ -162,6 +163,8 @@ def estimate_tables(d: dict) -> list[Table]:
             f"{cfg['schedule']} / {cfg['recompute']} / {cfg['optimizer_sharding']}",
         ),
         *_moe_runtime_rows(d),
+        # Shown only when some elementwise ops run eager (fused is the default and goes unsaid).
+        *([("eager elementwise ops", ", ".join(eager))] if eager else []),
         ("step time", f"{d['step_time_s']:.3f} s"),
         ("tokens/s (per GPU)", f"{d['tokens_per_s']:,.0f} ({d['tokens_per_s_per_gpu']:,.1f})"),
         ("MFU / HFU", f"{100 * d['mfu']:.1f}% / {100 * d['hfu']:.1f}%"),

@@ -59,6 +59,17 @@ class Capabilities:
     virtual stages when pp > 1, no full recompute)."""
     cuda_graphs: bool = False
     """Its launch can capture CUDA graphs (``JobSpec.cuda_graph_scope``)."""
+    eager_ops: tuple[tuple[str, ...], ...] | None = ((),)
+    """The sets of eager elementwise op groups (``JobSpec.eager_ops``) its launches run: ``((),)``
+    always fused, ``None`` any set."""
+
+    def eager_text(self) -> str:
+        """The eager op sets it runs, in words (for refusals)."""
+        if self.eager_ops is None:
+            return "any elementwise op groups eager or fused"
+        return " or ".join(
+            "every elementwise op fused" if not ops else f"{','.join(ops)} eager" for ops in self.eager_ops
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,6 +143,8 @@ class Framework:
                 out.append(f"{who} overlaps MoE all-to-alls with pipeline parallelism only with virtual stages")
             elif c.recompute == "full":
                 out.append(f"{who} does not overlap MoE all-to-alls with full recompute")
+        if cap.eager_ops is not None and job.eager_ops not in cap.eager_ops:
+            out.append(f"{who} runs {cap.eager_text()}, not {','.join(job.eager_ops) or 'every op fused'}")
         return out
 
     def require(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> None:
@@ -175,6 +188,7 @@ ANY = Framework(
         moe_dispatchers=MOE_DISPATCHERS,
         moe_a2a_overlap=True,
         cuda_graphs=True,
+        eager_ops=None,
     ),
     source="cost_models/parallel.py (SCHEDULES, OPTIMIZER_SHARDING, RECOMPUTE)",
     exportable=False,

@@ -68,6 +68,11 @@ class Restrictions:
                 f"--tp-comm-overlap: {fw.title} launches no overlap of tensor-parallel communication "
                 "with GEMMs; drop the flag or pick --framework megatron"
             )
+        if cap.eager_ops is not None and job.eager_ops not in cap.eager_ops:
+            raise UsageError(
+                f"--eager-ops {','.join(job.eager_ops) or '(none)'}: {fw.title} runs {cap.eager_text()}; "
+                "change the flag or pick another --framework"
+            )
         if job.precision not in cap.precisions:
             raise SpecError(
                 f"{fw.title} has no {job.precision} training (it runs {', '.join(cap.precisions)})"

@@ -44,6 +44,10 @@ MEGATRON = Framework(
         moe_dispatchers=("alltoall", "allgather", "flex"),
         moe_a2a_overlap=True,
         cuda_graphs=True,
+        # Elementwise work fused: Transformer Engine's norm + GEMM modules, fused RoPE, bias-SwiGLU /
+        # bias-GELU and bias-dropout-add fusions are its defaults (--no-*-fusion turns them off;
+        # planner neither exports nor prices those).
+        eager_ops=((),),
     ),
     source="megatron/training/arguments.py, megatron/core/pipeline_parallel/schedules.py (megatron-core 0.19.2)",
 )

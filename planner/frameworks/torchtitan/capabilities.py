@@ -30,6 +30,9 @@ it with Python config registries). File names below are of the 0.2.2 wheel.
 * float8 (torchao, ``quantize.linear.float8``) for linear layers; float8 grouped GEMMs for
   experts are a prototype needing torchao nightly, so fp8 is dense models only.
 * Models: see :mod:`planner.frameworks.torchtitan.models` (qwen3 has no pipelining function).
+* Elementwise fusion: ``compile.enable`` compiles every ``TransformerBlock`` (and, with the
+  default ``compile.components``, the loss); without it RoPE and SwiGLU run eager
+  (:data:`EAGER_TORCHTITAN`, priced by :mod:`cost_models.elementwise`).
 """
 
 from __future__ import annotations
@@ -41,6 +44,13 @@ from planner.errors import SpecError
 from planner.frameworks.base import Capabilities, Framework
 from planner.frameworks.torchtitan.models import VERSION, titan_model
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
+
+EAGER_TORCHTITAN = ("rope", "activation")
+"""``JobSpec.eager_ops`` of torchtitan 0.2.2 without ``compile.enable``: ``apply_rotary_emb``
+(``x.float()``, complex multiply, ``type_as``) and ``FeedForward`` (``F.silu(w1(x)) * w3(x)``) as
+eager PyTorch ops (``models/llama3/model/model.py``); its ``nn.RMSNorm`` runs PyTorch's fused
+``_fused_rms_norm`` CUDA kernel (``aten/src/ATen/native/layer_norm.cpp`` ``rms_norm_symint``;
+pytorch/pytorch#153666, in the nightlies 0.2.2 pins), so ``norm`` stays fused."""
 
 
 def dp_shard_degree(c: ParallelConfig) -> int:
@@ -119,9 +129,16 @@ TORCHTITAN = TorchtitanFramework(
         heterogeneous_gpus=False,
         # HSDP: data_parallel_replicate_degree x data_parallel_shard_degree (parallelize.py, 2-D mesh)
         hsdp=True,
-        # Async TP (parallelism.enable_async_tensor_parallel) needs torch.compile of the model,
-        # which the export does not turn on: tensor-parallel collectives stay exposed.
+        # Async TP (parallelism.enable_async_tensor_parallel) needs torch.compile of the model;
+        # the export does not enable async TP: tensor-parallel collectives stay exposed.
         tp_comm_overlap=False,
+        # compile.enable (job_config.py Compile; torch.compile of every TransformerBlock and the
+        # loss) fuses the elementwise ops; without it RoPE (apply_rotary_emb: float(), complex
+        # multiply, type_as) and SwiGLU (F.silu(w1(x)) * w3(x)) run eager
+        # (models/llama3/model/model.py), while nn.RMSNorm dispatches to PyTorch's fused
+        # _fused_rms_norm kernel on CUDA (the nightly torch 0.2.2 pins). The export sets compile.enable
+        # exactly when the plan's job is all fused.
+        eager_ops=((), EAGER_TORCHTITAN),
     ),
     source=(
         f"torchtitan/config/job_config.py, torchtitan/distributed/{{parallel_dims,pipeline_parallel,"

@@ -133,6 +133,9 @@ def job_sections(inputs: PlanInputs, tm: TitanModel) -> list[tuple[str, list[tup
         ("training", training),
         ("parallelism", par),
         ("activation_checkpoint", [("mode", "full" if c.recompute == "full" else "none", "")]),
+        # torch.compile exactly when the plan was priced with fused elementwise kernels; without it
+        # torchtitan runs RoPE and SwiGLU eager (capabilities.EAGER_TORCHTITAN).
+        ("compile", [("enable", not job.eager_ops, "")]),
     ]
     if job.precision == "fp8":
         sections.append(
@@ -188,13 +191,14 @@ def job_toml(inputs: PlanInputs) -> str:
 
 def cli_overrides(inputs: PlanInputs) -> list[tuple[str, str]]:
     """The plan's settings as torchtitan command-line overrides (``--section.key value``), each
-    scalar key of the TOML except placeholders; the stage list stays in the TOML."""
+    scalar key of the TOML except placeholders; the stage list and the booleans (tyro reads a
+    boolean as a bare ``--section.key`` / ``--section.no-key`` flag) stay in the TOML."""
     require_exportable(inputs)
     tm = titan_model(inputs.model)
     out = []
     for section, keys in job_sections(inputs, tm):
         for key, value, comment in keys:
-            if "PLACEHOLDER" in comment or isinstance(value, list) or section == "job":
+            if "PLACEHOLDER" in comment or isinstance(value, (list, bool)) or section == "job":
                 continue
             out.append((f"--{section}.{key}", str(value)))
     return out

@@ -11,7 +11,10 @@ for single-stage schedules, two for looped ones, the first and last stages one l
 ``selective`` with ``selective_ac_option = "2"``: full checkpointing of every second block, read
 as full recompute of half the layers of each stage. HSDP (``data_parallel_replicate_degree`` and
 ``data_parallel_shard_degree`` both > 1) reads as ``fsdp_shard = dp_shard * cp``, with full sharding
-only. What planner cannot model (HSDP with ZeRO-2 resharding, per-op
+only. Without ``compile.enable`` (torchtitan's default: false) or with ``model`` left out of
+``compile.components``, the job's RoPE and SwiGLU are eager PyTorch ops
+(``JobSpec.eager_ops``, :data:`~planner.frameworks.torchtitan.capabilities.EAGER_TORCHTITAN`).
+What planner cannot model (HSDP with ZeRO-2 resharding, per-op
 selective checkpointing, pure-bf16 or fp32 training, several pipeline flushes per step) is an
 error naming the key.
 """
@@ -26,6 +29,7 @@ from pathlib import Path
 
 from cost_models.parallel import ParallelConfig
 from planner.errors import SpecError
+from planner.frameworks.torchtitan.capabilities import EAGER_TORCHTITAN
 from planner.frameworks.torchtitan.models import (
     VERSION,
     model_from_custom,
@@ -87,6 +91,7 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "expert_tensor_parallel_degree",
         "expert_parallel_comm_backend",
     ),
+    "compile": ("enable", "components", "backend"),
     "activation_checkpoint": (
         "mode",
         "selective_ac_option",
@@ -495,7 +500,15 @@ def parse_torchtitan(
         layers_per_stage=layers_per_stage,
         fsdp_shard=fsdp_shard,
     )
-    job = JobSpec(global_batch_size=gbs, seq_length=seq, precision=precision)
+    eager_ops: tuple[str, ...] = ()
+    components = d.get("compile", "components", list, ["model", "loss"])
+    if not (d.get("compile", "enable", bool, False) and "model" in components):
+        eager_ops = EAGER_TORCHTITAN
+        notes.append(
+            "compile: the model is not compiled (compile.enable, compile.components): RoPE and SwiGLU "
+            "priced as eager PyTorch ops"
+        )
+    job = JobSpec(global_batch_size=gbs, seq_length=seq, precision=precision, eager_ops=eager_ops)
     return ImportedTitan(model, job, config, key_lines(text), tuple(notes))
 
 
