@@ -62,7 +62,11 @@ def main() -> int:
     counted = [r for r in results if not excluded_reason(r.case.run_id)]
     stats = summary(counted)
     loso = (
-        [] if args.no_loso else leave_one_source_out(all_cases, progress=lambda t: print(t, file=sys.stderr))
+        []
+        if args.no_loso
+        else leave_one_source_out(
+            all_cases, progress=lambda t: print(t, file=sys.stderr), jobs=args.jobs
+        )
     )
     held_out = {
         "overall": summary(loso) if loso else None,
