@@ -5,10 +5,12 @@ No GPU needed. For each measured row (expert shape, local experts E, tokens per 
 the SwiGLU expert MLP's two grouped GEMMs (fc1 [n, h] x [h, 2f], fc2 [n, f] x [f, h], per expert)
 two ways with the GPU's efficiency data (cost_models.compute.gemm_s):
 
-- ``per-expert``: what cost_models/layers.py charges today: E GEMMs, each at the efficiency of one
-  expert's FLOPs, rows padded to the grouped-GEMM tile (cost_models.moe.grouped_gemm_rows);
+- ``per-expert``: E GEMMs, each at the efficiency of one expert's FLOPs, rows padded to the
+  grouped-GEMM tile (cost_models.moe.grouped_gemm_rows): what cost_models/layers.py charged until
+  2026-11-24;
 - ``one call``: a single GEMM over all E experts' padded rows (the grouped kernel is one launch
-  whose tiles fill the GPU together).
+  whose tiles fill the GPU together): cost_models.moe.grouped_linear_s, what layers.py charges now
+  (before its fitted grouped_gemm_efficiency).
 
 Prints the ratio predicted / measured per row and the median and range per pricing.
 
