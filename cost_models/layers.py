@@ -442,56 +442,18 @@ def _decoder(
         wgrad_act += (T * h + T * f / t) * ACT_BYTES
         params_sharded += (n_in + 1) * h * f / t + ((n_in * f) / t + h if model.add_bias_linear else 0)
     else:
-        E, k, fe = model.num_experts, model.moe_router_topk, model.moe_ffn_hidden_size
-        etp, ep = c.expert_tp, c.ep
-        # Each GPU starts with T/sp_div tokens; the expert-tensor-parallel group gathers etp of those
-        # sets, so a GPU processes P token copies with experts sliced etp ways (balanced routing).
-        # The busiest expert-parallel rank sets the pace (dropless: balls-into-bins maximum load;
-        # a capacity factor caps it), see cost_models.moe.
-        P_mean = (T / sp_div) * etp * k
-        load = moe_terms.routed_load_factor(P_mean * ep, ep, model.moe_expert_capacity_factor)
-        P = P_mean * load
-        ffn_elements = P * fe / etp
-        local_experts = E / ep
-        tok_per_expert = P * ep / E
-        # Grouped GEMM: each expert's rows computed in whole tiles (tile quantisation), all local
-        # experts in one grouped call (cost_models.moe.grouped_linear_s).
-        rows = moe_terms.grouped_gemm_rows(tok_per_expert)
-        gemm += linear_s(T / sp_div, E, h, gpu, "bf16")  # router
-        gemm += moe_terms.grouped_linear_s(rows, local_experts, n_in * fe / etp, h, gpu, prec)
-        gemm += moe_terms.grouped_linear_s(rows, local_experts, h, fe / etp, gpu, prec)
-        elem += 3 * (T / sp_div) * E * 4  # router softmax + top-k over fp32 logits (~3 passes)
-        model_flop += 3 * (2 * T * h * E / sp_div + 2 * (T * k / t) * h * fe * (n_in + 1))
-        elem += (n_in + 1) * P * fe / etp * ACT_BYTES  # the experts' activation
-        sort_chunks = ep > 1 and local_experts > 1
-        elem += moe_terms.dispatch_traffic(P, k, job.moe_dispatcher, sort_chunks) * h * ACT_BYTES
-        moe_host = moe_terms.host_launches(local_experts, job.moe_dispatcher, job.cuda_graph_scope)
-        act += P * h * ACT_BYTES + P * (n_in + 1) * fe / etp * ACT_BYTES
-        act += T * E * 4 / sp_div  # router logits/probabilities (fp32)
-        wgrad_act += (P * h + P * fe / etp) * ACT_BYTES
-        params_expert = E * (n_in + 1) * h * fe / (etp * ep)
-        params_replicated += h * E
-        if model.moe_shared_expert_intermediate_size:
-            fs = model.moe_shared_expert_intermediate_size
-            ffn_elements += T * fs / t
-            gemm += linear_s(T, n_in * fs / t, h, gpu, prec) + linear_s(T, h, fs / t, gpu, prec)
-            model_flop += 3 * 2 * T * h * fs * (n_in + 1) / t
-            act += (n_in + 1) * T * fs / t * ACT_BYTES
-            params_sharded += (n_in + 1) * h * fs / t
-        if ep > 1:
-            link = comm.link_for(group(c, "ep"), node)
-            if job.moe_dispatcher == "allgather":
-                # all-gather every rank's tokens, reduce-scatter the expert outputs back
-                # (Megatron-Core MoEAllGatherTokenDispatcher)
-                gathered = ep * (T / sp_div) * h * ACT_BYTES
-                ep_s_fwd = comm.all_gather_s(gathered, ep, link) + comm.reduce_scatter_s(gathered, ep, link)
-                ep_bytes = 4 * gathered * (ep - 1) / ep
-            else:
-                # dispatch + combine, each moving every routed token copy's hidden state
-                # (the busiest rank receives `load` times the mean)
-                volume = (T / sp_div) * k * load * h * ACT_BYTES
-                ep_s_fwd = 2 * comm.all_to_all_s(volume, ep, link)
-                ep_bytes = 4 * volume * (ep - 1) / ep
+        block = moe_terms.routed_block(model, job, c, node, T, sp_div, ACT_BYTES)
+        gemm += block.gemm
+        model_flop += block.model_flop
+        elem += block.elem_bytes
+        act += block.act_bytes
+        wgrad_act += block.wgrad_bytes
+        params_expert = block.params_expert
+        params_replicated += block.params_replicated
+        params_sharded += block.params_sharded
+        ffn_elements = block.ffn_elements
+        ep_s_fwd, ep_bytes = block.ep_fwd_s, block.ep_bytes
+        moe_host = block.host_launches
 
     # --- tensor / context parallel communication --------------------------------------------------
     # One all-reduce (AG + RS with SP) of the hidden states for the MLP per direction, plus the

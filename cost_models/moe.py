@@ -1,7 +1,6 @@
 """Routed-expert (MoE) pricing terms: load imbalance, grouped GEMMs, the token dispatcher's
-memory traffic, and the host time of an MoE layer.
-
-Pure functions used by :func:`cost_models.layers._decoder`'s MoE branch.
+memory traffic, and the host time of an MoE layer; :func:`routed_block` assembles them into the
+MoE MLP that :func:`cost_models.layers._decoder` adds to an MoE layer.
 
 * **Load imbalance (dropless routing).** Each rank of the expert-parallel group holds ``E / ep``
   experts; the step waits on the rank that received the most routed token copies. Treating the
@@ -23,9 +22,12 @@ Pure functions used by :func:`cost_models.layers._decoder`'s MoE branch.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from cost_models.compute import LinearTimes, gemm_s
-from planner.specs import GPUSpec
+from cost_models import communication as comm
+from cost_models.compute import LinearTimes, gemm_s, linear_s
+from cost_models.parallel import ParallelConfig, group
+from planner.specs import GPUSpec, JobSpec, ModelSpec, NodeGroup
 
 GROUPED_GEMM_TILE_ROWS = 128
 """Rows per tile of a grouped GEMM (MegaBlocks' block size, Gale et al. 2022 Sec. 5.1)."""
@@ -163,3 +165,108 @@ def host_launches(local_experts: float, dispatcher: str, scope: tuple[str, ...])
         fwd += f
         bwd += b
     return fwd, bwd
+
+
+@dataclass(frozen=True, slots=True)
+class RoutedBlock:
+    """The MoE MLP of one decoder layer for one micro-batch on one GPU (router, routed experts,
+    shared experts, token dispatch): what :func:`cost_models.layers._decoder` adds to the layer."""
+
+    gemm: LinearTimes
+    """Router, grouped expert and shared-expert GEMMs."""
+    model_flop: float
+    elem_bytes: float
+    """Memory-bound bytes of one forward (router softmax/top-k, expert activation, dispatch)."""
+    act_bytes: float
+    wgrad_bytes: float
+    params_expert: float
+    params_replicated: float
+    params_sharded: float
+    ffn_elements: float
+    """Elements of the activation's input (routed and shared), for the eager elementwise term."""
+    ep_fwd_s: float
+    """Expert-parallel communication of one pass (dispatch + combine), before any overlap."""
+    ep_bytes: float
+    host_launches: tuple[float, float]
+    """Kernels the host issues for the MoE MLP, (forward, backward) (:func:`host_launches`)."""
+
+
+def routed_block(
+    model: ModelSpec,
+    job: JobSpec,
+    c: ParallelConfig,
+    node: NodeGroup,
+    tokens: float,
+    sp_div: int,
+    act_bytes: int,
+) -> RoutedBlock:
+    """Price the MoE MLP of one layer: ``tokens`` per GPU per micro-batch (``sp_div`` = tp with
+    sequence parallelism), ``act_bytes`` per activation element.
+
+    Each GPU starts with ``tokens / sp_div`` tokens; the expert-tensor-parallel group gathers etp of
+    those sets, so a GPU processes P token copies with experts sliced etp ways (balanced routing).
+    The busiest expert-parallel rank sets the pace (dropless: balls-into-bins maximum load; a
+    capacity factor caps it, :func:`routed_load_factor`). The grouped GEMM computes each expert's
+    rows in whole tiles (:func:`grouped_gemm_rows`), all local experts in one grouped call
+    (:func:`grouped_linear_s`); the dispatcher's traffic is :func:`dispatch_traffic`; the
+    all-to-all (or, for the allgather dispatcher, all-gather + reduce-scatter) moves the hidden
+    states over the expert-parallel group."""
+    gpu, prec = node.gpu, job.precision
+    T, h, t = tokens, model.hidden_size, c.tp
+    n_in = 2 if model.gated else 1
+    E, k, fe = model.num_experts, model.moe_router_topk, model.moe_ffn_hidden_size
+    etp, ep = c.expert_tp, c.ep
+    P_mean = (T / sp_div) * etp * k
+    load = routed_load_factor(P_mean * ep, ep, model.moe_expert_capacity_factor)
+    P = P_mean * load
+    local_experts = E / ep
+    rows = grouped_gemm_rows(P * ep / E)
+    gemm = linear_s(T / sp_div, E, h, gpu, "bf16")  # router
+    gemm += grouped_linear_s(rows, local_experts, n_in * fe / etp, h, gpu, prec)
+    gemm += grouped_linear_s(rows, local_experts, h, fe / etp, gpu, prec)
+    elem = 3 * (T / sp_div) * E * 4  # router softmax + top-k over fp32 logits (~3 passes)
+    model_flop = 3 * (2 * T * h * E / sp_div + 2 * (T * k / t) * h * fe * (n_in + 1))
+    elem += (n_in + 1) * P * fe / etp * act_bytes  # the experts' activation
+    sort_chunks = ep > 1 and local_experts > 1
+    elem += dispatch_traffic(P, k, job.moe_dispatcher, sort_chunks) * h * act_bytes
+    act = P * h * act_bytes + P * (n_in + 1) * fe / etp * act_bytes
+    act += T * E * 4 / sp_div  # router logits/probabilities (fp32)
+    wgrad = (P * h + P * fe / etp) * act_bytes
+    ffn_elements = P * fe / etp
+    params_sharded = 0.0
+    if model.moe_shared_expert_intermediate_size:
+        fs = model.moe_shared_expert_intermediate_size
+        ffn_elements += T * fs / t
+        gemm += linear_s(T, n_in * fs / t, h, gpu, prec) + linear_s(T, h, fs / t, gpu, prec)
+        model_flop += 3 * 2 * T * h * fs * (n_in + 1) / t
+        act += (n_in + 1) * T * fs / t * act_bytes
+        params_sharded = (n_in + 1) * h * fs / t
+    ep_s = ep_bytes = 0.0
+    if ep > 1:
+        link = comm.link_for(group(c, "ep"), node)
+        if job.moe_dispatcher == "allgather":
+            # all-gather every rank's tokens, reduce-scatter the expert outputs back
+            # (Megatron-Core MoEAllGatherTokenDispatcher)
+            gathered = ep * (T / sp_div) * h * act_bytes
+            ep_s = comm.all_gather_s(gathered, ep, link) + comm.reduce_scatter_s(gathered, ep, link)
+            ep_bytes = 4 * gathered * (ep - 1) / ep
+        else:
+            # dispatch + combine, each moving every routed token copy's hidden state
+            # (the busiest rank receives `load` times the mean)
+            volume = (T / sp_div) * k * load * h * act_bytes
+            ep_s = 2 * comm.all_to_all_s(volume, ep, link)
+            ep_bytes = 4 * volume * (ep - 1) / ep
+    return RoutedBlock(
+        gemm=gemm,
+        model_flop=model_flop,
+        elem_bytes=elem,
+        act_bytes=act,
+        wgrad_bytes=wgrad,
+        params_expert=E * (n_in + 1) * h * fe / (etp * ep),
+        params_replicated=h * E,
+        params_sharded=params_sharded,
+        ffn_elements=ffn_elements,
+        ep_fwd_s=ep_s,
+        ep_bytes=ep_bytes,
+        host_launches=host_launches(local_experts, job.moe_dispatcher, job.cuda_graph_scope),
+    )

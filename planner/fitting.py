@@ -36,8 +36,8 @@ import numpy as np
 
 from cost_models.estimate import estimate
 from planner.calibration import Case, Result, excluded_reason
-from planner.software import MIN_RUNS, OVERRIDE_PARAMS, efficiency_family, profile_start
 from planner.loading import load_gpu
+from planner.software import MIN_RUNS, OVERRIDE_PARAMS, efficiency_family, profile_start
 from planner.specs import EfficiencySpec, GPUSpec
 
 MEASUREMENTS_DIR = Path(__file__).resolve().parent.parent / "hardware_profiles" / "measurements"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import json
+import math
 from pathlib import Path
 
 import pytest
