@@ -488,6 +488,11 @@ def plausibility_dict(problem: Problem, est: Estimate, framework: str = "any") -
         framework,
         gpus=problem.cluster.num_gpus,
         fsdp_shard=c.shard_degree if c.optimizer_sharding == "full" else 0,
+        moe_runtime=(
+            (problem.job.moe_dispatcher, problem.job.moe_a2a_overlap, bool(problem.job.cuda_graph_scope))
+            if is_moe
+            else None
+        ),
     )
     return {
         "class": p.run_class,

@@ -5,8 +5,9 @@ calibration set, every entry naming its run) holds, per class (GPU type, precisi
 MoE), the best measured MFU, overall and per framework. A prediction above it is not impossible, but nobody has published
 such a run: reports flag it so that a plan's claim is read with that in mind.
 
-The same table records each class's coverage: its largest run (GPUs) and its largest fully sharded
-(FSDP) data-parallel group. A prediction beyond either extrapolates the calibration (issue 12: the
+The same table records each class's coverage: its largest run (GPUs), its largest fully sharded
+(FSDP) data-parallel group and, for MoE classes, the token dispatchers, all-to-all overlap and CUDA
+graphs its runs used. A prediction beyond these extrapolates the calibration (issue 12: the
 search picked FSDP over 256+ ranks where the largest validated FSDP run of the class sharded over
 64): :attr:`Plausibility.extrapolation` says so, naming the run that bounds the class.
 """
@@ -54,16 +55,18 @@ def plausibility(
     *,
     gpus: int = 0,
     fsdp_shard: int = 0,
+    moe_runtime: tuple[str, bool, bool] | None = None,
 ) -> Plausibility:
     """Compare a predicted MFU with the best published one of its class: of the same framework
     when runs of it are in the set, else of any framework; and say whether ``gpus`` (the plan's GPU
     count) or ``fsdp_shard`` (its fully sharded group size; 0: not fully sharded) go beyond the
-    class's calibration runs."""
+    class's calibration runs; ``moe_runtime`` (dispatcher, all-to-all overlap, CUDA graphs on) says
+    whether an MoE plan runs a way none of the class's runs did."""
     key = class_key(gpu, precision, moe)
     cls = _classes().get(key)
     if cls is None:
         return Plausibility(key, None, "", False, (f"no published run of class {key} in the calibration set",))
-    extrapolation = _extrapolation(cls.get("coverage", {}), gpus, fsdp_shard)
+    extrapolation = _extrapolation(cls.get("coverage", {}), gpus, fsdp_shard, moe_runtime)
     entry = cls.get("by_framework", {}).get(framework)
     if entry is None:
         entry = cls
@@ -74,7 +77,9 @@ def plausibility(
     )
 
 
-def _extrapolation(coverage: dict, gpus: int, fsdp_shard: int) -> tuple[str, ...]:
+def _extrapolation(
+    coverage: dict, gpus: int, fsdp_shard: int, moe_runtime: tuple[str, bool, bool] | None = None
+) -> tuple[str, ...]:
     out = []
     largest = coverage.get("largest_run")
     if largest and gpus > largest["gpus"]:
@@ -88,4 +93,14 @@ def _extrapolation(coverage: dict, gpus: int, fsdp_shard: int) -> tuple[str, ...
                 f"FSDP over {fsdp_shard} ranks: the class's largest fully sharded calibration run shards over "
                 f"{fsdp['ranks']} ({fsdp['run_id']})"
             )
+    if moe_runtime is not None:
+        dispatcher, overlap, graphs = moe_runtime
+        seen = coverage.get("moe_dispatchers", {})
+        if dispatcher not in seen:
+            used = ", ".join(sorted(seen)) or "none"
+            out.append(f"MoE dispatcher {dispatcher}: no calibration run of the class used it (they used {used})")
+        if overlap and "moe_a2a_overlap" not in coverage:
+            out.append("MoE all-to-all overlap: no calibration run of the class overlapped its all-to-alls")
+        if graphs and "cuda_graphs" not in coverage:
+            out.append("CUDA graphs: no calibration run of the class captured CUDA graphs")
     return tuple(out)

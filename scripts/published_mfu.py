@@ -63,6 +63,15 @@ def _cover(coverage: dict, case) -> None:
         fsdp = coverage.get("largest_fsdp_shard")
         if fsdp is None or ranks > fsdp["ranks"]:
             coverage["largest_fsdp_shard"] = {"ranks": ranks, "run_id": case.run_id}
+    if case.model.is_moe:
+        # The MoE runtime the class's runs cover (first run in file order for each): a plan with a
+        # dispatcher, all-to-all overlap or CUDA graphs no run of the class used extrapolates.
+        job = case.job
+        coverage.setdefault("moe_dispatchers", {}).setdefault(job.moe_dispatcher, case.run_id)
+        if job.moe_a2a_overlap:
+            coverage.setdefault("moe_a2a_overlap", case.run_id)
+        if job.cuda_graph_scope:
+            coverage.setdefault("cuda_graphs", case.run_id)
 
 
 def framework_of(case) -> str:
@@ -85,7 +94,8 @@ def main() -> int:
         "# is there): the best measured MFU (model FLOPs, Megatron's formula, over the dense BF16 peak;\n"
         "# FP16 peak for FP16 runs, as planner estimate reports MFU)\n"
         "# of each class of run: GPU type, precision, dense or MoE, overall and per framework; and the\n"
-        "# class's coverage: its largest run (GPUs) and largest fully sharded (FSDP) group, with the run.\n"
+        "# class's coverage: its largest run (GPUs) and largest fully sharded (FSDP) group, with the run;\n"
+        "# for MoE classes, the token dispatchers, all-to-all overlap and CUDA graphs its runs used.\n"
         + yaml.safe_dump({"schema_version": 1, "classes": data}, sort_keys=True, width=100)
     )
     if args.check:

@@ -175,6 +175,27 @@ def test_plans_beyond_the_calibration_runs_of_their_class_are_flagged():
     assert "no published run" in plausibility("l40s", "bf16", True, 0.2).extrapolation[0]
 
 
+def test_moe_plans_running_a_way_no_calibration_run_did_are_flagged():
+    """An MoE plan's dispatcher, all-to-all overlap or CUDA graphs outside what its class's runs used
+    is an extrapolation, named; what the runs covered is not."""
+    from planner.plausibility import _classes, plausibility
+
+    cover = _classes()["h100-sxm5-80gb bf16 moe"]["coverage"]
+    assert set(cover["moe_dispatchers"]) == {"alltoall", "flex"}
+    seen = plausibility("h100-sxm5-80gb", "bf16", True, 0.2, moe_runtime=("flex", False, False))
+    assert seen.extrapolation == ()
+    gather = plausibility("h100-sxm5-80gb", "bf16", True, 0.2, moe_runtime=("allgather", False, False))
+    assert gather.extrapolation == (
+        "MoE dispatcher allgather: no calibration run of the class used it (they used alltoall, flex)",
+    )
+    assert "cuda_graphs" not in cover  # no H100 bf16 MoE run captured graphs
+    graphs = plausibility("h100-sxm5-80gb", "bf16", True, 0.2, moe_runtime=("alltoall", False, True))
+    assert graphs.extrapolation == ("CUDA graphs: no calibration run of the class captured CUDA graphs",)
+    gb = _classes()["gb200 fp8 moe"]["coverage"]
+    assert gb["moe_a2a_overlap"] and gb["cuda_graphs"]
+    assert plausibility("gb200", "fp8", True, 0.3, moe_runtime=("flex", True, True)).extrapolation == ()
+
+
 def test_search_json_flags_an_fsdp_plan_beyond_the_calibration():
     from typer.testing import CliRunner
 
