@@ -18,7 +18,6 @@
 """
 
 from planner.frameworks.base import Capabilities, Framework
-from planner.specs import compute_capability_major  # noqa: F401  (re-exported for export.py, rules.py)
 
 MEGATRON = Framework(
     name="megatron",

@@ -16,11 +16,11 @@ import shlex
 
 from cost_models.parallel import ParallelConfig
 from planner.errors import SpecError
-from planner.frameworks.megatron.capabilities import MEGATRON, compute_capability_major
+from planner.frameworks.megatron.capabilities import MEGATRON
 from planner.frameworks.megatron.flags import ACCEPTED
 from planner.layer_pattern import pattern_text
 from planner.plan import PlanInputs
-from planner.specs import ModelSpec
+from planner.specs import ModelSpec, compute_capability_major
 
 VERSION = MEGATRON.version
 ACTIVATION_FLAGS = {"swiglu": "--swiglu", "squared_relu": "--squared-relu", "gelu": None}

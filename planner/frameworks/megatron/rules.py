@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import difflib
 
-from planner.frameworks.megatron.capabilities import compute_capability_major
 from planner.frameworks.megatron.flags import ACCEPTED, VERSION
 from planner.frameworks.megatron.importer import Imported
-from planner.specs import ClusterSpec
+from planner.specs import ClusterSpec, compute_capability_major
 
 Finding = tuple[str, str, tuple[str, ...]]
 """(level, message, flags): level "error" (Megatron rejects the launch) or "warning"."""
