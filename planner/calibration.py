@@ -515,7 +515,10 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 schedule="interleaved" if vpp > 1 else "1f1b",
             )
             n_virtual = pp * vpp
-            if model.num_layers < n_virtual and (model.num_layers + 2) % n_virtual == 0:
+            if par.get("layers_per_stage"):
+                # The split the source's framework made (e.g. torchtitan's generate_split_points).
+                config = config.with_(layers_per_stage=tuple(int(x) for x in par["layers_per_stage"]))
+            elif model.num_layers < n_virtual and (model.num_layers + 2) % n_virtual == 0:
                 # More virtual stages than layers: Megatron's recipes account the embedding and the
                 # loss as one layer each (e.g. Qwen3-235B, 94 layers, pp 32 x vpp 3).
                 config = config.with_(
