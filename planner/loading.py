@@ -876,6 +876,8 @@ def make_job(
         raise SpecError(
             f"{where}: precision {precision!r} is not allowed; allowed values: {', '.join(PRECISIONS)}"
         )
+    if kwargs.get("grad_dtype") is None:
+        kwargs["grad_dtype"] = default_grad_dtype(precision)
     for key in ("grad_dtype", "master_dtype"):
         if key in kwargs and kwargs[key] not in DTYPES:
             raise SpecError(
@@ -891,6 +893,16 @@ def make_job(
     if "eager_ops" in kwargs:
         kwargs["eager_ops"] = eager_ops_tuple(kwargs["eager_ops"], where)
     return JobSpec(global_batch_size=global_batch_size, seq_length=seq_length, precision=precision, **kwargs)
+
+
+def default_grad_dtype(precision: str) -> str:
+    """Dtype in which gradients are accumulated and reduced across data-parallel ranks when the job
+    does not say: 16-bit for fp16 training, fp32 otherwise. Megatron-LM reduces fp16 gradients in
+    fp16 unless ``--accumulate-allreduce-grads-in-fp32`` is given, and forces fp32 for bf16 unless
+    ``--grad-reduce-in-bf16`` (megatron/training/arguments.py, ``validate_args``; the distributed
+    optimizer's table "fp16 parameters, fp16 gradients" vs "bf16 parameters, fp32 gradients",
+    docs/user-guide/features/dist_optimizer.md)."""
+    return "fp16" if precision == "fp16" else "fp32"
 
 
 def cuda_graph_scope(values: Any, where: str) -> tuple[str, ...]:
@@ -933,7 +945,7 @@ def job_from_mapping(data: dict, where: str) -> JobSpec:
         seq_length=r.get("seq_length", int, positive=True),
         precision=r.get("precision", str, "bf16", choices=PRECISIONS),
         optimizer=r.get("optimizer", str, "adam", choices=("adam",)),
-        grad_dtype=r.get("grad_dtype", str, "fp32", choices=DTYPES),
+        grad_dtype=r.get("grad_dtype", str, None, choices=DTYPES),
         master_dtype=r.get("master_dtype", str, "fp32", choices=DTYPES),
         overlap_grad_reduce=r.get("overlap_grad_reduce", bool, True),
         overlap_param_gather=r.get("overlap_param_gather", bool, True),

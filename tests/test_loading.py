@@ -187,3 +187,24 @@ def test_hf_config_unsupported_type(tmp_path):
     path.write_text(json.dumps({"model_type": "llama", "hidden_size": 8}))
     with pytest.raises(SpecError, match="missing required key 'num_attention_heads'"):
         load_model(str(path))
+
+
+@pytest.mark.parametrize("precision, grad", [("fp16", "fp16"), ("bf16", "fp32"), ("fp8", "fp32")])
+def test_gradient_dtype_defaults_to_megatrons(precision, grad):
+    job = make_job(global_batch_size=8, seq_length=1024, precision=precision)
+    assert job.grad_dtype == grad
+    assert make_job(global_batch_size=8, seq_length=1024, precision=precision, grad_dtype="fp32").grad_dtype == "fp32"
+
+
+def test_bytes_per_parameter_match_megatrons_distributed_optimizer_table():
+    """Megatron-LM docs/user-guide/features/dist_optimizer.md: fp16 parameters with fp16 gradients
+    20 bytes (4 + 16/d distributed); bf16 parameters with fp32 gradients 18 (6 + 12/d)."""
+    from cost_models.memory import bytes_per_param
+
+    fp16 = make_job(global_batch_size=8, seq_length=1024, precision="fp16")
+    bf16 = make_job(global_batch_size=8, seq_length=1024, precision="bf16")
+    assert sum(bytes_per_param(fp16, "none", 1)) == 20
+    assert sum(bytes_per_param(bf16, "none", 1)) == 18
+    for d in (2, 8, 64):
+        assert sum(bytes_per_param(fp16, "distributed", d)) == pytest.approx(4 + 16 / d)
+        assert sum(bytes_per_param(bf16, "distributed", d)) == pytest.approx(6 + 12 / d)

@@ -130,6 +130,11 @@ ROUND_TRIP = {
     "tp1": lambda: _search("gpt3-5b", "dgx-h100", 1, 32, 2048, tp=(1,)),
     "pp1": lambda: _search("llama3-8b", "dgx-h100", 2, 64, 4096, pp=(1,)),
     "full_recompute": lambda: _search("llama2-13b", "dgx-a100", 1, 32, 4096, recompute=("full",), tp=(8,)),
+    "fp16": lambda: _search("gpt3-5b", "dgx-a100", 1, 32, 2048, "fp16", tp=(2,)),
+    "fp16_fp32_grads": lambda: _search(
+        "gpt3-5b", "dgx-a100", 1, 32, 2048, "fp16", job_kw={"grad_dtype": "fp32"}, tp=(2,)
+    ),
+    "bf16_grads": lambda: _search("llama3-8b", "dgx-h100", 2, 64, 4096, job_kw={"grad_dtype": "bf16"}, tp=(2,)),
     "moe_runtime": lambda: _search(
         "mixtral-8x7b",
         "dgx-h100",
@@ -181,6 +186,33 @@ def test_round_trip_set_covers_every_feature():
     assert any(c.tp == 1 for c in plans.values()) and any(c.pp == 1 for c in plans.values())
     jobs = [make()[0].job for make in ROUND_TRIP.values()]
     assert any(j.moe_a2a_overlap and j.moe_dispatcher == "flex" and j.cuda_graph_scope for j in jobs)
+    assert {(j.precision, j.grad_dtype) for j in jobs} >= {("fp16", "fp16"), ("fp16", "fp32"), ("bf16", "bf16")}
+
+
+@pytest.mark.parametrize(
+    "flags, grad",
+    [
+        ("--bf16", "fp32"),
+        ("--bf16 --grad-reduce-in-bf16", "bf16"),
+        ("--fp16", "fp16"),
+        ("--fp16 --accumulate-allreduce-grads-in-fp32", "fp32"),
+        ("--bf16 --fp8-format hybrid", "fp32"),
+    ],
+)
+def test_gradient_reduction_dtype_follows_validate_args(flags, grad):
+    assert parse_megatron(f"{MODEL} {flags}", "a", 8).job.grad_dtype == grad
+
+
+@pytest.mark.parametrize(
+    "grad, flag",
+    [("fp16", None), ("fp32", "--accumulate-allreduce-grads-in-fp32")],
+)
+def test_fp16_gradient_dtype_is_exported(grad, flag):
+    plan, _ = ROUND_TRIP["fp16" if grad == "fp16" else "fp16_fp32_grads"]()
+    text = export_files(plan, "torchrun")["megatron_args.txt"]
+    assert "--fp16\n" in text
+    assert ("--accumulate-allreduce-grads-in-fp32" in text) == (flag is not None)
+    assert parse_megatron(text, "megatron_args.txt", plan.cluster.num_gpus).job.grad_dtype == grad
 
 
 def test_moe_runtime_round_trips_through_the_launch():

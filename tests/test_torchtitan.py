@@ -1,3 +1,4 @@
+
 """torchtitan target: capabilities, export (golden files), import, round trip, CLI."""
 
 from __future__ import annotations
@@ -5,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -213,6 +215,11 @@ def test_refusals_name_the_reason():
         ParallelConfig(tp=2, pp=1, dp=8, recompute="selective", optimizer_sharding="full"),
     )
     assert any("selective" in r for r in reasons)
+    bf16_grads = replace(job, grad_dtype="bf16")
+    reasons = TORCHTITAN.violations(
+        llama, cluster, bf16_grads, ParallelConfig(tp=2, pp=1, dp=8, optimizer_sharding="full")
+    )
+    assert any("does not reduce bf16 gradients in bf16 (it reduces them in fp32)" in r for r in reasons)
 
 
 def test_import_errors_name_the_key(tmp_path):

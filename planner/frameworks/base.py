@@ -59,6 +59,9 @@ class Capabilities:
     virtual stages when pp > 1, no full recompute)."""
     cuda_graphs: bool = False
     """Its launch can capture CUDA graphs (``JobSpec.cuda_graph_scope``)."""
+    grad_dtypes: tuple[tuple[str, str], ...] | None = None
+    """(precision, gradient reduction dtype) pairs its launch can set (``JobSpec.grad_dtype``);
+    ``None`` = any."""
     eager_ops: tuple[tuple[str, ...], ...] | None = ((),)
     """The sets of eager elementwise op groups (``JobSpec.eager_ops``) its launches run: ``((),)``
     always fused, ``None`` any set."""
@@ -143,6 +146,12 @@ class Framework:
                 out.append(f"{who} overlaps MoE all-to-alls with pipeline parallelism only with virtual stages")
             elif c.recompute == "full":
                 out.append(f"{who} does not overlap MoE all-to-alls with full recompute")
+        if cap.grad_dtypes is not None and (job.precision, job.grad_dtype) not in cap.grad_dtypes:
+            allowed = sorted(g for p, g in cap.grad_dtypes if p == job.precision)
+            out.append(
+                f"{who} does not reduce {job.precision} gradients in {job.grad_dtype} "
+                f"(it reduces them in {' or '.join(allowed) or 'no dtype'})"
+            )
         if cap.eager_ops is not None and job.eager_ops not in cap.eager_ops:
             out.append(f"{who} runs {cap.eager_text()}, not {','.join(job.eager_ops) or 'every op fused'}")
         return out

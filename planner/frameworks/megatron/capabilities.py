@@ -43,6 +43,17 @@ MEGATRON = Framework(
         moe_dispatchers=("alltoall", "allgather", "flex"),
         moe_a2a_overlap=True,
         cuda_graphs=True,
+        # validate_args: fp16 reduces gradients in fp16, or fp32 with
+        # --accumulate-allreduce-grads-in-fp32; bf16 (and FP8, run with --bf16) in fp32, or bf16
+        # with --grad-reduce-in-bf16.
+        grad_dtypes=(
+            ("fp16", "fp16"),
+            ("fp16", "fp32"),
+            ("bf16", "fp32"),
+            ("bf16", "bf16"),
+            ("fp8", "fp32"),
+            ("fp8", "bf16"),
+        ),
         # Elementwise work fused: Transformer Engine's norm + GEMM modules, fused RoPE, bias-SwiGLU /
         # bias-GELU and bias-dropout-add fusions are its defaults (--no-*-fusion turns them off;
         # planner neither exports nor prices those).

@@ -240,6 +240,12 @@ def parallel_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
         args.append(("--tp-comm-overlap", None))
     args += cuda_graph_args(job.cuda_graph_scope)
     args.append(("--bf16" if job.precision in ("bf16", "fp8") else "--fp16", None))
+    # Gradient reduction dtype where it differs from validate_args' default (fp16 grads for
+    # --fp16, fp32 for --bf16; planner.loading.default_grad_dtype).
+    if job.precision == "fp16" and job.grad_dtype == "fp32":
+        args.append(("--accumulate-allreduce-grads-in-fp32", None))
+    elif job.precision != "fp16" and job.grad_dtype == "bf16":
+        args.append(("--grad-reduce-in-bf16", None))
     if job.precision == "fp8":
         args += [("--fp8-format", "hybrid"), ("--fp8-recipe", "delayed")]
     return args

@@ -201,8 +201,19 @@ MODELLED = {
     "--bf16",
     "--fp16",
     "--fp8-format",
+    "--accumulate-allreduce-grads-in-fp32",
+    "--grad-reduce-in-bf16",
 }
 """Flags the import turns into model, job or configuration fields."""
+
+
+def _grad_dtype(flags: dict, precision: str) -> str:
+    """Gradient reduction dtype as validate_args settles it (megatron/training/arguments.py):
+    fp16 training reduces in fp16 unless ``--accumulate-allreduce-grads-in-fp32``; bf16 (and FP8,
+    which runs with ``--bf16``) in fp32 unless ``--grad-reduce-in-bf16``."""
+    if precision == "fp16":
+        return "fp32" if "--accumulate-allreduce-grads-in-fp32" in flags else "fp16"
+    return "bf16" if "--grad-reduce-in-bf16" in flags else "fp32"
 
 
 def megatron_words(text: str) -> tuple[list[tuple[str, int]], dict, bool]:
@@ -392,6 +403,7 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
         global_batch_size=gbs,
         seq_length=seq,
         precision=precision,
+        grad_dtype=_grad_dtype(flags, precision),
         overlap_grad_reduce="--overlap-grad-reduce" in flags,
         overlap_param_gather="--overlap-param-gather" in flags,
         tp_comm_overlap="--tp-comm-overlap" in flags,

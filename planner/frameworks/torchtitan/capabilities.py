@@ -139,6 +139,8 @@ TORCHTITAN = TorchtitanFramework(
         # _fused_rms_norm kernel on CUDA (the nightly torch 0.2.2 pins). The export sets compile.enable
         # exactly when the plan's job is all fused.
         eager_ops=((), EAGER_TORCHTITAN),
+        # training.mixed_precision_reduce: Literal["float32"] (job_config.py): FSDP reduces in fp32.
+        grad_dtypes=(("bf16", "fp32"), ("fp8", "fp32")),
     ),
     source=(
         f"torchtitan/config/job_config.py, torchtitan/distributed/{{parallel_dims,pipeline_parallel,"
