@@ -31,6 +31,7 @@ from planner.calibration import (  # noqa: E402
     excluded_reason,
     measured_memory,
     predict_all,
+    ranked,
     summary,
 )
 from planner.fitting import group_ranking, leave_one_source_out  # noqa: E402
@@ -83,7 +84,7 @@ def main() -> int:
             for r in loso
         ],
     }
-    groups_in = group_ranking(counted)
+    groups_in = group_ranking([r for r in results if ranked(r.case.run_id)])
     groups_out = group_ranking(loso) if loso else []
     peaks = measured_memory(args.memory)
     mem_errors = sorted(
