@@ -84,7 +84,12 @@ def main() -> int:
             for r in loso
         ],
     }
-    groups_in = group_ranking([r for r in results if ranked(r.case.run_id)])
+    groups_in = group_ranking(counted)
+    # Sweeps whose runs are excluded from the statistics but still say something about ranking
+    # (calibration.RANKED_WHEN_EXCLUDED), reported apart so they do not mix into the figures.
+    groups_extra = group_ranking(
+        [r for r in results if excluded_reason(r.case.run_id) and ranked(r.case.run_id)]
+    )
     groups_out = group_ranking(loso) if loso else []
     peaks = measured_memory(args.memory)
     mem_errors = sorted(
@@ -124,6 +129,7 @@ def main() -> int:
                     "leave_one_source_out": held_out,
                     "groups_in_sample": groups_in,
                     "groups_leave_one_source_out": groups_out,
+                    "groups_excluded_runs": groups_extra,
                 },
                 indent=2,
                 sort_keys=True,
@@ -171,7 +177,11 @@ def main() -> int:
             )
             print_classes("held out, by class", by_class(loso))
             print_classes("held out, by source", by_source(loso))
-        for title, rows_ in (("in-sample", groups_in), ("leave-one-source-out", groups_out)):
+        for title, rows_ in (
+            ("in-sample", groups_in),
+            ("leave-one-source-out", groups_out),
+            ("of excluded runs, informational: not in the figures above", groups_extra),
+        ):
             if rows_:
                 print()
                 print_groups(f"layout groups ({title})", rows_)
