@@ -56,7 +56,8 @@ EXCLUDED = {
 """Runs shown in the validation table but left out of the error statistics and the fit, with why."""
 
 RANKED_WHEN_EXCLUDED = ("ultrascale_h100_",)
-"""Prefixes of :data:`EXCLUDED` whose runs still count in the layout-group ranking (in-sample)."""
+"""Prefixes of :data:`EXCLUDED` whose layout groups are still ranked, on a line of their own
+(scripts/validate_published.py), never in the ranking figures."""
 
 
 def excluded_reason(run_id: str) -> str:
@@ -65,8 +66,8 @@ def excluded_reason(run_id: str) -> str:
 
 
 def ranked(run_id: str) -> bool:
-    """Whether ``run_id`` counts in the layout-group ranking: not excluded, or excluded for the error
-    statistics only (:data:`RANKED_WHEN_EXCLUDED`)."""
+    """Whether ``run_id``'s layout group is ranked: not excluded, or excluded with a prefix of
+    :data:`RANKED_WHEN_EXCLUDED` (reported apart from the figures)."""
     return not excluded_reason(run_id) or run_id.startswith(RANKED_WHEN_EXCLUDED)
 
 
