@@ -13,7 +13,8 @@
   efficient with multiples of 64 FP16 elements on A100). A linear layer's three GEMMs (forward,
   input gradient, weight gradient) have different output shapes, so each is priced on its own
   (:func:`linear_s`).
-* Fused attention: ``time = FLOP / (peak_bf16 * attention_efficiency)`` (attention stays in 16-bit
+* Fused attention: ``time = FLOP / (peak_bf16 * attention_efficiency * keys / (keys + K_half))``
+  (keys per query per kernel call; :data:`ATTENTION_HALF_KEYS`; attention stays in 16-bit
   under Transformer Engine's FP8 recipes).
 * Memory-bound kernels (norms, activations, residuals, optimizer): ``bytes / (HBM * hbm_efficiency)``.
 """
@@ -121,11 +122,32 @@ def linear_s(
     )
 
 
-def attention_s(flop: float, gpu: GPUSpec, precision: str) -> float:
-    """Time of fused attention doing ``flop`` FLOP."""
+ATTENTION_HALF_KEYS = 1140.0
+"""Keys per query at which fused attention reaches half of its ceiling (``attention_efficiency``):
+efficiency = ceiling x keys / (keys + ATTENTION_HALF_KEYS). Fitted (least squares in log space,
+:func:`planner.fitting.fit_attention_curve`) to the 16 causal flash-attention cases measured on an
+H100 and an H200 (hardware_profiles/measurements/h100-sxm5-80gb-kernels.json and
+h200-sxm-141gb-kernels.json; head dim 128, 8 and 32 heads, sequence 1,024 to 8,192): the
+efficiency rises from 0.13-0.17 at 1,024 keys to 0.26-0.30 at 8,192 (each query block's fixed
+prologue and the causal diagonal amortised over more key blocks; FlashAttention-2, Dao 2023,
+Sec. 4.1, reports the same rise with sequence length). The curve's rms log error over the cases is
+0.09, a constant's 0.25. Each GPU family fits its own ceiling; the shape is carried to all."""
+
+
+def attention_efficiency(gpu: GPUSpec, keys: float = 0.0) -> float:
+    """Fraction of peak fused attention reaches with ``keys`` keys per query per kernel call
+    (:data:`ATTENTION_HALF_KEYS`); ``keys`` 0 = the ceiling."""
+    ceiling = gpu.efficiency.attention_efficiency
+    return ceiling * keys / (keys + ATTENTION_HALF_KEYS) if keys > 0 else ceiling
+
+
+def attention_s(flop: float, gpu: GPUSpec, precision: str, keys: float = 0.0) -> float:
+    """Time of fused attention doing ``flop`` FLOP in calls of ``keys`` keys per query (the
+    sequence, or its context-parallel chunk, or the sliding window; see
+    :func:`attention_efficiency`)."""
     if flop <= 0:
         return 0.0
-    return flop / (gpu.peak(COMPUTE_DTYPE[precision]) * gpu.efficiency.attention_efficiency)
+    return flop / (gpu.peak(COMPUTE_DTYPE[precision]) * attention_efficiency(gpu, keys))
 
 
 def memory_bound_s(num_bytes: float, gpu: GPUSpec) -> float:

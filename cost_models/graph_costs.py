@@ -119,7 +119,7 @@ def _non_causal_extra(block: Block, job: JobSpec, c: ParallelConfig, node: NodeG
     m = block.transformer
     T = c.micro_batch_size * block.tokens(job.seq_length)
     s = block.tokens(job.seq_length)
-    fwd = attention_s(2 * T * s * m.query_projection_size / c.tp, node.gpu, job.precision)
+    fwd = attention_s(2 * T * s * m.query_projection_size / c.tp, node.gpu, job.precision, s)
     return LayerCost(forward_s=fwd, backward_input_s=2.5 * fwd, selective_recompute_s=fwd)
 
 
@@ -136,7 +136,7 @@ def _cross_attention(
     sp_div = t if c.sp else 1
     gemms = gemm_s(T, q / t, h, gpu, prec) + gemm_s(T_enc, 2 * kv_local, h_enc, gpu, prec)
     gemms += gemm_s(T, h, q / t, gpu, prec)
-    attn = attention_s(4 * T * s_enc * q / t, gpu, prec)
+    attn = attention_s(4 * T * s_enc * q / t, gpu, prec, s_enc)
     tp = _tp_collectives_s(T * h * ACT_BYTES, c, node, 1)
     act = (T * h / sp_div + T * q / t + T_enc * 2 * kv_local + T * q / t) * ACT_BYTES
     act += 4 * T * m.num_attention_heads / t

@@ -257,6 +257,12 @@ class _Attention:
     """Q and K elements rotated by RoPE, for eager pricing (:mod:`cost_models.elementwise`)."""
 
 
+def _kernel_keys(span: float, job: JobSpec, c: ParallelConfig) -> float:
+    """Keys per query of one fused-attention call (its efficiency, cost_models.compute): the span, at
+    most the sequence chunk a context-parallel rank holds (the ring passes K/V in chunks of s / cp)."""
+    return min(span, job.seq_length / c.cp)
+
+
 def _attention(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, span: float) -> _Attention:
     """MHA/GQA attention (Korthikanti et al. 2022 Sec. 4): column-parallel QKV, row-parallel output
     projection, one all-reduce (AG + RS with SP) of the hidden states per direction. ``span``: keys
@@ -272,7 +278,7 @@ def _attention(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGrou
     gemm = linear_s(T, qkv_n, h, gpu, prec) + linear_s(T, h, q / t, gpu, prec)
     # Causal attention executed: half of the non-causal 2*T*span*(2q)/t per cp rank
     # (load-balanced ring, Megatron CP); span = s for full attention.
-    attn_fwd = attention_s(T * span * model.core_attention_width / t, gpu, prec)
+    attn_fwd = attention_s(T * span * model.core_attention_width / t, gpu, prec, _kernel_keys(span, job, c))
     model_flop = (
         3 * (2 * T * h * (q + 2 * kv) + 2 * T * q * h + 2 * T * span * model.core_attention_width) / t
     )
@@ -349,7 +355,7 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
     gemm += linear_s(T, a * dqk / t, q_in, gpu, prec)
     gemm += linear_s(T, a * (dn + dv) / t, rkv, gpu, prec)
     gemm += linear_s(T, h, a * dv / t, gpu, prec)
-    attn_fwd = attention_s(T * span * model.core_attention_width / t, gpu, prec)
+    attn_fwd = attention_s(T * span * model.core_attention_width / t, gpu, prec, _kernel_keys(span, job, c))
     q_term = rq * (h + a * dqk + 1) if rq else h * a * dqk
     linear = q_term + rkv * (h + a * (dn + dv) + 1) + h * dr + a * dv * h
     model_flop = 3 * (2 * T * linear + 2 * T * span * model.core_attention_width) / t

@@ -3,8 +3,9 @@
 * :func:`fit` — per GPU family, coordinate descent over six numbers of the GPU's ``efficiency``
   block (``gemm_efficiency_max``, ``gemm_half_efficiency_flop``, ``attention_efficiency``,
   ``fp8_gemm_speedup`` where FP8 runs exist, ``kernel_overhead_s``, ``comm_overlap_slowdown``)
-  minimising the mean absolute log error of tokens/s per GPU over all of the family's runs at once
-  (no per-run parameter), plus a penalty pulling the values toward a prior (:func:`objective`).
+  minimising the absolute log error of tokens/s per GPU over all of the family's runs at once, each
+  source weighing the same (:func:`source_loss`; no per-run parameter), plus a penalty pulling the
+  values toward a prior (:func:`objective`).
 * :func:`fit_families` — every family in :data:`LINEAGE` order: a family's prior (start and
   penalty centre) is its lineage parent's fit carried over by :func:`transfer` (the root's is
   :data:`UNCALIBRATED`), with the GEMM curve and attention efficiency of its measured kernels where
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cost_models.compute import ATTENTION_HALF_KEYS
 from cost_models.estimate import estimate
 from planner.calibration import Case, Result, excluded_reason
 from planner.loading import load_gpu
@@ -212,7 +214,8 @@ may run at a fraction of one kernel's speed when issued per expert (factor 2 at 
 PRIOR_FLOOR = {"kernel_overhead_s": 1e-6, "comm_overlap_slowdown": 0.02, "host_launch_s": 1e-6}
 """Added to both sides of the log ratio for parameters that may be 0 (1 us; 2% slowdown)."""
 PRIOR_SCALE = 0.05
-"""Penalty per source: the objective is mean |log error| + PRIOR_SCALE / sources x sum z^2 / 2.
+"""Penalty per source: the objective is the per-source mean |log error| (:func:`source_loss`) +
+PRIOR_SCALE / sources x sum z^2 / 2.
 It is a maximum-a-posteriori fit with a Laplace likelihood of scale 0.05 (half the calibrated
 families' typical mean |log error|) per *source*, not per run: runs of one source share its
 software, its measurement and its transcription, so they are not independent evidence. A family
@@ -359,9 +362,10 @@ def fit_gemm_curve(flop: np.ndarray, time_s: np.ndarray, peak: float) -> tuple[f
 def kernel_prior(fam: str) -> dict[str, float]:
     """The measured kernels' values for a family of :data:`KERNEL_MEASUREMENTS` ({} otherwise):
     ``gemm_efficiency_max`` and ``gemm_half_efficiency_flop`` fitted to the BF16 GEMM timings
-    (:func:`fit_gemm_curve`), and ``attention_efficiency`` as planner charges attention: the median
-    over the causal flash-attention cases of MODEL_ATTENTION_PASSES x forward FLOPs / (peak x
-    measured forward + backward time)."""
+    (:func:`fit_gemm_curve`), and ``attention_efficiency``, the ceiling of the attention size curve
+    (cost_models.compute.ATTENTION_HALF_KEYS): the median over the causal flash-attention cases of
+    their efficiency as planner charges attention (:func:`attention_points`) divided by the curve's
+    keys / (keys + half)."""
     path = KERNEL_MEASUREMENTS.get(fam)
     if path is None:
         return {}
@@ -370,16 +374,36 @@ def kernel_prior(fam: str) -> dict[str, float]:
     flop = np.array([g["flop"] for g in data["gemm"]])
     time_s = np.array([g["time_s"] for g in data["gemm"]])
     e_max, f_half = fit_gemm_curve(flop, time_s, peak)
-    attention = [
-        MODEL_ATTENTION_PASSES * a["forward_flop_executed"] / (peak * a["forward_backward_s"])
-        for a in data["attention"]
-        if a["causal"]
-    ]
+    keys, eff = attention_points(data, peak)
     return {
         "gemm_efficiency_max": e_max,
         "gemm_half_efficiency_flop": f_half,
-        "attention_efficiency": float(np.median(attention)),
+        # the ceiling of the size curve (cost_models.compute.attention_efficiency)
+        "attention_efficiency": float(np.median(eff * (keys + ATTENTION_HALF_KEYS) / keys)),
     }
+
+
+def attention_points(data: dict, peak: float) -> tuple[np.ndarray, np.ndarray]:
+    """(keys per query, efficiency as planner charges attention) of a kernel file's causal cases:
+    MODEL_ATTENTION_PASSES x forward FLOPs / (peak x measured forward + backward time)."""
+    causal = [a for a in data["attention"] if a["causal"]]
+    keys = np.array([float(a["seq"]) for a in causal])
+    eff = np.array(
+        [MODEL_ATTENTION_PASSES * a["forward_flop_executed"] / (peak * a["forward_backward_s"]) for a in causal]
+    )
+    return keys, eff
+
+
+def fit_attention_curve(keys: np.ndarray, eff: np.ndarray) -> tuple[float, float]:
+    """(ceiling, half keys) minimising the squared log error of ``ceiling * keys / (keys + half)``
+    (the curve of cost_models.compute.attention_efficiency)."""
+    best = (np.inf, 0.0, 0.0)
+    for half in np.geomspace(50, 20000, 2000):
+        log_c = np.mean(np.log(eff * (keys + half) / keys))
+        err = np.sum((log_c + np.log(keys / (keys + half)) - np.log(eff)) ** 2)
+        if err < best[0]:
+            best = (err, float(np.exp(log_c)), float(half))
+    return best[1], best[2]
 
 
 def prior_of(fam: str, fitted: dict[str, EfficiencySpec]) -> EfficiencySpec:

@@ -46,7 +46,7 @@ def compare(data: dict, gpu_name: str) -> dict:
     att = data["attention"]
     att_rows = []
     for a in att:
-        fwd_model = attention_s(a["forward_flop_executed"], gpu, "bf16")
+        fwd_model = attention_s(a["forward_flop_executed"], gpu, "bf16", a["seq"])
         att_rows.append(
             {
                 "seq": a["seq"],

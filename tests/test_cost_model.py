@@ -286,3 +286,22 @@ def test_estimate_is_deterministic():
     c = resolve(m, cluster, job, ParallelConfig(tp=8, pp=4, vpp=5, schedule="interleaved"))
     a, b = estimate(m, cluster, job, c), estimate(m, replace(cluster), job, c)
     assert a.step_time_s == b.step_time_s and a.peak_memory_bytes == b.peak_memory_bytes
+
+
+def test_attention_efficiency_rises_with_keys_per_call():
+    """Fused attention's efficiency follows ceiling x keys / (keys + K_half) (cost_models.compute,
+    fitted to measured H100/H200 kernels): the same FLOPs take less time in longer calls, and a
+    context-parallel rank's calls see only its s / cp chunk of keys."""
+    from cost_models.compute import ATTENTION_HALF_KEYS, attention_efficiency, attention_s
+    from cost_models.layers import _kernel_keys
+
+    gpu = load_cluster("dgx-h100", 1).groups[0].gpu
+    ceiling = gpu.efficiency.attention_efficiency
+    assert attention_efficiency(gpu, ATTENTION_HALF_KEYS) == pytest.approx(ceiling / 2)
+    assert attention_efficiency(gpu) == ceiling
+    times = [attention_s(1e12, gpu, "bf16", keys) for keys in (1024, 4096, 32768)]
+    assert times[0] > times[1] > times[2]
+    job = make_job(global_batch_size=8, seq_length=32768)
+    assert _kernel_keys(32768, job, ParallelConfig(cp=1)) == 32768
+    assert _kernel_keys(32768, job, ParallelConfig(cp=8)) == 4096
+    assert _kernel_keys(8192, job, ParallelConfig(cp=2)) == 8192  # a window shorter than the chunk
