@@ -54,13 +54,15 @@ def load_problem(
     moe_a2a_overlap: bool = False,
     cuda_graph_scope: tuple[str, ...] = (),
     eager_ops: tuple[str, ...] = (),
+    grad_dtype: str | None = None,
 ) -> Problem:
     """Load a model (preset, YAML or HF config.json), a cluster (template + nodes, or file) and a job;
     ``software``: a software profile name (None: the newest of ``framework`` fitted on the
     cluster's GPU families, none for ``any``; :func:`planner.software.resolve_software`), then ``profile``: a calibrated profile file, applied
     to the cluster (:func:`planner.software.configure`: the calibration wins);
     ``tp_comm_overlap``, ``moe_dispatcher``, ``moe_a2a_overlap``, ``cuda_graph_scope``,
-    ``eager_ops``: the :class:`JobSpec` fields of those names."""
+    ``eager_ops``, ``grad_dtype`` (None: the precision's default,
+    :func:`planner.loading.default_grad_dtype`): the :class:`JobSpec` fields of those names."""
     from planner.calibrate.profile import read_profile
     from planner.graph_model import is_graph_model, load_graph_model
     from planner.software import cluster_families, configure, resolve_software
@@ -82,6 +84,7 @@ def load_problem(
             moe_dispatcher=moe_dispatcher,
             moe_a2a_overlap=moe_a2a_overlap,
             cuda_graph_scope=cuda_graph_scope,
+            grad_dtype=grad_dtype,
             where="command line",
         ),
         profile=prof,

@@ -184,9 +184,41 @@ def test_cli_option_set_is_pinned(run_cli):
             "--framework",
             "--tp-comm-overlap",
             "--moe-dispatcher",
+            "--grad-dtype",
             "--moe-a2a-overlap",
             "--cuda-graph-scope",
             "--eager-ops",
             "--json",
         ]
     )
+
+
+def test_grad_dtype_flag(run_cli, tmp_path):
+    """--grad-dtype: bf16 gradient reduction halves the data-parallel traffic (faster step), shows
+    in --json and the table; a bad value and --plan together with it are clear errors; a framework
+    that cannot reduce in that dtype refuses it."""
+    import json
+
+    args = ("--model", "llama3-8b", "--cluster", "dgx-h100", "--nodes", "2", "--global-batch-size", "64")
+    layout = ("--seq-len", "4096", "--tp", "2", "--pp", "1", "--micro-batch-size", "1")
+    base = run_cli("estimate", *args, *layout, "--json")
+    bf16 = run_cli("estimate", *args, *layout, "--grad-dtype", "bf16", "--json")
+    assert base.exit_code == 0 and bf16.exit_code == 0, bf16.stderr
+    a, b = json.loads(base.stdout), json.loads(bf16.stdout)
+    assert (a["job"]["grad_dtype"], b["job"]["grad_dtype"]) == ("fp32", "bf16")
+    assert b["step_time_s"] < a["step_time_s"]
+    assert "gradient reduction dtype" in run_cli("estimate", *args, *layout, "--grad-dtype", "bf16").stdout
+    assert "gradient reduction dtype" not in run_cli("estimate", *args, *layout).stdout
+    bad = run_cli("estimate", *args, *layout, "--grad-dtype", "int8")
+    assert bad.exit_code == 1
+    assert "grad_dtype 'int8' is not allowed; allowed values: fp32, bf16, fp16" in bad.stderr
+    titan = run_cli(
+        "search", *args, "--seq-len", "4096", "--grad-dtype", "bf16", "--framework", "torchtitan"
+    )
+    assert titan.exit_code != 0 and "does not reduce bf16 gradients in bf16" in titan.stderr, titan.stderr
+    plan = tmp_path / "p.yaml"
+    found = run_cli("search", *args, "--seq-len", "4096", "--grad-dtype", "bf16", "--out", str(plan))
+    assert found.exit_code == 0, found.stderr
+    assert "grad_dtype: bf16" in plan.read_text()
+    res = run_cli("estimate", "--plan", str(plan), "--grad-dtype", "fp32")
+    assert res.exit_code == 2 and "--plan gives the model" in res.stderr

@@ -194,8 +194,8 @@ def test_a_faster_profile_predicts_a_faster_step(monkeypatch):
 @pytest.mark.parametrize("name", ["megatron-bridge-25.11", "megatron-bridge-26.04"])
 def test_selection_on_h100_moves_predictions_toward_the_release_class_runs(name):
     """A shipped profile on H100 vs base: ``with_software`` (what --software applies) gives the
-    calibration cases' own clusters, and their predictions lie closer to the measurements (summed
-    |log error|) than the base values' do."""
+    calibration cases' own clusters, and their predictions lie no farther from the measurements
+    (summed |log error|) than the base values' do (closer wherever the fit moved off the base)."""
     runs = [c for c in usable(cases()) if c.software == name and family(c) == "h100"]
     assert len(runs) >= MIN_RUNS
     before = after = 0.0
@@ -210,7 +210,8 @@ def test_selection_on_h100_moves_predictions_toward_the_release_class_runs(name)
         measured = c.measured_tokens_per_s_per_gpu
         before += abs(math.log(predict(c, base_eff).predicted / measured))
         after += abs(math.log(predict(c, cluster.groups[0].gpu.efficiency).predicted / measured))
-    assert after < before
+    # No worse; equal up to the YAML's 4-digit rounding where the regularised fit kept the base.
+    assert after <= before * (1 + 1e-6)
 
 
 def _json(r):

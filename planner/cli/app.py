@@ -164,6 +164,16 @@ MoeDispatcherOpt = Annotated[
         rich_help_panel=PANEL_INPUTS,
     ),
 ]
+GradDtypeOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--grad-dtype",
+        help="Dtype gradients are reduced in across data-parallel ranks: fp32, bf16 or fp16 "
+        "(default: fp16 for --precision fp16, else fp32, as Megatron's validate_args; "
+        "Megatron --grad-reduce-in-bf16 / --accumulate-allreduce-grads-in-fp32).",
+        rich_help_panel=PANEL_INPUTS,
+    ),
+]
 MoeOverlapOpt = Annotated[
     bool,
     typer.Option(
@@ -487,6 +497,7 @@ def _estimate(opts: dict):
             or opts.get("moe_a2a_overlap")
             or opts.get("cuda_graph_scope") is not None
             or opts.get("moe_dispatcher", "alltoall") != "alltoall"
+            or opts.get("grad_dtype") is not None
         ):
             raise UsageError(
                 "--plan gives the model, cluster, job and configuration; do not combine it with "
@@ -531,10 +542,12 @@ def _estimate(opts: dict):
 
 
 def _runtime(opts: dict) -> dict:
-    """The MoE dispatcher and CUDA graph options as :func:`planner.api.load_problem` keywords."""
+    """The gradient dtype, MoE dispatcher and CUDA graph options as :func:`planner.api.load_problem`
+    keywords."""
     scope = opts.get("cuda_graph_scope")
     return {
         "moe_dispatcher": opts.get("moe_dispatcher") or "alltoall",
+        "grad_dtype": opts.get("grad_dtype"),
         "moe_a2a_overlap": bool(opts.get("moe_a2a_overlap")),
         "cuda_graph_scope": tuple(w.strip() for w in scope.split(",")) if scope else (),
     }
@@ -708,6 +721,7 @@ def estimate(
     framework: EstimateFrameworkOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
+    grad_dtype: GradDtypeOpt = None,
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,
     eager_ops: EagerOpsOpt = None,
@@ -756,6 +770,7 @@ def timeline(
     framework: EstimateFrameworkOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
+    grad_dtype: GradDtypeOpt = None,
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,
     eager_ops: EagerOpsOpt = None,
@@ -854,6 +869,7 @@ def bubbles(
     framework: EstimateFrameworkOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
+    grad_dtype: GradDtypeOpt = None,
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,
     eager_ops: EagerOpsOpt = None,
@@ -1130,6 +1146,7 @@ def search(
     software: SoftwareOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
+    grad_dtype: GradDtypeOpt = None,
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,
     eager_ops: EagerOpsOpt = None,

@@ -141,6 +141,16 @@ def _moe_runtime_rows(d: dict) -> list[tuple[str, str]]:
     return [("MoE dispatcher / overlap / CUDA graphs", f"{job.get('moe_dispatcher')} / {overlap} / {graphs}")]
 
 
+def _grad_rows(d: dict) -> list[tuple[str, str]]:
+    """The gradient reduction dtype, shown only when it is not the precision's default (fp16
+    gradients for fp16 training, fp32 otherwise: planner.loading.default_grad_dtype)."""
+    job = d.get("job") or {}
+    grad, precision = job.get("grad_dtype"), job.get("precision")
+    if grad is None or grad == ("fp16" if precision == "fp16" else "fp32"):
+        return []
+    return [("gradient reduction dtype", grad)]
+
+
 def estimate_tables(d: dict) -> list[Table]:
     cfg = d["config"]
     head = Table(
@@ -165,6 +175,7 @@ def estimate_tables(d: dict) -> list[Table]:
         *_moe_runtime_rows(d),
         # Shown only when some elementwise ops run eager (fused is the default and goes unsaid).
         *([("eager elementwise ops", ", ".join(eager))] if eager else []),
+        *_grad_rows(d),
         ("step time", f"{d['step_time_s']:.3f} s"),
         ("tokens/s (per GPU)", f"{d['tokens_per_s']:,.0f} ({d['tokens_per_s_per_gpu']:,.1f})"),
         ("MFU / HFU", f"{100 * d['mfu']:.1f}% / {100 * d['hfu']:.1f}%"),
