@@ -5,7 +5,8 @@ twice changes nothing):
 
 * ``gemm_efficiency_max``: the scale of the GEMM efficiency curve
   (``EfficiencySpec.gemm_efficiency_max``, :func:`cost_models.compute.gemm_efficiency`);
-* ``attention_efficiency``: fused attention's fraction of peak (:func:`cost_models.compute.attention_s`);
+* ``attention_efficiency``: the ceiling of fused attention's fraction of peak, reached with many keys
+  per query (:func:`cost_models.compute.attention_efficiency`);
 * ``hbm_efficiency``: memory-bound kernels' fraction of HBM bandwidth (:func:`cost_models.compute.memory_bound_s`);
 * ``comm_overlap_slowdown``: the overlap factor, compute time added per second of hidden
   communication (:func:`cost_models.communication.overlapped_s`);
@@ -47,7 +48,7 @@ class Param:
 
 PARAMS: tuple[Param, ...] = (
     Param("gemm_efficiency_max", "", True, 0.3, "scale of the GEMM efficiency curve (fraction of peak)"),
-    Param("attention_efficiency", "", True, 0.5, "fused attention, fraction of peak"),
+    Param("attention_efficiency", "", True, 0.5, "fused attention, ceiling of its fraction of peak"),
     Param("hbm_efficiency", "", True, 0.3, "memory-bound kernels, fraction of HBM bandwidth"),
     Param("comm_overlap_slowdown", "", False, 0.15, "compute slowdown per second of hidden communication"),
     Param("nvlink_bus_bandwidth_gb_per_s", "GB/s", True, 0.5, "NVLink bus bandwidth per GPU"),
