@@ -4,7 +4,8 @@ Bytes per parameter with mixed precision and Adam (Megatron-LM ``docs/.../dist_o
 ``megatron/training/theoretical_memory_usage.py``): a 16-bit weight (2), a main gradient
 (``grad_dtype``, fp32 = 4), and the optimizer's master weight (``master_dtype``, 4) plus two fp32
 Adam moments (8): 18 bytes unsharded; with 16-bit gradients (fp16 training reduces in fp16) an
-fp32 copy of the gradient joins the optimizer states: 20 bytes, 4 + 16/d distributed. Sharding over the ``d`` data-parallel ranks (Rajbhandari et
+fp32 copy of the gradient joins the optimizer states: 20 bytes, 4 + 16/d distributed. Sharding
+over the ``d`` data-parallel ranks (Rajbhandari et
 al. 2020, ZeRO, arXiv:1910.02054): distributed optimizer / ZeRO-1 shards the optimizer (2 + 4 +
 12/d), ZeRO-2 also the gradients (2 + 16/d), full sharding / FSDP everything (18/d, plus the
 gathered weights of the layers in use). Dense parameters shard over dp x cp (Megatron's

@@ -388,9 +388,8 @@ def attention_points(data: dict, peak: float) -> tuple[np.ndarray, np.ndarray]:
     MODEL_ATTENTION_PASSES x forward FLOPs / (peak x measured forward + backward time)."""
     causal = [a for a in data["attention"] if a["causal"]]
     keys = np.array([float(a["seq"]) for a in causal])
-    eff = np.array(
-        [MODEL_ATTENTION_PASSES * a["forward_flop_executed"] / (peak * a["forward_backward_s"]) for a in causal]
-    )
+    passes = MODEL_ATTENTION_PASSES
+    eff = np.array([passes * a["forward_flop_executed"] / (peak * a["forward_backward_s"]) for a in causal])
     return keys, eff
 
 

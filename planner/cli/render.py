@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cost_models.schedules import KIND_NAMES, Timeline
+from planner.loading import default_grad_dtype
 
 GIB = 1024**3
 
@@ -145,8 +146,8 @@ def _grad_rows(d: dict) -> list[tuple[str, str]]:
     """The gradient reduction dtype, shown only when it is not the precision's default (fp16
     gradients for fp16 training, fp32 otherwise: planner.loading.default_grad_dtype)."""
     job = d.get("job") or {}
-    grad, precision = job.get("grad_dtype"), job.get("precision")
-    if grad is None or grad == ("fp16" if precision == "fp16" else "fp32"):
+    grad = job.get("grad_dtype")
+    if grad is None or grad == default_grad_dtype(job.get("precision") or "bf16"):
         return []
     return [("gradient reduction dtype", grad)]
 
