@@ -175,13 +175,14 @@ def predict(case: Case, eff: EfficiencySpec | None = None) -> Result:
     return Result(case, estimate(c.model, c.cluster, c.job, c.config))
 
 
+def abs_log_error(case: Case, eff: EfficiencySpec) -> float:
+    """|log(predicted / measured)| of tokens/s per GPU for ``case`` with efficiency ``eff``."""
+    return abs(math.log(predict(case, eff).predicted / case.measured_tokens_per_s_per_gpu))
+
+
 def loss(group: list[Case], eff: EfficiencySpec) -> float:
     """Mean absolute log error of tokens/s per GPU over ``group`` with efficiency ``eff``."""
-    total = 0.0
-    for c in group:
-        pred = predict(c, eff).predicted
-        total += abs(math.log(pred / c.measured_tokens_per_s_per_gpu))
-    return total / len(group)
+    return sum(abs_log_error(c, eff) for c in group) / len(group)
 
 
 def source_loss(group: list[Case], eff: EfficiencySpec) -> float:
@@ -189,8 +190,7 @@ def source_loss(group: list[Case], eff: EfficiencySpec) -> float:
     weighs the same, however many runs it publishes (what :func:`fit` minimises)."""
     by: dict[str, list[float]] = defaultdict(list)
     for c in group:
-        pred = predict(c, eff).predicted
-        by[c.source].append(abs(math.log(pred / c.measured_tokens_per_s_per_gpu)))
+        by[c.source].append(abs_log_error(c, eff))
     return sum(sum(v) / len(v) for v in by.values()) / len(by)
 
 
