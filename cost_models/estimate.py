@@ -33,7 +33,7 @@ from cost_models.layers import (
     model_flop_per_iteration,
     p2p_activation_bytes,
 )
-from cost_models.parallel import Group, ParallelConfig, group
+from cost_models.parallel import LAYER_RECOMPUTE, Group, ParallelConfig, group
 from planner.specs import DTYPE_BYTES, ClusterSpec, JobSpec, ModelSpec, NodeGroup
 
 DDP_BUCKET_PARAMS = 40_000_000
@@ -183,7 +183,7 @@ def _virtual_stage_cost(model: ModelSpec, table: LayerTable, first_layer: int, n
 
 
 def _recomputed_layers(c: ParallelConfig, n_layers: int) -> int:
-    if c.recompute != "full":
+    if c.recompute not in LAYER_RECOMPUTE:
         return 0
     return n_layers if c.recompute_num_layers == 0 else min(c.recompute_num_layers, n_layers)
 
@@ -316,10 +316,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
         cost = _virtual_stage_cost(model, table, first_layer[vs], n)
         k = _recomputed_layers(c, n)
         layer_unit = _virtual_stage_cost(model, table, first_layer[vs], 1)
-        recompute = k * layer_unit.recompute_forward_s
+        recompute = k * layer_unit.recompute_s(c.recompute)
         if c.recompute == "selective":
             recompute = cost.selective_recompute_s
-        act = cost.activation_bytes - k * (layer_unit.activation_bytes - layer_unit.checkpoint_bytes)
+        act = cost.activation_bytes - k * (
+            layer_unit.activation_bytes - layer_unit.recomputed_bytes(c.recompute)
+        )
         wbytes = cost.weight_grad_bytes * (n - k) / n if n else 0.0
         extra = ZERO
         if vs == 0:

@@ -42,6 +42,7 @@ from cost_models.layers import (
     p2p_activation_bytes,
 )
 from cost_models.parallel import ParallelConfig, group
+from planner.errors import ConfigError
 from planner.specs import Block, ClusterSpec, GraphModelSpec, JobSpec, NodeGroup, cross_attention_params
 
 
@@ -185,8 +186,17 @@ def _generic(block: Block, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> 
 _COSTS: dict[tuple, UnitCosts] = {}
 
 
+GRAPH_RECOMPUTE = ("none", "selective", "full")
+"""Recompute forms priced for graph-shaped models (per-op selective recompute is priced for chain
+decoder layers only)."""
+
+
 def unit_costs(g: GraphModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> UnitCosts:
     """Per-unit costs of shape ``c`` (tp, dp, micro-batch, recompute, sharding; cp = ep = 1)."""
+    if c.recompute not in GRAPH_RECOMPUTE:
+        raise ConfigError(
+            f"recompute {c.recompute!r} is not priced for graph models (allowed: {', '.join(GRAPH_RECOMPUTE)})"
+        )
     key = (g, job, node, c.tp, c.dp, c.micro_batch_size, c.sp, c.pp > 1, c.recompute, c.optimizer_sharding)
     hit = _COSTS.get(key)
     if hit is not None:

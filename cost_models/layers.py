@@ -29,6 +29,7 @@ from dataclasses import dataclass, fields
 from cost_models import communication as comm
 from cost_models import elementwise
 from cost_models import moe as moe_terms
+from cost_models import recompute as op_sac
 from cost_models.compute import LinearTimes, attention_s, linear_s, memory_bound_s
 from cost_models.parallel import ParallelConfig, group
 from planner.specs import JobSpec, ModelSpec, NodeGroup, compute_capability_major
@@ -61,6 +62,10 @@ class LayerCost:
     """Exposed tensor/context/expert-parallel communication in backward."""
     selective_recompute_s: float = 0.0
     """Extra backward time with selective recompute (core attention forward again)."""
+    op_recompute_s: float = 0.0
+    """Extra backward time with per-op selective recompute (:mod:`cost_models.recompute`)."""
+    op_kept_bytes: float = 0.0
+    """Activations kept with per-op selective recompute."""
     activation_bytes: float = 0.0
     """Activations kept for backward without recompute."""
     checkpoint_bytes: float = 0.0
@@ -94,6 +99,17 @@ class LayerCost:
     def recompute_forward_s(self) -> float:
         """Time of re-running this layer's forward (full recompute)."""
         return self.forward_s + self.forward_comm_s
+
+    def recompute_s(self, mode: str) -> float:
+        """Extra backward time when this layer is recomputed under a per-layer mode
+        (:data:`cost_models.parallel.LAYER_RECOMPUTE`): its whole forward (full) or the ops per-op
+        selective recompute does not keep (op); 0 otherwise."""
+        return {"full": self.recompute_forward_s, "op": self.op_recompute_s}.get(mode, 0.0)
+
+    def recomputed_bytes(self, mode: str) -> float:
+        """Activations this layer keeps when recomputed under ``mode`` (full: its input; op: what the
+        policy saves); without recompute all of them."""
+        return {"full": self.checkpoint_bytes, "op": self.op_kept_bytes}.get(mode, self.activation_bytes)
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(LayerCost))
@@ -520,6 +536,16 @@ def _decoder(
         )
     fwd_comm = tp_fwd + cp_fwd + ep_s_fwd
     bwd_comm = tp_bwd + cp_bwd + ep_s_bwd
+    # Per-op selective recompute (cost_models.recompute): the backward re-runs the GEMMs the policy
+    # does not keep, every elementwise op, and the tensor-parallel all-gathers (all-reduces without
+    # sequence parallelism); the attention kernel and the reduce-scatters are kept.
+    op_recompute = (
+        op_sac.op_sac_recomputed_flop_fraction(model, moe, prec) * gemm.forward_s
+        + elem_fwd
+        + memory_bound_s(eager.forward, gpu)
+        + overhead
+        + (tp_fwd / 2 if c.sp else tp_fwd)
+    )
     if moe and gpu.efficiency.host_launch_s:
         # The dispatcher synchronises the host on the token counts every MoE layer, so the host
         # cannot run ahead: a pass takes at least the time to issue its kernels
@@ -538,6 +564,10 @@ def _decoder(
         forward_comm_s=fwd_comm,
         backward_comm_s=bwd_comm,
         selective_recompute_s=attn_fwd,
+        op_recompute_s=op_recompute,
+        op_kept_bytes=op_sac.op_sac_kept_bytes(
+            model, moe, prec, tokens=T, tp=t, sequence_parallel=c.sp, ep=c.ep, act_bytes=ACT_BYTES
+        ),
         activation_bytes=act,
         checkpoint_bytes=T * h * ACT_BYTES / sp_div,
         weight_grad_bytes=wgrad_act,
@@ -708,9 +738,13 @@ def hardware_flop_per_iteration(
     Full recompute of every layer repeats each decoder layer's forward (a third of its model
     FLOPs), giving Narayanan et al. 2021 eq. (3): ``96 B s L h^2 (1 + s/(6h) + V/(16 L h))`` for GPT.
     Selective recompute repeats the attention score and value products, ``4 s q`` per token per
-    layer (Korthikanti et al. 2022 eq. 8).
+    layer (Korthikanti et al. 2022 eq. 8). Per-op selective recompute repeats the GEMMs its policy
+    does not keep (:func:`cost_models.recompute.op_sac_recomputed_flop_per_token`).
     """
     model_flop = model_flop_per_iteration(model, job)
+    if recompute == "op":
+        redone = op_sac.op_sac_recomputed_flop_per_token(model, job.precision)
+        return model_flop + recomputed_fraction * redone * job.tokens_per_step
     if recompute == "full":
         heads = (1 + model.mtp_num_layers) * 3 * 2 * model.hidden_size * model.vocab_size
         logits = heads * job.tokens_per_step

@@ -13,7 +13,13 @@ from dataclasses import dataclass, replace
 from planner.errors import ConfigError
 from planner.specs import ClusterSpec, JobSpec, ModelSpec, NodeGroup
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "op", "full")
+"""Activation recomputation forms: none; selective (Megatron: core attention, Korthikanti et al.
+2022 Sec. 5); op (torchtitan per-op selective checkpointing, :mod:`cost_models.recompute`); full
+(every recomputed layer's forward again, Chen et al. 2016)."""
+LAYER_RECOMPUTE = ("full", "op")
+"""Forms that checkpoint whole layers: a recomputed layer keeps ``LayerCost.recomputed_bytes`` and
+its backward adds ``LayerCost.recompute_s`` (its working set is rebuilt one layer at a time)."""
 OPTIMIZER_SHARDING = ("none", "distributed", "zero2", "full")
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1")
 
@@ -39,7 +45,8 @@ class ParallelConfig:
     micro_batch_size: int = 1
     """Sequences per micro-batch per data-parallel replica."""
     recompute: str = "none"
-    """Activation recomputation: none, selective (core attention), or full."""
+    """Activation recomputation (:data:`RECOMPUTE`): none, selective (core attention), op
+    (torchtitan per-op selective checkpointing), or full."""
     recompute_num_layers: int = 0
     """With full recompute: layers recomputed per pipeline stage and chunk (0 = all of them)."""
     sequence_parallel: bool = True

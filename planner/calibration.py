@@ -480,11 +480,22 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 rec_text = "selective" if "core_attn" in modules else "none"
                 if modules and "core_attn" not in modules:
                     notes.append(f"recompute modules {', '.join(modules)} priced as no recompute")
-            recompute = (
-                "full"
-                if ("full" in rec_text or "unknown" in rec_text)
-                else ("selective" if "selective" in rec_text else "none")
-            )
+            recompute_layers = 0
+            if "full" in rec_text or "unknown" in rec_text:
+                recompute = "full"
+            elif "selective op" in rec_text or "per-op" in rec_text:
+                # torchtitan selective_ac_option = "op" (cost_models.recompute)
+                recompute = "op"
+            elif "selective layer" in rec_text:
+                # torchtitan selective_ac_option = "2" (the default, config_manager.py): every second
+                # block fully checkpointed
+                recompute, recompute_layers = (
+                    "full",
+                    model.num_layers // (2 * par["pp"] * (par.get("vpp") or 1)),
+                )
+                notes.append("selective layer read as full recompute of every second block")
+            else:
+                recompute = "selective" if "selective" in rec_text else "none"
             if "unknown" in rec_text:
                 notes.append("full recompute assumed")
             if "microbatch-level" in rec_text:
@@ -525,6 +536,7 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 vpp=vpp,
                 micro_batch_size=mbs,
                 recompute=recompute,
+                recompute_num_layers=recompute_layers,
                 sequence_parallel=bool(sp),
                 optimizer_sharding=sharding,
                 schedule="interleaved" if vpp > 1 else "1f1b",

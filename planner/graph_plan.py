@@ -13,7 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from cost_models.graph_costs import StageGraph, UnitLayout, check_stage_graph, estimate_graph, unit_layout
+from cost_models.graph_costs import (
+    GRAPH_RECOMPUTE,
+    StageGraph,
+    UnitLayout,
+    check_stage_graph,
+    estimate_graph,
+    unit_layout,
+)
 from cost_models.parallel import ParallelConfig
 from planner import __version__
 from planner.errors import SpecError
@@ -172,7 +179,7 @@ def _config_from(data: dict, where: str, path: str) -> ParallelConfig:
         dp=r.get("pipelines", int, positive=True),
         pp=r.get("num_stages", int, positive=True),
         micro_batch_size=r.get("micro_batch_size", int, positive=True),
-        recompute=r.get("recompute", str, "none", choices=("none", "selective", "full")),
+        recompute=r.get("recompute", str, "none", choices=GRAPH_RECOMPUTE),
         sequence_parallel=r.get("sequence_parallel", bool, True),
         optimizer_sharding=r.get("optimizer_sharding", str, "distributed", choices=("none", "distributed")),
         schedule=r.get("schedule", str, "1f1b", choices=("1f1b",)),

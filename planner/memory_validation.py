@@ -161,17 +161,14 @@ def load_measured(path: Path = MEASURED_ALLOCATED) -> list[dict]:
     return list((yaml.safe_load(path.read_text()) or {}).get("measured_allocated", []))
 
 
-def predict_measured(entry: dict):
-    """Planner's estimate of one measured step: one node of the entry's GPU type holding tp x pp x dp
-    GPUs (the measurements so far are single-GPU), one micro-batch per data-parallel rank."""
-    where = f"measurement {entry['run_id']}"
-    tp, pp, dp = (int(entry.get(k, 1)) for k in ("tp", "pp", "dp"))
-    model = model_from_mapping({"schema_version": SCHEMA_VERSION, **entry["model"]}, where)
-    node = NodeGroup(
-        gpu=load_gpu(entry["gpu"]),
+def single_node(gpu_name: str, gpus: int) -> NodeGroup:
+    """One node of ``gpus`` GPUs of a type, for single-node measurements (the links carry nothing
+    when the measured step runs on one GPU)."""
+    return NodeGroup(
+        gpu=load_gpu(gpu_name),
         num_nodes=1,
-        gpus_per_node=tp * pp * dp,
-        nvlink_domain_size=tp * pp * dp,
+        gpus_per_node=gpus,
+        nvlink_domain_size=gpus,
         intra_node_bandwidth_bytes_per_s=1.0,
         intra_node_latency_s=0.0,
         inter_node_bandwidth_bytes_per_s=1.0,
@@ -179,6 +176,15 @@ def predict_measured(entry: dict):
         intra_node_efficiency=1.0,
         inter_node_efficiency=1.0,
     )
+
+
+def predict_measured(entry: dict):
+    """Planner's estimate of one measured step: one node of the entry's GPU type holding tp x pp x dp
+    GPUs (the measurements so far are single-GPU), one micro-batch per data-parallel rank."""
+    where = f"measurement {entry['run_id']}"
+    tp, pp, dp = (int(entry.get(k, 1)) for k in ("tp", "pp", "dp"))
+    model = model_from_mapping({"schema_version": SCHEMA_VERSION, **entry["model"]}, where)
+    node = single_node(entry["gpu"], tp * pp * dp)
     mb = int(entry["micro_batch_size"])
     job = make_job(global_batch_size=mb * dp, seq_length=int(entry["seq_length"]), where=where)
     config = ParallelConfig(

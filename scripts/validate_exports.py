@@ -44,6 +44,8 @@ class Case:
     seq: int
     precision: str = "bf16"
     restrict: dict = field(default_factory=dict)
+    eager_ops: tuple[str, ...] = ()
+    """``JobSpec.eager_ops`` (torchtitan without torch.compile: ("rope", "activation"))."""
 
 
 CASES = (
@@ -52,6 +54,15 @@ CASES = (
     Case("readme-70b-64n", "llama3-70b", 64, 1024, 8192),
     Case("interleaved", "llama3-70b", 8, 128, 4096, restrict={"schedule": ("interleaved",), "pp": (4,)}),
     Case("zb-h1", "llama3-70b", 8, 128, 4096, restrict={"schedule": ("zb-h1",), "pp": (4,)}),
+    Case(
+        "zb-h1-eager",
+        "llama3-70b",
+        8,
+        128,
+        4096,
+        restrict={"schedule": ("zb-h1",), "pp": (4,)},
+        eager_ops=("rope", "activation"),
+    ),
     Case("gpipe", "llama3-8b", 2, 64, 4096, restrict={"schedule": ("gpipe",), "pp": (2,)}),
     Case("cp", "llama3-8b", 2, 32, 16384, restrict={"cp": (2,)}),
     Case("moe-qwen3-ep", "qwen3-30b-a3b", 2, 64, 4096, restrict={"ep": (8,)}),
@@ -65,6 +76,7 @@ CASES = (
     Case("pp1", "llama3-70b", 8, 128, 4096, restrict={"pp": (1,)}),
     Case("uneven-405b", "llama3.1-405b", 16, 256, 4096, restrict={"pp": (8,), "tp": (8,)}),
     Case("recompute-full", "llama3-70b", 4, 64, 4096, restrict={"recompute": ("full",)}),
+    Case("recompute-op", "llama3-8b", 2, 64, 8192, restrict={"recompute": ("op",)}),
     Case("custom-llama2-70b", "llama2-70b", 8, 128, 4096),
     Case("70b-16n-8k", "llama3-70b", 16, 256, 8192),
     Case("8b-1node", "llama3-8b", 1, 32, 4096),
@@ -84,7 +96,11 @@ def plan_for(case: Case, framework: str) -> tuple[PlanInputs | None, str]:
         model = _model(case.model)
         cluster = load_cluster("dgx-h100", case.nodes)
         job = make_job(
-            global_batch_size=case.gbs, seq_length=case.seq, precision=case.precision, where=case.name
+            global_batch_size=case.gbs,
+            seq_length=case.seq,
+            precision=case.precision,
+            eager_ops=case.eager_ops,
+            where=case.name,
         )
         result = search(model, cluster, job, Restrictions(framework=framework, **case.restrict), top_k=1)
     except PlannerError as exc:

@@ -70,7 +70,7 @@ def test_unknown_preset_and_usage_errors(run_cli):
     res = run_cli("estimate", "-m", "llama3-70b")
     assert res.exit_code == 2
     res = run_cli(*EST, "--recompute", "sometimes")
-    assert res.exit_code == 2 and "allowed values: none, selective, full" in res.stderr
+    assert res.exit_code == 2 and "allowed values: none, selective, op, full" in res.stderr
 
 
 def test_estimate_json(run_cli):

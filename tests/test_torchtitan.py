@@ -1,4 +1,3 @@
-
 """torchtitan target: capabilities, export (golden files), import, round trip, CLI."""
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig
 from planner.errors import SpecError
 from planner.frameworks.torchtitan import export as tx
-from planner.frameworks.torchtitan.capabilities import TORCHTITAN
+from planner.frameworks.torchtitan.capabilities import EAGER_TORCHTITAN, TORCHTITAN
 from planner.frameworks.torchtitan.importer import default_layer_split, parse_torchtitan, read_torchtitan
 from planner.frameworks.torchtitan.models import FLAVORS, model_from_flavor, titan_model
 from planner.loading import load_cluster, load_model, make_job
@@ -28,8 +27,10 @@ tomllib = pytest.importorskip("tomllib")  # Python >= 3.11 (the importer needs i
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def _job(gbs=64, seq=4096, precision="bf16"):
-    return make_job(global_batch_size=gbs, seq_length=seq, precision=precision, where="test")
+def _job(gbs=64, seq=4096, precision="bf16", eager_ops=()):
+    return make_job(
+        global_batch_size=gbs, seq_length=seq, precision=precision, eager_ops=eager_ops, where="test"
+    )
 
 
 def _searched(model, nodes, job, **restrict) -> tuple[PlanInputs, float]:
@@ -45,10 +46,17 @@ CASES = {
     "dense_fsdp_pp1": ("llama3-8b", 2, _job(), {"pp": (1,), "optimizer_sharding": ("full",)}),
     "dense_zero2_1f1b": ("llama3-70b", 8, _job(), {"pp": (4,), "schedule": ("1f1b",), "tp": (8,)}),
     "gqa_interleaved": ("llama3-70b", 8, _job(), {"pp": (4,), "schedule": ("interleaved",), "tp": (8,)}),
-    "zb_h1": ("llama3-70b", 8, _job(), {"pp": (4,), "schedule": ("zb-h1",), "tp": (8,)}),
+    # InterleavedZeroBubble refuses compiled stages: zb-h1 is planned with RoPE and SwiGLU eager
+    "zb_h1": (
+        "llama3-70b",
+        8,
+        _job(eager_ops=EAGER_TORCHTITAN),
+        {"pp": (4,), "schedule": ("zb-h1",), "tp": (8,)},
+    ),
     "gpipe": ("llama3-8b", 2, _job(), {"pp": (2,), "schedule": ("gpipe",), "tp": (4,)}),
     "context_parallel": ("llama3-8b", 2, _job(seq=16384), {"cp": (2,), "tp": (4,)}),
     "fp8_full_recompute": ("llama3-8b", 2, _job(precision="fp8"), {"recompute": ("full",), "tp": (2,)}),
+    "op_recompute": ("llama3-70b", 8, _job(), {"recompute": ("op",), "tp": (8,), "pp": (1,)}),
     "ddp_tp1": (
         model_from_flavor("qwen3", "1.7B", "test"),
         4,
@@ -90,6 +98,8 @@ def test_round_trip_reproduces_step_time(name, plans, tmp_path):
     )
     assert (c.schedule if c.pp > 1 else "1f1b") == (inputs.config.schedule if c.pp > 1 else "1f1b")
     assert c.optimizer_sharding == inputs.config.optimizer_sharding
+    if inputs.config.recompute in ("none", "op", "full") and not inputs.config.recompute_num_layers:
+        assert c.recompute == inputs.config.recompute
     est = estimate(back.model, inputs.cluster, back.job, c)
     assert abs(est.step_time_s / step - 1) < 0.005
 
@@ -168,6 +178,9 @@ def test_export_mapping_details(plans):
     assert full["activation_checkpoint"]["mode"] in ("none", "full")
     ddp = tomllib.loads(tx.job_toml(plans["ddp_tp1"][0]))["parallelism"]
     assert ddp["data_parallel_shard_degree"] == 1 and ddp["data_parallel_replicate_degree"] == 32
+    op = tomllib.loads(tx.job_toml(plans["op_recompute"][0]))["activation_checkpoint"]
+    assert op == {"mode": "selective", "selective_ac_option": "op"}
+    assert plans["op_recompute"][0].config.recompute == "op"
     fp8 = tomllib.loads(tx.job_toml(plans["fp8_full_recompute"][0]))
     assert fp8["model"]["converters"] == ["quantize.linear.float8"]
     assert fp8["activation_checkpoint"]["mode"] == "full"
@@ -251,7 +264,9 @@ def test_import_errors_name_the_key(tmp_path):
     with pytest.raises(SpecError, match="not valid TOML"):
         parse_torchtitan("[model\n", "j.toml", 16)
     with pytest.raises(SpecError, match="selective_ac_option"):
-        parse_torchtitan(base + '[activation_checkpoint]\nselective_ac_option = "op"\n', "j.toml", 16)
+        parse_torchtitan(base + '[activation_checkpoint]\nselective_ac_option = "ops"\n', "j.toml", 16)
+    op = parse_torchtitan(base + '[activation_checkpoint]\nselective_ac_option = "op"\n', "j.toml", 16)
+    assert op.config.recompute == "op" and op.config.recompute_num_layers == 0
 
 
 def test_import_reads_torchtitan_defaults():
@@ -309,3 +324,13 @@ def test_cli_export_refuses_a_plan_torchtitan_cannot_run(tmp_path, run_cli):
     assert r.exit_code == 0, r.stderr
     r = run_cli("export", "torchtitan", str(plan), "--out", str(tmp_path / "x"))
     assert r.exit_code == 1 and "distributed" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_zero_bubble_is_refused_with_torch_compile():
+    # torch.distributed.pipelining ScheduleInterleavedZeroBubble: _check_torch_compile_compatibility
+    m, cluster = load_model("llama3-70b"), load_cluster("dgx-h100", 8)
+    c = ParallelConfig(tp=8, pp=4, dp=2, micro_batch_size=1, schedule="zb-h1", optimizer_sharding="zero2")
+    fused = [v for v in TORCHTITAN.violations(m, cluster, _job(), c) if "torch.compile" in v]
+    assert fused and "--eager-ops rope,activation" in fused[0]
+    eager = _job(eager_ops=EAGER_TORCHTITAN)
+    assert not [v for v in TORCHTITAN.violations(m, cluster, eager, c) if "torch.compile" in v]

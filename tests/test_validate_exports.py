@@ -47,12 +47,12 @@ class _Stub:
 def test_rows_and_tally_with_a_stub(ve, tmp_path):
     stub = _Stub()
     case = next(c for c in ve.CASES if c.name == "dense-8b")
-    zb = next(c for c in ve.CASES if c.name == "zb-h1")
+    zb = next(c for c in ve.CASES if c.name == "zb-h1-eager")
     rows = [ve.validate(c, f, stub, tmp_path) for f in ("megatron", "torchtitan") for c in (case, zb)]
     status = {(r["framework"], r["case"]): r["status"] for r in rows}
     assert status[("megatron", "dense-8b")] == "rejected"
-    assert status[("megatron", "zb-h1")] == "skipped"  # Megatron has no zb-h1: not searched
-    assert status[("torchtitan", "zb-h1")] == "accepted"
+    assert status[("megatron", "zb-h1-eager")] == "skipped"  # Megatron has no zb-h1: not searched
+    assert status[("torchtitan", "zb-h1-eager")] == "accepted"
     assert any(kind == "torchtitan" and "InterleavedZeroBubble" in text for kind, text in stub.calls)
     assert "--tensor-model-parallel-size" in next(a for k, a in stub.calls if k == "megatron")
     t = ve.tally(rows)
@@ -63,4 +63,4 @@ def test_frameworks_accept_the_exports(ve):
     validators = ve.load_validators()
     if validators is None:
         pytest.skip("framework environment (megatron-core, torchtitan) not installed")
-    assert ve.main(["--cases", "dense-8b,zb-h1,moe-qwen3-ep"]) == 0
+    assert ve.main(["--cases", "dense-8b,zb-h1-eager,moe-qwen3-ep,recompute-op"]) == 0

@@ -625,7 +625,12 @@ MbsOpt = Annotated[
     typer.Option("--micro-batch-size", help="Sequences per micro-batch.", rich_help_panel=PANEL_LAYOUT),
 ]
 RecomputeOpt = Annotated[
-    str | None, typer.Option("--recompute", help="none, selective or full.", rich_help_panel=PANEL_LAYOUT)
+    str | None,
+    typer.Option(
+        "--recompute",
+        help="none, selective (Megatron: core attention), op (torchtitan per-op selective checkpointing) or full.",
+        rich_help_panel=PANEL_LAYOUT,
+    ),
 ]
 RecomputeLayersOpt = Annotated[
     int | None,
@@ -1050,7 +1055,7 @@ def search(
     ] = None,
     recompute: Annotated[
         ListOpt,
-        typer.Option("--recompute", help="Allowed: none, selective, full.", rich_help_panel=PANEL_SPACE),
+        typer.Option("--recompute", help="Allowed: none, selective, op, full.", rich_help_panel=PANEL_SPACE),
     ] = None,
     no_recompute: Annotated[
         bool, typer.Option("--no-recompute", help="Same as --recompute none.", rich_help_panel=PANEL_SPACE)

@@ -32,7 +32,7 @@ class Capabilities:
     sharding_with_pipeline: tuple[str, ...]
     """Sharding modes it combines with pp > 1."""
     recompute: tuple[str, ...]
-    """Recompute forms: none, selective, full."""
+    """Recompute forms (``cost_models.parallel.RECOMPUTE``): none, selective, op, full."""
     partial_recompute: bool
     """Full recompute of only some layers per stage (Megatron ``--recompute-num-layers``)."""
     sequence_parallel_optional: bool

@@ -33,7 +33,7 @@ from cost_models import communication as comm
 from cost_models import memory as mem
 from cost_models.estimate import DDP_BUCKET_PARAMS, Estimate, dp_sync, estimate, node_of_stage, table_for
 from cost_models.layers import p2p_activation_bytes
-from cost_models.parallel import ParallelConfig, group, resolve, violations
+from cost_models.parallel import LAYER_RECOMPUTE, RECOMPUTE, ParallelConfig, group, resolve, violations
 from cost_models.schedules import peak_inflight
 from planner.errors import ConfigError
 from planner.search.candidates import Candidate, fold_equivalent
@@ -95,7 +95,7 @@ def sort_key(c: ParallelConfig) -> tuple:
         c.ep,
         c.vpp,
         -c.micro_batch_size,
-        ("none", "selective", "full").index(c.recompute),
+        RECOMPUTE.index(c.recompute),
         c.recompute_num_layers or 10**9,
         ("distributed", "none", "zero2", "full").index(c.optimizer_sharding),
         ("1f1b", "interleaved", "zb-h1", "gpipe").index(c.schedule),
@@ -198,7 +198,7 @@ def _stage_model(
         + layer.backward_comm_s
         + layer.backward_weight_s
     )
-    recompute_s = layer.recompute_forward_s if c.recompute == "full" else 0.0
+    recompute_s = layer.recompute_s(c.recompute)
     if c.recompute == "selective":
         layer_s += layer.selective_recompute_s
     extra_s = (
@@ -214,7 +214,7 @@ def _stage_model(
         extra_s=extra_s,
         static_per_layer_bytes=state(layer),
         act_per_layer_bytes=layer.activation_bytes,
-        ckpt_per_layer_bytes=layer.checkpoint_bytes,
+        ckpt_per_layer_bytes=layer.recomputed_bytes(c.recompute),
         transient_bytes=layer.activation_bytes,
         extra_static_bytes=extra_static,
         extra_act_bytes=extra.activation_bytes,
@@ -223,7 +223,7 @@ def _stage_model(
         fragmentation=mem.FRAGMENTATION_FRACTION,
         capacity_bytes=node.gpu.memory_bytes,
         recompute_layers=(model.num_layers if c.recompute_num_layers == 0 else c.recompute_num_layers)
-        if c.recompute == "full"
+        if c.recompute in LAYER_RECOMPUTE
         else 0,
     )
 
@@ -275,9 +275,9 @@ def _layer_rates(
     )
     if c.recompute == "selective":
         a += layer.selective_recompute_s
-    if c.recompute != "full":
+    if c.recompute not in LAYER_RECOMPUTE:
         return a, 0.0, 0
-    return a, layer.recompute_forward_s, c.recompute_num_layers or model.num_layers
+    return a, layer.recompute_s(c.recompute), c.recompute_num_layers or model.num_layers
 
 
 def _layers_within(t: float, a: float, rec: float, k: int) -> int:
@@ -401,9 +401,9 @@ def _cheap_bound(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parall
         per_layer = _layer_rates(model, job, c, node)[0]
         extra = t.edges
         work = L * per_layer + extra.forward_s + extra.backward_input_s + extra.backward_weight_s
-        if c.recompute == "full":
+        if c.recompute in LAYER_RECOMPUTE:
             k = c.recompute_num_layers or L
-            work += (min(k, L) if p == 1 else (p - 1) + min(k, L - p + 1)) * layer.recompute_forward_s
+            work += (min(k, L) if p == 1 else (p - 1) + min(k, L - p + 1)) * layer.recompute_s(c.recompute)
         best = min(best, m * work / p)
     return max(best, _heterogeneous_bound(model, cluster, job, c))
 
@@ -448,10 +448,10 @@ def _bound_terms(
         b_e = extra.backward_input_s + extra.backward_comm_s
         w_e = extra.backward_weight_s
         work = L * (f_l + b_l + w_l) + f_e + b_e + w_e
-        if c.recompute == "full":
+        if c.recompute in LAYER_RECOMPUTE:
             # fewest layers any partition recomputes: p-1 one-layer stages and one with the rest
             k = c.recompute_num_layers or L
-            work += (min(k, L) if p == 1 else (p - 1) + min(k, L - p + 1)) * layer.recompute_forward_s
+            work += (min(k, L) if p == 1 else (p - 1) + min(k, L - p + 1)) * layer.recompute_s(c.recompute)
         # Per-micro-batch sharded data parallelism exposes at least what the whole model's gathers and
         # reduce-scatters exceed its compute by (sum of max(0, x_i) >= max(0, sum x_i)).
         if (
@@ -491,7 +491,7 @@ def _bound_terms(
             per_layer = f_l + b_l + w_l
             chunk = math.ceil(most / c.vpp)  # full recompute applies K layers per model chunk
             k = c.recompute_num_layers or chunk
-            rec = layer.recompute_forward_s * c.vpp * min(k, chunk) if c.recompute == "full" else 0.0
+            rec = layer.recompute_s(c.recompute) * c.vpp * min(k, chunk)
             pipeline = max(pipeline, m * (most * per_layer + rec))
 
         def params_of(n: int) -> tuple[float, float]:

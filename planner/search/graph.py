@@ -50,6 +50,7 @@ import numpy as np
 from cost_models import memory as mem
 from cost_models.estimate import Estimate
 from cost_models.graph_costs import (
+    GRAPH_RECOMPUTE,
     StageGraph,
     UnitLayout,
     block_order,
@@ -714,7 +715,7 @@ def graph_shapes(
             mbss = [b for b in _divisors(per_replica) if b <= r.max_micro_batch_size]
             if r.micro_batch_size is not None:
                 mbss = [b for b in mbss if b in r.micro_batch_size]
-            recomputes = [x for x in ("none", "selective", "full") if x in (r.recompute or ("none", "full"))]
+            recomputes = [x for x in GRAPH_RECOMPUTE if x in (r.recompute or ("none", "full"))]
             supported = ("none", "distributed")
             # ZeRO-1 by default, also with one pipeline: replicated stages still shard over their
             # replicas, and over one rank it equals the unsharded optimizer.

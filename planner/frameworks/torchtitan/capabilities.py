@@ -10,7 +10,9 @@ it with Python config registries). File names below are of the 0.2.2 wheel.
   Megatron) and takes the stages from ``module_fqns_per_model_part`` (uneven splits, also with
   virtual stages).
 * Looped schedules (torch 2.14 ``schedules.py``) need the micro-batch count ``m`` to be a
-  multiple of ``max(1, m // pp)``.
+  multiple of ``max(1, m // pp)``. ``InterleavedZeroBubble`` refuses compiled stage modules
+  (``_check_torch_compile_compatibility``), so zb-h1 runs without ``compile.enable``: RoPE and
+  SwiGLU eager (found by ``scripts/validate_exports.py``, torchtitan's own pipeline construction).
 * Sharding (``models/llama3/infra/parallelize.py``): FSDP2 ``fully_shard`` over
   ``data_parallel_shard_degree * context_parallel_degree``. ``fsdp_reshard_after_forward =
   "always"`` is ZeRO-3; ``"never"`` keeps the gathered parameters until the backward: ZeRO-2
@@ -25,8 +27,11 @@ it with Python config registries). File names below are of the 0.2.2 wheel.
 * Experts (``distributed/parallel_dims.py``): ``expert_tensor_parallel_degree`` is 1 or tp, and
   ``ep * etp`` divides ``dp_shard * cp * tp`` (the ``efsdp`` mesh).
 * Recompute (``distributed/activation_checkpoint.py``): ``activation_checkpoint.mode = none |
-  full`` (every block). Its ``selective`` modes (every n-th layer, or per-op saving of matmuls)
-  are not Megatron's selective recompute of core attention and are not used.
+  full`` (every block), and ``selective`` with ``selective_ac_option = "op"``: the per-op policy
+  (``_apply_op_sac`` with ``models/llama3/infra/parallelize.py`` ``_op_sac_save_list``), planner's
+  recompute ``op`` (:mod:`cost_models.recompute`). Selective every n-th block is not searched (no
+  partial recompute in the plan space), and Megatron's selective recompute of core attention does
+  not exist here.
 * float8 (torchao, ``quantize.linear.float8``) for linear layers; float8 grouped GEMMs for
   experts are a prototype needing torchao nightly, so fp8 is dense models only.
 * Models: see :mod:`planner.frameworks.torchtitan.models` (qwen3 has no pipelining function).
@@ -105,6 +110,14 @@ class TorchtitanFramework(Framework):
                 out.append(
                     f"{who} needs the {m} micro-batches to be a multiple of max(1, m // pp) = {max(1, m // c.pp)}"
                 )
+        if c.pp > 1 and c.schedule == "zb-h1" and not job.eager_ops:
+            # torch.distributed.pipelining ScheduleInterleavedZeroBubble (schedules.py
+            # _check_torch_compile_compatibility, torch 2.14): "not supported with stage modules that
+            # have used torch.compile"; the export compiles exactly when the job is all fused.
+            out.append(
+                f"{who} runs InterleavedZeroBubble (zb-h1) only without torch.compile: "
+                f"price it with --eager-ops {','.join(EAGER_TORCHTITAN)}"
+            )
         if job.precision == "fp8" and model.is_moe:
             out.append(f"{who} has float8 for dense models only (float8 grouped GEMMs are a prototype)")
         return out
@@ -118,7 +131,7 @@ TORCHTITAN = TorchtitanFramework(
         schedules=("1f1b", "interleaved", "gpipe", "zb-h1"),
         optimizer_sharding=("none", "zero2", "full"),
         sharding_with_pipeline=("zero2",),
-        recompute=("none", "full"),
+        recompute=("none", "op", "full"),
         partial_recompute=False,
         sequence_parallel_optional=False,
         context_parallel=True,

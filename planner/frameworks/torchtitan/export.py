@@ -73,6 +73,14 @@ def _even(num_layers: int, stages: int) -> tuple[int, ...]:
     return tuple(base + (1 if i < extra else 0) for i in range(stages))
 
 
+def _activation_checkpoint(c: ParallelConfig) -> list[tuple[str, object, str]]:
+    """``[activation_checkpoint]`` keys (``config/job_config.py`` ``ActivationCheckpoint``; modes
+    none / full / selective, ``selective_ac_option = "op"`` for the per-op policy)."""
+    if c.recompute == "op":
+        return [("mode", "selective", ""), ("selective_ac_option", "op", "")]
+    return [("mode", "full" if c.recompute == "full" else "none", "")]
+
+
 def job_sections(inputs: PlanInputs, tm: TitanModel) -> list[tuple[str, list[tuple[str, object, str]]]]:
     """The TOML as ordered sections of (key, value, comment); comments mark placeholders."""
     m, job, c = inputs.model, inputs.job, inputs.config
@@ -132,7 +140,7 @@ def job_sections(inputs: PlanInputs, tm: TitanModel) -> list[tuple[str, list[tup
         ("lr_scheduler", [("warmup_steps", 100, place)]),
         ("training", training),
         ("parallelism", par),
-        ("activation_checkpoint", [("mode", "full" if c.recompute == "full" else "none", "")]),
+        ("activation_checkpoint", _activation_checkpoint(c)),
         # torch.compile exactly when the plan was priced with fused elementwise kernels; without it
         # torchtitan runs RoPE and SwiGLU eager (capabilities.EAGER_TORCHTITAN).
         ("compile", [("enable", not job.eager_ops, "")]),

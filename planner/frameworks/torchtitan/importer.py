@@ -9,13 +9,13 @@ ZeRO-3); the stages come from ``module_fqns_per_model_part``, else from
 for single-stage schedules, two for looped ones, the first and last stages one layer lighter:
 ``generate_llm_fqn_per_model_part``). torchtitan's default ``activation_checkpoint.mode`` is
 ``selective`` with ``selective_ac_option = "2"``: full checkpointing of every second block, read
-as full recompute of half the layers of each stage. HSDP (``data_parallel_replicate_degree`` and
+as full recompute of half the layers of each stage; ``selective_ac_option = "op"`` (the per-op
+policy of its Llama configs) is recompute ``op`` (:mod:`cost_models.recompute`). HSDP (``data_parallel_replicate_degree`` and
 ``data_parallel_shard_degree`` both > 1) reads as ``fsdp_shard = dp_shard * cp``, with full sharding
 only. Without ``compile.enable`` (torchtitan's default: false) or with ``model`` left out of
 ``compile.components``, the job's RoPE and SwiGLU are eager PyTorch ops
 (``JobSpec.eager_ops``, :data:`~planner.frameworks.torchtitan.capabilities.EAGER_TORCHTITAN`).
-What planner cannot model (HSDP with ZeRO-2 resharding, per-op
-selective checkpointing, pure-bf16 or fp32 training, several pipeline flushes per step) is an
+What planner cannot model (HSDP with ZeRO-2 resharding, pure-bf16 or fp32 training, several pipeline flushes per step) is an
 error naming the key.
 """
 
@@ -462,21 +462,25 @@ def parse_torchtitan(
         recompute = "full"
     elif mode == "selective":
         option = d.get("activation_checkpoint", "selective_ac_option", str, "2")
-        if not option.isdigit():
+        if option == "op":
+            # per-op policy (distributed/activation_checkpoint.py _apply_op_sac): cost_models.recompute
+            recompute = "op"
+        elif not option.isdigit() or int(option) < 1:
             raise SpecError(
-                f"{where}: key 'activation_checkpoint.selective_ac_option': {option!r} (per-op selective "
-                "checkpointing) is not modelled by planner; use mode full or none, or an integer"
+                f"{where}: key 'activation_checkpoint.selective_ac_option': {option!r}: allowed values: "
+                "op, or a positive integer n (checkpoint every n-th block)"
             )
-        every = int(option)
-        stage = max(layers_per_stage) if layers_per_stage else L // (pp * vpp)
-        if every <= 1:
-            recompute = "full"
-        elif stage // every:
-            recompute, recompute_layers = "full", stage // every
-            notes.append(
-                f"activation_checkpoint: selective every {every} blocks read as full recompute of "
-                f"{stage // every} of {stage} layers per stage"
-            )
+        else:
+            every = int(option)
+            stage = max(layers_per_stage) if layers_per_stage else L // (pp * vpp)
+            if every == 1:
+                recompute = "full"
+            elif stage // every:
+                recompute, recompute_layers = "full", stage // every
+                notes.append(
+                    f"activation_checkpoint: selective every {every} blocks read as full recompute of "
+                    f"{stage // every} of {stage} layers per stage"
+                )
     elif mode != "none":
         raise SpecError(
             f"{where}: key 'activation_checkpoint.mode': {mode!r} is not modelled by planner (allowed values: "
