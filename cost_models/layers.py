@@ -540,7 +540,7 @@ def _decoder(
     # does not keep, every elementwise op, and the tensor-parallel all-gathers (all-reduces without
     # sequence parallelism); the attention kernel and the reduce-scatters are kept.
     op_recompute = (
-        op_sac.op_sac_recomputed_flop_fraction(model, moe, prec) * gemm.forward_s
+        op_sac.op_sac_recomputed_flop_fraction(model, moe) * gemm.forward_s
         + elem_fwd
         + memory_bound_s(eager.forward, gpu)
         + overhead
@@ -566,7 +566,7 @@ def _decoder(
         selective_recompute_s=attn_fwd,
         op_recompute_s=op_recompute,
         op_kept_bytes=op_sac.op_sac_kept_bytes(
-            model, moe, prec, tokens=T, tp=t, sequence_parallel=c.sp, ep=c.ep, act_bytes=ACT_BYTES
+            model, moe, tokens=T, tp=t, sequence_parallel=c.sp, ep=c.ep, act_bytes=ACT_BYTES
         ),
         activation_bytes=act,
         checkpoint_bytes=T * h * ACT_BYTES / sp_div,
@@ -743,7 +743,7 @@ def hardware_flop_per_iteration(
     """
     model_flop = model_flop_per_iteration(model, job)
     if recompute == "op":
-        redone = op_sac.op_sac_recomputed_flop_per_token(model, job.precision)
+        redone = op_sac.op_sac_recomputed_flop_per_token(model)
         return model_flop + recomputed_fraction * redone * job.tokens_per_step
     if recompute == "full":
         heads = (1 + model.mtp_num_layers) * 3 * 2 * model.hidden_size * model.vocab_size

@@ -12,9 +12,13 @@ block with a policy over the ATen ops it runs:
 * *except every second* ``aten.mm`` of the block, counted in forward order (``meta[mm_count_key] % 2
   == 0`` is recomputed): the 1st, 3rd, 5th, ... matmul is kept, the 2nd, 4th, ... is recomputed;
 * everything else is recomputed in the backward: norms, RoPE, the activation function, residual
-  adds, all-gathers, grouped expert GEMMs (``_grouped_mm`` is not in the list) and float8 matmuls
-  (``_scaled_mm`` is not ``aten.mm``, so under torchao float8 every linear is recomputed and none is
-  counted).
+  adds, all-gathers and grouped expert GEMMs (``_grouped_mm`` is not in the list).
+
+torchao's float8 linears count like bf16 ones: their ``torch.mm`` on ``Float8TrainingTensor``
+arguments reaches the checkpointing dispatch mode as ``aten.mm`` (dispatch modes run before a
+tensor subclass's ``__torch_dispatch__``, which then calls ``_scaled_mm``), so the same matmuls are
+kept and their bf16 outputs cost the same bytes. The 2024-12 H100 benchmark agrees: its float8 and
+bf16 compiled rows log the same peak memory (76.8 / 77.0 GiB, 61.8 / 62.0 GiB).
 
 This module lists a decoder layer's linear ops in the order torchtitan's models run them and derives
 the fraction of forward GEMM FLOPs the backward repeats and the bytes the block keeps; the layer
@@ -87,12 +91,9 @@ def layer_linears(model: ModelSpec, moe: bool) -> tuple[Linear, ...]:
     return tuple(ops)
 
 
-def op_sac_saved(linears: tuple[Linear, ...], precision: str) -> tuple[bool, ...]:
+def op_sac_saved(linears: tuple[Linear, ...]) -> tuple[bool, ...]:
     """Whether the policy keeps each linear's output: odd-numbered ``aten.mm`` calls of the block
-    are kept, even-numbered ones and non-mm GEMMs recomputed. Under FP8 the linears run
-    ``_scaled_mm`` (torchao float8), which the save list does not hold: all are recomputed."""
-    if precision == "fp8":
-        return tuple(False for _ in linears)
+    are kept, even-numbered ones and non-mm GEMMs recomputed."""
     saved, count = [], 0
     for op in linears:
         if op.mm:
@@ -101,29 +102,28 @@ def op_sac_saved(linears: tuple[Linear, ...], precision: str) -> tuple[bool, ...
     return tuple(saved)
 
 
-def op_sac_recomputed_flop_fraction(model: ModelSpec, moe: bool, precision: str) -> float:
+def op_sac_recomputed_flop_fraction(model: ModelSpec, moe: bool) -> float:
     """Fraction of a layer's forward GEMM FLOPs that per-op selective recompute repeats."""
     ops = layer_linears(model, moe)
     total = sum(op.flop for op in ops)
-    redone = sum(op.flop for op, kept in zip(ops, op_sac_saved(ops, precision)) if not kept)
+    redone = sum(op.flop for op, kept in zip(ops, op_sac_saved(ops)) if not kept)
     return redone / total if total else 0.0
 
 
-def op_sac_recomputed_flop_per_token(model: ModelSpec, precision: str) -> float:
+def op_sac_recomputed_flop_per_token(model: ModelSpec) -> float:
     """Forward GEMM FLOPs per token that per-op selective recompute repeats, over all decoder layers
     (hardware FLOPs minus model FLOPs)."""
     out = 0.0
     for i in range(model.num_layers):
         moe = model.is_moe_layer(i)
         ops = layer_linears(model, moe)
-        out += sum(op.flop for op, kept in zip(ops, op_sac_saved(ops, precision)) if not kept)
+        out += sum(op.flop for op, kept in zip(ops, op_sac_saved(ops)) if not kept)
     return out
 
 
 def op_sac_kept_bytes(
     model: ModelSpec,
     moe: bool,
-    precision: str,
     *,
     tokens: float,
     tp: int,
@@ -145,7 +145,7 @@ def op_sac_kept_bytes(
     local = T / t if sequence_parallel else T
     kept = local * h * act_bytes
     ops = layer_linears(model, moe)
-    for op, saved in zip(ops, op_sac_saved(ops, precision)):
+    for op, saved in zip(ops, op_sac_saved(ops)):
         if saved:
             kept += T * (op.out if op.row_parallel else op.out / t) * act_bytes
         if op.row_parallel and t > 1 and sequence_parallel:
