@@ -98,9 +98,9 @@ def test_loss_transient_is_the_16bit_logits_on_the_last_stage_only():
 
 
 def test_search_headroom_default_is_the_documented_constant():
-    cli_app = importlib.import_module("planner.cli.app")
+    cli_search = importlib.import_module("planner.cli.search")
 
-    default = inspect.signature(cli_app.search).parameters["headroom_gib"].default
+    default = inspect.signature(cli_search.search).parameters["headroom_gib"].default
     assert default == HEADROOM_GIB_DEFAULT
 
 

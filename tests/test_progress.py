@@ -57,7 +57,7 @@ def terminal(monkeypatch):
 
     from planner.cli import render
 
-    app = importlib.import_module("planner.cli.app")
+    common = importlib.import_module("planner.cli.common")
     calls, progress = _recorder()
     made = []
 
@@ -65,7 +65,7 @@ def terminal(monkeypatch):
         made.append(label)
         return progress
 
-    monkeypatch.setattr(app, "_stderr_is_terminal", lambda: True)
+    monkeypatch.setattr(common, "_stderr_is_terminal", lambda: True)
     monkeypatch.setattr(render, "progress_callback", factory)
     return made, calls
 

@@ -10,7 +10,9 @@ from typing import Annotated
 import typer
 
 from planner import __version__, api
-from planner.cli.app import ClusterOpt, JsonOpt, NodesOpt, _emit_json, _print, app
+from planner.cli.app import app
+from planner.cli.common import _emit_json, _print
+from planner.cli.options import ClusterOpt, JsonOpt, NodesOpt
 
 
 @app.command()

@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.app import PANEL_OUTPUT, JsonOpt, _emit_json, _write_export, export_app
+from planner.cli.app import export_app
+from planner.cli.common import _emit_json, _write_export
+from planner.cli.options import PANEL_OUTPUT, JsonOpt
 from planner.errors import SpecError, UsageError
 
 

@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.app import JsonOpt, _emit_json, app
+from planner.cli.app import app
+from planner.cli.common import _emit_json
+from planner.cli.options import JsonOpt
 from planner.plan import write_text_atomic
 
 

@@ -10,7 +10,9 @@ from typing import Annotated
 import typer
 
 from planner import __version__, api
-from planner.cli.app import (
+from planner.cli.app import app
+from planner.cli.common import _emit_json, _ints, _note, _print, _progress
+from planner.cli.options import (
     PANEL_INPUTS,
     PANEL_MEMORY,
     PANEL_OUTPUT,
@@ -27,12 +29,6 @@ from planner.cli.app import (
     SeqOpt,
     SoftwareOpt,
     TokensOpt,
-    _emit_json,
-    _ints,
-    _note,
-    _print,
-    _progress,
-    app,
 )
 from planner.costing import DEFAULT_NODE_POWER_OVERHEAD
 from planner.plan import write_text_atomic

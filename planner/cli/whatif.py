@@ -13,7 +13,9 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.app import JsonOpt, SoftwareOpt, _emit_json, _print, app
+from planner.cli.app import app
+from planner.cli.common import _emit_json, _print
+from planner.cli.options import JsonOpt, SoftwareOpt
 from planner.errors import UsageError
 
 PlanArg = Annotated[Path, typer.Argument(help="A plan file (from planner search --out).")]

@@ -1,0 +1,90 @@
+"""``planner check``: plan files or Megatron-LM args/launch files checked for CI (constraints, memory,
+throughput, distance from the best plan; :mod:`planner.check`); exit 1 on failure."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from planner import api
+from planner.cli.app import app
+from planner.cli.common import _emit_json, _finite
+from planner.cli.options import (
+    PANEL_MEMORY,
+    PANEL_OUTPUT,
+    ClusterOpt,
+    JsonOpt,
+    NodesOpt,
+    ProfileOpt,
+    SoftwareOpt,
+)
+from planner.errors import UsageError
+
+
+@app.command()
+def check(
+    configs: Annotated[list[Path], typer.Argument(help="Plan files or Megatron-LM args/launch files.")],
+    cluster: ClusterOpt,
+    nodes: NodesOpt = None,
+    headroom_gib: Annotated[
+        float,
+        typer.Option(
+            "--headroom-gib", help="Memory that must stay free per GPU.", rich_help_panel=PANEL_MEMORY
+        ),
+    ] = 0.0,
+    max_slowdown: Annotated[
+        float | None,
+        typer.Option(
+            "--max-slowdown",
+            help="Fail when slower than the best plan found by more than this fraction.",
+            rich_help_panel="Checks",
+        ),
+    ] = None,
+    fmt: Annotated[
+        str,
+        typer.Option("--format", help="text or github (Actions annotations).", rich_help_panel=PANEL_OUTPUT),
+    ] = "text",
+    profile: ProfileOpt = None,
+    software: SoftwareOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check configs for CI: constraints, memory, throughput, distance from the best plan. Exit 1 on failure."""
+    from planner.check import check_file, github_lines, verdict_dict
+    from planner.loading import load_cluster
+
+    if fmt not in ("text", "github"):
+        raise UsageError(f"--format {fmt!r} is not allowed; allowed values: text, github")
+    _finite(headroom_gib=headroom_gib, max_slowdown=max_slowdown or 0.0)
+    if headroom_gib < 0 or (max_slowdown is not None and max_slowdown < 0):
+        raise UsageError("--headroom-gib and --max-slowdown must not be negative")
+    from planner.calibrate.profile import read_profile
+    from planner.software import BASE, check_software, configure
+
+    name = check_software(software) if software is not None else None
+    prof = read_profile(profile) if profile is not None else None
+    spec = load_cluster(cluster, nodes)
+    configure(spec, name or BASE, prof)  # a profile for another GPU type: an error here, exit 1
+    verdicts = [check_file(str(p), spec, headroom_gib * 2**30, max_slowdown, prof, name) for p in configs]
+    if as_json:
+        _emit_json(
+            {
+                "schema_version": api.SCHEMA_VERSION,
+                "passed": all(v.passed for v in verdicts),
+                "configs": [verdict_dict(v) for v in verdicts],
+            }
+        )
+    elif fmt == "github":
+        for v in verdicts:
+            sys.stdout.write("\n".join(github_lines(v)) + "\n")
+    else:
+        for v in verdicts:
+            sys.stdout.write(f"{'PASS' if v.passed else 'FAIL'} {v.path}\n")
+            for f in v.findings:
+                where = f" (line {f.line})" if f.line else ""
+                flags = f" [{', '.join(f.flags)}]" if f.flags else ""
+                sys.stdout.write(f"  {f.level}: {f.check}: {f.message}{flags}{where}\n")
+    if not all(v.passed for v in verdicts):
+        raise typer.Exit(1)

@@ -1,0 +1,127 @@
+"""Helpers the command modules share: the output edges (JSON on stdout, rich tables, notes and the
+progress bar on stderr, an export's files), parsing of list and number options, and the inputs every
+problem-loading command hands :func:`planner.api.load_problem` (profile, eager ops, runtime options).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import typer
+
+from planner.cli import render
+from planner.errors import UsageError
+from planner.plan import write_text_atomic
+from planner.specs import EAGER_OPS
+from planner.validation import json_text
+
+
+def _progress(quiet: bool, as_json: bool, label: str = "searching", unit: str = "candidates"):
+    """A stderr progress callback for long runs, or None: with --quiet, --json, or stderr not a terminal."""
+    if quiet or as_json or not _stderr_is_terminal():
+        return None
+    return render.progress_callback(label, unit)
+
+
+def _stderr_is_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
+def _note(message: str, quiet: bool = False) -> None:
+    """A note on stderr (``wrote FILE``), silenced by --quiet."""
+    if not quiet:
+        typer.echo(message, err=True)
+
+
+def _emit_json(data: dict) -> None:
+    """The one JSON edge: strict JSON (no NaN/inf), round-off negatives as 0.0 (planner.validation)."""
+    sys.stdout.write(json_text(data, indent=2, sort_keys=True) + "\n")
+
+
+def _finite(**options: float) -> None:
+    """Number options must be finite (click parses ``nan`` and ``inf`` as floats)."""
+    for name, value in options.items():
+        if not math.isfinite(value):
+            raise UsageError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+
+
+def _print(*renderables) -> None:
+    con = render.console()
+    for r in renderables:
+        con.print(r)
+
+
+def _ints(text: str | None, flag: str, minimum: int = 1) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"{flag} takes integers separated by commas, got {text!r}") from None
+    if not values or min(values) < minimum:
+        kind = "positive" if minimum == 1 else "non-negative"
+        raise UsageError(f"{flag} takes {kind} integers, got {text!r}")
+    return values
+
+
+def _words(text: str | None, flag: str, allowed: tuple[str, ...]) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    values = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [v for v in values if v not in allowed]
+    if bad or not values:
+        raise UsageError(f"{flag} {text!r}: allowed values: {', '.join(allowed)}")
+    return values
+
+
+def _eager_ops(text: str | None) -> tuple[str, ...]:
+    """``--eager-ops`` as :attr:`JobSpec.eager_ops` (canonical order; none given: all fused)."""
+    values = _words(text, "--eager-ops", EAGER_OPS) or ()
+    if len(set(values)) != len(values):
+        raise UsageError(f"--eager-ops {text!r}: an op group is listed twice")
+    return tuple(op for op in EAGER_OPS if op in values)
+
+
+def _runtime(opts: dict) -> dict:
+    """The gradient dtype, MoE dispatcher and CUDA graph options as :func:`planner.api.load_problem`
+    keywords."""
+    scope = opts.get("cuda_graph_scope")
+    return {
+        "moe_dispatcher": opts.get("moe_dispatcher") or "alltoall",
+        "grad_dtype": opts.get("grad_dtype"),
+        "moe_a2a_overlap": bool(opts.get("moe_a2a_overlap")),
+        "cuda_graph_scope": tuple(w.strip() for w in scope.split(",")) if scope else (),
+    }
+
+
+def _software_note(problem, quiet: bool = False) -> None:
+    """Say on stderr which GPU types a software profile left at base values (none: no note)."""
+    note = problem.software.note() if problem.software is not None else ""
+    if note:
+        _note(f"note: {note}", quiet)
+
+
+def _profile(opts: dict) -> str | None:
+    """The ``--profile`` file of a command, as a path string (None when not given)."""
+    profile = opts.get("profile")
+    return str(profile) if profile is not None else None
+
+
+def _write_export(out: Path, texts: dict[str, str], force: bool) -> list[Path]:
+    """Write an export's files into ``out`` atomically; never replaces an existing file unless
+    ``force`` (and never touches files the export does not write)."""
+    from planner.errors import SpecError
+
+    files = {out / name: text for name, text in texts.items()}
+    existing = [str(f) for f in files if f.exists()]
+    if existing and not force:
+        raise SpecError(f"{', '.join(existing)} already exist; pass --force to replace them")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(f"{out}: cannot create: {exc.strerror}") from None
+    for path, text in files.items():
+        write_text_atomic(path, text)
+    return list(files)

@@ -1,0 +1,76 @@
+"""``planner export megatron``: Megatron-LM arguments and a launch script for a plan
+(:mod:`planner.frameworks.megatron.export`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from planner.cli.app import export_app
+from planner.cli.common import _emit_json, _write_export
+from planner.cli.options import PANEL_OUTPUT, JsonOpt
+from planner.errors import UsageError
+
+
+@export_app.command("megatron")
+def export_megatron(
+    plan: Annotated[Path, typer.Argument(help="Plan file from planner search --out.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Directory for megatron_args.txt and the launch script.",
+            rich_help_panel=PANEL_OUTPUT,
+        ),
+    ] = Path("megatron_launch"),
+    launcher: Annotated[
+        str, typer.Option("--launcher", help="torchrun or slurm.", rich_help_panel=PANEL_OUTPUT)
+    ] = "torchrun",
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace existing files in --out.", rich_help_panel=PANEL_OUTPUT)
+    ] = False,
+    sequential: Annotated[
+        bool,
+        typer.Option(
+            "--sequential",
+            help="For a graph plan: export its best sequential plan instead.",
+            rich_help_panel=PANEL_OUTPUT,
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write Megatron-LM arguments and a launch script for a plan (megatron-core 0.19.2). Exit 1
+    when Megatron-LM cannot run the plan, naming the reason."""
+    from planner.frameworks.megatron import export as mx
+    from planner.graph_plan import is_graph_plan
+    from planner.plan import read_plan
+
+    if launcher not in mx.LAUNCHERS:
+        raise UsageError(f"--launcher {launcher!r} is not allowed; allowed values: {', '.join(mx.LAUNCHERS)}")
+    if is_graph_plan(plan):
+        from planner.graph_plan import sequential_for_megatron
+
+        inputs, note = sequential_for_megatron(plan, sequential)
+        typer.echo(f"note: {note}", err=True)
+    else:
+        if sequential:
+            raise UsageError("--sequential applies to graph plans only; this plan is already sequential")
+        inputs = read_plan(str(plan))
+    texts = mx.export_files(inputs, launcher)
+    files = _write_export(out, texts, force)
+    (out / f"launch_{launcher}.sh").chmod(0o755)
+    if as_json:
+        _emit_json(
+            {
+                "files": sorted(str(f) for f in files),
+                "args": [[f, v] for f, v in mx.megatron_args(inputs)],
+                "world_size": inputs.cluster.num_gpus,
+                "framework": {"name": "megatron", "version": mx.VERSION},
+            }
+        )
+    else:
+        for f in sorted(files):
+            typer.echo(f"wrote {f}", err=True)
