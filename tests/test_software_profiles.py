@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+import yaml
 
 from planner.calibration import cases
 from planner.errors import SpecError, UsageError
@@ -214,6 +216,9 @@ def test_selection_on_h100_moves_predictions_toward_the_release_class_runs(name)
     assert after <= before * (1 + 1e-6)
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
 def _json(r):
     assert r.exit_code == 0, r.stderr
     return json.loads(r.stdout)
@@ -224,20 +229,27 @@ def test_cli_software_selection_and_default(run_cli):
     # of this size barely reads
     base = _json(run_cli("estimate", *H100_FP8, *CONFIG, "--json"))
     assert base["software"]["name"] == BASE  # estimate has no framework: base values
-    # a shipped profile with an h100 entry that changes this estimate (fitted values move with each
-    # refit, so the test picks one rather than names it)
+    # every shipped profile with an h100 entry: named as overriding the family, and moving this
+    # estimate exactly when it changes a value the estimate reads (fitted values move with each
+    # refit, and a regularised fit may keep the base values, so the test does not name one)
+    gpu_file = ROOT / "hardware_profiles" / "gpus" / "h100-sxm5-80gb.yaml"
+    base_eff = yaml.safe_load(gpu_file.read_text())["efficiency"]
+    reads = ("gemm_efficiency_max", "gemm_half_efficiency_gflop", "attention_efficiency", "hbm_efficiency")
+    reads += ("fp8_gemm_speedup", "kernel_overhead_us")
     names = [n for n, d in sorted(load_profiles().items()) if "h100" in (d.get("families") or {})]
-    runs = {n: run_cli("estimate", *H100_FP8, *CONFIG, "--software", n, "--json") for n in names}
-    name = next(n for n in names if _json(runs[n])["step_time_s"] != base["step_time_s"])
-    chosen = runs[name]
-    d = _json(chosen)
-    assert d["software"] == {
-        "name": name,
-        "released": load_profiles()[name]["released"],
-        "overridden": [{"gpu": "h100-sxm5-80gb", "family": "h100"}],
-        "base_values": [],
-    }
-    assert d["step_time_s"] != base["step_time_s"] and chosen.stderr == ""
+    assert names
+    for name in names:
+        chosen = run_cli("estimate", *H100_FP8, *CONFIG, "--software", name, "--json")
+        d = _json(chosen)
+        assert d["software"] == {
+            "name": name,
+            "released": load_profiles()[name]["released"],
+            "overridden": [{"gpu": "h100-sxm5-80gb", "family": "h100"}],
+            "base_values": [],
+        }
+        entry = load_profiles()[name]["families"]["h100"]
+        changes = any(k in entry and float(entry[k]) != float(base_eff[k]) for k in reads)
+        assert (d["step_time_s"] != base["step_time_s"]) == changes and chosen.stderr == ""
     none = _json(run_cli("estimate", *H100_FP8, *CONFIG, "--software", "none", "--json"))
     assert none == base
     partial = run_cli("estimate", *H100_FP8, *CONFIG, "--software", "megatron-bridge-26.06", "--json")
