@@ -8,9 +8,12 @@ interleaving) and micro-batch ``mb``. Generators:
 * GPipe (Huang et al. 2019, arXiv:1811.06965): all forwards, then all backwards.
 * 1F1B / PipeDream-Flush (Narayanan et al. 2021, arXiv:2104.04473, Sec. 2.2.1): rank r runs
   ``p - r - 1`` warm-up forwards, then alternates one forward and one backward.
-* Interleaved 1F1B (same paper, Sec. 2.2.2; Megatron-LM ``schedules.py``
-  ``forward_backward_pipelining_with_interleaving``): warm-up ``2(p - r - 1) + (v - 1) p`` chunk
-  micro-batches (all of them when m == p), chunk of the k-th forward ``(k mod p v) div p``.
+* Interleaved 1F1B (same paper, Sec. 2.2.2; Megatron-Core 0.19.2 ``schedules.py``
+  ``get_pp_rank_microbatches``): warm-up ``2(p - r - 1) + (v - 1) p`` chunk micro-batches, at most
+  all ``m v`` of them, chunk of the k-th forward ``(k mod p v) div p``. torch's
+  ``ScheduleInterleaved1F1B`` (torchtitan; ``_get_warmup_ops``) warms up the same count with
+  ``microbatches_per_round = p``. Megatron-LM before 2024-11 (commit 4295be1a6c, "tunable schedule
+  with overlapping") ran every forward first when m == p; neither pinned framework does.
 * ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", arXiv:2401.10241): 1F1B with the
   backward split into B and W; rank r keeps its W passes r behind its B passes.
 
@@ -106,7 +109,7 @@ def _interleaved(p: int, m: int, v: int, r: int) -> list[tuple[int, int, int]]:
         mb = (k // (p * v)) * p + k % p
         return (chunk if forward else v - 1 - chunk), mb
 
-    warm = total if m == p else min(2 * (p - r - 1) + (v - 1) * p, total)
+    warm = min(2 * (p - r - 1) + (v - 1) * p, total)
     ops = [(F, *chunk_mb(k, True)) for k in range(warm)]
     for k in range(total - warm):
         ops.append((F, *chunk_mb(warm + k, True)))

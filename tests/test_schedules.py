@@ -107,3 +107,18 @@ def test_conservation_and_causality_on_random_pipelines(case):
         assert np.all(starts[1:] >= ends[:-1] - 1e-9)  # one op at a time per stage
         assert tl.inflight[s].min() >= -1e-9
         assert tl.inflight[s][-1] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_interleaved_warmup_when_microbatches_equal_pp():
+    # Megatron-Core 0.19.2 get_pp_rank_microbatches and torch ScheduleInterleaved1F1B
+    # (_get_warmup_ops): 2 (p - r - 1) + (v - 1) p warm-up forwards, capped at m v; no "all forwards
+    # first when m == p" (Megatron-LM before 2024-11 only)
+    p, m, v = 8, 8, 2
+    orders = generate("interleaved", p, m, v)
+    for r, ops in enumerate(orders):
+        warm = min(2 * (p - r - 1) + (v - 1) * p, m * v)
+        first_backward = next(i for i, op in enumerate(ops) if op[0] != F)
+        # the steady state opens with one more forward before its first backward
+        assert first_backward == (warm + 1 if warm < m * v else m * v)
+    last = simulate(orders, uniform_durations(p, v, 0.5, 1.0))
+    assert last.peak_inflight(p - 1) == (v - 1) * p + 1  # not all m v chunk-micro-batches
