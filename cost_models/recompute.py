@@ -29,6 +29,7 @@ table (:mod:`cost_models.layers`) turns them into ``LayerCost.op_recompute_s`` a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from planner.specs import ModelSpec
 
@@ -48,6 +49,7 @@ class Linear:
     """An ``aten.mm`` (counted by the policy); False for grouped expert GEMMs."""
 
 
+@lru_cache(maxsize=256)
 def layer_linears(model: ModelSpec, moe: bool) -> tuple[Linear, ...]:
     """The linear ops of one decoder layer in forward order, as torchtitan's models run them.
 
