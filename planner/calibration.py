@@ -22,6 +22,7 @@ from cost_models.estimate import Estimate, estimate
 from cost_models.layers import model_flop_per_iteration
 from cost_models.parallel import ParallelConfig, account_for_split, resolve
 from planner.errors import PlannerError
+from planner.frameworks.torchtitan.capabilities import layer_sac_recomputed_layers
 from planner.loading import load_cluster, load_gpu, load_template, make_job
 from planner.software import apply as apply_software
 from planner.software import efficiency_family, software_class
@@ -489,10 +490,8 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
             elif "selective layer" in rec_text:
                 # torchtitan selective_ac_option = "2" (the default, config_manager.py): every second
                 # block fully checkpointed
-                recompute, recompute_layers = (
-                    "full",
-                    model.num_layers // (2 * par["pp"] * (par.get("vpp") or 1)),
-                )
+                stage_layers = model.num_layers // (par["pp"] * (par.get("vpp") or 1))
+                recompute, recompute_layers = "full", layer_sac_recomputed_layers(stage_layers, 2)
                 notes.append("selective layer read as full recompute of every second block")
             else:
                 recompute = "selective" if "selective" in rec_text else "none"

@@ -58,6 +58,13 @@ eager PyTorch ops (``models/llama3/model/model.py``); its ``nn.RMSNorm`` runs Py
 pytorch/pytorch#153666, in the nightlies 0.2.2 pins), so ``norm`` stays fused."""
 
 
+def layer_sac_recomputed_layers(stage_layers: int, every: int) -> int:
+    """Layers of a stage that ``selective_ac_option = "<n>"`` fully checkpoints: every n-th block
+    (``distributed/activation_checkpoint.py`` ``_apply_layer_sac``), read as full recompute of
+    ``stage_layers // n`` layers per stage."""
+    return stage_layers // every
+
+
 def dp_shard_degree(c: ParallelConfig) -> int:
     """``data_parallel_shard_degree`` of a configuration (FSDP for zero2/full, else 1; with HSDP the
     shard group ``fsdp_shard`` = dp_shard x cp, torchtitan's mesh order dp_replicate, dp_shard, cp)."""

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from cost_models.parallel import ParallelConfig
 from planner.errors import SpecError
-from planner.frameworks.torchtitan.capabilities import EAGER_TORCHTITAN
+from planner.frameworks.torchtitan.capabilities import EAGER_TORCHTITAN, layer_sac_recomputed_layers
 from planner.frameworks.torchtitan.models import (
     VERSION,
     model_from_custom,
@@ -475,11 +475,11 @@ def parse_torchtitan(
             stage = max(layers_per_stage) if layers_per_stage else L // (pp * vpp)
             if every == 1:
                 recompute = "full"
-            elif stage // every:
-                recompute, recompute_layers = "full", stage // every
+            elif layer_sac_recomputed_layers(stage, every):
+                recompute, recompute_layers = "full", layer_sac_recomputed_layers(stage, every)
                 notes.append(
                     f"activation_checkpoint: selective every {every} blocks read as full recompute of "
-                    f"{stage // every} of {stage} layers per stage"
+                    f"{recompute_layers} of {stage} layers per stage"
                 )
     elif mode != "none":
         raise SpecError(
