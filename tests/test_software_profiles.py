@@ -439,7 +439,12 @@ def test_estimate_framework_prices_a_searched_plan_as_the_search_did(run_cli, tm
     found = _json(run_cli("search", *H100, "--top", "1", "--json"))
     p = found["plans"][0]
     flags = ["--tp", str(p["tp"]), "--pp", str(p["pp"]), "--cp", str(p["cp"]), "--vpp", str(p["vpp"])]
-    flags += ["--micro-batch-size", str(p["micro_batch_size"]), "--optimizer-sharding", p["optimizer_sharding"]]
+    flags += [
+        "--micro-batch-size",
+        str(p["micro_batch_size"]),
+        "--optimizer-sharding",
+        p["optimizer_sharding"],
+    ]
     flags += ["--schedule", p["schedule"], "--recompute", p["recompute"]]
     if p["recompute_num_layers"]:
         flags += ["--recompute-num-layers", str(p["recompute_num_layers"])]
@@ -459,3 +464,45 @@ def test_estimate_framework_prices_a_searched_plan_as_the_search_did(run_cli, tm
     assert run_cli("search", *H100, "--top", "1", "--out", str(plan), "-q").exit_code == 0
     both = run_cli("estimate", "--plan", str(plan), "--framework", "megatron")
     assert both.exit_code == 2 and "--plan gives" in both.stderr
+
+
+def test_profile_start_takes_the_first_document_a_fold_keeps():
+    from planner.fitting import UNCALIBRATED
+    from planner.software import PROFILE_START, profile_start
+
+    name = "megatron-deepspeed-bigscience-2022"
+    first, second = PROFILE_START[name]
+    assert profile_start(UNCALIBRATED, name) == replace(UNCALIBRATED, **first.values)
+    prequel = "BigScience tr11-176B-ml 'chronicles-prequel.md'"
+    assert profile_start(UNCALIBRATED, name, held_out_source=prequel) == replace(
+        UNCALIBRATED, **second.values
+    )
+    reshaping = "BigScience BLOOM-176B checkpoint reshaping experiments"
+    assert profile_start(UNCALIBRATED, name, held_out_source=reshaping) == replace(
+        UNCALIBRATED, **first.values
+    )
+    assert profile_start(UNCALIBRATED, "megatron-bridge-25.11") == UNCALIBRATED
+    # Every start document names the source of some run of its class (the held-out check matches).
+    sources = {c.source for c in cases() if c.software == name}
+    assert {prequel, reshaping} <= sources
+    for start in PROFILE_START[name]:
+        assert any(start.document in s for s in sources), start.document
+
+
+def test_reshaping_log_start_reproduces_its_micro_batch_pair():
+    """The derivation PROFILE_START documents: with the uncalibrated values and the reshaping log's
+    start, planner reproduces the measured MBS 2 / MBS 1 throughput ratio of its tp4/pp12 pair."""
+    from planner.fitting import UNCALIBRATED
+    from planner.software import PROFILE_START
+
+    by_id = {c.run_id: c for c in cases()}
+    one = by_id["bloom176b_reshape_24nodes_tp4_pp12_mbs1"]
+    two = by_id["bloom176b_reshape_24nodes_tp4_pp12_mbs2"]
+    measured = two.measured_tokens_per_s_per_gpu / one.measured_tokens_per_s_per_gpu
+    start = next(s for s in PROFILE_START["megatron-deepspeed-bigscience-2022"] if "reshaping" in s.document)
+    eff = replace(UNCALIBRATED, **start.values)
+    ratio = predict(two, eff).predicted / predict(one, eff).predicted
+    assert ratio == pytest.approx(measured, rel=0.005)
+    # The base fit's microseconds do not explain the pair.
+    base = predict(two, UNCALIBRATED).predicted / predict(one, UNCALIBRATED).predicted
+    assert base < measured - 0.04
