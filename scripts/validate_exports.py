@@ -135,6 +135,7 @@ def validate(case: Case, framework: str, validators, workdir: Path) -> dict:
     row["plan"] = (
         f"tp{c.tp} pp{c.pp} dp{c.dp} cp{c.cp} ep{c.ep} vpp{c.vpp} mbs{c.micro_batch_size} "
         f"{c.schedule} {c.optimizer_sharding} rc:{c.recompute}"
+        + (f"/{c.recompute_num_layers}" if c.recompute_num_layers else "")
         + (" uneven" if len(set(c.layers_per_stage)) > 1 else "")
     )
     try:

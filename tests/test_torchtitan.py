@@ -57,6 +57,8 @@ CASES = {
     "context_parallel": ("llama3-8b", 2, _job(seq=16384), {"cp": (2,), "tp": (4,)}),
     "fp8_full_recompute": ("llama3-8b", 2, _job(precision="fp8"), {"recompute": ("full",), "tp": (2,)}),
     "op_recompute": ("llama3-70b", 8, _job(), {"recompute": ("op",), "tp": (8,), "pp": (1,)}),
+    # full recompute of some blocks: selective_ac_option = "<n>" (every n-th block)
+    "every_nth_recompute": ("llama3-70b", 8, _job(), {"recompute": ("full",), "pp": (4,), "tp": (8,)}),
     "ddp_tp1": (
         model_from_flavor("qwen3", "1.7B", "test"),
         4,
@@ -98,8 +100,10 @@ def test_round_trip_reproduces_step_time(name, plans, tmp_path):
     )
     assert (c.schedule if c.pp > 1 else "1f1b") == (inputs.config.schedule if c.pp > 1 else "1f1b")
     assert c.optimizer_sharding == inputs.config.optimizer_sharding
-    if inputs.config.recompute in ("none", "op", "full") and not inputs.config.recompute_num_layers:
-        assert c.recompute == inputs.config.recompute
+    assert (c.recompute, c.recompute_num_layers) == (
+        inputs.config.recompute,
+        inputs.config.recompute_num_layers,
+    )
     est = estimate(back.model, inputs.cluster, back.job, c)
     assert abs(est.step_time_s / step - 1) < 0.005
 
@@ -181,9 +185,19 @@ def test_export_mapping_details(plans):
     op = tomllib.loads(tx.job_toml(plans["op_recompute"][0]))["activation_checkpoint"]
     assert op == {"mode": "selective", "selective_ac_option": "op"}
     assert plans["op_recompute"][0].config.recompute == "op"
+    nth_inputs = plans["every_nth_recompute"][0]
+    nth = tomllib.loads(tx.job_toml(nth_inputs))["activation_checkpoint"]
+    c = nth_inputs.config
+    stage = 80 // (c.pp * c.vpp)
+    assert 0 < c.recompute_num_layers < stage and c.layers_per_stage == ()  # even split: exact count
+    assert nth == {"mode": "selective", "selective_ac_option": str(stage // c.recompute_num_layers)}
+    assert stage % int(nth["selective_ac_option"]) == 0
     fp8 = tomllib.loads(tx.job_toml(plans["fp8_full_recompute"][0]))
     assert fp8["model"]["converters"] == ["quantize.linear.float8"]
-    assert fp8["activation_checkpoint"]["mode"] == "full"
+    # partial full recompute wins here: one block in 32 (every_nth_recompute has the mapping)
+    assert fp8["activation_checkpoint"]["mode"] == "selective"
+    full_all = ParallelConfig(tp=2, pp=1, dp=8, recompute="full", optimizer_sharding="zero2")
+    assert tx._activation_checkpoint(full_all, 32) == [("mode", "full", "")]
     moe = tomllib.loads(tx.job_toml(plans["moe_ep"][0]))
     assert moe["model"] == {**moe["model"], "name": "qwen3", "flavor": "30B-A3B"}
     assert moe["parallelism"]["expert_parallel_degree"] == 8
@@ -267,6 +281,55 @@ def test_import_errors_name_the_key(tmp_path):
         parse_torchtitan(base + '[activation_checkpoint]\nselective_ac_option = "ops"\n', "j.toml", 16)
     op = parse_torchtitan(base + '[activation_checkpoint]\nselective_ac_option = "op"\n', "j.toml", 16)
     assert op.config.recompute == "op" and op.config.recompute_num_layers == 0
+
+
+def test_every_nth_block_recompute_is_what_torchtitan_runs():
+    from planner.frameworks.base import every_nth, every_nth_counts
+    from planner.frameworks.megatron.capabilities import MEGATRON
+    from planner.search.chain import full_recompute_variants
+
+    assert every_nth(8, 32) == 4 and every_nth(10, 32) == 3 and every_nth(7, 32) == 0
+    assert every_nth(32, 32) == 0 and every_nth(0, 32) == 0
+    assert every_nth_counts(32) == [1, 2, 3, 4, 5, 6, 8, 10, 16]
+    llama, cluster, job = load_model("llama3-8b"), load_cluster("dgx-h100", 1), _job()
+    ok = ParallelConfig(
+        tp=1, pp=1, dp=8, recompute="full", recompute_num_layers=10, optimizer_sharding="full"
+    )
+    assert not TORCHTITAN.violations(llama, cluster, job, ok)  # 32 // 3 (importer's reading of "3")
+    bad = replace(ok, recompute_num_layers=7)
+    reasons = TORCHTITAN.violations(llama, cluster, job, bad)
+    assert any("every n-th block" in r and "1, 2, 3, 4, 5, 6, 8, 10, 16" in r for r in reasons), reasons
+    assert not MEGATRON.violations(llama, cluster, job, replace(bad, optimizer_sharding="distributed"))
+    # Searched counts divide the stage (exact on every stage), nearest Megatron's 1, 2, S/4, S/2, 3S/4.
+    full = ParallelConfig(tp=1, pp=1, dp=8, recompute="full", optimizer_sharding="full")
+    ks = [v.recompute_num_layers for v in full_recompute_variants(llama, full, False, True)]
+    assert ks == [1, 2, 8, 16, 0]
+    assert [v.recompute_num_layers for v in full_recompute_variants(llama, full, True, False)] == [
+        1,
+        2,
+        8,
+        16,
+        24,
+        0,
+    ]
+    assert full_recompute_variants(llama, full, False, False) == [full]
+    odd = ParallelConfig(tp=1, pp=3, dp=2, recompute="full", optimizer_sharding="zero2")  # 32 layers on 3
+    assert full_recompute_variants(llama, odd, False, True) == [odd]
+
+
+def test_every_nth_variants_are_partitioned_evenly():
+    """Uneven splits are searched for full recompute of every layer only: on an uneven split an
+    every-n-th variant would recompute different counts on different stages."""
+    m, cluster, job = load_model("llama3-8b"), load_cluster("dgx-h100", 4), _job()
+    restrict = Restrictions(framework="torchtitan", recompute=("full",), pp=(2, 4), tp=(4,))
+    result = search(m, cluster, job, restrict, top_k=8)
+    assert any(p.estimate.config.recompute_num_layers for p in result.plans)
+    for p in result.plans:
+        c = p.estimate.config
+        if c.recompute_num_layers:
+            assert c.layers_per_stage == ()
+            stage = m.num_layers // (c.pp * c.vpp)
+            assert stage % c.recompute_num_layers == 0
 
 
 def test_import_reads_torchtitan_defaults():

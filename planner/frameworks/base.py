@@ -21,6 +21,28 @@ from planner.errors import SpecError, UsageError
 from planner.specs import MOE_DISPATCHERS, ClusterSpec, JobSpec, ModelSpec
 
 
+def stage_size(c: ParallelConfig, num_layers: int) -> int:
+    """Layers of the largest (virtual) pipeline stage of ``c``."""
+    if c.layers_per_stage:
+        return max(c.layers_per_stage)
+    return -(-num_layers // (c.pp * c.vpp))
+
+
+def every_nth(k: int, stage: int) -> int:
+    """The n (>= 2) whose every-n-th-block checkpointing recomputes ``k`` of a ``stage``-layer
+    stage (``stage // n == k``), preferring the n that divides the stage exactly; 0 if none.
+    Of the n with ``stage // n == k`` (an interval), the largest is ``stage // k``."""
+    if k < 1 or k >= stage:
+        return 0
+    n = stage // k
+    return n if n >= 2 and stage // n == k else 0
+
+
+def every_nth_counts(stage: int) -> list[int]:
+    """Layer counts every-n-th-block checkpointing can recompute in a ``stage``-layer stage."""
+    return sorted({stage // n for n in range(2, stage + 1)})
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Capabilities:
     """What one framework version runs. Names are the cost model's (``cost_models.parallel``)."""
@@ -34,7 +56,7 @@ class Capabilities:
     recompute: tuple[str, ...]
     """Recompute forms (``cost_models.parallel.RECOMPUTE``): none, selective, op, full."""
     partial_recompute: bool
-    """Full recompute of only some layers per stage (Megatron ``--recompute-num-layers``)."""
+    """Full recompute of any number of layers per stage (Megatron ``--recompute-num-layers``)."""
     sequence_parallel_optional: bool
     """False when tensor parallelism always shards norms/dropout over the sequence (SP on)."""
     context_parallel: bool
@@ -65,6 +87,9 @@ class Capabilities:
     eager_ops: tuple[tuple[str, ...], ...] | None = ((),)
     """The sets of eager elementwise op groups (``JobSpec.eager_ops``) its launches run: ``((),)``
     always fused, ``None`` any set."""
+    every_nth_recompute: bool = False
+    """Full recompute of every n-th block (n >= 2) instead of any number of layers: a stage of S
+    layers recomputes ``S // n`` (torchtitan ``selective_ac_option = "<n>"``; :func:`every_nth`)."""
 
     def eager_text(self) -> str:
         """The eager op sets it runs, in words (for refusals)."""
@@ -108,7 +133,14 @@ class Framework:
         if c.recompute not in cap.recompute:
             out.append(f"{who} has no {c.recompute!r} recompute (it runs {', '.join(cap.recompute)})")
         if c.recompute == "full" and c.recompute_num_layers and not cap.partial_recompute:
-            out.append(f"{who} cannot recompute only {c.recompute_num_layers} layers per stage")
+            k, stage = c.recompute_num_layers, stage_size(c, model.num_layers)
+            if not cap.every_nth_recompute:
+                out.append(f"{who} cannot recompute only {k} layers per stage")
+            elif not every_nth(k, stage):
+                out.append(
+                    f"{who} recomputes every n-th block of a stage: {k} of {stage} layers is no "
+                    f"{stage} // n (recompute {', '.join(map(str, every_nth_counts(stage)))} layers, or all)"
+                )
         if c.tp > 1 and not c.sequence_parallel and not cap.sequence_parallel_optional:
             out.append(f"{who} always uses sequence parallelism with tensor parallelism")
         if c.cp > 1 and not cap.context_parallel:
@@ -143,7 +175,9 @@ class Framework:
             elif job.moe_dispatcher not in ("alltoall", "flex"):
                 out.append(f"{who} overlaps MoE all-to-alls only with the alltoall or flex dispatcher")
             elif c.pp > 1 and c.vpp <= 1:
-                out.append(f"{who} overlaps MoE all-to-alls with pipeline parallelism only with virtual stages")
+                out.append(
+                    f"{who} overlaps MoE all-to-alls with pipeline parallelism only with virtual stages"
+                )
             elif c.recompute == "full":
                 out.append(f"{who} does not overlap MoE all-to-alls with full recompute")
         if cap.grad_dtypes is not None and (job.precision, job.grad_dtype) not in cap.grad_dtypes:

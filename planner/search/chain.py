@@ -652,17 +652,34 @@ def _canonical(layers: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def full_recompute_variants(
-    model: ModelSpec, c: ParallelConfig, partial: bool = True
+    model: ModelSpec, c: ParallelConfig, partial: bool = True, every_nth: bool = False
 ) -> list[ParallelConfig]:
-    """Full recompute of all layers, and (``partial``: where the framework has it) of fewer layers
-    per stage (Megatron --recompute-num-layers)."""
-    if c.recompute != "full" or not partial:
+    """Full recompute of all layers, and of fewer layers per stage where the framework has it:
+    any count (``partial``, Megatron --recompute-num-layers: 1, 2, and a quarter, half and three
+    quarters of a stage), or every n-th block (``every_nth``, torchtitan ``selective_ac_option``:
+    the counts ``S / n`` of an evenly split S-layer stage nearest those, with n dividing S, so every
+    stage recomputes exactly that many; such variants are partitioned evenly, :func:`_restrict`)."""
+    if c.recompute != "full" or not (partial or every_nth):
         return [c]
-    per_stage = math.ceil(model.num_layers / (c.pp * c.vpp))
-    ks = sorted(
-        {k for k in (1, 2, per_stage // 4, per_stage // 2, (3 * per_stage) // 4) if 0 < k < per_stage}
-    )
+    L, stages = model.num_layers, c.pp * c.vpp
+    per_stage = math.ceil(L / stages)
+    targets = (1, 2, per_stage // 4, per_stage // 2, (3 * per_stage) // 4)
+    if partial:
+        ks = sorted({k for k in targets if 0 < k < per_stage})
+    elif L % stages:
+        ks = []
+    else:
+        exact = [per_stage // n for n in range(2, per_stage + 1) if per_stage % n == 0]
+        ks = sorted({min(exact, key=lambda k: (abs(k - t), k)) for t in targets if t > 0}) if exact else []
     return [c.with_(recompute_num_layers=k) for k in ks] + [c]
+
+
+def _restrict(c: ParallelConfig, r: Restrictions) -> Restrictions:
+    """``r`` for one candidate: every-n-th-block recompute (a framework without arbitrary partial
+    recompute) is searched on even splits only, where ``S // n`` is exact on every stage."""
+    if c.recompute_num_layers and not r.target.capabilities.partial_recompute and r.uneven_partitions:
+        return replace(r, uneven_partitions=False)
+    return r
 
 
 def search(
@@ -693,7 +710,8 @@ def search(
     # exact memory check and the simulation run only after that.
     heap: list[tuple[float, tuple, int, int, ParallelConfig]] = []
     for index, c in enumerate(shapes):
-        for variant in full_recompute_variants(model, c, r.target.capabilities.partial_recompute):
+        cap = r.target.capabilities
+        for variant in full_recompute_variants(model, c, cap.partial_recompute, cap.every_nth_recompute):
             heap.append((_cheap_bound(model, cluster, job, variant), sort_key(variant), index, 0, variant))
     heapq.heapify(heap)
     plans: list[RankedPlan] = []
@@ -721,8 +739,9 @@ def search(
         if level == 0:
             heapq.heappush(heap, (max(key, _bounds(model, cluster, job, shape)), tie, index, 1, shape))
             continue
+        rs = _restrict(shape, r)
         if level == 1:
-            if not _fits(model, cluster, job, shape, r.uneven_partitions, r.memory_headroom_bytes):
+            if not _fits(model, cluster, job, shape, rs.uneven_partitions, r.memory_headroom_bytes):
                 if index not in no_fit:
                     no_fit.add(index)
                 result.outcomes.append(
@@ -733,11 +752,11 @@ def search(
                     found.append((tie, 1, Candidate(shape, "memory", why, key)))
                 continue
             # mixed GPU types: bound the partition this shape will be simulated with
-            refined = _partition_bound(model, cluster, job, shape, r)
+            refined = _partition_bound(model, cluster, job, shape, rs)
             if refined > key:
                 heapq.heappush(heap, (refined, tie, index, 2, shape))
                 continue
-        outcome = _evaluate(model, cluster, job, shape, r)
+        outcome = _evaluate(model, cluster, job, shape, rs)
         result.shapes_evaluated += 1
         if isinstance(outcome, str):
             result.outcomes.append(Outcome(shape, key, reason=outcome))

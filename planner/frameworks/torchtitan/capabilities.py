@@ -29,9 +29,11 @@ it with Python config registries). File names below are of the 0.2.2 wheel.
 * Recompute (``distributed/activation_checkpoint.py``): ``activation_checkpoint.mode = none |
   full`` (every block), and ``selective`` with ``selective_ac_option = "op"``: the per-op policy
   (``_apply_op_sac`` with ``models/llama3/infra/parallelize.py`` ``_op_sac_save_list``), planner's
-  recompute ``op`` (:mod:`cost_models.recompute`). Selective every n-th block is not searched (no
-  partial recompute in the plan space), and Megatron's selective recompute of core attention does
-  not exist here.
+  recompute ``op`` (:mod:`cost_models.recompute`). ``selective_ac_option = "<n>"`` checkpoints
+  every n-th block (``_apply_layer_sac``, a counter over the blocks ``apply_ac`` wraps on the rank):
+  full recompute of ``S // n`` layers of an S-layer stage (``planner.frameworks.base.every_nth``),
+  searched with n dividing S, where the count is exact on every stage. Megatron's selective
+  recompute of core attention does not exist here.
 * float8 (torchao, ``quantize.linear.float8``) for linear layers; float8 grouped GEMMs for
   experts are a prototype needing torchao nightly, so fp8 is dense models only.
 * Models: see :mod:`planner.frameworks.torchtitan.models` (qwen3 has no pipelining function).
@@ -140,6 +142,8 @@ TORCHTITAN = TorchtitanFramework(
         sharding_with_pipeline=("zero2",),
         recompute=("none", "op", "full"),
         partial_recompute=False,
+        # selective_ac_option = "<n>" (activation_checkpoint.py _apply_layer_sac)
+        every_nth_recompute=True,
         sequence_parallel_optional=False,
         context_parallel=True,
         expert_parallel=True,
