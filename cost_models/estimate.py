@@ -31,9 +31,9 @@ from cost_models.layers import (
     layer_table,
     loss_transient_bytes,
     model_flop_per_iteration,
-    p2p_activation_bytes,
 )
 from cost_models.parallel import LAYER_RECOMPUTE, Group, ParallelConfig, group
+from cost_models.tensors import p2p_activation_bytes
 from planner.specs import DTYPE_BYTES, ClusterSpec, JobSpec, ModelSpec, NodeGroup
 
 DDP_BUCKET_PARAMS = 40_000_000

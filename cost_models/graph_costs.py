@@ -33,15 +33,9 @@ from cost_models import memory as mem
 from cost_models.compute import COMPUTE_DTYPE, attention_s, gemm_efficiency, gemm_s
 from cost_models.estimate import Estimate, StageEstimate, dp_sync, table_for
 from cost_models.graph_schedule import depths, simulate_graph, topological_order
-from cost_models.layers import (
-    ACT_BYTES,
-    ZERO,
-    LayerCost,
-    _tp_collectives_s,
-    loss_transient_bytes,
-    p2p_activation_bytes,
-)
+from cost_models.layers import ZERO, LayerCost, loss_transient_bytes
 from cost_models.parallel import ParallelConfig, group
+from cost_models.tensors import ACT_BYTES, p2p_activation_bytes, tp_collectives_s
 from planner.errors import ConfigError
 from planner.specs import Block, ClusterSpec, GraphModelSpec, JobSpec, NodeGroup, cross_attention_params
 
@@ -138,7 +132,7 @@ def _cross_attention(
     gemms = gemm_s(T, q / t, h, gpu, prec) + gemm_s(T_enc, 2 * kv_local, h_enc, gpu, prec)
     gemms += gemm_s(T, h, q / t, gpu, prec)
     attn = attention_s(4 * T * s_enc * q / t, gpu, prec, s_enc)
-    tp = _tp_collectives_s(T * h * ACT_BYTES, c, node, 1)
+    tp = tp_collectives_s(T * h * ACT_BYTES, c, node, 1)
     act = (T * h / sp_div + T * q / t + T_enc * 2 * kv_local + T * q / t) * ACT_BYTES
     act += 4 * T * m.num_attention_heads / t
     params = cross_attention_params(m, h_enc)

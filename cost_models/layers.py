@@ -30,12 +30,11 @@ from cost_models import communication as comm
 from cost_models import elementwise
 from cost_models import moe as moe_terms
 from cost_models import recompute as op_sac
-from cost_models.compute import LinearTimes, attention_s, linear_s, memory_bound_s
+from cost_models.attention import attention_block
+from cost_models.compute import linear_s, memory_bound_s
 from cost_models.parallel import ParallelConfig, group
+from cost_models.tensors import ACT_BYTES, tokens_per_gpu, tp_collectives_s
 from planner.specs import JobSpec, ModelSpec, NodeGroup, compute_capability_major
-
-ACT_BYTES = 2
-"""Bytes per activation element (16-bit activations, also under FP8 recipes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,16 +166,6 @@ def _norm_params(model: ModelSpec) -> int:
     return model.hidden_size * (2 if model.normalization == "layernorm" else 1)
 
 
-def _tp_collectives_s(volume: float, c: ParallelConfig, node: NodeGroup, count: int) -> float:
-    """``count`` all-reduces (or AG+RS pairs with SP, same time) of ``volume`` bytes over tp."""
-    if c.tp == 1:
-        return 0.0
-    link = comm.link_for(group(c, "tp"), node)
-    if c.sp:
-        return count * (comm.all_gather_s(volume, c.tp, link) + comm.reduce_scatter_s(volume, c.tp, link))
-    return count * comm.all_reduce_s(volume, c.tp, link)
-
-
 def _tp_overlapped(comm_s: float, gemm_fwd_s: float, tp: int, slowdown: float) -> tuple[float, float]:
     """Forward and backward time of a layer's sequence-parallel all-gathers and reduce-scatters
     (``comm_s`` per direction) when they are overlapped with the GEMMs that consume or produce them:
@@ -220,11 +209,6 @@ def layer_table(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGro
     )
 
 
-def tokens_per_gpu(job: JobSpec, c: ParallelConfig) -> float:
-    """Tokens of one micro-batch held by one GPU (sequence split by cp)."""
-    return c.micro_batch_size * job.seq_length / c.cp
-
-
 def loss_transient_bytes(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> float:
     """Memory live only while the loss runs on the last stage: the 16-bit logits beside their fp32 copy.
 
@@ -242,185 +226,6 @@ def loss_transient_bytes(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> f
     return 2 * tokens_per_gpu(job, c) * model.vocab_size / c.tp
 
 
-def p2p_activation_bytes(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> float:
-    """Bytes one GPU sends to the next pipeline stage per micro-batch: the hidden states, split over
-    tp with sequence parallelism (Megatron's scatter-gather of pipeline sends)."""
-    return tokens_per_gpu(job, c) * model.hidden_size * ACT_BYTES / (c.tp if c.sp else 1)
-
-
-@dataclass(frozen=True, slots=True)
-class _Attention:
-    """The attention block of one layer for one micro-batch on one GPU (see :func:`_decoder`)."""
-
-    gemm: LinearTimes
-    """Projection GEMMs: forward, input-gradient and weight-gradient times."""
-    attn_fwd_s: float
-    model_flop: float
-    elem_bytes: float
-    act_bytes: float
-    wgrad_bytes: float
-    params_sharded: float
-    params_replicated: float
-    tp_fwd_s: float
-    """Tensor-parallel collectives of the attention block, forward (backward: the same)."""
-    tp_bytes: float
-    """Bytes sent for those collectives, forward + backward."""
-    kv_width: float
-    """K and V elements per token on this GPU (what context parallelism passes around the ring)."""
-    norm_elements: float = 0.0
-    """Elements the block's own norms normalise (MLA's latent norms, QK norms), for eager pricing."""
-    rope_elements: float = 0.0
-    """Q and K elements rotated by RoPE, for eager pricing (:mod:`cost_models.elementwise`)."""
-
-
-def _kernel_keys(span: float, job: JobSpec, c: ParallelConfig) -> float:
-    """Keys per query of one fused-attention call (its efficiency, cost_models.compute): the span, at
-    most the sequence chunk a context-parallel rank holds (the ring passes K/V in chunks of s / cp)."""
-    return min(span, job.seq_length / c.cp)
-
-
-def _attention(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, span: float) -> _Attention:
-    """MHA/GQA attention (Korthikanti et al. 2022 Sec. 4): column-parallel QKV, row-parallel output
-    projection, one all-reduce (AG + RS with SP) of the hidden states per direction. ``span``: keys
-    per query in the non-causal convention (:meth:`ModelSpec.attention_span`)."""
-    if model.multi_latent_attention:
-        return _mla(model, job, c, node, span)
-    gpu, prec = node.gpu, job.precision
-    h, q, kv, t = model.hidden_size, model.query_projection_size, model.kv_projection_size, c.tp
-    T = tokens_per_gpu(job, c)
-    sp_div = t if c.sp else 1
-    kv_local = max(kv / t, model.kv_channels)  # with tp > groups, K/V heads are replicated
-    qkv_n = q / t + 2 * kv_local
-    gemm = linear_s(T, qkv_n, h, gpu, prec) + linear_s(T, h, q / t, gpu, prec)
-    # Causal attention executed: half of the non-causal 2*T*span*(2q)/t per cp rank
-    # (load-balanced ring, Megatron CP); span = s for full attention.
-    attn_fwd = attention_s(T * span * model.core_attention_width / t, gpu, prec, _kernel_keys(span, job, c))
-    model_flop = (
-        3 * (2 * T * h * (q + 2 * kv) + 2 * T * q * h + 2 * T * span * model.core_attention_width) / t
-    )
-    # Memory-bound work (bytes): rotary on Q and K (read+write).
-    rope_elements = T * (q / t + kv_local) if model.position_embedding_type == "rope" else 0.0
-    elem = 2 * T * (q / t + kv_local) * ACT_BYTES if model.position_embedding_type == "rope" else 0.0
-    act = T * h * ACT_BYTES / sp_div  # QKV input
-    act += T * qkv_n * ACT_BYTES + T * q / t * ACT_BYTES  # Q, K, V and attention output
-    act += 4 * T * model.num_attention_heads / t  # fp32 log-sum-exp of flash attention
-    wgrad = (T * h + T * q / t) * ACT_BYTES  # inputs of QKV and output projections
-    params_sharded = (h * (q + 2 * kv) + q * h) / t
-    if model.add_bias_linear or model.add_qkv_bias:
-        params_sharded += (q + 2 * kv) / t
-    params_replicated = float(h if model.add_bias_linear else 0)
-    if model.qk_layernorm:
-        params_replicated += 2 * model.kv_channels
-    if model.softmax_type == "learnable":
-        params_sharded += model.num_attention_heads / t  # one sink logit per head (gpt-oss)
-    volume = T * h * ACT_BYTES
-    return _Attention(
-        gemm=gemm,
-        attn_fwd_s=attn_fwd,
-        model_flop=model_flop,
-        elem_bytes=elem,
-        act_bytes=act,
-        wgrad_bytes=wgrad,
-        params_sharded=params_sharded,
-        params_replicated=params_replicated,
-        tp_fwd_s=_tp_collectives_s(volume, c, node, 1),
-        tp_bytes=4 * (t - 1) / t * volume if t > 1 else 0.0,
-        kv_width=2 * kv_local,
-        norm_elements=T * (q / t + kv_local) if model.qk_layernorm else 0.0,
-        rope_elements=rope_elements,
-    )
-
-
-def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, span: float) -> _Attention:
-    """Multi-head latent attention (DeepSeek-V2 arXiv:2405.04434 Sec. 2.1) sharded as Megatron-Core
-    ``MLASelfAttention`` (megatron/core/transformer/multi_latent_attention.py, TE spec):
-
-    * the down projections ``linear_q_down_proj`` (h -> r_q) and ``linear_kv_down_proj``
-      (h -> r_kv + d_R) are ``duplicated`` (replicated on every tp rank, full weights); with
-      sequence parallelism they run on the rank's own s/tp tokens, without it every rank repeats
-      them on all tokens;
-    * ``linear_q_up_proj`` (or ``linear_q_proj`` when ``q_lora_rank`` is 0) and
-      ``linear_kv_up_proj`` are column-parallel (heads split over tp), ``linear_proj`` row-parallel;
-    * communication per direction: with SP, all-gathers of the latents and the shared RoPE key
-      (``T (r_q + r_kv + d_R)``, or ``T (h + r_kv + d_R)`` without query compression) and one
-      reduce-scatter of ``T h``; without SP, one all-reduce of ``T h`` (forward) and of the latents'
-      gradients (backward, taken equal in time to the forward pass's).
-
-    FLOPs follow Megatron's ``num_floating_point_operations`` MLA branch (training.py): the
-    projections, ``+ r_q + r_kv`` per token for the latent norms, and the core attention with
-    query/key width ``d + d_R`` and value width ``d_v``.
-    """
-    gpu, prec = node.gpu, job.precision
-    h, a, t = model.hidden_size, model.num_attention_heads, c.tp
-    rq, rkv, dn, dr, dv = (
-        model.q_lora_rank,
-        model.kv_lora_rank,
-        model.qk_head_dim,
-        model.qk_pos_emb_head_dim,
-        model.v_head_dim,
-    )
-    dqk = dn + dr
-    T = tokens_per_gpu(job, c)
-    sp_div = t if c.sp else 1
-    T_local = T / sp_div  # tokens the duplicated down projections run on
-    q_in = rq if rq else h  # input width of the column-parallel query projection
-    # GEMMs (forward): down projections (replicated), up projections and output (sharded).
-    gemm = linear_s(T_local, rkv + dr, h, gpu, prec)
-    if rq:
-        gemm += linear_s(T_local, rq, h, gpu, prec)
-    gemm += linear_s(T, a * dqk / t, q_in, gpu, prec)
-    gemm += linear_s(T, a * (dn + dv) / t, rkv, gpu, prec)
-    gemm += linear_s(T, h, a * dv / t, gpu, prec)
-    attn_fwd = attention_s(T * span * model.core_attention_width / t, gpu, prec, _kernel_keys(span, job, c))
-    q_term = rq * (h + a * dqk + 1) if rq else h * a * dqk
-    linear = q_term + rkv * (h + a * (dn + dv) + 1) + h * dr + a * dv * h
-    model_flop = 3 * (2 * T * linear + 2 * T * span * model.core_attention_width) / t
-    # Memory-bound: latent norms (read+write), rotary on the query and shared key RoPE parts.
-    elem = 2 * T_local * (rq + rkv) * ACT_BYTES + 2 * T * (a * dr / t + dr) * ACT_BYTES
-    # Activations kept for backward (Korthikanti-style, per tensor): the down projections' input,
-    # the latents (norm input and up-projection input, SP-sharded), the gathered RoPE key, Q, K
-    # (a heads of d + d_R), V (a heads of d_v), the attention output, and the fp32 log-sum-exp.
-    act = T_local * h * ACT_BYTES
-    act += 2 * T_local * (rq + rkv) * ACT_BYTES + T * dr * ACT_BYTES
-    act += T * a * (2 * dqk + dv) / t * ACT_BYTES + T * a * dv / t * ACT_BYTES
-    act += 4 * T * a / t
-    wgrad = (T_local * (h + rq + rkv) + T * a * dv / t) * ACT_BYTES
-    params_sharded = ((rq * a * dqk) if rq else h * a * dqk) / t
-    params_sharded += rkv * a * (dn + dv) / t + a * dv * h / t
-    params_replicated = float(h * (rq + rkv + dr))  # the duplicated down projections
-    if model.qk_layernorm:
-        params_replicated += rq + rkv
-    if model.add_bias_linear:
-        params_replicated += h
-    if model.softmax_type == "learnable":
-        params_sharded += a / t
-    tp_fwd = tp_bytes = 0.0
-    if t > 1:
-        link = comm.link_for(group(c, "tp"), node)
-        hidden = T * h * ACT_BYTES
-        latents = T * (q_in + rkv + dr) * ACT_BYTES
-        if c.sp:
-            tp_fwd = comm.all_gather_s(latents, t, link) + comm.reduce_scatter_s(hidden, t, link)
-        else:
-            tp_fwd = comm.all_reduce_s(hidden, t, link)
-        tp_bytes = 2 * (t - 1) / t * (latents + hidden)
-    return _Attention(
-        gemm=gemm,
-        attn_fwd_s=attn_fwd,
-        model_flop=model_flop,
-        elem_bytes=elem,
-        act_bytes=act,
-        wgrad_bytes=wgrad,
-        params_sharded=params_sharded,
-        params_replicated=params_replicated,
-        tp_fwd_s=tp_fwd,
-        tp_bytes=tp_bytes,
-        kv_width=a * (dqk + dv) / t,
-        norm_elements=T_local * (rq + rkv),
-        rope_elements=T * (a * dr / t + dr),
-    )
-
-
 def _decoder(
     model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, *, moe: bool, span: float
 ) -> LayerCost:
@@ -431,7 +236,7 @@ def _decoder(
     n_in = 2 if model.gated else 1
 
     # --- attention block ---------------------------------------------------------------------
-    at = _attention(model, job, c, node, span)
+    at = attention_block(model, job, c, node, span)
     gemm = at.gemm
     attn_fwd = at.attn_fwd_s
     attn_bwd = 2.5 * attn_fwd
@@ -481,7 +286,7 @@ def _decoder(
     # One all-reduce (AG + RS with SP) of the hidden states for the MLP per direction, plus the
     # attention block's own (Korthikanti et al. 2022 Sec. 4.2.2).
     tp_volume = T * h * ACT_BYTES
-    tp_fwd = _tp_collectives_s(tp_volume, c, node, 1) + at.tp_fwd_s
+    tp_fwd = tp_collectives_s(tp_volume, c, node, 1) + at.tp_fwd_s
     tp_bytes = (4 * (t - 1) / t * tp_volume if t > 1 else 0.0) + at.tp_bytes
     tp_bwd = tp_fwd
     if job.tp_comm_overlap and c.sp:
@@ -585,7 +390,7 @@ def _embedding(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGrou
     fwd = memory_bound_s(T * h * ACT_BYTES * 2, gpu)
     bwd = memory_bound_s(T * h * 4 * 2, gpu)
     pos = model.max_position_embeddings * h if model.position_embedding_type == "learned_absolute" else 0
-    tp_fwd = _tp_collectives_s(T * h * ACT_BYTES, c, node, 1) / 2 if t > 1 else 0.0  # one AR / RS
+    tp_fwd = tp_collectives_s(T * h * ACT_BYTES, c, node, 1) / 2 if t > 1 else 0.0  # one AR / RS
     return LayerCost(
         params_sharded=model.vocab_size * h / t,
         params_replicated=pos,
@@ -613,7 +418,7 @@ def _output(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) 
     eager = elementwise.eager_extra(
         model, job, norm_elements=T * h / sp_div, rope_elements=0.0, ffn_elements=0.0
     )
-    tp_fwd = _tp_collectives_s(T * h * ACT_BYTES, c, node, 1) / 2 if t > 1 else 0.0
+    tp_fwd = tp_collectives_s(T * h * ACT_BYTES, c, node, 1) / 2 if t > 1 else 0.0
     return LayerCost(
         params_sharded=(V * h / t) if (model.untie_embeddings_and_output_weights or c.pp > 1) else 0.0,
         params_replicated=_norm_params(model),
@@ -656,8 +461,8 @@ def _mtp(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> 
         forward_s=proj.forward_s + norms + memory_bound_s(eager.forward, gpu),
         backward_input_s=proj.input_grad_s + 2 * norms + memory_bound_s(eager.backward, gpu),
         backward_weight_s=proj.weight_grad_s,
-        forward_comm_s=_tp_collectives_s(T * h * ACT_BYTES, c, node, 1) / 2,
-        backward_comm_s=_tp_collectives_s(T * h * ACT_BYTES, c, node, 1) / 2,
+        forward_comm_s=tp_collectives_s(T * h * ACT_BYTES, c, node, 1) / 2,
+        backward_comm_s=tp_collectives_s(T * h * ACT_BYTES, c, node, 1) / 2,
         activation_bytes=(2 * T * h / sp_div + 2 * T * h / sp_div) * ACT_BYTES,
         checkpoint_bytes=2 * T * h / sp_div * ACT_BYTES,
         weight_grad_bytes=2 * T * h / sp_div * ACT_BYTES,

@@ -292,8 +292,8 @@ def test_attention_efficiency_rises_with_keys_per_call():
     """Fused attention's efficiency follows ceiling x keys / (keys + K_half) (cost_models.compute,
     fitted to measured H100/H200 kernels): the same FLOPs take less time in longer calls, and a
     context-parallel rank's calls see only its s / cp chunk of keys."""
+    from cost_models.attention import kernel_keys
     from cost_models.compute import ATTENTION_HALF_KEYS, attention_efficiency, attention_s
-    from cost_models.layers import _kernel_keys
 
     gpu = load_cluster("dgx-h100", 1).groups[0].gpu
     ceiling = gpu.efficiency.attention_efficiency
@@ -302,6 +302,6 @@ def test_attention_efficiency_rises_with_keys_per_call():
     times = [attention_s(1e12, gpu, "bf16", keys) for keys in (1024, 4096, 32768)]
     assert times[0] > times[1] > times[2]
     job = make_job(global_batch_size=8, seq_length=32768)
-    assert _kernel_keys(32768, job, ParallelConfig(cp=1)) == 32768
-    assert _kernel_keys(32768, job, ParallelConfig(cp=8)) == 4096
-    assert _kernel_keys(8192, job, ParallelConfig(cp=2)) == 8192  # a window shorter than the chunk
+    assert kernel_keys(32768, job, ParallelConfig(cp=1)) == 32768
+    assert kernel_keys(32768, job, ParallelConfig(cp=8)) == 4096
+    assert kernel_keys(8192, job, ParallelConfig(cp=2)) == 8192  # a window shorter than the chunk

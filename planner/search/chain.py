@@ -32,9 +32,9 @@ from functools import lru_cache
 from cost_models import communication as comm
 from cost_models import memory as mem
 from cost_models.estimate import DDP_BUCKET_PARAMS, Estimate, dp_sync, estimate, node_of_stage, table_for
-from cost_models.layers import p2p_activation_bytes
 from cost_models.parallel import LAYER_RECOMPUTE, RECOMPUTE, ParallelConfig, group, resolve, violations
 from cost_models.schedules import peak_inflight
+from cost_models.tensors import p2p_activation_bytes
 from planner.errors import ConfigError
 from planner.search.candidates import Candidate, fold_equivalent
 from planner.search.partition import Partition, StageModel, dp_partition, placement_partition

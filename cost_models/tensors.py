@@ -1,0 +1,34 @@
+"""Per-micro-batch tensor sizes the layer cost modules share: bytes per activation element, tokens
+one GPU holds, the hidden states one GPU passes to the next pipeline stage, and the
+tensor-parallel collectives of a hidden-state tensor (:mod:`cost_models.layers`,
+:mod:`cost_models.attention`, :mod:`cost_models.graph_costs`)."""
+
+from __future__ import annotations
+
+from cost_models import communication as comm
+from cost_models.parallel import ParallelConfig, group
+from planner.specs import JobSpec, ModelSpec, NodeGroup
+
+ACT_BYTES = 2
+"""Bytes per activation element (16-bit activations, also under FP8 recipes)."""
+
+
+def tokens_per_gpu(job: JobSpec, c: ParallelConfig) -> float:
+    """Tokens of one micro-batch held by one GPU (sequence split by cp)."""
+    return c.micro_batch_size * job.seq_length / c.cp
+
+
+def p2p_activation_bytes(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> float:
+    """Bytes one GPU sends to the next pipeline stage per micro-batch: the hidden states, split over
+    tp with sequence parallelism (Megatron's scatter-gather of pipeline sends)."""
+    return tokens_per_gpu(job, c) * model.hidden_size * ACT_BYTES / (c.tp if c.sp else 1)
+
+
+def tp_collectives_s(volume: float, c: ParallelConfig, node: NodeGroup, count: int) -> float:
+    """``count`` all-reduces (or AG+RS pairs with SP, same time) of ``volume`` bytes over tp."""
+    if c.tp == 1:
+        return 0.0
+    link = comm.link_for(group(c, "tp"), node)
+    if c.sp:
+        return count * (comm.all_gather_s(volume, c.tp, link) + comm.reduce_scatter_s(volume, c.tp, link))
+    return count * comm.all_reduce_s(volume, c.tp, link)
