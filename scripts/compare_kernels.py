@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cost_models.compute import attention_s, gemm_s  # noqa: E402
-from planner.fitting import fit_gemm_curve  # noqa: E402
+from planner.fitting import fit_gemm_curve, gemm_gpu_times  # noqa: E402
 from planner.loading import load_gpu  # noqa: E402
 
 
@@ -36,9 +36,11 @@ def compare(data: dict, gpu_name: str) -> dict:
     gpu = load_gpu(gpu_name)
     peak = gpu.peak("bf16")
     e = gpu.efficiency
-    g = data["gemm"]
+    # GPU times: older files' single-call timings hold the host's dispatch (planner.fitting.gemm_gpu_times)
+    rows = gemm_gpu_times(data)
+    g = [x for x, _ in rows]
     flop = np.array([x["flop"] for x in g])
-    measured = np.array([x["time_s"] for x in g])
+    measured = np.array([t for _, t in rows])
     model = np.array([gemm_s(x["m"], x["n"], x["k"], gpu, "bf16") for x in g])
     err = model / measured - 1
     e_fit, f_fit = fit_gemm_curve(flop, measured, peak)

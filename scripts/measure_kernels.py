@@ -3,14 +3,17 @@
 
 Needs PyTorch with CUDA (not a planner dependency; run it on a GPU machine, never in CI). Writes
 one JSON file with the device, the library versions and, per kernel, the shape, the FLOPs or bytes
-and the median time of timed repetitions (CUDA events, after warm-up):
+and the median time of one call over timed repetitions of back-to-back calls (CUDA events, after
+warm-up):
 
 * ``gemm``: bf16 matrix products of the shapes a transformer layer runs (QKV, attention output,
   MLP up and down projections) for several widths, token counts and tensor-parallel slices;
 * ``attention``: causal and bidirectional fused attention (``scaled_dot_product_attention`` with
   the flash backend), forward and forward+backward, FLOPs counted as executed (causal = half);
 * ``memory``: bandwidth-bound element-wise kernels (add, RMSNorm-like) on large tensors;
-* ``launch``: the time of a tiny kernel (launch and scheduling overhead).
+* ``launch``: the time per call of a tiny kernel called back to back: the host's dispatch time per
+  launch (the GPU runs it in a few microseconds); in files written before 2026-11-25 (one call
+  between two events), the dispatch latency of one call.
 
 ``python scripts/compare_kernels.py FILE`` compares a measurement file with the cost model.
 
@@ -25,7 +28,12 @@ import platform
 import statistics
 
 
-def _time(fn, torch, warmup: int = 3, reps: int = 15) -> float:
+def _time(fn, torch, warmup: int = 3, reps: int = 15, calls: int = 10) -> float:
+    """Median over ``reps`` of the GPU time of one call, each repetition timing ``calls``
+    back-to-back calls between two CUDA events. Back to back, the host queues the next call while
+    the GPU runs the previous one, as in training; one call between two events would also time the
+    host's dispatch of the call (about 20 us through PyTorch, the ``launch`` entry), which files
+    written before 2026-11-25 include (planner.fitting.gemm_gpu_times removes it from those)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -33,10 +41,11 @@ def _time(fn, torch, warmup: int = 3, reps: int = 15) -> float:
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        for _ in range(calls):
+            fn()
         end.record()
         torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
+        times.append(start.elapsed_time(end) / 1e3 / calls)
     return statistics.median(times)
 
 
@@ -160,7 +169,11 @@ def main() -> int:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
-        "method": "median of 15 CUDA-event-timed repetitions after 3 warm-ups; random bf16 inputs",
+        "method": (
+            "median of 15 CUDA-event-timed repetitions of 10 back-to-back calls after 3 warm-ups; "
+            "random bf16 inputs"
+        ),
+        "back_to_back": True,
         "gemm": gemms(torch),
         "attention": attention(torch),
         "memory": memory(torch),

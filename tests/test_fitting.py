@@ -224,13 +224,14 @@ def test_fold_holding_out_a_familys_only_source_predicts_with_the_parents_fit():
 
 def test_measured_kernels_set_the_h100_gemm_and_attention_prior():
     """H100's GEMM curve and attention priors are its measured kernels' (docs/calibration.md: e_max
-    0.711, F_half 22.2 GFLOP; causal flash attention 0.13-0.29 of peak as planner charges it), the
-    rest comes from the A100 parent; a family without measurements (b200) takes the transfer only."""
+    0.735, F_half 9.4 GFLOP on the GEMMs' GPU times; causal flash attention 0.13-0.29 of peak as
+    planner charges it), the rest comes from the A100 parent; a family without measurements (b200)
+    takes the transfer only."""
     from planner.fitting import UNCALIBRATED, kernel_prior, prior_of, transfer
 
     k = kernel_prior("h100")
-    assert math.isclose(k["gemm_efficiency_max"], 0.711, abs_tol=0.002)
-    assert math.isclose(k["gemm_half_efficiency_flop"], 22.2e9, rel_tol=0.01)
+    assert math.isclose(k["gemm_efficiency_max"], 0.735, abs_tol=0.002)
+    assert math.isclose(k["gemm_half_efficiency_flop"], 9.44e9, rel_tol=0.01)
     # the attention curve's ceiling: the measured 0.13-0.29 (1,024-8,192 keys) over keys / (keys + K_half)
     assert 0.29 < k["attention_efficiency"] < 0.34
     prior = prior_of("h100", {"a100": UNCALIBRATED})
@@ -238,6 +239,25 @@ def test_measured_kernels_set_the_h100_gemm_and_attention_prior():
     assert prior.kernel_overhead_s == UNCALIBRATED.kernel_overhead_s
     assert kernel_prior("b200") == {}
     assert prior_of("b200", {"h100": prior}) == transfer(prior, "h100", "b200")
+
+
+def test_gemm_gpu_times_remove_the_dispatch_of_single_call_timings():
+    """Files timed one call between two events hold the host's dispatch (their ``launch`` entry):
+    it is subtracted and GEMMs it dominates are left out; back-to-back timings are kept as they are."""
+    import json
+
+    from planner.fitting import GEMM_LATENCY_KEEP, MEASUREMENTS_DIR, gemm_gpu_times
+
+    rows = [{"flop": 1e9, "time_s": 30e-6}, {"flop": 1e11, "time_s": 200e-6}, {"flop": 2e9, "time_s": 40e-6}]
+    old = {"gemm": rows, "launch": {"kernel": "tiny add", "time_s": 20e-6}}
+    got = gemm_gpu_times(old)
+    assert [g["flop"] for g, _ in got] == [1e11, 2e9]  # 30 us < 2 x 20 us: left out
+    assert [round(t * 1e6, 6) for _, t in got] == [180.0, 20.0]
+    assert GEMM_LATENCY_KEEP == 2.0
+    new = {**old, "back_to_back": True}
+    assert [t for _, t in gemm_gpu_times(new)] == [30e-6, 200e-6, 40e-6]
+    h100 = json.loads((MEASUREMENTS_DIR / "h100-sxm5-80gb-kernels.json").read_text())
+    assert len(gemm_gpu_times(h100)) == 90 and not h100.get("back_to_back")
 
 
 def test_fit_moves_a_threshold_parameter_off_a_flat_start():

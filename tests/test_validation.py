@@ -84,7 +84,9 @@ def test_kernel_measurements_compare_with_the_cost_model():
         (root / "hardware_profiles" / "measurements" / "h100-sxm5-80gb-kernels.json").read_text()
     )
     r = mod.compare(data, "h100-sxm5-80gb")
-    assert r["gemm"]["count"] == len(data["gemm"]) == 96
+    # 96 timed; the 6 that the single-call timing's dispatch latency dominates are left out
+    # (planner.fitting.gemm_gpu_times)
+    assert len(data["gemm"]) == 96 and r["gemm"]["count"] == 90
     assert len(r["attention"]["rows"]) == len(data["attention"])
     assert 0.3 < r["gemm"]["kernel_fit"]["e_max"] < 0.95 and r["gemm"]["kernel_fit"]["f_half_flop"] > 0
     assert all(0 < m["bandwidth_fraction"] < 1.2 for m in r["memory"]["rows"])
