@@ -386,10 +386,12 @@ def gemm_gpu_times(data: dict) -> list[tuple[dict, float]]:
 def kernel_prior(fam: str) -> dict[str, float]:
     """The measured kernels' values for a family of :data:`KERNEL_MEASUREMENTS` ({} otherwise):
     ``gemm_efficiency_max`` and ``gemm_half_efficiency_flop`` fitted to the BF16 GEMMs' GPU times
-    (:func:`gemm_gpu_times`, :func:`fit_gemm_curve`), and ``attention_efficiency``, the ceiling of the attention size curve
-    (cost_models.compute.ATTENTION_HALF_KEYS): the median over the causal flash-attention cases of
-    their efficiency as planner charges attention (:func:`attention_points`) divided by the curve's
-    keys / (keys + half)."""
+    (:func:`gemm_gpu_times`, :func:`fit_gemm_curve`), and ``attention_efficiency``, the ceiling of
+    the attention size curve (cost_models.compute.ATTENTION_HALF_KEYS): the median over the causal
+    flash-attention cases of their efficiency as planner charges attention
+    (:func:`attention_points`) divided by the curve's keys / (keys + half). The attention timings
+    (0.9 ms and longer) hold the same dispatch as the GEMMs' (:func:`gemm_gpu_times`), under 3%,
+    and are used as they are."""
     path = KERNEL_MEASUREMENTS.get(fam)
     if path is None:
         return {}

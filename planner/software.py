@@ -67,8 +67,8 @@ makes small micro-batches slow (the sweeps measure throughput rising from micro-
 class ProfileStart:
     """Where a class's profile fit starts (and is regularised toward) for numbers one document
     gives, instead of the family's base fit: ``values`` (EfficiencySpec fields) read from
-    ``document`` (part of its runs' source label, planner.calibration.Case.source) by the derivation in the docstring of
-    :data:`PROFILE_START`."""
+    ``document`` (part of its runs' source label, planner.calibration.Case.source) by the
+    derivation in the docstring of :data:`PROFILE_START`."""
 
     document: str
     values: dict

@@ -83,7 +83,8 @@ def _activation_checkpoint(c: ParallelConfig, num_layers: int) -> list[tuple[str
     if c.recompute == "full" and c.recompute_num_layers:
         stage = stage_size(c, num_layers)
         n = every_nth(c.recompute_num_layers, stage)
-        why = f"one block in {n} checkpointed: full recompute of {c.recompute_num_layers} of {stage} layers per stage"
+        k = c.recompute_num_layers
+        why = f"one block in {n} checkpointed: full recompute of {k} of {stage} layers per stage"
         return [("mode", "selective", ""), ("selective_ac_option", str(n), why)]
     return [("mode", "full" if c.recompute == "full" else "none", "")]
 
