@@ -156,7 +156,9 @@ def check_file(
         verdict.add(Finding("error", "parse", str(exc)))
         return verdict
     if not is_plan:
-        software = software if software is not None else default_software(framework, cluster_families(cluster))
+        software = (
+            software if software is not None else default_software(framework, cluster_families(cluster))
+        )
         try:
             cluster, _ = configure(cluster, software, profile)
         except PlannerError as exc:

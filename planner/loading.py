@@ -293,7 +293,9 @@ def _rope_theta(data: dict, where: str) -> int:
         raise SpecError(f"{where}: key 'rope_theta': expected a positive number, got {theta!r}"[:300])
     if theta != int(theta) or theta > 10**12:
         raise SpecError(
-            f"{where}: key 'rope_theta': {theta!r} is not an integer; Megatron's --rotary-base takes an integer"[:300]
+            f"{where}: key 'rope_theta': {theta!r} is not an integer; Megatron's --rotary-base takes an integer"[
+                :300
+            ]
         )
     return int(theta)
 
@@ -919,7 +921,7 @@ def cuda_graph_scope(values: Any, where: str) -> tuple[str, ...]:
     if "moe_preprocess" in items and "moe_router" not in items:
         raise SpecError(
             f"{where}: cuda_graph_scope moe_preprocess needs moe_router too (Megatron-Core: "
-            "'\"moe_preprocess\" ... must be used together with \"moe_router\"')"
+            '\'"moe_preprocess" ... must be used together with "moe_router"\')'
         )
     return tuple(sorted(set(items), key=CUDA_GRAPH_SCOPES.index))
 

@@ -65,7 +65,9 @@ def plausibility(
     key = class_key(gpu, precision, moe)
     cls = _classes().get(key)
     if cls is None:
-        return Plausibility(key, None, "", False, (f"no published run of class {key} in the calibration set",))
+        return Plausibility(
+            key, None, "", False, (f"no published run of class {key} in the calibration set",)
+        )
     extrapolation = _extrapolation(cls.get("coverage", {}), gpus, fsdp_shard, moe_runtime)
     entry = cls.get("by_framework", {}).get(framework)
     if entry is None:
@@ -83,11 +85,15 @@ def _extrapolation(
     out = []
     largest = coverage.get("largest_run")
     if largest and gpus > largest["gpus"]:
-        out.append(f"{gpus} GPUs: the class's largest calibration run has {largest['gpus']} ({largest['run_id']})")
+        out.append(
+            f"{gpus} GPUs: the class's largest calibration run has {largest['gpus']} ({largest['run_id']})"
+        )
     if fsdp_shard > 1:
         fsdp = coverage.get("largest_fsdp_shard")
         if fsdp is None:
-            out.append(f"FSDP over {fsdp_shard} ranks: no fully sharded run of the class is in the calibration set")
+            out.append(
+                f"FSDP over {fsdp_shard} ranks: no fully sharded run of the class is in the calibration set"
+            )
         elif fsdp_shard > fsdp["ranks"]:
             out.append(
                 f"FSDP over {fsdp_shard} ranks: the class's largest fully sharded calibration run shards over "
@@ -98,7 +104,9 @@ def _extrapolation(
         seen = coverage.get("moe_dispatchers", {})
         if dispatcher not in seen:
             used = ", ".join(sorted(seen)) or "none"
-            out.append(f"MoE dispatcher {dispatcher}: no calibration run of the class used it (they used {used})")
+            out.append(
+                f"MoE dispatcher {dispatcher}: no calibration run of the class used it (they used {used})"
+            )
         if overlap and "moe_a2a_overlap" not in coverage:
             out.append("MoE all-to-all overlap: no calibration run of the class overlapped its all-to-alls")
         if graphs and "cuda_graphs" not in coverage:

@@ -31,7 +31,12 @@ from cost_models.compute import gemm_s  # noqa: E402
 from cost_models.moe import grouped_gemm_rows  # noqa: E402
 from planner.loading import load_gpu  # noqa: E402
 
-DEFAULT = Path(__file__).resolve().parent.parent / "hardware_profiles" / "measurements" / "h100-sxm5-80gb-grouped-gemm.json"
+DEFAULT = (
+    Path(__file__).resolve().parent.parent
+    / "hardware_profiles"
+    / "measurements"
+    / "h100-sxm5-80gb-grouped-gemm.json"
+)
 
 
 def compare(doc: dict, gpu_name: str) -> list[dict]:

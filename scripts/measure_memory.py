@@ -135,7 +135,11 @@ def _sdpa_core_attention(torch):
             q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
             with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
                 out = torch.nn.functional.scaled_dot_product_attention(
-                    q, k, v, is_causal=True, dropout_p=self.dropout_p if self.training else 0.0,
+                    q,
+                    k,
+                    v,
+                    is_causal=True,
+                    dropout_p=self.dropout_p if self.training else 0.0,
                     enable_gqa=q.shape[1] != k.shape[1],
                 )
             s, b = out.shape[2], out.shape[0]
@@ -337,7 +341,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             doc = proc.stdout[proc.stdout.find("measured_allocated:") :] if proc.returncode == 0 else ""
             if not doc:
-                print(f"{run_name}: failed (exit {proc.returncode}): {proc.stderr.strip()[-400:]}", flush=True)
+                print(
+                    f"{run_name}: failed (exit {proc.returncode}): {proc.stderr.strip()[-400:]}", flush=True
+                )
                 continue
             got = yaml.safe_load(doc)["measured_allocated"]
             for row in got:

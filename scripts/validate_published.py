@@ -65,9 +65,7 @@ def main() -> int:
     loso = (
         []
         if args.no_loso
-        else leave_one_source_out(
-            all_cases, progress=lambda t: print(t, file=sys.stderr), jobs=args.jobs
-        )
+        else leave_one_source_out(all_cases, progress=lambda t: print(t, file=sys.stderr), jobs=args.jobs)
     )
     held_out = {
         "overall": summary(loso) if loso else None,

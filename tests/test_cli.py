@@ -212,9 +212,7 @@ def test_grad_dtype_flag(run_cli, tmp_path):
     bad = run_cli("estimate", *args, *layout, "--grad-dtype", "int8")
     assert bad.exit_code == 1
     assert "grad_dtype 'int8' is not allowed; allowed values: fp32, bf16, fp16" in bad.stderr
-    titan = run_cli(
-        "search", *args, "--seq-len", "4096", "--grad-dtype", "bf16", "--framework", "torchtitan"
-    )
+    titan = run_cli("search", *args, "--seq-len", "4096", "--grad-dtype", "bf16", "--framework", "torchtitan")
     assert titan.exit_code != 0 and "does not reduce bf16 gradients in bf16" in titan.stderr, titan.stderr
     plan = tmp_path / "p.yaml"
     found = run_cli("search", *args, "--seq-len", "4096", "--grad-dtype", "bf16", "--out", str(plan))

@@ -347,7 +347,9 @@ def test_stages_may_take_different_tp_and_round_trip(run_cli, tmp_path):
     back = read_graph_plan(path)
     assert back.stage_graph == sg and back.config == p.config
     est = json.loads(run_cli("estimate", "--plan", str(path), "--json").stdout)
-    assert est["step_time_s"] == pytest.approx(p.estimate.step_time_s, rel=1e-3)  # --json rounds to 4 significant digits
+    assert est["step_time_s"] == pytest.approx(
+        p.estimate.step_time_s, rel=1e-3
+    )  # --json rounds to 4 significant digits
     assert sorted({s["tp"] for s in est["stage_graph"]["stages"]}) == sorted(set(sg.tps))
     # --tp limits every stage's tp, not only the plan's
     only2 = search_graph(g, cluster, job, Restrictions(pp=(4, 8), tp=(2,)), top_k=10)
@@ -462,7 +464,9 @@ def test_search_json_and_plan_file_round_trip(run_cli, tmp_path):
     for stage in bub["per_stage"]:
         assert all(w["free_memory_bytes"] >= 0 for w in stage["intervals"])
     tl = run_cli("timeline", "--plan", str(out), "--json")
-    assert tl.exit_code == 0 and json.loads(tl.stdout)["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-3)
+    assert tl.exit_code == 0 and json.loads(tl.stdout)["step_time_s"] == pytest.approx(
+        best["step_time_s"], rel=1e-3
+    )
 
 
 def test_export_refuses_graph_plan_and_offers_sequential(run_cli, tmp_path):

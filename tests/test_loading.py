@@ -193,7 +193,10 @@ def test_hf_config_unsupported_type(tmp_path):
 def test_gradient_dtype_defaults_to_megatrons(precision, grad):
     job = make_job(global_batch_size=8, seq_length=1024, precision=precision)
     assert job.grad_dtype == grad
-    assert make_job(global_batch_size=8, seq_length=1024, precision=precision, grad_dtype="fp32").grad_dtype == "fp32"
+    assert (
+        make_job(global_batch_size=8, seq_length=1024, precision=precision, grad_dtype="fp32").grad_dtype
+        == "fp32"
+    )
 
 
 def test_bytes_per_parameter_match_megatrons_distributed_optimizer_table():

@@ -134,7 +134,9 @@ ROUND_TRIP = {
     "fp16_fp32_grads": lambda: _search(
         "gpt3-5b", "dgx-a100", 1, 32, 2048, "fp16", job_kw={"grad_dtype": "fp32"}, tp=(2,)
     ),
-    "bf16_grads": lambda: _search("llama3-8b", "dgx-h100", 2, 64, 4096, job_kw={"grad_dtype": "bf16"}, tp=(2,)),
+    "bf16_grads": lambda: _search(
+        "llama3-8b", "dgx-h100", 2, 64, 4096, job_kw={"grad_dtype": "bf16"}, tp=(2,)
+    ),
     "moe_runtime": lambda: _search(
         "mixtral-8x7b",
         "dgx-h100",
@@ -186,7 +188,11 @@ def test_round_trip_set_covers_every_feature():
     assert any(c.tp == 1 for c in plans.values()) and any(c.pp == 1 for c in plans.values())
     jobs = [make()[0].job for make in ROUND_TRIP.values()]
     assert any(j.moe_a2a_overlap and j.moe_dispatcher == "flex" and j.cuda_graph_scope for j in jobs)
-    assert {(j.precision, j.grad_dtype) for j in jobs} >= {("fp16", "fp16"), ("fp16", "fp32"), ("bf16", "bf16")}
+    assert {(j.precision, j.grad_dtype) for j in jobs} >= {
+        ("fp16", "fp16"),
+        ("fp16", "fp32"),
+        ("bf16", "bf16"),
+    }
 
 
 @pytest.mark.parametrize(
@@ -220,7 +226,9 @@ def test_moe_runtime_round_trips_through_the_launch():
     text = export_files(plan, "torchrun")["megatron_args.txt"]
     assert "--moe-token-dispatcher-type flex\n" in text
     assert "--overlap-moe-expert-parallel-comm\n" in text
-    assert "--cuda-graph-impl transformer_engine\n--cuda-graph-modules attn moe_router moe_preprocess\n" in text
+    assert (
+        "--cuda-graph-impl transformer_engine\n--cuda-graph-modules attn moe_router moe_preprocess\n" in text
+    )
     back = parse_megatron(text, "megatron_args.txt", plan.cluster.num_gpus)
     assert (back.job.moe_dispatcher, back.job.moe_a2a_overlap, back.job.cuda_graph_scope) == (
         "flex",
@@ -248,7 +256,9 @@ def test_cuda_graph_flags_import(flags, scope):
 def test_megatron_default_dispatcher_is_allgather_on_import():
     moe = MODEL + " --num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 2"
     assert parse_megatron(moe, "a", 8).job.moe_dispatcher == "allgather"
-    assert parse_megatron(moe + " --moe-token-dispatcher-type alltoall", "a", 8).job.moe_dispatcher == "alltoall"
+    assert (
+        parse_megatron(moe + " --moe-token-dispatcher-type alltoall", "a", 8).job.moe_dispatcher == "alltoall"
+    )
     with pytest.raises(SpecError, match="moe-token-dispatcher-type 'fast'.*allowed values: alltoall"):
         parse_megatron(moe + " --moe-token-dispatcher-type fast", "a", 8)
 
@@ -275,5 +285,7 @@ def test_a2a_overlap_rules_restate_transformer_config(extra, message):
         + extra
     )
     imp = parse_megatron(moe, "a", 8)
-    errors = [msg for level, msg, _ in megatron_findings(imp, load_cluster("dgx-h100", 1)) if level == "error"]
+    errors = [
+        msg for level, msg, _ in megatron_findings(imp, load_cluster("dgx-h100", 1)) if level == "error"
+    ]
     assert any(message in e for e in errors), errors

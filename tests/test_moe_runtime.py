@@ -17,7 +17,9 @@ LAYOUT = ("--seq-len", "4096", "--tp", "1", "--pp", "2", "--vpp", "2", "--ep", "
 def test_make_job_validates_dispatcher_and_graph_scope():
     with pytest.raises(SpecError, match="moe_dispatcher 'deepep' is not allowed; allowed values: alltoall"):
         make_job(global_batch_size=8, seq_length=128, moe_dispatcher="deepep")
-    with pytest.raises(SpecError, match="cuda_graph_scope 'layers' is not allowed; allowed values: none, full"):
+    with pytest.raises(
+        SpecError, match="cuda_graph_scope 'layers' is not allowed; allowed values: none, full"
+    ):
         make_job(global_batch_size=8, seq_length=128, cuda_graph_scope=("layers",))
     with pytest.raises(SpecError, match="moe_preprocess needs moe_router"):
         make_job(global_batch_size=8, seq_length=128, cuda_graph_scope=("moe_preprocess",))

@@ -94,7 +94,9 @@ def test_dispatch_traffic_by_dispatcher():
     # no chunk sort with one local expert or without expert parallelism
     assert moe.dispatch_traffic(1000, 8, "alltoall", sort_chunks=False) == pytest.approx(a2a - 2000)
     assert moe.dispatch_traffic(1000, 8, "flex", sort_chunks=True) == pytest.approx(2000)
-    assert moe.dispatch_traffic(1000, 8, "flex", True) < moe.dispatch_traffic(1000, 8, "allgather", True) < a2a
+    assert (
+        moe.dispatch_traffic(1000, 8, "flex", True) < moe.dispatch_traffic(1000, 8, "allgather", True) < a2a
+    )
 
 
 def test_host_launches_count_expert_gemms_and_cuda_graphs_remove_them():
@@ -110,7 +112,9 @@ def test_host_launches_count_expert_gemms_and_cuda_graphs_remove_them():
     # graphs: router + preprocess captured -> one launch each; the whole MoE -> one per part
     part = moe.host_launches(16, "alltoall", ("attn", "moe_router", "moe_preprocess"))
     assert part[0] == fwd - (moe.MOE_LAUNCHES["router"][0] - 1) - (moe.MOE_LAUNCHES["preprocess"][0] - 1)
-    assert moe.host_launches(16, "alltoall", ("full_iteration",)) == moe.host_launches(16, "alltoall", ("moe",))
+    assert moe.host_launches(16, "alltoall", ("full_iteration",)) == moe.host_launches(
+        16, "alltoall", ("moe",)
+    )
     assert moe.host_launches(16, "alltoall", ("moe",))[0] == len(moe.MOE_LAUNCHES)
     # whole dense layers ("full") and attention capture nothing of the MoE MLP
     assert moe.host_launches(16, "alltoall", ("full", "attn")) == (fwd, bwd)

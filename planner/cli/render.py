@@ -451,7 +451,9 @@ def search_tables(d: dict) -> list[Table]:
             f"above the best published MFU of its class ({f['class']}: {100 * f['best_published_mfu']:.1f}%, "
             f"{f['best_published_run']})",
         )
-    for reason in (d["plans"][0].get("plausibility") or {}).get("outside_calibration", []) if d["plans"] else []:
+    for reason in (
+        (d["plans"][0].get("plausibility") or {}).get("outside_calibration", []) if d["plans"] else []
+    ):
         foot.add_row("[bold yellow]plan 1 outside calibration[/]", escape(reason))
     tables = [t, foot]
     if "explain" in d:

@@ -61,4 +61,3 @@ MEGATRON = Framework(
     ),
     source="megatron/training/arguments.py, megatron/core/pipeline_parallel/schedules.py (megatron-core 0.19.2)",
 )
-

@@ -320,10 +320,7 @@ def _script_parts(inputs: PlanInputs) -> tuple[str, str, str]:
         if needs_single_connection(inputs)
         else "unset CUDA_DEVICE_MAX_CONNECTIONS\n"
     )
-    args = "\n".join(
-        f"    {quoted(flag, value)}"
-        for flag, value in megatron_args(inputs)
-    )
+    args = "\n".join(f"    {quoted(flag, value)}" for flag, value in megatron_args(inputs))
     return env, PLACEHOLDERS.format(vocab=inputs.model.vocab_size), args
 
 

@@ -65,7 +65,9 @@ def _cuda_graphs(flags: dict, at) -> tuple[str, ...]:
     ``--cuda-graph-modules`` (empty: whole layers), the deprecated ``--cuda-graph-scope`` (whose
     ``full_iteration`` value means the full-iteration graph) and ``--enable-cuda-graph`` (whole layers,
     TransformerConfig's migration)."""
-    impl = flags.get("--cuda-graph-impl") or ("transformer_engine" if "--enable-cuda-graph" in flags else "none")
+    impl = flags.get("--cuda-graph-impl") or (
+        "transformer_engine" if "--enable-cuda-graph" in flags else "none"
+    )
     words = str(flags.get("--cuda-graph-modules") or flags.get("--cuda-graph-scope") or "").split()
     if impl == "none":
         return ()

@@ -192,7 +192,9 @@ def megatron_findings(imp: Imported, cluster: ClusterSpec) -> list[Finding]:
         if granularity == "full" or f.get("--recompute-method") is not None:
             err(f"{a2a} excludes full recompute and --recompute-method (TransformerConfig)", a2a)
         if "moe" in str(f.get("--recompute-modules") or "").split():
-            err(f"{a2a} excludes 'moe' in --recompute-modules (TransformerConfig)", a2a, "--recompute-modules")
+            err(
+                f"{a2a} excludes 'moe' in --recompute-modules (TransformerConfig)", a2a, "--recompute-modules"
+            )
     # CUDA graphs (TransformerConfig.__post_init__, cuda_graph_modules).
     modules = str(f.get("--cuda-graph-modules") or "").split()
     if f.get("--cuda-graph-impl") == "full_iteration" and modules:
@@ -201,7 +203,9 @@ def megatron_findings(imp: Imported, cluster: ClusterSpec) -> list[Finding]:
             "--cuda-graph-modules",
         )
     if "moe_preprocess" in modules and "moe_router" not in modules:
-        err("--cuda-graph-modules moe_preprocess needs moe_router (TransformerConfig)", "--cuda-graph-modules")
+        err(
+            "--cuda-graph-modules moe_preprocess needs moe_router (TransformerConfig)", "--cuda-graph-modules"
+        )
     if "--num-experts" not in f:
         for moe in ("--moe-router-topk", "--expert-model-parallel-size"):
             if moe in f and moe == "--expert-model-parallel-size" and _int(f.get(moe), 1) > 1:
