@@ -125,3 +125,18 @@ def _write_export(out: Path, texts: dict[str, str], force: bool) -> list[Path]:
     for path, text in files.items():
         write_text_atomic(path, text)
     return list(files)
+
+
+def _finish_export(
+    out: Path, texts: dict[str, str], force: bool, launcher: str, as_json: bool, payload: dict
+) -> None:
+    """Write an export (:func:`_write_export`), make its ``launch_<launcher>.sh`` executable, and
+    report: ``{"files": [...], **payload}`` with ``--json``, else one ``wrote FILE`` line per file
+    on stderr."""
+    files = _write_export(out, texts, force)
+    (out / f"launch_{launcher}.sh").chmod(0o755)
+    if as_json:
+        _emit_json({"files": sorted(str(f) for f in files), **payload})
+    else:
+        for f in sorted(files):
+            typer.echo(f"wrote {f}", err=True)

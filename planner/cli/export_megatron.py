@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from planner.cli.app import export_app
-from planner.cli.common import _emit_json, _write_export
+from planner.cli.common import _finish_export
 from planner.cli.options import PANEL_OUTPUT, JsonOpt
 from planner.errors import UsageError
 
@@ -59,18 +59,9 @@ def export_megatron(
         if sequential:
             raise UsageError("--sequential applies to graph plans only; this plan is already sequential")
         inputs = read_plan(str(plan))
-    texts = mx.export_files(inputs, launcher)
-    files = _write_export(out, texts, force)
-    (out / f"launch_{launcher}.sh").chmod(0o755)
-    if as_json:
-        _emit_json(
-            {
-                "files": sorted(str(f) for f in files),
-                "args": [[f, v] for f, v in mx.megatron_args(inputs)],
-                "world_size": inputs.cluster.num_gpus,
-                "framework": {"name": "megatron", "version": mx.VERSION},
-            }
-        )
-    else:
-        for f in sorted(files):
-            typer.echo(f"wrote {f}", err=True)
+    payload = {
+        "args": [[f, v] for f, v in mx.megatron_args(inputs)],
+        "world_size": inputs.cluster.num_gpus,
+        "framework": {"name": "megatron", "version": mx.VERSION},
+    }
+    _finish_export(out, mx.export_files(inputs, launcher), force, launcher, as_json, payload)

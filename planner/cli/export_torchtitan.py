@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from planner.cli.app import export_app
-from planner.cli.common import _emit_json, _write_export
+from planner.cli.common import _finish_export
 from planner.cli.options import PANEL_OUTPUT, JsonOpt
 from planner.errors import SpecError, UsageError
 
@@ -45,17 +45,9 @@ def export_torchtitan(
     if is_graph_plan(plan):
         raise SpecError(f"{plan}: a graph plan; torchtitan runs sequential pipelines only")
     inputs = read_plan(str(plan))
-    files = _write_export(out, tx.export_files(inputs, launcher), force)
-    (out / f"launch_{launcher}.sh").chmod(0o755)
-    if as_json:
-        _emit_json(
-            {
-                "files": sorted(str(f) for f in files),
-                "overrides": [[f, v] for f, v in tx.cli_overrides(inputs)],
-                "world_size": inputs.cluster.num_gpus,
-                "framework": {"name": "torchtitan", "version": tx.VERSION},
-            }
-        )
-    else:
-        for f in sorted(files):
-            typer.echo(f"wrote {f}", err=True)
+    payload = {
+        "overrides": [[f, v] for f, v in tx.cli_overrides(inputs)],
+        "world_size": inputs.cluster.num_gpus,
+        "framework": {"name": "torchtitan", "version": tx.VERSION},
+    }
+    _finish_export(out, tx.export_files(inputs, launcher), force, launcher, as_json, payload)
