@@ -9,8 +9,11 @@
 * :func:`fit_families` — every family in :data:`LINEAGE` order: a family's prior (start and
   penalty centre) is its lineage parent's fit carried over by :func:`transfer` (the root's is
   :data:`UNCALIBRATED`), with the GEMM curve and attention efficiency of its measured kernels where
-  it has them (:func:`kernel_prior`); a family with no runs keeps that prior.
-  ``scripts/calibrate.py`` writes its result into ``hardware_profiles/gpus``.
+  it has them (:func:`kernel_prior`); a family with no runs keeps that prior. The base values
+  describe the runs outside any software release class (:func:`base_runs`): a class's runs are
+  fitted into its profile (:func:`fit_profile`), and inform the base only in what the class-free
+  runs cannot (the MoE numbers, the FP8 speed-up), or when the class-free runs come from too few
+  sources. ``scripts/calibrate.py`` writes its result into ``hardware_profiles/gpus``.
 * :func:`leave_one_source_out` — the figures to quote: for each source (a paper, a framework's
   performance page), refit every family on the runs of the *other* sources with
   :func:`fit_families` (the same procedure as the shipped fit) and predict the held-out source's
@@ -447,6 +450,27 @@ def prior_of(fam: str, fitted: dict[str, EfficiencySpec]) -> EfficiencySpec:
     return replace(prior, **kernel_prior(fam))
 
 
+MIN_BASE_SOURCES = 3
+"""A family's base values are fitted on its class-free runs (:func:`base_runs`) when those come
+from at least this many sources: fewer would make one benchmark page the family's default."""
+
+
+def base_runs(group: list[Case]) -> list[Case]:
+    """The runs a family's base values describe: those outside any software release class
+    (``Case.software`` empty) when they come from at least :data:`MIN_BASE_SOURCES` sources, else
+    all of ``group``.
+
+    A release class's runs have a profile of their own (:func:`fit_profile`), fitted from the base.
+    Fitting the base on them as well pulls it toward that software: the BigScience class ran every
+    kernel launch-blocking and Megatron-Bridge 2025-26 runs are 15-18% faster, so a base fitted on
+    every A100 run priced Narayanan et al. 2021's runs 5% too slow, and one fitted on every H100 run
+    priced the Megatron-LM README's runs 9% too slow (docs/calibration.md, "Base and profiles")."""
+    free = [c for c in group if not c.software]
+    if len(free) < len(group) and len({c.source for c in free}) >= MIN_BASE_SOURCES:
+        return free
+    return group
+
+
 def fit_families(
     runs: list[Case],
     families: Iterable[str],
@@ -456,35 +480,54 @@ def fit_families(
 ) -> dict[str, tuple[EfficiencySpec, float, int]]:
     """Every family of ``families`` (with its lineage ancestors) fitted on its ``runs``, in
     :func:`lineage_order`: from, and regularised toward, its prior (:func:`prior_of`). A family
-    with no runs keeps its prior. Returns family -> (values, mean |log error| or nan, runs)."""
+    with no runs keeps its prior.
+
+    Where :func:`base_runs` keeps only the class-free runs, the family is first fitted on all its
+    runs and then refitted on the class-free ones from there (regularised toward the same prior):
+    what the class-free runs cannot inform (:func:`fit` leaves the MoE numbers out without MoE runs
+    and the FP8 speed-up without FP8 runs) keeps the value all runs give it. Returns family ->
+    (values, mean |log error| over the runs the values were fitted on or nan, those runs' count)."""
     out: dict[str, tuple[EfficiencySpec, float, int]] = {}
     fitted: dict[str, EfficiencySpec] = {}
     for fam in lineage_order(families):
         group = [c for c in runs if family(c) == fam]
+        base = base_runs(group)
         prior = prior_of(fam, fitted)
         if group:
             eff, err = _fit_cached(tuple(group), prior, passes, steps)
+            if len(base) < len(group):
+                eff, err = _fit_cached(tuple(base), prior, passes, steps, start=eff)
         else:
             eff, err = prior, float("nan")
         fitted[fam] = eff
-        out[fam] = (eff, err, len(group))
+        out[fam] = (eff, err, len(base))
         if progress:
             parent = LINEAGE[fam].parent if fam in LINEAGE else None
-            progress(f"{fam} fitted on {len(group)} runs" + (f", prior from {parent}" if parent else ""))
+            what = (
+                f"{len(base)} class-free runs of {len(group)}"
+                if len(base) < len(group)
+                else f"{len(group)} runs"
+            )
+            progress(f"{fam} fitted on {what}" + (f", prior from {parent}" if parent else ""))
     return out
 
 
 _FITS: dict[tuple, tuple[EfficiencySpec, float]] = {}
-"""Fits already made in this process, by (run ids, prior, passes, steps): leave-one-source-out folds
-that keep all of a family's runs share its fit."""
+"""Fits already made in this process, by (run ids, prior, start, passes, steps): leave-one-source-out
+folds that keep all of a family's runs share its fit."""
 
 
 def _fit_cached(
-    group: tuple[Case, ...], prior: EfficiencySpec, passes: int, steps: tuple[float, ...]
+    group: tuple[Case, ...],
+    prior: EfficiencySpec,
+    passes: int,
+    steps: tuple[float, ...],
+    start: EfficiencySpec | None = None,
 ) -> tuple[EfficiencySpec, float]:
-    key = (tuple(c.run_id for c in group), prior, passes, steps)
+    """:func:`fit` of ``group`` from ``start`` (default: the prior), regularised toward ``prior``."""
+    key = (tuple(c.run_id for c in group), prior, start, passes, steps)
     if key not in _FITS:
-        _FITS[key] = fit(list(group), prior, passes, steps, prior=prior)
+        _FITS[key] = fit(list(group), start or prior, passes, steps, prior=prior)
     return _FITS[key]
 
 

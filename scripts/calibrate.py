@@ -5,8 +5,9 @@ Per efficiency family (the ``# family:`` line of the GPU YAML files; e.g. H200 i
 ``hardware_profiles/gpus/*.yaml`` (``gemm_efficiency_max``, ``gemm_half_efficiency_gflop``,
 ``attention_efficiency``, ``fp8_gemm_speedup`` where FP8 runs exist, ``kernel_overhead_us``,
 ``comm_overlap_slowdown``; planner.fitting)
-minimises the mean absolute log error of predicted vs measured tokens/s per GPU over *all* that
-family's usable runs at once, plus a penalty toward the family's prior: its lineage parent's fit
+minimises the mean absolute log error of predicted vs measured tokens/s per GPU over all that
+family's usable runs outside a software release class at once (planner.fitting.base_runs; each
+class's runs are fitted into its profile, hardware_profiles/software), plus a penalty toward the family's prior: its lineage parent's fit
 (planner.fitting.LINEAGE; A100 -> V100, H100 -> H100 96 GB, Blackwell), weighted by the number
 of sources. Families are fitted parents first, each from its prior, so the result depends only on
 the runs file, not on the values already shipped. No parameter is per run. ``--write`` stores the
@@ -28,7 +29,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _efficiency_blocks import write_block  # noqa: E402
 
 from planner.calibration import DEFAULT_RUNS, cases  # noqa: E402
-from planner.fitting import LINEAGE, family, fit_families, fit_profile, profile_groups, usable  # noqa: E402
+from planner.fitting import (  # noqa: E402
+    LINEAGE,
+    base_runs,
+    family,
+    fit_families,
+    fit_profile,
+    profile_groups,
+    usable,
+)
 from planner.software import CLASSES, SOFTWARE_DIR, profile_start, to_yaml_values  # noqa: E402
 
 
@@ -44,12 +53,14 @@ def main() -> int:
         group = [c for c in runs if family(c) == fam]
         if not group:
             continue
+        base = base_runs(group)
         gpu_name = ", ".join(sorted({c.gpu for c in group}))
-        sources = len({c.source for c in group})
+        sources = len({c.source for c in base})
         parent = LINEAGE[fam].parent if fam in LINEAGE else None
         print(
-            f"{gpu_name}: {count} runs from {sources} sources, mean |log error| {err:.3f}, "
-            f"prior: {parent or 'uncalibrated'}"
+            f"{gpu_name}: {count} runs from {sources} sources"
+            + (f" (the class-free runs of {len(group)})" if len(base) < len(group) else "")
+            + f", mean |log error| {err:.3f}, prior: {parent or 'uncalibrated'}"
         )
         values = {
             "gemm_efficiency_max": round(eff.gemm_efficiency_max, 4),
@@ -65,10 +76,17 @@ def main() -> int:
         for k, v in values.items():
             print(f"  {k}: {v}")
         if args.write:
-            ids = ", ".join(c.run_id for c in group)
+            ids = ", ".join(c.run_id for c in base)
             prior = f"the {parent} fit transferred" if parent else "the uncalibrated values"
+            which = (
+                f"the {len(base)} runs outside any software release class ({sources} sources; the\n"
+                f"{len(group) - len(base)} class runs set only what these cannot, and their profiles,\n"
+                "planner.fitting.base_runs) of\n"
+                if len(base) < len(group)
+                else f"the {len(group)} runs ({sources} sources) of\n"
+            )
             comment = (
-                f"Fitted by scripts/calibrate.py on the {len(group)} runs ({sources} sources) of\n"
+                f"Fitted by scripts/calibrate.py on {which}"
                 f"tests/data/published_runs.yaml measured on {gpu_name}, regularised toward {prior}\n"
                 f"(planner.fitting.LINEAGE; mean |log error| {err:.3f}; one set of values for all runs):\n"
                 + "\n".join(ids[i : i + 100] for i in range(0, len(ids), 100))

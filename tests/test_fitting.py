@@ -205,6 +205,52 @@ def test_family_without_runs_keeps_its_lineage_parents_fit():
     assert out["b200"][0] == transfer(out["h100"][0], "h100", "b200")
 
 
+def test_base_is_fitted_on_the_class_free_runs_when_three_sources_have_them():
+    """base_runs / fit_families: a family whose class-free runs come from MIN_BASE_SOURCES sources
+    has its base fitted on those, started from the fit on all its runs (which sets what they cannot
+    inform: here the MoE numbers, fitted on the Megatron-Bridge MoE runs only); with fewer such
+    sources, or no class runs, the base is the fit on all runs."""
+    from planner.calibration import cases
+    from planner.fitting import (
+        MIN_BASE_SOURCES,
+        _fit_cached,
+        base_runs,
+        family,
+        fit_families,
+        prior_of,
+        usable,
+    )
+
+    runs = usable(cases())
+    h100 = [c for c in runs if family(c) == "h100"]
+    free = [c for c in h100 if not c.software and not c.model.is_moe]
+    by_source = {}
+    for c in free:
+        by_source.setdefault(c.source, c)
+    free3 = sorted(by_source.values(), key=lambda c: c.run_id)[:MIN_BASE_SOURCES]
+    bridge_moe = [c for c in h100 if c.software.startswith("megatron-bridge") and c.model.is_moe][:1]
+    assert len(free3) == MIN_BASE_SOURCES and bridge_moe
+    group = free3 + bridge_moe
+    assert base_runs(group) == free3
+    assert base_runs(free3[:2] + bridge_moe) == free3[:2] + bridge_moe  # two sources: all runs
+    assert base_runs(free3) == free3  # no class runs
+
+    out = fit_families(group, {"h100"}, passes=1, steps=(0.9, 1.1))
+    eff, _, count = out["h100"]
+    assert count == MIN_BASE_SOURCES
+    prior = prior_of("h100", {"a100": out["a100"][0]})
+    all_runs = _fit_cached(tuple(group), prior, 1, (0.9, 1.1))[0]
+    assert eff == _fit_cached(tuple(free3), prior, 1, (0.9, 1.1), start=all_runs)[0]
+    # the class-free runs are dense: the MoE numbers are the all-runs fit's, moved off the prior
+    assert (all_runs.grouped_gemm_efficiency, all_runs.host_launch_s) != (
+        prior.grouped_gemm_efficiency,
+        prior.host_launch_s,
+    )
+    assert eff.grouped_gemm_efficiency == all_runs.grouped_gemm_efficiency
+    assert eff.host_launch_s == all_runs.host_launch_s
+    assert eff != all_runs
+
+
 def test_fold_holding_out_a_familys_only_source_predicts_with_the_parents_fit():
     """Leave-one-source-out: with Megatron-Bridge held out no Blackwell run is left, so its runs are
     predicted with the fold's H100 fit transferred (not the vendor-typical values, not the shipped fit)."""

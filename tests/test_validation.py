@@ -113,4 +113,6 @@ def test_grouped_gemm_measurements_compare_with_the_cost_model():
     assert len(rows) == len(data["rows"]) == 36
     grouped = [r for r in rows if r["local_experts"] > 1]
     assert abs(statistics.median(r["one_call_ratio"] for r in grouped) - 1.0) < 0.1
-    assert statistics.median(r["per_expert_ratio"] for r in grouped) > 2.0
+    # per-expert pricing charges every expert's call the fitted curve's fixed cost: about 2x off
+    # (1.9x with the 2026-11-25 H100 fit's F_half of 12 GFLOP)
+    assert statistics.median(r["per_expert_ratio"] for r in grouped) > 1.5
