@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_models import communication as comm
-from cost_models.compute import LinearTimes, attention_s, linear_s
+from cost_models.compute import LinearTimes, attention_s, batched_gemm_s, linear_s, memory_bound_s
 from cost_models.parallel import ParallelConfig, group
 from cost_models.tensors import ACT_BYTES, tokens_per_gpu, tp_collectives_s
 from planner.specs import JobSpec, ModelSpec, NodeGroup
@@ -38,6 +38,65 @@ class AttentionBlock:
     """Elements the block's own norms normalise (MLA's latent norms, QK norms), for eager pricing."""
     rope_elements: float = 0.0
     """Q and K elements rotated by RoPE, for eager pricing (:mod:`cost_models.elementwise`)."""
+    attn_bwd_s: float | None = None
+    """Core attention backward; None = 2.5 x forward (fused attention: FlashAttention-2, Dao 2023,
+    Sec. 3.1.2, recomputes the scores in backward, 2.5 forwards' FLOPs)."""
+
+
+UNFUSED_SCORE_BYTES = {"forward": (2.0, 4.0, 5.0, 2.0), "backward": (2.0, 2.0, 5.0, 6.0, 2.0, 2.0)}
+"""HBM bytes per element of the score matrix (``[b, np, sq, sk]``, 16-bit) that each step of
+Megatron-LM's unfused core attention moves (``ParallelAttention.forward``, megatron/model/transformer.py
+at de7dc40f88, 2021; ``CoreAttention`` in later releases and Megatron-DeepSpeed):
+
+* forward: ``baddbmm`` Q K^T writes the scores (2); ``FusedScaleMaskSoftmax`` reads and writes them
+  (2 + 2; ``scaled_upper_triang_masked_softmax`` covers the whole square, masked half included);
+  attention dropout reads the probabilities and writes its output and a one-byte mask (2 + 2 + 1);
+  ``bmm`` probabilities x V reads them (2);
+* backward: the gradient of the probabilities (dContext V^T) is written (2); dV = P^T dContext
+  reads P (2); dropout backward reads the gradient and the mask and writes (2 + 1 + 2); softmax
+  backward reads the output and the gradient and writes (2 + 2 + 2); dQ = dS K and dK = dS^T Q read
+  dS (2 + 2).
+
+Dropout at Megatron-LM's default ``--attention-dropout 0.1`` (megatron/arguments.py), which the
+GPT runs of Narayanan et al. 2021 (examples/sc21/CONFIG.sh sets no dropout flag) and Korthikanti
+et al. 2022 (whose activation formula, 34 + 5as/h bytes per token and hidden unit, counts the
+mask) keep."""
+UNFUSED_KEPT_BYTES = 5.0
+"""Bytes per score element kept for backward: softmax output (2), dropout mask (1), dropout
+output (2): Korthikanti et al. 2022 Sec. 4.1, the 5as/h term of 34 + 5as/h."""
+
+
+def unfused_core_attention(
+    tokens: float, seq_length: float, heads: float, head_dim: float, gpu, precision: str
+) -> tuple[float, float, float]:
+    """(forward s, backward s, score elements) of Megatron-LM's unfused core attention for
+    ``tokens`` queries per GPU, each over ``seq_length`` keys (the full square: the causal mask is
+    applied by the softmax, not skipped), ``heads`` heads on this GPU of ``head_dim`` channels.
+    The four batched GEMMs (Q K^T, P V forward; dP, dV, dQ, dK backward) are priced by
+    :func:`cost_models.compute.batched_gemm_s` against the score bytes they read or write; softmax
+    and dropout are memory-bound (:data:`UNFUSED_SCORE_BYTES`)."""
+    s = seq_length
+    batch = tokens / s * heads  # b x np products per call
+    scores = tokens * s * heads
+    qk_fw, softmax_fw, dropout_fw, pv_fw = UNFUSED_SCORE_BYTES["forward"]
+    dp_bw, dv_bw, dropout_bw, softmax_bw, dq_bw, dk_bw = UNFUSED_SCORE_BYTES["backward"]
+
+    def bmm(m, n, k, per_score):
+        return batched_gemm_s(m, n, k, batch, gpu, precision, per_score * scores)
+
+    forward = (
+        bmm(s, s, head_dim, qk_fw)
+        + memory_bound_s((softmax_fw + dropout_fw) * scores, gpu)
+        + bmm(s, head_dim, s, pv_fw)
+    )
+    backward = (
+        bmm(s, s, head_dim, dp_bw)
+        + bmm(s, head_dim, s, dv_bw)
+        + memory_bound_s((dropout_bw + softmax_bw) * scores, gpu)
+        + bmm(s, head_dim, s, dq_bw)
+        + bmm(s, head_dim, s, dk_bw)
+    )
+    return forward, backward, scores
 
 
 def kernel_keys(span: float, job: JobSpec, c: ParallelConfig) -> float:
@@ -63,7 +122,15 @@ def attention_block(
     gemm = linear_s(T, qkv_n, h, gpu, prec) + linear_s(T, h, q / t, gpu, prec)
     # Causal attention executed: half of the non-causal 2*T*span*(2q)/t per cp rank
     # (load-balanced ring, Megatron CP); span = s for full attention.
-    attn_fwd = attention_s(T * span * model.core_attention_width / t, gpu, prec, kernel_keys(span, job, c))
+    attn_bwd = None
+    if job.attention_impl == "unfused":
+        attn_fwd, attn_bwd, scores = unfused_core_attention(
+            T, job.seq_length, model.num_attention_heads / t, model.kv_channels, gpu, prec
+        )
+    else:
+        attn_fwd = attention_s(
+            T * span * model.core_attention_width / t, gpu, prec, kernel_keys(span, job, c)
+        )
     model_flop = (
         3 * (2 * T * h * (q + 2 * kv) + 2 * T * q * h + 2 * T * span * model.core_attention_width) / t
     )
@@ -72,7 +139,10 @@ def attention_block(
     elem = 2 * T * (q / t + kv_local) * ACT_BYTES if model.position_embedding_type == "rope" else 0.0
     act = T * h * ACT_BYTES / sp_div  # QKV input
     act += T * qkv_n * ACT_BYTES + T * q / t * ACT_BYTES  # Q, K, V and attention output
-    act += 4 * T * model.num_attention_heads / t  # fp32 log-sum-exp of flash attention
+    if job.attention_impl == "unfused":
+        act += UNFUSED_KEPT_BYTES * scores  # softmax output, dropout mask and output
+    else:
+        act += 4 * T * model.num_attention_heads / t  # fp32 log-sum-exp of flash attention
     wgrad = (T * h + T * q / t) * ACT_BYTES  # inputs of QKV and output projections
     params_sharded = (h * (q + 2 * kv) + q * h) / t
     if model.add_bias_linear or model.add_qkv_bias:
@@ -97,6 +167,7 @@ def attention_block(
         kv_width=2 * kv_local,
         norm_elements=T * (q / t + kv_local) if model.qk_layernorm else 0.0,
         rope_elements=rope_elements,
+        attn_bwd_s=attn_bwd,
     )
 
 

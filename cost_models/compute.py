@@ -150,6 +150,25 @@ def attention_s(flop: float, gpu: GPUSpec, precision: str, keys: float = 0.0) ->
     return flop / (gpu.peak(COMPUTE_DTYPE[precision]) * attention_efficiency(gpu, keys))
 
 
+def batched_gemm_s(
+    m: float, n: float, k: float, count: float, gpu: GPUSpec, precision: str, num_bytes: float
+) -> float:
+    """Time of one strided-batched GEMM: ``count`` independent (m x k) @ (k x n) products in one
+    kernel (cuBLAS ``gemmStridedBatched``, as ``torch.bmm`` / ``torch.baddbmm`` call it). The size
+    curve is evaluated on the whole call's FLOPs (one launch, one fixed cost), the products' tiles
+    share the waves (:func:`gemm_quantization` with ``count``), and the call is never faster than
+    moving ``num_bytes`` through HBM (the roofline: unfused attention's score GEMMs read or write an
+    s x s matrix per head at only ``head_dim`` FLOPs per element, below the ridge point of A100 and
+    H100). 16-bit; FP8 recipes keep attention in 16-bit."""
+    flop = 2.0 * m * n * k * count
+    if flop <= 0:
+        return 0.0
+    peak = gpu.peak(COMPUTE_DTYPE[precision])
+    prec = "bf16" if precision == "fp8" else precision
+    t = flop / (peak * gemm_efficiency(flop, gpu) * gemm_quantization(m, n, k, gpu, prec, count))
+    return max(t, memory_bound_s(num_bytes, gpu))
+
+
 def memory_bound_s(num_bytes: float, gpu: GPUSpec) -> float:
     """Time of memory-bound kernels moving ``num_bytes`` to and from HBM."""
     return num_bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.efficiency.hbm_efficiency)

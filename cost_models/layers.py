@@ -239,7 +239,7 @@ def _decoder(
     at = attention_block(model, job, c, node, span)
     gemm = at.gemm
     attn_fwd = at.attn_fwd_s
-    attn_bwd = 2.5 * attn_fwd
+    attn_bwd = at.attn_bwd_s if at.attn_bwd_s is not None else 2.5 * attn_fwd
     model_flop = at.model_flop
 
     # Memory-bound work per layer forward (bytes): 2 norms (read+write), 2 residual adds (2 reads,

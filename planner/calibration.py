@@ -129,11 +129,41 @@ def _overlapped_reduction(run: dict) -> bool:
     """Whether a run's data-parallel gradient reduction overlapped backward: not with DeepSpeed's
     pipeline engine (``TrainSchedule`` issues ``ReduceGrads`` after every micro-batch's backward,
     deepspeed/runtime/pipe/schedule.py; BLOOM, Megatron-DeepSpeed), nor with the Megatron-LM of
-    :data:`SEQUENTIAL_REDUCTION_SOURCES`."""
+    :data:`SEQUENTIAL_REDUCTION_SOURCES`, unless the run records ``parallel.ddp_impl: torch``: that
+    Megatron-LM wraps the model in PyTorch's DistributedDataParallel, runs every micro-batch but the
+    last under ``no_sync()`` (``forward_backward_no_pipelining``, megatron/schedules.py at
+    de7dc40f88) and PyTorch's gradient buckets all-reduce during the last backward (Narayanan et
+    al. 2021's Table 1 runs up to 18B: ``DDP=torch`` in examples/sc21/run_table_1.sh)."""
     par = run.get("parallel") or {}
     if par.get("framework") == "deepspeed" or str(run["id"]).startswith("bloom176b"):
         return False
+    if par.get("ddp_impl") in ("torch", "local"):
+        return par["ddp_impl"] == "torch"
     return not source_of(run).startswith(SEQUENTIAL_REDUCTION_SOURCES)
+
+
+UNFUSED_ATTENTION_SOURCES = (
+    "Narayanan et al. 2021",
+    "Korthikanti et al. 2022",
+    "DLPerf Megatron-LM",
+    "DLPerf OneFlow-GPT",
+    "BigScience",
+)
+"""Sources whose runs materialised the attention score matrix (``JobSpec.attention_impl``
+``unfused``): they predate FlashAttention (Dao et al., May 2022) in their frameworks. Megatron-LM's
+``ParallelAttention`` of 2021 (megatron/model/transformer.py at de7dc40f88: ``baddbmm``,
+``FusedScaleMaskSoftmax``, dropout, ``bmm``), which Korthikanti et al. 2022 (Sec. 4.1, the 5as/h
+activation term) and DLPerf (Megatron-LM 8aa4619, January 2021) ran; BigScience's
+Megatron-DeepSpeed fork of 2022, the same code; OneFlow-GPT's ``bmm`` + fused scale-mask-softmax-
+dropout (DLPerf, 2021), priced as Megatron's."""
+
+
+def _attention_impl(run: dict, notes: list[str]) -> str:
+    """``unfused`` for the runs of :data:`UNFUSED_ATTENTION_SOURCES`, else ``fused``."""
+    if source_of(run).startswith(UNFUSED_ATTENTION_SOURCES):
+        notes.append("unfused attention (score matrix in HBM; pre-FlashAttention software)")
+        return "unfused"
+    return "fused"
 
 
 TORCHTITAN_FUSED_RMSNORM = ("torchtitan_a100_llama_3_8b_", "torchtitan_a100_llama_2_13b_")
@@ -464,6 +494,7 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 overlap_grad_reduce=overlap_reduce,
                 overlap_param_gather=overlap_reduce,
                 eager_ops=_eager_ops(run, notes),
+                attention_impl=_attention_impl(run, notes),
                 **(_moe_runtime(rid, par, notes) if model.is_moe else {}),
                 where=f"run {rid}",
             )

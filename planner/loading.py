@@ -21,6 +21,7 @@ from planner.errors import SpecError
 from planner.layer_pattern import PatternError, parse_pattern
 from planner.specs import (
     ACTIVATIONS,
+    ATTENTION_IMPLS,
     CUDA_GRAPH_SCOPES,
     DTYPES,
     EAGER_OPS,
@@ -894,6 +895,11 @@ def make_job(
         kwargs["cuda_graph_scope"] = cuda_graph_scope(kwargs["cuda_graph_scope"], where)
     if "eager_ops" in kwargs:
         kwargs["eager_ops"] = eager_ops_tuple(kwargs["eager_ops"], where)
+    if kwargs.get("attention_impl", "fused") not in ATTENTION_IMPLS:
+        raise SpecError(
+            f"{where}: attention_impl {kwargs['attention_impl']!r} is not allowed; allowed values: "
+            f"{', '.join(ATTENTION_IMPLS)}"
+        )
     return JobSpec(global_batch_size=global_batch_size, seq_length=seq_length, precision=precision, **kwargs)
 
 
@@ -956,6 +962,7 @@ def job_from_mapping(data: dict, where: str) -> JobSpec:
         moe_a2a_overlap=r.get("moe_a2a_overlap", bool, False),
         cuda_graph_scope=r.get("cuda_graph_scope", (list, str), []),
         eager_ops=eager_ops_tuple(r.get("eager_ops", list, []), where, "key 'job.eager_ops'"),
+        attention_impl=r.get("attention_impl", str, "fused", choices=ATTENTION_IMPLS),
         where=where,
     )
     r.done()

@@ -18,6 +18,9 @@ WINDOW_TYPES = ("sliding", "chunked")
 SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
 PRECISIONS = ("bf16", "fp16", "fp8")
 DTYPES = ("fp32", "bf16", "fp16")
+ATTENTION_IMPLS = ("fused", "unfused")
+"""How core attention runs (:attr:`JobSpec.attention_impl`)."""
+
 EAGER_OPS = ("norm", "rope", "activation")
 """Elementwise op groups a job may run as separate eager PyTorch kernels instead of fused ones
 (:attr:`JobSpec.eager_ops`; byte counts in :mod:`cost_models.elementwise`)."""
@@ -511,6 +514,12 @@ class JobSpec:
     ``activation`` eager (``norm`` too before PyTorch's fused RMSNorm kernel); the bytes each group
     moves either way are derived in :mod:`cost_models.elementwise`. Kept in :data:`EAGER_OPS`
     order."""
+    attention_impl: str = "fused"
+    """Core attention (:data:`ATTENTION_IMPLS`): ``fused``, one flash-attention kernel per
+    direction (FlashAttention, cuDNN / Transformer Engine fused attention, PyTorch SDPA), or
+    ``unfused``, Megatron-LM's ``CoreAttention`` before flash attention (2019-2022 releases,
+    Megatron-DeepSpeed): two batched GEMMs around a fused scale-mask-softmax kernel and attention
+    dropout, with the score matrix written to HBM (:func:`cost_models.attention.unfused_core_attention`)."""
 
     @property
     def tokens_per_step(self) -> int:

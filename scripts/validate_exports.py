@@ -46,6 +46,8 @@ class Case:
     restrict: dict = field(default_factory=dict)
     eager_ops: tuple[str, ...] = ()
     """``JobSpec.eager_ops`` (torchtitan without torch.compile: ("rope", "activation"))."""
+    attention_impl: str = "fused"
+    """``JobSpec.attention_impl`` (``unfused``: Megatron ``--attention-backend unfused``)."""
 
 
 CASES = (
@@ -81,6 +83,7 @@ CASES = (
     Case("70b-16n-8k", "llama3-70b", 16, 256, 8192),
     Case("8b-1node", "llama3-8b", 1, 32, 4096),
     Case("moe-qwen3-4n", "qwen3-30b-a3b", 4, 128, 4096),
+    Case("unfused-attention", "gpt-1.7b", 2, 64, 2048, precision="fp16", attention_impl="unfused"),
 )
 
 
@@ -100,6 +103,7 @@ def plan_for(case: Case, framework: str) -> tuple[PlanInputs | None, str]:
             seq_length=case.seq,
             precision=case.precision,
             eager_ops=case.eager_ops,
+            attention_impl=case.attention_impl,
             where=case.name,
         )
         result = search(model, cluster, job, Restrictions(framework=framework, **case.restrict), top_k=1)

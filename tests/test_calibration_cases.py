@@ -19,7 +19,13 @@ def _by_id():
     "prefix, overlapped",
     [
         ("bigscience_prequel_", False),  # Megatron-DeepSpeed pipeline engine: ReduceGrads at the end
-        ("narayanan2021_t1_", False),  # Megatron-LM 2021: all-reduce after the pipeline flush
+        ("narayanan2021_t1_gpt1.7b", True),  # --DDP-impl torch: buckets under the last backward
+        ("narayanan2021_t1_gpt3.6b", True),
+        ("narayanan2021_t1_gpt7.5b", True),
+        ("narayanan2021_t1_gpt18.4b", True),
+        ("narayanan2021_t1_gpt39", False),  # Megatron-LM 2021, --DDP-impl local: after the flush
+        ("narayanan2021_t1_gpt1008", False),
+        ("narayanan2021_t2_", False),
         ("korthikanti2022_", False),
         ("megatronlm_readme_h100_", True),  # Megatron-Core r0.8 with --overlap-grad-reduce
         ("mbridge2511_", True),

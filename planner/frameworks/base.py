@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES, ParallelConfig
 from planner.errors import SpecError, UsageError
-from planner.specs import MOE_DISPATCHERS, ClusterSpec, JobSpec, ModelSpec
+from planner.specs import ATTENTION_IMPLS, MOE_DISPATCHERS, ClusterSpec, JobSpec, ModelSpec
 
 
 def stage_size(c: ParallelConfig, num_layers: int) -> int:
@@ -87,6 +87,8 @@ class Capabilities:
     eager_ops: tuple[tuple[str, ...], ...] | None = ((),)
     """The sets of eager elementwise op groups (``JobSpec.eager_ops``) its launches run: ``((),)``
     always fused, ``None`` any set."""
+    attention_impls: tuple[str, ...] = ("fused",)
+    """Core attention implementations (``JobSpec.attention_impl``) its launch can select."""
     every_nth_recompute: bool = False
     """Full recompute of every n-th block (n >= 2) instead of any number of layers: a stage of S
     layers recomputes ``S // n`` (torchtitan ``selective_ac_option = "<n>"``; :func:`every_nth`)."""
@@ -188,6 +190,10 @@ class Framework:
             )
         if cap.eager_ops is not None and job.eager_ops not in cap.eager_ops:
             out.append(f"{who} runs {cap.eager_text()}, not {','.join(job.eager_ops) or 'every op fused'}")
+        if job.attention_impl not in cap.attention_impls:
+            out.append(
+                f"{who} runs {' or '.join(cap.attention_impls)} core attention, not {job.attention_impl}"
+            )
         return out
 
     def require(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> None:
@@ -232,6 +238,7 @@ ANY = Framework(
         moe_a2a_overlap=True,
         cuda_graphs=True,
         eager_ops=None,
+        attention_impls=ATTENTION_IMPLS,
     ),
     source="cost_models/parallel.py (SCHEDULES, OPTIMIZER_SHARDING, RECOMPUTE)",
     exportable=False,

@@ -18,6 +18,7 @@
 """
 
 from planner.frameworks.base import Capabilities, Framework
+from planner.specs import ATTENTION_IMPLS
 
 MEGATRON = Framework(
     name="megatron",
@@ -58,6 +59,8 @@ MEGATRON = Framework(
         # bias-GELU and bias-dropout-add fusions are its defaults (--no-*-fusion turns them off;
         # planner neither exports nor prices those).
         eager_ops=((),),
+        # --attention-backend unfused (AttnBackend, megatron/core/transformer/enums.py)
+        attention_impls=ATTENTION_IMPLS,
     ),
     source="megatron/training/arguments.py, megatron/core/pipeline_parallel/schedules.py (megatron-core 0.19.2)",
 )

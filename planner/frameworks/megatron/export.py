@@ -115,6 +115,8 @@ def model_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
         if m.num_query_groups != m.num_attention_heads:
             args += [("--group-query-attention", None), ("--num-query-groups", str(m.num_query_groups))]
     args += local_attention_args(m)
+    if job.attention_impl == "unfused":
+        args.append(("--attention-backend", "unfused"))
     if ACTIVATION_FLAGS.get(m.activation):
         args.append((ACTIVATION_FLAGS[m.activation], None))
     args.append(("--normalization", NORMALIZATION[m.normalization]))

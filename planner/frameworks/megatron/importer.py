@@ -115,8 +115,6 @@ IGNORED = {
     "--hidden-dropout",
     "--ckpt-format",
     "--distributed-timeout-minutes",
-    "--transformer-impl",
-    "--attention-backend",
     "--rotary-percent",
     "--norm-epsilon",
     "--make-vocab-size-divisible-by",
@@ -205,8 +203,26 @@ MODELLED = {
     "--fp8-format",
     "--accumulate-allreduce-grads-in-fp32",
     "--grad-reduce-in-bf16",
+    "--transformer-impl",
+    "--attention-backend",
 }
 """Flags the import turns into model, job or configuration fields."""
+
+
+UNFUSED_BACKENDS = ("unfused", "local")
+"""``--attention-backend`` values that materialise the score matrix (megatron/core/transformer/enums.py
+``AttnBackend``: ``unfused``, Transformer Engine's ``UnfusedDotProductAttention``; ``local``,
+Megatron-Core's own ``DotProductAttention``, baddbmm + fused softmax + bmm)."""
+
+
+def _attention_impl(flags: dict) -> str:
+    """``JobSpec.attention_impl`` of a launch: ``unfused`` with an :data:`UNFUSED_BACKENDS`
+    ``--attention-backend``, or with ``--transformer-impl local`` and no backend named (its layer
+    spec's core attention is ``DotProductAttention``); else ``fused``."""
+    backend = flags.get("--attention-backend")
+    if backend:
+        return "unfused" if backend in UNFUSED_BACKENDS else "fused"
+    return "unfused" if flags.get("--transformer-impl") == "local" else "fused"
 
 
 def _grad_dtype(flags: dict, precision: str) -> str:
@@ -413,6 +429,7 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
         moe_dispatcher=_dispatcher(flags, at),
         moe_a2a_overlap="--overlap-moe-expert-parallel-comm" in flags,
         cuda_graph_scope=_cuda_graphs(flags, at),
+        attention_impl=_attention_impl(flags),
     )
     ep = num("--expert-model-parallel-size", 1)
     etp = num("--expert-tensor-parallel-size", 0) or tp  # Megatron's default is tp (arguments.py)

@@ -1,0 +1,147 @@
+"""Unfused core attention (JobSpec.attention_impl, cost_models.attention.unfused_core_attention):
+the score matrix's bytes and GEMMs priced as Megatron-LM 2021 runs them, what backward keeps, the
+setting's validation and round trip, and which calibration runs use it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from cost_models.attention import UNFUSED_KEPT_BYTES, UNFUSED_SCORE_BYTES, unfused_core_attention
+from cost_models.compute import batched_gemm_s, memory_bound_s
+from cost_models.layers import layer_table
+from cost_models.parallel import ParallelConfig, resolve
+from planner.errors import SpecError
+from planner.loading import job_from_mapping, load_cluster, load_model, make_job
+
+SEQ = 2048
+
+
+def _table(impl, tp=1, mbs=4, recompute="none"):
+    # GPT 1.7B (Narayanan et al. 2021 Table 1): h 2304, 24 heads of 96, seq 2048, on A100.
+    m, cluster = load_model("gpt-1.7b"), load_cluster("dgx-a100", 1)
+    job = make_job(global_batch_size=64, seq_length=SEQ, precision="fp16", attention_impl=impl)
+    c = resolve(
+        m,
+        cluster,
+        job,
+        ParallelConfig(tp=tp, micro_batch_size=mbs, recompute=recompute, optimizer_sharding="none"),
+    )
+    return m, layer_table(m, job, c, cluster.groups[0]), cluster.groups[0].gpu
+
+
+def test_byte_table_is_the_derived_one():
+    # forward: QK^T write, softmax read + write, dropout read + write + mask, PV read
+    assert sum(UNFUSED_SCORE_BYTES["forward"]) == 2 + 4 + 5 + 2
+    # backward: dP write, dV read, dropout 2 + 1 + 2, softmax 2 + 2 + 2, dQ and dK reads
+    assert sum(UNFUSED_SCORE_BYTES["backward"]) == 2 + 2 + 5 + 6 + 2 + 2
+    assert UNFUSED_KEPT_BYTES == 5  # Korthikanti et al. 2022: the 5as/h term
+
+
+def test_core_attention_is_the_sum_of_its_kernels():
+    """Hand-assembled: four batched GEMMs (each at least its score bytes' HBM time) plus the
+    memory-bound softmax and dropout over the b x np x s x s scores."""
+    _, _, gpu = _table("unfused")
+    tokens, heads, d = 4 * SEQ, 24.0, 96.0
+    fwd, bwd, scores = unfused_core_attention(tokens, SEQ, heads, d, gpu, "fp16")
+    assert scores == tokens * SEQ * heads
+    batch = tokens / SEQ * heads
+    qk = batched_gemm_s(SEQ, SEQ, d, batch, gpu, "fp16", 2 * scores)
+    pv = batched_gemm_s(SEQ, d, SEQ, batch, gpu, "fp16", 2 * scores)
+    assert math.isclose(fwd, qk + memory_bound_s(9 * scores, gpu) + pv, rel_tol=1e-12)
+    assert math.isclose(bwd, qk + 3 * pv + memory_bound_s(11 * scores, gpu), rel_tol=1e-12)
+    # never faster than their score bytes through HBM (the roofline)
+    assert qk >= memory_bound_s(2 * scores, gpu) and pv >= memory_bound_s(2 * scores, gpu)
+
+
+def test_unfused_layer_is_slower_and_keeps_the_scores():
+    m, fused, _ = _table("fused")
+    _, unfused, gpu = _table("unfused")
+    T = 4 * SEQ
+    scores = T * SEQ * m.num_attention_heads
+    assert unfused.dense.forward_s > fused.dense.forward_s
+    assert unfused.dense.backward_input_s > fused.dense.backward_input_s
+    # activations: the 5 bytes per score element instead of flash attention's fp32 log-sum-exp
+    kept = unfused.dense.activation_bytes - fused.dense.activation_bytes
+    assert math.isclose(kept, 5 * scores - 4 * T * m.num_attention_heads, rel_tol=1e-12)
+    # selective recompute re-runs exactly the unfused core attention forward
+    fwd, _, _ = unfused_core_attention(T, SEQ, m.num_attention_heads, m.kv_channels, gpu, "fp16")
+    assert math.isclose(unfused.dense.selective_recompute_s, fwd, rel_tol=1e-12)
+
+
+def test_tensor_parallelism_splits_the_heads():
+    """A quarter of the heads per GPU at tp 4: a quarter of the bytes, slightly more than a quarter
+    of the time (fewer products share the waves of each batched GEMM)."""
+    _, one, _ = _table("unfused", tp=1)
+    _, four, _ = _table("unfused", tp=4)
+    ratio = four.dense.selective_recompute_s * 4 / one.dense.selective_recompute_s
+    assert 1.0 <= ratio < 1.15
+
+
+def test_attention_impl_is_validated_and_round_trips():
+    with pytest.raises(
+        SpecError, match="attention_impl 'flash' is not allowed; allowed values: fused, unfused"
+    ):
+        make_job(global_batch_size=8, seq_length=SEQ, attention_impl="flash")
+    job = job_from_mapping(
+        {"global_batch_size": 8, "seq_length": SEQ, "attention_impl": "unfused"}, "plan.yaml"
+    )
+    assert job.attention_impl == "unfused"
+    with pytest.raises(SpecError, match="attention_impl"):
+        job_from_mapping({"global_batch_size": 8, "seq_length": SEQ, "attention_impl": "x"}, "plan.yaml")
+
+
+def test_calibration_runs_before_flash_attention_are_unfused():
+    from planner.calibration import cases
+
+    by = {c.run_id: c for c in cases() if c.job is not None}
+    for rid in (
+        "narayanan2021_t1_gpt1.7b",
+        "korthikanti2022_t5_175B_sp_selective",
+        "bigscience_prequel_0220_h14400_l80_dp4_tp8_pp10_mbs8_gbs2048",
+        "dlperf_megatron_gpt1536x16_8v100_dp8_tp1_mbs2",
+    ):
+        assert by[rid].job.attention_impl == "unfused", rid
+    for c in by.values():
+        if c.run_id.startswith(("torchtitan", "mbridge", "nemo", "llmfoundry", "megatronlm_readme")):
+            assert c.job.attention_impl == "fused", c.run_id
+
+
+MEGATRON = (
+    "--num-layers 24 --hidden-size 2304 --num-attention-heads 24 --seq-length 2048 "
+    "--max-position-embeddings 2048 --micro-batch-size 4 --global-batch-size 64 --vocab-size 51200 --fp16"
+)
+
+
+@pytest.mark.parametrize(
+    "extra, impl",
+    [
+        ("", "fused"),
+        ("--attention-backend unfused", "unfused"),
+        ("--attention-backend local", "unfused"),
+        ("--attention-backend flash", "fused"),
+        ("--transformer-impl local", "unfused"),
+        ("--transformer-impl local --attention-backend fused", "fused"),
+    ],
+)
+def test_megatron_import_reads_the_attention_backend(extra, impl):
+    from planner.frameworks.megatron.importer import parse_megatron
+
+    text = f"#!/bin/bash\ntorchrun --nproc-per-node 8 pretrain_gpt.py {MEGATRON} {extra}\n"
+    assert parse_megatron(text, "x.sh", 8).job.attention_impl == impl
+
+
+def test_frameworks_export_or_refuse_unfused_attention():
+    from planner.frameworks import get_framework
+    from planner.frameworks.megatron.export import model_args
+    from planner.plan import PlanInputs
+
+    m, cluster = load_model("gpt-1.7b"), load_cluster("dgx-a100", 1)
+    job = make_job(global_batch_size=64, seq_length=SEQ, precision="bf16", attention_impl="unfused")
+    c = resolve(m, cluster, job, ParallelConfig(tp=1, micro_batch_size=4, optimizer_sharding="none"))
+    args = model_args(PlanInputs(model=m, cluster=cluster, job=job, config=c))
+    assert ("--attention-backend", "unfused") in args
+    assert not get_framework("megatron").violations(m, cluster, job, c)
+    reasons = get_framework("torchtitan").violations(m, cluster, job, c)
+    assert any("runs fused core attention, not unfused" in r for r in reasons), reasons
