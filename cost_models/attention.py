@@ -12,7 +12,7 @@ from cost_models import communication as comm
 from cost_models.compute import LinearTimes, attention_s, batched_gemm_s, linear_s, memory_bound_s
 from cost_models.parallel import ParallelConfig, group
 from cost_models.tensors import ACT_BYTES, tokens_per_gpu, tp_collectives_s
-from planner.specs import JobSpec, ModelSpec, NodeGroup
+from planner.specs import GPUSpec, JobSpec, ModelSpec, NodeGroup
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +67,7 @@ output (2): Korthikanti et al. 2022 Sec. 4.1, the 5as/h term of 34 + 5as/h."""
 
 
 def unfused_core_attention(
-    tokens: float, seq_length: float, heads: float, head_dim: float, gpu, precision: str
+    tokens: float, seq_length: float, heads: float, head_dim: float, gpu: GPUSpec, precision: str
 ) -> tuple[float, float, float]:
     """(forward s, backward s, score elements) of Megatron-LM's unfused core attention for
     ``tokens`` queries per GPU, each over ``seq_length`` keys (the full square: the causal mask is
