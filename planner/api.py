@@ -55,6 +55,7 @@ def load_problem(
     cuda_graph_scope: tuple[str, ...] = (),
     eager_ops: tuple[str, ...] = (),
     grad_dtype: str | None = None,
+    attention_impl: str = "fused",
 ) -> Problem:
     """Load a model (preset, YAML or HF config.json), a cluster (template + nodes, or file) and a job;
     ``software``: a software profile name (None: the newest of ``framework`` fitted on the
@@ -62,7 +63,8 @@ def load_problem(
     to the cluster (:func:`planner.software.configure`: the calibration wins);
     ``tp_comm_overlap``, ``moe_dispatcher``, ``moe_a2a_overlap``, ``cuda_graph_scope``,
     ``eager_ops``, ``grad_dtype`` (None: the precision's default,
-    :func:`planner.loading.default_grad_dtype`): the :class:`JobSpec` fields of those names."""
+    :func:`planner.loading.default_grad_dtype`), ``attention_impl``: the :class:`JobSpec` fields of
+    those names."""
     from planner.calibrate.profile import read_profile
     from planner.graph_model import is_graph_model, load_graph_model
     from planner.software import cluster_families, configure, resolve_software
@@ -85,6 +87,7 @@ def load_problem(
             moe_a2a_overlap=moe_a2a_overlap,
             cuda_graph_scope=cuda_graph_scope,
             grad_dtype=grad_dtype,
+            attention_impl=attention_impl,
             where="command line",
         ),
         profile=prof,
@@ -324,6 +327,7 @@ def job_dict(j: JobSpec) -> dict:
         "moe_a2a_overlap": j.moe_a2a_overlap,
         "cuda_graph_scope": list(j.cuda_graph_scope),
         "eager_ops": list(j.eager_ops),
+        "attention_impl": j.attention_impl,
     }
 
 

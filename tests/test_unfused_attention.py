@@ -145,3 +145,32 @@ def test_frameworks_export_or_refuse_unfused_attention():
     assert not get_framework("megatron").violations(m, cluster, job, c)
     reasons = get_framework("torchtitan").violations(m, cluster, job, c)
     assert any("runs fused core attention, not unfused" in r for r in reasons), reasons
+
+
+def test_cli_flag_plan_file_and_errors(run_cli, tmp_path):
+    """--attention-impl on estimate and search: JSON reports it, unfused is slower, a plan file keeps
+    it and re-estimates the same, torchtitan refuses it, a bad value exits 2 naming the choices."""
+    import json
+
+    import yaml
+
+    args = ("estimate", "-m", "gpt-1.7b", "-c", "dgx-a100", "-n", "1", "-b", "64", "-s", "2048")
+    args += ("--precision", "fp16", "--tp", "1", "--micro-batch-size", "4", "--json")
+    fused = json.loads(run_cli(*args).stdout)
+    unfused = json.loads(run_cli(*args, "--attention-impl", "unfused").stdout)
+    assert fused["job"]["attention_impl"] == "fused" and unfused["job"]["attention_impl"] == "unfused"
+    assert unfused["step_time_s"] > fused["step_time_s"]
+    res = run_cli(*args, "--attention-impl", "flash")
+    assert res.exit_code == 2 and "allowed values: fused, unfused" in res.stderr
+    assert "Traceback" not in res.stderr
+
+    search = ("search", "-m", "gpt-1.7b", "-c", "dgx-a100", "-n", "1", "-b", "64", "-s", "2048")
+    search += ("--precision", "fp16", "--attention-impl", "unfused", "--quiet")
+    plan = tmp_path / "plan.yaml"
+    res = run_cli(*search, "--framework", "megatron", "--out", str(plan))
+    assert res.exit_code == 0, res.stderr
+    assert yaml.safe_load(plan.read_text())["job"]["attention_impl"] == "unfused"
+    est = json.loads(run_cli("estimate", "--plan", str(plan), "--json").stdout)
+    assert est["job"]["attention_impl"] == "unfused"
+    res = run_cli(*search[:-5], "--attention-impl", "unfused", "--quiet", "--framework", "torchtitan")
+    assert res.exit_code == 3 and "runs fused core attention, not unfused" in res.stderr

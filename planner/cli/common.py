@@ -14,7 +14,7 @@ import typer
 from planner.cli import render
 from planner.errors import UsageError
 from planner.plan import write_text_atomic
-from planner.specs import EAGER_OPS
+from planner.specs import ATTENTION_IMPLS, EAGER_OPS
 from planner.validation import json_text
 
 
@@ -85,12 +85,18 @@ def _eager_ops(text: str | None) -> tuple[str, ...]:
 
 
 def _runtime(opts: dict) -> dict:
-    """The gradient dtype, MoE dispatcher and CUDA graph options as :func:`planner.api.load_problem`
+    """The gradient dtype, core attention, MoE dispatcher and CUDA graph options as :func:`planner.api.load_problem`
     keywords."""
     scope = opts.get("cuda_graph_scope")
+    impl = opts.get("attention_impl") or "fused"
+    if impl not in ATTENTION_IMPLS:
+        raise UsageError(
+            f"--attention-impl {impl!r} is not allowed; allowed values: {', '.join(ATTENTION_IMPLS)}"
+        )
     return {
         "moe_dispatcher": opts.get("moe_dispatcher") or "alltoall",
         "grad_dtype": opts.get("grad_dtype"),
+        "attention_impl": impl,
         "moe_a2a_overlap": bool(opts.get("moe_a2a_overlap")),
         "cuda_graph_scope": tuple(w.strip() for w in scope.split(",")) if scope else (),
     }

@@ -25,6 +25,7 @@ from planner.cli.common import (
 )
 from planner.cli.options import (
     PANEL_OUTPUT,
+    AttentionImplOpt,
     ClusterOptional,
     CpOpt,
     CudaGraphOpt,
@@ -139,6 +140,7 @@ def _estimate(opts: dict):
             or opts.get("cuda_graph_scope") is not None
             or opts.get("moe_dispatcher", "alltoall") != "alltoall"
             or opts.get("grad_dtype") is not None
+            or opts.get("attention_impl") is not None
         ):
             raise UsageError(
                 "--plan gives the model, cluster, job and configuration; do not combine it with "
@@ -248,6 +250,7 @@ def estimate(
     tp_comm_overlap: TpOverlapOpt = False,
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
     grad_dtype: GradDtypeOpt = None,
+    attention_impl: AttentionImplOpt = None,
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,
     eager_ops: EagerOpsOpt = None,
@@ -297,6 +300,7 @@ def timeline(
     tp_comm_overlap: TpOverlapOpt = False,
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
     grad_dtype: GradDtypeOpt = None,
+    attention_impl: AttentionImplOpt = None,
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,
     eager_ops: EagerOpsOpt = None,
@@ -396,6 +400,7 @@ def bubbles(
     tp_comm_overlap: TpOverlapOpt = False,
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
     grad_dtype: GradDtypeOpt = None,
+    attention_impl: AttentionImplOpt = None,
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,
     eager_ops: EagerOpsOpt = None,

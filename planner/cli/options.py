@@ -130,6 +130,15 @@ GradDtypeOpt = Annotated[
         rich_help_panel=PANEL_INPUTS,
     ),
 ]
+AttentionImplOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--attention-impl",
+        help="Core attention: fused (flash attention, the default) or unfused (the score matrix in HBM: "
+        "Megatron-LM before flash attention, Megatron --attention-backend unfused).",
+        rich_help_panel=PANEL_INPUTS,
+    ),
+]
 MoeOverlapOpt = Annotated[
     bool,
     typer.Option(
