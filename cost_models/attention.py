@@ -122,15 +122,17 @@ def attention_block(
     gemm = linear_s(T, qkv_n, h, gpu, prec) + linear_s(T, h, q / t, gpu, prec)
     # Causal attention executed: half of the non-causal 2*T*span*(2q)/t per cp rank
     # (load-balanced ring, Megatron CP); span = s for full attention.
-    attn_bwd = None
     if job.attention_impl == "unfused":
         attn_fwd, attn_bwd, scores = unfused_core_attention(
             T, job.seq_length, model.num_attention_heads / t, model.kv_channels, gpu, prec
         )
+        kept = UNFUSED_KEPT_BYTES * scores  # softmax output, dropout mask and output
     else:
         attn_fwd = attention_s(
             T * span * model.core_attention_width / t, gpu, prec, kernel_keys(span, job, c)
         )
+        attn_bwd = None
+        kept = 4 * T * model.num_attention_heads / t  # fp32 log-sum-exp of flash attention
     model_flop = (
         3 * (2 * T * h * (q + 2 * kv) + 2 * T * q * h + 2 * T * span * model.core_attention_width) / t
     )
@@ -139,10 +141,7 @@ def attention_block(
     elem = 2 * T * (q / t + kv_local) * ACT_BYTES if model.position_embedding_type == "rope" else 0.0
     act = T * h * ACT_BYTES / sp_div  # QKV input
     act += T * qkv_n * ACT_BYTES + T * q / t * ACT_BYTES  # Q, K, V and attention output
-    if job.attention_impl == "unfused":
-        act += UNFUSED_KEPT_BYTES * scores  # softmax output, dropout mask and output
-    else:
-        act += 4 * T * model.num_attention_heads / t  # fp32 log-sum-exp of flash attention
+    act += kept  # what core attention keeps for its backward
     wgrad = (T * h + T * q / t) * ACT_BYTES  # inputs of QKV and output projections
     params_sharded = (h * (q + 2 * kv) + q * h) / t
     if model.add_bias_linear or model.add_qkv_bias:

@@ -7,10 +7,10 @@ Per efficiency family (the ``# family:`` line of the GPU YAML files; e.g. H200 i
 ``comm_overlap_slowdown``; planner.fitting)
 minimises the mean absolute log error of predicted vs measured tokens/s per GPU over all that
 family's usable runs outside a software release class at once (planner.fitting.base_runs; each
-class's runs are fitted into its profile, hardware_profiles/software), plus a penalty toward the family's prior: its lineage parent's fit
-(planner.fitting.LINEAGE; A100 -> V100, H100 -> H100 96 GB, Blackwell), weighted by the number
-of sources. Families are fitted parents first, each from its prior, so the result depends only on
-the runs file, not on the values already shipped. No parameter is per run. ``--write`` stores the
+class's runs are fitted into its profile, hardware_profiles/software), plus a penalty toward the
+family's prior: its lineage parent's fit (planner.fitting.LINEAGE; A100 -> V100, H100 -> H100
+96 GB, Blackwell), weighted by the number of sources. Families are fitted parents first, each from
+its prior, so the result depends only on the runs file, not on the values already shipped. No parameter is per run. ``--write`` stores the
 result in the YAML files of the type's family (GPUs of the same architecture inherit it), with a
 comment saying what it was fitted on.
 

@@ -85,8 +85,8 @@ def _eager_ops(text: str | None) -> tuple[str, ...]:
 
 
 def _runtime(opts: dict) -> dict:
-    """The gradient dtype, core attention, MoE dispatcher and CUDA graph options as :func:`planner.api.load_problem`
-    keywords."""
+    """The gradient dtype, core attention, MoE dispatcher and CUDA graph options as
+    :func:`planner.api.load_problem` keywords."""
     scope = opts.get("cuda_graph_scope")
     impl = opts.get("attention_impl") or "fused"
     if impl not in ATTENTION_IMPLS:
