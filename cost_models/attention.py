@@ -12,7 +12,7 @@ from cost_models import communication as comm
 from cost_models.compute import LinearTimes, attention_s, batched_gemm_s, linear_s, memory_bound_s
 from cost_models.parallel import ParallelConfig, group
 from cost_models.tensors import ACT_BYTES, tokens_per_gpu, tp_collectives_s
-from planner.specs import GPUSpec, JobSpec, ModelSpec, NodeGroup
+from planner.specs import GPUSpec, JobSpec, ModelSpec, NodeGroup, compute_capability_major
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +39,41 @@ class AttentionBlock:
     rope_elements: float = 0.0
     """Q and K elements rotated by RoPE, for eager pricing (:mod:`cost_models.elementwise`)."""
     attn_bwd_s: float | None = None
-    """Core attention backward; None = 2.5 x forward (fused attention: FlashAttention-2, Dao 2023,
-    Sec. 3.1.2, recomputes the scores in backward, 2.5 forwards' FLOPs)."""
+    """Core attention backward; None = :data:`FUSED_BACKWARD_FORWARDS` x forward."""
+
+
+FUSED_BACKWARD_FORWARDS = 2.5
+"""A fused attention backward in forwards (FlashAttention-2, Dao 2023, Sec. 3.1.2: it recomputes the
+scores, 2.5 forwards' FLOPs)."""
+
+
+FLASH2_SPEED = (329.483 / 631.338, 318.0 / 518.0)
+"""Speed of FlashAttention-2 kernels relative to the GPU's own fused attention kernel from Hopper
+on, (forward, backward):
+
+* forward: PyTorch SDPA's default backend (FlashAttention-2) ran a causal 24-head, 4,608-token,
+  head-dim 128 forward at 329.5 TFLOP/s on an H100, cuDNN's fused attention at 631.3 and
+  FlashAttention-3 at 631.8 (pytorch/pytorch issue #142132, PyTorch 2.6.0.dev20241204; the
+  maintainers' answer: expected, cuDNN is not SDPA's default, pytorch/pytorch #141133);
+* backward: FlashAttention-3's paper (Shah et al. 2024, arXiv:2407.08608), its figure "Attention
+  backward speed, head dim 128 (H100 80GB SXM5)": FlashAttention-2 318 TFLOP/s, cuDNN 518 at 8k
+  tokens (310 / 499 at 4k, 322 / 516 at 16k).
+
+The paper's abstract puts FlashAttention-2 at 35% of an H100's peak and FlashAttention-3 at
+1.5-2.0x it: FlashAttention-2 predates Hopper's asynchronous tensor-core instructions (wgmma, TMA)
+and Blackwell's. PyTorch makes cuDNN SDPA's first choice on sm90 and sm100 only with cuDNN newer
+than 9.15 (``check_prefer_cudnn_attention``, aten sdp_utils.cpp), which its 2.11 wheels bundle;
+pytorch/pytorch #138522 had made cuDNN opt-in after the 2.5 release."""
+
+
+def kernel_speed(job: JobSpec, gpu: GPUSpec) -> tuple[float, float]:
+    """Speed of the job's core-attention kernels relative to the GPU's fused ones, (forward,
+    backward): :data:`FLASH2_SPEED` for ``flash2`` on Hopper and later (compute capability 9+),
+    where FlashAttention-2 is not the generation's kernel; 1 otherwise (on Ampere FlashAttention-2
+    is the fused kernel)."""
+    if job.attention_impl == "flash2" and compute_capability_major(gpu.name) >= 9:
+        return FLASH2_SPEED
+    return 1.0, 1.0
 
 
 UNFUSED_SCORE_BYTES = {"forward": (2.0, 4.0, 5.0, 2.0), "backward": (2.0, 2.0, 5.0, 6.0, 2.0, 2.0)}
@@ -128,10 +161,9 @@ def attention_block(
         )
         kept = UNFUSED_KEPT_BYTES * scores  # softmax output, dropout mask and output
     else:
-        attn_fwd = attention_s(
-            T * span * model.core_attention_width / t, gpu, prec, kernel_keys(span, job, c)
-        )
-        attn_bwd = None
+        fused = attention_s(T * span * model.core_attention_width / t, gpu, prec, kernel_keys(span, job, c))
+        fwd_speed, bwd_speed = kernel_speed(job, gpu)
+        attn_fwd, attn_bwd = fused / fwd_speed, FUSED_BACKWARD_FORWARDS * fused / bwd_speed
         kept = 4 * T * model.num_attention_heads / t  # fp32 log-sum-exp of flash attention
     model_flop = (
         3 * (2 * T * h * (q + 2 * kv) + 2 * T * q * h + 2 * T * span * model.core_attention_width) / t
@@ -210,7 +242,9 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
     gemm += linear_s(T, a * dqk / t, q_in, gpu, prec)
     gemm += linear_s(T, a * (dn + dv) / t, rkv, gpu, prec)
     gemm += linear_s(T, h, a * dv / t, gpu, prec)
-    attn_fwd = attention_s(T * span * model.core_attention_width / t, gpu, prec, kernel_keys(span, job, c))
+    fused = attention_s(T * span * model.core_attention_width / t, gpu, prec, kernel_keys(span, job, c))
+    fwd_speed, bwd_speed = kernel_speed(job, gpu)
+    attn_fwd, attn_bwd = fused / fwd_speed, FUSED_BACKWARD_FORWARDS * fused / bwd_speed
     q_term = rq * (h + a * dqk + 1) if rq else h * a * dqk
     linear = q_term + rkv * (h + a * (dn + dv) + 1) + h * dr + a * dv * h
     model_flop = 3 * (2 * T * linear + 2 * T * span * model.core_attention_width) / t
@@ -246,6 +280,7 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
     return AttentionBlock(
         gemm=gemm,
         attn_fwd_s=attn_fwd,
+        attn_bwd_s=attn_bwd,
         model_flop=model_flop,
         elem_bytes=elem,
         act_bytes=act,

@@ -30,6 +30,7 @@ import numpy as np
 
 from cost_models import communication as comm
 from cost_models import memory as mem
+from cost_models.attention import FUSED_BACKWARD_FORWARDS, kernel_speed
 from cost_models.compute import COMPUTE_DTYPE, attention_s, gemm_efficiency, gemm_s
 from cost_models.estimate import Estimate, StageEstimate, dp_sync, table_for
 from cost_models.graph_schedule import depths, simulate_graph, topological_order
@@ -114,8 +115,12 @@ def _non_causal_extra(block: Block, job: JobSpec, c: ParallelConfig, node: NodeG
     m = block.transformer
     T = c.micro_batch_size * block.tokens(job.seq_length)
     s = block.tokens(job.seq_length)
-    fwd = attention_s(2 * T * s * m.query_projection_size / c.tp, node.gpu, job.precision, s)
-    return LayerCost(forward_s=fwd, backward_input_s=2.5 * fwd, selective_recompute_s=fwd)
+    fused = attention_s(2 * T * s * m.query_projection_size / c.tp, node.gpu, job.precision, s)
+    fwd_speed, bwd_speed = kernel_speed(job, node.gpu)
+    fwd = fused / fwd_speed
+    return LayerCost(
+        forward_s=fwd, backward_input_s=FUSED_BACKWARD_FORWARDS * fused / bwd_speed, selective_recompute_s=fwd
+    )
 
 
 def _cross_attention(
@@ -131,7 +136,9 @@ def _cross_attention(
     sp_div = t if c.sp else 1
     gemms = gemm_s(T, q / t, h, gpu, prec) + gemm_s(T_enc, 2 * kv_local, h_enc, gpu, prec)
     gemms += gemm_s(T, h, q / t, gpu, prec)
-    attn = attention_s(4 * T * s_enc * q / t, gpu, prec, s_enc)
+    fused = attention_s(4 * T * s_enc * q / t, gpu, prec, s_enc)
+    fwd_speed, bwd_speed = kernel_speed(job, gpu)
+    attn, attn_bwd = fused / fwd_speed, FUSED_BACKWARD_FORWARDS * fused / bwd_speed
     tp = tp_collectives_s(T * h * ACT_BYTES, c, node, 1)
     act = (T * h / sp_div + T * q / t + T_enc * 2 * kv_local + T * q / t) * ACT_BYTES
     act += 4 * T * m.num_attention_heads / t
@@ -141,7 +148,7 @@ def _cross_attention(
         params_replicated=m.norm_params(),
         model_flop=3 * (2 * T * h * q + 2 * T_enc * h_enc * 2 * kv + 2 * T * q * h + 4 * T * s_enc * q) / t,
         forward_s=gemms + attn,
-        backward_input_s=gemms + 2.5 * attn,
+        backward_input_s=gemms + attn_bwd,
         backward_weight_s=gemms,
         forward_comm_s=tp,
         backward_comm_s=tp,

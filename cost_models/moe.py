@@ -118,44 +118,80 @@ def dispatch_traffic(routed: float, topk: int, dispatcher: str, sort_chunks: boo
 
 MOE_LAUNCHES = {
     # part: (forward kernels, backward kernels), eager Megatron-Core with Transformer Engine
-    "router": (10, 10),
+    "router": (11, 12),
     "preprocess": (8, 0),
     "dispatch": (6, 6),
     "experts": (6, 8),
+    "residual": (1, 1),
 }
-"""Kernels one MoE layer launches outside its expert GEMMs, per part and pass, counted on
-Megatron-Core's MoE layer (megatron/core/transformer/moe/moe_layer.py, router.py,
+"""Kernels one MoE layer launches outside its expert GEMMs and its attention, per part and pass,
+counted on Megatron-Core's MoE layer (megatron/core/transformer/moe/moe_layer.py, router.py,
 token_dispatcher.py, experts.py ``TEGroupedMLP``) with its fusions on (``--moe-router-fusion``,
-``--moe-permute-fusion``): the router's gating GEMM, fused top-k/score function and auxiliary-loss
+``--moe-permute-fusion``): the pre-MLP norm (``TransformerLayer.pre_mlp_layernorm``, a TENorm, and
+its two backward kernels), the router's gating GEMM, fused top-k/score function and auxiliary-loss
 kernels and their gradients; the dispatcher's preprocess (token counts per expert, their
 all-to-all or all-gather, the device-to-host copy it synchronises on); permute, all-to-all, sort and
-their reverses; the experts' FP8 casts and fused activation. The expert GEMMs come on top: one per
-local expert and linear under Transformer Engine's multi-stream grouped GEMM
-(:func:`host_launches`)."""
+their reverses; the experts' FP8 casts and fused activation; the MLP's residual add
+(``mlp_bda``). The expert GEMMs come on top: one per local expert and linear under Transformer
+Engine's multi-stream grouped GEMM (:func:`host_launches`)."""
+
+ATTENTION_LAUNCHES = (7, 11)
+"""Kernels the attention half of a decoder layer launches, (forward, backward), counted on
+Megatron-Core's ``TransformerLayer._forward_attention`` with the Transformer Engine layer spec
+(megatron/core/transformer/transformer_layer.py, attention.py ``SelfAttention``): the input norm
+fused into the QKV GEMM (``TELayerNormColumnParallelLinear``: norm and GEMM), RoPE on queries and
+keys (two fused kernels), the fused attention kernel, the output projection and the residual add
+(``self_attn_bda``): 7 forward. Backward: the two GEMMs' input and weight gradients (4), the
+attention backward with its dO.O preprocess (2), RoPE (2), the norm's input and weight gradients
+(2) and the residual (1): 11. Query/key norms (``--qk-layernorm``) add one kernel each forward and
+two backward; multi-latent attention's four projections (q down/up, kv down/up) and latent norm
+replace the one QKV GEMM: 4 more forward, 8 backward (:func:`attention_launches`)."""
+
 MOE_GRAPH_PARTS = {
     "moe": ("router", "preprocess", "dispatch", "experts"),
     "moe_router": ("router",),
     "moe_preprocess": ("preprocess",),
-    "full_iteration": ("router", "preprocess", "dispatch", "experts"),
+    "attn": ("attention",),
+    "full_iteration": ("attention", "router", "preprocess", "dispatch", "experts", "residual"),
 }
-"""The MoE-layer parts each CUDA-graph scope captures (Megatron-Core ``--cuda-graph-scope`` help:
-``moe`` the whole MoE MLP, ``moe_router`` up to ``MoELayer.router()``, ``moe_preprocess``
-``MoELayer.preprocess()``, ``full_iteration`` everything); ``full`` (whole dense layers) and
-``attn`` capture nothing of the MoE MLP."""
+"""The parts of an MoE layer each CUDA-graph scope captures (Megatron-Core ``--cuda-graph-scope``
+help and ``TransformerLayer._get_submodules_under_cudagraphs``: ``attn`` the input norm and
+self-attention, ``moe`` the pre-MLP norm and the whole MoE MLP, ``moe_router`` the pre-MLP norm and
+the router, ``moe_preprocess`` ``MoELayer.preprocess()``, ``full_iteration`` everything); ``full``
+(whole dense layers) captures nothing of an MoE layer."""
 
 
-def host_launches(local_experts: float, dispatcher: str, scope: tuple[str, ...]) -> tuple[float, float]:
-    """Kernels the host issues for one MoE layer's MLP, (forward, backward).
+def attention_launches(model: ModelSpec) -> tuple[float, float]:
+    """Kernels the attention half of one decoder layer launches, (forward, backward)
+    (:data:`ATTENTION_LAUNCHES`, with query/key norms and multi-latent attention's projections)."""
+    fwd, bwd = ATTENTION_LAUNCHES
+    if model.qk_layernorm:
+        fwd, bwd = fwd + 2, bwd + 4
+    if model.multi_latent_attention:
+        fwd, bwd = fwd + 4, bwd + 8
+    return float(fwd), float(bwd)
 
-    :data:`MOE_LAUNCHES` plus the expert GEMMs: Transformer Engine's ``GroupedLinear`` issues one
-    cuBLAS GEMM per local expert (``multi_stream_cublas_gemm``, TransformerEngine
-    transformer_engine/common/gemm/cublaslt_gemm.cu), two linears forward (fc1, fc2) and their input
-    and weight gradients backward. The flex dispatcher's fused kernels replace permute and sort
-    (4 of the 6 dispatch kernels per pass). A part a CUDA-graph ``scope`` captures is one graph
-    launch instead."""
+
+def host_launches(
+    local_experts: float,
+    dispatcher: str,
+    scope: tuple[str, ...],
+    attention: tuple[float, float] = ATTENTION_LAUNCHES,
+) -> tuple[float, float]:
+    """Kernels the host issues for one MoE decoder layer, (forward, backward).
+
+    The dispatcher synchronises the host on the token counts once per MoE layer, so between two
+    synchronisations the host issues one whole layer: its ``attention`` half
+    (:func:`attention_launches`), :data:`MOE_LAUNCHES`, and the expert GEMMs: Transformer Engine's
+    ``GroupedLinear`` issues one cuBLAS GEMM per local expert (``multi_stream_cublas_gemm``,
+    TransformerEngine transformer_engine/common/gemm/cublaslt_gemm.cu), two linears forward (fc1,
+    fc2) and their input and weight gradients backward. The flex dispatcher's fused kernels replace
+    permute and sort (4 of the 6 dispatch kernels per pass). A part a CUDA-graph ``scope`` captures
+    is one graph launch instead."""
     captured = {part for s in scope for part in MOE_GRAPH_PARTS.get(s, ())}
+    parts = {"attention": attention, **MOE_LAUNCHES}
     fwd = bwd = 0.0
-    for part, (f, b) in MOE_LAUNCHES.items():
+    for part, (f, b) in parts.items():
         if part == "dispatch" and dispatcher == "flex":
             f, b = f - 4, b - 4
         if part == "experts":
@@ -188,7 +224,7 @@ class RoutedBlock:
     """Expert-parallel communication of one pass (dispatch + combine), before any overlap."""
     ep_bytes: float
     host_launches: tuple[float, float]
-    """Kernels the host issues for the MoE MLP, (forward, backward) (:func:`host_launches`)."""
+    """Kernels the host issues for the whole MoE layer, (forward, backward) (:func:`host_launches`)."""
 
 
 def routed_block(
@@ -268,5 +304,7 @@ def routed_block(
         ffn_elements=ffn_elements,
         ep_fwd_s=ep_s,
         ep_bytes=ep_bytes,
-        host_launches=host_launches(local_experts, job.moe_dispatcher, job.cuda_graph_scope),
+        host_launches=host_launches(
+            local_experts, job.moe_dispatcher, job.cuda_graph_scope, attention_launches(model)
+        ),
     )

@@ -26,7 +26,7 @@ from planner.frameworks.torchtitan.capabilities import layer_sac_recomputed_laye
 from planner.loading import load_cluster, load_gpu, load_template, make_job
 from planner.software import apply as apply_software
 from planner.software import efficiency_family, software_class
-from planner.specs import EAGER_OPS, ClusterSpec, JobSpec, ModelSpec
+from planner.specs import EAGER_OPS, ClusterSpec, JobSpec, ModelSpec, compute_capability_major
 
 DEFAULT_RUNS = Path(__file__).resolve().parent.parent / "tests" / "data" / "published_runs.yaml"
 DEFAULT_MEMORY = Path(__file__).resolve().parent.parent / "tests" / "data" / "published_memory.yaml"
@@ -158,11 +158,28 @@ Megatron-DeepSpeed fork of 2022, the same code; OneFlow-GPT's ``bmm`` + fused sc
 dropout (DLPerf, 2021), priced as Megatron's."""
 
 
+FLASH2_ATTENTION_SOURCES = ("pytorch/torchtitan", "mosaicml/llm-foundry")
+"""Sources whose runs below Blackwell used FlashAttention-2 kernels (``JobSpec.attention_impl``
+``flash2``, priced below the fused kernel from Hopper on: cost_models.attention.FLASH2_SPEED).
+torchtitan calls PyTorch SDPA with its own backend order: flash attention (FlashAttention-2) first,
+cuDNN first only on compute capability 10 (torchtitan/models/attention.py
+``ScaledDotProductAttention._init_backend`` at f4048f8e, 2025-06; ``F.scaled_dot_product_attention``
+with PyTorch's default order, FlashAttention-2 first on Hopper in its 2.6 nightlies, at ba246978,
+2024-12, the benchmarks' dates); cuDNN first everywhere only from torchtitan 0.2.2 (2026-02), the
+release planner's torchtitan export targets. llm-foundry's MPT benchmarks use the flash-attn package
+(scripts/train/benchmarking/README.md: "our models use Flash Attention"; 2.x in 2023-2024)."""
+
+
 def _attention_impl(run: dict, notes: list[str]) -> str:
-    """``unfused`` for the runs of :data:`UNFUSED_ATTENTION_SOURCES`, else ``fused``."""
+    """``unfused`` for the runs of :data:`UNFUSED_ATTENTION_SOURCES`, ``flash2`` for those of
+    :data:`FLASH2_ATTENTION_SOURCES`, else ``fused``."""
     if source_of(run).startswith(UNFUSED_ATTENTION_SOURCES):
         notes.append("unfused attention (score matrix in HBM; pre-FlashAttention software)")
         return "unfused"
+    gpu = str(run.get("hardware", {}).get("gpu", ""))
+    if source_of(run).startswith(FLASH2_ATTENTION_SOURCES) and compute_capability_major(gpu) < 10:
+        notes.append("FlashAttention-2 kernels (PyTorch SDPA's default / flash-attn 2)")
+        return "flash2"
     return "fused"
 
 

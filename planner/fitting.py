@@ -119,14 +119,17 @@ UNCALIBRATED = EfficiencySpec(
     kernel_overhead_s=20e-6,
     comm_overlap_slowdown=0.18,
     grouped_gemm_efficiency=1.0,
-    host_launch_s=10e-6,
+    host_launch_s=30e-6,
 )
 """The vendor-typical starting values every uncalibrated GPU type carries
 (hardware_profiles/gpus/b200.yaml), and an overlap slowdown of 24 of 132 SMs (the CTAs an NCCL
 all-gather takes on an H100; EfficiencySpec.comm_overlap_slowdown), a grouped GEMM as fast as one
-kernel (the H100 measurement, cost_models.moe.grouped_linear_s) and 10 us of host time per kernel
-launch (the low end of the 5-50 us EfficiencySpec.host_launch_s cites). Leave-one-source-out fits
-start here, not from the shipped fit."""
+kernel (the H100 measurement, cost_models.moe.grouped_linear_s) and 30 us of host time per kernel
+launch: TransformerEngine issue #2053 (2025-08) measures the CPU time of one BF16 linear forward
+(one GEMM kernel) at 13.5 us for ``torch.nn.Linear`` on an H100 DGX's Xeon 8480C, 37 us for it on a
+GB200's Grace and 100 us for Transformer Engine's ``Linear`` there; 30 us is near the geometric
+middle of that range, which the prior's width (PRIOR_LOG_SD, a factor e) spans. Leave-one-source-out
+fits start here, not from the shipped fit."""
 
 PARAMS = (
     "gemm_efficiency_max",
@@ -202,7 +205,7 @@ def source_loss(group: list[Case], eff: EfficiencySpec) -> float:
 PRIOR_LOG_SD = {
     "gemm_efficiency_max": 0.15,
     "gemm_half_efficiency_flop": 1.0,
-    "attention_efficiency": 0.3,
+    "attention_efficiency": 0.15,
     "fp8_gemm_speedup": 0.1,
     "kernel_overhead_s": 1.0,
     "comm_overlap_slowdown": 0.5,
@@ -212,8 +215,10 @@ PRIOR_LOG_SD = {
 """Width of the prior, in natural log units, per parameter: how far a family's value may be
 expected to sit from its parent's transferred value. Chosen, not fitted: GEMM ceilings of one
 software generation differ by about 15% between GPU generations (measured H100 and H200 GEMM
-kernels fit 0.71 and 0.70, docs/calibration.md); attention kernels change more between
-generations (FlashAttention 2 -> 3); the GEMM latency, the kernel overhead, the host launch time and
+kernels fit 0.71 and 0.70, docs/calibration.md); so do the fused attention kernels, once the runs
+that ran FlashAttention-2 on Hopper are priced as such (``JobSpec.attention_impl`` ``flash2``,
+cost_models.attention.FLASH2_SPEED) instead of widening the prior to cover FlashAttention 2 -> 3
+(0.3 until 2026-11-25); the GEMM latency, the kernel overhead, the host launch time and
 the overlap slowdown are known only to within a factor of e (1.6 for the slowdown); a grouped GEMM
 may run at a fraction of one kernel's speed when issued per expert (factor 2 at one sigma)."""
 PRIOR_FLOOR = {"kernel_overhead_s": 1e-6, "comm_overlap_slowdown": 0.02, "host_launch_s": 1e-6}

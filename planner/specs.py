@@ -18,7 +18,7 @@ WINDOW_TYPES = ("sliding", "chunked")
 SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
 PRECISIONS = ("bf16", "fp16", "fp8")
 DTYPES = ("fp32", "bf16", "fp16")
-ATTENTION_IMPLS = ("fused", "unfused")
+ATTENTION_IMPLS = ("fused", "unfused", "flash2")
 """How core attention runs (:attr:`JobSpec.attention_impl`)."""
 
 EAGER_OPS = ("norm", "rope", "activation")
@@ -337,9 +337,12 @@ class EfficiencySpec:
     host_launch_s: float = 0.0
     """Host (CPU) time to issue one kernel from an eager PyTorch module (Python, the dispatcher and
     the CUDA launch; 5-50 us per kernel, NVIDIA's CUDA Graphs documentation and Megatron-Core's
-    ``--cuda-graph-impl`` help). It bounds an MoE layer's pass from below, since the token
-    dispatcher synchronises the host on the token counts every layer
-    (cost_models.moe.host_launches); 0 = never binding. Fitted per GPU family on its MoE runs."""
+    ``--cuda-graph-impl`` help; 13.5-100 us per linear forward, TransformerEngine issue #2053). It
+    bounds an MoE layer's pass from below, since the token dispatcher synchronises the host on the
+    token counts every layer, so the host issues each whole layer after the GPU has drained
+    (cost_models.moe.host_launches; Megatron-Core's MoE README, "CPU Overhead Bottleneck": reduce
+    kernel launches by a smaller TP or a larger micro-batch); 0 = never binding. Fitted per GPU
+    family on its MoE runs."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -516,10 +519,15 @@ class JobSpec:
     order."""
     attention_impl: str = "fused"
     """Core attention (:data:`ATTENTION_IMPLS`): ``fused``, one flash-attention kernel per
-    direction (FlashAttention, cuDNN / Transformer Engine fused attention, PyTorch SDPA), or
-    ``unfused``, Megatron-LM's ``CoreAttention`` before flash attention (2019-2022 releases,
-    Megatron-DeepSpeed): two batched GEMMs around a fused scale-mask-softmax kernel and attention
-    dropout, with the score matrix written to HBM (:func:`cost_models.attention.unfused_core_attention`)."""
+    direction written for the GPU's generation (cuDNN / Transformer Engine fused attention,
+    FlashAttention-3 on Hopper, FlashAttention-2 on Ampere, PyTorch SDPA where it picks cuDNN);
+    ``flash2``, FlashAttention-2 kernels on any GPU (the flash-attn 2 package, and PyTorch SDPA's
+    default backend on Hopper and Blackwell before PyTorch 2.11), which run at
+    :data:`cost_models.attention.FLASH2_SPEED` of the fused kernel from Hopper on
+    (:func:`cost_models.attention.kernel_speed`); or ``unfused``, Megatron-LM's ``CoreAttention``
+    before flash attention (2019-2022 releases, Megatron-DeepSpeed): two batched GEMMs around a
+    fused scale-mask-softmax kernel and attention dropout, with the score matrix written to HBM
+    (:func:`cost_models.attention.unfused_core_attention`)."""
 
     @property
     def tokens_per_step(self) -> int:
@@ -528,12 +536,23 @@ class JobSpec:
 
 
 def compute_capability_major(gpu_name: str) -> int:
-    """CUDA compute-capability major of a GPU preset, for what Megatron-LM ties to the architecture
-    (``get_device_arch_version() < 10`` in validate_args): Blackwell (B100/B200/GB200/B300/GB300) is
-    10; every other preset planner ships (Volta to Hopper, L40S; AMD Instinct counted as before
-    Blackwell) is below."""
+    """CUDA compute-capability major of a GPU preset (NVIDIA's CUDA GPUs table,
+    developer.nvidia.com/cuda-gpus), for what depends on the architecture: Megatron-LM's
+    ``get_device_arch_version() < 10`` in validate_args, and kernels written for one generation.
+    Volta (V100) 7, Ampere and Ada (A100, A10, A30, A40, L4, L40S) 8, Hopper (H100, H200, H800,
+    GH200) 9, Blackwell (B100, B200, GB200, B300, GB300) 10; 0 for a GPU without a CUDA compute
+    capability (AMD Instinct) or one not named here, which counts as before Blackwell."""
     name = gpu_name.lower()
-    return 10 if any(k in name for k in ("b100", "b200", "gb200", "b300", "gb300")) else 9
+    table = (
+        (10, ("b100", "b200", "gb200", "b300", "gb300")),
+        (9, ("h100", "h200", "h800", "gh200")),
+        (8, ("a100", "a10", "a30", "a40", "l40", "l4")),
+        (7, ("v100",)),
+    )
+    for major, keys in table:
+        if any(k in name for k in keys):
+            return major
+    return 0
 
 
 MOE_DISPATCHERS = ("alltoall", "allgather", "flex")

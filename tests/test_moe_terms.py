@@ -99,25 +99,42 @@ def test_dispatch_traffic_by_dispatcher():
     )
 
 
-def test_host_launches_count_expert_gemms_and_cuda_graphs_remove_them():
+PARTS = ("router", "preprocess")
+
+
+def test_host_launches_count_the_whole_layer_and_cuda_graphs_remove_parts():
     fwd, bwd = moe.host_launches(16, "alltoall", ())
-    base_f = sum(f for f, _ in moe.MOE_LAUNCHES.values())
-    base_b = sum(b for _, b in moe.MOE_LAUNCHES.values())
+    base_f = sum(f for f, _ in moe.MOE_LAUNCHES.values()) + moe.ATTENTION_LAUNCHES[0]
+    base_b = sum(b for _, b in moe.MOE_LAUNCHES.values()) + moe.ATTENTION_LAUNCHES[1]
     assert (fwd, bwd) == (base_f + 2 * 16, base_b + 4 * 16)
     # each local expert adds two forward GEMMs and four backward ones
     f8, b8 = moe.host_launches(8, "alltoall", ())
     assert (fwd - f8, bwd - b8) == (16, 32)
     # the flex dispatcher fuses permute and sort into its kernels
     assert moe.host_launches(16, "flex", ())[0] == fwd - 4
-    # graphs: router + preprocess captured -> one launch each; the whole MoE -> one per part
+    # graphs: attention, router + preprocess captured -> one launch each
     part = moe.host_launches(16, "alltoall", ("attn", "moe_router", "moe_preprocess"))
-    assert part[0] == fwd - (moe.MOE_LAUNCHES["router"][0] - 1) - (moe.MOE_LAUNCHES["preprocess"][0] - 1)
-    assert moe.host_launches(16, "alltoall", ("full_iteration",)) == moe.host_launches(
-        16, "alltoall", ("moe",)
-    )
-    assert moe.host_launches(16, "alltoall", ("moe",))[0] == len(moe.MOE_LAUNCHES)
-    # whole dense layers ("full") and attention capture nothing of the MoE MLP
-    assert moe.host_launches(16, "alltoall", ("full", "attn")) == (fwd, bwd)
+    captured = sum(n - 1 for n in (moe.ATTENTION_LAUNCHES[0], *(moe.MOE_LAUNCHES[p][0] for p in PARTS)))
+    assert part[0] == fwd - captured
+    # the whole iteration: one launch per part; the whole MoE MLP leaves attention and residual eager
+    whole = moe.host_launches(16, "alltoall", ("full_iteration",))
+    parts = [moe.ATTENTION_LAUNCHES, *moe.MOE_LAUNCHES.values()]
+    assert whole == (sum(min(f, 1) for f, _ in parts), sum(min(b, 1) for _, b in parts))
+    mlp = moe.host_launches(16, "alltoall", ("moe",))
+    assert mlp[0] == 4 + moe.ATTENTION_LAUNCHES[0] + moe.MOE_LAUNCHES["residual"][0]
+    # whole dense layers ("full") capture nothing of an MoE layer
+    assert moe.host_launches(16, "alltoall", ("full",)) == (fwd, bwd)
+
+
+def test_attention_launches_follow_the_attention_kind():
+    from planner.loading import load_model
+
+    llama_like = load_model("llama3-8b")
+    assert moe.attention_launches(llama_like) == moe.ATTENTION_LAUNCHES
+    qwen = load_model("qwen3-30b-a3b")  # query/key norms
+    assert moe.attention_launches(qwen) == (moe.ATTENTION_LAUNCHES[0] + 2, moe.ATTENTION_LAUNCHES[1] + 4)
+    dsv3 = load_model("deepseek-v3")  # multi-latent attention with its latent norms
+    assert moe.attention_launches(dsv3)[0] > moe.ATTENTION_LAUNCHES[0] + 4
 
 
 def _qwen_layer(job_kw=None, eff=None, ep=8, pp=1, vpp=1):
@@ -141,7 +158,10 @@ def _qwen_layer(job_kw=None, eff=None, ep=8, pp=1, vpp=1):
 def test_host_bound_moe_layer_takes_its_launch_time():
     fast = _qwen_layer(eff={"host_launch_s": 0.0})
     slow = _qwen_layer(eff={"host_launch_s": 1e-3})  # 1 ms per kernel: the host binds
-    fwd, bwd = moe.host_launches(128 / 8, "alltoall", ())
+    from planner.loading import load_model
+
+    m = load_model("qwen3-30b-a3b")
+    fwd, bwd = moe.host_launches(128 / 8, "alltoall", (), moe.attention_launches(m))
     assert slow.forward_s + slow.forward_comm_s == pytest.approx(fwd * 1e-3)
     assert slow.backward_input_s + slow.backward_weight_s + slow.backward_comm_s == pytest.approx(bwd * 1e-3)
     assert fast.forward_s < slow.forward_s

@@ -134,8 +134,10 @@ AttentionImplOpt = Annotated[
     Optional[str],
     typer.Option(
         "--attention-impl",
-        help="Core attention: fused (flash attention, the default) or unfused (the score matrix in HBM: "
-        "Megatron-LM before flash attention, Megatron --attention-backend unfused).",
+        help="Core attention: fused (the GPU generation's flash attention: cuDNN, FlashAttention-3 on "
+        "Hopper; the default), flash2 (FlashAttention-2 kernels, about half as fast from Hopper on: "
+        "flash-attn 2, PyTorch SDPA before 2.11) or unfused (the score matrix in HBM: Megatron-LM "
+        "before flash attention, Megatron --attention-backend unfused).",
         rich_help_panel=PANEL_INPUTS,
     ),
 ]

@@ -18,7 +18,6 @@
 """
 
 from planner.frameworks.base import Capabilities, Framework
-from planner.specs import ATTENTION_IMPLS
 
 MEGATRON = Framework(
     name="megatron",
@@ -59,8 +58,10 @@ MEGATRON = Framework(
         # bias-GELU and bias-dropout-add fusions are its defaults (--no-*-fusion turns them off;
         # planner neither exports nor prices those).
         eager_ops=((),),
-        # --attention-backend unfused (AttnBackend, megatron/core/transformer/enums.py)
-        attention_impls=ATTENTION_IMPLS,
+        # --attention-backend unfused (AttnBackend, megatron/core/transformer/enums.py); the default
+        # backend is Transformer Engine's choice of fused kernel for the GPU (cuDNN or flash-attn),
+        # which planner prices as the generation's fused kernel. No flag pins FlashAttention-2.
+        attention_impls=("fused", "unfused"),
     ),
     source="megatron/training/arguments.py, megatron/core/pipeline_parallel/schedules.py (megatron-core 0.19.2)",
 )
