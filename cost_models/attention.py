@@ -22,6 +22,8 @@ class AttentionBlock:
     gemm: LinearTimes
     """Projection GEMMs: forward, input-gradient and weight-gradient times."""
     attn_fwd_s: float
+    attn_bwd_s: float
+    """Core attention forward and backward."""
     model_flop: float
     elem_bytes: float
     act_bytes: float
@@ -38,8 +40,6 @@ class AttentionBlock:
     """Elements the block's own norms normalise (MLA's latent norms, QK norms), for eager pricing."""
     rope_elements: float = 0.0
     """Q and K elements rotated by RoPE, for eager pricing (:mod:`cost_models.elementwise`)."""
-    attn_bwd_s: float | None = None
-    """Core attention backward; None = :data:`FUSED_BACKWARD_FORWARDS` x forward."""
 
 
 FUSED_BACKWARD_FORWARDS = 2.5
@@ -74,6 +74,14 @@ def kernel_speed(job: JobSpec, gpu: GPUSpec) -> tuple[float, float]:
     if job.attention_impl == "flash2" and compute_capability_major(gpu.name) >= 9:
         return FLASH2_SPEED
     return 1.0, 1.0
+
+
+def core_attention_s(fused_forward_s: float, job: JobSpec, gpu: GPUSpec) -> tuple[float, float]:
+    """(forward, backward) seconds of the job's core-attention kernels, given the GPU's fused kernel
+    forward time: the backward is :data:`FUSED_BACKWARD_FORWARDS` forwards, each pass at its
+    :func:`kernel_speed`."""
+    fwd_speed, bwd_speed = kernel_speed(job, gpu)
+    return fused_forward_s / fwd_speed, FUSED_BACKWARD_FORWARDS * fused_forward_s / bwd_speed
 
 
 UNFUSED_SCORE_BYTES = {"forward": (2.0, 4.0, 5.0, 2.0), "backward": (2.0, 2.0, 5.0, 6.0, 2.0, 2.0)}
@@ -162,8 +170,7 @@ def attention_block(
         kept = UNFUSED_KEPT_BYTES * scores  # softmax output, dropout mask and output
     else:
         fused = attention_s(T * span * model.core_attention_width / t, gpu, prec, kernel_keys(span, job, c))
-        fwd_speed, bwd_speed = kernel_speed(job, gpu)
-        attn_fwd, attn_bwd = fused / fwd_speed, FUSED_BACKWARD_FORWARDS * fused / bwd_speed
+        attn_fwd, attn_bwd = core_attention_s(fused, job, gpu)
         kept = 4 * T * model.num_attention_heads / t  # fp32 log-sum-exp of flash attention
     model_flop = (
         3 * (2 * T * h * (q + 2 * kv) + 2 * T * q * h + 2 * T * span * model.core_attention_width) / t
@@ -187,6 +194,7 @@ def attention_block(
     return AttentionBlock(
         gemm=gemm,
         attn_fwd_s=attn_fwd,
+        attn_bwd_s=attn_bwd,
         model_flop=model_flop,
         elem_bytes=elem,
         act_bytes=act,
@@ -198,7 +206,6 @@ def attention_block(
         kv_width=2 * kv_local,
         norm_elements=T * (q / t + kv_local) if model.qk_layernorm else 0.0,
         rope_elements=rope_elements,
-        attn_bwd_s=attn_bwd,
     )
 
 
@@ -243,8 +250,7 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
     gemm += linear_s(T, a * (dn + dv) / t, rkv, gpu, prec)
     gemm += linear_s(T, h, a * dv / t, gpu, prec)
     fused = attention_s(T * span * model.core_attention_width / t, gpu, prec, kernel_keys(span, job, c))
-    fwd_speed, bwd_speed = kernel_speed(job, gpu)
-    attn_fwd, attn_bwd = fused / fwd_speed, FUSED_BACKWARD_FORWARDS * fused / bwd_speed
+    attn_fwd, attn_bwd = core_attention_s(fused, job, gpu)
     q_term = rq * (h + a * dqk + 1) if rq else h * a * dqk
     linear = q_term + rkv * (h + a * (dn + dv) + 1) + h * dr + a * dv * h
     model_flop = 3 * (2 * T * linear + 2 * T * span * model.core_attention_width) / t

@@ -30,7 +30,7 @@ import numpy as np
 
 from cost_models import communication as comm
 from cost_models import memory as mem
-from cost_models.attention import FUSED_BACKWARD_FORWARDS, kernel_speed
+from cost_models.attention import core_attention_s
 from cost_models.compute import COMPUTE_DTYPE, attention_s, gemm_efficiency, gemm_s
 from cost_models.estimate import Estimate, StageEstimate, dp_sync, table_for
 from cost_models.graph_schedule import depths, simulate_graph, topological_order
@@ -116,11 +116,8 @@ def _non_causal_extra(block: Block, job: JobSpec, c: ParallelConfig, node: NodeG
     T = c.micro_batch_size * block.tokens(job.seq_length)
     s = block.tokens(job.seq_length)
     fused = attention_s(2 * T * s * m.query_projection_size / c.tp, node.gpu, job.precision, s)
-    fwd_speed, bwd_speed = kernel_speed(job, node.gpu)
-    fwd = fused / fwd_speed
-    return LayerCost(
-        forward_s=fwd, backward_input_s=FUSED_BACKWARD_FORWARDS * fused / bwd_speed, selective_recompute_s=fwd
-    )
+    fwd, bwd = core_attention_s(fused, job, node.gpu)
+    return LayerCost(forward_s=fwd, backward_input_s=bwd, selective_recompute_s=fwd)
 
 
 def _cross_attention(
@@ -136,9 +133,7 @@ def _cross_attention(
     sp_div = t if c.sp else 1
     gemms = gemm_s(T, q / t, h, gpu, prec) + gemm_s(T_enc, 2 * kv_local, h_enc, gpu, prec)
     gemms += gemm_s(T, h, q / t, gpu, prec)
-    fused = attention_s(4 * T * s_enc * q / t, gpu, prec, s_enc)
-    fwd_speed, bwd_speed = kernel_speed(job, gpu)
-    attn, attn_bwd = fused / fwd_speed, FUSED_BACKWARD_FORWARDS * fused / bwd_speed
+    attn, attn_bwd = core_attention_s(attention_s(4 * T * s_enc * q / t, gpu, prec, s_enc), job, gpu)
     tp = tp_collectives_s(T * h * ACT_BYTES, c, node, 1)
     act = (T * h / sp_div + T * q / t + T_enc * 2 * kv_local + T * q / t) * ACT_BYTES
     act += 4 * T * m.num_attention_heads / t

@@ -30,7 +30,7 @@ from cost_models import communication as comm
 from cost_models import elementwise
 from cost_models import moe as moe_terms
 from cost_models import recompute as op_sac
-from cost_models.attention import FUSED_BACKWARD_FORWARDS, attention_block
+from cost_models.attention import attention_block
 from cost_models.compute import linear_s, memory_bound_s
 from cost_models.parallel import ParallelConfig, group
 from cost_models.tensors import ACT_BYTES, tokens_per_gpu, tp_collectives_s
@@ -239,7 +239,7 @@ def _decoder(
     at = attention_block(model, job, c, node, span)
     gemm = at.gemm
     attn_fwd = at.attn_fwd_s
-    attn_bwd = at.attn_bwd_s if at.attn_bwd_s is not None else FUSED_BACKWARD_FORWARDS * attn_fwd
+    attn_bwd = at.attn_bwd_s
     model_flop = at.model_flop
 
     # Memory-bound work per layer forward (bytes): 2 norms (read+write), 2 residual adds (2 reads,
