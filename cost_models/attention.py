@@ -66,14 +66,17 @@ than 9.15 (``check_prefer_cudnn_attention``, aten sdp_utils.cpp), which its 2.11
 pytorch/pytorch #138522 had made cuDNN opt-in after the 2.5 release."""
 
 
+def flash2_speed(gpu: GPUSpec) -> tuple[float, float]:
+    """Speed of FlashAttention-2's kernels on ``gpu`` relative to its fused ones, (forward,
+    backward): :data:`FLASH2_SPEED` from Hopper on (compute capability 9+); 1 on Ampere, where
+    FlashAttention-2 is the fused kernel."""
+    return FLASH2_SPEED if compute_capability_major(gpu.name) >= 9 else (1.0, 1.0)
+
+
 def kernel_speed(job: JobSpec, gpu: GPUSpec) -> tuple[float, float]:
     """Speed of the job's core-attention kernels relative to the GPU's fused ones, (forward,
-    backward): :data:`FLASH2_SPEED` for ``flash2`` on Hopper and later (compute capability 9+),
-    where FlashAttention-2 is not the generation's kernel; 1 otherwise (on Ampere FlashAttention-2
-    is the fused kernel)."""
-    if job.attention_impl == "flash2" and compute_capability_major(gpu.name) >= 9:
-        return FLASH2_SPEED
-    return 1.0, 1.0
+    backward): :func:`flash2_speed` for ``flash2``, 1 otherwise."""
+    return flash2_speed(gpu) if job.attention_impl == "flash2" else (1.0, 1.0)
 
 
 def core_attention_s(fused_forward_s: float, job: JobSpec, gpu: GPUSpec) -> tuple[float, float]:

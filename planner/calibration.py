@@ -22,6 +22,7 @@ from cost_models.estimate import Estimate, estimate
 from cost_models.layers import model_flop_per_iteration
 from cost_models.parallel import ParallelConfig, account_for_split, resolve
 from planner.errors import PlannerError
+from planner.frameworks.megatron.importer import parse_layout
 from planner.frameworks.torchtitan.capabilities import layer_sac_recomputed_layers
 from planner.loading import load_cluster, load_gpu, load_template, make_job
 from planner.software import apply as apply_software
@@ -166,8 +167,12 @@ cuDNN first only on compute capability 10 (torchtitan/models/attention.py
 ``ScaledDotProductAttention._init_backend`` at f4048f8e, 2025-06; ``F.scaled_dot_product_attention``
 with PyTorch's default order, FlashAttention-2 first on Hopper in its 2.6 nightlies, at ba246978,
 2024-12, the benchmarks' dates); cuDNN first everywhere only from torchtitan 0.2.2 (2026-02), the
-release planner's torchtitan export targets. llm-foundry's MPT benchmarks use the flash-attn package
-(scripts/train/benchmarking/README.md: "our models use Flash Attention"; 2.x in 2023-2024)."""
+release planner's torchtitan export targets. llm-foundry's MPT benchmarks ran llm-foundry's Triton
+FlashAttention (its benchmark sweep, scripts/train/benchmarking/sweep.sh at 5e85bd62, passes no
+``--attn_impl``, and submit_benchmarks.py defaults to ``triton``, the kernel that carries MPT's
+ALiBi bias): a FlashAttention kernel of the pre-Hopper generation like FlashAttention-2, priced as
+it for want of a measured speed of its own (docs/calibration.md, "The measured attention kernels
+are FlashAttention-2")."""
 
 
 def _attention_impl(run: dict, notes: list[str]) -> str:
@@ -589,9 +594,29 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 schedule="interleaved" if vpp > 1 else "1f1b",
             )
             n_virtual = pp * vpp
+            emb_split = bool(par.get("account_for_embedding_in_pipeline_split"))
+            loss_split = bool(par.get("account_for_loss_in_pipeline_split"))
             if par.get("layers_per_stage"):
                 # The split the source's framework made (e.g. torchtitan's generate_split_points).
                 config = config.with_(layers_per_stage=tuple(int(x) for x in par["layers_per_stage"]))
+            elif par.get("pipeline_layout"):
+                # The recipe's --pipeline-model-parallel-layout (Megatron-Bridge's DeepSeek-V3 and
+                # Kimi-K2 configs): decoder layers per virtual stage as Megatron unrolls it.
+                stages = parse_layout(str(par["pipeline_layout"]))
+                if len(stages) != n_virtual or sum(s.count("t") for s in stages) != model.num_layers:
+                    raise PlannerError(
+                        f"pipeline_layout {par['pipeline_layout']!r} does not give {n_virtual} virtual "
+                        f"stages of {model.num_layers} layers in all"
+                    )
+                config = config.with_(layers_per_stage=tuple(s.count("t") for s in stages))
+                notes.append("pipeline layout from the recipe")
+            elif emb_split or loss_split:
+                # The recipe's --account-for-embedding/loss-in-pipeline-split (Megatron-Bridge's
+                # Llama 3.1 405B and Qwen3-235B pretrain configs).
+                config = config.with_(
+                    layers_per_stage=account_for_split(model.num_layers, n_virtual, emb_split, loss_split)
+                )
+                notes.append("embedding and loss accounted in the pipeline split (recipe)")
             elif model.num_layers < n_virtual and (model.num_layers + 2) % n_virtual == 0:
                 # More virtual stages than layers: Megatron's recipes account the embedding and the
                 # loss as one layer each (e.g. Qwen3-235B, 94 layers, pp 32 x vpp 3).

@@ -7,9 +7,12 @@ scripts/calibrate.py), prints, per kernel family, the model's time against the m
 * GEMMs: ``cost_models.compute.gemm_s`` vs measured, the median and worst errors, and the GEMM
   efficiency curve ``e_max * F / (F + F_half)`` fitted to the kernels alone (least squares on
   log time) beside the calibrated one;
-* fused attention: the efficiency the kernel reaches (executed FLOPs over peak x time) beside the
-  calibrated ``attention_efficiency``, and the measured backward / forward ratio beside the
-  model's 2.5 (FlashAttention-2's 5 backward matmuls to 2 forward);
+* attention: scripts/measure_kernels.py times SDPA's FLASH_ATTENTION backend (FlashAttention-2), so
+  the model's time is the fused kernel's at the calibrated ``attention_efficiency`` slowed by
+  FlashAttention-2's speed on this GPU (cost_models.attention.flash2_speed); the efficiency the
+  kernel reaches (executed FLOPs over peak x time) beside the efficiency the model charges it, and
+  the measured backward / forward ratio beside the model's (2.5 forwards, FlashAttention-2's 5
+  backward matmuls to 2 forward, at the backward's own speed);
 * memory-bound kernels: achieved bandwidth over the datasheet's, beside ``hbm_efficiency``.
 
 No GPU needed. Usage: python scripts/compare_kernels.py
@@ -27,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cost_models.attention import FUSED_BACKWARD_FORWARDS, flash2_speed  # noqa: E402
 from cost_models.compute import attention_s, gemm_s  # noqa: E402
 from planner.fitting import fit_gemm_curve, gemm_gpu_times  # noqa: E402
 from planner.loading import load_gpu  # noqa: E402
@@ -47,8 +51,9 @@ def compare(data: dict, gpu_name: str) -> dict:
     refit = (flop + f_fit) / (peak * e_fit)
     att = data["attention"]
     att_rows = []
+    fwd_speed, bwd_speed = flash2_speed(gpu)
     for a in att:
-        fwd_model = attention_s(a["forward_flop_executed"], gpu, "bf16", a["seq"])
+        fwd_model = attention_s(a["forward_flop_executed"], gpu, "bf16", a["seq"]) / fwd_speed
         att_rows.append(
             {
                 "seq": a["seq"],
@@ -91,7 +96,8 @@ def compare(data: dict, gpu_name: str) -> dict:
         },
         "attention": {
             "calibrated_efficiency": e.attention_efficiency,
-            "model_backward_over_forward": 2.5,
+            "flash2_efficiency": e.attention_efficiency * fwd_speed,
+            "model_backward_over_forward": FUSED_BACKWARD_FORWARDS * fwd_speed / bwd_speed,
             "rows": att_rows,
         },
         "memory": {"calibrated_hbm_efficiency": e.hbm_efficiency, "rows": mem},
@@ -133,7 +139,8 @@ def main() -> int:
         bwd = [x["backward_over_forward"] for x in rows]
         print(
             f"attention {'causal' if causal else 'bidirectional'}: kernel efficiency {min(eff):.2f}-{max(eff):.2f} "
-            f"(calibrated {a['calibrated_efficiency']:.2f}); backward/forward {min(bwd):.2f}-{max(bwd):.2f} (model 2.5)"
+            f"(model: fused {a['calibrated_efficiency']:.2f}, FlashAttention-2 {a['flash2_efficiency']:.2f} at most); "
+            f"backward/forward {min(bwd):.2f}-{max(bwd):.2f} (model {a['model_backward_over_forward']:.2f})"
         )
     for m in r["memory"]["rows"]:
         note = " (unfused eager: several kernels; Megatron fuses norms)" if "eager" in m["kernel"] else ""

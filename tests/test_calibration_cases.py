@@ -63,6 +63,33 @@ def test_tensor_parallel_overlap_only_where_the_source_says_so():
     assert not by["torchtitan_h100_202506_asynctp_bench_llama3_8b_64gpu_bf16_vanilla_tp"].job.tp_comm_overlap
     assert by["megatronlm_readme_h100_70B"].job.tp_comm_overlap
     assert not by["narayanan2021_t1_gpt1.7b"].job.tp_comm_overlap
+    # torchtitan's Dec-2024 tables: 'AsyncTP' in the caption of Tables 4 (second row), 5 and 6
+    asynctp = {rid for rid in by if rid.startswith("torchtitan_h100_202412_llama3.1_") and "_8b_" not in rid}
+    asynctp -= {"torchtitan_h100_202412_llama3.1_70b_t4_2d"}
+    assert len(asynctp) == 7 and all(by[rid].job.tp_comm_overlap for rid in asynctp)
+    assert not by["torchtitan_h100_202412_llama3.1_70b_t4_2d"].job.tp_comm_overlap
+
+
+def test_every_run_whose_source_names_async_tp_overlaps_its_tensor_parallel_collectives():
+    """A record whose locator or parallel notes say AsyncTP / async TP (and not that it is the
+    vanilla-TP column) is priced with overlapped tensor-parallel collectives."""
+    import re
+
+    import yaml
+
+    from planner.calibration import DEFAULT_RUNS
+
+    runs = yaml.safe_load(DEFAULT_RUNS.read_text())["runs"]
+    by = _by_id()
+    named = [
+        r["id"]
+        for r in runs
+        if re.search(r"async[ -]?tp", f"{r['source'].get('locator')} {r['parallel'].get('notes')}", re.I)
+        and "vanilla" not in r["id"]
+        and r["id"] in by
+    ]
+    assert len(named) >= 9
+    assert [rid for rid in named if not by[rid].job.tp_comm_overlap] == []
 
 
 def test_korthikanti_model_flops_give_the_same_tokens_as_its_step_time():
@@ -116,3 +143,50 @@ def test_bigscience_micro_batch_sweep_peaks_inside():
         for mbs in (1, 2, 4, 8)
     }
     assert pred[1] < pred[2] and pred[8] < pred[4], pred
+
+
+def test_recipes_that_account_for_embedding_and_loss_split_the_pipeline_as_megatron_does():
+    """Records whose recipe sets --account-for-embedding/loss-in-pipeline-split (Megatron-Bridge's
+    Qwen3-235B and Llama 3.1 405B configs, the MoE Model Zoo's Qwen3-235B launch config) get
+    Megatron's split: the embedding and the loss each count as a layer of the first and last virtual
+    stage, so those hold one decoder layer fewer (cost_models.parallel.account_for_split)."""
+    import yaml
+
+    from planner.calibration import DEFAULT_RUNS
+
+    runs = yaml.safe_load(DEFAULT_RUNS.read_text())["runs"]
+    by = _by_id()
+    flagged = [
+        r["id"]
+        for r in runs
+        if r["parallel"].get("account_for_embedding_in_pipeline_split") and r["id"] in by
+    ]
+    assert len(flagged) == 17
+    for rid in flagged:
+        c = by[rid]
+        layers = c.config.stage_layers(c.model)
+        units = c.model.num_layers + 2
+        per = units // len(layers)
+        assert units % len(layers) == 0 and sum(layers) == c.model.num_layers, rid
+        if len(layers) > 1:
+            assert layers[0] == layers[-1] == per - 1 and set(layers[1:-1]) <= {per}, rid
+    # Qwen3-235B, 94 layers on 8 stages x 2 virtual: 96 units, 6 each
+    assert by["mbridge2511_b200_fp8mx_qwen3_235b_64gpu"].config.stage_layers(
+        by["mbridge2511_b200_fp8mx_qwen3_235b_64gpu"].model
+    ) == (5,) + (6,) * 14 + (5,)
+    zoo = by["moezoo_h100_bf16_qwen3_235b_256gpu_tp4_pp8_ep8_deepep"]
+    assert zoo.config.stage_layers(zoo.model) == (2,) + (3,) * 30 + (2,)
+
+
+def test_recipes_with_a_pipeline_layout_split_the_layers_as_the_layout_says():
+    """Megatron-Bridge's DeepSeek-V3 and Kimi-K2 configs give --pipeline-model-parallel-layout
+    (E embedding, t decoder layer, m MTP, L loss): the calibration case holds those decoder layers
+    per virtual stage, not a balanced split."""
+    by = _by_id()
+    dsv3 = by["mbridge260401_b200_mxfp8_dsv3_256gpu"]  # 'Et*4|(t*4|)*14tmL', pp 8 x vpp 2
+    assert dsv3.config.stage_layers(dsv3.model) == (4,) * 15 + (1,)
+    assert "pipeline layout from the recipe" in dsv3.assumptions
+    b300 = by["mbridge2606_b300_mxfp8_dsv3_256gpu"]  # 'Et*8|(t*8|)*6t*5mL', pp 8
+    assert b300.config.stage_layers(b300.model) == (8,) * 7 + (5,)
+    kimi = by["mbridge2606_gb300_mxfp8_kimi_k2_256gpu"]  # 'Et*4|(t*4|)*14tL', pp 4 x vpp 4
+    assert kimi.config.stage_layers(kimi.model) == (4,) * 15 + (1,)
