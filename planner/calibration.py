@@ -602,13 +602,13 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
             elif par.get("pipeline_layout"):
                 # The recipe's --pipeline-model-parallel-layout (Megatron-Bridge's DeepSeek-V3 and
                 # Kimi-K2 configs): decoder layers per virtual stage as Megatron unrolls it.
-                stages = parse_layout(str(par["pipeline_layout"]))
-                if len(stages) != n_virtual or sum(s.count("t") for s in stages) != model.num_layers:
+                layout = tuple(stage.count("t") for stage in parse_layout(str(par["pipeline_layout"])))
+                if len(layout) != n_virtual or sum(layout) != model.num_layers:
                     raise PlannerError(
                         f"pipeline_layout {par['pipeline_layout']!r} does not give {n_virtual} virtual "
                         f"stages of {model.num_layers} layers in all"
                     )
-                config = config.with_(layers_per_stage=tuple(s.count("t") for s in stages))
+                config = config.with_(layers_per_stage=layout)
                 notes.append("pipeline layout from the recipe")
             elif emb_split or loss_split:
                 # The recipe's --account-for-embedding/loss-in-pipeline-split (Megatron-Bridge's
