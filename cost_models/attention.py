@@ -73,17 +73,25 @@ def flash2_speed(gpu: GPUSpec) -> tuple[float, float]:
     return FLASH2_SPEED if compute_capability_major(gpu.name) >= 9 else (1.0, 1.0)
 
 
-def kernel_speed(job: JobSpec, gpu: GPUSpec) -> tuple[float, float]:
-    """Speed of the job's core-attention kernels relative to the GPU's fused ones, (forward,
-    backward): :func:`flash2_speed` for ``flash2``, 1 otherwise."""
-    return flash2_speed(gpu) if job.attention_impl == "flash2" else (1.0, 1.0)
+def kernel_speed(job: JobSpec, gpu: GPUSpec, local: bool = False) -> tuple[float, float]:
+    """Speed of the job's core-attention kernels relative to the fused ones of the GPU's efficiency
+    family (its ``attention_efficiency``), (forward, backward): for fused kernels the GPU's own
+    ``attention_kernel_speed`` (``local_attention_kernel_speed`` for a sliding-window layer;
+    Blackwell Ultra's, measured with cuDNN, :class:`planner.specs.GPUSpec`); :func:`flash2_speed`
+    for ``flash2`` (FlashAttention-2 on a Blackwell Ultra was not measured, so it is not credited
+    with the fused kernels' gain)."""
+    if job.attention_impl == "flash2":
+        return flash2_speed(gpu)
+    return gpu.local_attention_kernel_speed if local else gpu.attention_kernel_speed
 
 
-def core_attention_s(fused_forward_s: float, job: JobSpec, gpu: GPUSpec) -> tuple[float, float]:
+def core_attention_s(
+    fused_forward_s: float, job: JobSpec, gpu: GPUSpec, local: bool = False
+) -> tuple[float, float]:
     """(forward, backward) seconds of the job's core-attention kernels, given the GPU's fused kernel
     forward time: the backward is :data:`FUSED_BACKWARD_FORWARDS` forwards, each pass at its
-    :func:`kernel_speed`."""
-    fwd_speed, bwd_speed = kernel_speed(job, gpu)
+    :func:`kernel_speed` (``local``: a sliding-window layer)."""
+    fwd_speed, bwd_speed = kernel_speed(job, gpu, local)
     return fused_forward_s / fwd_speed, FUSED_BACKWARD_FORWARDS * fused_forward_s / bwd_speed
 
 
@@ -173,7 +181,7 @@ def attention_block(
         kept = UNFUSED_KEPT_BYTES * scores  # softmax output, dropout mask and output
     else:
         fused = attention_s(T * span * model.core_attention_width / t, gpu, prec, kernel_keys(span, job, c))
-        attn_fwd, attn_bwd = core_attention_s(fused, job, gpu)
+        attn_fwd, attn_bwd = core_attention_s(fused, job, gpu, local=span < job.seq_length)
         kept = 4 * T * model.num_attention_heads / t  # fp32 log-sum-exp of flash attention
     model_flop = (
         3 * (2 * T * h * (q + 2 * kv) + 2 * T * q * h + 2 * T * span * model.core_attention_width) / t
@@ -253,7 +261,7 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
     gemm += linear_s(T, a * (dn + dv) / t, rkv, gpu, prec)
     gemm += linear_s(T, h, a * dv / t, gpu, prec)
     fused = attention_s(T * span * model.core_attention_width / t, gpu, prec, kernel_keys(span, job, c))
-    attn_fwd, attn_bwd = core_attention_s(fused, job, gpu)
+    attn_fwd, attn_bwd = core_attention_s(fused, job, gpu, local=span < job.seq_length)
     q_term = rq * (h + a * dqk + 1) if rq else h * a * dqk
     linear = q_term + rkv * (h + a * (dn + dv) + 1) + h * dr + a * dv * h
     model_flop = 3 * (2 * T * linear + 2 * T * span * model.core_attention_width) / t

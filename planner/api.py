@@ -274,6 +274,12 @@ def gpu_dict(gpu) -> dict:
             "grouped_gemm_efficiency": e.grouped_gemm_efficiency,
             "host_launch_s": e.host_launch_s,
         },
+        "attention_kernel_speed": {
+            "forward": gpu.attention_kernel_speed[0],
+            "backward": gpu.attention_kernel_speed[1],
+            "local_forward": gpu.local_attention_kernel_speed[0],
+            "local_backward": gpu.local_attention_kernel_speed[1],
+        },
         "source": gpu.source,
     }
 

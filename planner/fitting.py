@@ -418,6 +418,32 @@ def kernel_prior(fam: str) -> dict[str, float]:
     }
 
 
+BLACKWELL_ULTRA_ATTENTION = MEASUREMENTS_DIR / "gb200-gb300-cudnn-attention.json"
+"""NVIDIA's cuDNN attention timings on a GB200 and a GB300 (cudnn-frontend's SDPA training
+benchmark; the file names its commit and CSVs): the source of ``attention_kernel_speed`` in
+hardware_profiles/gpus/gb300.yaml and b300.yaml (:func:`blackwell_ultra_attention_speed`)."""
+
+
+def blackwell_ultra_attention_speed(path: Path = BLACKWELL_ULTRA_ATTENTION) -> dict[str, float]:
+    """Median GB200 / GB300 time ratio of the measured BF16 causal cuDNN attention kernels, by pass:
+    ``forward`` and ``backward`` over the full-attention cases (the benchmark's Llama 3.1,
+    DeepSeek-V3, kimiK26 and Qwen3.5 shapes, 2,048 to 32,768 tokens), ``local_forward`` and
+    ``local_backward`` over the sliding-window ones (gpt-oss, 128-token window). Both GPUs have a
+    2.5 PFLOP/s dense BF16 peak, so the ratio is the kernels' own gain (Blackwell Ultra's doubled
+    SFU exponential rate)."""
+    rows = json.loads(Path(path).read_text())["rows"]
+    out = {}
+    for local in (False, True):
+        for direction, name in (("fwd", "forward"), ("bwd", "backward")):
+            ratios = [
+                r["ms"]["gb200"] / r["ms"]["gb300"]
+                for r in rows
+                if r["direction"] == direction and (r["window"] is not None) == local
+            ]
+            out[("local_" if local else "") + name] = float(np.median(ratios))
+    return out
+
+
 def attention_points(data: dict, peak: float) -> tuple[np.ndarray, np.ndarray]:
     """(keys per query, efficiency as planner charges attention) of a kernel file's causal cases:
     MODEL_ATTENTION_PASSES x forward FLOPs / (peak x measured forward + backward time)."""

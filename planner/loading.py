@@ -600,6 +600,7 @@ def _gpu_from_mapping(data: dict, where: str) -> GPUSpec:
     )
     e.get("fitted_on", str, "")
     e.done()
+    speeds = _attention_kernel_speeds(r)
     spec = GPUSpec(
         name=r.get("name", str),
         memory_bytes=int(r.get("memory_gib", float, positive=True) * GIB),
@@ -611,9 +612,27 @@ def _gpu_from_mapping(data: dict, where: str) -> GPUSpec:
         tdp_w=r.get("tdp_w", float, 0.0),
         sm_count=r.get("sm_count", int, 0),
         gemm_tile=_gemm_tile(r, where),
+        attention_kernel_speed=speeds[0],
+        local_attention_kernel_speed=speeds[1],
     )
     r.done()
     return spec
+
+
+def _attention_kernel_speeds(r: Reader) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The optional ``attention_kernel_speed`` of a GPU file: ``forward`` and ``backward`` for full
+    attention, ``local_forward`` and ``local_backward`` for sliding-window layers (each default 1)."""
+    if r.data.get("attention_kernel_speed") is None:
+        r.used.add("attention_kernel_speed")
+        return (1.0, 1.0), (1.0, 1.0)
+    s = r.sub("attention_kernel_speed")
+    full = (s.get("forward", float, 1.0, positive=True), s.get("backward", float, 1.0, positive=True))
+    local = (
+        s.get("local_forward", float, 1.0, positive=True),
+        s.get("local_backward", float, 1.0, positive=True),
+    )
+    s.done()
+    return full, local
 
 
 def _gemm_tile(r: Reader, where: str) -> tuple[int, int]:

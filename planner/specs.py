@@ -28,6 +28,21 @@ EAGER_OPS = ("norm", "rope", "activation")
 GATED_ACTIVATIONS = frozenset({"swiglu"})
 
 
+def local_attention_span(seq_length: int, window: int, window_type: str = "sliding") -> float:
+    """Keys per query of a local-attention layer in the non-causal convention
+    (:meth:`ModelSpec.attention_span`): ``s x P_local / P_causal`` for a sliding window of ``window``
+    keys or, for ``window_type`` ``chunked``, chunks of ``window`` tokens."""
+    s, w = seq_length, window
+    if window_type == "chunked":
+        n, r = divmod(s, w)
+        pairs = n * w * (w + 1) / 2 + r * (r + 1) / 2
+    elif s >= w:
+        pairs = s * w - w * (w - 1) / 2
+    else:
+        pairs = s * (s + 1) / 2
+    return s * pairs / (s * (s + 1) / 2)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ModelSpec:
     """A decoder-only transformer, described with Megatron-LM's argument names."""
@@ -181,18 +196,9 @@ class ModelSpec:
         chunks) instead of ``s``. Exact pair counts: tiled kernels also compute the masked part of
         the tiles on the window's edge (a lower bound for small windows).
         """
-        s = seq_length
         if not self.is_local_attention_layer(index):
-            return float(s)
-        w = self.window_size
-        if self.window_type == "chunked":
-            n, r = divmod(s, w)
-            pairs = n * w * (w + 1) / 2 + r * (r + 1) / 2
-        elif s >= w:
-            pairs = s * w - w * (w - 1) / 2
-        else:
-            pairs = s * (s + 1) / 2
-        return s * pairs / (s * (s + 1) / 2)
+            return float(seq_length)
+        return local_attention_span(seq_length, self.window_size, self.window_type)
 
     @property
     def num_moe_layers(self) -> int:
@@ -373,6 +379,15 @@ class GPUSpec:
     """Output tile (rows, columns) of one GEMM thread block, one per SM: NVIDIA's "Matrix
     Multiplication Background User's Guide" example for A100 (256 x 128 tiles, one thread block per
     SM, a wave of 108 tiles)."""
+    attention_kernel_speed: tuple[float, float] = (1.0, 1.0)
+    """Speed of this GPU's fused full-attention kernels (forward, backward) relative to the same
+    kernels on the other GPUs of its efficiency family at the same tensor-core peak: Blackwell
+    Ultra's doubled exponential (SFU) throughput makes cuDNN's causal attention 1.18x (forward) and
+    1.10x (backward) faster on a GB300 than on a GB200 of equal BF16 peak
+    (hardware_profiles/gpus/gb300.yaml cites the measurement). 1 elsewhere."""
+    local_attention_kernel_speed: tuple[float, float] = (1.0, 1.0)
+    """The same for sliding-window (local) attention kernels, which are bound by memory and latency
+    more than by the exponentials (GB300 over GB200: 1.04 / 1.06 at a 128-token window)."""
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; raises ``KeyError`` when unsupported."""
