@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cost_models.attention import core_attention_s  # noqa: E402
 from cost_models.compute import attention_s  # noqa: E402
+from planner.errors import PlannerError  # noqa: E402
 from planner.fitting import MEASUREMENTS_DIR  # noqa: E402
 from planner.loading import load_gpu, make_job  # noqa: E402
 from planner.specs import local_attention_span  # noqa: E402
@@ -45,6 +46,7 @@ def span(seq: int, window: int | None) -> float:
 def compare(files: list[Path]) -> dict:
     """Per GPU type: every row's measured and charged milliseconds and the median ratios."""
     by_gpu: dict[str, list[dict]] = {}
+    gpus: dict[str, object] = {}
     for path in files:
         data = json.loads(Path(path).read_text())
         for r in data["rows"]:
@@ -52,7 +54,9 @@ def compare(files: list[Path]) -> dict:
             flop = r["batch"] * r["seq"] * keys * r["q_heads"] * (r["head_dim_qk"] + r["head_dim_vo"])
             job = make_job(global_batch_size=r["batch"], seq_length=r["seq"], precision="bf16")
             for gpu_name, ms in sorted(r["ms"].items()):
-                gpu = load_gpu(gpu_name)
+                if gpu_name not in gpus:
+                    gpus[gpu_name] = load_gpu(gpu_name)
+                gpu = gpus[gpu_name]
                 fused = attention_s(flop, gpu, "bf16", keys)
                 fwd, bwd = core_attention_s(fused, job, gpu, local=keys < r["seq"])
                 model_ms = 1e3 * (fwd if r["direction"] == "fwd" else bwd)
@@ -79,7 +83,7 @@ def compare(files: list[Path]) -> dict:
                 ]
                 if ratios:
                     summary[f"{'window ' if local else ''}{direction}"] = statistics.median(ratios)
-        gpu = load_gpu(gpu_name)
+        gpu = gpus[gpu_name]
         out[gpu_name] = {
             "attention_efficiency": gpu.efficiency.attention_efficiency,
             "attention_kernel_speed": list(gpu.attention_kernel_speed),
@@ -94,7 +98,12 @@ def main() -> int:
     ap.add_argument("files", nargs="*", type=Path, default=DEFAULT_FILES)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    result = compare(args.files)
+    try:
+        result = compare(args.files)
+    except (OSError, ValueError, KeyError, TypeError, PlannerError) as exc:
+        # a missing or malformed file, or a row naming a GPU type the catalogue lacks
+        print(f"error: cannot compare {', '.join(map(str, args.files))}: {exc!r}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
         return 0

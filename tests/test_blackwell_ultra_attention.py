@@ -129,3 +129,18 @@ def test_cudnn_attention_measurements_compare_with_the_cost_model():
     )
     assert row["charged_ms"] == pytest.approx(2.5 * fwd["charged_ms"])
     assert mod.span(8192, None) == 8192 and mod.span(8192, 128) == pytest.approx(2 * 128, rel=0.01)
+
+
+@pytest.mark.parametrize("content", [None, '{"rows": [{"ms": {"gb200": 1.0}}]}', "not json"])
+def test_compare_cudnn_attention_reports_bad_input_without_a_traceback(tmp_path, content):
+    import subprocess
+    import sys
+
+    path = tmp_path / "rows.json"
+    if content is not None:
+        path.write_text(content)
+    script = Path(__file__).resolve().parent.parent / "scripts" / "compare_cudnn_attention.py"
+    run = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True)
+    assert run.returncode == 2
+    assert run.stderr.startswith("error: cannot compare") and str(path) in run.stderr
+    assert "Traceback" not in run.stderr
