@@ -95,6 +95,11 @@ class Reader:
             check_number(value, self.where, self._key(key), positive=positive, maximum=maximum)
         return value
 
+    def optional_sub(self, key: str) -> Reader | None:
+        """:meth:`sub` for an optional nested mapping: ``None`` when ``key`` is absent or null."""
+        self.used.add(key)
+        return None if self.data.get(key) is None else self.sub(key)
+
     def sub(self, key: str) -> Reader:
         """A reader over the nested mapping at ``key``."""
         self.used.add(key)
@@ -622,10 +627,9 @@ def _gpu_from_mapping(data: dict, where: str) -> GPUSpec:
 def _attention_kernel_speeds(r: Reader) -> tuple[tuple[float, float], tuple[float, float]]:
     """The optional ``attention_kernel_speed`` of a GPU file: ``forward`` and ``backward`` for full
     attention, ``local_forward`` and ``local_backward`` for sliding-window layers (each default 1)."""
-    if r.data.get("attention_kernel_speed") is None:
-        r.used.add("attention_kernel_speed")
+    s = r.optional_sub("attention_kernel_speed")
+    if s is None:
         return (1.0, 1.0), (1.0, 1.0)
-    s = r.sub("attention_kernel_speed")
     full = (s.get("forward", float, 1.0, positive=True), s.get("backward", float, 1.0, positive=True))
     local = (
         s.get("local_forward", float, 1.0, positive=True),

@@ -144,3 +144,16 @@ def test_compare_cudnn_attention_reports_bad_input_without_a_traceback(tmp_path,
     assert run.returncode == 2
     assert run.stderr.startswith("error: cannot compare") and str(path) in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_attention_kernel_speed_is_optional_and_may_be_null(tmp_path):
+    source = (
+        Path(__file__).resolve().parent.parent / "hardware_profiles" / "gpus" / "gb300.yaml"
+    ).read_text()
+    path = tmp_path / "gpu.yaml"
+    start = source.index("attention_kernel_speed:\n")
+    end = source.index("efficiency:\n")
+    path.write_text(source[:start] + "attention_kernel_speed:\n" + source[end:])
+    gpu = load_gpu(str(path))
+    assert gpu.attention_kernel_speed == (1.0, 1.0) == gpu.local_attention_kernel_speed
+    assert gpu.efficiency == load_gpu("gb300").efficiency
