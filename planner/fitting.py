@@ -432,16 +432,28 @@ def blackwell_ultra_attention_speed(path: Path = BLACKWELL_ULTRA_ATTENTION) -> d
     2.5 PFLOP/s dense BF16 peak, so the ratio is the kernels' own gain (Blackwell Ultra's doubled
     SFU exponential rate)."""
     rows = json.loads(Path(path).read_text())["rows"]
-    out = {}
-    for local in (False, True):
-        for direction, name in (("fwd", "forward"), ("bwd", "backward")):
-            ratios = [
-                r["ms"]["gb200"] / r["ms"]["gb300"]
-                for r in rows
-                if r["direction"] == direction and (r["window"] is not None) == local
+    medians = median_by_pass(rows, lambda r: r["ms"]["gb200"] / r["ms"]["gb300"])
+    return {
+        "forward": medians[("fwd", False)],
+        "backward": medians[("bwd", False)],
+        "local_forward": medians[("fwd", True)],
+        "local_backward": medians[("bwd", True)],
+    }
+
+
+def median_by_pass(rows: list[dict], value: Callable[[dict], float]) -> dict[tuple[str, bool], float]:
+    """Median of ``value(row)`` over attention-kernel rows grouped by pass: keys (``direction``
+    ``fwd`` / ``bwd``, whether the row has a sliding ``window``), forward before backward and full
+    before windowed within each; groups without rows are left out."""
+    groups: dict[tuple[str, bool], list[float]] = {}
+    for direction in ("fwd", "bwd"):
+        for local in (False, True):
+            values = [
+                value(r) for r in rows if r["direction"] == direction and (r["window"] is not None) == local
             ]
-            out[("local_" if local else "") + name] = float(np.median(ratios))
-    return out
+            if values:
+                groups[(direction, local)] = float(np.median(values))
+    return groups
 
 
 def attention_points(data: dict, peak: float) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -30,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cost_models.attention import core_attention_s  # noqa: E402
 from cost_models.compute import attention_s  # noqa: E402
 from planner.errors import PlannerError  # noqa: E402
-from planner.fitting import MEASUREMENTS_DIR  # noqa: E402
+from planner.fitting import MEASUREMENTS_DIR, median_by_pass  # noqa: E402
 from planner.loading import load_gpu, make_job  # noqa: E402
-from planner.specs import local_attention_span  # noqa: E402
+from planner.specs import GPUSpec, local_attention_span  # noqa: E402
 
 DEFAULT_FILES = sorted(MEASUREMENTS_DIR.glob("*-cudnn-attention.json"))
 
@@ -46,7 +45,7 @@ def span(seq: int, window: int | None) -> float:
 def compare(files: list[Path]) -> dict:
     """Per GPU type: every row's measured and charged milliseconds and the median ratios."""
     by_gpu: dict[str, list[dict]] = {}
-    gpus: dict[str, object] = {}
+    gpus: dict[str, GPUSpec] = {}
     for path in files:
         data = json.loads(Path(path).read_text())
         for r in data["rows"]:
@@ -73,16 +72,10 @@ def compare(files: list[Path]) -> dict:
                 )
     out = {}
     for gpu_name, rows in sorted(by_gpu.items()):
-        summary = {}
-        for direction in ("fwd", "bwd"):
-            for local in (False, True):
-                ratios = [
-                    x["ratio"]
-                    for x in rows
-                    if x["direction"] == direction and (x["window"] is not None) == local
-                ]
-                if ratios:
-                    summary[f"{'window ' if local else ''}{direction}"] = statistics.median(ratios)
+        summary = {
+            f"{'window ' if local else ''}{direction}": v
+            for (direction, local), v in median_by_pass(rows, lambda x: x["ratio"]).items()
+        }
         gpu = gpus[gpu_name]
         out[gpu_name] = {
             "attention_efficiency": gpu.efficiency.attention_efficiency,
