@@ -44,6 +44,26 @@ ADAM_BYTES_PER_PARAM = 30
 moments (16), write weight and moments (12), write the 16-bit copy (2)."""
 
 
+def unfused_accumulation_bytes(job: JobSpec) -> float:
+    """HBM traffic per parameter per micro-batch of unfused gradient accumulation (Megatron-LM
+    ``--no-gradient-accumulation-fusion``): the weight-gradient GEMM writes a 16-bit gradient, which
+    the data-parallel wrapper's hook adds to the main gradient (``param.main_grad.add_(param.grad)``,
+    megatron/core/distributed/distributed_data_parallel.py ``_make_backward_post_hook``): a
+    memory-bound kernel that reads the 16-bit gradient and reads and writes the main gradient
+    (``JobSpec.grad_dtype``): 10 bytes with fp32 main gradients. The GEMM's own output traffic
+    (a 16-bit write unfused; a read-modify-write of the main gradient fused, beta = 1 in the
+    epilogue) stays inside a compute-bound kernel either way and is part of the calibrated GEMM
+    efficiency, so only the extra kernel is charged."""
+    main = float(DTYPE_BYTES[job.grad_dtype])
+    return 2.0 + 2.0 * main
+
+
+def unfused_accumulation_applies(job: JobSpec, c: ParallelConfig) -> bool:
+    """Whether the unfused accumulation pass is charged: only on the DDP / distributed-optimizer
+    path; Megatron-FSDP's sharded gradients (zero2, full) are priced by their own path."""
+    return not job.gradient_accumulation_fusion and c.optimizer_sharding in ("none", "distributed")
+
+
 @dataclass(frozen=True, slots=True)
 class StageEstimate:
     """One pipeline rank (all its model chunks), per micro-batch unless named per iteration."""
@@ -288,6 +308,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
     first_layer = np.concatenate([[0], np.cumsum(layers)[:-1]]).astype(int).tolist()
     nodes = [node_of_stage(cluster, c, r) for r in range(p)]
     split_w = c.schedule == "zb-h1"
+    unfused = unfused_accumulation_applies(job, c)
 
     durations = np.zeros((n_virtual, 3))
     act_units = np.zeros(n_virtual)
@@ -334,6 +355,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
         fwd = total.forward_s + total.forward_comm_s
         b_in = total.backward_input_s + total.backward_comm_s + recompute
         b_w = total.backward_weight_s
+        if unfused:
+            b_w += memory_bound_s(total.params * unfused_accumulation_bytes(job), node.gpu)
         durations[vs] = (fwd, b_in, b_w) if split_w else (fwd, b_in + b_w, 0.0)
         act_units[vs] = act
         wfrac[vs] = min(1.0, wbytes / act) if act else 0.0

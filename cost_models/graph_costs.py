@@ -31,8 +31,15 @@ import numpy as np
 from cost_models import communication as comm
 from cost_models import memory as mem
 from cost_models.attention import core_attention_s
-from cost_models.compute import COMPUTE_DTYPE, attention_s, gemm_efficiency, gemm_s
-from cost_models.estimate import Estimate, StageEstimate, dp_sync, table_for
+from cost_models.compute import COMPUTE_DTYPE, attention_s, gemm_efficiency, gemm_s, memory_bound_s
+from cost_models.estimate import (
+    Estimate,
+    StageEstimate,
+    dp_sync,
+    table_for,
+    unfused_accumulation_applies,
+    unfused_accumulation_bytes,
+)
 from cost_models.graph_schedule import depths, simulate_graph, topological_order
 from cost_models.layers import ZERO, LayerCost, loss_transient_bytes
 from cost_models.parallel import ParallelConfig, group
@@ -202,6 +209,9 @@ def unit_costs(g: GraphModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGro
     layout = unit_layout(g)
     wd, gd, od = mem.bytes_per_param(job, c.optimizer_sharding, c.dp)
     per_param = wd + gd + od
+    # unfused gradient accumulation: one add of the unit's weight gradients per micro-batch, as
+    # cost_models.estimate charges it
+    accumulate = unfused_accumulation_bytes(job) if unfused_accumulation_applies(job, c) else 0.0
     costs, fwd, bwd, rec, act, trans, static, rflop = [], [], [], [], [], [], [], []
     inner_bytes: dict[int, float] = {}
     per_block: dict[int, tuple] = {}
@@ -262,7 +272,13 @@ def unit_costs(g: GraphModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGro
                 per_block[bi] = (cost, recompute, a, transient, redo)
         costs.append(cost)
         fwd.append(cost.forward_s + cost.forward_comm_s)
-        bwd.append(cost.backward_input_s + cost.backward_comm_s + cost.backward_weight_s + recompute)
+        bwd.append(
+            cost.backward_input_s
+            + cost.backward_comm_s
+            + cost.backward_weight_s
+            + recompute
+            + (memory_bound_s(cost.params * accumulate, node.gpu) if accumulate else 0.0)
+        )
         rec.append(recompute)
         rflop.append(redo)
         act.append(a)

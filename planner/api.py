@@ -56,6 +56,7 @@ def load_problem(
     eager_ops: tuple[str, ...] = (),
     grad_dtype: str | None = None,
     attention_impl: str = "fused",
+    gradient_accumulation_fusion: bool = True,
 ) -> Problem:
     """Load a model (preset, YAML or HF config.json), a cluster (template + nodes, or file) and a job;
     ``software``: a software profile name (None: the newest of ``framework`` fitted on the
@@ -63,8 +64,8 @@ def load_problem(
     to the cluster (:func:`planner.software.configure`: the calibration wins);
     ``tp_comm_overlap``, ``moe_dispatcher``, ``moe_a2a_overlap``, ``cuda_graph_scope``,
     ``eager_ops``, ``grad_dtype`` (None: the precision's default,
-    :func:`planner.loading.default_grad_dtype`), ``attention_impl``: the :class:`JobSpec` fields of
-    those names."""
+    :func:`planner.loading.default_grad_dtype`), ``attention_impl``,
+    ``gradient_accumulation_fusion``: the :class:`JobSpec` fields of those names."""
     from planner.calibrate.profile import read_profile
     from planner.graph_model import is_graph_model, load_graph_model
     from planner.software import cluster_families, configure, resolve_software
@@ -88,6 +89,7 @@ def load_problem(
             cuda_graph_scope=cuda_graph_scope,
             grad_dtype=grad_dtype,
             attention_impl=attention_impl,
+            gradient_accumulation_fusion=gradient_accumulation_fusion,
             where="command line",
         ),
         profile=prof,
@@ -328,6 +330,7 @@ def job_dict(j: JobSpec) -> dict:
         "master_dtype": j.master_dtype,
         "overlap_grad_reduce": j.overlap_grad_reduce,
         "overlap_param_gather": j.overlap_param_gather,
+        "gradient_accumulation_fusion": j.gradient_accumulation_fusion,
         "tp_comm_overlap": j.tp_comm_overlap,
         "moe_dispatcher": j.moe_dispatcher,
         "moe_a2a_overlap": j.moe_a2a_overlap,

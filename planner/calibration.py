@@ -506,6 +506,10 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
             if tp_overlap:
                 notes.append("tensor-parallel communication overlapped (source notes)")
             overlap_reduce = _overlapped_reduction(run)
+            # Megatron-LM's --no-gradient-accumulation-fusion where the source's launch sets it.
+            unfused_accumulation = "--no-gradient-accumulation-fusion" in par_notes
+            if unfused_accumulation:
+                notes.append("gradient accumulation unfused (--no-gradient-accumulation-fusion)")
             if not overlap_reduce:
                 notes.append("gradient reduction after the last backward (not overlapped)")
             job = make_job(
@@ -515,6 +519,7 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 tp_comm_overlap=tp_overlap,
                 overlap_grad_reduce=overlap_reduce,
                 overlap_param_gather=overlap_reduce,
+                gradient_accumulation_fusion=not unfused_accumulation,
                 eager_ops=_eager_ops(run, notes),
                 attention_impl=_attention_impl(run, notes),
                 **(_moe_runtime(rid, par, notes) if model.is_moe else {}),

@@ -980,6 +980,7 @@ def job_from_mapping(data: dict, where: str) -> JobSpec:
         master_dtype=r.get("master_dtype", str, "fp32", choices=DTYPES),
         overlap_grad_reduce=r.get("overlap_grad_reduce", bool, True),
         overlap_param_gather=r.get("overlap_param_gather", bool, True),
+        gradient_accumulation_fusion=r.get("gradient_accumulation_fusion", bool, True),
         tp_comm_overlap=r.get("tp_comm_overlap", bool, False),
         moe_dispatcher=r.get("moe_dispatcher", str, "alltoall", choices=MOE_DISPATCHERS),
         moe_a2a_overlap=r.get("moe_a2a_overlap", bool, False),

@@ -197,6 +197,7 @@ def job_to_mapping(job: JobSpec) -> dict:
         "overlap_grad_reduce": job.overlap_grad_reduce,
         "overlap_param_gather": job.overlap_param_gather,
         # Written only when not the default, so plans without them read as before.
+        **({"gradient_accumulation_fusion": False} if not job.gradient_accumulation_fusion else {}),
         **({"tp_comm_overlap": True} if job.tp_comm_overlap else {}),
         **({"moe_dispatcher": job.moe_dispatcher} if job.moe_dispatcher != "alltoall" else {}),
         **({"moe_a2a_overlap": True} if job.moe_a2a_overlap else {}),

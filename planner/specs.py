@@ -507,6 +507,13 @@ class JobSpec:
     """Overlap the data-parallel gradient reduction with backward (``--overlap-grad-reduce``)."""
     overlap_param_gather: bool = True
     """Overlap the distributed optimizer's parameter all-gather with forward."""
+    gradient_accumulation_fusion: bool = True
+    """Weight-gradient GEMMs accumulate straight into the main gradient buffer (Megatron-LM's
+    default ``gradient_accumulation_fusion``: TE / APEX wgrad kernels with beta = 1). False
+    (``--no-gradient-accumulation-fusion``): each micro-batch's weight gradient is written in
+    16 bits and added to the main gradient by a separate kernel
+    (:data:`cost_models.estimate.UNFUSED_ACCUMULATION`). Megatron-FSDP always runs unfused and its
+    sharded gradient path is priced as such, so the field changes nothing there."""
     tp_comm_overlap: bool = False
     """Overlap the sequence-parallel all-gathers / reduce-scatters with the GEMMs next to them
     (Megatron-LM ``--tp-comm-overlap``: Transformer Engine userbuffers; needs sequence parallelism).

@@ -48,6 +48,8 @@ class Case:
     """``JobSpec.eager_ops`` (torchtitan without torch.compile: ("rope", "activation"))."""
     attention_impl: str = "fused"
     """``JobSpec.attention_impl`` (``unfused``: Megatron ``--attention-backend unfused``)."""
+    gradient_accumulation_fusion: bool = True
+    """``JobSpec.gradient_accumulation_fusion`` (False: Megatron ``--no-gradient-accumulation-fusion``)."""
 
 
 CASES = (
@@ -84,6 +86,15 @@ CASES = (
     Case("8b-1node", "llama3-8b", 1, 32, 4096),
     Case("moe-qwen3-4n", "qwen3-30b-a3b", 4, 128, 4096),
     Case("unfused-attention", "gpt-1.7b", 2, 64, 2048, precision="fp16", attention_impl="unfused"),
+    Case(
+        "unfused-accumulation",
+        "llama3-8b",
+        2,
+        64,
+        4096,
+        restrict={"optimizer_sharding": ("distributed",)},
+        gradient_accumulation_fusion=False,
+    ),
 )
 
 
@@ -104,6 +115,7 @@ def plan_for(case: Case, framework: str) -> tuple[PlanInputs | None, str]:
             precision=case.precision,
             eager_ops=case.eager_ops,
             attention_impl=case.attention_impl,
+            gradient_accumulation_fusion=case.gradient_accumulation_fusion,
             where=case.name,
         )
         result = search(model, cluster, job, Restrictions(framework=framework, **case.restrict), top_k=1)

@@ -185,6 +185,7 @@ def test_cli_option_set_is_pinned(run_cli):
             "--tp-comm-overlap",
             "--moe-dispatcher",
             "--grad-dtype",
+            "--no-gradient-accumulation-fusion",
             "--attention-impl",
             "--moe-a2a-overlap",
             "--cuda-graph-scope",

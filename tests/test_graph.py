@@ -179,11 +179,12 @@ def test_bad_graph_files_exit_1(run_cli, tmp_path, edit, fragment):
         ParallelConfig(tp=2, pp=2, micro_batch_size=2, recompute="selective", optimizer_sharding="none"),
     ],
 )
-def test_chain_shaped_graph_costs_equal_chain_model(config):
+@pytest.mark.parametrize("fused", [True, False])
+def test_chain_shaped_graph_costs_equal_chain_model(config, fused):
     m = load_model("gpt3-5b")
     g = chain_graph(m)
     cluster = load_cluster("dgx-a100", 2)
-    job = make_job(global_batch_size=64, seq_length=2048)
+    job = make_job(global_batch_size=64, seq_length=2048, gradient_accumulation_fusion=fused)
     c = resolve(m, cluster, job, config)
     chain = estimate(m, cluster, job, c)
     layers = c.stage_layers(m)

@@ -85,7 +85,7 @@ def _eager_ops(text: str | None) -> tuple[str, ...]:
 
 
 def _runtime(opts: dict) -> dict:
-    """The gradient dtype, core attention, MoE dispatcher and CUDA graph options as
+    """The gradient dtype and accumulation, core attention, MoE dispatcher and CUDA graph options as
     :func:`planner.api.load_problem` keywords."""
     scope = opts.get("cuda_graph_scope")
     impl = opts.get("attention_impl") or "fused"
@@ -96,6 +96,7 @@ def _runtime(opts: dict) -> dict:
     return {
         "moe_dispatcher": opts.get("moe_dispatcher") or "alltoall",
         "grad_dtype": opts.get("grad_dtype"),
+        "gradient_accumulation_fusion": not opts.get("no_gradient_accumulation_fusion"),
         "attention_impl": impl,
         "moe_a2a_overlap": bool(opts.get("moe_a2a_overlap")),
         "cuda_graph_scope": tuple(w.strip() for w in scope.split(",")) if scope else (),

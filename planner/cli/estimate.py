@@ -57,6 +57,7 @@ from planner.cli.options import (
     SpOpt,
     TpOpt,
     TpOverlapOpt,
+    UnfusedAccumulationOpt,
     VppOpt,
 )
 from planner.errors import UsageError
@@ -140,6 +141,7 @@ def _estimate(opts: dict):
             or opts.get("cuda_graph_scope") is not None
             or opts.get("moe_dispatcher", "alltoall") != "alltoall"
             or opts.get("grad_dtype") is not None
+            or opts.get("no_gradient_accumulation_fusion")
             or opts.get("attention_impl") is not None
         ):
             raise UsageError(
@@ -250,6 +252,7 @@ def estimate(
     tp_comm_overlap: TpOverlapOpt = False,
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
     grad_dtype: GradDtypeOpt = None,
+    no_gradient_accumulation_fusion: UnfusedAccumulationOpt = False,
     attention_impl: AttentionImplOpt = None,
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,
@@ -300,6 +303,7 @@ def timeline(
     tp_comm_overlap: TpOverlapOpt = False,
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
     grad_dtype: GradDtypeOpt = None,
+    no_gradient_accumulation_fusion: UnfusedAccumulationOpt = False,
     attention_impl: AttentionImplOpt = None,
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,
@@ -400,6 +404,7 @@ def bubbles(
     tp_comm_overlap: TpOverlapOpt = False,
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
     grad_dtype: GradDtypeOpt = None,
+    no_gradient_accumulation_fusion: UnfusedAccumulationOpt = False,
     attention_impl: AttentionImplOpt = None,
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,

@@ -111,6 +111,15 @@ TpOverlapOpt = Annotated[
         rich_help_panel=PANEL_INPUTS,
     ),
 ]
+UnfusedAccumulationOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-gradient-accumulation-fusion",
+        help="Weight gradients are added to the main gradients by a separate kernel each "
+        "micro-batch, as with Megatron --no-gradient-accumulation-fusion (default: fused).",
+        rich_help_panel=PANEL_INPUTS,
+    ),
+]
 MoeDispatcherOpt = Annotated[
     str,
     typer.Option(

@@ -144,12 +144,16 @@ def _moe_runtime_rows(d: dict) -> list[tuple[str, str]]:
 
 def _grad_rows(d: dict) -> list[tuple[str, str]]:
     """The gradient reduction dtype, shown only when it is not the precision's default (fp16
-    gradients for fp16 training, fp32 otherwise: planner.loading.default_grad_dtype)."""
+    gradients for fp16 training, fp32 otherwise: planner.loading.default_grad_dtype), and unfused
+    gradient accumulation, shown only when set (fused is the default)."""
     job = d.get("job") or {}
     grad = job.get("grad_dtype")
-    if grad is None or grad == default_grad_dtype(job.get("precision") or "bf16"):
-        return []
-    return [("gradient reduction dtype", grad)]
+    rows = []
+    if grad is not None and grad != default_grad_dtype(job.get("precision") or "bf16"):
+        rows.append(("gradient reduction dtype", grad))
+    if job.get("gradient_accumulation_fusion") is False:
+        rows.append(("gradient accumulation", "unfused (separate add per micro-batch)"))
+    return rows
 
 
 def estimate_tables(d: dict) -> list[Table]:

@@ -53,6 +53,7 @@ from planner.cli.options import (
     SoftwareOpt,
     TokensOpt,
     TpOverlapOpt,
+    UnfusedAccumulationOpt,
 )
 from planner.costing import DEFAULT_NODE_POWER_OVERHEAD
 from planner.errors import UsageError
@@ -200,6 +201,7 @@ def search(
     tp_comm_overlap: TpOverlapOpt = False,
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
     grad_dtype: GradDtypeOpt = None,
+    no_gradient_accumulation_fusion: UnfusedAccumulationOpt = False,
     attention_impl: AttentionImplOpt = None,
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,

@@ -89,6 +89,9 @@ class Capabilities:
     always fused, ``None`` any set."""
     attention_impls: tuple[str, ...] = ("fused",)
     """Core attention implementations (``JobSpec.attention_impl``) its launch can select."""
+    unfused_grad_accumulation: bool = False
+    """Its launch can turn off fused weight-gradient accumulation
+    (``JobSpec.gradient_accumulation_fusion`` False; Megatron ``--no-gradient-accumulation-fusion``)."""
     every_nth_recompute: bool = False
     """Full recompute of every n-th block (n >= 2) instead of any number of layers: a stage of S
     layers recomputes ``S // n`` (torchtitan ``selective_ac_option = "<n>"``; :func:`every_nth`)."""
@@ -194,6 +197,8 @@ class Framework:
             out.append(
                 f"{who} runs {' or '.join(cap.attention_impls)} core attention, not {job.attention_impl}"
             )
+        if not job.gradient_accumulation_fusion and not cap.unfused_grad_accumulation:
+            out.append(f"{who} has no switch for unfused gradient accumulation")
         return out
 
     def require(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> None:
@@ -239,6 +244,7 @@ ANY = Framework(
         cuda_graphs=True,
         eager_ops=None,
         attention_impls=ATTENTION_IMPLS,
+        unfused_grad_accumulation=True,
     ),
     source="cost_models/parallel.py (SCHEDULES, OPTIMIZER_SHARDING, RECOMPUTE)",
     exportable=False,

@@ -62,6 +62,9 @@ MEGATRON = Framework(
         # backend is Transformer Engine's choice of fused kernel for the GPU (cuDNN or flash-attn),
         # which planner prices as the generation's fused kernel. No flag pins FlashAttention-2.
         attention_impls=("fused", "unfused"),
+        # --no-gradient-accumulation-fusion (arguments.py; TransformerConfig
+        # gradient_accumulation_fusion), which Megatron-FSDP launches always set.
+        unfused_grad_accumulation=True,
     ),
     source="megatron/training/arguments.py, megatron/core/pipeline_parallel/schedules.py (megatron-core 0.19.2)",
 )

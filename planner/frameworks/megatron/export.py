@@ -232,6 +232,9 @@ def parallel_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
             ("--data-parallel-sharding-strategy", FSDP_STRATEGY[c.optimizer_sharding]),
             *FSDP_REQUIRED,
         ]
+    if not job.gradient_accumulation_fusion and c.optimizer_sharding not in FSDP_STRATEGY:
+        # Megatron-FSDP launches carry the flag already (FSDP_REQUIRED).
+        args.append(("--no-gradient-accumulation-fusion", None))
     if job.overlap_grad_reduce and c.dp * c.cp > 1:
         args.append(("--overlap-grad-reduce", None))
         # validate_args: --overlap-param-gather only with the distributed optimizer or

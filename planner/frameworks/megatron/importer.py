@@ -121,7 +121,6 @@ IGNORED = {
     "--moe-grouped-gemm",
     "--moe-aux-loss-coeff",
     "--moe-router-load-balancing-type",
-    "--no-gradient-accumulation-fusion",
     "--cross-entropy-loss-fusion",
     "--manual-gc",
     "--log-throughput",
@@ -197,6 +196,7 @@ MODELLED = {
     "--use-torch-fsdp2",
     "--overlap-grad-reduce",
     "--overlap-param-gather",
+    "--no-gradient-accumulation-fusion",
     "--tp-comm-overlap",
     "--bf16",
     "--fp16",
@@ -424,6 +424,10 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
         grad_dtype=_grad_dtype(flags, precision),
         overlap_grad_reduce="--overlap-grad-reduce" in flags,
         overlap_param_gather="--overlap-param-gather" in flags,
+        # Megatron-FSDP requires the flag (FSDP_REQUIRED), so there it says nothing about the job:
+        # read as fused, the job prices the same and searches the non-FSDP layouts as fused.
+        gradient_accumulation_fusion="--no-gradient-accumulation-fusion" not in flags
+        or sharding in ("zero2", "full"),
         tp_comm_overlap="--tp-comm-overlap" in flags,
         # Megatron's default dispatcher is allgather (arguments.py --moe-token-dispatcher-type).
         moe_dispatcher=_dispatcher(flags, at),
