@@ -9,7 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_models import communication as comm
-from cost_models.compute import LinearTimes, attention_s, batched_gemm_s, linear_s, memory_bound_s
+from cost_models.compute import (
+    NORM_FUSED_CAST_BYTES,
+    LinearTimes,
+    attention_s,
+    batched_gemm_s,
+    linear_s,
+    memory_bound_s,
+)
 from cost_models.parallel import ParallelConfig, group
 from cost_models.tensors import ACT_BYTES, tokens_per_gpu, tp_collectives_s
 from planner.specs import GPUSpec, JobSpec, ModelSpec, NodeGroup, compute_capability_major
@@ -171,7 +178,10 @@ def attention_block(
     sp_div = t if c.sp else 1
     kv_local = max(kv / t, model.kv_channels)  # with tp > groups, K/V heads are replicated
     qkv_n = q / t + 2 * kv_local
-    gemm = linear_s(T, qkv_n, h, gpu, prec) + linear_s(T, h, q / t, gpu, prec)
+    # The QKV input is the input norm's output (TELayerNormColumnParallelLinear: quantized by the norm)
+    gemm = linear_s(T, qkv_n, h, gpu, prec, input_cast_bytes=NORM_FUSED_CAST_BYTES) + linear_s(
+        T, h, q / t, gpu, prec
+    )
     # Causal attention executed: half of the non-causal 2*T*span*(2q)/t per cp rank
     # (load-balanced ring, Megatron CP); span = s for full attention.
     if job.attention_impl == "unfused":

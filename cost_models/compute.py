@@ -91,10 +91,32 @@ def gemm_s(m: float, n: float, k: float, gpu: GPUSpec, precision: str, count: fl
     return count * t
 
 
+FP8_CAST_BYTES = 4.0
+"""HBM bytes per element of quantizing one 16-bit GEMM operand to FP8 under Transformer Engine's
+recipes on Hopper: read the 16-bit tensor (2) and write its FP8 copy twice (1 + 1), row-wise for
+the GEMM that reduces over the hidden dimension and transposed (column-wise) for the weight
+gradient, which reduces over tokens: Hopper's FP8 tensor cores take only the "TN" layout, so TE
+quantizes with a fused cast-transpose (``transformer_engine/common/transpose/cast_transpose.cu``;
+TE user guide, "Using FP8 with Transformer Engine": FP8 GEMM inputs need both layouts). A linear's
+input is quantized in forward and its output gradient in backward; weights are quantized once per
+step (TE caches them across micro-batches, ``is_first_microbatch``), not charged."""
+
+NORM_FUSED_CAST_BYTES = 2.0
+"""The same for an input the preceding norm already wrote in FP8 (Transformer Engine's
+``LayerNormLinear`` / ``LayerNormMLP``: the norm kernel quantizes its row-wise output): only the
+transposed copy remains, read 1 and write 1."""
+
+
+def fp8_cast_s(elements: float, gpu: GPUSpec, bytes_per_element: float = FP8_CAST_BYTES) -> float:
+    """Time of quantizing ``elements`` 16-bit values to FP8 (:data:`FP8_CAST_BYTES`)."""
+    return memory_bound_s(elements * bytes_per_element, gpu)
+
+
 @dataclass(frozen=True, slots=True)
 class LinearTimes:
     """GEMM times of linear layers for one micro-batch: forward, input gradient (B), weight
-    gradient (W), seconds."""
+    gradient (W), seconds. Under FP8, forward and input gradient include the quantization of the
+    input and of the output gradient (:data:`FP8_CAST_BYTES`)."""
 
     forward_s: float = 0.0
     input_grad_s: float = 0.0
@@ -109,16 +131,29 @@ class LinearTimes:
 
 
 def linear_s(
-    tokens: float, n_out: float, k_in: float, gpu: GPUSpec, precision: str, count: float = 1.0
+    tokens: float,
+    n_out: float,
+    k_in: float,
+    gpu: GPUSpec,
+    precision: str,
+    count: float = 1.0,
+    input_cast_bytes: float = FP8_CAST_BYTES,
 ) -> LinearTimes:
     """The three GEMMs of ``count`` linear layers ``k_in -> n_out`` over ``tokens`` rows:
     forward ``Y = X W`` (tokens x n_out, reducing k_in), input gradient ``dX = dY W^T``
     (tokens x k_in, reducing n_out), weight gradient ``dW = X^T dY`` (k_in x n_out, reducing tokens).
-    Same FLOPs each; different output shapes, so different tile and wave quantization."""
-    return LinearTimes(
+    Same FLOPs each; different output shapes, so different tile and wave quantization. FP8 adds
+    the quantization of the input (``input_cast_bytes`` per element: :data:`NORM_FUSED_CAST_BYTES`
+    behind a fused norm) to forward and of the output gradient to the input gradient."""
+    times = LinearTimes(
         gemm_s(tokens, n_out, k_in, gpu, precision, count),
         gemm_s(tokens, k_in, n_out, gpu, precision, count),
         gemm_s(k_in, n_out, tokens, gpu, precision, count),
+    )
+    if precision != "fp8":
+        return times
+    return times + LinearTimes(
+        fp8_cast_s(count * tokens * k_in, gpu, input_cast_bytes), fp8_cast_s(count * tokens * n_out, gpu)
     )
 
 

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from cost_models import communication as comm
-from cost_models.compute import LinearTimes, gemm_s, linear_s
+from cost_models.compute import LinearTimes, fp8_cast_s, gemm_s, linear_s
 from cost_models.parallel import ParallelConfig, group
 from planner.specs import GPUSpec, JobSpec, ModelSpec, NodeGroup
 
@@ -78,16 +78,21 @@ def grouped_linear_s(
     (docs/calibration.md, "MoE grouped GEMMs"; hardware_profiles/measurements/
     h100-sxm5-80gb-grouped-gemm.json), where pricing each expert as its own GEMM was 3.3x slow.
     Divided by the GPU's ``grouped_gemm_efficiency`` (a software's grouped GEMM below one kernel's
-    speed, e.g. Transformer Engine's one-cuBLAS-call-per-expert ``GroupedLinear``)."""
+    speed, e.g. Transformer Engine's one-cuBLAS-call-per-expert ``GroupedLinear``). FP8 adds the
+    quantization of every expert's input and output gradient (cost_models.compute.FP8_CAST_BYTES)."""
     if rows <= 0 or local_experts <= 0:
         return LinearTimes()
     m = rows * local_experts
     g = gpu.efficiency.grouped_gemm_efficiency
-    return LinearTimes(
+    times = LinearTimes(
         gemm_s(m, n_out, k_in, gpu, precision) / g,
         gemm_s(m, k_in, n_out, gpu, precision) / g,
         gemm_s(k_in, n_out * local_experts, rows, gpu, precision) / g,
     )
+    if precision != "fp8":
+        return times
+    # every expert's input and output gradient quantized (TE GroupedLinear, multi-tensor cast)
+    return times + LinearTimes(fp8_cast_s(m * k_in, gpu), fp8_cast_s(m * n_out, gpu))
 
 
 def dispatch_traffic(routed: float, topk: int, dispatcher: str, sort_chunks: bool) -> float:
