@@ -31,7 +31,14 @@ import numpy as np
 from cost_models import communication as comm
 from cost_models import memory as mem
 from cost_models.attention import core_attention_s
-from cost_models.compute import COMPUTE_DTYPE, attention_s, gemm_efficiency, gemm_s, memory_bound_s
+from cost_models.compute import (
+    COMPUTE_DTYPE,
+    attention_s,
+    fp8_cast_s,
+    gemm_efficiency,
+    gemm_s,
+    memory_bound_s,
+)
 from cost_models.estimate import (
     Estimate,
     StageEstimate,
@@ -140,6 +147,12 @@ def _cross_attention(
     sp_div = t if c.sp else 1
     gemms = gemm_s(T, q / t, h, gpu, prec) + gemm_s(T_enc, 2 * kv_local, h_enc, gpu, prec)
     gemms += gemm_s(T, h, q / t, gpu, prec)
+    # FP8: the three projections' inputs forward and output gradients backward are quantized, as
+    # cost_models.compute.linear_s charges a chain layer's linears
+    cast_fwd = cast_bwd = 0.0
+    if prec == "fp8":
+        cast_fwd = fp8_cast_s(T * h + T_enc * h_enc + T * q / t, gpu)
+        cast_bwd = fp8_cast_s(T * q / t + T_enc * 2 * kv_local + T * h, gpu)
     attn, attn_bwd = core_attention_s(attention_s(4 * T * s_enc * q / t, gpu, prec, s_enc), job, gpu)
     tp = tp_collectives_s(T * h * ACT_BYTES, c, node, 1)
     act = (T * h / sp_div + T * q / t + T_enc * 2 * kv_local + T * q / t) * ACT_BYTES
@@ -149,8 +162,8 @@ def _cross_attention(
         params_sharded=(params - m.norm_params()) / t,
         params_replicated=m.norm_params(),
         model_flop=3 * (2 * T * h * q + 2 * T_enc * h_enc * 2 * kv + 2 * T * q * h + 4 * T * s_enc * q) / t,
-        forward_s=gemms + attn,
-        backward_input_s=gemms + attn_bwd,
+        forward_s=gemms + attn + cast_fwd,
+        backward_input_s=gemms + attn_bwd + cast_bwd,
         backward_weight_s=gemms,
         forward_comm_s=tp,
         backward_comm_s=tp,

@@ -74,3 +74,33 @@ def test_the_cast_share_falls_as_the_layer_grows(h100):
         bare = linear_s(8192, 4 * h, h, h100, "fp8", input_cast_bytes=0.0)
         shares.append((fp8.forward_s - bare.forward_s) / bare.forward_s)
     assert shares[0] > shares[1] > shares[2] > 0
+
+
+def test_graph_cross_attention_quantizes_its_projections_as_chain_linears_do():
+    from cost_models.compute import fp8_cast_s
+    from cost_models.graph_costs import _cross_attention
+    from cost_models.parallel import ParallelConfig
+    from planner.graph_model import load_graph_model
+    from planner.loading import load_cluster, make_job
+
+    g = load_graph_model("t5-11b")
+    (block,) = [b for b in g.blocks if b.cross_attention_from]
+    source = g.cross_source(block)
+    node = load_cluster("dgx-h100", 1).groups[0]
+    c = ParallelConfig(tp=2, micro_batch_size=1)
+    bf16, fp8 = (
+        _cross_attention(block, source, make_job(global_batch_size=8, seq_length=512, precision=p), c, node)
+        for p in ("bf16", "fp8")
+    )
+    m, src = block.transformer, source.transformer
+    T, T_enc = block.tokens(512), source.tokens(512)
+    h, q, h_enc = m.hidden_size, m.query_projection_size, src.hidden_size
+    kv_local = max(m.kv_projection_size / 2, m.kv_channels)
+    gemm_gain = bf16.backward_weight_s - fp8.backward_weight_s  # the wgrad GEMMs pay no cast
+    assert gemm_gain > 0
+    assert bf16.forward_s - fp8.forward_s == pytest.approx(
+        gemm_gain - fp8_cast_s(T * h + T_enc * h_enc + T * q / 2, node.gpu), rel=1e-9
+    )
+    assert bf16.backward_input_s - fp8.backward_input_s == pytest.approx(
+        gemm_gain - fp8_cast_s(T * q / 2 + T_enc * 2 * kv_local + T * h, node.gpu), rel=1e-9
+    )
