@@ -165,7 +165,9 @@ def test_cli_estimate_and_search_take_the_flag(run_cli, tmp_path):
     both = run_cli("estimate", "--plan", str(out), "--no-gradient-accumulation-fusion")
     assert both.exit_code == 2 and "--plan" in both.stderr and "Traceback" not in both.stderr
     refused = run_cli("search", *base, "--framework", "torchtitan", "--no-gradient-accumulation-fusion")
-    assert refused.exit_code != 0 and "Traceback" not in refused.stderr
+    # no feasible plan (exit code 3, README), the reason named, no traceback
+    assert refused.exit_code == 3 and "Traceback" not in refused.stderr
+    assert "no switch for unfused gradient accumulation" in refused.stderr
 
 
 def test_calibration_runs_that_set_the_flag_are_priced_unfused():
