@@ -512,7 +512,7 @@ class JobSpec:
     default ``gradient_accumulation_fusion``: TE / APEX wgrad kernels with beta = 1). False
     (``--no-gradient-accumulation-fusion``): each micro-batch's weight gradient is written in
     16 bits and added to the main gradient by a separate kernel
-    (:data:`cost_models.estimate.UNFUSED_ACCUMULATION`). Megatron-FSDP always runs unfused and its
+    (:func:`cost_models.estimate.unfused_accumulation_bytes`). Megatron-FSDP always runs unfused and its
     sharded gradient path is priced as such, so the field changes nothing there."""
     tp_comm_overlap: bool = False
     """Overlap the sequence-parallel all-gathers / reduce-scatters with the GEMMs next to them
