@@ -32,7 +32,7 @@ from cost_models.layers import (
     loss_transient_bytes,
     model_flop_per_iteration,
 )
-from cost_models.parallel import LAYER_RECOMPUTE, Group, ParallelConfig, group
+from cost_models.parallel import LAYER_RECOMPUTE, SHARDED_GRADIENTS, Group, ParallelConfig, group
 from cost_models.tensors import p2p_activation_bytes
 from planner.specs import DTYPE_BYTES, ClusterSpec, JobSpec, ModelSpec, NodeGroup
 
@@ -61,7 +61,7 @@ def unfused_accumulation_bytes(job: JobSpec) -> float:
 def unfused_accumulation_applies(job: JobSpec, c: ParallelConfig) -> bool:
     """Whether the unfused accumulation pass is charged: only on the DDP / distributed-optimizer
     path; Megatron-FSDP's sharded gradients (zero2, full) are priced by their own path."""
-    return not job.gradient_accumulation_fusion and c.optimizer_sharding in ("none", "distributed")
+    return not job.gradient_accumulation_fusion and c.optimizer_sharding not in SHARDED_GRADIENTS
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,10 @@ LAYER_RECOMPUTE = ("full", "op")
 """Forms that checkpoint whole layers: a recomputed layer keeps ``LayerCost.recomputed_bytes`` and
 its backward adds ``LayerCost.recompute_s`` (its working set is rebuilt one layer at a time)."""
 OPTIMIZER_SHARDING = ("none", "distributed", "zero2", "full")
+SHARDED_GRADIENTS = ("zero2", "full")
+"""The shardings that also shard gradients (ZeRO-2 and ZeRO-3 / FSDP; Megatron-FSDP's
+``optim_grads`` and ``optim_grads_params``): their gradient path is the FSDP model's, not the
+DDP buffer's."""
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1")
 
 

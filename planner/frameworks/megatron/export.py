@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import shlex
 
-from cost_models.parallel import ParallelConfig
+from cost_models.parallel import SHARDED_GRADIENTS, ParallelConfig
 from planner.errors import SpecError
 from planner.frameworks.megatron.capabilities import MEGATRON
 from planner.frameworks.megatron.flags import ACCEPTED
@@ -232,7 +232,7 @@ def parallel_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
             ("--data-parallel-sharding-strategy", FSDP_STRATEGY[c.optimizer_sharding]),
             *FSDP_REQUIRED,
         ]
-    if not job.gradient_accumulation_fusion and c.optimizer_sharding not in FSDP_STRATEGY:
+    if not job.gradient_accumulation_fusion and c.optimizer_sharding not in SHARDED_GRADIENTS:
         # Megatron-FSDP launches carry the flag already (FSDP_REQUIRED).
         args.append(("--no-gradient-accumulation-fusion", None))
     if job.overlap_grad_reduce and c.dp * c.cp > 1:

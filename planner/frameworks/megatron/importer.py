@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cost_models.parallel import ParallelConfig, account_for_split, first_last_split
+from cost_models.parallel import SHARDED_GRADIENTS, ParallelConfig, account_for_split, first_last_split
 from planner.errors import ConfigError, SpecError
 from planner.frameworks.megatron.flags import ACCEPTED
 from planner.frameworks.megatron.shell import REDIRECT, SEPARATORS, read_script, unresolved_in
@@ -427,7 +427,7 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
         # Megatron-FSDP requires the flag (FSDP_REQUIRED), so there it says nothing about the job:
         # read as fused, the job prices the same and searches the non-FSDP layouts as fused.
         gradient_accumulation_fusion="--no-gradient-accumulation-fusion" not in flags
-        or sharding in ("zero2", "full"),
+        or sharding in SHARDED_GRADIENTS,
         tp_comm_overlap="--tp-comm-overlap" in flags,
         # Megatron's default dispatcher is allgather (arguments.py --moe-token-dispatcher-type).
         moe_dispatcher=_dispatcher(flags, at),
