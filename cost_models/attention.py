@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from cost_models import communication as comm
 from cost_models.compute import (
-    NORM_FUSED_CAST_BYTES,
     LinearTimes,
     attention_s,
     batched_gemm_s,
@@ -179,9 +178,9 @@ def attention_block(
     kv_local = max(kv / t, model.kv_channels)  # with tp > groups, K/V heads are replicated
     qkv_n = q / t + 2 * kv_local
     # The QKV input is the input norm's output (TELayerNormColumnParallelLinear: quantized by the norm)
-    gemm = linear_s(T, qkv_n, h, gpu, prec, input_cast_bytes=NORM_FUSED_CAST_BYTES) + linear_s(
-        T, h, q / t, gpu, prec
-    )
+    recipe = job.fp8_recipe
+    gemm = linear_s(T, qkv_n, h, gpu, prec, recipe=recipe, behind_norm=True)
+    gemm += linear_s(T, h, q / t, gpu, prec, recipe=recipe)
     # Causal attention executed: half of the non-causal 2*T*span*(2q)/t per cp rank
     # (load-balanced ring, Megatron CP); span = s for full attention.
     if job.attention_impl == "unfused":
@@ -264,12 +263,13 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
     T_local = T / sp_div  # tokens the duplicated down projections run on
     q_in = rq if rq else h  # input width of the column-parallel query projection
     # GEMMs (forward): down projections (replicated), up projections and output (sharded).
-    gemm = linear_s(T_local, rkv + dr, h, gpu, prec)
+    recipe = job.fp8_recipe
+    gemm = linear_s(T_local, rkv + dr, h, gpu, prec, recipe=recipe)
     if rq:
-        gemm += linear_s(T_local, rq, h, gpu, prec)
-    gemm += linear_s(T, a * dqk / t, q_in, gpu, prec)
-    gemm += linear_s(T, a * (dn + dv) / t, rkv, gpu, prec)
-    gemm += linear_s(T, h, a * dv / t, gpu, prec)
+        gemm += linear_s(T_local, rq, h, gpu, prec, recipe=recipe)
+    gemm += linear_s(T, a * dqk / t, q_in, gpu, prec, recipe=recipe)
+    gemm += linear_s(T, a * (dn + dv) / t, rkv, gpu, prec, recipe=recipe)
+    gemm += linear_s(T, h, a * dv / t, gpu, prec, recipe=recipe)
     fused = attention_s(T * span * model.core_attention_width / t, gpu, prec, kernel_keys(span, job, c))
     attn_fwd, attn_bwd = core_attention_s(fused, job, gpu, local=span < job.seq_length)
     q_term = rq * (h + a * dqk + 1) if rq else h * a * dqk

@@ -92,23 +92,58 @@ def gemm_s(m: float, n: float, k: float, gpu: GPUSpec, precision: str, count: fl
 
 
 FP8_CAST_BYTES = 4.0
-"""HBM bytes per element of quantizing one 16-bit GEMM operand to FP8 under Transformer Engine's
-recipes on Hopper: read the 16-bit tensor (2) and write its FP8 copy twice (1 + 1), row-wise for
-the GEMM that reduces over the hidden dimension and transposed (column-wise) for the weight
-gradient, which reduces over tokens: Hopper's FP8 tensor cores take only the "TN" layout, so TE
-quantizes with a fused cast-transpose (``transformer_engine/common/transpose/cast_transpose.cu``;
-TE user guide, "Using FP8 with Transformer Engine": FP8 GEMM inputs need both layouts). A linear's
-input is quantized in forward and its output gradient in backward; weights are quantized once per
-step (TE caches them across micro-batches, ``is_first_microbatch``), not charged."""
+"""HBM bytes per element of quantizing one 16-bit GEMM operand to FP8 with a per-tensor scale
+known in advance (``delayed`` scaling): read the 16-bit tensor (2) and write its FP8 copy twice
+(1 + 1), row-wise for the GEMM that reduces over the hidden dimension and transposed (column-wise)
+for the weight gradient, which reduces over tokens: Hopper's FP8 tensor cores take only the "TN"
+layout, so TE quantizes with a fused cast-transpose (``transformer_engine/common/transpose/
+cast_transpose.cu``; TE user guide, "Using FP8 with Transformer Engine": FP8 GEMM inputs need both
+layouts). A linear's input is quantized in forward and its output gradient in backward; weights
+are quantized once per step (TE caches them across micro-batches, ``is_first_microbatch``), not
+charged."""
 
 NORM_FUSED_CAST_BYTES = 2.0
 """The same for an input the preceding norm already wrote in FP8 (Transformer Engine's
 ``LayerNormLinear`` / ``LayerNormMLP``: the norm kernel quantizes its row-wise output): only the
-transposed copy remains, read 1 and write 1."""
+transposed copy remains, read 1 and write 1. TE fuses the quantization into the norm for delayed
+scaling only (``transformer_engine/pytorch/csrc/extensions/normalization.cpp``, ``layernorm_fwd`` /
+``rmsnorm_fwd``: "Always used fused kernel for FP8 delayed scaling"; every other quantizer runs the
+norm to a 16-bit output and quantizes it in a separate step)."""
+
+AMAX_READ_BYTES = 2.0
+"""Current (``tensorwise``) scaling's extra read of the 16-bit tensor to find its amax before the
+cast: "FP8 Current Scaling requires two tensor reads per quantization: one to compute amax, one to
+cast" (TE user guide, "FP8 Delayed Scaling"; ``nvte_compute_amax`` before ``nvte_quantize`` in
+normalization.cpp)."""
+
+BLOCK_SCALE_BYTES = {"blockwise": 4.0 / 128, "mxfp8": 1.0 / 32}
+"""Scale bytes per element of each quantized copy for the block-scaled recipes: ``blockwise`` one
+FP32 scale per 128 elements (TE user guide, "FP8 Blockwise Scaling": 1 x 128 blocks for activations
+and gradients), ``mxfp8`` one E8M0 byte per 32 (TE user guide, "MXFP8": "one scaling factor per 32
+consecutive values"). Each block's scale comes from its own amax, computed in the quantizing kernel:
+no extra read."""
+
+
+def fp8_cast_bytes(recipe: str, behind_norm: bool = False) -> float:
+    """HBM bytes per element of quantizing one 16-bit GEMM operand (row-wise and column-wise copies)
+    under FP8 ``recipe`` (:data:`planner.specs.FP8_RECIPES`); ``behind_norm``: the operand is the
+    output of a Transformer Engine fused norm (``LayerNormLinear`` / ``LayerNormMLP``).
+
+    * ``delayed``: :data:`FP8_CAST_BYTES` (4), :data:`NORM_FUSED_CAST_BYTES` (2) behind a norm;
+    * ``tensorwise``: the cast plus :data:`AMAX_READ_BYTES` (6), behind a norm too (not fused);
+    * ``blockwise`` / ``mxfp8``: the cast plus two copies' scales (:data:`BLOCK_SCALE_BYTES`), 4.0625,
+      behind a norm too (TE runs the norm unfused for them unless its cuDNN MXFP8 norm is enabled,
+      ``NVTE_NORM_FWD_USE_CUDNN``, off by default)."""
+    if recipe == "delayed":
+        return NORM_FUSED_CAST_BYTES if behind_norm else FP8_CAST_BYTES
+    if recipe == "tensorwise":
+        return FP8_CAST_BYTES + AMAX_READ_BYTES
+    return FP8_CAST_BYTES + 2 * BLOCK_SCALE_BYTES[recipe]
 
 
 def fp8_cast_s(elements: float, gpu: GPUSpec, bytes_per_element: float = FP8_CAST_BYTES) -> float:
-    """Time of quantizing ``elements`` 16-bit values to FP8 (:data:`FP8_CAST_BYTES`)."""
+    """Time of quantizing ``elements`` 16-bit values to FP8 (``bytes_per_element``:
+    :func:`fp8_cast_bytes`)."""
     return memory_bound_s(elements * bytes_per_element, gpu)
 
 
@@ -116,7 +151,7 @@ def fp8_cast_s(elements: float, gpu: GPUSpec, bytes_per_element: float = FP8_CAS
 class LinearTimes:
     """GEMM times of linear layers for one micro-batch: forward, input gradient (B), weight
     gradient (W), seconds. Under FP8, forward and input gradient include the quantization of the
-    input and of the output gradient (:data:`FP8_CAST_BYTES`)."""
+    input and of the output gradient (:func:`fp8_cast_bytes`)."""
 
     forward_s: float = 0.0
     input_grad_s: float = 0.0
@@ -137,14 +172,15 @@ def linear_s(
     gpu: GPUSpec,
     precision: str,
     count: float = 1.0,
-    input_cast_bytes: float = FP8_CAST_BYTES,
+    recipe: str = "tensorwise",
+    behind_norm: bool = False,
 ) -> LinearTimes:
     """The three GEMMs of ``count`` linear layers ``k_in -> n_out`` over ``tokens`` rows:
     forward ``Y = X W`` (tokens x n_out, reducing k_in), input gradient ``dX = dY W^T``
     (tokens x k_in, reducing n_out), weight gradient ``dW = X^T dY`` (k_in x n_out, reducing tokens).
     Same FLOPs each; different output shapes, so different tile and wave quantization. FP8 adds
-    the quantization of the input (``input_cast_bytes`` per element: :data:`NORM_FUSED_CAST_BYTES`
-    behind a fused norm) to forward and of the output gradient to the input gradient."""
+    the quantization of the input (``behind_norm``: written by a fused norm) to forward and of the
+    output gradient to the input gradient, each at :func:`fp8_cast_bytes` of the FP8 ``recipe``."""
     times = LinearTimes(
         gemm_s(tokens, n_out, k_in, gpu, precision, count),
         gemm_s(tokens, k_in, n_out, gpu, precision, count),
@@ -153,7 +189,8 @@ def linear_s(
     if precision != "fp8":
         return times
     return times + LinearTimes(
-        fp8_cast_s(count * tokens * k_in, gpu, input_cast_bytes), fp8_cast_s(count * tokens * n_out, gpu)
+        fp8_cast_s(count * tokens * k_in, gpu, fp8_cast_bytes(recipe, behind_norm)),
+        fp8_cast_s(count * tokens * n_out, gpu, fp8_cast_bytes(recipe)),
     )
 
 

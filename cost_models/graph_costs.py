@@ -34,6 +34,7 @@ from cost_models.attention import core_attention_s
 from cost_models.compute import (
     COMPUTE_DTYPE,
     attention_s,
+    fp8_cast_bytes,
     fp8_cast_s,
     gemm_efficiency,
     gemm_s,
@@ -151,8 +152,9 @@ def _cross_attention(
     # cost_models.compute.linear_s charges a chain layer's linears
     cast_fwd = cast_bwd = 0.0
     if prec == "fp8":
-        cast_fwd = fp8_cast_s(T * h + T_enc * h_enc + T * q / t, gpu)
-        cast_bwd = fp8_cast_s(T * q / t + T_enc * 2 * kv_local + T * h, gpu)
+        per_element = fp8_cast_bytes(job.fp8_recipe)
+        cast_fwd = fp8_cast_s(T * h + T_enc * h_enc + T * q / t, gpu, per_element)
+        cast_bwd = fp8_cast_s(T * q / t + T_enc * 2 * kv_local + T * h, gpu, per_element)
     attn, attn_bwd = core_attention_s(attention_s(4 * T * s_enc * q / t, gpu, prec, s_enc), job, gpu)
     tp = tp_collectives_s(T * h * ACT_BYTES, c, node, 1)
     act = (T * h / sp_div + T * q / t + T_enc * 2 * kv_local + T * q / t) * ACT_BYTES

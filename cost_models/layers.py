@@ -31,7 +31,7 @@ from cost_models import elementwise
 from cost_models import moe as moe_terms
 from cost_models import recompute as op_sac
 from cost_models.attention import attention_block
-from cost_models.compute import NORM_FUSED_CAST_BYTES, linear_s, memory_bound_s
+from cost_models.compute import linear_s, memory_bound_s
 from cost_models.parallel import ParallelConfig, group
 from cost_models.tensors import ACT_BYTES, tokens_per_gpu, tp_collectives_s
 from planner.specs import JobSpec, ModelSpec, NodeGroup, compute_capability_major
@@ -263,8 +263,8 @@ def _decoder(
         f = model.ffn_hidden_size
         ffn_elements = T * f / t
         # fc1's input is the pre-MLP norm's output (TELayerNormColumnParallelLinear: quantized by the norm)
-        gemm += linear_s(T, n_in * f / t, h, gpu, prec, input_cast_bytes=NORM_FUSED_CAST_BYTES)
-        gemm += linear_s(T, h, f / t, gpu, prec)
+        gemm += linear_s(T, n_in * f / t, h, gpu, prec, recipe=job.fp8_recipe, behind_norm=True)
+        gemm += linear_s(T, h, f / t, gpu, prec, recipe=job.fp8_recipe)
         model_flop += 3 * 2 * T * h * f * (n_in + 1) / t
         elem += (n_in + 1) * T * f / t * ACT_BYTES
         act += T * h * ACT_BYTES / sp_div + (n_in * T * f + T * f) / t * ACT_BYTES  # fc1 in, fc1 out, act out
@@ -451,7 +451,7 @@ def _mtp(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> 
     layer = _decoder(model, job, c, node, moe=model.is_moe_layer(last), span=float(job.seq_length))
     head = _output(model, job, c, node)
     emb = _embedding(model, job, c, node)
-    proj = linear_s(T, h / t, 2 * h, gpu, prec)
+    proj = linear_s(T, h / t, 2 * h, gpu, prec, recipe=job.fp8_recipe)
     norms = memory_bound_s(3 * 2 * T * h * ACT_BYTES / sp_div, gpu)
     eager = elementwise.eager_extra(
         model, job, norm_elements=3 * T * h / sp_div, rope_elements=0.0, ffn_elements=0.0

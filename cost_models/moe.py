@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from cost_models import communication as comm
-from cost_models.compute import LinearTimes, fp8_cast_s, gemm_s, linear_s
+from cost_models.compute import LinearTimes, fp8_cast_bytes, fp8_cast_s, gemm_s, linear_s
 from cost_models.parallel import ParallelConfig, group
 from planner.specs import GPUSpec, JobSpec, ModelSpec, NodeGroup
 
@@ -68,7 +68,13 @@ def grouped_gemm_rows(tokens_per_expert: float, tile: int = GROUPED_GEMM_TILE_RO
 
 
 def grouped_linear_s(
-    rows: float, local_experts: float, n_out: float, k_in: float, gpu: GPUSpec, precision: str
+    rows: float,
+    local_experts: float,
+    n_out: float,
+    k_in: float,
+    gpu: GPUSpec,
+    precision: str,
+    recipe: str = "tensorwise",
 ) -> LinearTimes:
     """The three GEMMs of one MoE linear over ``local_experts`` experts with ``rows`` (tile-padded)
     rows each, priced as one grouped kernel: forward and input gradient as one GEMM over all
@@ -79,7 +85,8 @@ def grouped_linear_s(
     h100-sxm5-80gb-grouped-gemm.json), where pricing each expert as its own GEMM was 3.3x slow.
     Divided by the GPU's ``grouped_gemm_efficiency`` (a software's grouped GEMM below one kernel's
     speed, e.g. Transformer Engine's one-cuBLAS-call-per-expert ``GroupedLinear``). FP8 adds the
-    quantization of every expert's input and output gradient (cost_models.compute.FP8_CAST_BYTES)."""
+    quantization of every expert's input and output gradient at the FP8 ``recipe``'s bytes
+    (cost_models.compute.fp8_cast_bytes)."""
     if rows <= 0 or local_experts <= 0:
         return LinearTimes()
     m = rows * local_experts
@@ -92,7 +99,10 @@ def grouped_linear_s(
     if precision != "fp8":
         return times
     # every expert's input and output gradient quantized (TE GroupedLinear, multi-tensor cast)
-    return times + LinearTimes(fp8_cast_s(m * k_in, gpu), fp8_cast_s(m * n_out, gpu))
+    per_element = fp8_cast_bytes(recipe)
+    return times + LinearTimes(
+        fp8_cast_s(m * k_in, gpu, per_element), fp8_cast_s(m * n_out, gpu, per_element)
+    )
 
 
 def dispatch_traffic(routed: float, topk: int, dispatcher: str, sort_chunks: bool) -> float:
@@ -263,8 +273,9 @@ def routed_block(
     local_experts = E / ep
     rows = grouped_gemm_rows(P * ep / E)
     gemm = linear_s(T / sp_div, E, h, gpu, "bf16")  # router
-    gemm += grouped_linear_s(rows, local_experts, n_in * fe / etp, h, gpu, prec)
-    gemm += grouped_linear_s(rows, local_experts, h, fe / etp, gpu, prec)
+    recipe = job.fp8_recipe
+    gemm += grouped_linear_s(rows, local_experts, n_in * fe / etp, h, gpu, prec, recipe)
+    gemm += grouped_linear_s(rows, local_experts, h, fe / etp, gpu, prec, recipe)
     elem = 3 * (T / sp_div) * E * 4  # router softmax + top-k over fp32 logits (~3 passes)
     model_flop = 3 * (2 * T * h * E / sp_div + 2 * (T * k / t) * h * fe * (n_in + 1))
     elem += (n_in + 1) * P * fe / etp * act_bytes  # the experts' activation
@@ -278,7 +289,8 @@ def routed_block(
     if model.moe_shared_expert_intermediate_size:
         fs = model.moe_shared_expert_intermediate_size
         ffn_elements += T * fs / t
-        gemm += linear_s(T, n_in * fs / t, h, gpu, prec) + linear_s(T, h, fs / t, gpu, prec)
+        gemm += linear_s(T, n_in * fs / t, h, gpu, prec, recipe=recipe)
+        gemm += linear_s(T, h, fs / t, gpu, prec, recipe=recipe)
         model_flop += 3 * 2 * T * h * fs * (n_in + 1) / t
         act += (n_in + 1) * T * fs / t * act_bytes
         params_sharded = (n_in + 1) * h * fs / t

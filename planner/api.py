@@ -57,6 +57,7 @@ def load_problem(
     grad_dtype: str | None = None,
     attention_impl: str = "fused",
     gradient_accumulation_fusion: bool = True,
+    fp8_recipe: str | None = None,
 ) -> Problem:
     """Load a model (preset, YAML or HF config.json), a cluster (template + nodes, or file) and a job;
     ``software``: a software profile name (None: the newest of ``framework`` fitted on the
@@ -65,7 +66,8 @@ def load_problem(
     ``tp_comm_overlap``, ``moe_dispatcher``, ``moe_a2a_overlap``, ``cuda_graph_scope``,
     ``eager_ops``, ``grad_dtype`` (None: the precision's default,
     :func:`planner.loading.default_grad_dtype`), ``attention_impl``,
-    ``gradient_accumulation_fusion``: the :class:`JobSpec` fields of those names."""
+    ``gradient_accumulation_fusion``, ``fp8_recipe`` (None: the default, ``tensorwise``; given, it
+    needs ``precision`` fp8): the :class:`JobSpec` fields of those names."""
     from planner.calibrate.profile import read_profile
     from planner.graph_model import is_graph_model, load_graph_model
     from planner.software import cluster_families, configure, resolve_software
@@ -90,6 +92,7 @@ def load_problem(
             grad_dtype=grad_dtype,
             attention_impl=attention_impl,
             gradient_accumulation_fusion=gradient_accumulation_fusion,
+            fp8_recipe=fp8_recipe,
             where="command line",
         ),
         profile=prof,
@@ -325,6 +328,7 @@ def job_dict(j: JobSpec) -> dict:
         "global_batch_size": j.global_batch_size,
         "seq_length": j.seq_length,
         "precision": j.precision,
+        "fp8_recipe": j.fp8_recipe if j.precision == "fp8" else None,
         "optimizer": j.optimizer,
         "grad_dtype": j.grad_dtype,
         "master_dtype": j.master_dtype,

@@ -438,6 +438,30 @@ def _moe_runtime(rid: str, par: dict, notes: list[str]) -> dict:
     }
 
 
+def _fp8_recipe(run: dict, prec_text: str, notes: list[str]) -> str | None:
+    """The FP8 scaling recipe of an FP8 run (``JobSpec.fp8_recipe``; None for a 16-bit run).
+
+    The rule: the source's precision says ``mxfp8``, or current / tensorwise scaling (Megatron-Bridge
+    ``fp8cs``), or it is a torchtitan float8 run (torchao's float8 linears scale dynamically, i.e.
+    per-tensor current scaling: ``scaling_type_input = "dynamic"``, torchtitan's default); a
+    Megatron-Bridge H100 "FP8" row whose performance recipe is a ``..._FP8_CS_...`` config is current
+    scaling too. Every other FP8 run is delayed scaling: NeMo 24.07 ran Transformer Engine 1.x, whose
+    only recipe it was (``Float8CurrentScaling`` arrived in TE 2.2), and Megatron-LM's
+    ``examples/llama/train_llama3_8b_h100_fp8.sh`` sets ``--fp8-amax-history-len 1024`` with
+    Megatron's default ``--fp8-recipe delayed``."""
+    if "fp8" not in prec_text and "float8" not in prec_text:
+        return None
+    locator = str(((run.get("source") or {}).get("recipe") or {}).get("locator") or "")
+    if "mxfp8" in prec_text:
+        recipe = "mxfp8"
+    elif any(w in prec_text for w in ("current scaling", "tensorwise", "float8")) or "_FP8_CS_" in locator:
+        recipe = "tensorwise"
+    else:
+        recipe = "delayed"
+    notes.append(f"FP8 recipe {recipe}")
+    return recipe
+
+
 def _first(data: dict, *keys: str):
     """The first of ``keys`` the mapping has a non-null value for (sources name MoE fields differently)."""
     return next((data[k] for k in keys if data.get(k) is not None), None)
@@ -516,6 +540,7 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 global_batch_size=par["global_batch_size"],
                 seq_length=seq,
                 precision=precision,
+                fp8_recipe=_fp8_recipe(run, prec_text, notes),
                 tp_comm_overlap=tp_overlap,
                 overlap_grad_reduce=overlap_reduce,
                 overlap_param_gather=overlap_reduce,

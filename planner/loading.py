@@ -25,6 +25,7 @@ from planner.specs import (
     CUDA_GRAPH_SCOPES,
     DTYPES,
     EAGER_OPS,
+    FP8_RECIPES,
     MOE_DISPATCHERS,
     NORMALIZATIONS,
     POSITION_EMBEDDINGS,
@@ -923,6 +924,15 @@ def make_job(
             f"{where}: attention_impl {kwargs['attention_impl']!r} is not allowed; allowed values: "
             f"{', '.join(ATTENTION_IMPLS)}"
         )
+    recipe = kwargs.pop("fp8_recipe", None)
+    if recipe is not None:
+        if recipe not in FP8_RECIPES:
+            raise SpecError(
+                f"{where}: fp8_recipe {recipe!r} is not allowed; allowed values: {', '.join(FP8_RECIPES)}"
+            )
+        if precision != "fp8":
+            raise SpecError(f"{where}: fp8_recipe {recipe!r} needs precision fp8, not {precision}")
+        kwargs["fp8_recipe"] = recipe
     return JobSpec(global_batch_size=global_batch_size, seq_length=seq_length, precision=precision, **kwargs)
 
 
@@ -969,12 +979,19 @@ def eager_ops_tuple(ops: Any, where: str, key: str = "eager_ops") -> tuple[str, 
 
 
 def job_from_mapping(data: dict, where: str) -> JobSpec:
-    """A job from a mapping (the ``job`` section of a plan file)."""
+    """A job from a mapping (the ``job`` section of a plan file). An FP8 job without ``fp8_recipe``
+    was planned before the field existed, when every FP8 plan was priced and exported with delayed
+    scaling (``--fp8-recipe delayed``): it reads as ``delayed``."""
     r = Reader(data, where, "job")
+    precision = r.get("precision", str, "bf16", choices=PRECISIONS)
+    recipe = r.get("fp8_recipe", str, None, choices=FP8_RECIPES)
+    if recipe is None and precision == "fp8":
+        recipe = "delayed"
     job = make_job(
         global_batch_size=r.get("global_batch_size", int, positive=True),
         seq_length=r.get("seq_length", int, positive=True),
-        precision=r.get("precision", str, "bf16", choices=PRECISIONS),
+        precision=precision,
+        fp8_recipe=recipe,
         optimizer=r.get("optimizer", str, "adam", choices=("adam",)),
         grad_dtype=r.get("grad_dtype", str, None, choices=DTYPES),
         master_dtype=r.get("master_dtype", str, "fp32", choices=DTYPES),

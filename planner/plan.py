@@ -191,6 +191,8 @@ def job_to_mapping(job: JobSpec) -> dict:
         "global_batch_size": job.global_batch_size,
         "seq_length": job.seq_length,
         "precision": job.precision,
+        # Always with fp8 (plans without it were planned with delayed scaling: job_from_mapping).
+        **({"fp8_recipe": job.fp8_recipe} if job.precision == "fp8" else {}),
         "optimizer": job.optimizer,
         "grad_dtype": job.grad_dtype,
         "master_dtype": job.master_dtype,

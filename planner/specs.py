@@ -19,6 +19,14 @@ SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
 PRECISIONS = ("bf16", "fp16", "fp8")
 DTYPES = ("fp32", "bf16", "fp16")
 ATTENTION_IMPLS = ("fused", "unfused", "flash2")
+FP8_RECIPES = ("tensorwise", "delayed", "blockwise", "mxfp8")
+"""FP8 scaling recipes (``JobSpec.fp8_recipe``), Megatron-Core's ``--fp8-recipe`` names
+(``TransformerConfig.fp8_recipe``; Transformer Engine's ``Float8CurrentScaling``, ``DelayedScaling``,
+``Float8BlockScaling`` and ``MXFP8BlockScaling``)."""
+MXFP8_MIN_COMPUTE_CAPABILITY = 10
+"""MXFP8 runs on Blackwell (SM 10.0) and later only (Transformer Engine user guide, "MXFP8": "native
+hardware acceleration on Blackwell GPUs (SM 10.0+)"; Megatron-Core ``fp8_recipe``: "'mxfp8' for
+Blackwell architecture only")."""
 """How core attention runs (:attr:`JobSpec.attention_impl`)."""
 
 EAGER_OPS = ("norm", "rope", "activation")
@@ -497,6 +505,14 @@ class JobSpec:
     """Tokens per sequence."""
     precision: str = "bf16"
     """Compute precision of GEMMs: bf16, fp16, or fp8 (FP8 GEMMs, BF16 elsewhere)."""
+    fp8_recipe: str = "tensorwise"
+    """How FP8 tensors are scaled (:data:`FP8_RECIPES`; only read when ``precision`` is fp8):
+    ``tensorwise`` (per-tensor current scaling, the default: the recipe both Megatron-Core and
+    torchtitan's float8 run, and the one of NVIDIA's Hopper performance recipes), ``delayed``
+    (per-tensor scale from an amax history; Megatron-Core's own default), ``blockwise`` (1 x 128 /
+    128 x 128 blocks, FP32 scales) or ``mxfp8`` (32-element blocks, E8M0 scales; Blackwell only,
+    :data:`MXFP8_MIN_COMPUTE_CAPABILITY`). The recipes quantize with different HBM traffic
+    (:func:`cost_models.compute.fp8_cast_bytes`)."""
     optimizer: str = "adam"
     """Optimizer; only Adam (two fp32 moments) is modelled."""
     grad_dtype: str = "fp32"

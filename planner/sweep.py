@@ -62,6 +62,8 @@ class SweepTask:
     target: TrainingTarget | None
     software: str = "base"
     """The software profile (:mod:`planner.software`; resolved, never None)."""
+    fp8_recipe: str | None = None
+    """``JobSpec.fp8_recipe`` (None: the default)."""
 
 
 def run_point(task: SweepTask) -> dict:
@@ -77,6 +79,7 @@ def run_point(task: SweepTask) -> dict:
         task.seq_length,
         task.precision,
         software=task.software,
+        fp8_recipe=task.fp8_recipe,
     )
     cluster = problem.cluster
     row = {

@@ -228,8 +228,10 @@ def json_text(data: Any, **kwargs: Any) -> str:
 
 
 def require_precision(cluster: Any, job: Any, where: str) -> None:
-    """Every GPU of ``cluster`` has a tensor-core peak for the job's precision (a V100 has no bf16)."""
+    """Every GPU of ``cluster`` has a tensor-core peak for the job's precision (a V100 has no bf16)
+    and runs its FP8 recipe (MXFP8 from Blackwell on: :data:`planner.specs.MXFP8_MIN_COMPUTE_CAPABILITY`)."""
     from cost_models.compute import COMPUTE_DTYPE
+    from planner.specs import MXFP8_MIN_COMPUTE_CAPABILITY, compute_capability_major
 
     dtype = COMPUTE_DTYPE.get(job.precision, job.precision)
     for g in cluster.groups:
@@ -238,4 +240,13 @@ def require_precision(cluster: Any, job: Any, where: str) -> None:
             raise SpecError(
                 f"{where}: GPU {g.gpu.name} has no {dtype} tensor-core peak for --precision {job.precision}; "
                 f"it has: {have}"
+            )
+        if (
+            job.precision == "fp8"
+            and job.fp8_recipe == "mxfp8"
+            and compute_capability_major(g.gpu.name) < MXFP8_MIN_COMPUTE_CAPABILITY
+        ):
+            raise SpecError(
+                f"{where}: fp8_recipe mxfp8: GPU {g.gpu.name} has no MXFP8 (it runs on Blackwell, compute "
+                "capability 10.0, and later); use tensorwise, delayed or blockwise"
             )

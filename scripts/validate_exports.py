@@ -29,7 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.errors import PlannerError  # noqa: E402
 from planner.frameworks.torchtitan.models import model_from_flavor  # noqa: E402
-from planner.loading import load_cluster, load_model, make_job  # noqa: E402
+from planner.loading import (
+    load_cluster,  # noqa: E402
+    load_model,  # noqa: E402
+    make_job,  # noqa: E402
+)
 from planner.plan import PlanInputs  # noqa: E402
 from planner.search.chain import search  # noqa: E402
 from planner.search.space import Restrictions  # noqa: E402
@@ -50,6 +54,10 @@ class Case:
     """``JobSpec.attention_impl`` (``unfused``: Megatron ``--attention-backend unfused``)."""
     gradient_accumulation_fusion: bool = True
     """``JobSpec.gradient_accumulation_fusion`` (False: Megatron ``--no-gradient-accumulation-fusion``)."""
+    fp8_recipe: str | None = None
+    """``JobSpec.fp8_recipe`` (None: the default, tensorwise)."""
+    cluster: str = "dgx-h100"
+    """Node template the case is planned on."""
 
 
 CASES = (
@@ -95,6 +103,8 @@ CASES = (
         restrict={"optimizer_sharding": ("distributed",)},
         gradient_accumulation_fusion=False,
     ),
+    Case("fp8-delayed", "llama3-8b", 2, 64, 4096, precision="fp8", fp8_recipe="delayed"),
+    Case("fp8-mxfp8-b200", "llama3-8b", 2, 64, 4096, precision="fp8", fp8_recipe="mxfp8", cluster="dgx-b200"),
 )
 
 
@@ -108,7 +118,7 @@ def plan_for(case: Case, framework: str) -> tuple[PlanInputs | None, str]:
     """The top plan of ``case`` for ``framework``, or None and why there is none."""
     try:
         model = _model(case.model)
-        cluster = load_cluster("dgx-h100", case.nodes)
+        cluster = load_cluster(case.cluster, case.nodes)
         job = make_job(
             global_batch_size=case.gbs,
             seq_length=case.seq,
@@ -116,6 +126,7 @@ def plan_for(case: Case, framework: str) -> tuple[PlanInputs | None, str]:
             eager_ops=case.eager_ops,
             attention_impl=case.attention_impl,
             gradient_accumulation_fusion=case.gradient_accumulation_fusion,
+            fp8_recipe=case.fp8_recipe,
             where=case.name,
         )
         result = search(model, cluster, job, Restrictions(framework=framework, **case.restrict), top_k=1)

@@ -186,6 +186,7 @@ def test_cli_option_set_is_pinned(run_cli):
             "--moe-dispatcher",
             "--grad-dtype",
             "--no-gradient-accumulation-fusion",
+            "--fp8-recipe",
             "--attention-impl",
             "--moe-a2a-overlap",
             "--cuda-graph-scope",

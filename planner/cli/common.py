@@ -14,7 +14,7 @@ import typer
 from planner.cli import render
 from planner.errors import UsageError
 from planner.plan import write_text_atomic
-from planner.specs import ATTENTION_IMPLS, EAGER_OPS
+from planner.specs import ATTENTION_IMPLS, EAGER_OPS, FP8_RECIPES
 from planner.validation import json_text
 
 
@@ -84,8 +84,19 @@ def _eager_ops(text: str | None) -> tuple[str, ...]:
     return tuple(op for op in EAGER_OPS if op in values)
 
 
+def _check_fp8_recipe(recipe: str | None, precision: str | None) -> None:
+    """``--fp8-recipe`` names a recipe of :data:`planner.specs.FP8_RECIPES` and comes with
+    ``--precision fp8`` (a usage error otherwise)."""
+    if recipe is None:
+        return
+    if recipe not in FP8_RECIPES:
+        raise UsageError(f"--fp8-recipe {recipe!r} is not allowed; allowed values: {', '.join(FP8_RECIPES)}")
+    if precision != "fp8":
+        raise UsageError(f"--fp8-recipe {recipe} needs --precision fp8 (got {precision})")
+
+
 def _runtime(opts: dict) -> dict:
-    """The gradient dtype and accumulation, core attention, MoE dispatcher and CUDA graph options as
+    """The gradient dtype and accumulation, FP8 recipe, core attention, MoE dispatcher and CUDA graph options as
     :func:`planner.api.load_problem` keywords."""
     scope = opts.get("cuda_graph_scope")
     impl = opts.get("attention_impl") or "fused"
@@ -93,10 +104,12 @@ def _runtime(opts: dict) -> dict:
         raise UsageError(
             f"--attention-impl {impl!r} is not allowed; allowed values: {', '.join(ATTENTION_IMPLS)}"
         )
+    _check_fp8_recipe(opts.get("fp8_recipe"), opts.get("precision"))
     return {
         "moe_dispatcher": opts.get("moe_dispatcher") or "alltoall",
         "grad_dtype": opts.get("grad_dtype"),
         "gradient_accumulation_fusion": not opts.get("no_gradient_accumulation_fusion"),
+        "fp8_recipe": opts.get("fp8_recipe"),
         "attention_impl": impl,
         "moe_a2a_overlap": bool(opts.get("moe_a2a_overlap")),
         "cuda_graph_scope": tuple(w.strip() for w in scope.split(",")) if scope else (),

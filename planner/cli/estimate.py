@@ -33,6 +33,7 @@ from planner.cli.options import (
     EpOpt,
     EstimateFrameworkOpt,
     FirstStageOpt,
+    Fp8RecipeOpt,
     FsdpShardOpt,
     GbsOptional,
     GradDtypeOpt,
@@ -142,6 +143,7 @@ def _estimate(opts: dict):
             or opts.get("moe_dispatcher", "alltoall") != "alltoall"
             or opts.get("grad_dtype") is not None
             or opts.get("no_gradient_accumulation_fusion")
+            or opts.get("fp8_recipe") is not None
             or opts.get("attention_impl") is not None
         ):
             raise UsageError(
@@ -253,6 +255,7 @@ def estimate(
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
     grad_dtype: GradDtypeOpt = None,
     no_gradient_accumulation_fusion: UnfusedAccumulationOpt = False,
+    fp8_recipe: Fp8RecipeOpt = None,
     attention_impl: AttentionImplOpt = None,
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,
@@ -304,6 +307,7 @@ def timeline(
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
     grad_dtype: GradDtypeOpt = None,
     no_gradient_accumulation_fusion: UnfusedAccumulationOpt = False,
+    fp8_recipe: Fp8RecipeOpt = None,
     attention_impl: AttentionImplOpt = None,
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,
@@ -405,6 +409,7 @@ def bubbles(
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
     grad_dtype: GradDtypeOpt = None,
     no_gradient_accumulation_fusion: UnfusedAccumulationOpt = False,
+    fp8_recipe: Fp8RecipeOpt = None,
     attention_impl: AttentionImplOpt = None,
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,

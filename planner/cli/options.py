@@ -111,6 +111,16 @@ TpOverlapOpt = Annotated[
         rich_help_panel=PANEL_INPUTS,
     ),
 ]
+Fp8RecipeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--fp8-recipe",
+        help="FP8 scaling recipe with --precision fp8: tensorwise (current per-tensor scaling; the "
+        "default), delayed (amax history), blockwise (1x128 / 128x128 blocks) or mxfp8 (32-element "
+        "blocks, Blackwell only) (Megatron --fp8-recipe).",
+        rich_help_panel=PANEL_INPUTS,
+    ),
+]
 UnfusedAccumulationOpt = Annotated[
     bool,
     typer.Option(

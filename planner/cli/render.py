@@ -145,7 +145,8 @@ def _moe_runtime_rows(d: dict) -> list[tuple[str, str]]:
 def _grad_rows(d: dict) -> list[tuple[str, str]]:
     """The gradient reduction dtype, shown only when it is not the precision's default (fp16
     gradients for fp16 training, fp32 otherwise: planner.loading.default_grad_dtype), and unfused
-    gradient accumulation, shown only when set (fused is the default)."""
+    gradient accumulation, shown only when set (fused is the default), and the FP8 recipe of an FP8
+    job."""
     job = d.get("job") or {}
     grad = job.get("grad_dtype")
     rows = []
@@ -153,6 +154,8 @@ def _grad_rows(d: dict) -> list[tuple[str, str]]:
         rows.append(("gradient reduction dtype", grad))
     if job.get("gradient_accumulation_fusion") is False:
         rows.append(("gradient accumulation", "unfused (separate add per micro-batch)"))
+    if job.get("fp8_recipe"):
+        rows.append(("FP8 recipe", job["fp8_recipe"]))
     return rows
 
 

@@ -11,12 +11,13 @@ import typer
 
 from planner import __version__, api
 from planner.cli.app import app
-from planner.cli.common import _emit_json, _ints, _note, _print, _progress
+from planner.cli.common import _check_fp8_recipe, _emit_json, _ints, _note, _print, _progress
 from planner.cli.options import (
     PANEL_INPUTS,
     PANEL_MEMORY,
     PANEL_OUTPUT,
     PANEL_SPACE,
+    Fp8RecipeOpt,
     GbsOpt,
     JsonOpt,
     ModelOpt,
@@ -58,6 +59,7 @@ def sweep(
         ),
     ] = None,
     precision: PrecisionOpt = "bf16",
+    fp8_recipe: Fp8RecipeOpt = None,
     tokens: TokensOpt = None,
     gpu_hour_price: PriceOpt = None,
     gpu_power_fraction: PowerFractionOpt = 1.0,
@@ -109,6 +111,7 @@ def sweep(
 
     if headroom_gib < 0:
         raise UsageError("--headroom-gib must not be negative")
+    _check_fp8_recipe(fp8_recipe, precision)
     names = [c.strip() for c in cluster.split(",") if c.strip()]
     points = sweep_points(names, list(_ints(nodes, "--nodes")) if nodes is not None else None)
     restrictions = Restrictions(
@@ -121,10 +124,28 @@ def sweep(
         check_objective(objective, target)
         point_software = resolve_software(software, restrictions.framework, cluster_families(point_cluster))
         tasks.append(
-            SweepTask(p, model, global_batch_size, seq_len, precision, restrictions, target, point_software)
+            SweepTask(
+                p,
+                model,
+                global_batch_size,
+                seq_len,
+                precision,
+                restrictions,
+                target,
+                point_software,
+                fp8_recipe,
+            )
         )
     # the model and job are checked once here, so that a bad name fails before any worker starts
-    api.load_problem(model, points[0].cluster, points[0].nodes, global_batch_size, seq_len, precision)
+    api.load_problem(
+        model,
+        points[0].cluster,
+        points[0].nodes,
+        global_batch_size,
+        seq_len,
+        precision,
+        fp8_recipe=fp8_recipe,
+    )
     progress = _progress(quiet, as_json, "sweeping", "points")
     rows = api.rounded(run_sweep(tasks, jobs or os.cpu_count() or 1, progress))
     data = {

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES, ParallelConfig
 from planner.errors import SpecError, UsageError
-from planner.specs import ATTENTION_IMPLS, MOE_DISPATCHERS, ClusterSpec, JobSpec, ModelSpec
+from planner.specs import ATTENTION_IMPLS, FP8_RECIPES, MOE_DISPATCHERS, ClusterSpec, JobSpec, ModelSpec
 
 
 def stage_size(c: ParallelConfig, num_layers: int) -> int:
@@ -92,6 +92,8 @@ class Capabilities:
     unfused_grad_accumulation: bool = False
     """Its launch can turn off fused weight-gradient accumulation
     (``JobSpec.gradient_accumulation_fusion`` False; Megatron ``--no-gradient-accumulation-fusion``)."""
+    fp8_recipes: tuple[str, ...] = FP8_RECIPES
+    """FP8 scaling recipes (``JobSpec.fp8_recipe``) its launch can select."""
     every_nth_recompute: bool = False
     """Full recompute of every n-th block (n >= 2) instead of any number of layers: a stage of S
     layers recomputes ``S // n`` (torchtitan ``selective_ac_option = "<n>"``; :func:`every_nth`)."""
@@ -159,6 +161,8 @@ class Framework:
                 out.append(f"{who} has no uneven split with virtual pipeline stages")
         if job.precision not in cap.precisions:
             out.append(f"{who} has no {job.precision} training (it runs {', '.join(cap.precisions)})")
+        elif job.precision == "fp8" and job.fp8_recipe not in cap.fp8_recipes:
+            out.append(f"{who} has no {job.fp8_recipe!r} FP8 recipe (it runs {', '.join(cap.fp8_recipes)})")
         if len({g.gpu.name for g in cluster.groups}) > 1 and not cap.heterogeneous_gpus:
             out.append(f"{who} cannot place stages on different GPU types")
         if c.fsdp_shard and not cap.hsdp:

@@ -47,7 +47,7 @@ MODEL_AND_PARALLEL_ARGS=(
     --overlap-param-gather
     --bf16
     --fp8-format hybrid
-    --fp8-recipe delayed
+    --fp8-recipe tensorwise
 )
 
 export MEGATRON_PATH GPUS_PER_NODE NUM_NODES MASTER_ADDR MASTER_PORT

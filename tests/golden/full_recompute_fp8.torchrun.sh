@@ -45,7 +45,7 @@ MODEL_AND_PARALLEL_ARGS=(
     --overlap-param-gather
     --bf16
     --fp8-format hybrid
-    --fp8-recipe delayed
+    --fp8-recipe tensorwise
 )
 
 cd "$MEGATRON_PATH"

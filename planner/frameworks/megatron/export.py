@@ -253,8 +253,15 @@ def parallel_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
         flag = "--accumulate-allreduce-grads-in-fp32" if job.precision == "fp16" else "--grad-reduce-in-bf16"
         args.append((flag, None))
     if job.precision == "fp8":
-        args += [("--fp8-format", "hybrid"), ("--fp8-recipe", "delayed")]
+        args += [("--fp8-format", FP8_FORMAT[job.fp8_recipe]), ("--fp8-recipe", job.fp8_recipe)]
     return args
+
+
+FP8_FORMAT = {"tensorwise": "hybrid", "delayed": "hybrid", "blockwise": "e4m3", "mxfp8": "e4m3"}
+"""``--fp8-format`` per recipe: E4M3 forward and E5M2 gradients (``hybrid``) for the per-tensor
+recipes, E4M3 throughout for the block-scaled ones, whose per-block scales give gradients the range
+E5M2 was for (Transformer Engine user guide, "FP8 Blockwise Scaling" and "MXFP8": "E4M3 is used by
+default for both forward and backward passes")."""
 
 
 def cuda_graph_args(scope: tuple[str, ...]) -> list[tuple[str, str | None]]:

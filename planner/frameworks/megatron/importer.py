@@ -20,7 +20,7 @@ from planner.errors import ConfigError, SpecError
 from planner.frameworks.megatron.flags import ACCEPTED
 from planner.frameworks.megatron.shell import REDIRECT, SEPARATORS, read_script, unresolved_in
 from planner.loading import cuda_graph_scope
-from planner.specs import MOE_DISPATCHERS, JobSpec, ModelSpec
+from planner.specs import FP8_RECIPES, MOE_DISPATCHERS, JobSpec, ModelSpec
 from planner.validation import check_number, limit
 
 
@@ -57,6 +57,17 @@ def _dispatcher(flags: dict, at) -> str:
             f"{', '.join(MOE_DISPATCHERS)}"
         )
     return value
+
+
+def _fp8_recipe(flags: dict, at) -> str:
+    """JobSpec.fp8_recipe from ``--fp8-recipe`` (absent: Megatron-Core's default ``delayed``,
+    TransformerConfig.fp8_recipe); ``custom`` (a user quantizer factory) has no price."""
+    recipe = flags.get("--fp8-recipe") or "delayed"
+    if recipe not in FP8_RECIPES:
+        raise SpecError(
+            f"{at('--fp8-recipe')}: --fp8-recipe {recipe!r}: planner prices {', '.join(FP8_RECIPES)}"
+        )
+    return recipe
 
 
 def _cuda_graphs(flags: dict, at) -> tuple[str, ...]:
@@ -124,7 +135,6 @@ IGNORED = {
     "--cross-entropy-loss-fusion",
     "--manual-gc",
     "--log-throughput",
-    "--fp8-recipe",
     "--fp8-amax-history-len",
     "--fp8-amax-compute-algo",
     "--data-parallel-sharding-strategy",
@@ -201,6 +211,7 @@ MODELLED = {
     "--bf16",
     "--fp16",
     "--fp8-format",
+    "--fp8-recipe",
     "--accumulate-allreduce-grads-in-fp32",
     "--grad-reduce-in-bf16",
     "--transformer-impl",
@@ -421,6 +432,7 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
         global_batch_size=gbs,
         seq_length=seq,
         precision=precision,
+        **({"fp8_recipe": _fp8_recipe(flags, at)} if precision == "fp8" else {}),
         grad_dtype=_grad_dtype(flags, precision),
         overlap_grad_reduce="--overlap-grad-reduce" in flags,
         overlap_param_gather="--overlap-param-gather" in flags,

@@ -150,6 +150,9 @@ TORCHTITAN = TorchtitanFramework(
         uneven_layers=True,
         uneven_interleaved=True,
         precisions=("bf16", "fp8"),
+        # quantize.linear.float8 (torchao Float8Linear): its default recipe scales each tensor by its
+        # current amax ("tensorwise"), the recipe_name the export writes.
+        fp8_recipes=("tensorwise",),
         heterogeneous_gpus=False,
         # HSDP: data_parallel_replicate_degree x data_parallel_shard_degree (parallelize.py, 2-D mesh)
         hsdp=True,

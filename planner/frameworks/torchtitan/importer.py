@@ -408,6 +408,13 @@ def parse_torchtitan(
     converters = d.get("model", "converters", list, [])
     if any(x in FLOAT8 for x in converters):
         precision = "fp8"
+        float8 = ((d.doc.get("quantize") or {}).get("linear") or {}).get("float8") or {}
+        recipe = float8.get("recipe_name") or "tensorwise"
+        if recipe != "tensorwise":
+            raise SpecError(
+                f"{where}: key 'quantize.linear.float8.recipe_name': planner prices torchao's "
+                f"tensorwise recipe (per-tensor current scaling), not {recipe!r}"
+            )
 
     schedule, vpp, layers_per_stage = "1f1b", 1, ()
     if pp > 1:
