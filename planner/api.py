@@ -15,7 +15,9 @@ from cost_models.parallel import ParallelConfig, resolve
 from planner import __version__
 from planner.errors import ConfigError
 from planner.graph_model import GraphModelSpec
-from planner.loading import load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import make_job
+from planner.loading import load_model
 from planner.software import BASE, SoftwareUse
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
@@ -65,7 +67,7 @@ def load_problem(
     to the cluster (:func:`planner.software.configure`: the calibration wins);
     ``tp_comm_overlap``, ``moe_dispatcher``, ``moe_a2a_overlap``, ``cuda_graph_scope``,
     ``eager_ops``, ``grad_dtype`` (None: the precision's default,
-    :func:`planner.loading.default_grad_dtype`), ``attention_impl``,
+    :func:`planner.jobs.default_grad_dtype`), ``attention_impl``,
     ``gradient_accumulation_fusion``, ``fp8_recipe`` (None: the default, ``tensorwise``; given, it
     needs ``precision`` fp8): the :class:`JobSpec` fields of those names."""
     from planner.calibrate.profile import read_profile

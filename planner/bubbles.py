@@ -27,7 +27,7 @@ import numpy as np
 
 from cost_models.estimate import Estimate
 from cost_models.schedules import B, F
-from planner.loading import GIB, Reader, _check_header, read_document
+from planner.loading import GIB, Reader, check_header, read_document
 
 DEFAULT_SWITCH_OVERHEAD_S = 0.002
 """Context switch into and out of a fill job (CUDA stream/graph hand-over; PipeFill reports
@@ -219,7 +219,7 @@ def load_fill_job(path: str) -> FillJob:
     """Read a fill-job YAML (``kind: fill_job``)."""
     p = Path(path)
     r = Reader(read_document(p), str(p))
-    _check_header(r, "fill_job")
+    check_header(r, "fill_job")
     job = FillJob(
         name=r.get("name", str),
         unit_time_s=r.get("unit_time_s", float, positive=True),

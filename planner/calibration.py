@@ -24,7 +24,8 @@ from cost_models.parallel import ParallelConfig, account_for_split, resolve
 from planner.errors import PlannerError
 from planner.frameworks.megatron.importer import parse_layout
 from planner.frameworks.torchtitan.capabilities import layer_sac_recomputed_layers
-from planner.loading import load_cluster, load_gpu, load_template, make_job
+from planner.hardware import load_cluster, load_gpu, load_template
+from planner.jobs import make_job
 from planner.software import apply as apply_software
 from planner.software import efficiency_family, software_class
 from planner.specs import EAGER_OPS, ClusterSpec, JobSpec, ModelSpec, compute_capability_major

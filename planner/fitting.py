@@ -41,7 +41,7 @@ import numpy as np
 from cost_models.compute import ATTENTION_HALF_KEYS
 from cost_models.estimate import estimate
 from planner.calibration import Case, Result, excluded_reason
-from planner.loading import load_gpu
+from planner.hardware import load_gpu
 from planner.software import MIN_RUNS, OVERRIDE_PARAMS, efficiency_family, profile_start
 from planner.specs import EfficiencySpec, GPUSpec
 

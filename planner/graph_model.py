@@ -46,7 +46,7 @@ from pathlib import Path
 import yaml
 
 from planner.errors import SpecError
-from planner.loading import Reader, _check_header, _preset_files, model_from_mapping, read_document
+from planner.loading import Reader, check_header, model_from_mapping, preset_files, read_document
 from planner.specs import BLOCK_TYPES, Block, Edge, GraphModelSpec, cross_attention_params
 from planner.validation import path_exists, short_path
 
@@ -82,7 +82,7 @@ _GENERIC_KEYS = (
 def graph_model_from_mapping(data: dict, where: str) -> GraphModelSpec:
     """Build a :class:`GraphModelSpec`; every error names the file and the key path."""
     r = Reader(data, where)
-    _check_header(r, "graph_model")
+    check_header(r, "graph_model")
     name = r.get("name", str)
     description = r.get("description", str, "")
     source = r.get("source", str, "")
@@ -241,7 +241,7 @@ def is_graph_document(data: dict) -> bool:
 def graph_preset_names() -> list[str]:
     """Names of the built-in graph-model presets, sorted."""
     out = []
-    for name, path in _preset_files("planner.presets", "models").items():
+    for name, path in preset_files("planner.presets", "models").items():
         if is_graph_document(yaml.safe_load(path.read_text()) or {}):
             out.append(name)
     return sorted(out)
@@ -249,7 +249,7 @@ def graph_preset_names() -> list[str]:
 
 def load_graph_model(name_or_path: str) -> GraphModelSpec:
     """A graph model from a preset name or a YAML/JSON file."""
-    presets = _preset_files("planner.presets", "models")
+    presets = preset_files("planner.presets", "models")
     if name_or_path in presets:
         data = yaml.safe_load(presets[name_or_path].read_text())
         where = f"preset {name_or_path}"
@@ -266,7 +266,7 @@ def load_graph_model(name_or_path: str) -> GraphModelSpec:
 
 def is_graph_model(name_or_path: str) -> bool:
     """Whether ``name_or_path`` names a graph-model preset or file (False when unreadable)."""
-    presets = _preset_files("planner.presets", "models")
+    presets = preset_files("planner.presets", "models")
     if name_or_path in presets:
         return is_graph_document(yaml.safe_load(presets[name_or_path].read_text()) or {})
     path = Path(name_or_path)

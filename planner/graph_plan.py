@@ -25,14 +25,9 @@ from cost_models.parallel import ParallelConfig
 from planner import __version__
 from planner.errors import SpecError
 from planner.graph_model import GraphModelSpec, graph_model_from_mapping, graph_model_to_mapping
-from planner.loading import (
-    SCHEMA_VERSION,
-    Reader,
-    cluster_from_mapping,
-    cluster_to_mapping,
-    job_from_mapping,
-    read_document,
-)
+from planner.hardware import cluster_from_mapping, cluster_to_mapping
+from planner.jobs import job_from_mapping
+from planner.loading import SCHEMA_VERSION, Reader, read_document
 from planner.plan import (
     PlanInputs,
     job_to_mapping,

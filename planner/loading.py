@@ -1,4 +1,5 @@
-"""Strict loading of models, GPUs, clusters and jobs from YAML, JSON, HF config.json and presets.
+"""Strict loading of models from YAML, JSON, HF config.json and presets, and the document reader
+(:class:`Reader`) that planner.hardware and planner.jobs read GPUs, clusters and jobs with.
 
 Every error names the file, the key path and the allowed values, and is a
 :class:`~planner.errors.SpecError` (exit code 1, no traceback). Unknown keys are rejected.
@@ -16,29 +17,15 @@ from typing import Any
 
 import yaml
 
-from cost_models.communication import mesh_problems
 from planner.errors import SpecError
 from planner.layer_pattern import PatternError, parse_pattern
 from planner.specs import (
     ACTIVATIONS,
-    ATTENTION_IMPLS,
-    CUDA_GRAPH_SCOPES,
-    DTYPES,
-    EAGER_OPS,
-    FP8_RECIPES,
-    MOE_DISPATCHERS,
     NORMALIZATIONS,
     POSITION_EMBEDDINGS,
-    PRECISIONS,
     SOFTMAX_TYPES,
     WINDOW_TYPES,
-    ClusterSpec,
-    EfficiencySpec,
-    GPUSpec,
-    JobSpec,
     ModelSpec,
-    NodeGroup,
-    NVLinkMesh,
 )
 from planner.validation import check_number, limit, path_exists, read_text_capped, short_path
 
@@ -46,7 +33,8 @@ SCHEMA_VERSION = 1
 GIB = 1024**3
 GB = 1e9
 
-_MISSING = object()
+MISSING = object()
+"""Sentinel default of :meth:`Reader.get`: the key is required."""
 
 
 class Reader:
@@ -64,7 +52,7 @@ class Reader:
         self,
         key: str,
         kind: type | tuple,
-        default: Any = _MISSING,
+        default: Any = MISSING,
         *,
         choices=None,
         positive=False,
@@ -74,7 +62,7 @@ class Reader:
         key's upper bound (``maximum``, default :data:`planner.validation.LIMITS`)."""
         self.used.add(key)
         if key not in self.data or self.data[key] is None:
-            if default is _MISSING:
+            if default is MISSING:
                 raise SpecError(f"{self.where}: missing required key '{self._key(key)}'")
             return default
         value = self.data[key]
@@ -170,7 +158,9 @@ def _depth(data: Any, level: int = 1) -> int:
     return deepest
 
 
-def _check_header(r: Reader, kind: str) -> None:
+def check_header(r: Reader, kind: str) -> None:
+    """The document's ``schema_version`` is this planner's and its ``kind`` is ``kind`` (SpecError
+    naming the file otherwise)."""
     version = r.get("schema_version", int)
     if version != SCHEMA_VERSION:
         raise SpecError(f"{r.where}: schema_version {version} is not supported; supported: {SCHEMA_VERSION}")
@@ -184,7 +174,7 @@ def _check_header(r: Reader, kind: str) -> None:
 def model_from_mapping(data: dict, where: str) -> ModelSpec:
     """Build a :class:`ModelSpec` from a planner model mapping (the preset/YAML schema)."""
     r = Reader(data, where)
-    _check_header(r, "model")
+    check_header(r, "model")
     r.get("source", str, "")
     r.get("description", str, "")
     hidden = r.get("hidden_size", int, positive=True)
@@ -489,7 +479,8 @@ def _hf_limit(hf_key: str) -> float | None:
     return limit(_HF_KEYS.get(hf_key, hf_key))
 
 
-def _preset_files(package: str, folder: str) -> dict[str, Any]:
+def preset_files(package: str, folder: str) -> dict[str, Any]:
+    """The YAML presets shipped in ``package``/``folder``, by name (file name less ``.yaml``)."""
     base = resources.files(package).joinpath(folder)
     return {
         p.name[: -len(".yaml")]: p
@@ -537,7 +528,7 @@ def _hf_config_file(path: Path) -> Path:
 
 def model_preset_names(include_graph: bool = True) -> list[str]:
     """Names of the built-in model presets, sorted; ``include_graph=False`` leaves out graph models."""
-    files = _preset_files("planner.presets", "models")
+    files = preset_files("planner.presets", "models")
     if include_graph:
         return sorted(files)
     return sorted(
@@ -547,7 +538,7 @@ def model_preset_names(include_graph: bool = True) -> list[str]:
 
 def load_model(name_or_path: str) -> ModelSpec:
     """A model from a preset name, a planner YAML/JSON file, or a HF ``config.json``."""
-    presets = _preset_files("planner.presets", "models")
+    presets = preset_files("planner.presets", "models")
     path = Path(name_or_path)
     if name_or_path not in presets and not path_exists(path):
         name_or_path = preset_name(name_or_path, presets) or name_or_path
@@ -570,441 +561,3 @@ def load_model(name_or_path: str) -> ModelSpec:
     if "model_type" in data and "schema_version" not in data:
         return load_hf_config(path)
     return model_from_mapping(data, str(path))
-
-
-# ---------------------------------------------------------------------------------------------
-# Hardware
-
-
-def gpu_names() -> list[str]:
-    """Names of the built-in GPU types, sorted."""
-    return sorted(_preset_files("hardware_profiles", "gpus"))
-
-
-def cluster_template_names() -> list[str]:
-    """Names of the built-in node templates, sorted."""
-    return sorted(_preset_files("hardware_profiles", "clusters"))
-
-
-def _gpu_from_mapping(data: dict, where: str) -> GPUSpec:
-    r = Reader(data, where)
-    _check_header(r, "gpu")
-    peaks_r = r.sub("peak_tflops")
-    peaks = tuple((k, peaks_r.get(k, float, 0.0) * 1e12) for k in ("bf16", "fp16", "fp8", "tf32"))
-    peaks_r.done()
-    e = r.sub("efficiency")
-    eff = EfficiencySpec(
-        gemm_efficiency_max=e.get("gemm_efficiency_max", float, positive=True),
-        gemm_half_efficiency_flop=e.get("gemm_half_efficiency_gflop", float, positive=True) * 1e9,
-        attention_efficiency=e.get("attention_efficiency", float, positive=True),
-        hbm_efficiency=e.get("hbm_efficiency", float, positive=True),
-        fp8_gemm_speedup=e.get("fp8_gemm_speedup", float, 1.0, positive=True),
-        kernel_overhead_s=e.get("kernel_overhead_us", float, 0.0) * 1e-6,
-        comm_overlap_slowdown=e.get("comm_overlap_slowdown", float, 0.0),
-        grouped_gemm_efficiency=e.get("grouped_gemm_efficiency", float, 1.0, positive=True),
-        host_launch_s=e.get("host_launch_us", float, 0.0) * 1e-6,
-    )
-    e.get("fitted_on", str, "")
-    e.done()
-    speeds = _attention_kernel_speeds(r)
-    spec = GPUSpec(
-        name=r.get("name", str),
-        memory_bytes=int(r.get("memory_gib", float, positive=True) * GIB),
-        peak_flop_per_s=peaks,
-        hbm_bandwidth_bytes_per_s=r.get("hbm_bandwidth_gb_per_s", float, positive=True) * GB,
-        memory_reserve_bytes=int(r.get("memory_reserve_gib", float) * GIB),
-        efficiency=eff,
-        source=r.get("source", str),
-        tdp_w=r.get("tdp_w", float, 0.0),
-        sm_count=r.get("sm_count", int, 0),
-        gemm_tile=_gemm_tile(r, where),
-        attention_kernel_speed=speeds[0],
-        local_attention_kernel_speed=speeds[1],
-    )
-    r.done()
-    return spec
-
-
-def _attention_kernel_speeds(r: Reader) -> tuple[tuple[float, float], tuple[float, float]]:
-    """The optional ``attention_kernel_speed`` of a GPU file: ``forward`` and ``backward`` for full
-    attention, ``local_forward`` and ``local_backward`` for sliding-window layers (each default 1)."""
-    s = r.optional_sub("attention_kernel_speed")
-    if s is None:
-        return (1.0, 1.0), (1.0, 1.0)
-    full = (s.get("forward", float, 1.0, positive=True), s.get("backward", float, 1.0, positive=True))
-    local = (
-        s.get("local_forward", float, 1.0, positive=True),
-        s.get("local_backward", float, 1.0, positive=True),
-    )
-    s.done()
-    return full, local
-
-
-def _gemm_tile(r: Reader, where: str) -> tuple[int, int]:
-    """The ``gemm_tile: [rows, columns]`` of a GPU file (default 256 x 128)."""
-    value = r.get("gemm_tile", list, [256, 128])
-    if len(value) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
-        raise SpecError(f"{where}: gemm_tile must be two positive integers [rows, columns], got {value!r}")
-    return (value[0], value[1])
-
-
-def load_gpu(name_or_path: str) -> GPUSpec:
-    """A GPU type from the catalogue or a YAML file."""
-    files = _preset_files("hardware_profiles", "gpus")
-    path = Path(name_or_path)
-    if name_or_path not in files and not path_exists(path):
-        name_or_path = preset_name(name_or_path, files) or name_or_path
-    if name_or_path in files:
-        return _gpu_from_mapping(yaml.safe_load(files[name_or_path].read_text()), f"gpu {name_or_path}")
-    if not path_exists(path):
-        hint = did_you_mean(name_or_path, files)
-        raise SpecError(f"unknown GPU '{name_or_path}'{hint}; known GPUs: {', '.join(sorted(files))}")
-    return _gpu_from_mapping(read_document(path), str(path))
-
-
-_NODE_KEYS = (
-    "gpu",
-    "gpus_per_node",
-    "nvlink_domain_size",
-    "intra_node_bandwidth_gb_per_s",
-    "intra_node_latency_us",
-    "inter_node_bandwidth_gb_per_s",
-    "inter_node_latency_us",
-    "intra_node_efficiency",
-    "inter_node_efficiency",
-    "nvlink_mesh",
-)
-
-
-def _node_group(r: Reader, num_nodes: int, base: dict | None = None) -> NodeGroup:
-    """Read node fields from ``r``; missing ones fall back to ``base`` (a template's node mapping)."""
-    base = base or {}
-
-    def field(key: str, kind: type, **kw: Any) -> Any:
-        default = base.get(key, _MISSING)
-        return r.get(key, kind, default, **kw)
-
-    gpu_name = field("gpu", str)
-    try:
-        gpu = load_gpu(gpu_name)
-    except SpecError as exc:
-        raise SpecError(f"{r.where}: key '{r._key('gpu')}': {exc}") from None
-    gpus_per_node = field("gpus_per_node", int, positive=True)
-    return NodeGroup(
-        gpu=gpu,
-        num_nodes=num_nodes,
-        gpus_per_node=gpus_per_node,
-        nvlink_domain_size=r.get(
-            "nvlink_domain_size", int, base.get("nvlink_domain_size", gpus_per_node), positive=True
-        ),
-        intra_node_bandwidth_bytes_per_s=field("intra_node_bandwidth_gb_per_s", float, positive=True) * GB,
-        intra_node_latency_s=field("intra_node_latency_us", float) * 1e-6,
-        inter_node_bandwidth_bytes_per_s=field("inter_node_bandwidth_gb_per_s", float, positive=True) * GB,
-        inter_node_latency_s=field("inter_node_latency_us", float) * 1e-6,
-        intra_node_efficiency=field("intra_node_efficiency", float, positive=True),
-        inter_node_efficiency=field("inter_node_efficiency", float, positive=True),
-        nvlink_mesh=_nvlink_mesh(r, base, gpus_per_node),
-    )
-
-
-def _nvlink_mesh(r: Reader, base: dict, gpus_per_node: int) -> NVLinkMesh | None:
-    """The node's optional ``nvlink_mesh`` (``links``: a square matrix of NVLink link counts between
-    its GPUs; ``link_bandwidth_gb_per_s``: one link, one direction), checked: one row per GPU,
-    symmetric, zero diagonal, the NVLink domain is the node, no GPU has more links than its
-    NVLink bandwidth carries, and every group Megatron can form in the node has a ring over
-    direct links."""
-    r.used.add("nvlink_mesh")
-    raw = r.data.get("nvlink_mesh", base.get("nvlink_mesh"))
-    if raw is None:
-        return None
-    m = Reader(raw, r.where, r._key("nvlink_mesh"))
-    bandwidth = m.get("link_bandwidth_gb_per_s", float, positive=True) * GB
-    rows = m.get("links", list)
-    m.done()
-    key = f"{r.where}: key '{m._key('links')}'"
-    if gpus_per_node > MESH_MAX_GPUS:
-        raise SpecError(
-            f"{key}: a mesh of {gpus_per_node} GPUs is beyond the {MESH_MAX_GPUS} the ring search handles"
-        )
-    if len(rows) != gpus_per_node or not all(
-        isinstance(row, list) and len(row) == gpus_per_node for row in rows
-    ):
-        raise SpecError(
-            f"{key}: needs {gpus_per_node} rows of {gpus_per_node} link counts (one per GPU of the node)"
-        )
-    for i, row in enumerate(rows):
-        for j, value in enumerate(row):
-            check_number(
-                value, r.where, f"{m._key('links')}[{i}][{j}]", integer=True, maximum=limit("nvlink_links")
-            )
-    links = tuple(tuple(row) for row in rows)
-    for i in range(gpus_per_node):
-        if links[i][i]:
-            raise SpecError(f"{key}: GPU {i} has {links[i][i]} links to itself; the diagonal must be 0")
-        for j in range(i):
-            if links[i][j] != links[j][i]:
-                raise SpecError(
-                    f"{key}: not symmetric: GPU {i} -> {j} has {links[i][j]} links, GPU {j} -> {i} has {links[j][i]}"
-                )
-    domain = r.get("nvlink_domain_size", int, base.get("nvlink_domain_size", gpus_per_node))
-    if domain != gpus_per_node:
-        raise SpecError(
-            f"{key}: an NVLink mesh spans one node: nvlink_domain_size ({domain}) must equal gpus_per_node ({gpus_per_node})"
-        )
-    per_gpu = r.get("intra_node_bandwidth_gb_per_s", float, base.get("intra_node_bandwidth_gb_per_s")) * GB
-    busiest = max(range(gpus_per_node), key=lambda i: sum(links[i]))
-    if sum(links[busiest]) * bandwidth > per_gpu * (1 + 1e-9):
-        raise SpecError(
-            f"{key}: GPU {busiest} has {sum(links[busiest])} links of {bandwidth / GB:g} GB/s, more than "
-            f"intra_node_bandwidth_gb_per_s ({per_gpu / GB:g})"
-        )
-    mesh = NVLinkMesh(links=links, link_bandwidth_bytes_per_s=bandwidth)
-    problems = mesh_problems(mesh)
-    if problems:
-        raise SpecError(
-            f"{key}: no ring over direct NVLinks for {problems[0]}"
-            + (f" and {len(problems) - 1} more rank sets" if len(problems) > 1 else "")
-            + "; every group of consecutive or strided GPUs that divides the node needs one"
-        )
-    return mesh
-
-
-MESH_MAX_GPUS = 8
-"""Largest node an ``nvlink_mesh`` may describe: the ring search enumerates every ring through a
-group ((n-1)!/2 of them), 2520 for 8 GPUs. Meshes without NVSwitch are DGX-1 / HGX-1 class (8 GPUs);
-larger nodes use NVSwitch."""
-
-
-def _template_node(name: str) -> dict:
-    files = _preset_files("hardware_profiles", "clusters")
-    name = preset_name(name, files) or name
-    if name not in files:
-        hint = did_you_mean(name, files)
-        raise SpecError(
-            f"unknown cluster template '{name}'{hint}; known templates: {', '.join(sorted(files))}"
-        )
-    data = yaml.safe_load(files[name].read_text())
-    return data
-
-
-def load_template(name: str) -> dict:
-    """The raw mapping of a node template (for ``planner hardware show``)."""
-    return _template_node(name)
-
-
-def load_cluster(name_or_path: str, nodes: int | None = None) -> ClusterSpec:
-    """A cluster from a node template name plus ``nodes``, or from a cluster YAML file.
-
-    A cluster file holds ``groups``: each group names a ``template`` or gives the node fields,
-    plus ``num_nodes``. Several groups make a heterogeneous cluster, ranks numbered in order.
-    """
-    files = _preset_files("hardware_profiles", "clusters")
-    if name_or_path not in files and not path_exists(Path(name_or_path)):
-        name_or_path = preset_name(name_or_path, files) or name_or_path
-    if name_or_path in files:
-        if nodes is None:
-            raise SpecError(f"cluster template '{name_or_path}' needs a node count (--nodes N)")
-        check_number(nodes, "--nodes", "num_nodes", integer=True, positive=True)
-        data = _template_node(name_or_path)
-        r = Reader(data, f"cluster {name_or_path}")
-        _check_header(r, "cluster_template")
-        r.get("source", str, "")
-        r.get("name", str)
-        node = r.sub("node")
-        group = _node_group(node, nodes)
-        node.done()
-        r.done()
-        return ClusterSpec(name=name_or_path, groups=(group,))
-    path = Path(name_or_path)
-    if not path_exists(path):
-        hint = did_you_mean(name_or_path, files)
-        raise SpecError(
-            f"unknown cluster '{name_or_path}'{hint}: not a template and no such file; templates: {', '.join(sorted(files))}"
-        )
-    if nodes is not None:
-        raise SpecError(f"{path}: a cluster file gives num_nodes per group; do not pass --nodes")
-    return cluster_from_mapping(read_document(path), str(path), path.stem)
-
-
-def cluster_from_mapping(data: dict, where: str, default_name: str = "cluster") -> ClusterSpec:
-    """A cluster from a ``kind: cluster`` mapping (a cluster file, or a plan file's cluster)."""
-    r = Reader(data, where)
-    _check_header(r, "cluster")
-    name = r.get("name", str, default_name)
-    raw_groups = r.get("groups", list)
-    if not raw_groups:
-        raise SpecError(f"{where}: key 'groups': needs at least one node group")
-    groups = []
-    for i, raw in enumerate(raw_groups):
-        gr = Reader(raw, where, f"groups[{i}]")
-        template = gr.get("template", str, "")
-        base = {}
-        if template:
-            tdata = _template_node(template)
-            base = dict(tdata.get("node", {}))
-        groups.append(_node_group(gr, gr.get("num_nodes", int, positive=True), base))
-        gr.done()
-    price = r.get("gpu_hour_price_usd", float, 0.0)  # optional: what one GPU-hour costs, for --tokens
-    r.done()
-    return ClusterSpec(name=name, groups=tuple(groups), gpu_hour_price_usd=price or None)
-
-
-def cluster_to_mapping(c: ClusterSpec) -> dict:
-    """The inverse of :func:`cluster_from_mapping` (every node field spelled out)."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "kind": "cluster",
-        "name": c.name,
-        "groups": [
-            {
-                "gpu": g.gpu.name,
-                "num_nodes": g.num_nodes,
-                "gpus_per_node": g.gpus_per_node,
-                "nvlink_domain_size": g.nvlink_domain_size,
-                "intra_node_bandwidth_gb_per_s": g.intra_node_bandwidth_bytes_per_s / GB,
-                "intra_node_latency_us": g.intra_node_latency_s * 1e6,
-                "inter_node_bandwidth_gb_per_s": g.inter_node_bandwidth_bytes_per_s / GB,
-                "inter_node_latency_us": g.inter_node_latency_s * 1e6,
-                "intra_node_efficiency": g.intra_node_efficiency,
-                "inter_node_efficiency": g.inter_node_efficiency,
-                **(
-                    {
-                        "nvlink_mesh": {
-                            "link_bandwidth_gb_per_s": g.nvlink_mesh.link_bandwidth_bytes_per_s / GB,
-                            "links": [list(row) for row in g.nvlink_mesh.links],
-                        }
-                    }
-                    if g.nvlink_mesh is not None
-                    else {}
-                ),
-            }
-            for g in c.groups
-        ],
-        **({"gpu_hour_price_usd": c.gpu_hour_price_usd} if c.gpu_hour_price_usd is not None else {}),
-    }
-
-
-# ---------------------------------------------------------------------------------------------
-# Jobs
-
-
-def make_job(
-    *,
-    global_batch_size: int,
-    seq_length: int,
-    precision: str = "bf16",
-    where: str = "command line",
-    **kwargs: Any,
-) -> JobSpec:
-    """A validated :class:`JobSpec` (from flags or a plan file)."""
-    check_number(global_batch_size, where, "global_batch_size", integer=True, positive=True)
-    check_number(seq_length, where, "seq_length", integer=True, positive=True)
-    if precision not in PRECISIONS:
-        raise SpecError(
-            f"{where}: precision {precision!r} is not allowed; allowed values: {', '.join(PRECISIONS)}"
-        )
-    if kwargs.get("grad_dtype") is None:
-        kwargs["grad_dtype"] = default_grad_dtype(precision)
-    for key in ("grad_dtype", "master_dtype"):
-        if key in kwargs and kwargs[key] not in DTYPES:
-            raise SpecError(
-                f"{where}: {key} {kwargs[key]!r} is not allowed; allowed values: {', '.join(DTYPES)}"
-            )
-    if kwargs.get("moe_dispatcher", "alltoall") not in MOE_DISPATCHERS:
-        raise SpecError(
-            f"{where}: moe_dispatcher {kwargs['moe_dispatcher']!r} is not allowed; allowed values: "
-            f"{', '.join(MOE_DISPATCHERS)}"
-        )
-    if "cuda_graph_scope" in kwargs:
-        kwargs["cuda_graph_scope"] = cuda_graph_scope(kwargs["cuda_graph_scope"], where)
-    if "eager_ops" in kwargs:
-        kwargs["eager_ops"] = eager_ops_tuple(kwargs["eager_ops"], where)
-    if kwargs.get("attention_impl", "fused") not in ATTENTION_IMPLS:
-        raise SpecError(
-            f"{where}: attention_impl {kwargs['attention_impl']!r} is not allowed; allowed values: "
-            f"{', '.join(ATTENTION_IMPLS)}"
-        )
-    recipe = kwargs.pop("fp8_recipe", None)
-    if recipe is not None:
-        if recipe not in FP8_RECIPES:
-            raise SpecError(
-                f"{where}: fp8_recipe {recipe!r} is not allowed; allowed values: {', '.join(FP8_RECIPES)}"
-            )
-        if precision != "fp8":
-            raise SpecError(f"{where}: fp8_recipe {recipe!r} needs precision fp8, not {precision}")
-        kwargs["fp8_recipe"] = recipe
-    return JobSpec(global_batch_size=global_batch_size, seq_length=seq_length, precision=precision, **kwargs)
-
-
-def default_grad_dtype(precision: str) -> str:
-    """Dtype in which gradients are accumulated and reduced across data-parallel ranks when the job
-    does not say: 16-bit for fp16 training, fp32 otherwise. Megatron-LM reduces fp16 gradients in
-    fp16 unless ``--accumulate-allreduce-grads-in-fp32`` is given, and forces fp32 for bf16 unless
-    ``--grad-reduce-in-bf16`` (megatron/training/arguments.py, ``validate_args``; the distributed
-    optimizer's table "fp16 parameters, fp16 gradients" vs "bf16 parameters, fp32 gradients",
-    docs/user-guide/features/dist_optimizer.md)."""
-    return "fp16" if precision == "fp16" else "fp32"
-
-
-def cuda_graph_scope(values: Any, where: str) -> tuple[str, ...]:
-    """Validated CUDA graph scopes (:data:`planner.specs.CUDA_GRAPH_SCOPES`), sorted and deduplicated
-    so equal settings compare equal; ``none`` (alone) is the empty tuple."""
-    items = [values] if isinstance(values, str) else list(values or ())
-    items = [str(v).strip() for v in items if str(v).strip() and str(v).strip() != "none"]
-    bad = [v for v in items if v not in CUDA_GRAPH_SCOPES]
-    if bad:
-        raise SpecError(
-            f"{where}: cuda_graph_scope {bad[0]!r} is not allowed; allowed values: "
-            f"none, {', '.join(CUDA_GRAPH_SCOPES)}"
-        )
-    if "moe_preprocess" in items and "moe_router" not in items:
-        raise SpecError(
-            f"{where}: cuda_graph_scope moe_preprocess needs moe_router too (Megatron-Core: "
-            '\'"moe_preprocess" ... must be used together with "moe_router"\')'
-        )
-    return tuple(sorted(set(items), key=CUDA_GRAPH_SCOPES.index))
-
-
-def eager_ops_tuple(ops: Any, where: str, key: str = "eager_ops") -> tuple[str, ...]:
-    """``ops`` (names of :data:`planner.specs.EAGER_OPS`, any order, no repeats) in canonical order,
-    or a SpecError naming ``where``, ``key`` and the allowed values."""
-    if isinstance(ops, str) or not isinstance(ops, (list, tuple)):
-        raise SpecError(f"{where}: {key}: expected a list of op groups ({', '.join(EAGER_OPS)})")
-    for op in ops:
-        if op not in EAGER_OPS:
-            raise SpecError(f"{where}: {key}: {op!r} is not allowed; allowed values: {', '.join(EAGER_OPS)}")
-    if len(set(ops)) != len(ops):
-        raise SpecError(f"{where}: {key}: an op group is listed twice: {', '.join(ops)}")
-    return tuple(op for op in EAGER_OPS if op in ops)
-
-
-def job_from_mapping(data: dict, where: str) -> JobSpec:
-    """A job from a mapping (the ``job`` section of a plan file). An FP8 job without ``fp8_recipe``
-    was planned before the field existed, when every FP8 plan was priced and exported with delayed
-    scaling (``--fp8-recipe delayed``): it reads as ``delayed``."""
-    r = Reader(data, where, "job")
-    precision = r.get("precision", str, "bf16", choices=PRECISIONS)
-    recipe = r.get("fp8_recipe", str, None, choices=FP8_RECIPES)
-    if recipe is None and precision == "fp8":
-        recipe = "delayed"
-    job = make_job(
-        global_batch_size=r.get("global_batch_size", int, positive=True),
-        seq_length=r.get("seq_length", int, positive=True),
-        precision=precision,
-        fp8_recipe=recipe,
-        optimizer=r.get("optimizer", str, "adam", choices=("adam",)),
-        grad_dtype=r.get("grad_dtype", str, None, choices=DTYPES),
-        master_dtype=r.get("master_dtype", str, "fp32", choices=DTYPES),
-        overlap_grad_reduce=r.get("overlap_grad_reduce", bool, True),
-        overlap_param_gather=r.get("overlap_param_gather", bool, True),
-        gradient_accumulation_fusion=r.get("gradient_accumulation_fusion", bool, True),
-        tp_comm_overlap=r.get("tp_comm_overlap", bool, False),
-        moe_dispatcher=r.get("moe_dispatcher", str, "alltoall", choices=MOE_DISPATCHERS),
-        moe_a2a_overlap=r.get("moe_a2a_overlap", bool, False),
-        cuda_graph_scope=r.get("cuda_graph_scope", (list, str), []),
-        eager_ops=eager_ops_tuple(r.get("eager_ops", list, []), where, "key 'job.eager_ops'"),
-        attention_impl=r.get("attention_impl", str, "fused", choices=ATTENTION_IMPLS),
-        where=where,
-    )
-    r.done()
-    return job

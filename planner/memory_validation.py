@@ -22,7 +22,9 @@ import yaml
 
 from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig
-from planner.loading import SCHEMA_VERSION, load_gpu, make_job, model_from_mapping
+from planner.hardware import load_gpu
+from planner.jobs import make_job
+from planner.loading import SCHEMA_VERSION, model_from_mapping
 from planner.specs import ClusterSpec, NodeGroup
 
 GIB = 2**30

@@ -24,17 +24,10 @@ from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES, Paral
 from planner import __version__
 from planner.errors import SpecError
 from planner.frameworks import FRAMEWORKS, get_framework
+from planner.hardware import cluster_from_mapping, cluster_to_mapping
+from planner.jobs import job_from_mapping
 from planner.layer_pattern import pattern_text
-from planner.loading import (
-    SCHEMA_VERSION,
-    Reader,
-    _check_header,
-    cluster_from_mapping,
-    cluster_to_mapping,
-    job_from_mapping,
-    model_from_mapping,
-    read_document,
-)
+from planner.loading import SCHEMA_VERSION, Reader, check_header, model_from_mapping, read_document
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 from planner.validation import check_number, clean, json_text, limit, require_precision, short_path
 
@@ -186,7 +179,7 @@ def config_from_mapping(data: dict, where: str) -> ParallelConfig:
 
 
 def job_to_mapping(job: JobSpec) -> dict:
-    """The job section of a plan file (read back by :func:`planner.loading.job_from_mapping`)."""
+    """The job section of a plan file (read back by :func:`planner.jobs.job_from_mapping`)."""
     return {
         "global_batch_size": job.global_batch_size,
         "seq_length": job.seq_length,
@@ -396,7 +389,7 @@ def open_plan(path: str | Path, kind: str) -> tuple[Reader, str]:
             )
         r.get("kind", str, choices=(kind,))
     else:
-        _check_header(r, kind)
+        check_header(r, kind)
     r.get("planner_version", str, "")
     return r, where
 

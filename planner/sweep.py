@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from planner.costing import TrainingTarget, training_cost
 from planner.errors import InfeasibleError, UsageError
-from planner.loading import cluster_template_names, load_cluster
+from planner.hardware import cluster_template_names, load_cluster
 
 
 @dataclass(frozen=True, slots=True)

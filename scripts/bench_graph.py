@@ -32,7 +32,8 @@ import json, resource, sys, time
 sys.path.insert(0, {root!r})
 from planner.graph_model import load_graph_model
 from planner.search.graph import search_graph
-from planner.loading import load_cluster, make_job
+from planner.hardware import load_cluster
+from planner.jobs import make_job
 from planner.search.space import Restrictions
 g = load_graph_model({model!r}); cluster = load_cluster("dgx-h100", 8)
 job = make_job(global_batch_size={gbs}, seq_length={seq})

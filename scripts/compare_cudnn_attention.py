@@ -30,7 +30,8 @@ from cost_models.attention import core_attention_s  # noqa: E402
 from cost_models.compute import attention_s  # noqa: E402
 from planner.errors import PlannerError  # noqa: E402
 from planner.fitting import MEASUREMENTS_DIR, median_by_pass  # noqa: E402
-from planner.loading import load_gpu, make_job  # noqa: E402
+from planner.hardware import load_gpu  # noqa: E402
+from planner.jobs import make_job  # noqa: E402
 from planner.specs import GPUSpec, local_attention_span  # noqa: E402
 
 DEFAULT_FILES = sorted(MEASUREMENTS_DIR.glob("*-cudnn-attention.json"))

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cost_models.compute import gemm_s  # noqa: E402
 from cost_models.moe import grouped_gemm_rows  # noqa: E402
-from planner.loading import load_gpu  # noqa: E402
+from planner.hardware import load_gpu  # noqa: E402
 
 DEFAULT = (
     Path(__file__).resolve().parent.parent

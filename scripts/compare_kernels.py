@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cost_models.attention import FUSED_BACKWARD_FORWARDS, flash2_speed  # noqa: E402
 from cost_models.compute import attention_s, gemm_s  # noqa: E402
 from planner.fitting import fit_gemm_curve, gemm_gpu_times  # noqa: E402
-from planner.loading import load_gpu  # noqa: E402
+from planner.hardware import load_gpu  # noqa: E402
 
 
 def compare(data: dict, gpu_name: str) -> dict:

@@ -29,11 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.errors import PlannerError  # noqa: E402
 from planner.frameworks.torchtitan.models import model_from_flavor  # noqa: E402
-from planner.loading import (
-    load_cluster,  # noqa: E402
-    load_model,  # noqa: E402
-    make_job,  # noqa: E402
-)
+from planner.hardware import load_cluster  # noqa: E402
+from planner.jobs import make_job  # noqa: E402
+from planner.loading import load_model  # noqa: E402
 from planner.plan import PlanInputs  # noqa: E402
 from planner.search.chain import search  # noqa: E402
 from planner.search.space import Restrictions  # noqa: E402

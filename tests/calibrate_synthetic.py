@@ -15,7 +15,7 @@ from planner.calibrate.fit import predict_nccl, predict_run
 from planner.calibrate.params import values_of
 from planner.calibrate.sources import NcclPoint, Run
 from planner.frameworks.megatron.importer import parse_megatron
-from planner.loading import load_cluster
+from planner.hardware import load_cluster
 
 CLUSTER = "dgx-h100"
 GPU = "h100-sxm5-80gb"

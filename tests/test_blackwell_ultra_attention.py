@@ -13,7 +13,9 @@ from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig, resolve
 from planner.errors import SpecError
 from planner.fitting import blackwell_ultra_attention_speed
-from planner.loading import load_cluster, load_gpu, load_model, make_job
+from planner.hardware import load_cluster, load_gpu
+from planner.jobs import make_job
+from planner.loading import load_model
 
 
 def test_the_gpu_files_carry_the_measured_medians():

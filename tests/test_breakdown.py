@@ -8,7 +8,9 @@ import pytest
 from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig, resolve
 from planner.api import TIME_KEYS
-from planner.loading import load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import make_job
+from planner.loading import load_model
 
 CASES = [
     (

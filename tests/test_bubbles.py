@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig, resolve
 from planner.bubbles import Assumptions, FillJob, budget, fit_fill_job, load_fill_job
-from planner.loading import load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import make_job
+from planner.loading import load_model
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

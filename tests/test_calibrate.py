@@ -25,7 +25,7 @@ from planner.calibrate.sources import (
 from planner.calibration import DEFAULT_RUNS
 from planner.cli.app import main
 from planner.errors import SpecError
-from planner.loading import load_cluster
+from planner.hardware import load_cluster
 
 sys.path.insert(0, str(Path(__file__).parent))
 from calibrate_synthetic import GPU, LAYOUTS, TRUE_SCALE, true_values, write_synthetic  # noqa: E402

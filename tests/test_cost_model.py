@@ -8,7 +8,9 @@ from cost_models import communication as comm
 from cost_models.estimate import estimate
 from cost_models.layers import hardware_flop_per_iteration, layer_table, model_flop_per_iteration
 from cost_models.parallel import ParallelConfig, group, resolve
-from planner.loading import load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import make_job
+from planner.loading import load_model
 from planner.specs import ModelSpec
 
 MiB = 2**20

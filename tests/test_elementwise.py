@@ -18,7 +18,9 @@ from cost_models.estimate import estimate
 from cost_models.layers import layer_table
 from cost_models.parallel import ParallelConfig, resolve
 from planner.errors import SpecError
-from planner.loading import job_from_mapping, load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import job_from_mapping, make_job
+from planner.loading import load_model
 from planner.specs import EAGER_OPS
 
 # Llama 3 8B: h 4096, Q width 4096, K width 1024 (8 groups x 128), FFN 14336 (SwiGLU).

@@ -12,7 +12,9 @@ from planner.calibration import cases
 from planner.errors import ConfigError, SpecError
 from planner.frameworks.megatron.export import layout_for, partition_flags
 from planner.frameworks.megatron.importer import parse_megatron
-from planner.loading import load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import make_job
+from planner.loading import load_model
 
 MODEL = (
     "--num-layers 6 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "

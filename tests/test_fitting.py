@@ -314,7 +314,9 @@ def test_fit_moves_a_threshold_parameter_off_a_flat_start():
     from cost_models.parallel import ParallelConfig, resolve
     from planner.calibration import Case
     from planner.fitting import fit, predict
-    from planner.loading import load_cluster, load_model, make_job
+    from planner.hardware import load_cluster
+    from planner.jobs import make_job
+    from planner.loading import load_model
 
     m, job = load_model("qwen3-30b-a3b"), make_job(global_batch_size=32, seq_length=2048)
     base = load_cluster("dgx-h100", 1)
@@ -336,7 +338,9 @@ def _dense_cases(sources):
     """Synthetic dense cases on one H100 node, one per (source, micro-batch) pair."""
     from cost_models.parallel import ParallelConfig, resolve
     from planner.calibration import Case
-    from planner.loading import load_cluster, load_model, make_job
+    from planner.hardware import load_cluster
+    from planner.jobs import make_job
+    from planner.loading import load_model
 
     m, job = load_model("llama3-8b"), make_job(global_batch_size=64, seq_length=2048)
     cluster = load_cluster("dgx-h100", 1)

@@ -11,7 +11,9 @@ import pytest
 from cost_models.attention import FLASH2_SPEED, FUSED_BACKWARD_FORWARDS, attention_block, kernel_speed
 from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig, resolve
-from planner.loading import load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import make_job
+from planner.loading import load_model
 from planner.specs import compute_capability_major
 
 

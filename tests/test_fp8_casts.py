@@ -17,7 +17,7 @@ from cost_models.compute import (
     memory_bound_s,
 )
 from cost_models.moe import grouped_linear_s
-from planner.loading import load_gpu
+from planner.hardware import load_gpu
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,8 @@ def test_graph_cross_attention_quantizes_its_projections_as_chain_linears_do():
     from cost_models.graph_costs import _cross_attention
     from cost_models.parallel import ParallelConfig
     from planner.graph_model import load_graph_model
-    from planner.loading import load_cluster, make_job
+    from planner.hardware import load_cluster
+    from planner.jobs import make_job
 
     g = load_graph_model("t5-11b")
     (block,) = [b for b in g.blocks if b.cross_attention_from]

@@ -24,7 +24,9 @@ from planner.frameworks import get_framework
 from planner.frameworks.megatron.export import export_files, megatron_args
 from planner.frameworks.megatron.importer import parse_megatron
 from planner.frameworks.torchtitan.importer import parse_torchtitan
-from planner.loading import job_from_mapping, load_cluster, load_gpu, load_model, make_job
+from planner.hardware import load_cluster, load_gpu
+from planner.jobs import job_from_mapping, make_job
+from planner.loading import load_model
 from planner.plan import PlanInputs, job_to_mapping
 from planner.specs import FP8_RECIPES
 from planner.validation import require_precision

@@ -20,8 +20,10 @@ from cost_models.layers import (
 from cost_models.parallel import ParallelConfig, resolve
 from planner.errors import SpecError
 from planner.frameworks.megatron.export import megatron_args, refuse_unlaunchable
+from planner.hardware import load_cluster
+from planner.jobs import make_job
 from planner.layer_pattern import PatternError, parse_pattern, pattern_text
-from planner.loading import load_cluster, load_model, make_job, model_from_mapping
+from planner.loading import load_model, model_from_mapping
 from planner.plan import PlanInputs, model_to_mapping
 from tests.conftest import DATA
 

@@ -60,7 +60,9 @@ def test_cli_estimate_hsdp_and_plan_round_trip(run_cli):
 def test_only_torchtitan_is_planned_with_hsdp():
     from cost_models.parallel import ParallelConfig
     from planner.frameworks import get_framework
-    from planner.loading import load_cluster, load_model, make_job
+    from planner.hardware import load_cluster
+    from planner.jobs import make_job
+    from planner.loading import load_model
 
     m, cluster = load_model("llama3-8b"), load_cluster("dgx-h100", 4)
     job = make_job(global_batch_size=64, seq_length=4096)
@@ -70,7 +72,9 @@ def test_only_torchtitan_is_planned_with_hsdp():
 
 
 def test_torchtitan_search_space_offers_hsdp_inside_a_node():
-    from planner.loading import load_cluster, load_model, make_job
+    from planner.hardware import load_cluster
+    from planner.jobs import make_job
+    from planner.loading import load_model
     from planner.search.space import Restrictions, enumerate_shapes
 
     m, cluster = load_model("llama3-8b"), load_cluster("dgx-h100", 4)

@@ -16,7 +16,9 @@ from planner.calibration import cases
 from planner.frameworks import get_framework
 from planner.frameworks.megatron.export import export_files, megatron_args
 from planner.frameworks.megatron.importer import parse_megatron
-from planner.loading import job_from_mapping, load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import job_from_mapping, make_job
+from planner.loading import load_model
 from planner.plan import PlanInputs, job_to_mapping
 
 

@@ -22,7 +22,9 @@ from cost_models.graph_costs import (
 from cost_models.parallel import ParallelConfig, resolve
 from planner.errors import SpecError
 from planner.graph_model import graph_model_from_mapping, graph_preset_names, load_graph_model
-from planner.loading import load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import make_job
+from planner.loading import load_model
 from planner.plan import model_to_mapping
 from planner.search.candidates import equivalent
 from planner.search.chain import search

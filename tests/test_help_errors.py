@@ -8,7 +8,8 @@ import json
 import pytest
 
 from planner.errors import SpecError
-from planner.loading import did_you_mean, load_cluster, load_gpu, load_model, preset_name
+from planner.hardware import load_cluster, load_gpu
+from planner.loading import did_you_mean, load_model, preset_name
 
 HF_CONFIG = {
     "model_type": "llama",

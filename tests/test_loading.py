@@ -5,14 +5,9 @@ import json
 import pytest
 
 from planner.errors import SpecError
-from planner.loading import (
-    cluster_template_names,
-    gpu_names,
-    load_cluster,
-    load_gpu,
-    load_model,
-    make_job,
-)
+from planner.hardware import cluster_template_names, gpu_names, load_cluster, load_gpu
+from planner.jobs import make_job
+from planner.loading import load_model
 
 GOOD = """schema_version: 1
 kind: model

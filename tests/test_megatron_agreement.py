@@ -13,7 +13,7 @@ import pytest
 
 from planner.check import check_file
 from planner.frameworks.megatron.importer import megatron_words
-from planner.loading import load_cluster
+from planner.hardware import load_cluster
 
 BASE = """#!/bin/bash
 export CUDA_DEVICE_MAX_CONNECTIONS=1

@@ -9,7 +9,9 @@ from planner.errors import SpecError
 from planner.frameworks.megatron.export import export_files
 from planner.frameworks.megatron.importer import parse_megatron
 from planner.frameworks.megatron.shell import read_script
-from planner.loading import load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import make_job
+from planner.loading import load_model
 from planner.plan import PlanInputs
 from planner.search.chain import search
 from planner.search.space import Restrictions

@@ -13,7 +13,9 @@ from cost_models.parallel import ParallelConfig, resolve
 from planner.errors import SpecError
 from planner.frameworks.megatron.export import export_files, megatron_args, slurm_script, torchrun_script
 from planner.frameworks.megatron.importer import parse_megatron
-from planner.loading import load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import make_job
+from planner.loading import load_model
 from planner.plan import PlanInputs
 from planner.search.chain import search
 from planner.search.space import Restrictions

@@ -88,7 +88,7 @@ def test_loss_transient_is_the_16bit_logits_on_the_last_stage_only():
     assert first.memory.transient_bytes == 0.0
     assert last.memory.transient_bytes == pytest.approx(2 * T * V)
     from cost_models.parallel import ParallelConfig
-    from planner.loading import make_job
+    from planner.jobs import make_job
 
     job = make_job(global_batch_size=8, seq_length=4096)
     model = type("M", (), {"vocab_size": 32000})()

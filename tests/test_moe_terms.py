@@ -40,7 +40,9 @@ def _moe_layer(capacity_factor):
 
     from cost_models.layers import layer_table
     from cost_models.parallel import ParallelConfig, resolve
-    from planner.loading import load_cluster, load_model, make_job
+    from planner.hardware import load_cluster
+    from planner.jobs import make_job
+    from planner.loading import load_model
 
     m = replace(load_model("mixtral-8x7b"), moe_expert_capacity_factor=capacity_factor)
     cluster = load_cluster("dgx-h100", 4)
@@ -65,7 +67,7 @@ def test_dropless_busiest_rank_costs_more_than_a_capacity_factor_of_one():
 def _gpu(**eff):
     from dataclasses import replace
 
-    from planner.loading import load_gpu
+    from planner.hardware import load_gpu
 
     g = load_gpu("h100-sxm5-80gb")
     return replace(g, efficiency=replace(g.efficiency, **eff))
@@ -142,7 +144,9 @@ def _qwen_layer(job_kw=None, eff=None, ep=8, pp=1, vpp=1):
 
     from cost_models.layers import layer_table
     from cost_models.parallel import ParallelConfig, resolve
-    from planner.loading import load_cluster, load_model, make_job
+    from planner.hardware import load_cluster
+    from planner.jobs import make_job
+    from planner.loading import load_model
 
     m = load_model("qwen3-30b-a3b")
     cluster = load_cluster("dgx-h100", 2)

@@ -11,7 +11,9 @@ from cost_models.estimate import estimate
 from cost_models.layers import layer_table
 from cost_models.parallel import Group, ParallelConfig, group
 from planner.errors import SpecError
-from planner.loading import cluster_from_mapping, cluster_to_mapping, load_cluster, load_model, make_job
+from planner.hardware import cluster_from_mapping, cluster_to_mapping, load_cluster
+from planner.jobs import make_job
+from planner.loading import load_model
 from planner.specs import NVLinkMesh
 
 # nvidia-smi topo -m of an 8x V100-SXM2 DGX-1-style server (Oneflow-Inc/DLPerf Megatron-LM/README.md).

@@ -15,7 +15,9 @@ import pytest
 from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig, resolve
 from planner.bubbles import FillJob, budget, fit_fill_job
-from planner.loading import GIB, load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import make_job
+from planner.loading import GIB, load_model
 from planner.timeline_svg import nice_ticks, shade, timeline_svg
 from planner.trace import _lanes, trace_json
 

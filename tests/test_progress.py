@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from planner.loading import load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import make_job
+from planner.loading import load_model
 from planner.search.chain import search
 from planner.search.space import Restrictions
 

@@ -21,7 +21,9 @@ from cost_models.recompute import (
 from planner.errors import ConfigError
 from planner.frameworks import get_framework
 from planner.graph_model import load_graph_model
-from planner.loading import load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import make_job
+from planner.loading import load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,7 +10,9 @@ import pytest
 
 from cost_models.parallel import ParallelConfig
 from planner import api
-from planner.loading import load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import make_job
+from planner.loading import load_model
 from planner.plan import PlanInputs, plan_document, write_plan
 from planner.resilience import goodput as gp
 from planner.resilience.failures import FailureSpec, coords, lower_tp, place, rank_of

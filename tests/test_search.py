@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from cost_models.estimate import estimate, node_of_stage
 from cost_models.parallel import ParallelConfig, resolve, violations
-from planner.loading import load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import make_job
+from planner.loading import load_model
 from planner.search.chain import (
     _canonical,
     full_recompute_variants,

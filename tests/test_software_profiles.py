@@ -13,7 +13,7 @@ import yaml
 from planner.calibration import cases
 from planner.errors import SpecError, UsageError
 from planner.fitting import family, predict, usable
-from planner.loading import load_cluster, load_gpu
+from planner.hardware import load_cluster, load_gpu
 from planner.software import (
     BASE,
     CLASSES,
@@ -82,7 +82,7 @@ H100_FP8 = [*H100, "--precision", "fp8"]
 def _differing_profile(family: str, gpu: str) -> str:
     """A shipped profile whose entry for ``family`` changes a 16-bit number of ``gpu`` (the fitted
     values move with each refit, so tests pick one rather than name it)."""
-    from planner.loading import load_gpu
+    from planner.hardware import load_gpu
 
     base = load_gpu(gpu).efficiency
     gap, name = max(
@@ -169,7 +169,8 @@ def test_a_faster_profile_predicts_a_faster_step(monkeypatch):
     from cost_models.estimate import estimate
     from cost_models.parallel import ParallelConfig, resolve
     from planner import software
-    from planner.loading import load_model, make_job
+    from planner.jobs import make_job
+    from planner.loading import load_model
 
     base = load_cluster("dgx-h100", 1)
     g = base.groups[0].gpu.efficiency.gemm_efficiency_max

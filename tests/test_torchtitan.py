@@ -17,7 +17,9 @@ from planner.frameworks.torchtitan import export as tx
 from planner.frameworks.torchtitan.capabilities import EAGER_TORCHTITAN, TORCHTITAN
 from planner.frameworks.torchtitan.importer import default_layer_split, parse_torchtitan, read_torchtitan
 from planner.frameworks.torchtitan.models import FLAVORS, model_from_flavor, titan_model
-from planner.loading import load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import make_job
+from planner.loading import load_model
 from planner.plan import PlanInputs
 from planner.search.chain import search
 from planner.search.space import Restrictions

@@ -14,7 +14,9 @@ from cost_models.layers import layer_table
 from cost_models.parallel import ParallelConfig, resolve
 from planner.frameworks.megatron.export import megatron_args
 from planner.frameworks.megatron.importer import parse_megatron
-from planner.loading import load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import make_job
+from planner.loading import load_model
 
 
 def _setup(overlap: bool, tp: int = 8, sp: bool = True):

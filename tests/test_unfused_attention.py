@@ -13,7 +13,9 @@ from cost_models.compute import batched_gemm_s, memory_bound_s
 from cost_models.layers import layer_table
 from cost_models.parallel import ParallelConfig, resolve
 from planner.errors import SpecError
-from planner.loading import job_from_mapping, load_cluster, load_model, make_job
+from planner.hardware import load_cluster
+from planner.jobs import job_from_mapping, make_job
+from planner.loading import load_model
 
 SEQ = 2048
 

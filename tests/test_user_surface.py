@@ -19,7 +19,7 @@ from planner.costing import (
     training_cost,
 )
 from planner.errors import UsageError
-from planner.loading import load_cluster
+from planner.hardware import load_cluster
 from planner.search.candidates import CSV_COLUMNS, equivalent, fold_equivalent
 from planner.search.space import Restrictions
 
@@ -217,7 +217,7 @@ def test_training_cost_hand_worked():
 
 
 def test_every_gpu_has_a_tdp():
-    from planner.loading import gpu_names, load_gpu
+    from planner.hardware import gpu_names, load_gpu
 
     for name in gpu_names():
         assert load_gpu(name).tdp_w > 0, name

@@ -29,7 +29,7 @@ from pathlib import Path
 from planner import __version__
 from planner.calibrate.params import BY_NAME, NAMES, apply_values
 from planner.errors import SpecError
-from planner.loading import Reader, _check_header, read_document
+from planner.loading import Reader, check_header, read_document
 from planner.specs import ClusterSpec
 from planner.validation import short_path
 
@@ -108,7 +108,7 @@ def profile_from_mapping(data: dict, where: str) -> Profile:
     """A profile from its document, strictly: header, known keys only, every parameter present,
     finite, non-negative, fractions at most 1, latencies and bandwidths positive."""
     r = Reader(data, where)
-    _check_header(r, "profile")
+    check_header(r, "profile")
     version = r.get("planner_version", str, "")
     gpu = r.get("gpu", str)
     cluster = r.get("cluster", str, "")

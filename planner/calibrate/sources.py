@@ -42,7 +42,7 @@ import yaml
 
 from cost_models.parallel import ParallelConfig, resolve
 from planner.errors import PlannerError, SpecError
-from planner.loading import cluster_template_names, load_cluster
+from planner.hardware import cluster_template_names, load_cluster
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 from planner.validation import read_text_capped, short_path
 

@@ -53,7 +53,7 @@ def check(
 ) -> None:
     """Check configs for CI: constraints, memory, throughput, distance from the best plan. Exit 1 on failure."""
     from planner.check import check_file, github_lines, verdict_dict
-    from planner.loading import load_cluster
+    from planner.hardware import load_cluster
 
     if fmt not in ("text", "github"):
         raise UsageError(f"--format {fmt!r} is not allowed; allowed values: text, github")

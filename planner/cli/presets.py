@@ -56,7 +56,7 @@ def models_show(
 @hardware_app.command("list")
 def hardware_list(as_json: JsonOpt = False) -> None:
     """List GPU types and node templates."""
-    from planner.loading import cluster_template_names, gpu_names, load_gpu, load_template
+    from planner.hardware import cluster_template_names, gpu_names, load_gpu, load_template
     from planner.software import profile_rows
 
     gpus = [api.gpu_dict(load_gpu(n)) for n in gpu_names()]
@@ -93,14 +93,8 @@ def hardware_show(
 ) -> None:
     """Show a GPU type, or a node template with its GPU's fields."""
     from planner.errors import SpecError
-    from planner.loading import (
-        cluster_template_names,
-        did_you_mean,
-        gpu_names,
-        load_gpu,
-        load_template,
-        preset_name,
-    )
+    from planner.hardware import cluster_template_names, gpu_names, load_gpu, load_template
+    from planner.loading import did_you_mean, preset_name
     from planner.software import efficiency_family, profile_rows
 
     name = preset_name(name, [*cluster_template_names(), *gpu_names()]) or name

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cost_models.schedules import KIND_NAMES, Timeline
-from planner.loading import default_grad_dtype
+from planner.jobs import default_grad_dtype
 
 GIB = 1024**3
 
@@ -144,7 +144,7 @@ def _moe_runtime_rows(d: dict) -> list[tuple[str, str]]:
 
 def _grad_rows(d: dict) -> list[tuple[str, str]]:
     """The gradient reduction dtype, shown only when it is not the precision's default (fp16
-    gradients for fp16 training, fp32 otherwise: planner.loading.default_grad_dtype), and unfused
+    gradients for fp16 training, fp32 otherwise: planner.jobs.default_grad_dtype), and unfused
     gradient accumulation, shown only when set (fused is the default), and the FP8 recipe of an FP8
     job."""
     job = d.get("job") or {}

@@ -104,7 +104,7 @@ def sweep(
     from planner.costing import check_objective, make_target
     from planner.errors import UsageError
     from planner.frameworks import get_framework
-    from planner.loading import load_cluster
+    from planner.hardware import load_cluster
     from planner.search.space import Restrictions
     from planner.software import cluster_families, resolve_software
     from planner.sweep import SweepTask, best_point, run_sweep, sweep_csv, sweep_points

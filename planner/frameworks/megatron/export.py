@@ -18,8 +18,8 @@ from cost_models.parallel import SHARDED_GRADIENTS, ParallelConfig
 from planner.errors import SpecError
 from planner.frameworks.megatron.capabilities import MEGATRON
 from planner.frameworks.megatron.flags import ACCEPTED
+from planner.jobs import default_grad_dtype
 from planner.layer_pattern import pattern_text
-from planner.loading import default_grad_dtype
 from planner.plan import PlanInputs
 from planner.specs import ModelSpec, compute_capability_major
 
@@ -247,7 +247,7 @@ def parallel_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
     args += cuda_graph_args(job.cuda_graph_scope)
     args.append(("--bf16" if job.precision in ("bf16", "fp8") else "--fp16", None))
     # Gradient reduction dtype where it differs from validate_args' default (fp16 grads for
-    # --fp16, fp32 for --bf16; planner.loading.default_grad_dtype). The capabilities leave one
+    # --fp16, fp32 for --bf16; planner.jobs.default_grad_dtype). The capabilities leave one
     # alternative per precision: fp32 for fp16 training, bf16 otherwise.
     if job.grad_dtype != default_grad_dtype(job.precision):
         flag = "--accumulate-allreduce-grads-in-fp32" if job.precision == "fp16" else "--grad-reduce-in-bf16"

@@ -19,7 +19,7 @@ from cost_models.parallel import SHARDED_GRADIENTS, ParallelConfig, account_for_
 from planner.errors import ConfigError, SpecError
 from planner.frameworks.megatron.flags import ACCEPTED
 from planner.frameworks.megatron.shell import REDIRECT, SEPARATORS, read_script, unresolved_in
-from planner.loading import cuda_graph_scope
+from planner.jobs import cuda_graph_scope
 from planner.specs import FP8_RECIPES, MOE_DISPATCHERS, JobSpec, ModelSpec
 from planner.validation import check_number, limit
 
