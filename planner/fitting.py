@@ -19,10 +19,8 @@
   :func:`fit_families` (the same procedure as the shipped fit) and predict the held-out source's
   runs with that fit. A family left with no runs (every Blackwell run is one source's) is
   predicted with its parent's fold fit, transferred.
-* :func:`group_ranking` — what a search lives on: for each layout group (runs of one model,
-  cluster and batch that differ only in layout), the Spearman correlation of predicted vs
-  measured throughput, whether the measured-best layout is predicted best, and the measured
-  throughput lost by following the prediction.
+
+The layout groups' ranking figures are :mod:`planner.calibrate.ranking`'s.
 """
 
 from __future__ import annotations
@@ -651,59 +649,3 @@ def _fold(args: tuple[str, list[Case], int]) -> tuple[list[str], list[Result]]:
                 fitted[(fam, cls)] = fit_profile(classes[cls], start, passes, LOSO_STEPS)[0]
                 notes.append(f"{fam}/{cls} profile fitted on {len(classes[cls])} runs")
     return notes, [predict(c, fitted.get((family(c), c.software), fitted[(family(c), "")])) for c in held]
-
-
-def spearman(xs: list[float], ys: list[float]) -> float:
-    """Spearman rank correlation (average ranks for ties); nan for fewer than 2 points."""
-
-    def ranks(v: list[float]) -> list[float]:
-        order = sorted(range(len(v)), key=lambda i: v[i])
-        r = [0.0] * len(v)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                r[order[k]] = (i + j) / 2
-            i = j + 1
-        return r
-
-    if len(xs) < 2:
-        return float("nan")
-    rx, ry = ranks(xs), ranks(ys)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    vx = math.sqrt(sum((a - mx) ** 2 for a in rx))
-    vy = math.sqrt(sum((b - my) ** 2 for b in ry))
-    return cov / (vx * vy) if vx and vy else float("nan")
-
-
-def group_ranking(results: list[Result], min_size: int = 4) -> list[dict]:
-    """Per layout group with at least ``min_size`` runs: size, Spearman, measured-best ranked first,
-    measured loss of following the prediction, predicted and measured spread (best / worst)."""
-    groups: dict[str, list[Result]] = defaultdict(list)
-    for r in results:
-        if r.case.group:
-            groups[r.case.group].append(r)
-    rows = []
-    for name in sorted(groups):
-        rs = groups[name]
-        if len(rs) < min_size:
-            continue
-        pred = [r.predicted for r in rs]
-        meas = [r.case.measured_tokens_per_s_per_gpu for r in rs]
-        picked = max(range(len(rs)), key=lambda i: (pred[i], -i))
-        best = max(range(len(rs)), key=lambda i: (meas[i], -i))
-        rows.append(
-            {
-                "group": name,
-                "runs": len(rs),
-                "spearman": spearman(pred, meas),
-                "top1": meas[picked] >= meas[best],
-                "loss_following_prediction": 1 - meas[picked] / meas[best],
-                "predicted_spread": max(pred) / min(pred),
-                "measured_spread": max(meas) / min(meas),
-            }
-        )
-    return rows

@@ -8,7 +8,8 @@ planner.calibration.EXCLUDED): in-sample (the shipped efficiencies, fitted on ev
 leave-one-source-out (each source predicted by a fit that never saw it: the figures to quote;
 planner.fitting), per class (GPU type, precision, dense/MoE, sharding), and per layout group the
 Spearman correlation of predicted vs measured throughput, whether the measured-best layout is
-predicted best, and the measured throughput lost by following the prediction.
+predicted best, the measured throughput lost by following the prediction, and the ceiling that
+measurement noise puts on the first two (planner.calibrate.ranking.noise_ceiling).
 Exit code 1 when the in-sample median exceeds --max-median or the 90th percentile exceeds
 --max-p90 (defaults: 12% and 30%).
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from planner.calibrate.ranking import MEASUREMENT_NOISE, group_ranking  # noqa: E402
 from planner.calibration import (  # noqa: E402
     DEFAULT_MEMORY,
     DEFAULT_RUNS,
@@ -34,7 +36,7 @@ from planner.calibration import (  # noqa: E402
     ranked,
     summary,
 )
-from planner.fitting import group_ranking, leave_one_source_out  # noqa: E402
+from planner.fitting import leave_one_source_out  # noqa: E402
 
 GIB = 1024**3
 
@@ -223,13 +225,21 @@ def print_groups(title: str, rows: list[dict]) -> None:
         print(
             f"  {g['group'][:40]:40s} n={g['runs']:2d}  spearman {g['spearman']:+.2f}  "
             f"top1 {'yes' if g['top1'] else 'no ':3s}  loss {100 * g['loss_following_prediction']:5.1f}%  "
-            f"spread predicted {g['predicted_spread']:.2f}x measured {g['measured_spread']:.2f}x"
+            f"spread predicted {g['predicted_spread']:.2f}x measured {g['measured_spread']:.2f}x  "
+            f"ceiling {g['ceiling_spearman']:+.2f} / {100 * g['ceiling_top1']:3.0f}%"
         )
     rhos = [g["spearman"] for g in rows if g["spearman"] == g["spearman"]]
+    ceilings = [g["ceiling_spearman"] for g in rows if g["ceiling_spearman"] == g["ceiling_spearman"]]
     print(
         f"  groups {len(rows)}: median Spearman {statistics.median(rhos) if rhos else float('nan'):.2f}, "
         f"measured-best ranked first in {sum(g['top1'] for g in rows)} of {len(rows)}"
     )
+    if rows:
+        print(
+            f"  ceiling (exact throughputs against measurements with {100 * MEASUREMENT_NOISE:.1f}% run-to-run "
+            f"noise): median Spearman {statistics.median(ceilings):.2f}, measured-best first in "
+            f"{sum(g['ceiling_top1'] for g in rows):.1f} of {len(rows)} expected"
+        )
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
 import math
 from types import SimpleNamespace
 
+from planner.calibrate.ranking import group_ranking, spearman
 from planner.calibration import source_of
-from planner.fitting import group_ranking, spearman
 
 
 def _r(group, predicted, measured):

@@ -31,7 +31,7 @@ def test_layout_groups_are_ranked():
     a group's runs share model, GPU count and global batch."""
     from collections import defaultdict
 
-    from planner.fitting import group_ranking
+    from planner.calibrate.ranking import group_ranking
 
     all_cases = cases()
     members = defaultdict(list)

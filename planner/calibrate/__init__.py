@@ -6,7 +6,9 @@
   set of values is applied to a cluster;
 * :mod:`.fit` - bounded, prior-regularised least squares, uncertainties, identifiability,
   before/after and leave-one-run-out errors;
-* :mod:`.profile` - the profile file (``kind: profile``): written, strictly read, applied.
+* :mod:`.profile` - the profile file (``kind: profile``): written, strictly read, applied;
+* :mod:`.ranking` - how well predictions rank the layouts of the calibration set's layout groups,
+  and the ceiling measurement noise puts on that.
 
 See docs/calibrate.md.
 """
