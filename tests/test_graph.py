@@ -28,15 +28,9 @@ from planner.loading import load_model
 from planner.plan import model_to_mapping
 from planner.search.candidates import equivalent
 from planner.search.chain import search
-from planner.search.graph import (
-    StageLimits,
-    decompose,
-    describe,
-    parallel_nodes,
-    partition_graph,
-    search_graph,
-    structure,
-)
+from planner.search.graph import describe, search_graph
+from planner.search.graph_partition import StageLimits, partition_graph
+from planner.search.graph_structure import decompose, parallel_nodes, structure
 from planner.search.space import Restrictions
 
 HEADROOM = 2 * 2**30
@@ -252,7 +246,7 @@ def _brute_force_bottleneck(ucs, U, lim, branched, options, base_tp=1):
     """Min over every stage graph of a (towers || ...) ; fusion structure: stage count and option
     (tp, replicas) of every chain, taking ``stages x tp x replicas / base_tp`` of the U groups, and
     every cut of each chain."""
-    from planner.search.graph import Chain
+    from planner.search.graph_structure import Chain
 
     chains = []
     for item in branched.items:
@@ -296,7 +290,7 @@ def _brute_force_bottleneck(ucs, U, lim, branched, options, base_tp=1):
 @pytest.mark.parametrize("recompute", ["none", "full"])
 @pytest.mark.parametrize("base_tp", [1, 2])
 def test_partition_is_exact_against_brute_force(U, capacity_gib, recompute, base_tp):
-    from planner.search.graph import stage_options, unit_config
+    from planner.search.graph_partition import stage_options, unit_config
 
     g = towers_model(2, tower_layers=5, fusion_layers=4, tower_hidden=(1024, 2048))
     cluster = load_cluster("dgx-h100", 2)

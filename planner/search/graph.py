@@ -35,27 +35,24 @@ forming a DAG, a 1F1B-like schedule whose warm-up depends on a stage's distance 
    (:func:`cost_models.graph_costs.estimate_graph`); candidates are visited best-first by a lower
    bound of the bottleneck stage's busy time (refined with every option's unit times before a
    candidate is partitioned) and pruned once the bound cannot beat the plans found.
+
+Steps 1-2 are :mod:`planner.search.graph_structure`'s, 3-5 :mod:`planner.search.graph_partition`'s;
+this module searches the shapes and modes (step 6) and describes the plans.
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from cost_models import memory as mem
 from cost_models.estimate import Estimate
 from cost_models.graph_costs import (
     GRAPH_RECOMPUTE,
     StageGraph,
-    UnitLayout,
-    block_order,
     estimate_graph,
-    replicated_config,
     unit_costs,
     unit_layout,
 )
@@ -63,563 +60,26 @@ from cost_models.parallel import ParallelConfig
 from planner.errors import InfeasibleError, UsageError
 from planner.graph_model import GraphModelSpec
 from planner.search.chain import sort_key
+from planner.search.graph_partition import (
+    StageLimits,
+    StageOption,
+    options_bound,
+    partition_graph,
+    shape_floor,
+    stage_options,
+    unit_config,
+)
+from planner.search.graph_structure import (
+    Chain,
+    Series,
+    SPNode,
+    decompose,
+    mode_assignments,
+    parallel_nodes,
+    structure,
+)
 from planner.search.space import Restrictions, _divisors
 from planner.specs import ClusterSpec, JobSpec
-
-MAX_FREE_MODES = 4
-"""Up to this many parallel nodes, every branched/serialised combination is searched; beyond it,
-all-serialised, all-branched and each single node branched (a documented restriction)."""
-
-
-# ------------------------------------------------------------------------------------------------
-# Series-parallel decomposition of the block DAG
-
-
-@dataclass(frozen=True, slots=True)
-class SPNode:
-    """``kind`` ``series`` (items in order), ``parallel`` (branches) or ``block`` (a leaf)."""
-
-    kind: str
-    children: tuple[SPNode, ...] = ()
-    block: int = -1
-
-
-def decompose(g: GraphModelSpec) -> tuple[SPNode, int]:
-    """The series-parallel decomposition of ``g``'s blocks and the number of linearised (non-SP) parts."""
-    order = block_order(g)
-    index = {b.name: i for i, b in enumerate(g.blocks)}
-    edges = {(index[e.src], index[e.dst]) for e in g.edges}
-    linearised = [0]
-
-    def rec(nodes: list[int]) -> SPNode:
-        if len(nodes) == 1:
-            return SPNode("block", block=nodes[0])
-        inside = set(nodes)
-        sub = {(a, b) for a, b in edges if a in inside and b in inside}
-        cuts = [i for i in range(1, len(nodes)) if _is_series_cut(nodes[:i], nodes[i:], sub)]
-        if cuts:
-            parts, start = [], 0
-            for i in [*cuts, len(nodes)]:
-                parts.append(rec(nodes[start:i]))
-                start = i
-            items: list[SPNode] = []
-            for p in parts:
-                items.extend(p.children if p.kind == "series" else (p,))
-            return SPNode("series", tuple(items))
-        comps = _components(nodes, sub)
-        if len(comps) > 1:
-            return SPNode("parallel", tuple(_as_series(rec(c)) for c in comps))
-        linearised[0] += 1
-        return SPNode("series", tuple(SPNode("block", block=n) for n in nodes))
-
-    root = _as_series(rec(order))
-    return root, linearised[0]
-
-
-def _as_series(n: SPNode) -> SPNode:
-    return n if n.kind == "series" else SPNode("series", (n,))
-
-
-def _is_series_cut(prefix: list[int], suffix: list[int], edges: set[tuple[int, int]]) -> bool:
-    pre, suf = set(prefix), set(suffix)
-    crossing = {(a, b) for a, b in edges if a in pre and b in suf}
-    if not crossing:
-        return False
-    sinks = [a for a in prefix if not any(x == a and y in pre for x, y in edges)]
-    sources = [b for b in suffix if not any(y == b and x in suf for x, y in edges)]
-    return crossing == {(a, b) for a in sinks for b in sources}
-
-
-def _components(nodes: list[int], edges: set[tuple[int, int]]) -> list[list[int]]:
-    """Weakly connected components, each in the given (topological) order, ordered by first node."""
-    parent = {n: n for n in nodes}
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in edges:
-        parent[find(a)] = find(b)
-    groups: dict[int, list[int]] = {}
-    for n in nodes:
-        groups.setdefault(find(n), []).append(n)
-    return sorted(groups.values(), key=lambda c: nodes.index(c[0]))
-
-
-def parallel_nodes(root: SPNode) -> list[SPNode]:
-    """Parallel nodes in a fixed (pre-order) order."""
-    out: list[SPNode] = []
-
-    def walk(n: SPNode) -> None:
-        if n.kind == "parallel":
-            out.append(n)
-        for c in n.children:
-            walk(c)
-
-    walk(root)
-    return out
-
-
-def mode_assignments(k: int) -> list[tuple[bool, ...]]:
-    """Branched (True) / serialised (False) per parallel node: all-serialised first."""
-    if k <= MAX_FREE_MODES:
-        return sorted(itertools.product((False, True), repeat=k), key=lambda t: (sum(t), t))
-    singles = [tuple(i == j for j in range(k)) for i in range(k)]
-    return [tuple([False] * k), *singles, tuple([True] * k)]
-
-
-# ------------------------------------------------------------------------------------------------
-# The unit-level structure for one mode assignment
-
-
-@dataclass(frozen=True, slots=True)
-class Chain:
-    units: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Branched:
-    branches: tuple[Series, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Series:
-    items: tuple[Chain | Branched, ...]
-
-
-def structure(root: SPNode, modes: tuple[bool, ...], layout: UnitLayout) -> Series:
-    """The chains and branched nodes of one mode assignment."""
-    units_of: dict[int, list[int]] = {}
-    for u, b in enumerate(layout.block):
-        units_of.setdefault(b, []).append(u)
-    pars = parallel_nodes(root)
-    branched = {id(p) for p, on in zip(pars, modes) if on}
-
-    def linear(n: SPNode) -> list[int]:
-        if n.kind == "block":
-            return units_of[n.block]
-        return [u for c in n.children for u in linear(c)]
-
-    def build(series: SPNode) -> Series:
-        items: list[Chain | Branched] = []
-        run: list[int] = []
-        for child in series.children:
-            if child.kind == "parallel" and id(child) in branched:
-                if run:
-                    items.append(Chain(tuple(run)))
-                    run = []
-                items.append(Branched(tuple(build(b) for b in child.children)))
-            else:
-                run.extend(linear(child))
-        if run:
-            items.append(Chain(tuple(run)))
-        return Series(tuple(items))
-
-    return build(root)
-
-
-# ------------------------------------------------------------------------------------------------
-# The exact DP for one shape
-
-
-@dataclass(frozen=True, slots=True)
-class StageLimits:
-    """What a stage must satisfy: memory terms shared by all stages of a shape."""
-
-    capacity_bytes: float
-    """GPU memory minus the fixed reserve and the user's headroom."""
-    fragmentation: float
-    m: int
-
-
-class _ChainData:
-    """Prefix sums of one chain's units, and its cut-position sweeps."""
-
-    def __init__(self, chain: Chain, uc, lim: StageLimits) -> None:
-        idx = list(chain.units)
-        self.n = len(idx)
-        self.pt = np.concatenate([[0.0], np.cumsum(uc.tau_s[idx])])
-        self.ps = np.concatenate([[0.0], np.cumsum(uc.static_bytes[idx])])
-        self.pa = np.concatenate([[0.0], np.cumsum(uc.act_bytes[idx])])
-        tr = uc.transient_bytes[idx]
-        self.lim = lim
-        self.b = np.arange(self.n + 1)
-        # For each distinct transient value v: the first start position after the last unit (< b)
-        # whose transient exceeds v, so [a, b) has max transient <= v iff a >= after[v][b].
-        self.transients = []
-        for v in sorted(set(tr.tolist())):
-            last = np.full(self.n + 1, 0)
-            pos = -1
-            for b in range(1, self.n + 1):
-                if tr[b - 1] > v:
-                    pos = b - 1
-                last[b] = pos + 1
-            self.transients.append((v, last))
-        self._lo_mem: dict[int, np.ndarray] = {}
-        self._lo: dict[tuple[float, int], np.ndarray] = {}
-        self._sweeps: dict[tuple[float, int, int], list[np.ndarray]] = {}
-        self.signature = (self.pt.tobytes(), self.ps.tobytes(), self.pa.tobytes(), tr.tobytes())
-
-    def segment_times(self) -> np.ndarray:
-        d = self.pt[None, :] - self.pt[:, None]
-        return d[np.triu_indices(self.n + 1, 1)]
-
-    def lo_mem(self, inflight: int) -> np.ndarray:
-        hit = self._lo_mem.get(inflight)
-        if hit is not None:
-            return hit
-        lim = self.lim
-        f = 1.0 + lim.fragmentation
-        q = self.ps + f * inflight * self.pa
-        lo = np.full(self.n + 1, self.n + 1)
-        for v, after in self.transients:
-            room = lim.capacity_bytes - f * v
-            lo_v = np.searchsorted(q, q - room, side="left")
-            lo = np.minimum(lo, np.maximum(lo_v, after))
-        self._lo_mem[inflight] = lo
-        return lo
-
-    def lo(self, T: float, inflight: int) -> np.ndarray:
-        """lo[b]: the first start a with [a, b) within T and in memory at this in-flight count."""
-        key = (T, inflight)
-        hit = self._lo.get(key)
-        if hit is None:
-            if len(self._lo) > 4096:
-                self._lo.clear()
-            lo_t = np.searchsorted(self.pt, self.pt - T * (1 + 1e-12) - 1e-15, side="left")
-            hit = self._lo[key] = np.maximum(lo_t, self.lo_mem(inflight))
-        return hit
-
-    def sweep(self, T: float, depth: int, max_stages: int) -> list[np.ndarray]:
-        """reach[j][a]: units a.. can be covered by exactly j stages (downstream depth ``depth``).
-
-        ``lo`` is non-decreasing in the end position, so a start ``a`` is reachable in j stages iff
-        the first reachable end after it, b, has ``lo[b] <= a`` (a later end only starts later).
-        """
-        depth = min(depth, self.lim.m)  # deeper than m: the same in-flight counts
-        key = (T, depth, max_stages)
-        hit = self._sweeps.get(key)
-        if hit is not None:
-            return hit
-        if len(self._sweeps) > 4096:
-            self._sweeps.clear()
-        n = self.n
-        positions = self.b
-        if self.lo_mem(self.lim.m)[n] == 0:
-            # Memory never binds (the whole chain fits at the most in-flight micro-batches): the
-            # stage counts covering units a.. are exactly [fewest, n - a] (splitting a stage keeps
-            # every part within T), the fewest by greedy longest stages.
-            lo_t = self.lo(T, 0)
-            furthest = np.searchsorted(lo_t, positions, side="right") - 1
-            fewest = np.full(n + 1, n + 1)
-            fewest[n] = 0
-            for a in range(n - 1, -1, -1):
-                b = furthest[a]
-                if b > a:
-                    fewest[a] = fewest[b] + 1
-            js = np.arange(min(n, max_stages) + 1)[:, None]
-            rows = (fewest[None, :] <= js) & (js <= (n - positions)[None, :])
-            out = list(rows)
-            self._sweeps[key] = out
-            return out
-        reach = np.zeros(n + 1, dtype=bool)
-        reach[n] = True
-        out = [reach]
-        for j in range(1, min(n, max_stages) + 1):
-            lo = self.lo(T, min(depth + j, self.lim.m))
-            ends = np.flatnonzero(out[-1])
-            nxt = np.searchsorted(ends, positions, side="right")
-            valid = nxt < ends.size
-            nxt_end = ends[np.minimum(nxt, ends.size - 1)]
-            row = valid & (lo[nxt_end] <= positions)
-            if not row.any():
-                break
-            out.append(row)
-        self._sweeps[key] = out
-        return out
-
-    def cuts(self, T: float, depth: int, j: int, reach: list[np.ndarray]) -> list[tuple[int, int]]:
-        """Lexicographically smallest segments (front to back) covering the chain in j stages."""
-        segs, a = [], 0
-        for i in range(j):
-            remaining = j - i
-            lo = self.lo(T, min(depth + remaining, self.lim.m))
-            cand = np.flatnonzero(reach[remaining - 1][a + 1 :] & (lo[a + 1 :] <= a)) + a + 1
-            b = int(cand[0])
-            segs.append((a, b))
-            a = b
-        return segs
-
-
-StageOption = tuple[int, int]
-"""(tp, replicas) of a chain's stages: each stage runs on ``tp x replicas`` GPUs of a pipeline."""
-
-
-class _Solver:
-    """Feasibility of a pipeline of exactly ``U`` groups of ``base_tp`` GPUs with every stage time
-    <= T, over one structure. A chain's stages share one option (tp, replicas) from
-    ``options_for(chain)``; a stage takes ``tp * replicas / base_tp`` groups."""
-
-    def __init__(self, root: Series, ucs: dict, U: int, lim: StageLimits, options_for, base_tp: int):
-        self.root, self.U, self.lim, self.base_tp = root, U, lim, base_tp
-        self.options: dict[int, tuple[StageOption, ...]] = {}
-        self.chains: dict[tuple[int, StageOption], _ChainData] = {}
-        self.chain_units: list[tuple[tuple[int, ...], tuple[StageOption, ...]]] = []
-        self._shared: dict[tuple, _ChainData] = {}
-        self._collect(root, ucs, options_for)
-
-    def groups(self, option: StageOption) -> int:
-        return option[0] * option[1] // self.base_tp
-
-    def _collect(self, s: Series, ucs, options_for) -> None:
-        for item in s.items:
-            if isinstance(item, Chain):
-                opts = tuple(o for o in options_for(item) if self.groups(o) <= self.U)
-                self.options[id(item)] = opts
-                self.chain_units.append((item.units, opts))
-                for o in opts:
-                    data = _ChainData(item, ucs[o], self.lim)
-                    # identical chains (e.g. identical towers) share one object and its sweeps
-                    self.chains[(id(item), o)] = self._shared.setdefault(data.signature, data)
-            else:
-                for b in item.branches:
-                    self._collect(b, ucs, options_for)
-
-    def candidates(self) -> np.ndarray:
-        return np.unique(np.concatenate([c.segment_times() for c in self.chains.values()]))
-
-    def solve(self, T: float):
-        self._memo: dict = {}
-        return self._series(self.root, 0, T).get(self.U)
-
-    def _series(self, s: Series, depth: int, T: float) -> dict:
-        key = (id(s), depth)
-        if key in self._memo:
-            return self._memo[key]
-        state = {0: (depth, ())}
-        for item in reversed(s.items):
-            new: dict = {}
-            for used in sorted(state):
-                dep, rest = state[used]
-                opts = self._chain(item, dep, T) if isinstance(item, Chain) else self._branched(item, dep, T)
-                for k in sorted(opts):
-                    total = used + k
-                    if total > self.U:
-                        break
-                    dep2, choice = opts[k]
-                    if total not in new or dep2 < new[total][0]:
-                        new[total] = (dep2, ((choice,) + rest))
-            state = new
-            if not state:
-                break
-        self._memo[key] = state
-        return state
-
-    def _chain(self, item: Chain, depth: int, T: float) -> dict:
-        key = (id(item), depth)
-        if key in self._memo:
-            return self._memo[key]
-        out: dict = {}
-        for o in self.options[id(item)]:
-            per_stage = self.groups(o)
-            reach = self.chains[(id(item), o)].sweep(T, depth, self.U // per_stage)
-            for j in range(1, len(reach)):
-                used = j * per_stage
-                if reach[j][0] and (used not in out or depth + j < out[used][0]):
-                    out[used] = (depth + j, ("chain", item, j, depth, o))
-        self._memo[key] = out
-        return out
-
-    def _branched(self, item: Branched, depth: int, T: float) -> dict:
-        """Groups given to the branches together -> least depth (the deepest branch), a knapsack.
-        Among equal (groups, depth), the first pair in (earlier groups, later groups) order wins."""
-        acc: dict = {0: (depth, ())}
-        for br in item.branches:
-            opts = self._series(br, depth, T)
-            if not opts or not acc:
-                return {}
-            k1 = np.array(sorted(acc))
-            k2 = np.array(sorted(opts))
-            d1 = np.array([acc[k][0] for k in k1])
-            d2 = np.array([opts[k][0] for k in k2])
-            total = k1[:, None] + k2[None, :]
-            dep = np.maximum(d1[:, None], d2[None, :])
-            i1, i2 = np.nonzero(total <= self.U)  # row-major: earlier groups first
-            if not i1.size:
-                return {}
-            sums, deps = total[i1, i2], dep[i1, i2]
-            order = np.lexsort((np.arange(sums.size), deps, sums))
-            first = np.ones(order.size, dtype=bool)
-            first[1:] = sums[order][1:] != sums[order][:-1]
-            new: dict = {}
-            for idx in order[first].tolist():
-                a, b = int(k1[i1[idx]]), int(k2[i2[idx]])
-                new[a + b] = (int(deps[idx]), (*acc[a][1], ("series", opts[b][1])))
-            acc = new
-        return {k: (dep, ("branched", item, c)) for k, (dep, c) in acc.items() if k > 0}
-
-
-def _covers(reach: list[np.ndarray], j: int) -> bool:
-    return len(reach) > j and bool(reach[j][0])
-
-
-def _emit(
-    choice: tuple,
-    solver: _Solver,
-    T: float,
-    stages: list[list[int]],
-    edges: list[tuple[int, int]],
-    replicas: list[StageOption],
-):
-    """Append the stages of a series choice (with each stage's option to ``replicas``); return
-    (entry stages, exit stages)."""
-    entries: list[int] = []
-    exits: list[int] = []
-    for item in choice:
-        if item[0] == "chain":
-            _, chain, j, depth, option = item
-            cd = solver.chains[(id(chain), option)]
-            # Balance the chain on its own: its least bottleneck with j stages (<= T, so the plan's
-            # bottleneck is unchanged), then the lexicographically smallest cuts under it.
-            local = cd.segment_times()
-            local = np.unique(local[local <= T * (1 + 1e-12)])
-            lo, hi = 0, len(local) - 1
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if _covers(cd.sweep(float(local[mid]), depth, j), j):
-                    hi = mid
-                else:
-                    lo = mid + 1
-            t_chain = (
-                float(local[lo]) if len(local) and _covers(cd.sweep(float(local[lo]), depth, j), j) else T
-            )
-            reach = cd.sweep(t_chain, depth, j)
-            first = len(stages)
-            for a, b in cd.cuts(t_chain, depth, j, reach):
-                stages.append(list(chain.units[a:b]))
-                replicas.append(option)
-            ids = list(range(first, len(stages)))
-            edges += list(zip(ids, ids[1:]))
-            ins, outs = [ids[0]], [ids[-1]]
-        else:
-            ins, outs = [], []
-            for _, series_choice in item[2]:
-                i2, o2 = _emit(series_choice, solver, T, stages, edges, replicas)
-                ins += i2
-                outs += o2
-        if exits:
-            edges += [(a, b) for a in exits for b in ins]
-        else:
-            entries = ins
-        exits = outs
-    return entries, exits
-
-
-def partition_graph(
-    root: Series,
-    ucs,
-    U: int,
-    lim: StageLimits,
-    options: tuple[StageOption, ...] = (),
-    base_tp: int = 1,
-    options_for=None,
-) -> tuple[StageGraph, float] | None:
-    """The stage graph minimising the bottleneck (exact), and that bottleneck; None if nothing fits.
-
-    The pipeline has ``U`` groups of ``base_tp`` GPUs. ``ucs[(tp, replicas)]`` are the unit costs
-    of a stage with that option (a :class:`UnitCosts` alone means ``{(base_tp, 1): ucs}``);
-    ``options_for(chain)`` narrows the options per chain (default: all of ``options``).
-    """
-    if not isinstance(ucs, dict):
-        ucs = {(base_tp, 1): ucs}
-    options = options or tuple(ucs)
-    solver = _Solver(root, ucs, U, lim, options_for or (lambda chain: options), base_tp)
-    cand = solver.candidates()
-    if lim.m == 1:
-        cand = cand[-1:]  # one micro-batch: the bottleneck does not matter, any fitting plan ties
-    floor = options_floor(ucs, solver, U) * (1 - 1e-9)
-    if not np.isfinite(floor) or not len(cand):
-        return None
-    lo, hi = int(np.searchsorted(cand, floor)), len(cand) - 1
-    if lo > hi or solver.solve(float(cand[hi])) is None:
-        return None
-    # The optimum is usually close to the floor: gallop up from it, then bisect.
-    step = 1
-    while lo + step < hi and solver.solve(float(cand[lo + step])) is None:
-        lo, step = lo + step + 1, step * 2
-    hi = min(hi, lo + step)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if solver.solve(float(cand[mid])) is not None:
-            hi = mid
-        else:
-            lo = mid + 1
-    T = float(cand[lo])
-    _, choice = solver.solve(T)
-    stages: list[list[int]] = []
-    edges: list[tuple[int, int]] = []
-    chosen: list[StageOption] = []
-    _emit(choice, solver, T, stages, edges, chosen)
-    tps = tuple(o[0] for o in chosen)
-    reps = tuple(o[1] for o in chosen)
-    sg = StageGraph(
-        tuple(tuple(s) for s in stages),
-        tuple(sorted(set(edges))),
-        reps if any(r > 1 for r in reps) else (),
-        tps if any(t != base_tp for t in tps) else (),
-    )
-    return sg, T
-
-
-def options_floor(ucs: dict, solver: _Solver, U: int) -> float:
-    """A lower bound of the bottleneck over the options each unit may take: every unit's least
-    group-time spread over the ``U`` groups, and every unit's least time."""
-    work = largest = 0.0
-    for units, opts in solver.chain_units:
-        if not opts:
-            return float("inf")  # a chain with no option: nothing fits
-        w, big = _least_times(ucs, opts, solver.groups, list(units))
-        work, largest = work + w, max(largest, big)
-    return max(work / U, largest)
-
-
-def _least_times(ucs: dict, opts, groups, idx) -> tuple[float, float]:
-    """Over units ``idx``, each on its best option: the summed least group-time and the largest
-    least time."""
-    work = np.min([ucs[o].tau_s[idx] * groups(o) for o in opts], axis=0)
-    least = np.min([ucs[o].tau_s[idx] for o in opts], axis=0)
-    return float(work.sum()), float(least.max())
-
-
-def _options_bound(
-    g: GraphModelSpec, job: JobSpec, node, c: ParallelConfig, modes: tuple[bool, ...]
-) -> float:
-    """:func:`options_floor` over every option of the shape, each unit free to take its best
-    (restricting options per chain only raises the optimum, so this stays a lower bound)."""
-    options = stage_options(c, modes)
-    ucs = {o: unit_costs(g, job, unit_config(c, o), node) for o in options}
-    idx = list(range(len(ucs[options[0]].tau_s)))
-    work, largest = _least_times(ucs, options, lambda o: o[0] * o[1] // c.tp, idx)
-    return max(work / c.pp, largest)
-
-
-def _shape_floor(g: GraphModelSpec, job: JobSpec, node, c: ParallelConfig, modes: tuple[bool, ...]) -> float:
-    """A lower bound of the bottleneck stage time of any plan of shape ``c`` and ``modes``.
-
-    Sequential: the work spread over the ``c.pp`` stages, or the largest unit. Branched: GPU-time
-    cannot shrink below one GPU's time at tp 1 with the whole micro-batch (GEMM efficiency grows
-    with size; latencies, overheads and tensor-parallel traffic do not shrink), so the bound is that
-    work over all ``c.tp x c.pp`` GPUs, or the largest unit over the most GPUs a stage may take.
-    """
-    if not any(modes):
-        uc = unit_costs(g, job, unit_config(c, (c.tp, 1)), node)
-        return max(float(uc.tau_s.sum()) / c.pp, float(uc.tau_s.max()))
-    uc = unit_costs(g, job, unit_config(c, (1, 1)), node)
-    widest = max(t * d for t, d in stage_options(c, modes))
-    return max(float(uc.tau_s.sum()) / (c.tp * c.pp), float(uc.tau_s.max()) / widest)
-
 
 # ------------------------------------------------------------------------------------------------
 # The search over shapes and modes
@@ -769,7 +229,7 @@ def search_graph(
                 continue  # one stage: nothing runs concurrently
             if _min_stages(structures[modes]) > c.pp:
                 continue
-            heap.append((m * _shape_floor(g, job, node, c, modes), sort_key(c), modes, index, 0, c))
+            heap.append((m * shape_floor(g, job, node, c, modes), sort_key(c), modes, index, 0, c))
     heapq.heapify(heap)
     result = GraphSearchResult(plans=[], sequential=None, decomposition=root, linearised_parts=linearised)
     result.candidates = len(heap)
@@ -791,7 +251,7 @@ def search_graph(
                 continue
         if level == 0 and not serial:
             # refine: the least time of every unit over the options a branched plan may use
-            refined = c.num_microbatches(job) * _options_bound(g, job, node, c, modes)
+            refined = c.num_microbatches(job) * options_bound(g, job, node, c, modes)
             heapq.heappush(heap, (max(bound, refined), tie, modes, index, 1, c))
             continue
         plan = evaluate_graph(g, cluster, job, c, structures[modes], modes, r.memory_headroom_bytes, r.tp)
@@ -824,29 +284,6 @@ def search_graph(
 
 def _min_stages(s: Series) -> int:
     return sum(1 if isinstance(i, Chain) else sum(_min_stages(b) for b in i.branches) for i in s.items)
-
-
-def stage_options(c: ParallelConfig, modes: tuple[bool, ...]) -> tuple[StageOption, ...]:
-    """(tp, replicas) a chain's stages may take in a pipeline of ``c.pp`` groups of ``c.tp`` GPUs.
-
-    A sequential structure uses (c.tp, 1) only (replicating every stage alike is more pipelines, a
-    smaller tp everywhere is another shape). A branched one also uses any tp dividing ``c.tp`` and
-    any replica count dividing the micro-batch, filling whole groups (``tp x replicas`` a multiple
-    of ``c.tp``, at most all ``c.pp`` groups).
-    """
-    if not any(modes):
-        return ((c.tp, 1),)
-    return tuple(
-        (t, d)
-        for t in _divisors(c.tp)
-        for d in _divisors(c.micro_batch_size)
-        if (t * d) % c.tp == 0 and t * d // c.tp <= c.pp
-    )
-
-
-def unit_config(c: ParallelConfig, option: StageOption) -> ParallelConfig:
-    """What a stage with ``option`` = (tp, replicas) of a shape ``c`` (pp = its groups) sees."""
-    return replicated_config(c, option[1], c.pp > 1, option[0])
 
 
 def _undominated(
