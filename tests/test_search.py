@@ -14,14 +14,7 @@ from cost_models.parallel import ParallelConfig, resolve, violations
 from planner.hardware import load_cluster
 from planner.jobs import make_job
 from planner.loading import load_model
-from planner.search.chain import (
-    _canonical,
-    full_recompute_variants,
-    inflight_for,
-    search,
-    sort_key,
-    stage_model,
-)
+from planner.search.chain import search, sort_key
 from planner.search.partition import (
     StageModel,
     brute_force_partition,
@@ -29,7 +22,9 @@ from planner.search.partition import (
     ilp_partition,
     placement_partition,
 )
+from planner.search.shape_partition import canonical_split, full_recompute_variants
 from planner.search.space import Restrictions, enumerate_shapes
+from planner.search.stage_model import inflight_for, stage_model
 from planner.specs import ModelSpec
 
 
@@ -208,7 +203,7 @@ def brute_force(model, cluster, job, r):
                 part = brute_force_partition(stages, model.num_layers, c.num_microbatches(job))
                 if part is None:
                     continue
-                c = c.with_(layers_per_stage=_canonical(part.layers))
+                c = c.with_(layers_per_stage=canonical_split(part.layers))
             elif model.num_layers % (c.pp * c.vpp):
                 continue
             if violations(model, cluster, job, c):

@@ -288,7 +288,7 @@ def test_import_errors_name_the_key(tmp_path):
 def test_every_nth_block_recompute_is_what_torchtitan_runs():
     from planner.frameworks.base import every_nth, every_nth_counts
     from planner.frameworks.megatron.capabilities import MEGATRON
-    from planner.search.chain import full_recompute_variants
+    from planner.search.shape_partition import full_recompute_variants
 
     assert every_nth(8, 32) == 4 and every_nth(10, 32) == 3 and every_nth(7, 32) == 0
     assert every_nth(32, 32) == 0 and every_nth(0, 32) == 0
