@@ -1,10 +1,6 @@
 """Strict loading of GPUs, node templates and clusters from YAML / JSON files and the built-in
-presets (hardware_profiles/gpus, hardware_profiles/clusters).
-
-Every error names the file, the key path and the allowed values, and is a
-:class:`~planner.errors.SpecError` (exit code 1, no traceback). Unknown keys are rejected.
-Units are converted once here (GiB, GB/s, TFLOP/s, microseconds -> SI).
-"""
+presets (hardware_profiles/gpus, hardware_profiles/clusters), with :mod:`planner.loading`'s reader
+and error conventions; hardware units (GiB, GB/s, TFLOP/s, microseconds) become SI here, once."""
 
 from __future__ import annotations
 
@@ -25,6 +21,7 @@ from planner.loading import (
     did_you_mean,
     preset_files,
     preset_name,
+    preset_or_path,
     read_document,
 )
 from planner.specs import ClusterSpec, EfficiencySpec, GPUSpec, NodeGroup, NVLinkMesh
@@ -106,9 +103,8 @@ def _gemm_tile(r: Reader, where: str) -> tuple[int, int]:
 def load_gpu(name_or_path: str) -> GPUSpec:
     """A GPU type from the catalogue or a YAML file."""
     files = preset_files("hardware_profiles", "gpus")
+    name_or_path = preset_or_path(name_or_path, files)
     path = Path(name_or_path)
-    if name_or_path not in files and not path_exists(path):
-        name_or_path = preset_name(name_or_path, files) or name_or_path
     if name_or_path in files:
         return _gpu_from_mapping(yaml.safe_load(files[name_or_path].read_text()), f"gpu {name_or_path}")
     if not path_exists(path):
@@ -254,8 +250,7 @@ def load_cluster(name_or_path: str, nodes: int | None = None) -> ClusterSpec:
     plus ``num_nodes``. Several groups make a heterogeneous cluster, ranks numbered in order.
     """
     files = preset_files("hardware_profiles", "clusters")
-    if name_or_path not in files and not path_exists(Path(name_or_path)):
-        name_or_path = preset_name(name_or_path, files) or name_or_path
+    name_or_path = preset_or_path(name_or_path, files)
     if name_or_path in files:
         if nodes is None:
             raise SpecError(f"cluster template '{name_or_path}' needs a node count (--nodes N)")

@@ -489,6 +489,14 @@ def preset_files(package: str, folder: str) -> dict[str, Any]:
     }
 
 
+def preset_or_path(name_or_path: str, files: Iterable[str]) -> str:
+    """``name_or_path`` as a command line gives it, resolved: an existing file or an exact preset name
+    stays as it is; otherwise the preset it names ignoring case (:func:`preset_name`), if one."""
+    if name_or_path in files or path_exists(Path(name_or_path)):
+        return name_or_path
+    return preset_name(name_or_path, files) or name_or_path
+
+
 def preset_name(name: str, names: Iterable[str]) -> str | None:
     """The built-in name ``name`` refers to: itself, or the one name equal to it ignoring case."""
     names = list(names)
@@ -539,9 +547,8 @@ def model_preset_names(include_graph: bool = True) -> list[str]:
 def load_model(name_or_path: str) -> ModelSpec:
     """A model from a preset name, a planner YAML/JSON file, or a HF ``config.json``."""
     presets = preset_files("planner.presets", "models")
+    name_or_path = preset_or_path(name_or_path, presets)
     path = Path(name_or_path)
-    if name_or_path not in presets and not path_exists(path):
-        name_or_path = preset_name(name_or_path, presets) or name_or_path
     if name_or_path in presets:
         data = yaml.safe_load(presets[name_or_path].read_text())
         if data.get("kind") == "graph_model":
