@@ -113,7 +113,7 @@ def profile_start(eff: EfficiencySpec, name: str, held_out_source: str = "") -> 
 
 VARIANT_OF = {"v100-sxm2-16gb": "v100-sxm2-32gb"}
 """GPU types the calibration derives from a catalogue file rather than reading one
-(planner.calibration._v100_cluster: the 16 GB V100-SXM2 is the 32 GB file with 16 GiB); they
+(planner.run_records._v100_cluster: the 16 GB V100-SXM2 is the 32 GB file with 16 GiB); they
 belong to that file's family."""
 
 

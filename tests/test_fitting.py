@@ -4,7 +4,7 @@ import math
 from types import SimpleNamespace
 
 from planner.calibrate.ranking import group_ranking, spearman
-from planner.calibration import source_of
+from planner.run_records import source_of
 
 
 def _r(group, predicted, measured):

@@ -56,7 +56,8 @@ def test_flash2_is_slower_from_hopper_on_only(template, slower):
 
 
 def test_calibration_runs_of_flash_attention_2_frameworks():
-    from planner.calibration import FLASH2_ATTENTION_SOURCES, cases
+    from planner.calibration import cases
+    from planner.run_records import FLASH2_ATTENTION_SOURCES
 
     seen = set()
     for c in cases():
