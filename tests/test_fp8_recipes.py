@@ -200,6 +200,13 @@ def test_cli(run_cli, tmp_path):
     sweep = run_cli("sweep", "-m", "llama3-8b", "-c", "dgx-b200", "-n", "1", "--global-batch-size", "32",
                     "--seq-len", "4096", "--fp8-recipe", "mxfp8")  # fmt: skip
     assert sweep.exit_code == 2 and "needs --precision fp8" in sweep.stderr
+    points = {}
+    for recipe in ("tensorwise", "mxfp8"):
+        res = run_cli("sweep", "-m", "llama3-8b", "-c", "dgx-b200", "-n", "1", "--global-batch-size", "32",
+                      "--seq-len", "4096", "--precision", "fp8", "--fp8-recipe", recipe, "-j", "1", "--json")  # fmt: skip
+        assert res.exit_code == 0, res.stderr
+        points[recipe] = json.loads(res.stdout)["points"][0]["tokens_per_s_per_gpu"]
+    assert points["mxfp8"] > points["tensorwise"]  # the sweep's searches priced the recipe
 
 
 def test_calibration_runs_carry_their_sources_recipe():
