@@ -141,7 +141,7 @@ def fp8_cast_bytes(recipe: str, behind_norm: bool = False) -> float:
     return FP8_CAST_BYTES + 2 * BLOCK_SCALE_BYTES[recipe]
 
 
-def fp8_cast_s(elements: float, gpu: GPUSpec, bytes_per_element: float = FP8_CAST_BYTES) -> float:
+def fp8_cast_s(elements: float, gpu: GPUSpec, bytes_per_element: float) -> float:
     """Time of quantizing ``elements`` 16-bit values to FP8 (``bytes_per_element``:
     :func:`fp8_cast_bytes`)."""
     return memory_bound_s(elements * bytes_per_element, gpu)
