@@ -55,6 +55,13 @@ def test_cli_estimate_hsdp_and_plan_round_trip(run_cli):
     assert run_cli(*base, *full, "--fsdp-shard", "0").exit_code == 2
     c = ParallelConfig(tp=1, pp=1, dp=32, micro_batch_size=1, optimizer_sharding="full", fsdp_shard=8)
     assert config_from_mapping(config_to_mapping(c), "plan.yaml").fsdp_shard == 8
+    # timeline and bubbles take the same layout flags: the HSDP step they time is the estimate's
+    hsdp = json.loads(r.stdout)["step_time_s"]
+    assert hsdp != plain["step_time_s"]
+    for command, key in (("timeline", "step_time_s"), ("bubbles", "iteration_time_s")):
+        t = run_cli(command, *base[1:], *full, "--fsdp-shard", "8", "--json")
+        assert t.exit_code == 0, t.stderr
+        assert json.loads(t.stdout)[key] == pytest.approx(hsdp, rel=1e-3)
 
 
 def test_only_torchtitan_is_planned_with_hsdp():
