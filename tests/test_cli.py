@@ -196,6 +196,22 @@ def test_cli_option_set_is_pinned(run_cli):
     )
 
 
+def test_timeline_and_bubbles_take_every_estimate_option():
+    """The three commands describe one configuration the same way (their lists had drifted once:
+    --fsdp-shard was estimate's only); each adds only its own output options."""
+    import typer
+
+    from planner.cli import app
+
+    cmd = typer.main.get_command(app)
+
+    def options(name):
+        return {o for p in cmd.commands[name].params if type(p).__name__.endswith("Option") for o in p.opts}
+
+    assert options("estimate") <= options("timeline")
+    assert options("estimate") <= options("bubbles")
+
+
 def test_grad_dtype_flag(run_cli, tmp_path):
     """--grad-dtype: bf16 gradient reduction halves the data-parallel traffic (faster step), shows
     in --json and the table; a bad value and --plan together with it are clear errors; a framework
