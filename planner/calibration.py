@@ -36,6 +36,7 @@ from planner.run_records import (
     moe_runtime_of,
     overlapped_reduction,
     source_of,
+    unfused_accumulation,
 )
 from planner.software import apply as apply_software
 from planner.software import efficiency_family, software_class
@@ -144,10 +145,7 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
             if tp_overlap:
                 notes.append("tensor-parallel communication overlapped (source notes)")
             overlap_reduce = overlapped_reduction(run)
-            # Megatron-LM's --no-gradient-accumulation-fusion where the source's launch sets it.
-            unfused_accumulation = "--no-gradient-accumulation-fusion" in par_notes
-            if unfused_accumulation:
-                notes.append("gradient accumulation unfused (--no-gradient-accumulation-fusion)")
+            unfused = unfused_accumulation(run, precision, notes)
             if not overlap_reduce:
                 notes.append("gradient reduction after the last backward (not overlapped)")
             job = make_job(
@@ -158,7 +156,7 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 tp_comm_overlap=tp_overlap,
                 overlap_grad_reduce=overlap_reduce,
                 overlap_param_gather=overlap_reduce,
-                gradient_accumulation_fusion=not unfused_accumulation,
+                gradient_accumulation_fusion=not unfused,
                 eager_ops=eager_ops_of(run, notes),
                 attention_impl=attention_impl_of(run, notes),
                 **(moe_runtime_of(rid, par, notes) if model.is_moe else {}),

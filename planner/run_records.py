@@ -44,6 +44,34 @@ distributed optimizer buckets in 2023. DLPerf's Megatron-LM runs (commit 8aa4619
 use that release's default ``--DDP-impl local``, whose all-reduce follows the backward pass."""
 
 
+def unfused_accumulation(run: dict, precision: str, notes: list[str]) -> bool:
+    """Whether a run added every micro-batch's weight gradients into its main gradients with a
+    separate pass (``JobSpec.gradient_accumulation_fusion`` False; priced by
+    :func:`cost_models.estimate.unfused_accumulation_bytes`).
+
+    * Megatron-LM's ``--no-gradient-accumulation-fusion`` where the source's launch sets it (the
+      Megatron-LM CI rows).
+    * BigScience's BF16 runs: DeepSpeed's ``BF16_Optimizer`` keeps fp32 gradients and adds each
+      micro-batch's bf16 gradients into them: the pipeline engine calls
+      ``optimizer.update_hp_grads(clear_lp_grads=False)`` after every micro-batch's backward
+      (deepspeed ``runtime/pipe/engine.py`` ``_exec_backward_pass``), which for every parameter
+      adds ``lp.grad`` into the fp32 ``hp_grad`` (``runtime/bf16_optimizer.py``). The chronicles
+      say so of the switch (bigscience-workshop/bigscience ``train/tr11-176B-ml/chronicles-prequel.md``,
+      "Rebalancing layers": the "BF16 optimizer that was just written to accumulate gradients in
+      fp32 ... is more memory heavy and is a bit slower"). Their FP16 runs accumulate in fp16,
+      in the gradients autograd writes: no extra pass."""
+    par = run.get("parallel") or {}
+    if "--no-gradient-accumulation-fusion" in str(par.get("notes") or ""):
+        notes.append("gradient accumulation unfused (--no-gradient-accumulation-fusion)")
+        return True
+    if source_of(run).startswith("BigScience") and precision == "bf16":
+        notes.append(
+            "gradient accumulation unfused (DeepSpeed BF16_Optimizer: fp32 gradients, one add per micro-batch)"
+        )
+        return True
+    return False
+
+
 def overlapped_reduction(run: dict) -> bool:
     """Whether a run's data-parallel gradient reduction overlapped backward: not with DeepSpeed's
     pipeline engine (``TrainSchedule`` issues ``ReduceGrads`` after every micro-batch's backward,
