@@ -33,7 +33,7 @@ from cost_models.layers import (
     model_flop_per_iteration,
 )
 from cost_models.parallel import LAYER_RECOMPUTE, SHARDED_GRADIENTS, Group, ParallelConfig, group
-from cost_models.tensors import p2p_activation_bytes
+from cost_models.tensors import pipeline_transfer_s
 from planner.specs import DTYPE_BYTES, ClusterSpec, JobSpec, ModelSpec, NodeGroup
 
 DDP_BUCKET_PARAMS = 40_000_000
@@ -361,7 +361,11 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
         act_units[vs] = act
         wfrac[vs] = min(1.0, wbytes / act) if act else 0.0
         p2p[vs] = (
-            comm.p2p_s(p2p_activation_bytes(model, job, c), _stage_link(cluster, c, r)) if p > 1 else 0.0
+            pipeline_transfer_s(
+                model, job, c, _stage_link(cluster, c, r), comm.link_for(group(c, "tp"), nodes[(r + 1) % p])
+            )
+            if p > 1
+            else 0.0
         )
         acc = per_rank[r]
         acc["cost"] = acc["cost"] + total

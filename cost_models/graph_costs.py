@@ -215,6 +215,11 @@ def unit_costs(g: GraphModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGro
         raise ConfigError(
             f"recompute {c.recompute!r} is not priced for graph models (allowed: {', '.join(GRAPH_RECOMPUTE)})"
         )
+    if job.pipeline_scatter_gather:
+        raise ConfigError(
+            "pipeline_scatter_gather (pipeline sends scattered over tensor-parallel ranks, older "
+            "Megatron-LM and DeepSpeed) is priced for layer-chain models only"
+        )
     key = (g, job, node, c.tp, c.dp, c.micro_batch_size, c.sp, c.pp > 1, c.recompute, c.optimizer_sharding)
     hit = _COSTS.get(key)
     if hit is not None:

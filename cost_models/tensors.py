@@ -1,5 +1,6 @@
 """Per-micro-batch tensor sizes the layer cost modules share: bytes per activation element, tokens
-one GPU holds, the hidden states one GPU passes to the next pipeline stage, and the
+one GPU holds, the hidden states one GPU passes to the next pipeline stage and the time they take,
+and the
 tensor-parallel collectives of a hidden-state tensor (:mod:`cost_models.layers`,
 :mod:`cost_models.attention`, :mod:`cost_models.graph_costs`)."""
 
@@ -22,6 +23,22 @@ def p2p_activation_bytes(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> f
     """Bytes one GPU sends to the next pipeline stage per micro-batch: the hidden states, split over
     tp with sequence parallelism (Megatron's scatter-gather of pipeline sends)."""
     return tokens_per_gpu(job, c) * model.hidden_size * ACT_BYTES / (c.tp if c.sp else 1)
+
+
+def pipeline_transfer_s(
+    model: ModelSpec, job: JobSpec, c: ParallelConfig, pp_link: comm.Link, tp_link: comm.Link
+) -> float:
+    """Time from one stage's output to the next stage's input, per micro-batch and direction (the
+    hidden states forward, their gradient backward): one send of :func:`p2p_activation_bytes` over
+    the pipeline link; with :attr:`JobSpec.pipeline_scatter_gather` and no sequence parallelism,
+    1/tp of the hidden states over the pipeline link and the receivers' all-gather of the whole
+    over tp (Narayanan et al. 2021, arXiv:2104.04473, Sec. 4.1, the scatter/gather optimization:
+    the sending stage's tensor-parallel ranks each send a distinct 1/t chunk, and the receiving
+    stage rebuilds the tensor with an all-gather over NVLink)."""
+    full = tokens_per_gpu(job, c) * model.hidden_size * ACT_BYTES
+    if job.pipeline_scatter_gather and c.tp > 1 and not c.sp:
+        return comm.p2p_s(full / c.tp, pp_link) + comm.all_gather_s(full, c.tp, tp_link)
+    return comm.p2p_s(p2p_activation_bytes(model, job, c), pp_link)
 
 
 def tp_collectives_s(volume: float, c: ParallelConfig, node: NodeGroup, count: int) -> float:

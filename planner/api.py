@@ -343,6 +343,7 @@ def job_dict(j: JobSpec) -> dict:
         "cuda_graph_scope": list(j.cuda_graph_scope),
         "eager_ops": list(j.eager_ops),
         "attention_impl": j.attention_impl,
+        "pipeline_scatter_gather": j.pipeline_scatter_gather,
     }
 
 

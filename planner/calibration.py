@@ -29,12 +29,14 @@ from planner.run_records import (
     attention_impl_of,
     cluster_of,
     eager_ops_of,
+    embedding_slots,
     fp8_recipe_of,
     gpu_family,
     measured_of,
     model_of,
     moe_runtime_of,
     overlapped_reduction,
+    pipeline_scatter_gather,
     source_of,
     unfused_accumulation,
 )
@@ -159,6 +161,7 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 gradient_accumulation_fusion=not unfused,
                 eager_ops=eager_ops_of(run, notes),
                 attention_impl=attention_impl_of(run, notes),
+                pipeline_scatter_gather=pipeline_scatter_gather(run, notes),
                 **(moe_runtime_of(rid, par, notes) if model.is_moe else {}),
                 where=f"run {rid}",
             )
@@ -236,8 +239,9 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 schedule="interleaved" if vpp > 1 else "1f1b",
             )
             n_virtual = pp * vpp
-            emb_split = bool(par.get("account_for_embedding_in_pipeline_split"))
-            loss_split = bool(par.get("account_for_loss_in_pipeline_split"))
+            slots = embedding_slots(run)
+            emb_split = bool(par.get("account_for_embedding_in_pipeline_split")) or slots
+            loss_split = bool(par.get("account_for_loss_in_pipeline_split")) or slots
             if par.get("layers_per_stage"):
                 # The split the source's framework made (e.g. torchtitan's generate_split_points).
                 config = config.with_(layers_per_stage=tuple(int(x) for x in par["layers_per_stage"]))
@@ -258,7 +262,11 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 config = config.with_(
                     layers_per_stage=account_for_split(model.num_layers, n_virtual, emb_split, loss_split)
                 )
-                notes.append("embedding and loss accounted in the pipeline split (recipe)")
+                notes.append(
+                    "embedding layers given pipeline slots (DeepSpeed 'type:transformer|embedding')"
+                    if slots
+                    else "embedding and loss accounted in the pipeline split (recipe)"
+                )
             elif model.num_layers < n_virtual and (model.num_layers + 2) % n_virtual == 0:
                 # More virtual stages than layers: Megatron's recipes account the embedding and the
                 # loss as one layer each (e.g. Qwen3-235B, 94 layers, pp 32 x vpp 3).

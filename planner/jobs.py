@@ -136,6 +136,7 @@ def job_from_mapping(data: dict, where: str) -> JobSpec:
         cuda_graph_scope=r.get("cuda_graph_scope", (list, str), []),
         eager_ops=eager_ops_tuple(r.get("eager_ops", list, []), where, "key 'job.eager_ops'"),
         attention_impl=r.get("attention_impl", str, "fused", choices=ATTENTION_IMPLS),
+        pipeline_scatter_gather=r.get("pipeline_scatter_gather", bool, False),
         where=where,
     )
     r.done()

@@ -199,6 +199,7 @@ def job_to_mapping(job: JobSpec) -> dict:
         **({"cuda_graph_scope": list(job.cuda_graph_scope)} if job.cuda_graph_scope else {}),
         **({"eager_ops": list(job.eager_ops)} if job.eager_ops else {}),
         **({"attention_impl": job.attention_impl} if job.attention_impl != "fused" else {}),
+        **({"pipeline_scatter_gather": True} if job.pipeline_scatter_gather else {}),
     }
 
 

@@ -72,6 +72,21 @@ def unfused_accumulation(run: dict, precision: str, notes: list[str]) -> bool:
     return False
 
 
+def embedding_slots(run: dict) -> bool:
+    """Whether a run's pipeline split gave each embedding a layer's slot: DeepSpeed's
+    ``--pp-partition-method 'type:transformer|embedding'`` (Megatron-DeepSpeed ``GPTModelPipe``)
+    balances the transformer blocks and the two tied embedding layers as equal units, so with
+    ``L + 2`` divisible by pp the first stage holds the embedding and one block fewer, the last
+    one block fewer and the output embedding: BLOOM-176B's 70 layers on pp 12 ran
+    ``[embed | 5 blocks], [6 blocks] x 10, [5 blocks | embed]`` (bigscience-workshop/bigscience
+    ``train/tr11-176B-ml/README.md``, "Replica setup"; introduced on 2022-02-28,
+    ``chronicles-prequel.md`` "Rebalancing layers"; before it the default ``type:transformer``
+    counted blocks only). The same split as Megatron-LM's
+    ``--account-for-embedding-in-pipeline-split`` with ``--account-for-loss-in-pipeline-split``
+    (:func:`cost_models.parallel.account_for_split`)."""
+    return "type:transformer|embedding" in str((run.get("parallel") or {}).get("notes") or "")
+
+
 def overlapped_reduction(run: dict) -> bool:
     """Whether a run's data-parallel gradient reduction overlapped backward: not with DeepSpeed's
     pipeline engine (``TrainSchedule`` issues ``ReduceGrads`` after every micro-batch's backward,
@@ -87,6 +102,29 @@ def overlapped_reduction(run: dict) -> bool:
     if par.get("ddp_impl") in ("torch", "local"):
         return par["ddp_impl"] == "torch"
     return not source_of(run).startswith(SEQUENTIAL_REDUCTION_SOURCES)
+
+
+SCATTER_GATHER_SOURCES = ("Narayanan et al. 2021", "Korthikanti et al. 2022", "BigScience")
+"""Sources whose pipeline sends were scattered over the tensor-parallel ranks
+(``JobSpec.pipeline_scatter_gather``): the Megatron-LM of 2021-2022, where the scatter/gather
+optimization (Narayanan et al. 2021, Sec. 4.1) was on by default from commit 72e4230bb5
+(2021-02-16, "Turn scatter-gather optimization on by default") until Megatron-Core took over the
+pipeline code (39b83c7953, 2023-01-31), and BigScience's Megatron-DeepSpeed, whose DeepSpeed
+``PipelineEngine`` partitions the activations and gradients it sends whenever the model is
+tensor-parallel (``is_pipe_partitioned = is_grad_partitioned = is_model_parallel``,
+``deepspeed/runtime/pipe/engine.py`` of 2022). DLPerf's Megatron-LM (8aa4619, 2021-03, a release
+branch without commit 27fc468964 that introduced the chunking) sent whole tensors."""
+
+
+def pipeline_scatter_gather(run: dict, notes: list[str]) -> bool:
+    """Whether a run's pipeline sends were scattered over tp (:data:`SCATTER_GATHER_SOURCES`);
+    noted only where it matters (tp > 1 and pp > 1)."""
+    if not source_of(run).startswith(SCATTER_GATHER_SOURCES):
+        return False
+    par = run.get("parallel") or {}
+    if (par.get("tp") or 1) > 1 and (par.get("pp") or 1) > 1:
+        notes.append("pipeline sends scattered over tp and all-gathered by the receiver")
+    return True
 
 
 UNFUSED_ATTENTION_SOURCES = (

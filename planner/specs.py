@@ -566,6 +566,16 @@ class JobSpec:
     before flash attention (2019-2022 releases, Megatron-DeepSpeed): two batched GEMMs around a
     fused scale-mask-softmax kernel and attention dropout, with the score matrix written to HBM
     (:func:`cost_models.attention.unfused_core_attention`)."""
+    pipeline_scatter_gather: bool = False
+    """Without sequence parallelism, each tensor-parallel rank sends 1/tp of the hidden states (and
+    of their gradient) to the next pipeline stage, whose ranks all-gather them over tp: the
+    "scatter/gather optimization" of Narayanan et al. 2021 (arXiv:2104.04473, Sec. 4.1), on by
+    default in Megatron-LM from 2021-02 (commit 72e4230bb5) until the pipeline code moved into
+    Megatron-Core (2023-01, commit 39b83c7953, which sends whole tensors unless sequence
+    parallelism splits them), and DeepSpeed's ``PipelineEngine`` with model parallelism
+    (``is_pipe_partitioned`` / ``is_grad_partitioned``, ``deepspeed/runtime/pipe/engine.py``).
+    Priced by :func:`cost_models.tensors.pipeline_transfer_s`; neither pinned framework runs it
+    (their capabilities refuse it), so it describes published runs of older software."""
 
     @property
     def tokens_per_step(self) -> int:

@@ -94,6 +94,10 @@ class Capabilities:
     (``JobSpec.gradient_accumulation_fusion`` False; Megatron ``--no-gradient-accumulation-fusion``)."""
     fp8_recipes: tuple[str, ...] = FP8_RECIPES
     """FP8 scaling recipes (``JobSpec.fp8_recipe``) its launch can select."""
+    pipeline_scatter_gather: bool = False
+    """Without sequence parallelism, its pipeline sends are scattered over the tensor-parallel ranks
+    and all-gathered by the receivers (``JobSpec.pipeline_scatter_gather``); Megatron-Core and
+    torch's pipelining send whole tensors."""
     every_nth_recompute: bool = False
     """Full recompute of every n-th block (n >= 2) instead of any number of layers: a stage of S
     layers recomputes ``S // n`` (torchtitan ``selective_ac_option = "<n>"``; :func:`every_nth`)."""
@@ -203,6 +207,8 @@ class Framework:
             )
         if not job.gradient_accumulation_fusion and not cap.unfused_grad_accumulation:
             out.append(f"{who} has no switch for unfused gradient accumulation")
+        if job.pipeline_scatter_gather and not cap.pipeline_scatter_gather:
+            out.append(f"{who} sends whole hidden states between pipeline stages (no scatter/gather over tp)")
         return out
 
     def require(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> None:
@@ -249,6 +255,7 @@ ANY = Framework(
         eager_ops=None,
         attention_impls=ATTENTION_IMPLS,
         unfused_grad_accumulation=True,
+        pipeline_scatter_gather=True,
     ),
     source="cost_models/parallel.py (SCHEDULES, OPTIMIZER_SHARDING, RECOMPUTE)",
     exportable=False,

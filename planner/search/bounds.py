@@ -14,7 +14,7 @@ from functools import lru_cache
 from cost_models import communication as comm
 from cost_models.estimate import DDP_BUCKET_PARAMS, dp_sync, node_of_stage
 from cost_models.parallel import LAYER_RECOMPUTE, ParallelConfig, group
-from cost_models.tensors import p2p_activation_bytes
+from cost_models.tensors import pipeline_transfer_s
 from planner.search.shape_partition import hetero_slots, solve_partition
 from planner.search.space import Restrictions
 from planner.search.stage_model import inflight_for, layer_of, stage_model
@@ -266,8 +266,12 @@ def _bound_terms(
             share = 1.0
         lag = 0.0
         if p > 1:
-            volume = p2p_activation_bytes(model, job, c)
-            lag = min(comm.p2p_s(volume, comm.link_for(group(c, "pp"), g)) for g in cluster.groups)
+            lag = min(
+                pipeline_transfer_s(
+                    model, job, c, comm.link_for(group(c, "pp"), g), comm.link_for(group(c, "tp"), g)
+                )
+                for g in cluster.groups
+            )
         shares.append(share)
         pipeline = pipeline_lower_bound(work, m, p, share, lag)
         if not cluster.is_heterogeneous:
