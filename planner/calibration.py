@@ -39,6 +39,7 @@ from planner.run_records import (
     pipeline_scatter_gather,
     source_of,
     unfused_accumulation,
+    zero_stage_of,
 )
 from planner.software import apply as apply_software
 from planner.software import efficiency_family, software_class
@@ -202,21 +203,24 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                     "micro-batch-level recompute priced as selective (recompute for every micro-batch)"
                 )
             tp, pp, cp = par["tp"], par["pp"], par.get("cp") or 1
-            if par.get("zero_stage") == 3 or par.get("fsdp") or "ZeRO-3" in rec_text or "zero-3" in rec_text:
+            zero = zero_stage_of(par)
+            if zero == 3 or par.get("fsdp") or "ZeRO-3" in rec_text or "zero-3" in rec_text:
                 sharding = "full"
             elif par.get("distributed_optimizer") is True:
                 sharding = "distributed"
             elif par.get("distributed_optimizer") is False:
                 sharding = "none"
             else:
-                sharding = "distributed" if fam != "a100" else "none"
-                notes.append(f"optimizer sharding {sharding} assumed")
+                sharding = ""
             if rid.startswith("torchtitan") or "fsdp" in str(par.get("notes", "")).lower():
                 # torchtitan shards with FSDP2 (its README); with pp > 1 planner models it as ZeRO-1.
                 sharding = "full" if pp == 1 else "distributed"
                 notes.append(f"FSDP2 modelled as '{sharding}' sharding")
-            elif par.get("zero_stage") == 1:
+            elif zero == 1:
                 sharding = "distributed"
+            elif not sharding:
+                sharding = "distributed" if fam != "a100" else "none"
+                notes.append(f"optimizer sharding {sharding} assumed")
             vpp = par.get("vpp") or 1
             mbs = par.get("micro_batch_size")
             if mbs is None:

@@ -72,6 +72,17 @@ def unfused_accumulation(run: dict, precision: str, notes: list[str]) -> bool:
     return False
 
 
+def zero_stage_of(par: dict) -> int | None:
+    """A record's ZeRO stage: the number, or the one its text starts with (BLOOM's README row:
+    ``1 (DeepSpeed BF16_Optimizer implements ZeRO-1-equivalent; ZERO_STAGE=0 flag)``); None when
+    the record gives none or names a sharding in words (``FSDP2``)."""
+    value = par.get("zero_stage")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    found = re.match(r"\s*(\d)\b", str(value or ""))
+    return int(found.group(1)) if found else None
+
+
 def embedding_slots(run: dict) -> bool:
     """Whether a run's pipeline split gave each embedding a layer's slot: DeepSpeed's
     ``--pp-partition-method 'type:transformer|embedding'`` (Megatron-DeepSpeed ``GPTModelPipe``)

@@ -125,10 +125,41 @@ def test_bigscience_runs_form_their_software_class():
     """BigScience's Megatron-DeepSpeed runs (CUDA_LAUNCH_BLOCKING=1 on Jean Zay) get their own
     software profile; Megatron-LM's own runs of the same years do not."""
     by_id = _by_id()
-    bloom = [c for rid, c in by_id.items() if rid.startswith(("bigscience_prequel_", "bloom176b_reshape_"))]
-    assert len(bloom) == 40
+    bloom = [c for rid, c in by_id.items() if rid.startswith(("bigscience_prequel_", "bloom176b_"))]
+    # the 36 chronicles runs, the 4 reshaping runs and BLOOM's training run (tr11-176B-ml.slurm
+    # exports CUDA_LAUNCH_BLOCKING=1 as well)
+    assert len(bloom) == 41
     assert {c.software for c in bloom} == {"megatron-deepspeed-bigscience-2022"}
     assert by_id["narayanan2021_t1_gpt1.7b"].software == ""
+
+
+def test_zero_stage_is_read_from_numbers_and_from_text_that_starts_with_one():
+    from planner.run_records import zero_stage_of
+
+    assert zero_stage_of({"zero_stage": 1}) == 1
+    assert zero_stage_of({"zero_stage": "1 (DeepSpeed BF16_Optimizer implements ZeRO-1-equivalent)"}) == 1
+    assert zero_stage_of({"zero_stage": "FSDP2 (ZeRO-3-like)"}) is None
+    assert zero_stage_of({"zero_stage": True}) is None
+    assert zero_stage_of({}) is None
+    # BLOOM's training run shards its optimizer like the reshaping runs of the same software
+    by_id = _by_id()
+    bloom = by_id["bloom176b_bigscience_tr11"]
+    assert bloom.config.optimizer_sharding == by_id["bloom176b_reshape_24nodes_tp4_pp12_mbs2"].config.optimizer_sharding
+    assert bloom.config.optimizer_sharding == "distributed"
+    assert not any("optimizer sharding" in a for a in bloom.assumptions)
+
+
+def test_deepspeed_embedding_slots_split_blooms_pipeline_as_its_readme_shows():
+    """``--pp-partition-method 'type:transformer|embedding'``: [embed | 5 blocks], [6 blocks] x 10,
+    [5 blocks | embed] for BLOOM's 70 layers on pp 12 (tr11-176B-ml README, "Replica setup"); the
+    February chronicles runs predate the option and split the blocks alone."""
+    by_id = _by_id()
+    bloom = by_id["bloom176b_bigscience_tr11"]
+    assert bloom.config.stage_layers(bloom.model) == (5,) + (6,) * 10 + (5,)
+    deep = by_id["bloom176b_reshape_24nodes_tp2_pp24_mbs1"]
+    assert deep.config.stage_layers(deep.model) == (2,) + (3,) * 22 + (2,)
+    feb = by_id["bigscience_prequel_0225_h14336_l72_dp8_tp2_pp24_mbs1_gbs2048"]
+    assert feb.config.stage_layers(feb.model) == (3,) * 24
 
 
 def test_bigscience_micro_batch_sweep_peaks_inside():
