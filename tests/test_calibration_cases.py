@@ -144,7 +144,10 @@ def test_zero_stage_is_read_from_numbers_and_from_text_that_starts_with_one():
     # BLOOM's training run shards its optimizer like the reshaping runs of the same software
     by_id = _by_id()
     bloom = by_id["bloom176b_bigscience_tr11"]
-    assert bloom.config.optimizer_sharding == by_id["bloom176b_reshape_24nodes_tp4_pp12_mbs2"].config.optimizer_sharding
+    assert (
+        bloom.config.optimizer_sharding
+        == by_id["bloom176b_reshape_24nodes_tp4_pp12_mbs2"].config.optimizer_sharding
+    )
     assert bloom.config.optimizer_sharding == "distributed"
     assert not any("optimizer sharding" in a for a in bloom.assumptions)
 

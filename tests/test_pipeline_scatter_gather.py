@@ -47,7 +47,9 @@ def test_one_transfer_sends_a_tp_share_and_all_gathers_it():
         comm.p2p_s(full / 4, pp_link) + comm.all_gather_s(full, 4, tp_link)
     )
     # the NVLink all-gather is cheaper than the 3/4 of the send it saves across nodes
-    assert pipeline_transfer_s(m, split, c, pp_link, tp_link) < pipeline_transfer_s(m, whole, c, pp_link, tp_link)
+    assert pipeline_transfer_s(m, split, c, pp_link, tp_link) < pipeline_transfer_s(
+        m, whole, c, pp_link, tp_link
+    )
 
 
 @pytest.mark.parametrize("tp,sp", [(1, False), (4, True)])
