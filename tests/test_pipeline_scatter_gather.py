@@ -120,3 +120,45 @@ def test_calibration_runs_of_the_software_that_scattered_are_priced_so():
     # DLPerf's Megatron-LM predates the optimization; Megatron-Core sends whole tensors
     assert by_source["DLPerf Megatron-LM GPT benchmark"] == {False}
     assert all(v == {False} for k, v in by_source.items() if "Megatron-Bridge" in k or "NeMo" in k)
+
+
+def test_estimate_of_a_plan_that_sets_it_shows_it(run_cli, tmp_path):
+    import yaml
+
+    plan = tmp_path / "plan.yaml"
+    out = run_cli(
+        "search",
+        "-m",
+        "llama3-8b",
+        "-c",
+        "dgx-a100",
+        "-n",
+        "2",
+        "-b",
+        "64",
+        "-s",
+        "2048",
+        "--tp",
+        "4",
+        "--pp",
+        "2",
+        "--framework",
+        "any",
+        "--out",
+        str(plan),
+    )
+    assert out.exit_code == 0, out.stderr
+    data = yaml.safe_load(plan.read_text())
+    data["job"]["pipeline_scatter_gather"] = True
+    plan.write_text(yaml.safe_dump(data, sort_keys=False))
+    shown = run_cli("estimate", "--plan", str(plan))
+    assert shown.exit_code == 0, shown.stderr
+    assert "scattered over tp" in shown.stdout
+    as_json = run_cli("estimate", "--plan", str(plan), "--json")
+    assert '"pipeline_scatter_gather": true' in as_json.stdout
+    # a non-boolean value is a clear error naming the key, not a traceback
+    data["job"]["pipeline_scatter_gather"] = "yes"
+    plan.write_text(yaml.safe_dump(data, sort_keys=False))
+    bad = run_cli("estimate", "--plan", str(plan))
+    assert bad.exit_code == 1 and "pipeline_scatter_gather" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr + bad.stdout

@@ -145,8 +145,8 @@ def _moe_runtime_rows(d: dict) -> list[tuple[str, str]]:
 def _grad_rows(d: dict) -> list[tuple[str, str]]:
     """The gradient reduction dtype, shown only when it is not the precision's default (fp16
     gradients for fp16 training, fp32 otherwise: planner.jobs.default_grad_dtype), and unfused
-    gradient accumulation, shown only when set (fused is the default), and the FP8 recipe of an FP8
-    job."""
+    gradient accumulation, shown only when set (fused is the default), the FP8 recipe of an FP8
+    job, and pipeline sends scattered over tp (JobSpec.pipeline_scatter_gather), shown only when set."""
     job = d.get("job") or {}
     grad = job.get("grad_dtype")
     rows = []
@@ -156,6 +156,8 @@ def _grad_rows(d: dict) -> list[tuple[str, str]]:
         rows.append(("gradient accumulation", "unfused (separate add per micro-batch)"))
     if job.get("fp8_recipe"):
         rows.append(("FP8 recipe", job["fp8_recipe"]))
+    if job.get("pipeline_scatter_gather"):
+        rows.append(("pipeline sends", "scattered over tp, all-gathered by the receiver"))
     return rows
 
 
