@@ -152,7 +152,7 @@ BOUNDS = {
     "host_launch_s": (0.0, 100e-6),
 }
 """Fitted values stay inside these. The per-layer overhead reaches about a millisecond only where every
-kernel launch is synchronous (the BigScience class, planner.software.PROFILE_START: 0.68-1.2 ms per
+kernel launch is synchronous (the BigScience class, planner.software.PROFILE_START: 0.80-1.2 ms per
 layer and pass as its two documents give it); 5 ms bounds that with room."""
 ZERO_START = {"kernel_overhead_s": 1e-5, "comm_overlap_slowdown": 0.05, "host_launch_s": 2e-6}
 """Where a parameter at zero starts when a step would raise it (multiplicative steps cannot leave 0)."""

@@ -237,18 +237,33 @@ OPA_LINK_BYTES_PER_S = 100e9 / 8
 """One Intel Omni-Path (OPA 100) port: 100 Gb/s (Intel Omni-Path Host Fabric Interface 100 series
 product brief, 2016)."""
 
+JEAN_ZAY_NCCL_PORT_BYTES_PER_S = 40.5e9 / 8
+"""What NCCL moved through one of Jean Zay's Omni-Path ports: BigScience's all-reduce benchmark on
+4 nodes of the A100 partition (``experiments/bandwidth/all_reduce_bench-a100-n4.txt``, 2022-01-28,
+the tr11 environment; 4 GB fp32 all-reduce over 32 GPUs, every trial 1.519-1.520 s, busbw
+40.5-40.8 Gb/s). Its NCCL 2.10.3 log shows the ring's two channels leaving each node through the
+same port (``via NET/IB/3``, without ``GDRDMA``: no GPUDirect RDMA over the hfi1 verbs, so every
+byte is staged through host memory), so the benchmark measured one port at 40.5% of its line rate."""
+
 
 def _omni_path(cluster: ClusterSpec, hw: dict, notes: list[str]) -> ClusterSpec:
     """Jean Zay's A100 nodes (BLOOM's cluster) reach each other over "4 OmniPath links" per node
     (bigscience/bloom model card, "Compute infrastructure"), not a DGX's one 200 Gb/s HDR port per
-    GPU: the inter-node bandwidth per GPU is links x 100 Gb/s / GPUs per node."""
+    GPU: the inter-node bandwidth per GPU is links x 100 Gb/s / GPUs per node, and NCCL achieves
+    :data:`JEAN_ZAY_NCCL_PORT_BYTES_PER_S` of each port's 100 Gb/s (the link efficiency, in place of
+    the DGX template's InfiniBand figure)."""
     found = re.search(r"(\d+) OPA links per node", str(hw.get("inter_node_interconnect") or ""))
     if not found:
         return cluster
     group = cluster.groups[0]
     per_gpu = int(found.group(1)) * OPA_LINK_BYTES_PER_S / group.gpus_per_node
-    notes.append(f"inter-node {per_gpu / 1e9:.2f} GB/s per GPU ({found.group(0)})")
-    return replace(cluster, groups=(replace(group, inter_node_bandwidth_bytes_per_s=per_gpu),))
+    efficiency = JEAN_ZAY_NCCL_PORT_BYTES_PER_S / OPA_LINK_BYTES_PER_S
+    notes.append(
+        f"inter-node {per_gpu / 1e9:.2f} GB/s per GPU ({found.group(0)}), NCCL at {efficiency:.1%} of it"
+        " (BigScience's Jean Zay all-reduce benchmark)"
+    )
+    link = replace(group, inter_node_bandwidth_bytes_per_s=per_gpu, inter_node_efficiency=efficiency)
+    return replace(cluster, groups=(link,))
 
 
 def cluster_of(hw: dict, total: int, notes: list[str]) -> ClusterSpec:

@@ -1,5 +1,6 @@
 """How published runs become cases: the facts each source gives about its software and cluster
-(gradient-reduction overlap, tensor-parallel overlap, Jean Zay's Omni-Path links)."""
+(gradient-reduction overlap, tensor-parallel overlap, Jean Zay's Omni-Path links and what NCCL
+achieved over them)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from functools import cache
 
 import pytest
 
+from cost_models import communication as comm
+from cost_models.parallel import group as parallel_group
 from planner.calibration import cases
+from planner.hardware import load_cluster
 
 
 @cache
@@ -45,6 +49,23 @@ def test_jean_zay_inter_node_bandwidth_from_its_omni_path_links():
     assert group.inter_node_bandwidth_bytes_per_s == pytest.approx(4 * 100e9 / 8 / 8)
     dgx = _by_id()["narayanan2021_t1_gpt1.7b"].cluster.groups[0]
     assert dgx.inter_node_bandwidth_bytes_per_s == pytest.approx(25e9)
+
+
+def test_jean_zay_ports_carry_what_bigscience_measured_nccl_moving_through_them():
+    """BigScience's all-reduce benchmark on Jean Zay's A100 nodes measured 40.5 Gb/s of NCCL bus
+    bandwidth through one 100 Gb/s Omni-Path port: that is the link efficiency of every BigScience
+    run, so a tp 8 data-parallel ring (one GPU per node, two rings per port) gets 4 x 40.5 Gb/s / 8
+    GPUs; the DGX template's InfiniBand efficiency stays for everyone else."""
+    by = _by_id()
+    bloom = by["bigscience_prequel_0225_h14336_l72_dp24_tp8_pp2_mbs1_gbs2016"]
+    group = bloom.cluster.groups[0]
+    assert group.inter_node_efficiency == pytest.approx(0.405)
+    dp = comm.link_for(parallel_group(bloom.config, "dpcp"), group)
+    assert dp.crosses_network
+    assert dp.bandwidth_bytes_per_s == pytest.approx(4 * 40.5e9 / 8 / 8)
+    assert any("NCCL at 40.5%" in note for note in bloom.assumptions)
+    dgx = by["narayanan2021_t1_gpt1.7b"].cluster.groups[0]
+    assert dgx.inter_node_efficiency == load_cluster("dgx-a100", 1).groups[0].inter_node_efficiency
 
 
 def test_dlperf_v100_server_links_and_memory():

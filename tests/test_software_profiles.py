@@ -503,8 +503,8 @@ def test_reshaping_log_start_reproduces_its_micro_batch_pair():
     start = next(s for s in PROFILE_START["megatron-deepspeed-bigscience-2022"] if "reshaping" in s.document)
     eff = replace(UNCALIBRATED, **start.values)
     ratio = predict(two, eff).predicted / predict(one, eff).predicted
-    assert ratio == pytest.approx(measured, rel=0.005)
+    assert ratio == pytest.approx(measured, rel=0.001)
     # The base fit's microseconds do not explain the pair: the larger micro-batch's GEMMs, the bubble
-    # and the BF16 optimizer's per-micro-batch accumulation give 1.070 of the measured 1.086.
+    # and the BF16 optimizer's per-micro-batch accumulation give 1.068 of the measured 1.086.
     base = predict(two, UNCALIBRATED).predicted / predict(one, UNCALIBRATED).predicted
     assert base < measured - 0.015
