@@ -28,7 +28,12 @@ table after "Tweaking TP for the first time"); two draws of the same noise diffe
 sigma, so sigma = ln(113.54 / 110.48) / sqrt(2) = 1.9%. If anything this is low: the document's
 author takes "the snapshot of a single iteration (always 2nd) [so] the data isn't exact and can
 fluctuate a bit" ("Choosing the fastest 3D Topology"), and notes a hardware change that moved
-every figure by 1-5% in one day ("GBS Variations")."""
+every figure by 1-5% in one day ("GBS Variations"). The same document lists one more identical row
+pair, not in the calibration set: "Max possible TFLOPs check" (02-21), 1 node, 6 layers of NHIDDEN
+14336, tp 8, mbs 2, at 130.43 and 119.19 s per iteration (9%; nothing said changed in between). Read
+as noise too, the pooled spread of the two pairs is 4.7%, under which exact throughputs would rank
+the 10 groups at a median Spearman of 0.79 with the measured best first in 6.7 (docs/calibration.md,
+"How far ranking can go")."""
 CEILING_DRAWS = 4000
 """Noisy measurement draws per group in :func:`noise_ceiling` (standard error of the mean Spearman
 under 0.005)."""
