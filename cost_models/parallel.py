@@ -209,8 +209,14 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
         )
     # Pipeline partition.
     n_virtual = c.num_virtual_stages
-    if c.pp > model.num_layers:
-        out.append(f"pp ({c.pp}) exceeds num_layers ({model.num_layers})")
+    if c.pp > model.num_layers + 2 * bool(c.layers_per_stage):
+        # An explicit split may give the first stage only the embedding and the last only the output
+        # layer and loss (checked below), so pp reaches num_layers + 2 there (DeepSpeed's
+        # 'type:transformer|embedding' partition, Megatron-LM's account-for-* flags).
+        out.append(
+            f"pp ({c.pp}) exceeds num_layers ({model.num_layers})"
+            + (" + 2 (an embedding-only first and a loss-only last stage)" if c.layers_per_stage else "")
+        )
     if c.layers_per_stage:
         if len(c.layers_per_stage) != n_virtual:
             out.append(

@@ -42,6 +42,30 @@ def test_only_the_ends_may_hold_no_layer():
         resolve(model, cluster, job, ok.with_(layers_per_stage=(11, 0, 11, 10)))
 
 
+def test_pipeline_may_be_two_stages_deeper_than_the_layers_with_empty_ends():
+    """BigScience's reshaping log ran BLOOM's 70 layers on pp 72 (tp 1, 36 nodes): DeepSpeed's
+    'type:transformer|embedding' partition gives each embedding a stage of its own."""
+    model = load_model("llama3-8b")  # 32 layers
+    job = make_job(global_batch_size=64, seq_length=4096)
+
+    def config(pp: int, split: tuple[int, ...] = ()) -> tuple:
+        cluster = load_cluster("dgx-h100", nodes=pp)  # tp 8: one node per stage
+        return cluster, ParallelConfig(tp=8, pp=pp, micro_batch_size=1, layers_per_stage=split)
+
+    cluster, deep = config(34, (0,) + (1,) * 32 + (0,))
+    assert violations(model, cluster, job, resolve(model, cluster, job, deep)) == []
+    cluster, deeper = config(35, (0, 0) + (1,) * 32 + (0,))
+    with pytest.raises(ConfigError, match="exceeds num_layers \\(32\\) \\+ 2"):
+        resolve(model, cluster, job, deeper)
+    cluster, even = config(33)
+    with pytest.raises(ConfigError, match="^pp \\(33\\) exceeds num_layers \\(32\\)$"):
+        resolve(model, cluster, job, even)
+    by_id = {c.run_id: c for c in cases()}
+    bloom = by_id["bloom176b_reshape_36nodes_tp1_pp72_mbs1"]
+    assert not bloom.skip_reason
+    assert bloom.config.stage_layers(bloom.model) == (0,) + (1,) * 70 + (0,)
+
+
 def test_empty_end_stages_cost_less_and_export_as_layout():
     model = load_model("llama3-8b")
     cluster = load_cluster("dgx-h100", nodes=1)
