@@ -34,10 +34,10 @@ def pipeline_transfer_s(
     over tp (Narayanan et al. 2021, arXiv:2104.04473, Sec. 4.1, the scatter/gather optimization:
     the sending stage's tensor-parallel ranks each send a distinct 1/t chunk, and the receiving
     stage rebuilds the tensor with an all-gather over NVLink)."""
-    full = tokens_per_gpu(job, c) * model.hidden_size * ACT_BYTES
-    if job.pipeline_scatter_gather and c.tp > 1 and not c.sp:
-        return comm.p2p_s(full / c.tp, pp_link) + comm.all_gather_s(full, c.tp, tp_link)
-    return comm.p2p_s(p2p_activation_bytes(model, job, c), pp_link)
+    volume = p2p_activation_bytes(model, job, c)
+    if job.pipeline_scatter_gather and c.tp > 1 and not c.sp:  # volume is then the whole tensor
+        return comm.p2p_s(volume / c.tp, pp_link) + comm.all_gather_s(volume, c.tp, tp_link)
+    return comm.p2p_s(volume, pp_link)
 
 
 def tp_collectives_s(volume: float, c: ParallelConfig, node: NodeGroup, count: int) -> float:
