@@ -30,6 +30,7 @@ from planner.specs import (
 from planner.validation import check_number, limit, path_exists, read_text_capped, short_path
 
 SCHEMA_VERSION = 1
+"""The ``schema_version`` that model, cluster, job and graph-model files carry (the only one read)."""
 GIB = 1024**3
 GB = 1e9
 

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from planner import __version__, api
+from planner import __version__, api, graph_api
 from planner.cli import render
 from planner.cli.app import app
 from planner.cli.common import (
@@ -342,7 +342,7 @@ def _search_graph(problem, restrictions, top, progress, out, explain_flag, as_js
     result = run_graph_search(problem.model, problem.cluster, problem.job, restrictions, top, progress)
     data = api.graph_search_dict(problem, result)
     if explain_flag:
-        data["explain"] = api.graph_explain(result)
+        data["explain"] = graph_api.graph_explain(result)
     if out is not None:
         best = result.plans[0]
         seq = result.sequential

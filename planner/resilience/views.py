@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from planner import __version__
+from planner.api import SCHEMA_VERSION
 from planner.plan import PlanInputs
 from planner.resilience.goodput import FailureModel
 from planner.resilience.spares import PlanGoodput, SparesOption
 from planner.resilience.strategies import StrategyResult, WhatIf
-
-SCHEMA_VERSION = 1
 
 
 def plan_brief(inputs: PlanInputs) -> dict:
