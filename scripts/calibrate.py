@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -76,7 +77,6 @@ def main() -> int:
         for k, v in values.items():
             print(f"  {k}: {v}")
         if args.write:
-            ids = ", ".join(c.run_id for c in base)
             prior = f"the {parent} fit transferred" if parent else "the uncalibrated values"
             which = (
                 f"the {len(base)} runs outside any software release class ({sources} sources; the\n"
@@ -89,15 +89,14 @@ def main() -> int:
                 f"Fitted by scripts/calibrate.py on {which}"
                 f"tests/data/published_runs.yaml measured on {gpu_name}, regularised toward {prior}\n"
                 f"(planner.fitting.LINEAGE; mean |log error| {err:.3f}; one set of values for all runs):\n"
-                + "\n".join(ids[i : i + 100] for i in range(0, len(ids), 100))
+                + "\n".join(run_list(base, 100))
             )
             write_block(fam, values, comment)
         for cls, class_runs in profile_groups(group).items():
             prof, perr = fit_profile(class_runs, profile_start(eff, cls))
             print(f"  profile {cls}: {len(class_runs)} runs, mean |log error| {perr:.3f}")
-            ids = ", ".join(c.run_id for c in class_runs)
             lines = [f"  {fam}:", f"    # fitted on {len(class_runs)} runs (mean |log error| {perr:.3f}):"]
-            lines += [f"    # {ids[i : i + 96]}" for i in range(0, len(ids), 96)]
+            lines += [f"    # {line}" for line in run_list(class_runs, 96)]
             moe = any(c.model.is_moe for c in class_runs)
             lines += [f"    {k}: {v:.6g}" for k, v in to_yaml_values(prof, moe).items()]
             profiles[cls] += lines
@@ -116,6 +115,13 @@ def main() -> int:
             )
             (SOFTWARE_DIR / f"{name}.yaml").write_text(text)
     return 0
+
+
+def run_list(runs, width: int) -> list[str]:
+    """The runs' ids, comma-separated, in lines of at most ``width`` characters broken between ids
+    (an id longer than a line stands alone)."""
+    ids = ", ".join(c.run_id for c in runs)
+    return textwrap.wrap(ids, width, break_long_words=False, break_on_hyphens=False)
 
 
 if __name__ == "__main__":
