@@ -115,7 +115,7 @@ def overlapped_reduction(run: dict) -> bool:
     return not source_of(run).startswith(SEQUENTIAL_REDUCTION_SOURCES)
 
 
-SCATTER_GATHER_SOURCES = ("Narayanan et al. 2021", "Korthikanti et al. 2022", "BigScience")
+SCATTER_GATHER_SOURCES = ("Narayanan et al. 2021", "Korthikanti et al. 2022", "BigScience", "vTrain")
 """Sources whose pipeline sends were scattered over the tensor-parallel ranks
 (``JobSpec.pipeline_scatter_gather``): the Megatron-LM of 2021-2022, where the scatter/gather
 optimization (Narayanan et al. 2021, Sec. 4.1) was on by default from commit 72e4230bb5
@@ -123,7 +123,8 @@ optimization (Narayanan et al. 2021, Sec. 4.1) was on by default from commit 72e
 pipeline code (39b83c7953, 2023-01-31), and BigScience's Megatron-DeepSpeed, whose DeepSpeed
 ``PipelineEngine`` partitions the activations and gradients it sends whenever the model is
 tensor-parallel (``is_pipe_partitioned = is_grad_partitioned = is_model_parallel``,
-``deepspeed/runtime/pipe/engine.py`` of 2022). DLPerf's Megatron-LM (8aa4619, 2021-03, a release
+``deepspeed/runtime/pipe/engine.py`` of 2022); vTrain's validation runs, Megatron-DeepSpeed on the
+same engine (its data/README.md). DLPerf's Megatron-LM (8aa4619, 2021-03, a release
 branch without commit 27fc468964 that introduced the chunking) sent whole tensors."""
 
 
@@ -144,13 +145,16 @@ UNFUSED_ATTENTION_SOURCES = (
     "DLPerf Megatron-LM",
     "DLPerf OneFlow-GPT",
     "BigScience",
+    "vTrain",
 )
 """Sources whose runs materialised the attention score matrix (``JobSpec.attention_impl``
 ``unfused``): they predate FlashAttention (Dao et al., May 2022) in their frameworks. Megatron-LM's
 ``ParallelAttention`` of 2021 (megatron/model/transformer.py at de7dc40f88: ``baddbmm``,
 ``FusedScaleMaskSoftmax``, dropout, ``bmm``), which Korthikanti et al. 2022 (Sec. 4.1, the 5as/h
 activation term) and DLPerf (Megatron-LM 8aa4619, January 2021) ran; BigScience's
-Megatron-DeepSpeed fork of 2022, the same code; OneFlow-GPT's ``bmm`` + fused scale-mask-softmax-
+Megatron-DeepSpeed fork of 2022, the same code; vTrain's validation runs (Megatron-DeepSpeed, whose
+attention vTrain's profiled model copies: ``ShardedGptSelfAttention`` in src/model/gpt_modeling.py,
+``baddbmm``, ``FusedScaleMaskSoftmax``, dropout, ``bmm``); OneFlow-GPT's ``bmm`` + fused scale-mask-softmax-
 dropout (DLPerf, 2021), priced as Megatron's."""
 
 
@@ -266,8 +270,23 @@ def _omni_path(cluster: ClusterSpec, hw: dict, notes: list[str]) -> ClusterSpec:
     return replace(cluster, groups=(link,))
 
 
+def _per_node_link(cluster: ClusterSpec, hw: dict, notes: list[str]) -> ClusterSpec:
+    """A run whose source gives its nodes' inter-node bandwidth as one figure per node ("800 Gb/s
+    per node": vTrain's validation configurations, ``inter_node_bandwidth`` 800, "Total bandwidth of
+    inter-node communication in Gbps", src/config.py) instead of a DGX's 200 Gb/s port per GPU: the
+    template's bandwidth per GPU becomes that figure over the GPUs of a node; the link efficiency
+    stays the template's (the NICs are not named)."""
+    found = re.search(r"(\d+) Gb/s per node", str(hw.get("inter_node_interconnect") or ""))
+    if not found:
+        return cluster
+    group = cluster.groups[0]
+    per_gpu = int(found.group(1)) * 1e9 / 8 / group.gpus_per_node
+    notes.append(f"inter-node {per_gpu / 1e9:.2f} GB/s per GPU ({found.group(0)})")
+    return replace(cluster, groups=(replace(group, inter_node_bandwidth_bytes_per_s=per_gpu),))
+
+
 def cluster_of(hw: dict, total: int, notes: list[str]) -> ClusterSpec:
-    return _omni_path(_node_template_cluster(hw, total, notes), hw, notes)
+    return _per_node_link(_omni_path(_node_template_cluster(hw, total, notes), hw, notes), hw, notes)
 
 
 def _node_template_cluster(hw: dict, total: int, notes: list[str]) -> ClusterSpec:

@@ -68,6 +68,35 @@ def test_jean_zay_ports_carry_what_bigscience_measured_nccl_moving_through_them(
     assert dgx.inter_node_efficiency == load_cluster("dgx-a100", 1).groups[0].inter_node_efficiency
 
 
+def test_vtrain_runs_priced_as_the_megatron_deepspeed_of_their_validation():
+    """vTrain's measured validation runs (Megatron-DeepSpeed on A100 nodes of 8): the configurations'
+    800 Gb/s per node is 12.5 GB/s per GPU (half a DGX A100's) at the template's link efficiency;
+    fp16, full recompute, unfused attention, pipeline sends scattered over tp, gradients reduced
+    after the backward pass; the 108 layouts form 4 groups of one model, GPU count and batch."""
+    by = _by_id()
+    run = by["vtrain_a100_gpt39.1b_512gpu_tp8_pp4_dp16_mbs2"]
+    group = run.cluster.groups[0]
+    dgx = load_cluster("dgx-a100", 1).groups[0]
+    assert group.inter_node_bandwidth_bytes_per_s == pytest.approx(800e9 / 8 / 8)
+    assert group.inter_node_efficiency == dgx.inter_node_efficiency
+    assert group.intra_node_bandwidth_bytes_per_s == dgx.intra_node_bandwidth_bytes_per_s
+    assert any("12.50 GB/s per GPU (800 Gb/s per node)" in note for note in run.assumptions)
+    job = run.job
+    assert job.precision == "fp16" and job.attention_impl == "unfused" and job.pipeline_scatter_gather
+    assert not job.overlap_grad_reduce and run.config.recompute == "full"
+    assert run.measured_tokens_per_s_per_gpu == pytest.approx(1536 * 2048 / (512 * 14.7134), rel=1e-4)
+    groups = {c.group for c in by.values() if c.run_id.startswith("vtrain_")}
+    assert groups == {
+        "vtrain_a100_gpt3.6b_64gpu_gbs512",
+        "vtrain_a100_gpt18.4b_256gpu_gbs1024",
+        "vtrain_a100_gpt39.1b_512gpu_gbs1536",
+        "vtrain_a100_gpt175b_512gpu_gbs1536",
+    }
+    assert sum(c.run_id.startswith("vtrain_") for c in by.values()) == 108
+    narayanan = by["narayanan2021_t1_gpt1.7b"].cluster.groups[0]
+    assert narayanan.inter_node_bandwidth_bytes_per_s == dgx.inter_node_bandwidth_bytes_per_s
+
+
 def test_dlperf_v100_server_links_and_memory():
     """DLPerf's 8x V100-SXM2-16GB servers: NVLink2 150 GB/s per direction, one 100 Gb/s EDR port per
     node shared by 8 GPUs, 16 GiB per GPU, fp16."""

@@ -33,7 +33,10 @@ pair, not in the calibration set: "Max possible TFLOPs check" (02-21), 1 node, 6
 14336, tp 8, mbs 2, at 130.43 and 119.19 s per iteration (9%; nothing said changed in between). Read
 as noise too, the pooled spread of the two pairs is 4.7%, under which exact throughputs would rank
 the 10 groups at a median Spearman of 0.79 with the measured best first in 6.7 (docs/calibration.md,
-"How far ranking can go")."""
+"How far ranking can go"). vTrain's measurements (VIA-Research/vTrain ``data/ground_truth_multi.csv``)
+list one layout twice, GPT 175B tp 4 pp 32 dp 4 micro-batch 2 at 53,909.6 and 53,937.9 ms (0.05%);
+whether that is a repeat or one measurement written twice is not stated, so it does not enter
+the constant either."""
 CEILING_DRAWS = 4000
 """Noisy measurement draws per group in :func:`noise_ceiling` (standard error of the mean Spearman
 under 0.005)."""
