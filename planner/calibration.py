@@ -344,6 +344,16 @@ def predict_all(all_cases: list[Case]) -> list[Result]:
     return [Result(c, estimate(c.model, c.cluster, c.job, c.config)) for c in all_cases if not c.skip_reason]
 
 
+def median_over_sources(results: list[Result]) -> float:
+    """Median over sources of each source's median absolute error (nan without results): a figure
+    no single source's size moves, beside :func:`summary`'s pooled one, in which a source of many
+    runs (vTrain's 108 of 306) weighs as many times."""
+    by: dict[str, list[float]] = {}
+    for r in results:
+        by.setdefault(r.case.source, []).append(r.error)
+    return statistics.median(statistics.median(v) for v in by.values()) if by else float("nan")
+
+
 def summary(results: list[Result]) -> dict[str, float]:
     """Median and 90th percentile of the absolute errors (nearest-rank percentile)."""
     errors = sorted(r.error for r in results)

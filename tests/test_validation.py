@@ -123,3 +123,20 @@ def test_grouped_gemm_measurements_compare_with_the_cost_model():
     # per-expert pricing charges every expert's call the fitted curve's fixed cost: about 2x off
     # (1.9x with the 2026-11-25 H100 fit's F_half of 12 GFLOP)
     assert statistics.median(r["per_expert_ratio"] for r in grouped) > 1.5
+
+
+def test_median_over_sources_weighs_each_source_once():
+    """The pooled median follows a source of many runs; the median over the sources' medians does
+    not (vTrain's 108 runs are a third of the calibration set)."""
+    import math
+    from types import SimpleNamespace
+
+    from planner.calibration import median_over_sources
+
+    def run(source, error):
+        return SimpleNamespace(case=SimpleNamespace(source=source), error=error)
+
+    results = [run("big", 0.01)] * 9 + [run("a", 0.10), run("a", 0.20), run("b", 0.30)]
+    assert summary(results)["median"] == 0.01
+    assert median_over_sources(results) == pytest.approx(0.15)
+    assert math.isnan(median_over_sources([]))
