@@ -344,14 +344,22 @@ def predict_all(all_cases: list[Case]) -> list[Result]:
     return [Result(c, estimate(c.model, c.cluster, c.job, c.config)) for c in all_cases if not c.skip_reason]
 
 
+def by_source(results: list[Result]) -> dict[str, list[Result]]:
+    """Results grouped by their case's source, in first-seen order."""
+    out: dict[str, list[Result]] = {}
+    for r in results:
+        out.setdefault(r.case.source, []).append(r)
+    return out
+
+
 def median_over_sources(results: list[Result]) -> float:
     """Median over sources of each source's median absolute error (nan without results): a figure
     no single source's size moves, beside :func:`summary`'s pooled one, in which a source of many
     runs (vTrain's 108 of 306) weighs as many times."""
-    by: dict[str, list[float]] = {}
-    for r in results:
-        by.setdefault(r.case.source, []).append(r.error)
-    return statistics.median(statistics.median(v) for v in by.values()) if by else float("nan")
+    groups = by_source(results).values()
+    return (
+        statistics.median(statistics.median(r.error for r in g) for g in groups) if groups else float("nan")
+    )
 
 
 def summary(results: list[Result]) -> dict[str, float]:

@@ -250,43 +250,50 @@ same port (``via NET/IB/3``, without ``GDRDMA``: no GPUDirect RDMA over the hfi1
 byte is staged through host memory), so the benchmark measured one port at 40.5% of its line rate."""
 
 
-def _omni_path(cluster: ClusterSpec, hw: dict, notes: list[str]) -> ClusterSpec:
-    """Jean Zay's A100 nodes (BLOOM's cluster) reach each other over "4 OmniPath links" per node
-    (bigscience/bloom model card, "Compute infrastructure"), not a DGX's one 200 Gb/s HDR port per
-    GPU: the inter-node bandwidth per GPU is links x 100 Gb/s / GPUs per node, and NCCL achieves
-    :data:`JEAN_ZAY_NCCL_PORT_BYTES_PER_S` of each port's 100 Gb/s (the link efficiency, in place of
-    the DGX template's InfiniBand figure)."""
-    found = re.search(r"(\d+) OPA links per node", str(hw.get("inter_node_interconnect") or ""))
-    if not found:
-        return cluster
-    group = cluster.groups[0]
-    per_gpu = int(found.group(1)) * OPA_LINK_BYTES_PER_S / group.gpus_per_node
-    efficiency = JEAN_ZAY_NCCL_PORT_BYTES_PER_S / OPA_LINK_BYTES_PER_S
-    notes.append(
-        f"inter-node {per_gpu / 1e9:.2f} GB/s per GPU ({found.group(0)}), NCCL at {efficiency:.1%} of it"
-        " (BigScience's Jean Zay all-reduce benchmark)"
-    )
-    link = replace(group, inter_node_bandwidth_bytes_per_s=per_gpu, inter_node_efficiency=efficiency)
-    return replace(cluster, groups=(link,))
+NODE_LINKS = (
+    (
+        r"(\d+) OPA links per node",
+        OPA_LINK_BYTES_PER_S,
+        JEAN_ZAY_NCCL_PORT_BYTES_PER_S / OPA_LINK_BYTES_PER_S,
+        " (BigScience's Jean Zay all-reduce benchmark)",
+    ),
+    (r"(\d+) Gb/s per node", 1e9 / 8, None, ""),
+)
+"""Inter-node links a record names per node instead of a DGX's 200 Gb/s HDR port per GPU: (pattern
+in ``hardware.inter_node_interconnect`` whose number counts units per node, bytes/s per unit, the
+link efficiency NCCL reaches on them or None for the template's, why that efficiency):
+
+* Jean Zay's A100 nodes (BLOOM's cluster) reach each other over "4 OmniPath links" per node
+  (bigscience/bloom model card, "Compute infrastructure"), and NCCL achieves
+  :data:`JEAN_ZAY_NCCL_PORT_BYTES_PER_S` of each port's 100 Gb/s (the link efficiency, in place of
+  the DGX template's InfiniBand figure);
+* vTrain's validation configurations give one figure per node ("800 Gb/s per node":
+  ``inter_node_bandwidth`` 800, "Total bandwidth of inter-node communication in Gbps",
+  src/config.py); the NICs are not named, so the template's link efficiency stays."""
 
 
-def _per_node_link(cluster: ClusterSpec, hw: dict, notes: list[str]) -> ClusterSpec:
-    """A run whose source gives its nodes' inter-node bandwidth as one figure per node ("800 Gb/s
-    per node": vTrain's validation configurations, ``inter_node_bandwidth`` 800, "Total bandwidth of
-    inter-node communication in Gbps", src/config.py) instead of a DGX's 200 Gb/s port per GPU: the
-    template's bandwidth per GPU becomes that figure over the GPUs of a node; the link efficiency
-    stays the template's (the NICs are not named)."""
-    found = re.search(r"(\d+) Gb/s per node", str(hw.get("inter_node_interconnect") or ""))
-    if not found:
-        return cluster
-    group = cluster.groups[0]
-    per_gpu = int(found.group(1)) * 1e9 / 8 / group.gpus_per_node
-    notes.append(f"inter-node {per_gpu / 1e9:.2f} GB/s per GPU ({found.group(0)})")
-    return replace(cluster, groups=(replace(group, inter_node_bandwidth_bytes_per_s=per_gpu),))
+def _node_links(cluster: ClusterSpec, hw: dict, notes: list[str]) -> ClusterSpec:
+    """The template's inter-node bandwidth per GPU replaced by the per-node links of
+    :data:`NODE_LINKS` the record names, spread over the node's GPUs."""
+    text = str(hw.get("inter_node_interconnect") or "")
+    for pattern, unit_bytes_per_s, efficiency, why in NODE_LINKS:
+        found = re.search(pattern, text)
+        if not found:
+            continue
+        group = cluster.groups[0]
+        per_gpu = int(found.group(1)) * unit_bytes_per_s / group.gpus_per_node
+        note = f"inter-node {per_gpu / 1e9:.2f} GB/s per GPU ({found.group(0)})"
+        group = replace(group, inter_node_bandwidth_bytes_per_s=per_gpu)
+        if efficiency is not None:
+            note += f", NCCL at {efficiency:.1%} of it{why}"
+            group = replace(group, inter_node_efficiency=efficiency)
+        notes.append(note)
+        cluster = replace(cluster, groups=(group,))
+    return cluster
 
 
 def cluster_of(hw: dict, total: int, notes: list[str]) -> ClusterSpec:
-    return _per_node_link(_omni_path(_node_template_cluster(hw, total, notes), hw, notes), hw, notes)
+    return _node_links(_node_template_cluster(hw, total, notes), hw, notes)
 
 
 def _node_template_cluster(hw: dict, total: int, notes: list[str]) -> ClusterSpec:

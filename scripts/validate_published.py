@@ -29,6 +29,7 @@ from planner.calibrate.ranking import MEASUREMENT_NOISE, group_ranking  # noqa: 
 from planner.calibration import (  # noqa: E402
     DEFAULT_MEMORY,
     DEFAULT_RUNS,
+    by_source,
     cases,
     excluded_reason,
     measured_memory,
@@ -203,13 +204,6 @@ def by_class(results) -> dict[str, list]:
             f"{c.gpu} {c.job.precision} {'moe' if c.model.is_moe else 'dense'} {c.config.optimizer_sharding}"
         )
         out.setdefault(key, []).append(r)
-    return out
-
-
-def by_source(results) -> dict[str, list]:
-    out: dict[str, list] = {}
-    for r in results:
-        out.setdefault(r.case.source, []).append(r)
     return out
 
 
