@@ -62,10 +62,11 @@ def gemm_quantization(
     :data:`GEMM_K_STEP_BYTES` steps. ``count`` > 1 is one grouped GEMM (MoE experts): all groups'
     tiles share the waves. Worked example (NVIDIA's guide, A100: 108 SMs, 256 x 128 tiles):
     m = 2048, n = 1792, k = 14336 needs 8 x 14 = 112 tiles, two waves of 108 for 1.04 waves' work,
-    so q = 112 / 216 = 0.52. 1.0 when the GPU's SM count is unknown (``sm_count`` 0).
+    so q = 112 / 216 = 0.52. 1.0 when the GPU's SM count is unknown (``sm_count`` 0) or its file
+    says its GEMM library shows no quantization (``gemm_tile: null``).
     """
     sms = gpu.sm_count
-    if sms <= 0 or m <= 0 or n <= 0 or k <= 0:
+    if sms <= 0 or gpu.gemm_tile is None or m <= 0 or n <= 0 or k <= 0:
         return 1.0
     k_step = GEMM_K_STEP_BYTES // ELEMENT_BYTES.get(precision, 2)
     k_work = _tiles(k, k_step) * k_step

@@ -133,23 +133,26 @@ class Estimate:
         """Where the iteration's time goes, summing exactly to ``step_time_s``.
 
         The step is ``max_r(end_r + reduce_exposed_r) + max_r optimizer_r + max_r gather_exposed_r``
-        (see :func:`estimate`); the critical rank is the one attaining the first maximum. Its
-        pipeline phase is split into compute, recompute, tensor/context/expert-parallel and FSDP
-        communication (per micro-batch x m) and the rest, which is waiting: the pipeline bubble
-        and point-to-point lags."""
+        (see :func:`estimate`); the first maximum is the pipeline phase. The terms itemise the
+        busiest stage (the most busy time, :attr:`StageEstimate.busy_s`; the lowest such stage): its
+        compute, recompute, tensor/context/expert-parallel and FSDP communication (per micro-batch
+        x m) and its exposed data-parallel reduction; the rest of the pipeline phase is waiting, the
+        pipeline bubble and point-to-point lags. (The rank that ends last can be a lightly loaded
+        one, an embedding-only first stage say, whose terms would call the whole step a bubble.)"""
         crit = max(self.stages, key=lambda s: (s.end_s + s.reduce_exposed_s, -s.stage))
+        busy = max(self.stages, key=lambda s: (s.busy_s, -s.stage))
         m = self.num_microbatches
-        compute = (crit.forward_s + crit.backward_s - crit.recompute_s - crit.tp_cp_ep_comm_s) * m
+        compute = (busy.forward_s + busy.backward_s - busy.recompute_s - busy.tp_cp_ep_comm_s) * m
         parts = (
             ("compute", compute),
-            ("recompute", crit.recompute_s * m),
-            ("tensor/context/expert-parallel communication", crit.tp_cp_ep_comm_s * m),
-            ("exposed FSDP / ZeRO-2 communication", crit.fsdp_exposed_s * m),
+            ("recompute", busy.recompute_s * m),
+            ("tensor/context/expert-parallel communication", busy.tp_cp_ep_comm_s * m),
+            ("exposed FSDP / ZeRO-2 communication", busy.fsdp_exposed_s * m),
         )
-        waiting = crit.end_s - sum(v for _, v in parts)
+        waiting = crit.end_s + crit.reduce_exposed_s - busy.reduce_exposed_s - sum(v for _, v in parts)
         return parts + (
             ("pipeline bubble", waiting),
-            ("exposed data-parallel communication", crit.reduce_exposed_s),
+            ("exposed data-parallel communication", busy.reduce_exposed_s),
             ("optimizer step", max(s.optimizer_s for s in self.stages)),
             ("exposed parameter gather", max(s.gather_exposed_s for s in self.stages)),
         )

@@ -92,8 +92,12 @@ def _attention_kernel_speeds(r: Reader) -> tuple[tuple[float, float], tuple[floa
     return full, local
 
 
-def _gemm_tile(r: Reader, where: str) -> tuple[int, int]:
-    """The ``gemm_tile: [rows, columns]`` of a GPU file (default 256 x 128)."""
+def _gemm_tile(r: Reader, where: str) -> tuple[int, int] | None:
+    """The ``gemm_tile: [rows, columns]`` of a GPU file (default 256 x 128; ``null``: no tile or
+    wave quantization, :attr:`planner.specs.GPUSpec.gemm_tile`)."""
+    if "gemm_tile" in r.data and r.data["gemm_tile"] is None:
+        r.used.add("gemm_tile")
+        return None
     value = r.get("gemm_tile", list, [256, 128])
     if len(value) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
         raise SpecError(f"{where}: gemm_tile must be two positive integers [rows, columns], got {value!r}")

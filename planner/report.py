@@ -132,8 +132,9 @@ def _time(d: dict) -> str:
     ]
     rows.append(["<b>sum (step time)</b>", f"<b>{sum(v for _, _, v in parts):.4g}</b>", "<b>100%</b>"])
     note = (
-        f"<p>Critical stage {t['critical_stage']} (the one whose pipeline phase plus exposed reduction ends "
-        f"last); slowest stage {t['slowest_stage']}; pipeline phase {t['pipeline_s']:.4g} s.</p>"
+        f"<p>Terms of the busiest stage, {t['slowest_stage']} (the most busy time); the critical stage, "
+        f"whose pipeline phase plus exposed reduction ends last, is {t['critical_stage']}; pipeline phase "
+        f"{t['pipeline_s']:.4g} s.</p>"
     )
     return svg + _table(["component", "seconds", "share"], rows, "time-table") + note
 

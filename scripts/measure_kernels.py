@@ -155,20 +155,26 @@ def launch(torch) -> dict:
     return {"kernel": "tiny add", "time_s": _time(lambda: x.add_(1.0), torch, warmup=50, reps=200)}
 
 
-def main() -> int:
-    import torch
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
+def device_header(torch) -> dict:
+    """The device and library versions a measurement file starts with."""
     props = torch.cuda.get_device_properties(0)
-    result = {
+    return {
         "device": torch.cuda.get_device_name(0),
         "memory_bytes": props.total_memory,
         "multiprocessors": props.multi_processor_count,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
+    }
+
+
+def main() -> int:
+    import torch
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    result = device_header(torch) | {
         "method": (
             "median of 15 CUDA-event-timed repetitions of 10 back-to-back calls after 3 warm-ups; "
             "random bf16 inputs"

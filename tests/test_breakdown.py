@@ -269,3 +269,21 @@ def test_hsdp_gathers_inside_the_shard_group_and_all_reduces_across_replicas():
         )
     with pytest.raises(ConfigError, match="fsdp_shard"):
         resolve(model, spec, job, ParallelConfig(**base, fsdp_shard=3))
+
+
+def test_breakdown_itemises_the_busiest_stage_not_an_embedding_only_one(run_cli):
+    """An embedding-only first stage ends last (it runs the last backward) but is almost idle: the
+    terms are the busiest stage's, so compute, not a bubble, dominates; they still sum to the step."""
+    import json
+
+    args = "estimate -m llama3-8b -c dgx-h100 -n 1 -b 64 -s 4096 --tp 2 --pp 4 --layers-per-stage 0,11,11,10 --json"
+    r = run_cli(*args.split())
+    assert r.exit_code == 0, r.stderr
+    t = json.loads(r.stdout)["time"]
+    assert t["critical_stage"] == 0 and t["slowest_stage"] == 3
+    busiest = t["per_stage"][3]
+    assert t["compute_s"] > 0.9 * busiest["busy_s"] - t["tp_cp_ep_comm_s"]
+    assert t["bubble_s"] < 0.1 * t["step_time_s"]
+    keys = ("compute_s", "recompute_s", "tp_cp_ep_comm_s", "fsdp_exposed_s", "bubble_s", "dp_exposed_s")
+    total = sum(t[k] for k in keys) + t["optimizer_s"] + t["param_gather_exposed_s"]
+    assert total == pytest.approx(t["step_time_s"], rel=1e-3)

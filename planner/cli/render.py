@@ -208,7 +208,7 @@ def estimate_tables(d: dict) -> list[Table]:
         head.add_row(k, v)
     tm = d["time"]
     time_t = Table(
-        title=f"Time per iteration (critical stage {tm.get('critical_stage', 0)}; sums to the step)",
+        title=f"Time per iteration (busiest stage {tm.get('slowest_stage', 0)}; sums to the step)",
         show_header=False,
     )
     time_t.add_column("k")
