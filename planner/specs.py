@@ -388,7 +388,7 @@ class GPUSpec:
     Multiplication Background User's Guide" example for A100 (256 x 128 tiles, one thread block per
     SM, a wave of 108 tiles). None (``gemm_tile: null`` in a GPU file): no tile or wave
     quantization, as Hopper's GEMM kernels measure (docs/calibration.md, "Linear-layer GEMMs in their
-    three passes"; the shipped Hopper files keep 128 x 128 tiles, which the held-out fit still wants)."""
+    three passes"; the shipped Hopper files keep 128 x 128 tiles, and the docs say why)."""
     attention_kernel_speed: tuple[float, float] = (1.0, 1.0)
     """Speed of this GPU's fused full-attention kernels (forward, backward) relative to the same
     kernels on the other GPUs of its efficiency family at the same tensor-core peak: Blackwell
