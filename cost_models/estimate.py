@@ -139,8 +139,7 @@ class Estimate:
         x m) and its exposed data-parallel reduction; the rest of the pipeline phase is waiting, the
         pipeline bubble and point-to-point lags. (The rank that ends last can be a lightly loaded
         one, an embedding-only first stage say, whose terms would call the whole step a bubble.)"""
-        crit = max(self.stages, key=lambda s: (s.end_s + s.reduce_exposed_s, -s.stage))
-        busy = max(self.stages, key=lambda s: (s.busy_s, -s.stage))
+        crit, busy = self.critical_stage, self.busiest_stage
         m = self.num_microbatches
         compute = (busy.forward_s + busy.backward_s - busy.recompute_s - busy.tp_cp_ep_comm_s) * m
         parts = (
@@ -156,6 +155,18 @@ class Estimate:
             ("optimizer step", max(s.optimizer_s for s in self.stages)),
             ("exposed parameter gather", max(s.gather_exposed_s for s in self.stages)),
         )
+
+    @property
+    def critical_stage(self) -> StageEstimate:
+        """The stage whose pipeline phase plus exposed reduction ends last (the lowest such stage):
+        it sets the pipeline part of the step."""
+        return max(self.stages, key=lambda s: (s.end_s + s.reduce_exposed_s, -s.stage))
+
+    @property
+    def busiest_stage(self) -> StageEstimate:
+        """The stage with the most busy time (the lowest such stage): :meth:`time_breakdown`
+        itemises it."""
+        return max(self.stages, key=lambda s: (s.busy_s, -s.stage))
 
     @property
     def worst_stage(self) -> StageEstimate:

@@ -426,7 +426,7 @@ def predictions_dict(est: Estimate, training: dict | None = None) -> dict:
         }
         for s in est.stages
     ]
-    slow = max(est.stages, key=lambda s: (s.busy_s, -s.stage))
+    slow = est.busiest_stage
     per_stage_time = [
         {
             "stage": s.stage,
@@ -465,7 +465,7 @@ def predictions_dict(est: Estimate, training: dict | None = None) -> dict:
         "step_time_s": est.step_time_s,
         "pipeline_s": est.pipeline_time_s,
         "slowest_stage": slow.stage,
-        "critical_stage": max(est.stages, key=lambda s: (s.end_s + s.reduce_exposed_s, -s.stage)).stage,
+        "critical_stage": est.critical_stage.stage,
         **{TIME_KEYS[name]: seconds for name, seconds in est.time_breakdown()},
         "per_stage": per_stage_time,
     }

@@ -42,8 +42,6 @@ H100_FP8_GEMMS = MEASUREMENTS_DIR / "h100-sxm5-80gb-fp8-gemms.json"
 """The FP8 shapes of :data:`FP8_GEMMS` on the same H100."""
 MISALIGNED_FILES = (LINEAR_PASSES, LINEAR_PASSES_FP16, H100_LINEAR_PASSES)
 """The files whose batched GEMMs :func:`misaligned_gemm_speed` pools (H200 BF16 and FP16, H100 BF16)."""
-MEASURED_GPU = "h200-sxm-141gb"
-"""The GPU file whose peak and SM count price the H200 files' GEMMs."""
 DEVICE_GPUS = (("H200", "h200-sxm-141gb"), ("H100 80GB HBM3", "h100-sxm5-80gb"))
 """GPU file of a measurement file's ``device`` (PyTorch's device name), by substring."""
 TILE_VARIANTS = (None, (128, 128), (256, 128))

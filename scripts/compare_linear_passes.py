@@ -4,6 +4,8 @@ planner's GEMM model: the size curve fitted with and without tile and wave quant
 per-pass bias each leaves, the misaligned head dimension's speed, the kernels the library ran, and
 the FP8 speed-up by size (``--only fp8`` files) in its two candidate forms.
 
+Exit codes: 0 printed, 2 a file missing or not written by the measuring script.
+
 Usage: python scripts/compare_linear_passes.py [FILE] [--fp16 FILE] [--fp8 FILE] [--json]
 (defaults: the shipped H200 files, hardware_profiles/measurements/h200-sxm-141gb-linear-passes*.json
 and h200-sxm-141gb-fp8-gemms.json; the H100's: h100-sxm5-80gb-linear-passes.json --fp8
@@ -43,17 +45,25 @@ def main() -> int:
         if not p.is_file():
             print(f"error: {p}: no such file", file=sys.stderr)
             return 2
-    data = load(paths[0])
-    fits = linear_pass_fits(data)
-    ratios = {str(p): misaligned_ratios(load(p)) for p in paths}
-    speed = misaligned_gemm_speed(paths)
-    kernels = [
-        {key: k[key] for key in ("width", "tp", "tokens", "linear", "pass", "n_out", "k_in")}
-        | {"split_k": any("splitK" in name for name in k["kernels"])}
-        for k in data.get("kernels", [])
-    ]
-    fp8_data = load(Path(args.fp8))
-    fp8 = {c: fp8_speedup_fits(fp8_data, c, data) for c in ("fp8_s", "fp8_fast_accum_s")}
+    try:
+        data = load(paths[0])
+        fits = linear_pass_fits(data)
+        ratios = {str(p): misaligned_ratios(load(p)) for p in paths}
+        speed = misaligned_gemm_speed(paths)
+        kernels = [
+            {key: k[key] for key in ("width", "tp", "tokens", "linear", "pass", "n_out", "k_in")}
+            | {"split_k": any("splitK" in name for name in k["kernels"])}
+            for k in data.get("kernels", [])
+        ]
+        fp8_data = load(Path(args.fp8))
+        fp8 = {c: fp8_speedup_fits(fp8_data, c, data) for c in ("fp8_s", "fp8_fast_accum_s")}
+    except (ValueError, KeyError, TypeError) as exc:  # json.JSONDecodeError is a ValueError
+        print(
+            f"error: {args.file} / {args.fp16} / {args.fp8}: not a measure_linear_passes.py file "
+            f"({type(exc).__name__}: {exc})",
+            file=sys.stderr,
+        )
+        return 2
     if args.json:
         out = {"fits": fits, "misaligned": ratios, "misaligned_speed": speed, "kernels": kernels, "fp8": fp8}
         print(json.dumps(out, indent=1, sort_keys=True))

@@ -104,3 +104,26 @@ def test_measurement_files_name_their_gpu():
     assert gpu_of(load(H100_LINEAR_PASSES)) == "h100-sxm5-80gb"
     with pytest.raises(ValueError, match="no GPU file"):
         gpu_of({"device": "NVIDIA A100-SXM4-80GB"})
+
+
+def test_compare_script_prints_and_refuses_bad_files(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    script = ROOT / "scripts" / "compare_linear_passes.py"
+    ok = subprocess.run([sys.executable, str(script), "--json"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    out = json.loads(ok.stdout)
+    assert [f["tile"] for f in out["fits"]] == ["none", "128x128", "256x128"]
+    assert 0.3 < out["misaligned_speed"] < 0.4
+    for text in ("not json", json.dumps({"device": "NVIDIA H200", "linear": [{"flop": 1}]})):
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)
+        r = subprocess.run([sys.executable, str(script), str(bad)], capture_output=True, text=True)
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        assert "not a measure_linear_passes.py file" in r.stderr
+    r = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "missing.json")], capture_output=True, text=True
+    )
+    assert r.returncode == 2 and "no such file" in r.stderr
