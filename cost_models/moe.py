@@ -17,6 +17,11 @@ MoE MLP that :func:`cost_models.layers._decoder` adds to an MoE layer.
   MegaBlocks (Gale et al. 2022, arXiv 2211.15841, Sec. 5.1) pads every expert's token count to a
   multiple of its 128-row block. For token counts not aligned to the tile, the expected padding is
   half a tile per expert (uniform remainder), and an expert with any tokens costs at least one tile.
+* **Grouped-GEMM weight traffic.** A grouped GEMM reads every local expert's weight (forward, input
+  gradient) or writes its gradient (weight gradient) however few tokens each expert has, so its time
+  is at least that traffic at the rate the GPU's GEMMs stream weights (the roofline; Williams,
+  Waterman & Patterson, CACM 2009; the rate is measured, ``GPUSpec.gemm_stream_bandwidth``):
+  :func:`grouped_linear_s`.
 """
 
 from __future__ import annotations
@@ -25,7 +30,14 @@ import math
 from dataclasses import dataclass
 
 from cost_models import communication as comm
-from cost_models.compute import LinearTimes, fp8_cast_bytes, fp8_cast_s, gemm_s, linear_s
+from cost_models.compute import (
+    ELEMENT_BYTES,
+    LinearTimes,
+    fp8_cast_bytes,
+    fp8_cast_s,
+    gemm_s,
+    linear_s,
+)
 from cost_models.parallel import ParallelConfig, group
 from planner.specs import GPUSpec, JobSpec, ModelSpec, NodeGroup
 
@@ -67,6 +79,33 @@ def grouped_gemm_rows(tokens_per_expert: float, tile: int = GROUPED_GEMM_TILE_RO
     return max(float(tile), tokens_per_expert + tile / 2.0)
 
 
+WGRAD_ACCUMULATE_BYTES = 8.0
+"""HBM bytes per weight element of a training weight-gradient GEMM's output: Megatron-Core
+accumulates it into the FP32 ``main_grad`` buffer inside the GEMM (``--gradient-accumulation-fusion``,
+on by default; Transformer Engine ``GroupedLinear(fuse_wgrad_accumulation=True)``: the GEMM runs
+with beta 1 on ``main_grad``), reading and writing 4 bytes per element. Measured on an H100, FP32
+accumulation traffic streams at the GPU's measured rate (``torch.addmm`` with an FP32 output, 16
+bytes per element as it copies first: docs/calibration.md, "MoE grouped GEMMs in three passes")."""
+
+
+def grouped_traffic_bytes(
+    tokens: float, local_experts: float, n_out: float, k_in: float, precision: str, wgrad_out_bytes: float
+) -> tuple[float, float, float]:
+    """HBM bytes of one MoE linear's three grouped GEMMs (forward, input gradient, weight gradient)
+    over ``local_experts`` experts with ``tokens`` tokens each: every expert's ``k_in x n_out``
+    weight read at the GEMM input width (:data:`cost_models.compute.ELEMENT_BYTES`; FP8 weights are
+    cast once per step), or its gradient written at ``wgrad_out_bytes`` per element, plus the
+    activations read (input width) and written (2 bytes; tile padding is computed, not loaded)."""
+    b = ELEMENT_BYTES.get(precision, 2)
+    m = tokens * local_experts
+    weights = local_experts * k_in * n_out
+    return (
+        weights * b + m * (k_in * b + 2.0 * n_out),
+        weights * b + m * (n_out * b + 2.0 * k_in),
+        weights * wgrad_out_bytes + m * (k_in + n_out) * b,
+    )
+
+
 def grouped_linear_s(
     rows: float,
     local_experts: float,
@@ -75,27 +114,39 @@ def grouped_linear_s(
     gpu: GPUSpec,
     precision: str,
     recipe: str = "tensorwise",
+    wgrad_out_bytes: float = WGRAD_ACCUMULATE_BYTES,
+    tokens_per_expert: float | None = None,
 ) -> LinearTimes:
     """The three GEMMs of one MoE linear over ``local_experts`` experts with ``rows`` (tile-padded)
     rows each, priced as one grouped kernel: forward and input gradient as one GEMM over all
     experts' rows, the weight gradients as one GEMM producing every expert's ``k_in x n_out`` block
-    (same FLOPs, all tiles in one launch). On an H100 this tracks ``torch._grouped_mm`` to a median
-    1.00x over 27 measured Qwen3 / DeepSeek-V3 / Mixtral expert shapes at 16-8,192 tokens per expert
-    (docs/calibration.md, "MoE grouped GEMMs"; hardware_profiles/measurements/
-    h100-sxm5-80gb-grouped-gemm.json), where pricing each expert as its own GEMM was 3.3x slow.
-    Divided by the GPU's ``grouped_gemm_efficiency`` (a software's grouped GEMM below one kernel's
-    speed, e.g. Transformer Engine's one-cuBLAS-call-per-expert ``GroupedLinear``). FP8 adds the
+    (same FLOPs, all tiles in one launch), each at least its HBM traffic
+    (:func:`grouped_traffic_bytes`, for ``tokens_per_expert`` unpadded tokens, default ``rows``) at
+    the rate the GPU's GEMMs stream weights (``GPUSpec.gemm_stream_bandwidth``): with few tokens
+    per expert the kernel streams weights, not FLOPs. Against ``torch._grouped_mm`` timed from CUDA
+    graphs on an H100 and an H200 (three passes, five published expert shapes, 16-8,192 tokens per
+    expert, even and uneven routing; docs/calibration.md, "MoE grouped GEMMs in three passes";
+    hardware_profiles/measurements/h*-grouped-gemm.json), FLOPs alone price 64 tokens per expert or
+    fewer 1.3-1.6x fast; with the floor the median error is 5-7% and the p90 18-23% (6% / 16%
+    against Transformer Engine's per-expert path on 4 streams); pricing each expert as its own GEMM
+    was 1.7-1.9x slow. The FLOP term is divided by the GPU's fitted ``grouped_gemm_efficiency``
+    (what of the MoE layer it stands for: ``EfficiencySpec.grouped_gemm_efficiency``). FP8 adds the
     quantization of every expert's input and output gradient at the FP8 ``recipe``'s bytes
-    (cost_models.compute.fp8_cast_bytes)."""
+    (cost_models.compute.fp8_cast_bytes). ``wgrad_out_bytes``: the weight gradient's output bytes
+    per element (:data:`WGRAD_ACCUMULATE_BYTES` in training; 2 for a plain BF16 output)."""
     if rows <= 0 or local_experts <= 0:
         return LinearTimes()
     m = rows * local_experts
     g = gpu.efficiency.grouped_gemm_efficiency
-    times = LinearTimes(
-        gemm_s(m, n_out, k_in, gpu, precision) / g,
-        gemm_s(m, k_in, n_out, gpu, precision) / g,
-        gemm_s(k_in, n_out * local_experts, rows, gpu, precision) / g,
+    tokens = rows if tokens_per_expert is None else tokens_per_expert
+    traffic = grouped_traffic_bytes(tokens, local_experts, n_out, k_in, precision, wgrad_out_bytes)
+    stream = gpu.gemm_stream_bandwidth()
+    flops = (
+        gemm_s(m, n_out, k_in, gpu, precision),
+        gemm_s(m, k_in, n_out, gpu, precision),
+        gemm_s(k_in, n_out * local_experts, rows, gpu, precision),
     )
+    times = LinearTimes(*(max(t / g, b / stream) for t, b in zip(flops, traffic, strict=True)))
     if precision != "fp8":
         return times
     # every expert's input and output gradient quantized (TE GroupedLinear, multi-tensor cast)
@@ -271,11 +322,15 @@ def routed_block(
     load = routed_load_factor(P_mean * ep, ep, model.moe_expert_capacity_factor)
     P = P_mean * load
     local_experts = E / ep
-    rows = grouped_gemm_rows(P * ep / E)
+    tokens = P * ep / E
+    rows = grouped_gemm_rows(tokens)
     gemm = linear_s(T / sp_div, E, h, gpu, "bf16")  # router
     recipe = job.fp8_recipe
-    gemm += grouped_linear_s(rows, local_experts, n_in * fe / etp, h, gpu, prec, recipe)
-    gemm += grouped_linear_s(rows, local_experts, h, fe / etp, gpu, prec, recipe)
+    # the weight gradient accumulates into FP32 main_grad inside the GEMM, or (unfused) writes a
+    # 16-bit gradient that cost_models.estimate adds in a separate pass
+    out_bytes = WGRAD_ACCUMULATE_BYTES if job.gradient_accumulation_fusion else 2.0
+    for n_out, k_in in ((n_in * fe / etp, h), (h, fe / etp)):
+        gemm += grouped_linear_s(rows, local_experts, n_out, k_in, gpu, prec, recipe, out_bytes, tokens)
     elem = 3 * (T / sp_div) * E * 4  # router softmax + top-k over fp32 logits (~3 passes)
     model_flop = 3 * (2 * T * h * E / sp_div + 2 * (T * k / t) * h * fe * (n_in + 1))
     elem += (n_in + 1) * P * fe / etp * act_bytes  # the experts' activation

@@ -273,6 +273,10 @@ def gpu_dict(gpu) -> dict:
         "peak_flop_per_s": dict(gpu.peak_flop_per_s),
         "hbm_bandwidth_bytes_per_s": gpu.hbm_bandwidth_bytes_per_s,
         "memory_reserve_bytes": gpu.memory_reserve_bytes,
+        "sm_count": gpu.sm_count,
+        "gemm_tile": list(gpu.gemm_tile) if gpu.gemm_tile else None,
+        "gemm_stream_bytes_per_s": gpu.gemm_stream_bandwidth(),
+        "gemm_stream_measured": bool(gpu.gemm_stream_bytes_per_s),
         "efficiency": {
             "gemm_efficiency_max": e.gemm_efficiency_max,
             "gemm_half_efficiency_flop": e.gemm_half_efficiency_flop,

@@ -70,6 +70,7 @@ def _gpu_from_mapping(data: dict, where: str) -> GPUSpec:
         tdp_w=r.get("tdp_w", float, 0.0),
         sm_count=r.get("sm_count", int, 0),
         gemm_tile=_gemm_tile(r, where),
+        gemm_stream_bytes_per_s=r.get("gemm_stream_gb_per_s", float, 0.0, positive=True) * GB,
         attention_kernel_speed=speeds[0],
         local_attention_kernel_speed=speeds[1],
     )

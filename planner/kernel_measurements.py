@@ -14,6 +14,9 @@ shapes. ``scripts/compare_linear_passes.py`` prints what this module derives (do
   to its aligned neighbours.
 * :func:`fp8_speedup_fits`: a constant FP8 speed-up against one that shortens only the
   FLOP-proportional part of a call.
+* :func:`grouped_stream_bandwidth`: the rate at which MoE grouped GEMMs with few tokens per expert
+  stream their weights (``scripts/measure_grouped_gemm.py``'s ``h*-grouped-gemm.json``), the GPU
+  files' ``gemm_stream_gb_per_s``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from cost_models.compute import gemm_quantization
+from cost_models.moe import grouped_traffic_bytes
 from planner.fitting import MEASUREMENTS_DIR, fit_gemm_curve
 from planner.hardware import load_gpu
 
@@ -46,6 +50,14 @@ DEVICE_GPUS = (("H200", "h200-sxm-141gb"), ("H100 80GB HBM3", "h100-sxm5-80gb"))
 """GPU file of a measurement file's ``device`` (PyTorch's device name), by substring."""
 TILE_VARIANTS = (None, (128, 128), (256, 128))
 """Quantization variants compared: none, Hopper's earlier 128 x 128 tiles, NVIDIA's A100 example."""
+GROUPED_GEMMS = {
+    "h100-sxm5-80gb": MEASUREMENTS_DIR / "h100-sxm5-80gb-grouped-gemm.json",
+    "h200-sxm-141gb": MEASUREMENTS_DIR / "h200-sxm-141gb-grouped-gemm.json",
+}
+"""``torch._grouped_mm`` timings (three passes, CUDA graphs) by planner GPU file."""
+STREAM_MAX_TOKENS = 64
+"""Tokens per expert up to which a grouped GEMM's time is its weight traffic (the measured times are
+flat from 16 to 64 tokens per expert and grow from 128)."""
 MISALIGNED_HEAD_DIM = 150
 ALIGNED_NEIGHBOURS = (144, 152)
 
@@ -167,3 +179,24 @@ def fp8_speedup_fits(
             }
         )
     return out
+
+
+def grouped_stream_bandwidth(data: dict) -> float:
+    """Median bytes per second over a grouped-GEMM file's rows of at most :data:`STREAM_MAX_TOKENS`
+    tokens per expert and more than one local expert, for fc1 and fc2 in each timed pass: the
+    traffic of :func:`cost_models.moe.grouped_traffic_bytes` (the weight gradient written in BF16,
+    as timed) over the measured time."""
+    rates = []
+    for r in data["rows"]:
+        n, E = r["tokens_per_expert"], r["local_experts"]
+        if n > STREAM_MAX_TOKENS or E <= 1:
+            continue
+        for name, k_in, n_out in (
+            ("fc1", r["hidden"], 2 * r["expert_ffn"]),
+            ("fc2", r["expert_ffn"], r["hidden"]),
+        ):
+            traffic = grouped_traffic_bytes(n, E, n_out, k_in, "bf16", 2.0)
+            for b, suffix in zip(traffic, ("", "_dgrad", "_wgrad"), strict=True):
+                if f"{name}{suffix}_s" in r:
+                    rates.append(b / r[f"{name}{suffix}_s"])
+    return float(np.median(rates))

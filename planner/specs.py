@@ -343,11 +343,14 @@ class EfficiencySpec:
     data-parallel reduction and gather; fitted per GPU family (scripts/calibrate.py)."""
     grouped_gemm_efficiency: float = 1.0
     """An MoE layer's grouped expert GEMMs' speed relative to one dense GEMM of the same total FLOPs
-    and tile-padded rows (cost_models.moe.grouped_linear_s): 1.0 is one fused grouped kernel, as
-    measured on an H100 (docs/calibration.md, "MoE grouped GEMMs"); Transformer Engine's
-    ``GroupedLinear`` issues one cuBLAS GEMM per local expert over four streams
-    (TransformerEngine ``transformer_engine/common/gemm/cublaslt_gemm.cu``,
-    ``multi_stream_cublas_gemm``), which runs below that. Fitted per GPU family on its MoE runs."""
+    and tile-padded rows (cost_models.moe.grouped_linear_s). 1.0 is the kernel: a fused grouped
+    kernel (``torch._grouped_mm``) and Transformer Engine's ``GroupedLinear`` (one cuBLAS GEMM per
+    local expert over four streams, ``multi_stream_cublas_gemm``) both run at that price from about
+    a thousand tokens per expert, measured on an H100 and an H200 (docs/calibration.md, "MoE
+    grouped GEMMs in three passes"). Fitted per GPU family and software release on its MoE runs
+    (0.40-0.74), it therefore stands for the MoE layer's costs not yet priced on their own (host
+    synchronisation on token counts, permutation, router and dispatcher kernels), applied where the
+    expert GEMMs are."""
     host_launch_s: float = 0.0
     """Host (CPU) time to issue one kernel from an eager PyTorch module (Python, the dispatcher and
     the CUDA launch; 5-50 us per kernel, NVIDIA's CUDA Graphs documentation and Megatron-Core's
@@ -389,6 +392,12 @@ class GPUSpec:
     SM, a wave of 108 tiles). None (``gemm_tile: null`` in a GPU file): no tile or wave
     quantization, as Hopper's GEMM kernels measure (docs/calibration.md, "Linear-layer GEMMs in their
     three passes"; the shipped Hopper files keep 128 x 128 tiles, and the docs say why)."""
+    gemm_stream_bytes_per_s: float = 0.0
+    """Rate at which a GEMM with few rows per weight (an MoE grouped GEMM at tens of tokens per
+    expert) streams its weights, measured (``gemm_stream_gb_per_s`` in a GPU file; docs/calibration.md,
+    "MoE grouped GEMMs in three passes"); 0 when unmeasured: the HBM bandwidth times ``hbm_efficiency``
+    (:meth:`gemm_stream_bandwidth`). Hopper's kernels stream at about 2.4-2.7 TB/s on an H100 and on
+    an H200 alike, whose HBM is 1.4x faster: the limit is the SMs' loads, not HBM."""
     attention_kernel_speed: tuple[float, float] = (1.0, 1.0)
     """Speed of this GPU's fused full-attention kernels (forward, backward) relative to the same
     kernels on the other GPUs of its efficiency family at the same tensor-core peak: Blackwell
@@ -409,6 +418,11 @@ class GPUSpec:
     def supports(self, dtype: str) -> bool:
         """Whether the GPU has a tensor-core peak for ``dtype``."""
         return bool(dict(self.peak_flop_per_s).get(dtype))
+
+    def gemm_stream_bandwidth(self) -> float:
+        """Bytes per second a weight-streaming GEMM reaches (:attr:`gemm_stream_bytes_per_s`, or the
+        HBM bandwidth times ``hbm_efficiency`` when unmeasured)."""
+        return self.gemm_stream_bytes_per_s or self.hbm_bandwidth_bytes_per_s * self.efficiency.hbm_efficiency
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

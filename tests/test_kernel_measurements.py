@@ -12,10 +12,12 @@ from cost_models.compute import gemm_quantization
 from planner.errors import SpecError
 from planner.hardware import load_gpu
 from planner.kernel_measurements import (
+    GROUPED_GEMMS,
     H100_FP8_GEMMS,
     H100_LINEAR_PASSES,
     fp8_speedup_fits,
     gpu_of,
+    grouped_stream_bandwidth,
     linear_pass_fits,
     load,
     misaligned_gemm_speed,
@@ -127,3 +129,28 @@ def test_compare_script_prints_and_refuses_bad_files(tmp_path):
         [sys.executable, str(script), str(tmp_path / "missing.json")], capture_output=True, text=True
     )
     assert r.returncode == 2 and "no such file" in r.stderr
+
+
+def test_gpu_files_stream_rate_is_the_grouped_gemm_measurement():
+    """``gemm_stream_gb_per_s`` of the H100 and H200 files is what their grouped-GEMM files measure;
+    the two rates are within 10% although the H200's HBM is 1.43x faster (the SMs' loads limit)."""
+    rates = {}
+    for gpu, path in GROUPED_GEMMS.items():
+        data = load(path)
+        assert gpu_of(data) == gpu
+        rates[gpu] = grouped_stream_bandwidth(data)
+        assert load_gpu(gpu).gemm_stream_bytes_per_s == pytest.approx(rates[gpu], rel=0.005)
+    h100, h200 = load_gpu("h100-sxm5-80gb"), load_gpu("h200-sxm-141gb")
+    assert h200.hbm_bandwidth_bytes_per_s / h100.hbm_bandwidth_bytes_per_s > 1.4
+    assert rates["h200-sxm-141gb"] / rates["h100-sxm5-80gb"] < 1.1
+    # below the HBM roofline on both
+    assert rates["h100-sxm5-80gb"] < h100.hbm_bandwidth_bytes_per_s
+
+
+def test_gemm_stream_rate_must_be_positive(tmp_path):
+    data = yaml.safe_load((ROOT / "hardware_profiles" / "gpus" / "h100-sxm5-80gb.yaml").read_text())
+    data["gemm_stream_gb_per_s"] = -5
+    path = tmp_path / "gpu.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError, match="gemm_stream_gb_per_s"):
+        load_gpu(str(path))

@@ -77,17 +77,57 @@ def test_grouped_linear_prices_all_experts_as_one_gemm():
     from cost_models.compute import gemm_s
 
     gpu = _gpu(grouped_gemm_efficiency=1.0)
-    t = moe.grouped_linear_s(256, 16, 1536, 2048, gpu, "bf16")
-    assert t.forward_s == pytest.approx(gemm_s(256 * 16, 1536, 2048, gpu, "bf16"))
-    assert t.input_grad_s == pytest.approx(gemm_s(256 * 16, 2048, 1536, gpu, "bf16"))
-    # weight gradients: every expert's 2048 x 1536 block, reducing its 256 rows
-    assert t.weight_grad_s == pytest.approx(gemm_s(2048, 1536 * 16, 256, gpu, "bf16"))
+    # 4,096 tokens per expert: FLOP-bound in all three passes
+    t = moe.grouped_linear_s(4096, 16, 1536, 2048, gpu, "bf16")
+    assert t.forward_s == pytest.approx(gemm_s(4096 * 16, 1536, 2048, gpu, "bf16"))
+    assert t.input_grad_s == pytest.approx(gemm_s(4096 * 16, 2048, 1536, gpu, "bf16"))
+    # weight gradients: every expert's 2048 x 1536 block, reducing its 4096 rows
+    assert t.weight_grad_s == pytest.approx(gemm_s(2048, 1536 * 16, 4096, gpu, "bf16"))
     # one call over 16 experts is faster than 16 separate GEMMs of one expert's size
-    assert t.forward_s < 16 * gemm_s(256, 1536, 2048, gpu, "bf16")
+    assert t.forward_s < 16 * gemm_s(4096, 1536, 2048, gpu, "bf16")
     # a grouped GEMM at half a kernel's speed takes twice as long
-    half = moe.grouped_linear_s(256, 16, 1536, 2048, _gpu(grouped_gemm_efficiency=0.5), "bf16")
+    half = moe.grouped_linear_s(4096, 16, 1536, 2048, _gpu(grouped_gemm_efficiency=0.5), "bf16")
     assert half.forward_s == pytest.approx(2 * t.forward_s)
     assert moe.grouped_linear_s(0, 16, 1536, 2048, gpu, "bf16").forward_s == 0.0
+
+
+def test_grouped_linear_streams_weights_when_experts_have_few_tokens():
+    """At tens of tokens per expert the grouped GEMM's time is its weight traffic at the GPU's
+    measured streaming rate, not its FLOPs; flat in the token count, as measured."""
+    gpu = _gpu(grouped_gemm_efficiency=1.0)
+    rate = gpu.gemm_stream_bandwidth()
+    assert rate == pytest.approx(2463e9)  # measured (hardware_profiles/gpus/h100-sxm5-80gb.yaml)
+    # Qwen3-235B-A22B's fc1 (hidden 4096 -> 2 x 1536), 16 local experts of 16 tokens
+    weights = 16 * 4096 * 3072
+    rows = moe.grouped_gemm_rows(16)
+    few = moe.grouped_linear_s(rows, 16, 3072, 4096, gpu, "bf16", tokens_per_expert=16)
+    acts = 16 * 16 * (4096 * 2 + 3072 * 2)
+    assert few.forward_s == pytest.approx((weights * 2 + acts) / rate)
+    # training: the weight gradient reads and writes FP32 main_grad (8 bytes per element) ...
+    assert few.weight_grad_s == pytest.approx((weights * 8 + 16 * 16 * (4096 + 3072) * 2) / rate)
+    # ... a plain BF16 output writes 2
+    plain = moe.grouped_linear_s(rows, 16, 3072, 4096, gpu, "bf16", wgrad_out_bytes=2.0, tokens_per_expert=16)
+    assert plain.weight_grad_s < few.weight_grad_s / 3
+    # twice the tokens, nearly the same time; FP8 weights stream half the bytes
+    assert (
+        moe.grouped_linear_s(rows, 16, 3072, 4096, gpu, "bf16", tokens_per_expert=32).forward_s
+        < 1.05 * few.forward_s
+    )
+    fp8 = moe.grouped_linear_s(rows, 16, 3072, 4096, gpu, "fp8", "delayed", tokens_per_expert=16)
+    assert fp8.forward_s < 0.6 * few.forward_s
+    # thousands of tokens per expert: FLOP-bound, the floor does not bind
+    many = moe.grouped_linear_s(4096, 16, 3072, 4096, gpu, "bf16", tokens_per_expert=4096)
+    assert many.forward_s > 2 * (weights * 2 + 16 * 4096 * (4096 + 3072) * 2) / rate
+
+
+def test_unmeasured_gpus_stream_at_hbm_times_its_efficiency():
+    from planner.hardware import load_gpu
+
+    a100 = load_gpu("a100-sxm4-80gb")
+    assert a100.gemm_stream_bytes_per_s == 0.0
+    assert a100.gemm_stream_bandwidth() == pytest.approx(
+        a100.hbm_bandwidth_bytes_per_s * a100.efficiency.hbm_efficiency
+    )
 
 
 def test_dispatch_traffic_by_dispatcher():
