@@ -181,6 +181,13 @@ def fp8_speedup_fits(
     return out
 
 
+def expert_linears(row: dict) -> tuple[tuple[str, int, int], tuple[str, int, int]]:
+    """``(name, k_in, n_out)`` of a grouped-GEMM row's two SwiGLU expert linears: fc1 (hidden ->
+    2 x expert width, gate and up) and fc2 (expert width -> hidden)."""
+    h, f = row["hidden"], row["expert_ffn"]
+    return ("fc1", h, 2 * f), ("fc2", f, h)
+
+
 def grouped_stream_bandwidth(data: dict) -> float:
     """Median bytes per second over a grouped-GEMM file's rows of at most :data:`STREAM_MAX_TOKENS`
     tokens per expert and more than one local expert, for fc1 and fc2 in each timed pass: the
@@ -191,10 +198,7 @@ def grouped_stream_bandwidth(data: dict) -> float:
         n, E = r["tokens_per_expert"], r["local_experts"]
         if n > STREAM_MAX_TOKENS or E <= 1:
             continue
-        for name, k_in, n_out in (
-            ("fc1", r["hidden"], 2 * r["expert_ffn"]),
-            ("fc2", r["expert_ffn"], r["hidden"]),
-        ):
+        for name, k_in, n_out in expert_linears(r):
             traffic = grouped_traffic_bytes(n, E, n_out, k_in, "bf16", 2.0)
             for b, suffix in zip(traffic, ("", "_dgrad", "_wgrad"), strict=True):
                 if f"{name}{suffix}_s" in r:

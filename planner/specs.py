@@ -348,7 +348,7 @@ class EfficiencySpec:
     local expert over four streams, ``multi_stream_cublas_gemm``) both run at that price from about
     a thousand tokens per expert, measured on an H100 and an H200 (docs/calibration.md, "MoE
     grouped GEMMs in three passes"). Fitted per GPU family and software release on its MoE runs
-    (0.40-0.74), it therefore stands for the MoE layer's costs not yet priced on their own (host
+    (0.39-0.72), it therefore stands for the MoE layer's costs not yet priced on their own (host
     synchronisation on token counts, permutation, router and dispatcher kernels), applied where the
     expert GEMMs are."""
     host_launch_s: float = 0.0

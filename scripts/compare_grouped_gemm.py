@@ -53,6 +53,7 @@ from cost_models.compute import gemm_s  # noqa: E402
 from cost_models.moe import grouped_gemm_rows, grouped_linear_s, grouped_traffic_bytes  # noqa: E402
 from planner.errors import PlannerError  # noqa: E402
 from planner.hardware import load_gpu  # noqa: E402
+from planner.kernel_measurements import expert_linears  # noqa: E402
 
 DEFAULT = (
     Path(__file__).resolve().parent.parent
@@ -80,9 +81,9 @@ def compare(doc: dict, gpu_name: str) -> list[dict]:
     )
     out = []
     for r in doc["rows"]:
-        h, f, E, n = r["hidden"], r["expert_ffn"], r["local_experts"], r["tokens_per_expert"]
+        E, n = r["local_experts"], r["tokens_per_expert"]
         rows = grouped_gemm_rows(n)
-        linears = ((h, 2 * f), (f, h))  # (k_in, n_out) of fc1 and fc2
+        linears = [(k_in, n_out) for _, k_in, n_out in expert_linears(r)]
         per_expert = {
             "forward": sum(gemm_s(rows, o, k, gpu, "bf16", count=E) for k, o in linears),
             "input_grad": sum(gemm_s(rows, k, o, gpu, "bf16", count=E) for k, o in linears),
@@ -209,10 +210,7 @@ def accumulate_ratios(doc: dict, gpu_name: str) -> list[dict]:
         if "streams_fc1_wgrad_fp32acc_s" not in r:
             continue
         n, E = r["tokens_per_expert"], r["local_experts"]
-        for name, k_in, n_out in (
-            ("fc1", r["hidden"], 2 * r["expert_ffn"]),
-            ("fc2", r["expert_ffn"], r["hidden"]),
-        ):
+        for name, k_in, n_out in expert_linears(r):
             traffic = grouped_traffic_bytes(n, E, n_out, k_in, "bf16", OUT_OF_PLACE_ACCUMULATE_BYTES)[2]
             ratios.append((n, r[f"streams_{name}_wgrad_fp32acc_s"] / (traffic / rate)))
     return band_stats(ratios)
