@@ -68,6 +68,18 @@ TOKENS_PER_EXPERT = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
 MAX_OPERAND_BYTES = 4 * 2**30
 
 
+def expert_linears(h: int, f: int) -> tuple[tuple[str, int, int], tuple[str, int, int]]:
+    """``(name, k_in, n_out)`` of a SwiGLU expert's two linears: fc1 (gate and up, h -> 2f) and fc2
+    (f -> h)."""
+    return ("fc1", h, 2 * f), ("fc2", f, h)
+
+
+def per_expert(t, counts: list[int]) -> list:
+    """Each expert's rows of ``t`` (experts' tokens contiguous, ``counts`` of them in order)."""
+    starts = [sum(counts[:i]) for i in range(len(counts))]
+    return [t[a : a + c] for a, c in zip(starts, counts, strict=True)]
+
+
 def token_counts(n: int, experts: int, distribution: str) -> list[int]:
     """Tokens of each expert: ``n`` each (``even``), or ``n (0.5 + i / (E - 1))`` rounded, the last
     taking the remainder so the total stays ``E n`` (``linear``)."""
@@ -84,7 +96,7 @@ def time_shape(torch, h: int, f: int, counts: list[int], calls: int, reps: int) 
     E, M = len(counts), sum(counts)
     offs = torch.tensor(counts, device=dev, dtype=torch.int32).cumsum(0, dtype=torch.int32)
     out = {}
-    for name, k_in, n_out in (("fc1", h, 2 * f), ("fc2", f, h)):
+    for name, k_in, n_out in expert_linears(h, f):
         w = torch.randn(E, n_out, k_in, device=dev, dtype=dt) / k_in**0.5  # [E, out, in]
         x = torch.randn(M, k_in, device=dev, dtype=dt)
         dy = torch.randn(M, n_out, device=dev, dtype=dt)
@@ -119,15 +131,12 @@ def time_streams(torch, h: int, f: int, counts: list[int], streams: list, calls:
     ``i % len(streams)`` (forked from and joined to the current stream, so a CUDA graph captures
     the concurrency)."""
     dev, dt = "cuda", torch.bfloat16
-    starts = [sum(counts[:i]) for i in range(len(counts))]
     out = {}
-
-    for name, k_in, n_out in (("fc1", h, 2 * f), ("fc2", f, h)):
+    for name, k_in, n_out in expert_linears(h, f):
         w = torch.randn(len(counts), n_out, k_in, device=dev, dtype=dt) / k_in**0.5
         x = torch.randn(sum(counts), k_in, device=dev, dtype=dt)
         dy = torch.randn(sum(counts), n_out, device=dev, dtype=dt)
-        xs = [x[a : a + c] for a, c in zip(starts, counts, strict=True)]
-        dys = [dy[a : a + c] for a, c in zip(starts, counts, strict=True)]
+        xs, dys = per_expert(x, counts), per_expert(dy, counts)
         passes = {
             "": [lambda xi=xi, wi=wi: xi @ wi.t() for xi, wi in zip(xs, w, strict=True)],
             "_dgrad": [lambda di=di, wi=wi: di @ wi for di, wi in zip(dys, w, strict=True)],
@@ -147,15 +156,14 @@ def time_wgrad_accumulate(
     """Seconds per call of the per-expert weight gradients over ``streams`` accumulating into FP32
     (``main_grad += dY.t() @ X`` in one cuBLAS call per expert)."""
     dev, dt = "cuda", torch.bfloat16
-    starts = [sum(counts[:i]) for i in range(len(counts))]
     out = {}
-    for name, k_in, n_out in (("fc1", h, 2 * f), ("fc2", f, h)):
+    for name, k_in, n_out in expert_linears(h, f):
         x = torch.randn(sum(counts), k_in, device=dev, dtype=dt)
         dy = torch.randn(sum(counts), n_out, device=dev, dtype=dt)
         grads = torch.zeros(len(counts), n_out, k_in, device=dev, dtype=torch.float32)
         fns = [
-            lambda g=g, d=dy[a : a + c], xi=x[a : a + c]: torch.addmm(g, d.t(), xi, out_dtype=torch.float32)
-            for g, a, c in zip(grads, starts, counts, strict=True)
+            lambda g=g, d=d, xi=xi: torch.addmm(g, d.t(), xi, out_dtype=torch.float32)
+            for g, d, xi in zip(grads, per_expert(dy, counts), per_expert(x, counts), strict=True)
         ]
         out[f"streams_{name}_wgrad_fp32acc_s"] = _time_graph(
             lambda fns=fns: fan_out(torch, streams, fns), torch, 2, reps, calls
@@ -177,7 +185,7 @@ def time_streams_fp8(torch, h: int, f: int, counts: list[int], streams: list, ca
         return lambda: torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=fast)
 
     out = {}
-    for name, k_in, n_out in (("fc1", h, 2 * f), ("fc2", f, h)):
+    for name, k_in, n_out in expert_linears(h, f):
         shapes = {  # (m, n, k) of each expert's GEMM, forward's fast accumulator
             "": ([(c, n_out, k_in) for c in counts], True),
             "_dgrad": ([(c, k_in, n_out) for c in counts], False),
