@@ -36,12 +36,20 @@ TEMPLATES = (
 """Node template of each GPU a published run names (A100 and H100 are handled by memory size)."""
 
 
-SEQUENTIAL_REDUCTION_SOURCES = ("Narayanan et al. 2021", "Korthikanti et al. 2022", "DLPerf Megatron-LM")
+SEQUENTIAL_REDUCTION_SOURCES = (
+    "Narayanan et al. 2021",
+    "Korthikanti et al. 2022",
+    "DLPerf Megatron-LM",
+    "Hagemann et al. 2023",
+)
 """Megatron-LM as of Narayanan et al. 2021 and Korthikanti et al. 2022 all-reduced gradients after
 the pipeline flush (Narayanan et al. 2021 Sec. 2.2 and 3.3: the data-parallel all-reduce follows
 the last backward); overlap with backward (``--overlap-grad-reduce``) came with Megatron-Core's
 distributed optimizer buckets in 2023. DLPerf's Megatron-LM runs (commit 8aa4619, January 2021)
-use that release's default ``--DDP-impl local``, whose all-reduce follows the backward pass."""
+use that release's default ``--DDP-impl local``, whose all-reduce follows the backward pass.
+Hagemann et al. 2023's sweep ran Aleph Alpha's codebase, whose data-parallel all-reduce runs inside
+``optimizer.step()`` after the last micro-batch (as released, Aleph-Alpha/scaling@737f855
+``src/scaling/core/optimizer/optimizer.py``)."""
 
 
 def unfused_accumulation(run: dict, precision: str, notes: list[str]) -> bool:
@@ -158,7 +166,7 @@ attention vTrain's profiled model copies: ``ShardedGptSelfAttention`` in src/mod
 dropout (DLPerf, 2021), priced as Megatron's."""
 
 
-FLASH2_ATTENTION_SOURCES = ("pytorch/torchtitan", "mosaicml/llm-foundry")
+FLASH2_ATTENTION_SOURCES = ("pytorch/torchtitan", "mosaicml/llm-foundry", "Hagemann et al. 2023")
 """Sources whose runs below Blackwell used FlashAttention-2 kernels (``JobSpec.attention_impl``
 ``flash2``, priced below the fused kernel from Hopper on: cost_models.attention.FLASH2_SPEED).
 torchtitan calls PyTorch SDPA with its own backend order: flash attention (FlashAttention-2) first,
@@ -171,7 +179,8 @@ FlashAttention (its benchmark sweep, scripts/train/benchmarking/sweep.sh at 5e85
 ``--attn_impl``, and submit_benchmarks.py defaults to ``triton``, the kernel that carries MPT's
 ALiBi bias): a FlashAttention kernel of the pre-Hopper generation like FlashAttention-2, priced as
 it for want of a measured speed of its own (docs/calibration.md, "The measured attention kernels
-are FlashAttention-2")."""
+are FlashAttention-2"). Hagemann et al. 2023's rows are those of the sheets' ``flash_attention2``
+kernels (FlashAttention-2, with or without their RMSNorm kernel)."""
 
 
 def attention_impl_of(run: dict, notes: list[str]) -> str:
@@ -205,11 +214,18 @@ def eager_ops_of(run: dict, notes: list[str]) -> tuple[str, ...]:
     (``FSDP + torch.compile`` and the like in the locator or notes, unless it says ``eager``; async
     TP requires it, ``torchtitan/parallelisms/parallelize_llama.py`` at 9dec370: "Async TP requires
     --training.compile"), else eager in every group, less ``norm`` for the runs of
-    :data:`TORCHTITAN_FUSED_RMSNORM`. Every other run is Megatron-LM, NeMo/Megatron-Bridge,
-    Megatron-DeepSpeed or OneFlow, with fused kernels (no note). The inferred groups are recorded
-    in ``notes``."""
+    :data:`TORCHTITAN_FUSED_RMSNORM`. Hagemann et al. 2023's sheets name the kernels of each trial:
+    RMSNorm is eager in the ``flash_attention2`` rows and fused in the ``flash_attention2 + RMS
+    kernel`` ones (the record's locator quotes the label). Every other run is Megatron-LM,
+    NeMo/Megatron-Bridge, Megatron-DeepSpeed or OneFlow, with fused kernels (no note). The
+    inferred groups are recorded in ``notes``."""
     par = run.get("parallel") or {}
     rid = str(run["id"])
+    if source_of(run).startswith("Hagemann et al. 2023"):
+        if "RMS kernel" in str((run.get("source") or {}).get("locator") or ""):
+            return ()
+        notes.append("RMSNorm eager (the sheet's 'flash_attention2' kernel, without its RMS kernel)")
+        return ("norm",)
     if par.get("framework") == "composer":
         notes.append(
             "eager PyTorch (Composer, no torch.compile): norm, rope, activation eager (MPT's LayerNorm "

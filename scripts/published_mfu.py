@@ -74,13 +74,23 @@ def _cover(coverage: dict, case) -> None:
             coverage.setdefault("cuda_graphs", case.run_id)
 
 
+FRAMEWORK_OF_SOURCE = (
+    ("torchtitan", "torchtitan"),
+    ("oneflow", "oneflow"),
+    ("llm-foundry", "composer"),
+    ("ultra-scale playbook", "nanotron"),
+    ("hagemann et al. 2023", "aleph-alpha"),
+)
+"""(text in a source's name, the framework its runs used), for the sources not run on Megatron-LM:
+torchtitan's pages and benchmarks, OneFlow's DLPerf benchmark, llm-foundry's Composer tables, the
+Ultra-Scale Playbook's nanotron sweep and Hagemann et al. 2023's Aleph Alpha codebase."""
+
+
 def framework_of(case) -> str:
-    """The framework a published run used: torchtitan's pages and benchmarks, OneFlow's DLPerf
-    benchmark, else Megatron-LM (Megatron-LM papers and docs, NeMo, BLOOM's Megatron-DeepSpeed)."""
+    """The framework a published run used: :data:`FRAMEWORK_OF_SOURCE`, else Megatron-LM
+    (Megatron-LM papers and docs, NeMo / Megatron-Bridge, BLOOM's and vTrain's Megatron-DeepSpeed)."""
     source = case.source.lower()
-    if "torchtitan" in source:
-        return "torchtitan"
-    return "oneflow" if "oneflow" in source else "megatron"
+    return next((fw for text, fw in FRAMEWORK_OF_SOURCE if text in source), "megatron")
 
 
 def main() -> int:

@@ -90,9 +90,15 @@ def main() -> int:
     groups_in = group_ranking(counted)
     # Sweeps whose runs are excluded from the statistics but still say something about ranking
     # (calibration.RANKED_WHEN_EXCLUDED), reported apart so they do not mix into the figures.
-    groups_extra = group_ranking(
-        [r for r in results if excluded_reason(r.case.run_id) and ranked(r.case.run_id)]
-    )
+    # One block per source: the sweeps are different frameworks and clusters, not one sample.
+    groups_extra = {
+        src: group_ranking(rs)
+        for src, rs in sorted(
+            by_source(
+                [r for r in results if excluded_reason(r.case.run_id) and ranked(r.case.run_id)]
+            ).items()
+        )
+    }
     groups_out = group_ranking(loso) if loso else []
     peaks = measured_memory(args.memory)
     mem_errors = sorted(
@@ -186,7 +192,10 @@ def main() -> int:
         for title, rows_ in (
             ("in-sample", groups_in),
             ("leave-one-source-out", groups_out),
-            ("of excluded runs, informational: not in the figures above", groups_extra),
+            *(
+                (f"of excluded runs, {src}, informational: not in the figures above", rows_src)
+                for src, rows_src in groups_extra.items()
+            ),
         ):
             if rows_:
                 print()

@@ -68,7 +68,7 @@ def test_calibration_runs_of_flash_attention_2_frameworks():
             seen.add(c.source.split()[0])
         elif c.run_id.startswith(("mbridge", "nemo", "megatronlm", "moezoo")):
             assert c.job.attention_impl == "fused", c.run_id
-    assert seen == {"pytorch/torchtitan", "mosaicml/llm-foundry"}
+    assert seen == {"pytorch/torchtitan", "mosaicml/llm-foundry", "Hagemann"}
 
 
 def test_frameworks_refuse_flash2_they_do_not_run():

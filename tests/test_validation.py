@@ -69,7 +69,38 @@ def test_every_skip_and_exclusion_has_a_reason():
         if c.skip_reason:
             assert len(c.skip_reason) > 10
         if excluded_reason(c.run_id):
-            assert c.run_id.startswith(("narayanan2021_t2_zero3_", "ultrascale_h100_"))
+            assert c.run_id.startswith(("narayanan2021_t2_zero3_", "ultrascale_h100_", "hagemann2023_a100_"))
+
+
+def test_hagemann_sweep_is_ranked_apart_and_priced_as_its_kernels_ran():
+    """Hagemann et al. 2023's released sweep (207 runs, 10 layout groups on 32-256 A100s): every run is
+    predicted, none enters the fit, and its groups are ranked on the informational line. Its rows are
+    priced with FlashAttention-2, the data-parallel all-reduce after the last micro-batch, and an eager
+    RMSNorm exactly where the sheet's kernel is 'flash_attention2' without the RMS kernel."""
+    from planner.calibrate.ranking import group_ranking
+    from planner.calibration import ranked
+    from planner.fitting import usable
+
+    runs = [c for c in cases() if c.run_id.startswith("hagemann2023_a100_")]
+    assert len(runs) == 207 and not [c.run_id for c in runs if c.skip_reason]
+    assert all(excluded_reason(c.run_id) and ranked(c.run_id) for c in runs)
+    assert not [c for c in usable(cases()) if c.run_id.startswith("hagemann2023_a100_")]
+    for c in runs:
+        assert c.job.attention_impl == "flash2" and not c.job.overlap_grad_reduce, c.run_id
+        assert c.job.eager_ops == (() if "_sp" in c.run_id else ("norm",)), c.run_id
+        assert (
+            c.config.optimizer_sharding == "distributed"
+            and c.job.global_batch_size * c.job.seq_length == 2**22
+        )
+    rows = group_ranking(predict_all(runs))
+    assert len(rows) == 10 and all(r["runs"] >= 4 for r in rows)
+    # two trials of one layout (30B, 64 GPUs, tp 4 pp 2 mbs 4 with sequence parallelism) agree to 0.8%
+    pair = sorted(
+        c.measured_tokens_per_s_per_gpu
+        for c in runs
+        if "llama30b_s2048_64gpu_tp4_pp2_mbs4_nockpt_sp1_" in c.run_id
+    )
+    assert len(pair) == 2 and pair[1] / pair[0] < 1.01
 
 
 def test_kernel_measurements_compare_with_the_cost_model():
