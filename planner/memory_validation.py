@@ -8,8 +8,9 @@ source's ``memory_metric``: torchtitan logs the caching allocator's *reserved* p
 printed as "memory: X GiB (Y%)"), which includes cached free blocks and fragmentation, so it is an
 upper bound on what the model predicts (allocated tensors plus the documented reserve).
 
-``HEADROOM_GIB_DEFAULT`` is the default of ``planner search --headroom-gib``; see its docstring for
-the derivation and why it is not yet the p90 of the measured excess.
+``HEADROOM_GIB_DEFAULT`` is the default of ``planner search`` and ``planner check``'s
+``--headroom-gib``; see its docstring for the derivation and why it is not yet the p90 of the
+measured excess.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from planner.specs import ClusterSpec, NodeGroup
 GIB = 2**30
 
 HEADROOM_GIB_DEFAULT = 2.0
-"""Default of ``planner search --headroom-gib`` (GiB kept free per GPU beyond the modelled reserve).
+"""Default of ``--headroom-gib`` in ``planner search`` and ``planner check`` (GiB kept free per GPU
+beyond the modelled reserve): a launch that check passes fits as a searched plan must.
 
 Derived from the measured Megatron-Core peaks (:data:`MEASURED_ALLOCATED`, see docs/calibration.md
 "Memory") by :func:`derived_headroom_gib`: the 90th percentile of the excess of the caching

@@ -444,6 +444,33 @@ def test_export_into_a_non_empty_directory_keeps_other_files(run_cli, tmp_path, 
 # Search and check agree
 
 
+def test_check_keeps_searchs_default_headroom(run_cli, tmp_path):
+    """check's --headroom-gib defaults to search's (HEADROOM_GIB_DEFAULT, derived from the measured
+    allocator peaks): a Megatron launch that leaves 1 GiB free fails by default, as search would
+    have rejected its layout, and passes with --headroom-gib 0."""
+    from planner.memory_validation import HEADROOM_GIB_DEFAULT
+
+    plan, launch = tmp_path / "plan.yaml", tmp_path / "launch"
+    common = ("-m", "gpt-1.7b", "-b", "8", "-s", "1024")
+    assert (
+        run_cli("search", *common, "-c", "dgx-h100", "-n", "1", "--top", "1", "--out", str(plan)).exit_code
+        == 0
+    )
+    assert run_cli("export", "megatron", str(plan), "--out", str(launch)).exit_code == 0
+    args = str(launch / "megatron_args.txt")
+    stock = json.loads(run_cli("check", args, "-c", "dgx-h100", "-n", "1", "--json").stdout)
+    free_gib = stock["configs"][0]["metrics"]["headroom_bytes"] / 2**30
+    assert free_gib > HEADROOM_GIB_DEFAULT
+    # the same GPU with 1 GiB left free by this launch
+    memory_gib = yaml.safe_load(GPU_YAML.read_text())["memory_gib"] - free_gib + 1.0
+    cluster = str(_cluster_with(tmp_path, _gpu(tmp_path, memory_gib=memory_gib)))
+    tight = run_cli("check", args, "-c", cluster, "--json")
+    assert tight.exit_code == 1, tight.stdout
+    found = json.loads(tight.stdout)["configs"][0]["findings"]
+    assert any(f["check"] == "memory" and f["level"] == "error" for f in found), found
+    assert run_cli("check", args, "-c", cluster, "--headroom-gib", "0", "--json").exit_code == 0
+
+
 def test_check_of_the_best_graph_plan_passes_max_slowdown_0(run_cli, tmp_path):
     """The defect: check's reference search kept no headroom while search kept 2 GiB, so the best
     graph plan was "4.0% slower than the best graph plan found" (this random model, memory-bound)."""

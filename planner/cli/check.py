@@ -22,6 +22,7 @@ from planner.cli.options import (
     SoftwareOpt,
 )
 from planner.errors import UsageError
+from planner.memory_validation import HEADROOM_GIB_DEFAULT
 
 
 @app.command()
@@ -32,9 +33,11 @@ def check(
     headroom_gib: Annotated[
         float,
         typer.Option(
-            "--headroom-gib", help="Memory that must stay free per GPU.", rich_help_panel=PANEL_MEMORY
+            "--headroom-gib",
+            help="Memory each GPU must keep free beyond the modelled reserve, in GiB (search's default).",
+            rich_help_panel=PANEL_MEMORY,
         ),
-    ] = 0.0,
+    ] = HEADROOM_GIB_DEFAULT,
     max_slowdown: Annotated[
         float | None,
         typer.Option(
