@@ -82,17 +82,34 @@ def _flags_for(message: str) -> tuple[str, ...]:
     return ()
 
 
+def _plan_kind(path: str, text: str) -> str:
+    """``graph_plan`` or ``plan`` for the text of a YAML/JSON plan file, '' for any other config."""
+    if Path(path).suffix not in (".yaml", ".yml", ".json"):
+        return ""
+    return next((k for k in ("graph_plan", "plan") if f"kind: {k}" in text or f'"kind": "{k}"' in text), "")
+
+
+def is_plan_file(path: str) -> bool:
+    """Whether ``path`` is a plan or graph-plan file, which records its own cluster (False for a
+    file that cannot be read: :func:`check_file` reports that)."""
+    try:
+        return bool(_plan_kind(path, read_text_capped(Path(path))))
+    except SpecError:
+        return False
+
+
 def check_file(
     path: str,
-    cluster: ClusterSpec,
+    cluster: ClusterSpec | None,
     headroom_bytes: float = 0.0,
     max_slowdown: float | None = None,
     profile=None,
     software: str | None = None,
 ) -> Verdict:
     """Every check on one config file against ``cluster`` (as loaded: no software or calibration
-    profile applied). ``software`` (a software profile name; None: a plan file's recorded one, the
-    newest of a launch file's framework) and then ``profile`` (a calibrated
+    profile applied; None: a plan file's own cluster, :func:`is_plan_file`, and an error finding
+    for any other file). ``software`` (a software profile name; None: a plan file's recorded one,
+    the newest of a launch file's framework) and then ``profile`` (a calibrated
     :class:`planner.calibrate.profile.Profile`, replacing a plan's recorded one) are applied to the
     cluster the file is judged on (:func:`planner.software.configure`)."""
     from planner.software import cluster_families, configure, default_software
@@ -104,14 +121,11 @@ def check_file(
         verdict.add(Finding("error", "read", str(exc)))
         return verdict
     lines: dict = {}
-    if Path(path).suffix in (".yaml", ".yml", ".json") and (
-        "kind: graph_plan" in text or '"kind": "graph_plan"' in text
-    ):
+    kind = _plan_kind(path, text)
+    if kind == "graph_plan":
         return _check_graph_plan(path, cluster, headroom_bytes, max_slowdown, verdict, software, profile)
     try:
-        is_plan = "kind: plan" in text or '"kind": "plan"' in text
-        is_plan = Path(path).suffix in (".yaml", ".yml", ".json") and is_plan
-        if is_plan:
+        if kind == "plan":
             inputs = read_plan(path, software, profile)
             model, job, config = inputs.model, inputs.job, inputs.config
             framework = inputs.framework
@@ -119,6 +133,16 @@ def check_file(
             if _world_mismatch(verdict, inputs.cluster, cluster):
                 return verdict
             cluster, software = inputs.cluster, inputs.software
+        elif cluster is None:
+            verdict.add(
+                Finding(
+                    "error",
+                    "cluster",
+                    "a Megatron-LM args or launch file or a torchtitan TOML is checked against a "
+                    "cluster (--cluster, --nodes): only plan files record their own",
+                )
+            )
+            return verdict
         elif Path(path).suffix == ".toml":
             # A torchtitan job config; findings point at the TOML line of the matching key.
             from planner.frameworks.torchtitan.importer import KEY_HINTS, read_torchtitan
@@ -155,7 +179,7 @@ def check_file(
     except PlannerError as exc:
         verdict.add(Finding("error", "parse", str(exc)))
         return verdict
-    if not is_plan:
+    if kind != "plan":
         software = (
             software if software is not None else default_software(framework, cluster_families(cluster))
         )
@@ -218,8 +242,8 @@ def check_file(
     return verdict
 
 
-def _world_mismatch(verdict: Verdict, planned: ClusterSpec, cluster: ClusterSpec) -> bool:
-    if planned.num_gpus == cluster.num_gpus:
+def _world_mismatch(verdict: Verdict, planned: ClusterSpec, cluster: ClusterSpec | None) -> bool:
+    if cluster is None or planned.num_gpus == cluster.num_gpus:
         return False
     verdict.add(
         Finding(
@@ -293,7 +317,7 @@ def _judge_slowdown(
 
 def _check_graph_plan(
     path: str,
-    cluster: ClusterSpec,
+    cluster: ClusterSpec | None,
     headroom_bytes: float,
     max_slowdown: float | None,
     verdict: Verdict,

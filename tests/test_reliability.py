@@ -471,6 +471,30 @@ def test_check_keeps_searchs_default_headroom(run_cli, tmp_path):
     assert run_cli("check", args, "-c", cluster, "--headroom-gib", "0", "--json").exit_code == 0
 
 
+def test_check_of_plan_files_needs_no_cluster(run_cli, tmp_path):
+    """A plan file records its cluster, so `planner check plan.yaml` judges it alone; a Megatron
+    launch (no cluster in it) still needs --cluster, and --nodes alone is a usage error (exit 2)."""
+    plan, launch = tmp_path / "plan.yaml", tmp_path / "launch"
+    common = ("-m", "gpt-1.7b", "-b", "8", "-s", "1024")
+    assert (
+        run_cli("search", *common, "-c", "dgx-h100", "-n", "1", "--top", "1", "--out", str(plan)).exit_code
+        == 0
+    )
+    alone = run_cli("check", str(plan), "--json")
+    assert alone.exit_code == 0, alone.stderr
+    with_cluster = run_cli("check", str(plan), "-c", "dgx-h100", "-n", "1", "--json")
+    assert json.loads(alone.stdout) == json.loads(with_cluster.stdout)
+    assert run_cli("export", "megatron", str(plan), "--out", str(launch)).exit_code == 0
+    args = str(launch / "megatron_args.txt")
+    one_line_error(run_cli("check", str(plan), args), 2, "--cluster", "megatron_args.txt")
+    one_line_error(run_cli("check", str(plan), "-n", "1"), 2, "--nodes needs --cluster")
+    # a library caller passing no cluster for a launch gets a finding, not a crash
+    from planner.check import check_file
+
+    verdict = check_file(args, None)
+    assert not verdict.passed and verdict.findings[0].check == "cluster"
+
+
 def test_check_of_the_best_graph_plan_passes_max_slowdown_0(run_cli, tmp_path):
     """The defect: check's reference search kept no headroom while search kept 2 GiB, so the best
     graph plan was "4.0% slower than the best graph plan found" (this random model, memory-bound)."""

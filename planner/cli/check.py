@@ -15,7 +15,7 @@ from planner.cli.common import _emit_json, _finite
 from planner.cli.options import (
     PANEL_MEMORY,
     PANEL_OUTPUT,
-    ClusterOpt,
+    ClusterOptional,
     JsonOpt,
     NodesOpt,
     ProfileOpt,
@@ -28,7 +28,7 @@ from planner.memory_validation import HEADROOM_GIB_DEFAULT
 @app.command()
 def check(
     configs: Annotated[list[Path], typer.Argument(help="Plan files or Megatron-LM args/launch files.")],
-    cluster: ClusterOpt,
+    cluster: ClusterOptional = None,
     nodes: NodesOpt = None,
     headroom_gib: Annotated[
         float,
@@ -54,8 +54,11 @@ def check(
     software: SoftwareOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check configs for CI: constraints, memory, throughput, distance from the best plan. Exit 1 on failure."""
-    from planner.check import check_file, github_lines, verdict_dict
+    """Check configs for CI: constraints, memory, throughput, distance from the best plan. Exit 1 on failure.
+
+    Plan files record their cluster: --cluster then only confirms the world size. Megatron-LM args or launch files and torchtitan TOMLs need --cluster (and --nodes with a template).
+    """
+    from planner.check import check_file, github_lines, is_plan_file, verdict_dict
     from planner.hardware import load_cluster
 
     if fmt not in ("text", "github"):
@@ -68,8 +71,18 @@ def check(
 
     name = check_software(software) if software is not None else None
     prof = read_profile(profile) if profile is not None else None
-    spec = load_cluster(cluster, nodes)
-    configure(spec, name or BASE, prof)  # a profile for another GPU type: an error here, exit 1
+    if cluster is None:
+        if nodes is not None:
+            raise UsageError("--nodes needs --cluster (a node template)")
+        others = [str(p) for p in configs if not is_plan_file(str(p))]
+        if others:
+            raise UsageError(
+                f"missing --cluster: {others[0]} is not a plan file (only plan files record their cluster)"
+            )
+        spec = None
+    else:
+        spec = load_cluster(cluster, nodes)
+        configure(spec, name or BASE, prof)  # a profile for another GPU type: an error here, exit 1
     verdicts = [check_file(str(p), spec, headroom_gib * 2**30, max_slowdown, prof, name) for p in configs]
     if as_json:
         _emit_json(
