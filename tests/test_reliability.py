@@ -444,12 +444,8 @@ def test_export_into_a_non_empty_directory_keeps_other_files(run_cli, tmp_path, 
 # Search and check agree
 
 
-def test_check_keeps_searchs_default_headroom(run_cli, tmp_path):
-    """check's --headroom-gib defaults to search's (HEADROOM_GIB_DEFAULT, derived from the measured
-    allocator peaks): a Megatron launch that leaves 1 GiB free fails by default, as search would
-    have rejected its layout, and passes with --headroom-gib 0."""
-    from planner.memory_validation import HEADROOM_GIB_DEFAULT
-
+def _searched_launch(run_cli, tmp_path: Path) -> tuple[str, str]:
+    """The best plan for gpt-1.7b on one DGX H100 node and its exported Megatron args file."""
     plan, launch = tmp_path / "plan.yaml", tmp_path / "launch"
     common = ("-m", "gpt-1.7b", "-b", "8", "-s", "1024")
     assert (
@@ -457,7 +453,16 @@ def test_check_keeps_searchs_default_headroom(run_cli, tmp_path):
         == 0
     )
     assert run_cli("export", "megatron", str(plan), "--out", str(launch)).exit_code == 0
-    args = str(launch / "megatron_args.txt")
+    return str(plan), str(launch / "megatron_args.txt")
+
+
+def test_check_keeps_searchs_default_headroom(run_cli, tmp_path):
+    """check's --headroom-gib defaults to search's (HEADROOM_GIB_DEFAULT, derived from the measured
+    allocator peaks): a Megatron launch that leaves 1 GiB free fails by default, as search would
+    have rejected its layout, and passes with --headroom-gib 0."""
+    from planner.memory_validation import HEADROOM_GIB_DEFAULT
+
+    _, args = _searched_launch(run_cli, tmp_path)
     stock = json.loads(run_cli("check", args, "-c", "dgx-h100", "-n", "1", "--json").stdout)
     free_gib = stock["configs"][0]["metrics"]["headroom_bytes"] / 2**30
     assert free_gib > HEADROOM_GIB_DEFAULT
@@ -474,20 +479,13 @@ def test_check_keeps_searchs_default_headroom(run_cli, tmp_path):
 def test_check_of_plan_files_needs_no_cluster(run_cli, tmp_path):
     """A plan file records its cluster, so `planner check plan.yaml` judges it alone; a Megatron
     launch (no cluster in it) still needs --cluster, and --nodes alone is a usage error (exit 2)."""
-    plan, launch = tmp_path / "plan.yaml", tmp_path / "launch"
-    common = ("-m", "gpt-1.7b", "-b", "8", "-s", "1024")
-    assert (
-        run_cli("search", *common, "-c", "dgx-h100", "-n", "1", "--top", "1", "--out", str(plan)).exit_code
-        == 0
-    )
-    alone = run_cli("check", str(plan), "--json")
+    plan, args = _searched_launch(run_cli, tmp_path)
+    alone = run_cli("check", plan, "--json")
     assert alone.exit_code == 0, alone.stderr
-    with_cluster = run_cli("check", str(plan), "-c", "dgx-h100", "-n", "1", "--json")
+    with_cluster = run_cli("check", plan, "-c", "dgx-h100", "-n", "1", "--json")
     assert json.loads(alone.stdout) == json.loads(with_cluster.stdout)
-    assert run_cli("export", "megatron", str(plan), "--out", str(launch)).exit_code == 0
-    args = str(launch / "megatron_args.txt")
-    one_line_error(run_cli("check", str(plan), args), 2, "--cluster", "megatron_args.txt")
-    one_line_error(run_cli("check", str(plan), "-n", "1"), 2, "--nodes needs --cluster")
+    one_line_error(run_cli("check", plan, args), 2, "--cluster", "megatron_args.txt")
+    one_line_error(run_cli("check", plan, "-n", "1"), 2, "--nodes needs --cluster")
     # a library caller passing no cluster for a launch gets a finding, not a crash
     from planner.check import check_file
 
