@@ -33,7 +33,29 @@ def test_models_list_and_hardware(run_cli):
     lst = json.loads(run_cli("hardware", "list", "--json").stdout)
     assert len(lst["gpus"]) >= 10 and len(lst["clusters"]) >= 9
     assert run_cli("models", "list").exit_code == 0
-    assert run_cli("hardware", "list").exit_code == 0
+    table = run_cli("hardware", "list").stdout
+    v100 = next(line for line in table.splitlines() if "v100-sxm2-32gb" in line)
+    # V100 has fp16 tensor cores only: its bf16 and fp8 cells say '-', not a peak of 0.
+    assert [c.strip() for c in v100.strip("│ ").split("│")][2:5] == ["-", "125", "-"]
+
+
+def test_command_listing_one_line_summaries(run_cli):
+    """``planner --help`` lists each command by its first docstring paragraph, joined: a docstring
+    wrapped in the source does not break the listing mid-sentence."""
+    from planner.cli import app
+
+    def commands(typer_app):
+        yield from typer_app.registered_commands
+        for group in typer_app.registered_groups:
+            yield from commands(group.typer_instance)
+
+    infos = list(commands(app))
+    assert len(infos) >= 15 and all(i.short_help and "\n" not in i.short_help for i in infos)
+    calibrate = next(i for i in infos if i.callback.__name__ == "calibrate")
+    assert calibrate.short_help.startswith(
+        "Fit GEMM/attention/memory efficiency, NVLink and network bandwidth"
+    )
+    assert run_cli("--help").exit_code == 0
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ shows the traceback instead.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Annotated
 
@@ -130,3 +131,18 @@ from planner.cli import report as _report  # noqa: E402,F401  (registers command
 from planner.cli import sweep as _sweep  # noqa: E402,F401  (registers commands)
 from planner.cli import whatif as _whatif  # noqa: E402,F401  (registers commands)
 # isort: on
+
+
+def _one_line_summaries(typer_app: typer.Typer) -> None:
+    """Give every command a one-line summary for its group's listing (``planner --help``): typer
+    lists a command by its docstring's first paragraph with the source's line breaks kept, which
+    breaks a wrapped docstring mid-sentence. The command's own ``--help`` is unchanged."""
+    for info in typer_app.registered_commands:
+        if info.short_help is None and info.callback is not None:
+            first = (inspect.getdoc(info.callback) or "").split("\n\n")[0]
+            info.short_help = " ".join(first.split())
+    for group in typer_app.registered_groups:
+        _one_line_summaries(group.typer_instance)
+
+
+_one_line_summaries(app)

@@ -72,15 +72,16 @@ def kv_table(title: str, data: dict) -> Table:
 
 def hardware_tables(gpus: list[dict], templates: list[dict]) -> list[Table]:
     g = Table(title="GPU types")
-    for col in ("name", "memory GiB", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB/s"):
+    precisions = ("bf16", "fp16", "fp8")
+    for col in ("name", "memory GiB", *(f"{p} TFLOP/s" for p in precisions), "HBM GB/s"):
         g.add_column(col, justify="left" if col == "name" else "right")
     for r in gpus:
-        p = r["peak_flop_per_s"]
+        peak = r["peak_flop_per_s"]
         g.add_row(
             r["name"],
             _gib(r["memory_bytes"]),
-            f"{p['bf16'] / 1e12:.0f}",
-            f"{p['fp8'] / 1e12:.0f}",
+            # A peak of 0 means the GPU has no such tensor-core path (V100 bf16, A100 fp8): '-'.
+            *(f"{peak.get(p, 0) / 1e12:.0f}" if peak.get(p, 0) else "-" for p in precisions),
             f"{r['hbm_bandwidth_bytes_per_s'] / 1e9:.0f}",
         )
     c = Table(title="Node templates")
