@@ -261,3 +261,21 @@ def test_grad_dtype_flag(run_cli, tmp_path):
     assert "grad_dtype: bf16" in plan.read_text()
     res = run_cli("estimate", "--plan", str(plan), "--grad-dtype", "fp32")
     assert res.exit_code == 2 and "--plan gives the model" in res.stderr
+
+
+def test_plan_file_as_argument(run_cli, tmp_path):
+    """estimate, timeline and bubbles take a plan file as their argument, as check, export, report
+    and whatif do: the same output as --plan; both at once is a usage error naming the two."""
+    plan = tmp_path / "p.yaml"
+    args = ["-m", "llama3-8b", "-c", "dgx-h100", "-n", "1", "-b", "32", "-s", "2048", "--out", str(plan)]
+    assert run_cli("search", *args).exit_code == 0
+    for command in ("estimate", "timeline", "bubbles"):
+        positional = run_cli(command, str(plan), "--json")
+        assert positional.exit_code == 0, positional.stderr
+        assert positional.stdout == run_cli(command, "--plan", str(plan), "--json").stdout
+    other = tmp_path / "q.yaml"
+    other.write_text(plan.read_text())
+    both = run_cli("timeline", str(plan), "--plan", str(other))
+    assert both.exit_code == 2 and "p.yaml" in both.stderr and "q.yaml" in both.stderr, both.stderr
+    # the same file twice is one plan, not two
+    assert run_cli("bubbles", str(plan), "--plan", str(plan), "--json").exit_code == 0

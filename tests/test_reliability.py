@@ -486,6 +486,10 @@ def test_check_of_plan_files_needs_no_cluster(run_cli, tmp_path):
     assert json.loads(alone.stdout) == json.loads(with_cluster.stdout)
     one_line_error(run_cli("check", plan, args), 2, "--cluster", "megatron_args.txt")
     one_line_error(run_cli("check", plan, "-n", "1"), 2, "--nodes needs --cluster")
+    # a missing file is reported as such (FAIL, as with --cluster), not as a missing --cluster
+    missing = run_cli("check", plan, str(tmp_path / "nope.yaml"))
+    assert missing.exit_code == 1 and "--cluster" not in missing.stderr, missing.stderr
+    assert "nope.yaml" in missing.stdout and "file not found" in missing.stdout, missing.stdout
     # a library caller passing no cluster for a launch gets a finding, not a crash
     from planner.check import check_file
 

@@ -74,7 +74,9 @@ def check(
     if cluster is None:
         if nodes is not None:
             raise UsageError("--nodes needs --cluster (a node template)")
-        others = [str(p) for p in configs if not is_plan_file(str(p))]
+        # A file that cannot be read is check_file's to report (FAIL, as with --cluster), not a
+        # missing-flag error.
+        others = [str(p) for p in configs if Path(p).is_file() and not is_plan_file(str(p))]
         if others:
             raise UsageError(
                 f"missing --cluster: {others[0]} is not a plan file (only plan files record their cluster)"

@@ -45,6 +45,7 @@ from planner.cli.options import (
     MoeDispatcherOpt,
     MoeOverlapOpt,
     NodesOpt,
+    PlanArgOptional,
     PlanOpt,
     PpOpt,
     PrecisionOpt,
@@ -103,6 +104,10 @@ def _estimate(opts: dict):
     """Load and estimate what an estimate/timeline/bubbles command was given (its ``locals()``):
     a plan file, or a model, cluster, job and configuration flags."""
     model, cluster, nodes, plan = opts["model"], opts["cluster"], opts["nodes"], opts["plan"]
+    if opts.get("plan_file") is not None:
+        if plan is not None and plan != opts["plan_file"]:
+            raise UsageError(f"two plan files: {opts['plan_file']} and --plan {plan}; give one")
+        plan = opts["plan_file"]
     gbs, seq, precision = opts["global_batch_size"], opts["seq_len"], opts["precision"]
     tp, pp, cp, ep, vpp = opts["tp"], opts["pp"], opts["cp"], opts["ep"], opts["vpp"]
     mbs, recompute, recompute_num_layers = (
@@ -226,6 +231,7 @@ def _with_split(config, model, layers: str | None, first: int | None, last: int 
 
 @app.command()
 def estimate(
+    plan_file: PlanArgOptional = None,
     model: ModelOptional = None,
     cluster: ClusterOptional = None,
     global_batch_size: GbsOptional = None,
@@ -279,6 +285,7 @@ def estimate(
 
 @app.command()
 def timeline(
+    plan_file: PlanArgOptional = None,
     model: ModelOptional = None,
     cluster: ClusterOptional = None,
     global_batch_size: GbsOptional = None,
@@ -382,6 +389,7 @@ def timeline(
 
 @app.command()
 def bubbles(
+    plan_file: PlanArgOptional = None,
     model: ModelOptional = None,
     cluster: ClusterOptional = None,
     global_batch_size: GbsOptional = None,

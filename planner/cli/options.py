@@ -103,6 +103,14 @@ PlanOpt = Annotated[
         rich_help_panel=PANEL_INPUTS,
     ),
 ]
+PlanArgOptional = Annotated[
+    Path | None,
+    typer.Argument(
+        help="A plan file (from planner search --out) instead of the flags; the same as --plan.",
+        metavar="plan",
+        show_default=False,
+    ),
+]
 TpOverlapOpt = Annotated[
     bool,
     typer.Option(
