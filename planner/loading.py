@@ -102,7 +102,8 @@ class Reader:
         unknown = sorted(set(self.data) - self.used)
         if unknown:
             raise SpecError(
-                f"{self.where}: unknown key '{self._key(str(unknown[0]))}'; allowed keys: {', '.join(sorted(self.used))}"
+                f"{self.where}: unknown key '{self._key(str(unknown[0]))}'{did_you_mean(str(unknown[0]), self.used)}; "
+                f"allowed keys: {', '.join(sorted(self.used))}"
             )
 
 

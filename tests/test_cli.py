@@ -72,6 +72,11 @@ def test_command_listing_one_line_summaries(run_cli):
             "vocab_size: 10\nmax_position_embeddings: 8\nwidth: 3\n",
             "unknown key 'width'",
         ),
+        (
+            "schema_version: 1\nkind: model\nname: x\nnum_layers: 2\nhidden_size: 64\nnum_attention_heads: 2\n"
+            "vocab_size: 10\nmax_position_embeddings: 8\nnum_experst: 8\n",
+            "unknown key 'num_experst' (did you mean num_experts",
+        ),
     ],
 )
 def test_bad_files_exit_1_without_traceback(run_cli, tmp_path, content, fragment):
