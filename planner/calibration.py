@@ -145,14 +145,15 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 if ("fp8" in prec_text or "float8" in prec_text)
                 else ("fp16" if "fp16" in prec_text and "bf16" not in prec_text else "bf16")
             )
-            # Overlapped tensor-parallel collectives where the source says so: Megatron-LM's
-            # --tp-comm-overlap, torchtitan's async TP (JobSpec.tp_comm_overlap).
+            # Overlapped tensor-parallel collectives where the source or its recipe says so
+            # (`parallel.tp_comm_overlap`, cited under `source.recipe`; else the notes): Megatron-LM's
+            # --tp-comm-overlap, NeMo's ub_tp_comm_overlap, torchtitan's async TP (JobSpec.tp_comm_overlap).
             par_notes = str(par.get("notes") or "")
             tp_overlap = par.get("tp_comm_overlap")
             if tp_overlap is None:
                 tp_overlap = "--tp-comm-overlap" in par_notes or "with async TP" in par_notes
             if tp_overlap:
-                notes.append("tensor-parallel communication overlapped (source notes)")
+                notes.append("tensor-parallel communication overlapped (source or recipe)")
             overlap_reduce = overlapped_reduction(run)
             unfused = unfused_accumulation(run, precision, notes)
             if not overlap_reduce:
