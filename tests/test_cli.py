@@ -265,7 +265,7 @@ def test_grad_dtype_flag(run_cli, tmp_path):
     assert found.exit_code == 0, found.stderr
     assert "grad_dtype: bf16" in plan.read_text()
     res = run_cli("estimate", "--plan", str(plan), "--grad-dtype", "fp32")
-    assert res.exit_code == 2 and "--plan gives the model" in res.stderr
+    assert res.exit_code == 2 and "--plan) gives the model" in res.stderr
 
 
 def test_plan_file_as_argument(run_cli, tmp_path):
@@ -284,3 +284,6 @@ def test_plan_file_as_argument(run_cli, tmp_path):
     assert both.exit_code == 2 and "p.yaml" in both.stderr and "q.yaml" in both.stderr, both.stderr
     # the same file twice is one plan, not two
     assert run_cli("bubbles", str(plan), "--plan", str(plan), "--json").exit_code == 0
+    # a positional plan with configuration flags: the usage error names the argument as well
+    mixed = run_cli("estimate", str(plan), "--tp", "2")
+    assert mixed.exit_code == 2 and "a plan file (the argument, or --plan) gives" in mixed.stderr

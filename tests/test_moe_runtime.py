@@ -78,7 +78,7 @@ def test_bad_runtime_flags_are_clear_errors(run_cli, tmp_path):
     plan = tmp_path / "p.yaml"
     assert run_cli("search", *MOE, "--seq-len", "4096", "--ep", "8", "--out", str(plan)).exit_code == 0
     res = run_cli("estimate", "--plan", str(plan), "--moe-a2a-overlap")
-    assert res.exit_code == 2 and "--plan gives the model" in res.stderr
+    assert res.exit_code == 2 and "--plan) gives the model" in res.stderr
 
 
 def test_frameworks_refuse_what_they_cannot_launch():

@@ -478,7 +478,7 @@ def test_estimate_framework_prices_a_searched_plan_as_the_search_did(run_cli, tm
     plan = tmp_path / "p.yaml"
     assert run_cli("search", *H100, "--top", "1", "--out", str(plan), "-q").exit_code == 0
     both = run_cli("estimate", "--plan", str(plan), "--framework", "megatron")
-    assert both.exit_code == 2 and "--plan gives" in both.stderr
+    assert both.exit_code == 2 and "--plan) gives" in both.stderr
 
 
 def test_profile_start_takes_the_first_document_a_fold_keeps():

@@ -152,7 +152,8 @@ def _estimate(opts: dict):
             or opts.get("attention_impl") is not None
         ):
             raise UsageError(
-                "--plan gives the model, cluster, job and configuration; do not combine it with "
+                "a plan file (the argument, or --plan) gives the model, cluster, job and configuration; "
+                "do not combine it with "
                 "--model/--cluster/--nodes/--global-batch-size/--seq-len or configuration flags"
             )
         problem, est = api.estimate_plan_file(str(plan), _profile(opts), opts.get("software"))
