@@ -12,6 +12,7 @@ from pathlib import Path
 
 from cost_models.estimate import estimate
 from cost_models.parallel import violations
+from planner.api import rounded
 from planner.errors import PlannerError, SpecError
 from planner.frameworks.megatron.importer import parse_megatron
 from planner.frameworks.megatron.rules import megatron_findings
@@ -280,8 +281,9 @@ def _judge_estimate(verdict: Verdict, est, headroom_bytes: float, lines: dict, w
         Finding(
             "notice",
             "throughput",
-            f"predicted {est.step_time_s:.3f} s/step, "
-            f"{est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {100 * est.mfu:.1f}%{what}",
+            # The predictions as search, estimate and plan files show them (api.rounded).
+            f"predicted {rounded(est.step_time_s):.3f} s/step, "
+            f"{rounded(est.tokens_per_s_per_gpu):,.0f} tokens/s/GPU, MFU {100 * rounded(est.mfu):.1f}%{what}",
         )
     )
 
@@ -299,7 +301,7 @@ def _judge_slowdown(
             Finding(
                 "notice",
                 "slowdown",
-                f"within {100 * max(slower, 0.0):.1f}% of the {kind} found ({best_s:.3f} s/step); "
+                f"within {100 * max(slower, 0.0):.1f}% of the {kind} found ({rounded(best_s):.3f} s/step); "
                 f"allowed {100 * max_slowdown:.0f}%",
             )
         )
@@ -308,7 +310,7 @@ def _judge_slowdown(
             Finding(
                 "error",
                 "slowdown",
-                f"{100 * slower:.1f}% slower than the {kind} found ({best_text}{best_s:.3f} s/step); "
+                f"{100 * slower:.1f}% slower than the {kind} found ({best_text}{rounded(best_s):.3f} s/step); "
                 f"allowed {100 * max_slowdown:.0f}%",
                 () if graph else _flags_for("slower than"),
             )
@@ -373,7 +375,7 @@ def verdict_dict(v: Verdict) -> dict:
     return {
         "path": v.path,
         "passed": v.passed,
-        "metrics": v.metrics,
+        "metrics": rounded(v.metrics),
         "findings": [
             {"level": f.level, "check": f.check, "message": f.message, "flags": list(f.flags), "line": f.line}
             for f in v.findings

@@ -456,6 +456,25 @@ def _searched_launch(run_cli, tmp_path: Path) -> tuple[str, str]:
     return str(plan), str(launch / "megatron_args.txt")
 
 
+def test_check_reports_the_plans_rounded_predictions(run_cli, tmp_path):
+    """check quotes a plan's predictions as search, estimate and the plan file do (4 significant
+    digits, api.rounded): its notice and --json metrics once said 15.586 s and MFU 51.2% where the
+    search table and the plan said 15.59 s and 51.1%."""
+    import yaml
+
+    plan, args = _searched_launch(run_cli, tmp_path)
+    predicted = yaml.safe_load(Path(plan).read_text())["predictions"]
+    for config in (plan, args):
+        verdict = json.loads(run_cli("check", config, "-c", "dgx-h100", "-n", "1", "--json").stdout)[
+            "configs"
+        ][0]
+        metrics = verdict["metrics"]
+        assert metrics["step_time_s"] == predicted["step_time_s"] and metrics["mfu"] == predicted["mfu"]
+        notice = next(f["message"] for f in verdict["findings"] if f["check"] == "throughput")
+        assert notice.startswith(f"predicted {predicted['step_time_s']:.3f} s/step"), notice
+        assert f"MFU {100 * predicted['mfu']:.1f}%" in notice, notice
+
+
 def test_check_keeps_searchs_default_headroom(run_cli, tmp_path):
     """check's --headroom-gib defaults to search's (HEADROOM_GIB_DEFAULT, derived from the measured
     allocator peaks): a Megatron launch that leaves 1 GiB free fails by default, as search would
