@@ -46,6 +46,11 @@ class AttentionBlock:
     """Elements the block's own norms normalise (MLA's latent norms, QK norms), for eager pricing."""
     rope_elements: float = 0.0
     """Q and K elements rotated by RoPE, for eager pricing (:mod:`cost_models.elementwise`)."""
+    core_kept_bytes: float = 0.0
+    """The part of ``act_bytes`` core attention keeps for its own backward (unfused: the score
+    matrix's softmax output, dropout mask and output; fused: the log-sum-exp), which selective
+    recompute does not keep (Korthikanti et al. 2022 Sec. 5, Table 2: 34 sbh/t per layer instead of
+    sbh(34/t + 5as/(ht)))."""
 
 
 FUSED_BACKWARD_FORWARDS = 2.5
@@ -226,6 +231,7 @@ def attention_block(
         kv_width=2 * kv_local,
         norm_elements=T * (q / t + kv_local) if model.qk_layernorm else 0.0,
         rope_elements=rope_elements,
+        core_kept_bytes=kept,
     )
 
 
@@ -283,7 +289,8 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
     act = T_local * h * ACT_BYTES
     act += 2 * T_local * (rq + rkv) * ACT_BYTES + T * dr * ACT_BYTES
     act += T * a * (2 * dqk + dv) / t * ACT_BYTES + T * a * dv / t * ACT_BYTES
-    act += 4 * T * a / t
+    lse = 4 * T * a / t
+    act += lse
     wgrad = (T_local * (h + rq + rkv) + T * a * dv / t) * ACT_BYTES
     params_sharded = ((rq * a * dqk) if rq else h * a * dqk) / t
     params_sharded += rkv * a * (dn + dv) / t + a * dv * h / t
@@ -319,4 +326,5 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
         kv_width=a * (dqk + dv) / t,
         norm_elements=T_local * (rq + rkv),
         rope_elements=T * (a * dr / t + dr),
+        core_kept_bytes=lse,
     )

@@ -352,11 +352,14 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
         k = _recomputed_layers(c, n)
         layer_unit = _virtual_stage_cost(model, table, first_layer[vs], 1)
         recompute = k * layer_unit.recompute_s(c.recompute)
-        if c.recompute == "selective":
-            recompute = cost.selective_recompute_s
         act = cost.activation_bytes - k * (
             layer_unit.activation_bytes - layer_unit.recomputed_bytes(c.recompute)
         )
+        if c.recompute == "selective":
+            # Every layer recomputes its core attention (Megatron --recompute-granularity selective):
+            # none keeps what core attention keeps for its backward (Korthikanti et al. 2022 Table 2).
+            recompute = cost.selective_recompute_s
+            act = cost.activation_bytes - cost.selective_dropped_bytes
         wbytes = cost.weight_grad_bytes * (n - k) / n if n else 0.0
         extra = ZERO
         if vs == 0:
@@ -390,6 +393,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
         acc["flop"] += total.model_flop
         if k:
             acc["transient"] = max(acc["transient"], layer_unit.activation_bytes)
+        elif c.recompute == "selective":
+            # one layer's recomputed core attention lives until its backward has used it
+            acc["transient"] = max(acc["transient"], layer_unit.selective_dropped_bytes)
         if vs == n_virtual - 1:
             acc["transient"] = max(acc["transient"], loss_transient_bytes(model, job, c))
         acc["largest"] = max(acc["largest"], layer_unit.params * c.tp)

@@ -65,6 +65,9 @@ class LayerCost:
     """Extra backward time with per-op selective recompute (:mod:`cost_models.recompute`)."""
     op_kept_bytes: float = 0.0
     """Activations kept with per-op selective recompute."""
+    selective_dropped_bytes: float = 0.0
+    """Part of ``activation_bytes`` that selective recompute does not keep: what core attention keeps
+    for its backward (:attr:`cost_models.attention.AttentionBlock.core_kept_bytes`), recomputed."""
     activation_bytes: float = 0.0
     """Activations kept for backward without recompute."""
     checkpoint_bytes: float = 0.0
@@ -107,7 +110,9 @@ class LayerCost:
 
     def recomputed_bytes(self, mode: str) -> float:
         """Activations this layer keeps when recomputed under ``mode`` (full: its input; op: what the
-        policy saves); without recompute all of them."""
+        policy saves; selective: all but core attention's own); without recompute all of them."""
+        if mode == "selective":
+            return self.activation_bytes - self.selective_dropped_bytes
         return {"full": self.checkpoint_bytes, "op": self.op_kept_bytes}.get(mode, self.activation_bytes)
 
 
@@ -376,6 +381,7 @@ def _decoder(
             model, moe, tokens=T, tp=t, sequence_parallel=c.sp, ep=c.ep, act_bytes=ACT_BYTES
         ),
         activation_bytes=act,
+        selective_dropped_bytes=at.core_kept_bytes,
         checkpoint_bytes=T * h * ACT_BYTES / sp_div,
         weight_grad_bytes=wgrad_act,
         tp_comm_bytes=tp_bytes,

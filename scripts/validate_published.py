@@ -106,6 +106,9 @@ def main() -> int:
         for r in results
         if r.case.run_id in peaks
     )
+    # Every published run ran, so each one predicted not to fit is the memory model erring high (or
+    # a memory saving it does not price, such as activation offloading to the CPU).
+    not_fitting = sorted(r.case.run_id for r in counted if not r.estimate.fits)
     if args.json:
         rows = [
             {
@@ -128,6 +131,7 @@ def main() -> int:
             median_over_sources=median_over_sources(counted),
             memory_runs=len(mem_errors),
             memory_median_abs_error=mem_errors[len(mem_errors) // 2] if mem_errors else None,
+            predicted_not_to_fit=not_fitting,
         )
         print(
             json.dumps(
@@ -177,6 +181,11 @@ def main() -> int:
                 f"{100 * mem_errors[len(mem_errors) // 2]:.1f}%, largest {100 * mem_errors[-1]:.1f}% "
                 "(informational: torchtitan's logged peaks include allocator caching; see docs/calibration.md)"
             )
+        print(
+            f"ran, but predicted not to fit in memory: {len(not_fitting)} of {stats['count']} counted runs "
+            "(the memory model errs high, or the run saved memory in a way it does not price; "
+            "docs/calibration.md, 'Memory')"
+        )
         print()
         print_classes("in-sample by class", by_class(counted))
         if loso:

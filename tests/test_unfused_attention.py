@@ -72,6 +72,47 @@ def test_unfused_layer_is_slower_and_keeps_the_scores():
     assert math.isclose(unfused.dense.selective_recompute_s, fwd, rel_tol=1e-12)
 
 
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_selective_recompute_keeps_korthikanti_table2(t):
+    """Korthikanti et al. 2022 Table 2 with sequence parallelism: without recompute a layer keeps
+    sbh(34/t + 5as/(ht)) bytes, with selective recompute 34 sbh/t: the 5 bytes per score element
+    of unfused core attention are recomputed, not kept (planner once kept them, and priced the
+    paper's own selective runs at 90-119 GiB on 80 GB A100s)."""
+    m = load_model("gpt3-175b")
+    s, b, h, a = SEQ, 1, 12288, 96
+    cluster = load_cluster("dgx-a100", 1)
+    job = make_job(global_batch_size=8, seq_length=s, precision="fp16", attention_impl="unfused")
+    c = ParallelConfig(tp=t, sequence_parallel=True, recompute="selective")
+    dense = layer_table(m, job, c, cluster.groups[0]).dense
+    assert dense.activation_bytes == pytest.approx(s * b * h * (34 + 5 * a * s / h) / t, rel=1e-9)
+    assert dense.recomputed_bytes("selective") == pytest.approx(34 * s * b * h / t, rel=1e-9)
+    assert dense.recomputed_bytes("none") == dense.activation_bytes
+
+
+def test_selective_recompute_frees_the_scores_in_every_stage():
+    """The estimate keeps no layer's score matrix under selective recompute, only one layer's
+    recomputed one at a time (a transient), for chains and for the search's stage model alike."""
+    from cost_models.estimate import estimate
+    from planner.search.stage_model import layer_of, stage_model
+
+    m, cluster = load_model("gpt3-175b"), load_cluster("dgx-a100", 8)
+    job = make_job(global_batch_size=64, seq_length=SEQ, precision="fp16", attention_impl="unfused")
+    base = dict(tp=8, pp=8, micro_batch_size=1, sequence_parallel=True, optimizer_sharding="none")
+    none = estimate(m, cluster, job, resolve(m, cluster, job, ParallelConfig(**base))).stages[0].memory
+    c = resolve(m, cluster, job, ParallelConfig(**base, recompute="selective"))
+    sel = estimate(m, cluster, job, c).stages[0].memory
+    dense = layer_of(m, job, c, cluster.groups[0])[1]
+    dropped = dense.selective_dropped_bytes
+    layers, inflight = m.num_layers / c.pp, sel.peak_inflight_microbatches
+    assert dropped > 0 and inflight >= 1
+    assert none.activations_bytes - sel.activations_bytes == pytest.approx(
+        inflight * layers * dropped, rel=1e-6
+    )
+    assert sel.transient_bytes >= dropped
+    sm = stage_model(m, job, c, cluster.groups[0], 0, inflight)
+    assert sm.act_per_layer_bytes == pytest.approx(dense.activation_bytes - dropped, rel=1e-12)
+
+
 def test_tensor_parallelism_splits_the_heads():
     """A quarter of the heads per GPU at tp 4: a quarter of the bytes, slightly more than a quarter
     of the time (fewer products share the waves of each batched GEMM)."""

@@ -123,7 +123,11 @@ def _stage_model(
         recompute_s=recompute_s,
         extra_s=extra_s,
         static_per_layer_bytes=state(layer),
-        act_per_layer_bytes=layer.activation_bytes,
+        # Selective recompute keeps every layer's activations but core attention's own
+        # (LayerCost.recomputed_bytes), as cost_models.estimate prices it.
+        act_per_layer_bytes=layer.recomputed_bytes("selective")
+        if c.recompute == "selective"
+        else layer.activation_bytes,
         ckpt_per_layer_bytes=layer.recomputed_bytes(c.recompute),
         transient_bytes=layer.activation_bytes,
         extra_static_bytes=extra_static,
