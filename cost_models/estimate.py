@@ -359,7 +359,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
             # Every layer recomputes its core attention (Megatron --recompute-granularity selective):
             # none keeps what core attention keeps for its backward (Korthikanti et al. 2022 Table 2).
             recompute = cost.selective_recompute_s
-            act = cost.activation_bytes - cost.selective_dropped_bytes
+            act = cost.recomputed_bytes("selective")
         wbytes = cost.weight_grad_bytes * (n - k) / n if n else 0.0
         extra = ZERO
         if vs == 0:

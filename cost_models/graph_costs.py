@@ -278,7 +278,7 @@ def unit_costs(g: GraphModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGro
                 # Korthikanti et al. 2022 eq. (8): the attention products again, 4 s q FLOPs per token;
                 # what core attention keeps for its backward is not kept (Table 2), one layer's at a time
                 recompute = layer.selective_recompute_s
-                a = cost.activation_bytes - cost.selective_dropped_bytes
+                a = cost.recomputed_bytes("selective")
                 transient = cost.selective_dropped_bytes
                 T = c.micro_batch_size * block.tokens(job.seq_length)
                 redo = 4 * T * block.tokens(job.seq_length) * m.query_projection_size / c.tp
