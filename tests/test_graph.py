@@ -729,3 +729,17 @@ def test_export_sequential_flag_only_for_graph_plans(run_cli, tmp_path):
     assert res.exit_code == 0, res.stderr
     res = run_cli("export", "megatron", str(out), "--sequential", "-o", str(tmp_path / "launch"))
     assert res.exit_code == 2 and "graph plans only" in res.stderr
+
+
+def test_selective_recompute_frees_core_attention_in_graph_units():
+    """Graph pipelines price selective recompute's memory as chains do: every unit keeps its
+    activations but what core attention keeps for its backward, and holds one unit's rebuilt core
+    attention as a transient (cost_models.layers.LayerCost.recomputed_bytes)."""
+    g = towers_model(2, tower_layers=3, fusion_layers=2)
+    node = load_cluster("dgx-h100", 1).groups[0]
+    job = make_job(global_batch_size=8, seq_length=1024, attention_impl="unfused")
+    none = unit_costs(g, job, ParallelConfig(recompute="none", optimizer_sharding="none"), node)
+    sel = unit_costs(g, job, ParallelConfig(recompute="selective", optimizer_sharding="none"), node)
+    freed = none.act_bytes - sel.act_bytes
+    assert (freed > 0).all()
+    assert (sel.transient_bytes >= freed * (1 - 1e-12)).all()
