@@ -17,7 +17,7 @@ from cost_models.compute import (
     memory_bound_s,
 )
 from cost_models.parallel import ParallelConfig, group
-from cost_models.tensors import ACT_BYTES, tokens_per_gpu, tp_collectives_s
+from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tokens_per_gpu, tp_collectives_s
 from planner.specs import GPUSpec, JobSpec, ModelSpec, NodeGroup, compute_capability_major
 
 
@@ -203,10 +203,15 @@ def attention_block(
     # Memory-bound work (bytes): rotary on Q and K (read+write).
     rope_elements = T * (q / t + kv_local) if model.position_embedding_type == "rope" else 0.0
     elem = 2 * T * (q / t + kv_local) * ACT_BYTES if model.position_embedding_type == "rope" else 0.0
-    act = T * h * ACT_BYTES / sp_div  # QKV input
+    g_in = gemm_input_bytes(job)
+    act = T * h * g_in / sp_div  # QKV input (the norm's output, FP8 under FP8 recipes)
     act += T * qkv_n * ACT_BYTES + T * q / t * ACT_BYTES  # Q, K, V and attention output
+    if g_in != ACT_BYTES:
+        # The output projection keeps its own FP8 copy of its input (the attention output, which
+        # core attention keeps in 16 bits for its backward); in 16 bits the two are one tensor.
+        act += T * q / t * g_in
     act += kept  # what core attention keeps for its backward
-    wgrad = (T * h + T * q / t) * ACT_BYTES  # inputs of QKV and output projections
+    wgrad = (T * h + T * q / t) * g_in  # inputs of QKV and output projections
     params_sharded = (h * (q + 2 * kv) + q * h) / t
     if model.add_bias_linear or model.add_qkv_bias:
         params_sharded += (q + 2 * kv) / t

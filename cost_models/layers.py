@@ -33,7 +33,7 @@ from cost_models import recompute as op_sac
 from cost_models.attention import attention_block
 from cost_models.compute import linear_s, memory_bound_s
 from cost_models.parallel import ParallelConfig, group
-from cost_models.tensors import ACT_BYTES, tokens_per_gpu, tp_collectives_s
+from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tokens_per_gpu, tp_collectives_s
 from planner.specs import JobSpec, ModelSpec, NodeGroup, compute_capability_major
 
 
@@ -272,8 +272,11 @@ def _decoder(
         gemm += linear_s(T, h, f / t, gpu, prec, recipe=job.fp8_recipe)
         model_flop += 3 * 2 * T * h * f * (n_in + 1) / t
         elem += (n_in + 1) * T * f / t * ACT_BYTES
-        act += T * h * ACT_BYTES / sp_div + (n_in * T * f + T * f) / t * ACT_BYTES  # fc1 in, fc1 out, act out
-        wgrad_act += (T * h + T * f / t) * ACT_BYTES
+        # fc1 in and act out (fc2 in) as the GEMMs keep them (FP8 under FP8 recipes); fc1 out, the
+        # activation function's input, in 16 bits
+        g_in = gemm_input_bytes(job)
+        act += T * h * g_in / sp_div + n_in * T * f / t * ACT_BYTES + T * f / t * g_in
+        wgrad_act += (T * h + T * f / t) * g_in
         params_sharded += (n_in + 1) * h * f / t + ((n_in * f) / t + h if model.add_bias_linear else 0)
     else:
         block = moe_terms.routed_block(model, job, c, node, T, sp_div, ACT_BYTES)

@@ -39,6 +39,7 @@ from cost_models.compute import (
     linear_s,
 )
 from cost_models.parallel import ParallelConfig, group
+from cost_models.tensors import gemm_input_bytes
 from planner.specs import GPUSpec, JobSpec, ModelSpec, NodeGroup
 
 GROUPED_GEMM_TILE_ROWS = 128
@@ -336,9 +337,12 @@ def routed_block(
     elem += (n_in + 1) * P * fe / etp * act_bytes  # the experts' activation
     sort_chunks = ep > 1 and local_experts > 1
     elem += dispatch_traffic(P, k, job.moe_dispatcher, sort_chunks) * h * act_bytes
-    act = P * h * act_bytes + P * (n_in + 1) * fe / etp * act_bytes
+    # The grouped GEMMs keep their inputs as the dense ones do (FP8 under FP8 recipes,
+    # cost_models.tensors.gemm_input_bytes); fc1's output, the activation's input, in 16 bits.
+    g_in = gemm_input_bytes(job)
+    act = P * h * g_in + P * n_in * fe / etp * act_bytes + P * fe / etp * g_in
     act += T * E * 4 / sp_div  # router logits/probabilities (fp32)
-    wgrad = (P * h + P * fe / etp) * act_bytes
+    wgrad = (P * h + P * fe / etp) * g_in
     ffn_elements = P * fe / etp
     params_sharded = 0.0
     if model.moe_shared_expert_intermediate_size:
@@ -347,7 +351,7 @@ def routed_block(
         gemm += linear_s(T, n_in * fs / t, h, gpu, prec, recipe=recipe)
         gemm += linear_s(T, h, fs / t, gpu, prec, recipe=recipe)
         model_flop += 3 * 2 * T * h * fs * (n_in + 1) / t
-        act += (n_in + 1) * T * fs / t * act_bytes
+        act += n_in * T * fs / t * act_bytes + T * fs / t * g_in
         params_sharded = (n_in + 1) * h * fs / t
     ep_s = ep_bytes = 0.0
     if ep > 1:

@@ -13,6 +13,15 @@ ACT_BYTES = 2
 """Bytes per activation element (16-bit activations, also under FP8 recipes)."""
 
 
+def gemm_input_bytes(job: JobSpec) -> int:
+    """Bytes per element of the input a linear layer keeps for its weight gradient: under FP8
+    recipes Transformer Engine keeps the quantized input (one byte; ``_Linear.forward``,
+    ``transformer_engine/pytorch/module/linear.py``: "Cached input tensor", ``saved_inputmat =
+    inputmat`` after the FP8 cast, only the column-wise data the wgrad GEMM reads), else the
+    16-bit input itself. Core attention's tensors and the activation function's input stay 16-bit."""
+    return 1 if job.precision == "fp8" else ACT_BYTES
+
+
 def tokens_per_gpu(job: JobSpec, c: ParallelConfig) -> float:
     """Tokens of one micro-batch held by one GPU (sequence split by cp)."""
     return c.micro_batch_size * job.seq_length / c.cp

@@ -218,3 +218,28 @@ def test_calibration_runs_carry_their_sources_recipe():
     assert {recipes[i] for i in recipes if i.startswith("torchtitan_")} == {"tensorwise"}
     # Megatron-Bridge 26.x H100 "FP8" rows run the recipes' FP8_CS configs
     assert recipes["mbridge2606_h100_fp8_qwen3_30b_16gpu"] == "tensorwise"
+
+
+@pytest.mark.parametrize("tp, sp", [(1, False), (4, True), (4, False)])
+def test_fp8_linear_layers_keep_their_inputs_in_one_byte(tp, sp):
+    """Under FP8 Transformer Engine keeps each linear layer's quantized input for the weight
+    gradient (cost_models.tensors.gemm_input_bytes): a dense layer keeps the QKV, fc1 and fc2 inputs
+    in one byte instead of two, and the output projection an FP8 copy of the attention output that
+    core attention keeps in 16 bits. Everything else it keeps is unchanged."""
+    from cost_models.layers import layer_table
+
+    model, spec = load_model("llama3-8b"), load_cluster("dgx-h100", 1)
+    c = resolve(
+        model,
+        spec,
+        make_job(global_batch_size=8, seq_length=4096),
+        ParallelConfig(tp=tp, sequence_parallel=sp),
+    )
+    node = spec.groups[0]
+    bf16 = layer_table(model, make_job(global_batch_size=8, seq_length=4096), c, node).dense
+    fp8 = layer_table(model, make_job(global_batch_size=8, seq_length=4096, precision="fp8"), c, node).dense
+    T, h, f, q = 4096, model.hidden_size, model.ffn_hidden_size, model.query_projection_size
+    sp_div = tp if sp else 1
+    saved = 2 * T * h / sp_div + T * f / tp  # QKV and fc1 inputs (norm outputs), fc2 input: 2 -> 1 byte
+    copy = T * q / tp  # the output projection's FP8 input beside core attention's 16-bit output
+    assert bf16.activation_bytes - fp8.activation_bytes == pytest.approx(saved - copy, rel=1e-12)
