@@ -155,6 +155,13 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
             if tp_overlap:
                 notes.append("tensor-parallel communication overlapped (source or recipe)")
             overlap_reduce = overlapped_reduction(run)
+            # Gradients reduced in bf16 where the recipe says so (`parallel.grad_reduce_in_fp32: false`,
+            # cited under `source.recipe.grad_reduce`: Megatron-LM's --grad-reduce-in-bf16, NeMo's and
+            # Megatron-Bridge's grad_reduce_in_fp32=False); else the precision's default
+            # (planner.jobs.default_grad_dtype: fp32 gradients for bf16 and fp8 training).
+            grad_dtype = "bf16" if par.get("grad_reduce_in_fp32") is False else None
+            if grad_dtype:
+                notes.append("gradients reduced in bf16 (recipe)")
             unfused = unfused_accumulation(run, precision, notes)
             if not overlap_reduce:
                 notes.append("gradient reduction after the last backward (not overlapped)")
@@ -166,6 +173,7 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 tp_comm_overlap=tp_overlap,
                 overlap_grad_reduce=overlap_reduce,
                 overlap_param_gather=overlap_reduce,
+                grad_dtype=grad_dtype,
                 gradient_accumulation_fusion=not unfused,
                 eager_ops=eager_ops_of(run, notes),
                 attention_impl=attention_impl_of(run, notes),

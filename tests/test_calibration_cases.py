@@ -274,3 +274,26 @@ def test_recipes_with_a_pipeline_layout_split_the_layers_as_the_layout_says():
     assert b300.config.stage_layers(b300.model) == (8,) * 7 + (5,)
     kimi = by["mbridge2606_gb300_mxfp8_kimi_k2_256gpu"]  # 'Et*4|(t*4|)*14tL', pp 4 x vpp 4
     assert kimi.config.stage_layers(kimi.model) == (4,) * 15 + (1,)
+
+
+def test_gradients_reduced_in_bf16_only_where_the_recipe_says_so():
+    """Records whose recipe sets grad_reduce_in_fp32 = False (Megatron-Bridge's performance configs,
+    the Megatron-LM examples' FP8 scripts) carry it with a citation and are priced with bf16
+    gradients; every other run keeps its precision's default."""
+    import yaml
+
+    from planner.calibration import DEFAULT_RUNS
+    from planner.jobs import default_grad_dtype
+
+    runs = yaml.safe_load(DEFAULT_RUNS.read_text())["runs"]
+    by = _by_id()
+    flagged = [r for r in runs if r["parallel"].get("grad_reduce_in_fp32") is False]
+    assert len(flagged) >= 45
+    assert all(r["source"]["recipe"].get("grad_reduce") for r in flagged)
+    assert all(r["id"].startswith(("mbridge", "megatronlm_examples")) for r in flagged)
+    ids = {r["id"] for r in flagged}
+    for rid, case in by.items():
+        if case.job is None:
+            continue
+        expected = "bf16" if rid in ids else default_grad_dtype(case.job.precision)
+        assert case.job.grad_dtype == expected, rid
