@@ -99,6 +99,9 @@ class StageEstimate:
     """Per iteration: the part of ``dp_exposed_s`` paid before the next first forward."""
     end_s: float = 0.0
     """When this rank's last backward ends (pipeline phase, from the timeline)."""
+    offload_exposed_s: float = 0.0
+    """Per micro-batch: activation copies to and from host memory that the neighbouring layers'
+    compute did not hide (``ParallelConfig.offload_layers``; :func:`offload_terms`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +151,9 @@ class Estimate:
             ("tensor/context/expert-parallel communication", busy.tp_cp_ep_comm_s * m),
             ("exposed FSDP / ZeRO-2 communication", busy.fsdp_exposed_s * m),
         )
+        if self.config.offload_layers:
+            # Only plans that offload activations carry the term (others' breakdowns read as before).
+            parts += (("exposed activation offload", busy.offload_exposed_s * m),)
         waiting = crit.end_s + crit.reduce_exposed_s - busy.reduce_exposed_s - sum(v for _, v in parts)
         return parts + (
             ("pipeline bubble", waiting),
@@ -214,6 +220,50 @@ def _virtual_stage_cost(model: ModelSpec, table: LayerTable, first_layer: int, n
     if not model.is_moe and not model.window_size:
         return table.dense.scaled(n_layers)
     return table.layers(model, first_layer, n_layers)
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadTerms:
+    """What activation offloading changes in one virtual stage, per micro-batch."""
+
+    layers: int
+    """Offloaded layers of the stage."""
+    resident_bytes_saved: float
+    """Activation bytes that leave the GPU after the forward of their layer."""
+    transit_bytes: float
+    """One offloaded layer's activations, held while they are copied (out in the forward, back in
+    the backward)."""
+    forward_exposed_s: float
+    backward_exposed_s: float
+
+
+def offload_terms(
+    model: ModelSpec, table: LayerTable, c: ParallelConfig, first_layer: int, n_layers: int, node: NodeGroup
+) -> OffloadTerms | None:
+    """Activation offloading of the stage holding layers ``[first_layer, first_layer + n_layers)``.
+
+    Megatron-LM's ``--cpu-offloading-num-layers N`` wraps the first N decoder layers in Transformer
+    Engine's CPU offload context (``get_cpu_offload_context``, activations only): a layer's saved
+    activations are copied to host memory on a side stream while the next layer computes its
+    forward, and copied back one layer ahead of the backward. So each offloaded layer leaves the GPU
+    except while in transit (one layer's worth), and a copy costs time only where it outlasts the
+    neighbouring layer's pass: ``max(0, bytes / host_link - pass)`` per layer and direction, at the
+    GPU's per-direction host link (:attr:`planner.specs.GPUSpec.host_link_bytes_per_s`)."""
+    k = min(max(c.offload_layers - first_layer, 0), n_layers)
+    if k == 0:
+        return None
+    off = _virtual_stage_cost(model, table, first_layer, k)
+    per_layer = off.activation_bytes / k
+    copy_s = per_layer / node.gpu.host_link_bytes_per_s
+    fwd = (off.forward_s + off.forward_comm_s) / k
+    bwd = (off.backward_input_s + off.backward_weight_s + off.backward_comm_s) / k
+    return OffloadTerms(
+        layers=k,
+        resident_bytes_saved=off.activation_bytes,
+        transit_bytes=per_layer,
+        forward_exposed_s=k * max(0.0, copy_s - fwd),
+        backward_exposed_s=k * max(0.0, copy_s - bwd),
+    )
 
 
 def _recomputed_layers(c: ParallelConfig, n_layers: int) -> int:
@@ -335,6 +385,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
             transient=0.0,
             fsdp=0.0,
             fsdp_comm=0.0,
+            offload=0.0,
             largest=0.0,
             fwd=0.0,
             bwd=0.0,
@@ -375,6 +426,15 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
         if unfused:
             b_w += memory_bound_s(total.params * unfused_accumulation_bytes(job), node.gpu)
         durations[vs] = (fwd, b_in, b_w) if split_w else (fwd, b_in + b_w, 0.0)
+        offload = offload_terms(model, table, c, first_layer[vs], n, node) if c.offload_layers else None
+        if offload is not None:
+            # The copies' exposed parts lengthen the passes (the timeline's durations), and are
+            # itemised apart from compute, as FSDP's exposed collectives are.
+            act -= offload.resident_bytes_saved
+            durations[vs, 0] += offload.forward_exposed_s
+            durations[vs, 1] += offload.backward_exposed_s
+            per_rank[r]["offload"] += offload.forward_exposed_s + offload.backward_exposed_s
+            per_rank[r]["transient"] = max(per_rank[r]["transient"], offload.transit_bytes)
         act_units[vs] = act
         wfrac[vs] = min(1.0, wbytes / act) if act else 0.0
         p2p[vs] = (
@@ -503,6 +563,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
                 memory=memory,
                 model_flop_per_microbatch=acc["flop"],
                 fsdp_exposed_s=acc["fsdp"],
+                offload_exposed_s=acc["offload"],
                 reduce_exposed_s=reduce_exposed,
                 gather_exposed_s=g_exposed,
                 end_s=end_r,

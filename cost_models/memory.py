@@ -98,7 +98,8 @@ class MemoryBreakdown:
     activations_bytes: float
     """Activations of the in-flight micro-batches at the peak (from the timeline)."""
     transient_bytes: float
-    """Working set of one layer being recomputed (full recompute)."""
+    """Short-lived buffers at the peak: one recomputed layer's working set (full recompute), the
+    loss's logits, or one offloaded layer's activations in transit (the largest)."""
     reserve_bytes: float
     """CUDA context, NCCL buffers, workspaces and fragmentation."""
     gpu_reserve_bytes: float

@@ -66,6 +66,12 @@ class ParallelConfig:
     over this many consecutive data-parallel ranks and replicated across ``dp * cp / fsdp_shard``
     groups (torchtitan ``data_parallel_shard_degree`` / ``data_parallel_replicate_degree``); 0 = all
     of ``dp * cp`` (plain FSDP)."""
+    offload_layers: int = 0
+    """Decoder layers whose activations go to host memory after their forward and come back for
+    their backward (Megatron-LM ``--cpu-offloading-num-layers``: Transformer Engine's CPU offload
+    context, activations only, the first layers of the model); 0 = none. Megatron-Core runs it
+    without pipeline parallelism and without recompute (TransformerConfig.__post_init__), and
+    planner prices it under the same conditions (:func:`violations`)."""
 
     @property
     def shard_degree(self) -> int:
@@ -270,6 +276,27 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
         )
     if c.recompute != "full" and c.recompute_num_layers:
         out.append("recompute_num_layers needs full recompute")
+    if c.offload_layers < 0:
+        out.append(f"offload_layers must be >= 0, got {c.offload_layers}")
+    elif c.offload_layers:
+        # Megatron-Core TransformerConfig.__post_init__: cpu_offloading_num_layers in [0, num_layers),
+        # no pipeline parallelism, no activation recomputation.
+        if c.offload_layers >= model.num_layers:
+            out.append(
+                f"offload_layers ({c.offload_layers}) must be fewer than num_layers ({model.num_layers})"
+            )
+        if c.pp > 1:
+            out.append(
+                "activation offloading (offload_layers) runs without pipeline parallelism (pp must be 1)"
+            )
+        if c.recompute != "none":
+            out.append("activation offloading (offload_layers) runs without activation recompute")
+        unknown = sorted({g.gpu.name for g in cluster.groups if not g.gpu.host_link_bytes_per_s})
+        if unknown:
+            out.append(
+                f"activation offloading needs the GPU's host link bandwidth: {', '.join(unknown)} "
+                "has no host_link_gb_per_s in its GPU file"
+            )
     if c.fsdp_shard and (c.optimizer_sharding != "full" or (c.dp * c.cp) % c.fsdp_shard):
         out.append(f"fsdp_shard ({c.fsdp_shard}) needs full sharding and must divide dp*cp ({c.dp * c.cp})")
     if c.optimizer_sharding == "full" and c.pp > 1:

@@ -277,6 +277,7 @@ def gpu_dict(gpu) -> dict:
         "gemm_tile": list(gpu.gemm_tile) if gpu.gemm_tile else None,
         "gemm_stream_bytes_per_s": gpu.gemm_stream_bandwidth(),
         "gemm_stream_measured": bool(gpu.gemm_stream_bytes_per_s),
+        "host_link_bytes_per_s": gpu.host_link_bytes_per_s,
         "efficiency": {
             "gemm_efficiency_max": e.gemm_efficiency_max,
             "gemm_half_efficiency_flop": e.gemm_half_efficiency_flop,
@@ -373,6 +374,7 @@ def config_dict(c: ParallelConfig, model: ModelSpec | GraphModelSpec, job: JobSp
         "schedule": c.schedule,
         "layers_per_stage": list(c.stage_layers(model)) if isinstance(model, ModelSpec) else [],
         **({"fsdp_shard": c.fsdp_shard} if c.fsdp_shard else {}),
+        **({"offload_layers": c.offload_layers} if c.offload_layers else {}),
     }
 
 
@@ -381,6 +383,7 @@ TIME_KEYS = {
     "recompute": "recompute_s",
     "tensor/context/expert-parallel communication": "tp_cp_ep_comm_s",
     "exposed FSDP / ZeRO-2 communication": "fsdp_exposed_s",
+    "exposed activation offload": "offload_exposed_s",
     "pipeline bubble": "bubble_s",
     "exposed data-parallel communication": "dp_exposed_s",
     "optimizer step": "optimizer_s",

@@ -256,6 +256,8 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 sequence_parallel=bool(sp),
                 optimizer_sharding=sharding,
                 schedule="interleaved" if vpp > 1 else "1f1b",
+                # The recipe's activation CPU offloading (Megatron --cpu-offloading-num-layers).
+                offload_layers=int(par.get("cpu_offloading_num_layers") or 0),
             )
             n_virtual = pp * vpp
             slots = embedding_slots(run)

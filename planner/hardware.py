@@ -71,6 +71,7 @@ def _gpu_from_mapping(data: dict, where: str) -> GPUSpec:
         sm_count=r.get("sm_count", int, 0),
         gemm_tile=_gemm_tile(r, where),
         gemm_stream_bytes_per_s=r.get("gemm_stream_gb_per_s", float, 0.0, positive=True) * GB,
+        host_link_bytes_per_s=r.get("host_link_gb_per_s", float, 0.0, positive=True) * GB,
         attention_kernel_speed=speeds[0],
         local_attention_kernel_speed=speeds[1],
     )

@@ -143,6 +143,8 @@ def config_to_mapping(c: ParallelConfig) -> dict:
         "layers_per_stage": list(c.layers_per_stage),
         # HSDP shard degree, written only when set, so plans without it read as before.
         **({"fsdp_shard": c.fsdp_shard} if c.fsdp_shard else {}),
+        # Layers whose activations are offloaded to host memory, likewise written only when set.
+        **({"offload_layers": c.offload_layers} if c.offload_layers else {}),
     }
 
 
@@ -164,6 +166,7 @@ def config_from_mapping(data: dict, where: str) -> ParallelConfig:
         schedule=r.get("schedule", str, "1f1b", choices=SCHEDULES),
         layers_per_stage=tuple(r.get("layers_per_stage", list, [])),
         fsdp_shard=r.get("fsdp_shard", int, 0),
+        offload_layers=r.get("offload_layers", int, 0),
     )
     for i, x in enumerate(c.layers_per_stage):
         check_number(

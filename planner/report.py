@@ -24,6 +24,7 @@ TIME_PARTS = (
     ("recompute_s", "recompute", "#76b7b2"),
     ("tp_cp_ep_comm_s", "tensor/context/expert-parallel communication", "#edc948"),
     ("fsdp_exposed_s", "exposed FSDP / ZeRO-2 communication", "#ff9da7"),
+    ("offload_exposed_s", "exposed activation offload", "#d4a6c8"),
     ("bubble_s", "pipeline bubble and point-to-point waits", "#bab0ac"),
     ("dp_exposed_s", "exposed data-parallel communication", "#e15759"),
     ("optimizer_s", "optimizer step", "#b07aa1"),
@@ -36,7 +37,7 @@ MEMORY_PARTS = (
     ("gradients_bytes", "gradients", "#f28e2b"),
     ("optimizer_bytes", "optimizer states", "#59a14f"),
     ("activations_bytes", "activations", "#e15759"),
-    ("transient_bytes", "recompute transient", "#ff9da7"),
+    ("transient_bytes", "transient (recompute, loss, offload copy)", "#ff9da7"),
     ("reserve_bytes", "framework reserve", "#bab0ac"),
 )
 """Keys of a stage's memory row that add up to its ``peak_bytes``."""

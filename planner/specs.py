@@ -404,6 +404,11 @@ class GPUSpec:
     Ultra's doubled exponential (SFU) throughput makes cuDNN's causal attention 1.18x (forward) and
     1.10x (backward) faster on a GB300 than on a GB200 of equal BF16 peak
     (hardware_profiles/gpus/gb300.yaml cites the measurement). 1 elsewhere."""
+    host_link_bytes_per_s: float = 0.0
+    """Bytes per second one GPU moves to host memory, or back, in each direction at once: the PCIe
+    link to the host CPU, or NVLink-C2C on a Grace superchip (``host_link_gb_per_s`` in a GPU
+    file; each shipped file cites its datasheet). Prices activation offloading
+    (``ParallelConfig.offload_layers``); 0 when unknown (no offloading planned on this GPU)."""
     local_attention_kernel_speed: tuple[float, float] = (1.0, 1.0)
     """The same for sliding-window (local) attention kernels, which are bound by memory and latency
     more than by the exponentials (GB300 over GB200: 1.04 / 1.06 at a 128-token window)."""

@@ -106,6 +106,7 @@ LIMITS: dict[str, tuple[float, str]] = {
     },
     "vpp": (10_000, "at most num_layers"),
     "recompute_num_layers": (10_000, "at most num_layers"),
+    "offload_layers": (10_000, "fewer than num_layers"),
     # Graph-model generic blocks.
     "forward_flop_per_sample": (1e21, "a whole GPT-3 forward pass is about 1e15 FLOP per sample"),
     "params": (1e15, "the largest models have about 1e12-1e13 parameters"),

@@ -56,6 +56,10 @@ class Case:
     """``JobSpec.fp8_recipe`` (None: the default, tensorwise)."""
     cluster: str = "dgx-h100"
     """Node template the case is planned on."""
+    offload_layers: int = 0
+    """Activation offloading set on the top plan (``ParallelConfig.offload_layers``; the search does
+    not propose it, so the case restricts the search to what Megatron-Core offloads with: pp 1, no
+    recompute)."""
 
 
 CASES = (
@@ -103,6 +107,15 @@ CASES = (
     ),
     Case("fp8-delayed", "llama3-8b", 2, 64, 4096, precision="fp8", fp8_recipe="delayed"),
     Case("fp8-mxfp8-b200", "llama3-8b", 2, 64, 4096, precision="fp8", fp8_recipe="mxfp8", cluster="dgx-b200"),
+    Case(
+        "activation-offload",
+        "llama3-8b",
+        2,
+        64,
+        4096,
+        restrict={"pp": (1,), "recompute": ("none",)},
+        offload_layers=8,
+    ),
 )
 
 
@@ -133,7 +146,8 @@ def plan_for(case: Case, framework: str) -> tuple[PlanInputs | None, str]:
     if not result.plans:
         return None, "no feasible plan"
     best = result.plans[0]
-    return PlanInputs(model, best.cluster, job, best.estimate.config, best.stage_groups, framework), ""
+    config = best.estimate.config.with_(offload_layers=case.offload_layers)
+    return PlanInputs(model, best.cluster, job, config, best.stage_groups, framework), ""
 
 
 def megatron_launch(inputs: PlanInputs) -> tuple[list[str], dict]:
@@ -162,6 +176,7 @@ def validate(case: Case, framework: str, validators, workdir: Path) -> dict:
         f"{c.schedule} {c.optimizer_sharding} rc:{c.recompute}"
         + (f"/{c.recompute_num_layers}" if c.recompute_num_layers else "")
         + (" uneven" if len(set(c.layers_per_stage)) > 1 else "")
+        + (f" offload:{c.offload_layers}" if c.offload_layers else "")
     )
     try:
         if framework == "megatron":

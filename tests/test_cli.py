@@ -194,6 +194,7 @@ def test_cli_option_set_is_pinned(run_cli):
             "--cp",
             "--ep",
             "--fsdp-shard",
+            "--offload-layers",
             "--vpp",
             "--micro-batch-size",
             "--recompute",

@@ -45,6 +45,7 @@ from planner.cli.options import (
     MoeDispatcherOpt,
     MoeOverlapOpt,
     NodesOpt,
+    OffloadLayersOpt,
     PlanArgOptional,
     PlanOpt,
     PpOpt,
@@ -122,6 +123,7 @@ def _estimate(opts: dict):
         opts.get("decoder_first_pipeline_num_layers"),
         opts.get("decoder_last_pipeline_num_layers"),
         opts.get("fsdp_shard"),
+        opts.get("offload_layers"),
     )
     flags = (
         tp,
@@ -191,6 +193,12 @@ def _estimate(opts: dict):
         if split[3] < 1:
             raise UsageError(f"--fsdp-shard must be >= 1, got {split[3]}")
         config = config.with_(fsdp_shard=split[3])
+    if split[4] is not None:
+        if split[4] < 0:
+            raise UsageError(f"--offload-layers must be >= 0, got {split[4]}")
+        if isinstance(problem.model, GraphModelSpec):
+            raise UsageError("--offload-layers applies to chain models (Megatron's decoder layers)")
+        config = config.with_(offload_layers=split[4])
     return problem, api.estimate_config(problem, config)
 
 
@@ -253,6 +261,7 @@ def estimate(
     decoder_first_pipeline_num_layers: FirstStageOpt = None,
     decoder_last_pipeline_num_layers: LastStageOpt = None,
     fsdp_shard: FsdpShardOpt = None,
+    offload_layers: OffloadLayersOpt = None,
     precision: PrecisionOpt = "bf16",
     plan: PlanOpt = None,
     profile: ProfileOpt = None,
@@ -307,6 +316,7 @@ def timeline(
     decoder_first_pipeline_num_layers: FirstStageOpt = None,
     decoder_last_pipeline_num_layers: LastStageOpt = None,
     fsdp_shard: FsdpShardOpt = None,
+    offload_layers: OffloadLayersOpt = None,
     precision: PrecisionOpt = "bf16",
     plan: PlanOpt = None,
     profile: ProfileOpt = None,
@@ -411,6 +421,7 @@ def bubbles(
     decoder_first_pipeline_num_layers: FirstStageOpt = None,
     decoder_last_pipeline_num_layers: LastStageOpt = None,
     fsdp_shard: FsdpShardOpt = None,
+    offload_layers: OffloadLayersOpt = None,
     precision: PrecisionOpt = "bf16",
     plan: PlanOpt = None,
     profile: ProfileOpt = None,

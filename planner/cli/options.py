@@ -309,6 +309,14 @@ FsdpShardOpt = Annotated[
         rich_help_panel=PANEL_LAYOUT,
     ),
 ]
+OffloadLayersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--offload-layers",
+        help="Offload the activations of the first N layers to host memory (Megatron --cpu-offloading-num-layers; pp 1, no recompute).",
+        rich_help_panel=PANEL_LAYOUT,
+    ),
+]
 LastStageOpt = Annotated[
     int | None,
     typer.Option(

@@ -184,6 +184,12 @@ def estimate_tables(d: dict) -> list[Table]:
             f"{cfg['schedule']} / {cfg['recompute']} / {cfg['optimizer_sharding']}",
         ),
         *_moe_runtime_rows(d),
+        # Shown only when the plan offloads activations to host memory.
+        *(
+            [("activations offloaded to host", f"first {cfg['offload_layers']} layers")]
+            if cfg.get("offload_layers")
+            else []
+        ),
         # Shown only when some elementwise ops run eager (fused is the default and goes unsaid).
         *([("eager elementwise ops", ", ".join(eager))] if eager else []),
         *_grad_rows(d),
@@ -388,6 +394,8 @@ def _plan_cells(p: dict, alternative: bool = False) -> list[str]:
         else ",".join(map(str, layers[:6])) + ("..." if len(layers) > 6 else "")
     )
     rec = p["recompute"] + (f"({p['recompute_num_layers']})" if p["recompute_num_layers"] else "")
+    if p.get("offload_layers"):
+        rec += f", offload {p['offload_layers']}"
     cells = [
         str(p["tp"]),
         str(p["pp"]),

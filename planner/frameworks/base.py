@@ -98,6 +98,9 @@ class Capabilities:
     """Without sequence parallelism, its pipeline sends are scattered over the tensor-parallel ranks
     and all-gathered by the receivers (``JobSpec.pipeline_scatter_gather``); Megatron-Core and
     torch's pipelining send whole tensors."""
+    activation_offload: bool = False
+    """Its launch can offload the first layers' activations to host memory
+    (``ParallelConfig.offload_layers``; Megatron ``--cpu-offloading-num-layers``)."""
     every_nth_recompute: bool = False
     """Full recompute of every n-th block (n >= 2) instead of any number of layers: a stage of S
     layers recomputes ``S // n`` (torchtitan ``selective_ac_option = "<n>"``; :func:`every_nth`)."""
@@ -207,6 +210,12 @@ class Framework:
             )
         if not job.gradient_accumulation_fusion and not cap.unfused_grad_accumulation:
             out.append(f"{who} has no switch for unfused gradient accumulation")
+        if c.offload_layers and not cap.activation_offload:
+            out.append(f"{who} has no activation offloading to host memory")
+        elif c.offload_layers and job.cuda_graph_scope and "full_iteration" not in job.cuda_graph_scope:
+            # Megatron-Core TransformerConfig: "CUDA graphs not supported with CPU offloading"
+            # unless cuda_graph_impl is full_iteration.
+            out.append(f"{who} captures CUDA graphs with activation offloading only over the full iteration")
         if job.pipeline_scatter_gather and not cap.pipeline_scatter_gather:
             out.append(f"{who} sends whole hidden states between pipeline stages (no scatter/gather over tp)")
         return out
@@ -252,6 +261,7 @@ ANY = Framework(
         moe_dispatchers=MOE_DISPATCHERS,
         moe_a2a_overlap=True,
         cuda_graphs=True,
+        activation_offload=True,
         eager_ops=None,
         attention_impls=ATTENTION_IMPLS,
         unfused_grad_accumulation=True,

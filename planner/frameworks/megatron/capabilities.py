@@ -13,6 +13,8 @@
   ``--recompute-num-layers`` (partial full recompute).
 * Uneven stages: ``--decoder-first/last-pipeline-num-layers`` and
   ``--pipeline-model-parallel-layout`` (also with virtual stages).
+* Activation offloading: ``--cpu-offloading-num-layers`` (TransformerConfig: pp 1, no recompute,
+  CUDA graphs only over the full iteration).
 * Mixed GPU types: Megatron places ranks in launch order; planner exports a Slurm heterogeneous job
   whose components are the plan's node groups in pipeline order.
 """
@@ -65,6 +67,11 @@ MEGATRON = Framework(
         # --no-gradient-accumulation-fusion (arguments.py; TransformerConfig
         # gradient_accumulation_fusion), which Megatron-FSDP launches always set.
         unfused_grad_accumulation=True,
+        # --cpu-offloading-num-layers (ModelParallelConfig; arguments.py sets cpu_offloading when it
+        # is > 0): Transformer Engine's activation offload of the first N layers. TransformerConfig
+        # refuses it with pp > 1, with recompute, and with per-layer CUDA graphs; planner's
+        # cost_models.parallel.violations holds the first two for every framework.
+        activation_offload=True,
     ),
     source="megatron/training/arguments.py, megatron/core/pipeline_parallel/schedules.py (megatron-core 0.19.2)",
 )

@@ -224,6 +224,9 @@ def parallel_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
             ("--recompute-method", "block"),
             ("--recompute-num-layers", str(k)),
         ]
+    if c.offload_layers:
+        # ModelParallelConfig.cpu_offloading_num_layers; arguments.py turns cpu_offloading on.
+        args.append(("--cpu-offloading-num-layers", str(c.offload_layers)))
     if c.optimizer_sharding == "distributed":
         args.append(("--use-distributed-optimizer", None))
     elif c.optimizer_sharding in FSDP_STRATEGY:

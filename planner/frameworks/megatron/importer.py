@@ -201,6 +201,7 @@ MODELLED = {
     "--recompute-granularity",
     "--recompute-activations",
     "--recompute-num-layers",
+    "--cpu-offloading-num-layers",
     "--use-distributed-optimizer",
     "--use-megatron-fsdp",
     "--use-torch-fsdp2",
@@ -464,6 +465,7 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
         optimizer_sharding=sharding,
         schedule="interleaved" if vpp > 1 else "1f1b",
         layers_per_stage=() if len(set(layers)) <= 1 else layers,
+        offload_layers=num("--cpu-offloading-num-layers", 0) or 0,
     )
     return Imported(
         model,

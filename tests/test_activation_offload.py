@@ -1,0 +1,188 @@
+"""Activation offloading to host memory (Megatron-LM ``--cpu-offloading-num-layers``): the first N
+layers' activations leave the GPU except one layer in transit, the copies cost time only where the
+host link is slower than the neighbouring layer's pass, the conditions Megatron-Core sets are held,
+and the knob travels through plan files, the CLI and Megatron import and export."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from cost_models.estimate import estimate, offload_terms, table_for
+from cost_models.parallel import ParallelConfig, resolve, violations
+from planner.errors import ConfigError
+from planner.frameworks.megatron.export import megatron_args
+from planner.frameworks.megatron.importer import parse_megatron
+from planner.frameworks.torchtitan.capabilities import TORCHTITAN
+from planner.hardware import load_cluster
+from planner.jobs import make_job
+from planner.loading import load_model
+from planner.specs import ClusterSpec
+
+
+def _setup(offload: int, cluster: str = "gb200-nvl72", nodes: int = 16, **kw):
+    model, spec = load_model("llama3-70b"), load_cluster(cluster, nodes)
+    job = make_job(global_batch_size=64 * spec.num_gpus // 64, seq_length=8192, precision="bf16")
+    base = dict(tp=1, pp=1, micro_batch_size=1, optimizer_sharding="full", offload_layers=offload)
+    base.update(kw)
+    c = resolve(model, spec, job, ParallelConfig(**base))
+    return model, spec, job, c
+
+
+def _slow_host(spec: ClusterSpec, bytes_per_s: float) -> ClusterSpec:
+    """The cluster with its GPUs' host link set to ``bytes_per_s``."""
+    groups = tuple(
+        dataclasses.replace(g, gpu=dataclasses.replace(g.gpu, host_link_bytes_per_s=bytes_per_s))
+        for g in spec.groups
+    )
+    return dataclasses.replace(spec, groups=groups)
+
+
+def test_offloaded_layers_leave_the_gpu_but_one_in_transit():
+    model, spec, job, plain = _setup(0)
+    _, _, _, off = _setup(40)
+    a, b = estimate(model, spec, job, plain), estimate(model, spec, job, off)
+    layer = table_for(model, job, plain, spec.groups[0]).dense.activation_bytes
+    ma, mb = a.stages[0].memory, b.stages[0].memory
+    # Forty of eighty identical layers leave: the resident activations drop by forty layers' worth
+    # (and the fragmentation share of the reserve with them), and one layer is held in transit.
+    assert ma.activations_bytes - mb.activations_bytes == pytest.approx(40 * layer, rel=1e-9)
+    assert mb.reserve_bytes < ma.reserve_bytes
+    assert mb.transient_bytes == pytest.approx(max(ma.transient_bytes, layer))
+    assert mb.peak_bytes < ma.peak_bytes
+
+
+def test_a_fast_host_link_hides_the_copies_and_a_slow_one_is_paid():
+    model, spec, job, c = _setup(40)
+    # A link that moves a layer's activations faster than the layer computes hides every copy.
+    fast = estimate(model, _slow_host(spec, 1e13), job, c)
+    plain = estimate(model, spec, job, c.with_(offload_layers=0))
+    assert fast.stages[0].offload_exposed_s == 0.0
+    assert fast.step_time_s == pytest.approx(plain.step_time_s, rel=1e-12)
+    slow_spec = _slow_host(spec, 2e9)
+    slow = estimate(model, slow_spec, job, c)
+    node = slow_spec.groups[0]
+    t = offload_terms(model, table_for(model, job, c, node), c, 0, model.num_layers, node)
+    assert t.layers == 40
+    assert slow.stages[0].offload_exposed_s == pytest.approx(t.forward_exposed_s + t.backward_exposed_s)
+    assert t.forward_exposed_s > 0 and t.backward_exposed_s > 0
+    # Each layer's copy out outlasts the next layer's forward by copy - forward.
+    layer = table_for(model, job, c, node).dense
+    copy = layer.activation_bytes / 2e9
+    assert t.forward_exposed_s == pytest.approx(40 * (copy - layer.forward_s - layer.forward_comm_s))
+    assert slow.step_time_s > fast.step_time_s
+
+
+@pytest.mark.parametrize("offload", [0, 20, 40])
+def test_breakdown_sums_to_the_step_time_and_names_the_offload_only_when_set(offload):
+    model, spec, job, c = _setup(offload)
+    est = estimate(model, _slow_host(spec, 2e9), job, c)
+    parts = est.time_breakdown()
+    assert math.isclose(sum(v for _, v in parts), est.step_time_s, rel_tol=1e-9)
+    names = [n for n, _ in parts]
+    assert ("exposed activation offload" in names) == bool(offload)
+    if offload:
+        assert dict(parts)["exposed activation offload"] > 0
+
+
+@pytest.mark.parametrize(
+    "changes, reason",
+    [
+        (dict(pp=2, optimizer_sharding="distributed"), "pp must be 1"),
+        (dict(recompute="selective"), "without activation recompute"),
+        (dict(offload_layers=80), "fewer than num_layers (80)"),
+        (dict(offload_layers=-1), "must be >= 0"),
+    ],
+)
+def test_megatron_cores_conditions_are_held(changes, reason):
+    model, spec = load_model("llama3-70b"), load_cluster("gb200-nvl72", 16)
+    job = make_job(global_batch_size=64, seq_length=8192)
+    c = ParallelConfig(tp=1, pp=1, micro_batch_size=1, optimizer_sharding="full", offload_layers=40)
+    c = c.with_(**changes)
+    c = c.with_(dp=spec.num_gpus // (c.tp * c.pp * c.cp))
+    assert any(reason in v for v in violations(model, spec, job, c))
+
+
+def test_a_gpu_without_a_host_link_is_refused_with_the_file_key():
+    model, spec = load_model("llama3-70b"), load_cluster("gb200-nvl72", 16)
+    spec = _slow_host(spec, 0.0)
+    job = make_job(global_batch_size=64, seq_length=8192)
+    with pytest.raises(ConfigError, match="host_link_gb_per_s"):
+        resolve(model, spec, job, ParallelConfig(tp=1, pp=1, optimizer_sharding="full", offload_layers=4))
+
+
+def test_megatron_export_and_import_carry_the_layers():
+    from planner.plan import PlanInputs
+
+    model, spec, job, c = _setup(40)
+    inputs = PlanInputs(model=model, cluster=spec, job=job, config=c)
+    args = dict(megatron_args(inputs))
+    assert args["--cpu-offloading-num-layers"] == "40"
+    flat = " ".join(f if v is None else f"{f} {v}" for f, v in megatron_args(inputs))
+    back = parse_megatron(flat, "args.txt", spec.num_gpus)
+    assert back.config.offload_layers == 40 and "--cpu-offloading-num-layers" not in back.unknown
+    assert "--cpu-offloading-num-layers" not in dict(
+        megatron_args(dataclasses.replace(inputs, config=c.with_(offload_layers=0)))
+    )
+
+
+def test_torchtitan_has_no_offloading_and_cuda_graphs_need_the_full_iteration():
+    from planner.frameworks.megatron.capabilities import MEGATRON
+
+    model, spec, job, c = _setup(40)
+    assert any("no activation offloading" in v for v in TORCHTITAN.violations(model, spec, job, c))
+    assert MEGATRON.violations(model, spec, job, c) == []
+    graphs = dataclasses.replace(job, cuda_graph_scope=("attn",))
+    assert any("full iteration" in v for v in MEGATRON.violations(model, spec, graphs, c))
+    whole = dataclasses.replace(job, cuda_graph_scope=("full_iteration",))
+    assert MEGATRON.violations(model, spec, whole, c) == []
+
+
+def test_cli_estimate_and_plan_file_carry_the_knob(run_cli):
+    args = (
+        "estimate", "-m", "llama3-70b", "-c", "gb200-nvl72", "-n", "16", "-b", "64", "-s", "8192",
+        "--optimizer-sharding", "full", "--framework", "megatron", "--json",
+    )  # fmt: skip
+    plain = json.loads(run_cli(*args).stdout)
+    res = run_cli(*args, "--offload-layers", "40")
+    assert res.exit_code == 0, res.stderr
+    off = json.loads(res.stdout)
+    assert off["config"]["offload_layers"] == 40 and "offload_layers" not in plain["config"]
+    assert "offload_exposed_s" in off["time"] and "offload_exposed_s" not in plain["time"]
+    assert off["peak_memory_bytes"] < plain["peak_memory_bytes"]
+    bad = run_cli(*args, "--offload-layers", "40", "--pp", "2", "--optimizer-sharding", "distributed")
+    assert bad.exit_code != 0 and "pp must be 1" in bad.stderr and "Traceback" not in bad.stderr
+
+    from planner.plan import config_from_mapping, config_to_mapping
+
+    _, _, _, c = _setup(40)
+    mapping = config_to_mapping(c)
+    assert mapping["offload_layers"] == 40
+    back = config_from_mapping(mapping, "plan.yaml")
+    assert back.offload_layers == 40 and config_to_mapping(back) == mapping
+    # Without offloading a plan file has no such key (plans written before it read the same).
+    assert "offload_layers" not in config_to_mapping(c.with_(offload_layers=0))
+
+
+def test_nvidias_recipes_that_offload_are_priced_with_it():
+    """Megatron-Bridge 25.11's Llama 3 70B FP8 recipes on GB200 and GB300 offload 40 and 20 layers
+    (cpu_offloading_num_layers in their base configs, cited in the records): the calibration reads
+    the count, and the prediction keeps only the other layers' activations on the GPU."""
+    from planner.calibration import cases
+
+    by = {c.run_id: c for c in cases()}
+    for rid, layers in (
+        ("mbridge2511_gb200_fp8cs_llama3_70b_64gpu", 40),
+        ("mbridge2511_gb300_fp8cs_llama3_70b_64gpu", 20),
+    ):
+        case = by[rid]
+        assert case.config.offload_layers == layers
+        node = case.cluster.groups[0]
+        layer = table_for(case.model, case.job, case.config, node).dense.activation_bytes
+        kept = estimate(case.model, case.cluster, case.job, case.config.with_(offload_layers=0))
+        off = estimate(case.model, case.cluster, case.job, case.config)
+        drop = kept.stages[0].memory.activations_bytes - off.stages[0].memory.activations_bytes
+        assert drop == pytest.approx(layers * layer, rel=1e-9)
