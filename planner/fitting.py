@@ -254,6 +254,24 @@ def objective(
     return value
 
 
+RIDGE = ("gemm_efficiency_max", "fp8_gemm_speedup")
+"""The two parameters whose product prices an FP8 GEMM (cost_models.compute.linear_s)."""
+
+
+def ridge_moves(eff: EfficiencySpec, params: list[str], steps: tuple[float, ...]) -> list[EfficiencySpec]:
+    """Trials that scale the GEMM ceiling by x and the FP8 speed-up by 1/x (the FP8 GEMM rate kept),
+    within both bounds; none unless both are being fitted."""
+    if not all(p in params for p in RIDGE):
+        return []
+    (lo_g, hi_g), (lo_f, hi_f) = BOUNDS[RIDGE[0]], BOUNDS[RIDGE[1]]
+    out = []
+    for x in steps:
+        g, f = eff.gemm_efficiency_max * x, eff.fp8_gemm_speedup / x
+        if lo_g <= g <= hi_g and lo_f <= f <= hi_f:
+            out.append(replace(eff, gemm_efficiency_max=g, fp8_gemm_speedup=f))
+    return out
+
+
 def fit(
     group: list[Case],
     start: EfficiencySpec,
@@ -265,13 +283,24 @@ def fit(
     """Coordinate descent from ``start`` over the ``only`` parameters; each tries multiplicative
     ``steps`` within its bounds, minimising :func:`objective` (regularised toward ``prior`` when
     given). ``fp8_gemm_speedup`` is fitted only when the group has FP8 runs. Returns the values and
-    their mean |log error| (without the penalty)."""
+    their mean |log error| (without the penalty).
+
+    FP8 runs price their GEMMs at the product of the GEMM ceiling and the FP8 speed-up, so where
+    the group's BF16 runs say little the objective has a ridge along that product, which steps of
+    one parameter at a time climb only from one side (where they stop depended on the path: a
+    small change to the runs moved the H100 split from 0.697 x 1.756 to 0.663 x 1.848). Each pass
+    therefore also tries :func:`ridge_moves`, which move the split at a fixed product, so the fit
+    settles where the BF16 runs and the prior put it."""
     params = [p for p in only if p != "fp8_gemm_speedup" or any(c.job.precision == "fp8" for c in group)]
     if not any(c.model.is_moe for c in group):
         params = [p for p in params if p not in MOE_PARAMS]
     best, best_loss = start, objective(group, start, prior, params)
     for _ in range(passes):
         improved = False
+        for trial in ridge_moves(best, params, steps):
+            trial_loss = objective(group, trial, prior, params)
+            if trial_loss < best_loss - 1e-6:
+                best, best_loss, improved = trial, trial_loss, True
         for name in params:
             value = getattr(best, name)
             lo, hi = BOUNDS[name]

@@ -394,3 +394,27 @@ def test_attention_half_keys_is_the_measured_kernels_fit():
     curve = np.log(ceiling * keys / (keys + half)) - np.log(eff)
     constant = np.log(np.exp(np.mean(np.log(eff)))) - np.log(eff)
     assert np.sqrt(np.mean(curve**2)) < 0.1 < 0.2 < np.sqrt(np.mean(constant**2))
+
+
+def test_ridge_moves_keep_the_fp8_gemm_rate_and_only_move_the_split():
+    """FP8 GEMMs run at ceiling x speed-up: the ridge moves change the split, never the product,
+    stay inside both bounds, and are tried only when both parameters are fitted."""
+    import math
+
+    from planner.fitting import BOUNDS, RIDGE, ridge_moves
+    from planner.hardware import load_gpu
+
+    from dataclasses import replace
+
+    eff = replace(load_gpu("h100-sxm5-80gb").efficiency, gemm_efficiency_max=0.6, fp8_gemm_speedup=1.5)
+    moves = ridge_moves(eff, list(RIDGE), (0.9, 1.1, 10.0))
+    assert len(moves) == 2  # x 10 leaves the ceiling's bounds
+    for m in moves:
+        assert math.isclose(
+            m.gemm_efficiency_max * m.fp8_gemm_speedup, eff.gemm_efficiency_max * eff.fp8_gemm_speedup
+        )
+        assert m.gemm_efficiency_max != eff.gemm_efficiency_max
+        for name in RIDGE:
+            lo, hi = BOUNDS[name]
+            assert lo <= getattr(m, name) <= hi
+    assert ridge_moves(eff, ["gemm_efficiency_max"], (0.9, 1.1)) == []
