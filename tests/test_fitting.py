@@ -400,11 +400,10 @@ def test_ridge_moves_keep_the_fp8_gemm_rate_and_only_move_the_split():
     """FP8 GEMMs run at ceiling x speed-up: the ridge moves change the split, never the product,
     stay inside both bounds, and are tried only when both parameters are fitted."""
     import math
+    from dataclasses import replace
 
     from planner.fitting import BOUNDS, RIDGE, ridge_moves
     from planner.hardware import load_gpu
-
-    from dataclasses import replace
 
     eff = replace(load_gpu("h100-sxm5-80gb").efficiency, gemm_efficiency_max=0.6, fp8_gemm_speedup=1.5)
     moves = ridge_moves(eff, list(RIDGE), (0.9, 1.1, 10.0))
