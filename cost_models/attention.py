@@ -291,12 +291,18 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
     # Activations kept for backward (Korthikanti-style, per tensor): the down projections' input,
     # the latents (norm input and up-projection input, SP-sharded), the gathered RoPE key, Q, K
     # (a heads of d + d_R), V (a heads of d_v), the attention output, and the fp32 log-sum-exp.
-    act = T_local * h * ACT_BYTES
-    act += 2 * T_local * (rq + rkv) * ACT_BYTES + T * dr * ACT_BYTES
+    # The linear layers' inputs are kept as the GEMMs keep them (FP8 under FP8 recipes,
+    # cost_models.tensors.gemm_input_bytes), with the output projection's own FP8 copy of the
+    # attention output, as in the MHA/GQA block.
+    g_in = gemm_input_bytes(job)
+    act = T_local * h * g_in
+    act += T_local * (rq + rkv) * (ACT_BYTES + g_in) + T * dr * ACT_BYTES
     act += T * a * (2 * dqk + dv) / t * ACT_BYTES + T * a * dv / t * ACT_BYTES
+    if g_in != ACT_BYTES:
+        act += T * a * dv / t * g_in
     lse = 4 * T * a / t
     act += lse
-    wgrad = (T_local * (h + rq + rkv) + T * a * dv / t) * ACT_BYTES
+    wgrad = (T_local * (h + rq + rkv) + T * a * dv / t) * g_in
     params_sharded = ((rq * a * dqk) if rq else h * a * dqk) / t
     params_sharded += rkv * a * (dn + dv) / t + a * dv * h / t
     params_replicated = float(h * (rq + rkv + dr))  # the duplicated down projections

@@ -243,3 +243,28 @@ def test_fp8_linear_layers_keep_their_inputs_in_one_byte(tp, sp):
     saved = 2 * T * h / sp_div + T * f / tp  # QKV and fc1 inputs (norm outputs), fc2 input: 2 -> 1 byte
     copy = T * q / tp  # the output projection's FP8 input beside core attention's 16-bit output
     assert bf16.activation_bytes - fp8.activation_bytes == pytest.approx(saved - copy, rel=1e-12)
+
+
+def test_fp8_mla_attention_keeps_its_projections_inputs_in_one_byte():
+    """The MLA block (DeepSeek-V3) keeps its linear layers' inputs as the MHA block does under FP8:
+    the down projections' input and the latents entering the up projections in one byte, plus the
+    output projection's FP8 copy of the attention output; Q, K, V and the norms' inputs in 16 bits."""
+    from cost_models.attention import attention_block
+
+    model, spec = load_model("deepseek-v3"), load_cluster("dgx-h100", 4)
+    c = resolve(
+        model,
+        spec,
+        make_job(global_batch_size=32, seq_length=4096),
+        ParallelConfig(tp=1, ep=8),
+    )
+    node = spec.groups[0]
+    bf16 = attention_block(model, make_job(global_batch_size=32, seq_length=4096), c, node, 4096)
+    fp8 = attention_block(
+        model, make_job(global_batch_size=32, seq_length=4096, precision="fp8"), c, node, 4096
+    )
+    T, h, a = 4096, model.hidden_size, model.num_attention_heads
+    rq, rkv, dv = model.q_lora_rank, model.kv_lora_rank, model.v_head_dim
+    saved = T * h + T * (rq + rkv)  # down-projection input, up-projection inputs: 2 -> 1 byte
+    copy = T * a * dv  # the output projection's FP8 input beside the 16-bit attention output
+    assert bf16.act_bytes - fp8.act_bytes == pytest.approx(saved - copy, rel=1e-12)
