@@ -107,7 +107,7 @@ def main() -> int:
         if r.case.run_id in peaks
     )
     # Every published run ran, so each one predicted not to fit is the memory model erring high (or
-    # a memory saving it does not price, such as activation offloading to the CPU).
+    # a memory saving it does not price, such as dropout-free layers keeping no dropout masks).
     not_fitting = sorted(r.case.run_id for r in counted if not r.estimate.fits)
     if args.json:
         rows = [
