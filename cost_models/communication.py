@@ -9,7 +9,10 @@ one, so all-reduce takes the minimum.
 
 Topology (STYLE lesson 6): a group's link is NVLink when all members share an NVLink domain;
 otherwise the network, where the ``k`` members in one domain use ``k`` NICs in parallel (NCCL
-spreads its rings/channels across the node's NICs), capped by NVLink bandwidth.
+spreads its rings/channels across the node's NICs), capped by NVLink bandwidth. That aggregate is
+right for the ring and tree collectives, whose data crosses each domain boundary once per channel;
+an all-to-all is a pairwise exchange in which every rank sends the share bound for other domains
+through its own NIC, so :func:`all_to_all_s` prices the two parts of the exchange separately.
 
 Inside a node without NVSwitch (DGX-1's hybrid cube-mesh, ``NodeGroup.nvlink_mesh``) a GPU reaches
 only some peers, so the bandwidth depends on which GPUs form the group: NCCL runs one ring per
@@ -37,6 +40,12 @@ class Link:
     bandwidth_bytes_per_s: float
     latency_s: float
     crosses_network: bool
+    members_per_domain: int = 1
+    """Group members that share each NVLink domain (a group that crosses the network)."""
+    nic_bandwidth_bytes_per_s: float = 0.0
+    """Achieved bandwidth of one rank's own NIC (a group that crosses the network)."""
+    domain_bandwidth_bytes_per_s: float = 0.0
+    """Achieved per-GPU NVLink bandwidth inside a domain (a group that crosses the network)."""
 
 
 def link_for(g: Group, node: NodeGroup) -> Link:
@@ -53,8 +62,9 @@ def link_for(g: Group, node: NodeGroup) -> Link:
             channels = mesh_group_channels(node.nvlink_mesh, g.stride, g.size)
             intra = channels * node.nvlink_mesh.link_bandwidth_bytes_per_s * node.intra_node_efficiency
         return Link(intra, node.intra_node_latency_s, False)
-    inter = node.inter_node_bandwidth_bytes_per_s * node.inter_node_efficiency * sp.members_per_domain
-    return Link(min(intra, inter), node.inter_node_latency_s, True)
+    nic = node.inter_node_bandwidth_bytes_per_s * node.inter_node_efficiency
+    inter = nic * sp.members_per_domain
+    return Link(min(intra, inter), node.inter_node_latency_s, True, sp.members_per_domain, nic, intra)
 
 
 def all_reduce_s(size_bytes: float, n: int, link: Link) -> float:
@@ -79,10 +89,43 @@ def all_gather_s(size_bytes: float, n: int, link: Link) -> float:
 
 
 def all_to_all_s(size_bytes: float, n: int, link: Link) -> float:
-    """All-to-all where each rank holds ``size_bytes`` and keeps 1/n of it (pairwise exchange)."""
+    """All-to-all where each rank holds ``size_bytes`` and keeps 1/n of it (pairwise exchange).
+
+    Inside one domain: ``(n-1)/n * S`` over the link. Across the network, with ``m`` members per
+    domain, each rank sends ``(n-m)/n * S`` through its own NIC and ``(m-1)/n * S`` over NVLink at
+    the same time, so the slower of the two sets the time. Unlike a ring, the members of a domain
+    cannot pool their NICs: each NIC carries its own rank's off-domain share (NCCL's all-to-all is
+    one send/recv per peer, ``ncclGroupStart``/``ncclSend``/``ncclRecv`` in nccl-tests
+    ``src/alltoall.cu``; DeepSeek-V3 report, Sec. 3.2.2, prices the same split between its IB and
+    NVLink halves of expert-parallel traffic)."""
     if n <= 1 or size_bytes <= 0:
         return 0.0
-    return (n - 1) / n * size_bytes / link.bandwidth_bytes_per_s + (n - 1) * link.latency_s
+    steps = (n - 1) * link.latency_s
+    if not link.crosses_network or link.members_per_domain <= 1 or link.nic_bandwidth_bytes_per_s <= 0:
+        return (n - 1) / n * size_bytes / link.bandwidth_bytes_per_s + steps
+    m = min(link.members_per_domain, n)
+    off_domain = (n - m) / n * size_bytes / link.nic_bandwidth_bytes_per_s
+    in_domain = (m - 1) / n * size_bytes / link.domain_bandwidth_bytes_per_s
+    return max(off_domain, in_domain) + steps
+
+
+def forwarded_all_to_all_s(size_bytes: float, n: int, link: Link, network_share: float) -> float:
+    """All-to-all whose copies cross the network once per destination domain and fan out over
+    NVLink there, as DeepEP's and HybridEP's normal (training) kernels do: a token bound for
+    several experts in one remote domain is sent once over RDMA to the GPU on the same rail, which
+    forwards it to the experts' GPUs over NVLink (DeepEP README, "Normal kernels with NVLink and
+    RDMA forwarding"; DeepSeek-V3 report, arXiv 2412.19437, Sec. 3.2.2). ``size_bytes`` is every
+    routed copy of this rank's tokens; ``network_share`` the fraction of it that crosses the network
+    after that de-duplication. Inside a domain the forwarded copies land on the ``m - 1`` GPUs
+    other than the rail receiver. Within one domain it is the plain all-to-all."""
+    if n <= 1 or size_bytes <= 0:
+        return 0.0
+    if not link.crosses_network or link.members_per_domain <= 1 or link.nic_bandwidth_bytes_per_s <= 0:
+        return all_to_all_s(size_bytes, n, link)
+    m = min(link.members_per_domain, n)
+    off_domain = network_share * size_bytes / link.nic_bandwidth_bytes_per_s
+    in_domain = (m - 1) / m * size_bytes / link.domain_bandwidth_bytes_per_s
+    return max(off_domain, in_domain) + (n - 1) * link.latency_s
 
 
 def p2p_s(size_bytes: float, link: Link) -> float:

@@ -299,7 +299,15 @@ def _decoder(
     tp_fwd = tp_collectives_s(tp_volume, c, node, 1) + at.tp_fwd_s
     tp_bytes = (4 * (t - 1) / t * tp_volume if t > 1 else 0.0) + at.tp_bytes
     tp_bwd = tp_fwd
-    if job.tp_comm_overlap and c.sp:
+    # Before Blackwell, overlapping communication with a GEMM needs CUDA_DEVICE_MAX_CONNECTIONS=1
+    # (one hardware queue keeps the launch order); the MoE all-to-all overlap needs more queues,
+    # and its launch takes them (Megatron-Bridge scripts/performance/perf_plugins.py
+    # _set_num_cuda_device_max_connections: 8 on Hopper with tp or cp > 1 and the overlap, "1 ...
+    # to schedule a communication kernel before the overlapping persistent GEMM kernel" only
+    # without it; planner's Megatron export does the same), so the TP overlap is lost then.
+    many_queues = bool(model.is_moe and job.moe_a2a_overlap and c.ep > 1)
+    queue_order_lost = many_queues and compute_capability_major(gpu.name) < 10
+    if job.tp_comm_overlap and c.sp and not queue_order_lost:
         tp_fwd, tp_bwd = _tp_overlapped(tp_fwd, gemm.forward_s, t, gpu.efficiency.comm_overlap_slowdown)
     cp_fwd = cp_bwd = cp_bytes = 0.0
     if c.cp > 1:
@@ -336,14 +344,11 @@ def _decoder(
     )
     backward_weight = gemm.weight_grad_s
     ep_s_bwd = ep_s_fwd
-    serial_launches = compute_capability_major(gpu.name) < 10 and (c.tp > 1 or c.cp > 1)
-    if moe and ep_s_fwd and job.moe_a2a_overlap and not serial_launches:
+    if moe and ep_s_fwd and job.moe_a2a_overlap:
         # Each all-to-all runs under the other micro-batch's pass of the same layer (forward's under
         # a backward, backward's under a forward; Megatron-Core --overlap-moe-expert-parallel-comm).
-        # Not before Blackwell with tensor or context parallelism: those need
-        # CUDA_DEVICE_MAX_CONNECTIONS=1, one hardware queue, so the other stream's communication
-        # waits (validate_args: "For Hopper and before, try not to use tensor model parallelism or
-        # context parallelism with overlap_moe_expert_parallel_comm").
+        # Before Blackwell with tensor or context parallelism the launch gives it several hardware
+        # queues (CUDA_DEVICE_MAX_CONNECTIONS 8, validate_args only warns; see `many_queues`).
         slow = gpu.efficiency.comm_overlap_slowdown
         ep_s_fwd, ep_s_bwd = (
             comm.overlapped_s(ep_s_fwd, backward_input + backward_weight, slow),

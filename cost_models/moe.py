@@ -157,6 +157,22 @@ def grouped_linear_s(
     )
 
 
+def remote_domain_copies(num_experts: int, topk: int, ep: int, members_per_domain: int) -> float:
+    """Expected number of other NVLink domains one token's ``topk`` experts fall in, with the ``ep``
+    ranks ``members_per_domain`` to a domain, the experts spread evenly over the ranks, and the
+    top-k a uniform draw without repetition (a balanced router): each of the other ``D - 1``
+    domains holds ``E / D`` experts and is missed with probability C(E - E/D, k) / C(E, k). This
+    is the number of network copies a domain-forwarding dispatcher sends per token
+    (:func:`cost_models.communication.forwarded_all_to_all_s`), against ``k (D - 1) / D`` for a
+    plain all-to-all."""
+    domains = max(1, ep // max(1, members_per_domain))
+    if domains <= 1 or topk <= 0:
+        return 0.0
+    per_domain = num_experts // domains
+    miss = math.comb(num_experts - per_domain, topk) / math.comb(num_experts, topk)
+    return (domains - 1) * (1.0 - miss)
+
+
 def dispatch_traffic(routed: float, topk: int, dispatcher: str, sort_chunks: bool) -> float:
     """HBM traffic of one forward of the token dispatcher (both directions: dispatch and combine),
     in hidden-state rows read or written, for ``routed`` token copies on this GPU.
@@ -366,7 +382,12 @@ def routed_block(
             # dispatch + combine, each moving every routed token copy's hidden state
             # (the busiest rank receives `load` times the mean)
             volume = (T / sp_div) * k * load * h * act_bytes
-            ep_s = 2 * comm.all_to_all_s(volume, ep, link)
+            if job.moe_dispatcher == "flex":
+                # DeepEP / HybridEP send a token once per remote domain and forward it over NVLink
+                remote = remote_domain_copies(E, k, ep, link.members_per_domain)
+                ep_s = 2 * comm.forwarded_all_to_all_s(volume, ep, link, remote / k)
+            else:
+                ep_s = 2 * comm.all_to_all_s(volume, ep, link)
             ep_bytes = 4 * volume * (ep - 1) / ep
     return RoutedBlock(
         gemm=gemm,

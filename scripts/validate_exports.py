@@ -56,6 +56,9 @@ class Case:
     """``JobSpec.fp8_recipe`` (None: the default, tensorwise)."""
     cluster: str = "dgx-h100"
     """Node template the case is planned on."""
+    moe_a2a_overlap: bool = False
+    """``JobSpec.moe_a2a_overlap`` (Megatron ``--overlap-moe-expert-parallel-comm``; before Blackwell
+    with tp > 1 the export launches it with CUDA_DEVICE_MAX_CONNECTIONS=8)."""
     offload_layers: int = 0
     """Activation offloading set on the top plan (``ParallelConfig.offload_layers``; the search does
     not propose it, so the case restricts the search to what Megatron-Core offloads with: pp 1, no
@@ -116,6 +119,15 @@ CASES = (
         restrict={"pp": (1,), "recompute": ("none",)},
         offload_layers=8,
     ),
+    Case(
+        "moe-a2a-overlap-tp2",
+        "qwen3-30b-a3b",
+        2,
+        64,
+        4096,
+        restrict={"tp": (2,), "pp": (1,), "ep": (8,)},
+        moe_a2a_overlap=True,
+    ),
 )
 
 
@@ -138,6 +150,7 @@ def plan_for(case: Case, framework: str) -> tuple[PlanInputs | None, str]:
             attention_impl=case.attention_impl,
             gradient_accumulation_fusion=case.gradient_accumulation_fusion,
             fp8_recipe=case.fp8_recipe,
+            moe_a2a_overlap=case.moe_a2a_overlap,
             where=case.name,
         )
         result = search(model, cluster, job, Restrictions(framework=framework, **case.restrict), top_k=1)
@@ -161,6 +174,8 @@ def megatron_launch(inputs: PlanInputs) -> tuple[list[str], dict]:
     env = {"WORLD_SIZE": str(inputs.config.world_size)}
     if mx.needs_single_connection(inputs):
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    elif mx.a2a_overlap_connections(inputs):
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(mx.a2a_overlap_connections(inputs))
     return argv, env
 
 

@@ -156,6 +156,28 @@ def test_collectives_hand_worked():
     assert comm.all_reduce_s(1e3, 1024, link) == pytest.approx(2 * 1e3 / 360e9 + 2 * 10 * 3e-6)
 
 
+def test_all_to_all_across_nodes_is_bound_by_each_rank_nic():
+    """A ring over 4 nodes pools the 8 NICs of each node; an all-to-all cannot: each rank sends
+    the 3/4 of its buffer bound for other nodes through its own NIC (50 GB/s x 0.9 on DGX H100)."""
+    node = load_cluster("dgx-h100", 4).groups[0]
+    link = comm.link_for(group(ParallelConfig(tp=1, ep=32, dp=32), "ep"), node)
+    assert link.crosses_network and link.members_per_domain == 8
+    nic = 50e9 * 0.9
+    assert link.nic_bandwidth_bytes_per_s == pytest.approx(nic)
+    a2a = comm.all_to_all_s(1e9, 32, link)
+    assert a2a == pytest.approx(24 / 32 * 1e9 / nic + 31 * 8e-6)
+    # the reduce-scatter of the same buffer over the same ranks uses all eight NICs
+    assert comm.reduce_scatter_s(1e9, 32, link) < a2a / 4
+    # never faster than the node's off-node bytes through its NICs, whatever the span
+    for n, nodes in ((16, 2), (64, 8), (128, 16)):
+        g = load_cluster("dgx-h100", nodes).groups[0]
+        ln = comm.link_for(group(ParallelConfig(tp=1, ep=n, dp=n), "ep"), g)
+        assert comm.all_to_all_s(1e9, n, ln) >= (n - 8) / n * 1e9 / nic
+    # a domain-forwarding dispatcher with 1/4 of the bytes crossing: a quarter of the NIC time
+    fwd = comm.forwarded_all_to_all_s(1e9, 32, link, 0.25 * 32 / 24)
+    assert fwd == pytest.approx(0.25 * 32 / 24 * 1e9 / nic + 31 * 8e-6)
+
+
 def test_tensor_parallel_across_nodes_is_slower():
     m = load_model("gpt3-175b")
     job = make_job(global_batch_size=64, seq_length=2048)

@@ -417,3 +417,40 @@ def test_ridge_moves_keep_the_fp8_gemm_rate_and_only_move_the_split():
             lo, hi = BOUNDS[name]
             assert lo <= getattr(m, name) <= hi
     assert ridge_moves(eff, ["gemm_efficiency_max"], (0.9, 1.1)) == []
+
+
+def test_moe_runs_do_not_move_the_dense_parameters():
+    """A group with dense and MoE runs fits the shared numbers on its dense runs, then the MoE-only
+    numbers on its MoE runs: MoE runs slower than their GEMMs explain change the grouped-GEMM
+    efficiency, not the dense GEMM ceiling every dense prediction reads."""
+    from dataclasses import replace
+
+    from cost_models.parallel import ParallelConfig, resolve
+    from planner.calibration import Case
+    from planner.fitting import fit, predict
+
+    dense = _dense_cases([("A", 1), ("A", 2), ("B", 4)])
+    eff = replace(dense[0].cluster.groups[0].gpu.efficiency, host_launch_s=0.0, grouped_gemm_efficiency=0.9)
+    truth = replace(eff, gemm_efficiency_max=eff.gemm_efficiency_max * 0.9)
+    dense = [replace(c, measured_tokens_per_s_per_gpu=predict(c, truth).predicted) for c in dense]
+    from planner.jobs import make_job
+    from planner.loading import load_model
+
+    m, job = load_model("qwen3-30b-a3b"), make_job(global_batch_size=32, seq_length=8192)
+    cluster = dense[0].cluster
+    moe = []
+    for mbs in (1, 2):
+        c = resolve(m, cluster, job, ParallelConfig(tp=1, pp=1, ep=8, micro_batch_size=mbs))
+        probe = Case(f"moe{mbs}", "h100-sxm5-80gb", m, cluster, job, c, 1.0, source="C")
+        # 30% slower than the dense truth prices it: an MoE-only effect
+        moe.append(replace(probe, measured_tokens_per_s_per_gpu=predict(probe, truth).predicted * 0.7))
+    only = ("gemm_efficiency_max", "grouped_gemm_efficiency")
+    both, _ = fit(dense + moe, eff, passes=4, only=only)
+    dense_only, _ = fit(dense, eff, passes=4, only=only)
+    assert both.gemm_efficiency_max == dense_only.gemm_efficiency_max
+    assert math.isclose(both.gemm_efficiency_max, truth.gemm_efficiency_max, rel_tol=0.06)
+    assert both.grouped_gemm_efficiency < eff.grouped_gemm_efficiency  # the MoE runs' slowness lands here
+    # dense runs of one source only (a release profile): one joint fit, the MoE runs move the ceiling
+    one_source = [replace(c, source="A") for c in dense]
+    joint, _ = fit(one_source + moe, eff, passes=4, only=only)
+    assert joint.gemm_efficiency_max != dense_only.gemm_efficiency_max

@@ -388,3 +388,35 @@ def test_force_replaces_only_the_export_files(run_cli, tmp_path):
     assert (out / "megatron_args.txt").read_text() == "old"
     assert run_cli("export", "megatron", str(plan), "--out", str(out), "--force").exit_code == 0
     assert (out / "megatron_args.txt").read_text() != "old" and (out / "notes.txt").read_text() == "mine"
+
+
+def test_a2a_overlap_launches_with_several_queues_before_blackwell(run_cli, tmp_path):
+    """With tp > 1 on H100 the MoE all-to-all overlap gets CUDA_DEVICE_MAX_CONNECTIONS=8 (as
+    Megatron-Bridge's launcher sets), which is what the estimate prices; the checker passes that
+    script and warns when the script forces one queue."""
+    m = load_model("mixtral-8x7b")
+    cluster = load_cluster("dgx-h100", 4)
+    job = make_job(global_batch_size=128, seq_length=4096, moe_dispatcher="alltoall", moe_a2a_overlap=True)
+    plan = PlanInputs(m, cluster, job, resolve(m, cluster, job, ParallelConfig(tp=2, pp=1, ep=8)))
+    script = torchrun_script(plan, 8, 4)
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=8" in script
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1" not in script
+    path = tmp_path / "a2a.sh"
+    path.write_text(script)
+    res = run_cli("check", str(path), "-c", "dgx-h100", "-n", "4", "--json")
+    assert res.exit_code == 0, res.stdout + res.stderr
+    findings = json.loads(res.stdout)["configs"][0]["findings"]
+    assert not [f for f in findings if f["level"] == "error"], findings
+    one = tmp_path / "a2a_one_queue.sh"
+    one.write_text(script.replace("CUDA_DEVICE_MAX_CONNECTIONS=8", "CUDA_DEVICE_MAX_CONNECTIONS=1"))
+    res = run_cli("check", str(one), "-c", "dgx-h100", "-n", "4", "--json")
+    warned = [
+        f["message"] for f in json.loads(res.stdout)["configs"][0]["findings"] if f["level"] == "warning"
+    ]
+    assert any("serialises the MoE all-to-all overlap" in w for w in warned), warned
+    # without the overlap the same layout keeps the single queue validate_args asserts
+    plain_job = make_job(global_batch_size=128, seq_length=4096, moe_dispatcher="alltoall")
+    plain = PlanInputs(
+        m, cluster, plain_job, resolve(m, cluster, plain_job, ParallelConfig(tp=2, pp=1, ep=8))
+    )
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in torchrun_script(plain, 8, 4)

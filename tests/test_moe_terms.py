@@ -179,7 +179,7 @@ def test_attention_launches_follow_the_attention_kind():
     assert moe.attention_launches(dsv3)[0] > moe.ATTENTION_LAUNCHES[0] + 4
 
 
-def _qwen_layer(job_kw=None, eff=None, ep=8, pp=1, vpp=1):
+def _qwen_layer(job_kw=None, eff=None, ep=8, pp=1, vpp=1, tp=1):
     from dataclasses import replace
 
     from cost_models.layers import layer_table
@@ -195,7 +195,7 @@ def _qwen_layer(job_kw=None, eff=None, ep=8, pp=1, vpp=1):
         gpu = replace(g.gpu, efficiency=replace(g.gpu.efficiency, **eff))
         cluster = replace(cluster, groups=(replace(g, gpu=gpu),))
     job = make_job(global_batch_size=64, seq_length=4096, **(job_kw or {}))
-    c = resolve(m, cluster, job, ParallelConfig(tp=1, pp=pp, vpp=vpp, ep=ep, micro_batch_size=1))
+    c = resolve(m, cluster, job, ParallelConfig(tp=tp, pp=pp, vpp=vpp, ep=ep, micro_batch_size=1))
     return layer_table(m, job, c, cluster.groups[0]).moe
 
 
@@ -235,3 +235,41 @@ def test_dispatchers_price_their_own_traffic():
     # allgather moves every rank's tokens to every rank: ep x tokens x hidden, gathered and scattered
     assert gather.ep_comm_bytes != pytest.approx(a2a.ep_comm_bytes)
     assert gather.forward_comm_s > 0
+
+
+def test_a2a_overlap_hides_all_to_alls_before_blackwell_with_tensor_parallelism():
+    """Megatron-Bridge launches the all-to-all overlap with 8 hardware queues on Hopper with tp > 1
+    (perf_plugins.py), so it overlaps; the tensor-parallel overlap is what is lost then."""
+    plain = _qwen_layer({"moe_dispatcher": "alltoall"}, tp=2)
+    hidden = _qwen_layer({"moe_a2a_overlap": True}, tp=2)
+    assert hidden.forward_comm_s < plain.forward_comm_s
+    assert hidden.backward_comm_s < plain.backward_comm_s
+    kw = {"tp_comm_overlap": True}
+    tp_overlap = _qwen_layer(kw, ep=1, tp=2)
+    tp_plain = _qwen_layer({}, ep=1, tp=2)
+    assert tp_overlap.forward_comm_s < tp_plain.forward_comm_s  # the TP overlap works alone
+    both = _qwen_layer({**kw, "moe_a2a_overlap": True}, tp=2)
+    a2a_only = _qwen_layer({"moe_a2a_overlap": True}, tp=2)
+    assert both.forward_comm_s == pytest.approx(a2a_only.forward_comm_s)  # but not beside the a2a overlap
+
+
+def test_remote_domain_copies_hand_worked():
+    """Qwen3-30B (128 experts, top 8) over ep 16 on two 8-GPU nodes: the other node holds 64
+    experts and is missed with probability C(64, 8) / C(128, 8)."""
+    miss = math.comb(64, 8) / math.comb(128, 8)
+    assert moe.remote_domain_copies(128, 8, 16, 8) == pytest.approx(1 - miss)
+    assert moe.remote_domain_copies(128, 8, 8, 8) == 0.0  # one domain: nothing crosses
+    # one expert per rank and domain: every copy to another domain is its own (no de-duplication)
+    assert moe.remote_domain_copies(64, 1, 64, 1) == pytest.approx(63 / 64)
+    # never more than the plain all-to-all's k (D - 1) / D copies
+    for E, k, ep, m in ((256, 8, 32, 8), (128, 8, 32, 8), (128, 4, 64, 8), (384, 8, 64, 4)):
+        D = ep // m
+        assert moe.remote_domain_copies(E, k, ep, m) <= k * (D - 1) / D + 1e-12
+
+
+def test_flex_dispatcher_crosses_the_network_once_per_domain():
+    across_a2a = _qwen_layer({"moe_dispatcher": "alltoall"}, ep=16)
+    across_flex = _qwen_layer({"moe_dispatcher": "flex"}, ep=16)
+    # same routed bytes, but DeepEP/HybridEP send a token once per remote node
+    assert across_flex.ep_comm_bytes == pytest.approx(across_a2a.ep_comm_bytes)
+    assert across_flex.forward_comm_s < across_a2a.forward_comm_s / 2

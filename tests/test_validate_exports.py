@@ -64,3 +64,15 @@ def test_frameworks_accept_the_exports(ve):
     if validators is None:
         pytest.skip("framework environment (megatron-core, torchtitan) not installed")
     assert ve.main(["--cases", "dense-8b,zb-h1-eager,moe-qwen3-ep,recompute-op"]) == 0
+
+
+def test_a2a_overlap_case_launches_with_several_queues(ve):
+    """The case Megatron-Core's validate_args checks with the all-to-all overlap and tp 2 on H100
+    gets the environment the launch script sets (CUDA_DEVICE_MAX_CONNECTIONS=8, not 1)."""
+    case = next(c for c in ve.CASES if c.name == "moe-a2a-overlap-tp2")
+    inputs, why = ve.plan_for(case, "megatron")
+    assert inputs is not None, why
+    assert inputs.config.tp == 2 and inputs.config.ep == 8
+    argv, env = ve.megatron_launch(inputs)
+    assert "--overlap-moe-expert-parallel-comm" in argv
+    assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"

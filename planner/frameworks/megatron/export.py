@@ -304,16 +304,42 @@ def args_text(args: list[tuple[str, str | None]]) -> str:
     return "".join(quoted(flag, value) + "\n" for flag, value in args)
 
 
+A2A_OVERLAP_CONNECTIONS = 8
+"""CUDA_DEVICE_MAX_CONNECTIONS for the MoE all-to-all overlap before Blackwell with tp or cp > 1:
+Megatron-Bridge's performance launcher sets 8 there (scripts/performance/perf_plugins.py
+``_set_num_cuda_device_max_connections``; 1 only without the overlap), and Megatron's validate_args
+only warns ("If you want to use both, you can set CUDA_DEVICE_MAX_CONNECTIONS to 1 or 32")."""
+
+
 def needs_single_connection(inputs: PlanInputs) -> bool:
     """validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with tp > 1 or cp > 1 before Blackwell
     (compute capability < 10), except with Megatron-FSDP, where it asserts the variable is *not* 1
-    (NVIDIA's Megatron-FSDP guide: unset it)."""
+    (NVIDIA's Megatron-FSDP guide: unset it), and with the MoE all-to-all overlap, which wants
+    several queues (:data:`A2A_OVERLAP_CONNECTIONS`; the cost model prices the overlap and drops
+    the tensor-parallel overlap then, cost_models.layers)."""
     c = inputs.config
-    if c.optimizer_sharding in FSDP_STRATEGY:
+    if c.optimizer_sharding in FSDP_STRATEGY or a2a_overlap_connections(inputs):
         return False
-    return (c.tp > 1 or c.cp > 1) and any(
-        compute_capability_major(g.gpu.name) < 10 for g in inputs.cluster.groups
-    )
+    return (c.tp > 1 or c.cp > 1) and _pre_blackwell(inputs)
+
+
+def a2a_overlap_connections(inputs: PlanInputs) -> int:
+    """The CUDA_DEVICE_MAX_CONNECTIONS the launch sets for the MoE all-to-all overlap before
+    Blackwell with tp or cp > 1 (0 where the plan does not need one)."""
+    c = inputs.config
+    overlap = inputs.job.moe_a2a_overlap and inputs.model.is_moe and c.ep > 1
+    if (
+        overlap
+        and c.optimizer_sharding not in FSDP_STRATEGY
+        and (c.tp > 1 or c.cp > 1)
+        and _pre_blackwell(inputs)
+    ):
+        return A2A_OVERLAP_CONNECTIONS
+    return 0
+
+
+def _pre_blackwell(inputs: PlanInputs) -> bool:
+    return any(compute_capability_major(g.gpu.name) < 10 for g in inputs.cluster.groups)
 
 
 PLACEHOLDERS = """# --- PLACEHOLDERS: replace before launching --------------------------------------------
@@ -330,11 +356,12 @@ TRAINING_ARGS=(--train-iters 1000 --lr 1.0e-4 --min-lr 1.0e-5 --lr-decay-style c
 
 def _script_parts(inputs: PlanInputs) -> tuple[str, str, str]:
     """The environment lines, the placeholders and the indented argument array body."""
-    env = (
-        "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
-        if needs_single_connection(inputs)
-        else "unset CUDA_DEVICE_MAX_CONNECTIONS\n"
-    )
+    if needs_single_connection(inputs):
+        env = "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+    elif a2a_overlap_connections(inputs):
+        env = f"export CUDA_DEVICE_MAX_CONNECTIONS={a2a_overlap_connections(inputs)}\n"
+    else:
+        env = "unset CUDA_DEVICE_MAX_CONNECTIONS\n"
     args = "\n".join(f"    {quoted(flag, value)}" for flag, value in megatron_args(inputs))
     return env, PLACEHOLDERS.format(vocab=inputs.model.vocab_size), args
 

@@ -161,9 +161,16 @@ def megatron_findings(imp: Imported, cluster: ClusterSpec) -> list[Finding]:
             )
     elif "--overlap-moe-expert-parallel-comm" in f:
         if imp.is_script and (tp > 1 or cp > 1) and pre_blackwell:
+            # The estimate prices the all-to-all overlap with several queues and no
+            # tensor-parallel overlap (cost_models.layers; the Megatron export sets 8).
             warn(
-                "before Blackwell, tensor or context parallelism wants CUDA_DEVICE_MAX_CONNECTIONS=1 "
-                "while the MoE all-to-all overlap wants more (validate_args warns)",
+                "CUDA_DEVICE_MAX_CONNECTIONS=1 serialises the MoE all-to-all overlap before Blackwell "
+                "with tensor or context parallelism; the estimate assumes it overlaps, as with 8 "
+                "(Megatron-Bridge's setting; validate_args warns either way)"
+                if conn == "1"
+                else "before Blackwell, tensor or context parallelism wants CUDA_DEVICE_MAX_CONNECTIONS=1 "
+                "while the MoE all-to-all overlap wants more (validate_args warns); the estimate "
+                "prices the all-to-all overlap and no tensor-parallel overlap",
                 "CUDA_DEVICE_MAX_CONNECTIONS",
             )
     elif imp.is_script and (tp > 1 or cp > 1) and pre_blackwell and conn != "1":
