@@ -287,7 +287,7 @@ def fit(
 ) -> tuple[EfficiencySpec, float]:
     """Coordinate descent from ``start`` over the ``only`` parameters; each tries multiplicative
     ``steps`` within its bounds, minimising :func:`objective` (regularised toward ``prior`` when
-    given). ``fp8_gemm_speedup`` is fitted only when the runs have FP8 runs. Returns the values and
+    given). ``fp8_gemm_speedup`` is fitted only when the runs include FP8 ones. Returns the values and
     their mean |log error| over ``group`` (without the penalty).
 
     A group whose dense runs come from :data:`DENSE_STAGE_SOURCES` sources or more, and which has

@@ -428,7 +428,11 @@ def test_check_of_a_launch_file_takes_its_frameworks_default(run_cli, tmp_path):
     assert launched["software"] == recorded["software"] == default_software("megatron")
     assert launched["step_time_s"] == pytest.approx(recorded["step_time_s"], rel=1e-9)
     base = run_cli("check", args, "-c", "dgx-b200", "-n", "2", "--software", "base", "--json")
-    assert _json(base)["configs"][0]["metrics"]["step_time_s"] > launched["step_time_s"]
+    # the release profile applies (its fitted values differ from the base values; which way the
+    # step time moves is the fit's, not a property of the check)
+    assert _json(base)["configs"][0]["metrics"]["step_time_s"] != pytest.approx(
+        launched["step_time_s"], rel=1e-3
+    )
 
 
 def test_sweep_and_resilience_commands_take_the_profile(run_cli, tmp_path):
