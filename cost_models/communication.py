@@ -88,6 +88,12 @@ def all_gather_s(size_bytes: float, n: int, link: Link) -> float:
     return reduce_scatter_s(size_bytes, n, link)
 
 
+def _split_by_domain(link: Link) -> bool:
+    """Whether a pairwise exchange over ``link`` splits into NIC and NVLink parts (a group that
+    leaves its domain with several members in each)."""
+    return link.crosses_network and link.members_per_domain > 1 and link.nic_bandwidth_bytes_per_s > 0
+
+
 def all_to_all_s(size_bytes: float, n: int, link: Link) -> float:
     """All-to-all where each rank holds ``size_bytes`` and keeps 1/n of it (pairwise exchange).
 
@@ -101,7 +107,7 @@ def all_to_all_s(size_bytes: float, n: int, link: Link) -> float:
     if n <= 1 or size_bytes <= 0:
         return 0.0
     steps = (n - 1) * link.latency_s
-    if not link.crosses_network or link.members_per_domain <= 1 or link.nic_bandwidth_bytes_per_s <= 0:
+    if not _split_by_domain(link):
         return (n - 1) / n * size_bytes / link.bandwidth_bytes_per_s + steps
     m = min(link.members_per_domain, n)
     off_domain = (n - m) / n * size_bytes / link.nic_bandwidth_bytes_per_s
@@ -120,7 +126,7 @@ def forwarded_all_to_all_s(size_bytes: float, n: int, link: Link, network_share:
     other than the rail receiver. Within one domain it is the plain all-to-all."""
     if n <= 1 or size_bytes <= 0:
         return 0.0
-    if not link.crosses_network or link.members_per_domain <= 1 or link.nic_bandwidth_bytes_per_s <= 0:
+    if not _split_by_domain(link):
         return all_to_all_s(size_bytes, n, link)
     m = min(link.members_per_domain, n)
     off_domain = network_share * size_bytes / link.nic_bandwidth_bytes_per_s

@@ -172,10 +172,11 @@ def megatron_launch(inputs: PlanInputs) -> tuple[list[str], dict]:
         argv += [flag] if value is None else [flag, value]
     # torchrun's environment for rank 0 of the plan's world: Megatron derives dp from WORLD_SIZE.
     env = {"WORLD_SIZE": str(inputs.config.world_size)}
+    queues = mx.a2a_overlap_connections(inputs)
     if mx.needs_single_connection(inputs):
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
-    elif mx.a2a_overlap_connections(inputs):
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(mx.a2a_overlap_connections(inputs))
+    elif queues:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(queues)
     return argv, env
 
 

@@ -356,10 +356,11 @@ TRAINING_ARGS=(--train-iters 1000 --lr 1.0e-4 --min-lr 1.0e-5 --lr-decay-style c
 
 def _script_parts(inputs: PlanInputs) -> tuple[str, str, str]:
     """The environment lines, the placeholders and the indented argument array body."""
+    queues = a2a_overlap_connections(inputs)
     if needs_single_connection(inputs):
         env = "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
-    elif a2a_overlap_connections(inputs):
-        env = f"export CUDA_DEVICE_MAX_CONNECTIONS={a2a_overlap_connections(inputs)}\n"
+    elif queues:
+        env = f"export CUDA_DEVICE_MAX_CONNECTIONS={queues}\n"
     else:
         env = "unset CUDA_DEVICE_MAX_CONNECTIONS\n"
     args = "\n".join(f"    {quoted(flag, value)}" for flag, value in megatron_args(inputs))
