@@ -51,6 +51,17 @@ class AttentionBlock:
     matrix's softmax output, dropout mask and output; fused: the log-sum-exp), which selective
     recompute does not keep (Korthikanti et al. 2022 Sec. 5, Table 2: 34 sbh/t per layer instead of
     sbh(34/t + 5as/(ht)))."""
+    separate_norm_bytes: float = 0.0
+    """The part of ``act_bytes`` that is the output of a separate input norm (MLA's ``TENorm``;
+    MHA/GQA fuse the norm into the QKV GEMM), which the ``layernorm`` recompute module discards."""
+    separate_norm_s: float = 0.0
+    """Forward time of that norm (what the ``layernorm`` module re-runs)."""
+    up_proj_bytes: float = 0.0
+    """The part of ``act_bytes`` the ``mla_up_proj`` recompute module discards: MLA's queries, keys
+    and values as its up projections and RoPE produce them (Megatron-Core
+    ``MLASelfAttention.qkv_up_checkpoint``)."""
+    up_proj_s: float = 0.0
+    """Forward time of MLA's up projections and RoPE (what ``mla_up_proj`` re-runs)."""
 
 
 FUSED_BACKWARD_FORWARDS = 2.5
@@ -278,8 +289,9 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
     gemm = linear_s(T_local, rkv + dr, h, gpu, prec, recipe=recipe)
     if rq:
         gemm += linear_s(T_local, rq, h, gpu, prec, recipe=recipe)
-    gemm += linear_s(T, a * dqk / t, q_in, gpu, prec, recipe=recipe)
-    gemm += linear_s(T, a * (dn + dv) / t, rkv, gpu, prec, recipe=recipe)
+    up = linear_s(T, a * dqk / t, q_in, gpu, prec, recipe=recipe)
+    up += linear_s(T, a * (dn + dv) / t, rkv, gpu, prec, recipe=recipe)
+    gemm += up
     gemm += linear_s(T, h, a * dv / t, gpu, prec, recipe=recipe)
     fused = attention_s(T * span * model.core_attention_width / t, gpu, prec, kernel_keys(span, job, c))
     attn_fwd, attn_bwd = core_attention_s(fused, job, gpu, local=span < job.seq_length)
@@ -287,7 +299,8 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
     linear = q_term + rkv * (h + a * (dn + dv) + 1) + h * dr + a * dv * h
     model_flop = 3 * (2 * T * linear + 2 * T * span * model.core_attention_width) / t
     # Memory-bound: latent norms (read+write), rotary on the query and shared key RoPE parts.
-    elem = 2 * T_local * (rq + rkv) * ACT_BYTES + 2 * T * (a * dr / t + dr) * ACT_BYTES
+    rope_bytes = 2 * T * (a * dr / t + dr) * ACT_BYTES
+    elem = 2 * T_local * (rq + rkv) * ACT_BYTES + rope_bytes
     # Activations kept for backward (Korthikanti-style, per tensor): the down projections' input,
     # the latents (norm input and up-projection input, SP-sharded), the gathered RoPE key, Q, K
     # (a heads of d + d_R), V (a heads of d_v), the attention output, and the fp32 log-sum-exp.
@@ -295,9 +308,11 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
     # cost_models.tensors.gemm_input_bytes), with the output projection's own FP8 copy of the
     # attention output, as in the MHA/GQA block.
     g_in = gemm_input_bytes(job)
-    act = T_local * h * g_in
+    norm_out = T_local * h * g_in  # the input norm's output, kept by the down projections
+    qkv = T * a * (2 * dqk + dv) / t * ACT_BYTES
+    act = norm_out
     act += T_local * (rq + rkv) * (ACT_BYTES + g_in) + T * dr * ACT_BYTES
-    act += T * a * (2 * dqk + dv) / t * ACT_BYTES + T * a * dv / t * ACT_BYTES
+    act += qkv + T * a * dv / t * ACT_BYTES
     if g_in != ACT_BYTES:
         act += T * a * dv / t * g_in
     lse = 4 * T * a / t
@@ -338,4 +353,8 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
         norm_elements=T_local * (rq + rkv),
         rope_elements=T * (a * dr / t + dr),
         core_kept_bytes=lse,
+        separate_norm_bytes=norm_out,
+        separate_norm_s=memory_bound_s(2 * T_local * h * ACT_BYTES, gpu),
+        up_proj_bytes=qkv,
+        up_proj_s=up.forward_s + memory_bound_s(rope_bytes, gpu),
     )

@@ -196,8 +196,21 @@ _TABLES: dict[tuple, LayerTable] = {}
 
 def table_for(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> LayerTable:
     """Layer table of a configuration, cached on the fields it depends on (not the schedule,
-    partition, recompute or sharding)."""
-    key = (model, job, node, c.tp, c.cp, c.ep, c.expert_tp, c.micro_batch_size, c.sp, c.pp > 1)
+    partition, recompute form or sharding; the selective recompute modules change what a layer's
+    selective terms hold)."""
+    key = (
+        model,
+        job,
+        node,
+        c.tp,
+        c.cp,
+        c.ep,
+        c.expert_tp,
+        c.micro_batch_size,
+        c.sp,
+        c.pp > 1,
+        c.recompute_modules,
+    )
     table = _TABLES.get(key)
     if table is None:
         if len(_TABLES) > 4096:
@@ -211,6 +224,7 @@ def table_for(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup
             etp=c.etp,
             micro_batch_size=c.micro_batch_size,
             sequence_parallel=c.sequence_parallel,
+            recompute_modules=c.recompute_modules,
         )
         table = _TABLES[key] = layer_table(model, job, normalised, node)
     return table
@@ -407,8 +421,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
             layer_unit.activation_bytes - layer_unit.recomputed_bytes(c.recompute)
         )
         if c.recompute == "selective":
-            # Every layer recomputes its core attention (Megatron --recompute-granularity selective):
-            # none keeps what core attention keeps for its backward (Korthikanti et al. 2022 Table 2).
+            # Every layer re-runs its selective modules (Megatron --recompute-granularity selective;
+            # --recompute-modules, default core attention): none keeps what those modules drop
+            # (core attention: what it keeps for its backward, Korthikanti et al. 2022 Table 2).
             recompute = cost.selective_recompute_s
             act = cost.recomputed_bytes("selective")
         wbytes = cost.weight_grad_bytes * (n - k) / n if n else 0.0
@@ -454,7 +469,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
         if k:
             acc["transient"] = max(acc["transient"], layer_unit.activation_bytes)
         elif c.recompute == "selective":
-            # one layer's recomputed core attention lives until its backward has used it
+            # one layer's recomputed modules live until its backward has used them
             acc["transient"] = max(acc["transient"], layer_unit.selective_dropped_bytes)
         if vs == n_virtual - 1:
             acc["transient"] = max(acc["transient"], loss_transient_bytes(model, job, c))

@@ -215,6 +215,11 @@ def unit_costs(g: GraphModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGro
         raise ConfigError(
             f"recompute {c.recompute!r} is not priced for graph models (allowed: {', '.join(GRAPH_RECOMPUTE)})"
         )
+    if c.recompute_modules:
+        raise ConfigError(
+            "recompute modules (Megatron --recompute-modules) are priced for layer-chain models only; "
+            "a graph model's selective recompute is core attention"
+        )
     if job.pipeline_scatter_gather:
         raise ConfigError(
             "pipeline_scatter_gather (pipeline sends scattered over tensor-parallel ranks, older "

@@ -32,7 +32,7 @@ from cost_models import moe as moe_terms
 from cost_models import recompute as op_sac
 from cost_models.attention import attention_block
 from cost_models.compute import linear_s, memory_bound_s
-from cost_models.parallel import ParallelConfig, group
+from cost_models.parallel import DEFAULT_RECOMPUTE_MODULES, ParallelConfig, group
 from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tokens_per_gpu, tp_collectives_s
 from planner.specs import JobSpec, ModelSpec, NodeGroup, compute_capability_major
 
@@ -264,20 +264,28 @@ def _decoder(
     moe_host = (0.0, 0.0)
 
     # --- MLP / MoE -----------------------------------------------------------------------------
+    block = None
     if not moe:
         f = model.ffn_hidden_size
         ffn_elements = T * f / t
         # fc1's input is the pre-MLP norm's output (TELayerNormColumnParallelLinear: quantized by the norm)
-        gemm += linear_s(T, n_in * f / t, h, gpu, prec, recipe=job.fp8_recipe, behind_norm=True)
-        gemm += linear_s(T, h, f / t, gpu, prec, recipe=job.fp8_recipe)
+        mlp = linear_s(T, n_in * f / t, h, gpu, prec, recipe=job.fp8_recipe, behind_norm=True)
+        mlp += linear_s(T, h, f / t, gpu, prec, recipe=job.fp8_recipe)
+        gemm += mlp
         model_flop += 3 * 2 * T * h * f * (n_in + 1) / t
-        elem += (n_in + 1) * T * f / t * ACT_BYTES
+        mlp_elem = (n_in + 1) * T * f / t * ACT_BYTES
+        elem += mlp_elem
         # fc1 in and act out (fc2 in) as the GEMMs keep them (FP8 under FP8 recipes); fc1 out, the
         # activation function's input, in 16 bits
         g_in = gemm_input_bytes(job)
-        act += T * h * g_in / sp_div + n_in * T * f / t * ACT_BYTES + T * f / t * g_in
+        mlp_act = T * h * g_in / sp_div + n_in * T * f / t * ACT_BYTES + T * f / t * g_in
+        act += mlp_act
         wgrad_act += (T * h + T * f / t) * g_in
         params_sharded += (n_in + 1) * h * f / t + ((n_in * f) / t + h if model.add_bias_linear else 0)
+        # The MLP's forward again (the `mlp` recompute module): GEMMs, activation, its TP collectives.
+        mlp_fwd = (
+            mlp.forward_s + memory_bound_s(mlp_elem, gpu) + tp_collectives_s(T * h * ACT_BYTES, c, node, 1)
+        )
     else:
         block = moe_terms.routed_block(model, job, c, node, T, sp_div, ACT_BYTES)
         gemm += block.gemm
@@ -366,6 +374,24 @@ def _decoder(
         + overhead
         + (tp_fwd / 2 if c.sp else tp_fwd)
     )
+    # Selective recompute by module (Megatron-Core --recompute-modules): (time re-run in the
+    # backward, activation bytes not kept) of each module this layer has; see
+    # cost_models.parallel.RECOMPUTE_MODULES.
+    parts = {"core_attn": (attn_fwd, at.core_kept_bytes)}
+    parts["mla_up_proj"] = (at.up_proj_s, at.up_proj_bytes)
+    norm_s, norm_bytes = at.separate_norm_s, at.separate_norm_bytes
+    if block is not None:
+        norm_s, norm_bytes = norm_s + block.norm_s, norm_bytes + block.input_bytes
+        parts["moe_act"] = (block.act_fn_s, block.act_fn_bytes)
+        parts["shared_experts"] = (block.shared_s, block.shared_bytes)
+        parts["moe"] = (block.forward_s, block.act_bytes - block.input_bytes)
+    else:
+        parts["mlp"] = (mlp_fwd, mlp_act)
+    parts["layernorm"] = (norm_s, norm_bytes)
+    modules = [m for m in c.recompute_modules or DEFAULT_RECOMPUTE_MODULES if m in parts]
+    if "moe" in modules:
+        # The whole MoE layer is checkpointed: its inner modules are rebuilt with it.
+        modules = [m for m in modules if m not in ("moe_act", "shared_experts")]
     if moe and gpu.efficiency.host_launch_s:
         # The dispatcher synchronises the host on the token counts every MoE layer, so the host
         # cannot run ahead by more than one layer: a pass takes at least the time to issue the
@@ -383,13 +409,13 @@ def _decoder(
         backward_weight_s=backward_weight,
         forward_comm_s=fwd_comm,
         backward_comm_s=bwd_comm,
-        selective_recompute_s=attn_fwd,
+        selective_recompute_s=sum(parts[m][0] for m in modules),
         op_recompute_s=op_recompute,
         op_kept_bytes=op_sac.op_sac_kept_bytes(
             model, moe, tokens=T, tp=t, sequence_parallel=c.sp, ep=c.ep, act_bytes=ACT_BYTES
         ),
         activation_bytes=act,
-        selective_dropped_bytes=at.core_kept_bytes,
+        selective_dropped_bytes=sum(parts[m][1] for m in modules),
         checkpoint_bytes=T * h * ACT_BYTES / sp_div,
         weight_grad_bytes=wgrad_act,
         tp_comm_bytes=tp_bytes,

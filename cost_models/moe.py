@@ -37,6 +37,7 @@ from cost_models.compute import (
     fp8_cast_s,
     gemm_s,
     linear_s,
+    memory_bound_s,
 )
 from cost_models.parallel import ParallelConfig, group
 from cost_models.tensors import gemm_input_bytes
@@ -308,6 +309,22 @@ class RoutedBlock:
     ep_bytes: float
     host_launches: tuple[float, float]
     """Kernels the host issues for the whole MoE layer, (forward, backward) (:func:`host_launches`)."""
+    forward_s: float = 0.0
+    """Forward time of the whole block (GEMMs, memory-bound kernels, dispatch and combine), what
+    the ``moe`` recompute module re-runs."""
+    input_bytes: float = 0.0
+    """The block's input as the router keeps it (the pre-MLP norm's output, 16-bit): the part of
+    ``act_bytes`` the ``moe`` recompute module keeps, and the ``layernorm`` module discards."""
+    norm_s: float = 0.0
+    """Forward time of the separate pre-MLP norm (``TENorm``; what ``layernorm`` re-runs)."""
+    act_fn_bytes: float = 0.0
+    """The routed experts' activation output, fc2's input: what ``moe_act`` discards."""
+    act_fn_s: float = 0.0
+    """Forward time of the routed experts' activation function (what ``moe_act`` re-runs)."""
+    shared_bytes: float = 0.0
+    """Activations the shared experts keep (what ``shared_experts`` discards; their input stays)."""
+    shared_s: float = 0.0
+    """Forward time of the shared experts (what ``shared_experts`` re-runs)."""
 
 
 def routed_block(
@@ -356,18 +373,30 @@ def routed_block(
     # The grouped GEMMs keep their inputs as the dense ones do (FP8 under FP8 recipes,
     # cost_models.tensors.gemm_input_bytes); fc1's output, the activation's input, in 16 bits.
     g_in = gemm_input_bytes(job)
-    act = P * h * g_in + P * n_in * fe / etp * act_bytes + P * fe / etp * g_in
+    act_fn_bytes = P * fe / etp * g_in  # fc2's input
+    act = P * h * g_in + P * n_in * fe / etp * act_bytes + act_fn_bytes
     act += T * E * 4 / sp_div  # router logits/probabilities (fp32)
+    # The router GEMM keeps its input, the pre-MLP norm's output (a separate TENorm in MoE layers,
+    # Megatron-Core's TE layer spec), in 16 bits for its weight gradient.
+    input_bytes = T * h / sp_div * act_bytes
+    act += input_bytes
     wgrad = (P * h + P * fe / etp) * g_in
     ffn_elements = P * fe / etp
     params_sharded = 0.0
+    shared_bytes = shared_s = 0.0
     if model.moe_shared_expert_intermediate_size:
         fs = model.moe_shared_expert_intermediate_size
         ffn_elements += T * fs / t
-        gemm += linear_s(T, n_in * fs / t, h, gpu, prec, recipe=recipe)
-        gemm += linear_s(T, h, fs / t, gpu, prec, recipe=recipe)
+        shared = linear_s(T, n_in * fs / t, h, gpu, prec, recipe=recipe)
+        shared += linear_s(T, h, fs / t, gpu, prec, recipe=recipe)
+        gemm += shared
         model_flop += 3 * 2 * T * h * fs * (n_in + 1) / t
-        act += n_in * T * fs / t * act_bytes + T * fs / t * g_in
+        # fc1's input is the router's (counted there) in 16 bits; FP8 recipes keep an FP8 copy too
+        shared_bytes = n_in * T * fs / t * act_bytes + T * fs / t * g_in
+        if g_in != act_bytes:
+            shared_bytes += T * h / sp_div * g_in
+        shared_s = shared.forward_s + memory_bound_s((n_in + 1) * T * fs / t * act_bytes, gpu)
+        act += shared_bytes
         params_sharded = (n_in + 1) * h * fs / t
     ep_s = ep_bytes = 0.0
     if ep > 1:
@@ -404,4 +433,11 @@ def routed_block(
         host_launches=host_launches(
             local_experts, job.moe_dispatcher, job.cuda_graph_scope, attention_launches(model)
         ),
+        forward_s=gemm.forward_s + memory_bound_s(elem, gpu) + ep_s,
+        input_bytes=input_bytes,
+        norm_s=memory_bound_s(2 * T * h / sp_div * act_bytes, gpu),
+        act_fn_bytes=act_fn_bytes,
+        act_fn_s=memory_bound_s((n_in + 1) * P * fe / etp * act_bytes, gpu),
+        shared_bytes=shared_bytes,
+        shared_s=shared_s,
     )

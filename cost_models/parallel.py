@@ -17,6 +17,16 @@ RECOMPUTE = ("none", "selective", "op", "full")
 """Activation recomputation forms: none; selective (Megatron: core attention, Korthikanti et al.
 2022 Sec. 5); op (torchtitan per-op selective checkpointing, :mod:`cost_models.recompute`); full
 (every recomputed layer's forward again, Chen et al. 2016)."""
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+"""The modules selective recompute can re-run (Megatron-Core ``--recompute-modules``,
+``TransformerConfig.recompute_modules`` of megatron-core 0.19.2, less ``gdn_norm_out``, which only
+gated-delta-net attention has): core attention; the routed experts' activation function; the
+separate (unfused) norms; MLA's up projections with RoPE; a dense layer's MLP; a whole MoE layer;
+its shared experts. ``moe_act``, ``layernorm`` and ``mla_up_proj`` discard their outputs after the
+forward and rebuild them before the backward (``CheckpointWithoutOutput``); the others checkpoint
+their module (its input kept, everything inside rebuilt). Priced in :mod:`cost_models.layers`."""
+DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
+"""Megatron-Core's default ``recompute_modules`` (TransformerConfig.__post_init__)."""
 LAYER_RECOMPUTE = ("full", "op")
 """Forms that checkpoint whole layers: a recomputed layer keeps ``LayerCost.recomputed_bytes`` and
 its backward adds ``LayerCost.recompute_s`` (its working set is rebuilt one layer at a time)."""
@@ -53,6 +63,9 @@ class ParallelConfig:
     (torchtitan per-op selective checkpointing), or full."""
     recompute_num_layers: int = 0
     """With full recompute: layers recomputed per pipeline stage and chunk (0 = all of them)."""
+    recompute_modules: tuple[str, ...] = ()
+    """With selective recompute: the modules re-run (:data:`RECOMPUTE_MODULES`, in that order);
+    empty = Megatron's default, core attention alone (:attr:`selective_modules`)."""
     sequence_parallel: bool = True
     """Sequence parallelism with tp > 1 (ignored, as by Megatron, when tp == 1)."""
     optimizer_sharding: str = "distributed"
@@ -72,6 +85,13 @@ class ParallelConfig:
     context, activations only, the first layers of the model); 0 = none. Megatron-Core runs it
     without pipeline parallelism and without recompute (TransformerConfig.__post_init__), and
     planner prices it under the same conditions (:func:`violations`)."""
+
+    @property
+    def selective_modules(self) -> tuple[str, ...]:
+        """The modules selective recompute re-runs (none without selective recompute)."""
+        if self.recompute != "selective":
+            return ()
+        return self.recompute_modules or DEFAULT_RECOMPUTE_MODULES
 
     @property
     def shard_degree(self) -> int:
@@ -276,6 +296,7 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
         )
     if c.recompute != "full" and c.recompute_num_layers:
         out.append("recompute_num_layers needs full recompute")
+    out += module_violations(model, job, c)
     if c.offload_layers < 0:
         out.append(f"offload_layers must be >= 0, got {c.offload_layers}")
     elif c.offload_layers:
@@ -303,6 +324,50 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
         out.append(
             "full sharding (FSDP) is not supported with pipeline parallelism (Megatron: FSDP needs pp == 1)"
         )
+    return out
+
+
+def memory_modules(model: ModelSpec, job: JobSpec) -> tuple[str, ...]:
+    """The output-discarding recompute modules a layer of ``model`` has (:data:`RECOMPUTE_MODULES`
+    order): the routed experts' activation (MoE), the separate norms (MoE layers' pre-MLP norm,
+    MLA's input norm), MLA's up projections. Each re-runs memory-bound kernels or two small GEMMs
+    and drops a tensor the size of a layer's widest activations, which is why Megatron-Bridge's MoE
+    and MLA recipes set them (e.g. ``recompute_modules=["moe_act", "layernorm"]``, gpt-oss and
+    Qwen3 configs; ``["mla_up_proj"]``, DeepSeek-V3). Empty for dense MHA/GQA models, whose norms
+    Transformer Engine fuses into the next GEMM, and under FP8 delayed scaling, which refuses
+    ``moe_act`` and ``layernorm``."""
+    mods: list[str] = []
+    if model.is_moe:
+        mods += ["moe_act", "layernorm"]
+    if model.multi_latent_attention:
+        mods += ["layernorm", "mla_up_proj"]
+    if job.precision == "fp8" and job.fp8_recipe == "delayed":
+        mods = [m for m in mods if m not in ("moe_act", "layernorm")]
+    return tuple(m for m in RECOMPUTE_MODULES if m in mods)
+
+
+def module_violations(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> list[str]:
+    """What Megatron-Core's ``TransformerConfig.__post_init__`` (0.19.2) refuses in a selective
+    recompute module list, for this model and job."""
+    mods = c.recompute_modules
+    if not mods:
+        return []
+    out: list[str] = []
+    unknown = [m for m in mods if m not in RECOMPUTE_MODULES]
+    if unknown:
+        out.append(f"recompute module(s) {', '.join(unknown)} not in {', '.join(RECOMPUTE_MODULES)}")
+    if c.recompute != "selective":
+        out.append("recompute_modules needs selective recompute")
+    if len(set(mods)) != len(mods) or [m for m in RECOMPUTE_MODULES if m in mods] != list(mods):
+        out.append(f"recompute_modules must be distinct and in the order {', '.join(RECOMPUTE_MODULES)}")
+    if "moe_act" in mods and not model.is_moe:
+        out.append("recompute module moe_act needs an MoE model (Megatron: moe_grouped_gemm)")
+    if "mla_up_proj" in mods and not model.multi_latent_attention:
+        out.append("recompute module mla_up_proj needs multi-latent attention")
+    if job.precision == "fp8" and job.fp8_recipe == "delayed" and {"moe_act", "layernorm"} & set(mods):
+        out.append("recompute modules moe_act and layernorm do not support FP8 delayed scaling")
+    if "moe" in mods and job.moe_a2a_overlap and c.ep > 1:
+        out.append("recompute module moe cannot be used with the expert-parallel all-to-all overlap")
     return out
 
 

@@ -369,6 +369,7 @@ def config_dict(c: ParallelConfig, model: ModelSpec | GraphModelSpec, job: JobSp
         "num_microbatches": c.num_microbatches(job),
         "recompute": c.recompute,
         "recompute_num_layers": c.recompute_num_layers,
+        **({"recompute_modules": list(c.recompute_modules)} if c.recompute_modules else {}),
         "sequence_parallel": c.sp,
         "optimizer_sharding": c.optimizer_sharding,
         "schedule": c.schedule,

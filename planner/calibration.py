@@ -19,7 +19,13 @@ from pathlib import Path
 import yaml
 
 from cost_models.estimate import Estimate, estimate
-from cost_models.parallel import ParallelConfig, account_for_split, resolve
+from cost_models.parallel import (
+    DEFAULT_RECOMPUTE_MODULES,
+    RECOMPUTE_MODULES,
+    ParallelConfig,
+    account_for_split,
+    resolve,
+)
 from planner.errors import PlannerError
 from planner.frameworks.megatron.importer import parse_layout
 from planner.frameworks.torchtitan.capabilities import layer_sac_recomputed_layers
@@ -188,13 +194,18 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 # Megatron module names in the source's words ("selective (layernorm, moe_act)")
                 named = [w for w in re.findall(r"[a-z_]+", rec_text) if w in MEGATRON_RECOMPUTE_MODULES]
                 modules = named or None
+            recompute_modules: tuple[str, ...] = ()
             if modules is not None and "full" not in rec_text:
-                # Megatron's --recompute-modules (the recipes record them): planner's selective
-                # recompute is core attention, Megatron's default module; the others (norms, MoE
-                # activation, MLA up-projection, MLP) are priced as no recompute.
-                rec_text = "selective" if "core_attn" in modules else "none"
-                if modules and "core_attn" not in modules:
-                    notes.append(f"recompute modules {', '.join(modules)} priced as no recompute")
+                # Megatron's --recompute-modules (the recipes record them), active only under
+                # --recompute-granularity selective (a recipe that sets modules without it recomputes
+                # nothing: its record says "none").
+                active = rec_text.startswith("selective") and bool(modules)
+                rec_text = "selective" if active else "none"
+                if active:
+                    recompute_modules = tuple(m for m in RECOMPUTE_MODULES if m in modules)
+                    notes.append(f"recompute modules {', '.join(recompute_modules)} (recipe)")
+                    if recompute_modules == DEFAULT_RECOMPUTE_MODULES:
+                        recompute_modules = ()
             recompute_layers = 0
             if "full" in rec_text or "unknown" in rec_text:
                 recompute = "full"
@@ -253,6 +264,7 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 micro_batch_size=mbs,
                 recompute=recompute,
                 recompute_num_layers=recompute_layers,
+                recompute_modules=recompute_modules if recompute == "selective" else (),
                 sequence_parallel=bool(sp),
                 optimizer_sharding=sharding,
                 schedule="interleaved" if vpp > 1 else "1f1b",

@@ -20,7 +20,15 @@ from pathlib import Path
 
 import yaml
 
-from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES, ParallelConfig, violations
+from cost_models.parallel import (
+    DEFAULT_RECOMPUTE_MODULES,
+    OPTIMIZER_SHARDING,
+    RECOMPUTE,
+    RECOMPUTE_MODULES,
+    SCHEDULES,
+    ParallelConfig,
+    violations,
+)
 from planner import __version__
 from planner.errors import SpecError
 from planner.frameworks import FRAMEWORKS, get_framework
@@ -137,6 +145,8 @@ def config_to_mapping(c: ParallelConfig) -> dict:
         "micro_batch_size": c.micro_batch_size,
         "recompute": c.recompute,
         "recompute_num_layers": c.recompute_num_layers,
+        # Selective recompute modules other than the default, written only when set.
+        **({"recompute_modules": list(c.recompute_modules)} if c.recompute_modules else {}),
         "sequence_parallel": c.sp,
         "optimizer_sharding": c.optimizer_sharding,
         "schedule": c.schedule,
@@ -146,6 +156,21 @@ def config_to_mapping(c: ParallelConfig) -> dict:
         # Layers whose activations are offloaded to host memory, likewise written only when set.
         **({"offload_layers": c.offload_layers} if c.offload_layers else {}),
     }
+
+
+def recompute_modules_tuple(values: list, where: str, key: str) -> tuple[str, ...]:
+    """Selective recompute modules (:data:`cost_models.parallel.RECOMPUTE_MODULES`, any order, no
+    repeats) in canonical order, Megatron's default (core attention alone) as the empty tuple; or a
+    SpecError naming ``where``, ``key`` and the allowed values."""
+    for m in values:
+        if m not in RECOMPUTE_MODULES:
+            raise SpecError(
+                f"{where}: {key}: {m!r} is not allowed; allowed values: {', '.join(RECOMPUTE_MODULES)}"
+            )
+    if len(set(values)) != len(values):
+        raise SpecError(f"{where}: {key}: a module is listed twice: {', '.join(values)}")
+    out = tuple(m for m in RECOMPUTE_MODULES if m in values)
+    return () if out == DEFAULT_RECOMPUTE_MODULES else out
 
 
 def config_from_mapping(data: dict, where: str) -> ParallelConfig:
@@ -161,6 +186,9 @@ def config_from_mapping(data: dict, where: str) -> ParallelConfig:
         micro_batch_size=r.get("micro_batch_size", int, positive=True),
         recompute=r.get("recompute", str, "none", choices=RECOMPUTE),
         recompute_num_layers=r.get("recompute_num_layers", int, 0),
+        recompute_modules=recompute_modules_tuple(
+            r.get("recompute_modules", list, []), where, "key 'config.recompute_modules'"
+        ),
         sequence_parallel=r.get("sequence_parallel", bool, True),
         optimizer_sharding=r.get("optimizer_sharding", str, "distributed", choices=OPTIMIZER_SHARDING),
         schedule=r.get("schedule", str, "1f1b", choices=SCHEDULES),

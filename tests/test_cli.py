@@ -199,6 +199,7 @@ def test_cli_option_set_is_pinned(run_cli):
             "--micro-batch-size",
             "--recompute",
             "--recompute-num-layers",
+            "--recompute-modules",
             "--sequence-parallel",
             "--optimizer-sharding",
             "--schedule",

@@ -52,6 +52,7 @@ from planner.cli.options import (
     PrecisionOpt,
     ProfileOpt,
     RecomputeLayersOpt,
+    RecomputeModulesOpt,
     RecomputeOpt,
     ScheduleOpt,
     SeqOptional,
@@ -63,7 +64,7 @@ from planner.cli.options import (
     UnfusedAccumulationOpt,
     VppOpt,
 )
-from planner.errors import UsageError
+from planner.errors import SpecError, UsageError
 from planner.graph_model import GraphModelSpec
 from planner.plan import write_text_atomic
 
@@ -124,6 +125,7 @@ def _estimate(opts: dict):
         opts.get("decoder_last_pipeline_num_layers"),
         opts.get("fsdp_shard"),
         opts.get("offload_layers"),
+        opts.get("recompute_modules"),
     )
     flags = (
         tp,
@@ -199,7 +201,24 @@ def _estimate(opts: dict):
         if isinstance(problem.model, GraphModelSpec):
             raise UsageError("--offload-layers applies to chain models (Megatron's decoder layers)")
         config = config.with_(offload_layers=split[4])
+    if split[5] is not None:
+        config = config.with_(recompute_modules=_recompute_modules(split[5], config))
     return problem, api.estimate_config(problem, config)
+
+
+def _recompute_modules(text: str, config) -> tuple[str, ...]:
+    """``--recompute-modules a,b`` as ``ParallelConfig.recompute_modules`` (needs selective)."""
+    from planner.plan import recompute_modules_tuple
+
+    if config.recompute != "selective":
+        raise UsageError("--recompute-modules needs --recompute selective")
+    names = [w.strip() for w in text.replace(" ", ",").split(",") if w.strip()]
+    if not names:
+        raise UsageError("--recompute-modules: give at least one module")
+    try:
+        return recompute_modules_tuple(names, "--recompute-modules", "module")
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _framework_name(name: str | None) -> str:
@@ -262,6 +281,7 @@ def estimate(
     decoder_last_pipeline_num_layers: LastStageOpt = None,
     fsdp_shard: FsdpShardOpt = None,
     offload_layers: OffloadLayersOpt = None,
+    recompute_modules: RecomputeModulesOpt = None,
     precision: PrecisionOpt = "bf16",
     plan: PlanOpt = None,
     profile: ProfileOpt = None,
@@ -317,6 +337,7 @@ def timeline(
     decoder_last_pipeline_num_layers: LastStageOpt = None,
     fsdp_shard: FsdpShardOpt = None,
     offload_layers: OffloadLayersOpt = None,
+    recompute_modules: RecomputeModulesOpt = None,
     precision: PrecisionOpt = "bf16",
     plan: PlanOpt = None,
     profile: ProfileOpt = None,
@@ -422,6 +443,7 @@ def bubbles(
     decoder_last_pipeline_num_layers: LastStageOpt = None,
     fsdp_shard: FsdpShardOpt = None,
     offload_layers: OffloadLayersOpt = None,
+    recompute_modules: RecomputeModulesOpt = None,
     precision: PrecisionOpt = "bf16",
     plan: PlanOpt = None,
     profile: ProfileOpt = None,

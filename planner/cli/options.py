@@ -254,6 +254,14 @@ RecomputeOpt = Annotated[
         rich_help_panel=PANEL_LAYOUT,
     ),
 ]
+RecomputeModulesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--recompute-modules",
+        help="With --recompute selective: the modules re-run, comma-separated (Megatron --recompute-modules: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; default core_attn).",
+        rich_help_panel=PANEL_LAYOUT,
+    ),
+]
 RecomputeLayersOpt = Annotated[
     int | None,
     typer.Option(

@@ -181,7 +181,7 @@ def estimate_tables(d: dict) -> list[Table]:
         ("micro-batch x micro-batches", f"{cfg['micro_batch_size']} x {cfg['num_microbatches']}"),
         (
             "schedule / recompute / sharding",
-            f"{cfg['schedule']} / {cfg['recompute']} / {cfg['optimizer_sharding']}",
+            f"{cfg['schedule']} / {_recompute_text(cfg)} / {cfg['optimizer_sharding']}",
         ),
         *_moe_runtime_rows(d),
         # Shown only when the plan offloads activations to host memory.
@@ -393,7 +393,7 @@ def _plan_cells(p: dict, alternative: bool = False) -> list[str]:
         if len(set(layers)) <= 1
         else ",".join(map(str, layers[:6])) + ("..." if len(layers) > 6 else "")
     )
-    rec = p["recompute"] + (f"({p['recompute_num_layers']})" if p["recompute_num_layers"] else "")
+    rec = _recompute_text(p) + (f"({p['recompute_num_layers']})" if p["recompute_num_layers"] else "")
     if p.get("offload_layers"):
         rec += f", offload {p['offload_layers']}"
     cells = [
@@ -607,3 +607,9 @@ def graph_search_tables(d: dict) -> list[Table]:
             )
         tables.append(e)
     return tables
+
+
+def _recompute_text(cfg: dict) -> str:
+    """The recompute form, with its selective modules when they are not the default."""
+    modules = cfg.get("recompute_modules")
+    return f"{cfg['recompute']} ({', '.join(modules)})" if modules else cfg["recompute"]

@@ -101,6 +101,9 @@ class Capabilities:
     activation_offload: bool = False
     """Its launch can offload the first layers' activations to host memory
     (``ParallelConfig.offload_layers``; Megatron ``--cpu-offloading-num-layers``)."""
+    recompute_modules: bool = False
+    """Selective recompute of modules other than core attention (Megatron-Core
+    ``--recompute-modules``; ``ParallelConfig.recompute_modules``)."""
     every_nth_recompute: bool = False
     """Full recompute of every n-th block (n >= 2) instead of any number of layers: a stage of S
     layers recomputes ``S // n`` (torchtitan ``selective_ac_option = "<n>"``; :func:`every_nth`)."""
@@ -155,6 +158,8 @@ class Framework:
                     f"{who} recomputes every n-th block of a stage: {k} of {stage} layers is no "
                     f"{stage} // n (recompute {', '.join(map(str, every_nth_counts(stage)))} layers, or all)"
                 )
+        if c.recompute_modules and not cap.recompute_modules:
+            out.append(f"{who} recomputes core attention only (no recompute modules)")
         if c.tp > 1 and not c.sequence_parallel and not cap.sequence_parallel_optional:
             out.append(f"{who} always uses sequence parallelism with tensor parallelism")
         if c.cp > 1 and not cap.context_parallel:
@@ -249,6 +254,7 @@ ANY = Framework(
         sharding_with_pipeline=OPTIMIZER_SHARDING,
         recompute=RECOMPUTE,
         partial_recompute=True,
+        recompute_modules=True,
         sequence_parallel_optional=True,
         context_parallel=True,
         expert_parallel=True,

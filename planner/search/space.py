@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES, ParallelConfig
+from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES, ParallelConfig, memory_modules
 from planner.errors import SpecError, UsageError
 from planner.frameworks import DEFAULT_FRAMEWORK, Framework, get_framework
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
@@ -248,6 +248,13 @@ def _inner(model, job, r: Restrictions, rejected: Rejections, tp, cp, pp, dp) ->
     # the distributed optimizer, more memory) and GPipe (1F1B's bubble with more memory).
     recomputes = list(r.recompute) if r.recompute is not None else ["none", "full"]
     recomputes = [x for x in RECOMPUTE if x in recomputes and x in cap.recompute]
+    # Selective recompute of the cheap output-discarding modules (MoE activation, separate norms,
+    # MLA up projections) is not dominated: it drops the widest activations of MoE and MLA layers
+    # for memory-bound re-runs. Searched by default where the framework launches it.
+    variants: list[tuple[str, tuple[str, ...]]] = [(x, ()) for x in recomputes]
+    cheap = memory_modules(model, job) if cap.recompute_modules else ()
+    if cheap and (r.recompute is None or "selective" in r.recompute) and "selective" in cap.recompute:
+        variants.append(("selective", cheap))
     # ZeRO-1 where the framework has it, else plain data parallelism (DDP), plus ZeRO-2 and FSDP.
     first = "distributed" if "distributed" in cap.optimizer_sharding else "none"
     default_shardings = [first, "zero2", "full"] if dp * cp > 1 else ["none"]
@@ -281,7 +288,7 @@ def _inner(model, job, r: Restrictions, rejected: Rejections, tp, cp, pp, dp) ->
         ]
         for ep in eps:
             for sp in sps:
-                for recompute in recomputes:
+                for recompute, modules in variants:
                     for sharding in shardings:
                         for schedule, v in schedules:
                             c = ParallelConfig(
@@ -293,6 +300,7 @@ def _inner(model, job, r: Restrictions, rejected: Rejections, tp, cp, pp, dp) ->
                                 vpp=v,
                                 micro_batch_size=mbs,
                                 recompute=recompute,
+                                recompute_modules=modules,
                                 sequence_parallel=sp,
                                 optimizer_sharding=sharding,
                                 schedule=schedule,

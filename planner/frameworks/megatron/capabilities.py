@@ -10,7 +10,8 @@
   Megatron-LM docs/discussions/megatron-fsdp-user-guide. Megatron-FSDP is planned without pipeline
   parallelism (the cost model prices FSDP gathers per layer of a single stage).
 * Recompute: ``--recompute-granularity selective|full``, ``--recompute-method uniform|block``,
-  ``--recompute-num-layers`` (partial full recompute).
+  ``--recompute-num-layers`` (partial full recompute), ``--recompute-modules`` (selective:
+  ``TransformerConfig.recompute_modules``).
 * Uneven stages: ``--decoder-first/last-pipeline-num-layers`` and
   ``--pipeline-model-parallel-layout`` (also with virtual stages).
 * Activation offloading: ``--cpu-offloading-num-layers`` (TransformerConfig: pp 1, no recompute,
@@ -31,6 +32,7 @@ MEGATRON = Framework(
         sharding_with_pipeline=("none", "distributed"),
         recompute=("none", "selective", "full"),
         partial_recompute=True,
+        recompute_modules=True,
         sequence_parallel_optional=True,
         context_parallel=True,
         expert_parallel=True,

@@ -215,6 +215,9 @@ def parallel_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
         # validate_args: selective recompute takes no --recompute-method (and TransformerConfig
         # no --recompute-num-layers).
         args.append(("--recompute-granularity", "selective"))
+        if c.recompute_modules:
+            # TransformerConfig.recompute_modules (default core_attn alone).
+            args.append(("--recompute-modules", " ".join(c.recompute_modules)))
     elif c.recompute == "full":
         # TransformerConfig: full recompute needs a method and --recompute-num-layers; "block"
         # recomputes the first k layers of each model chunk, k >= chunk size = all of them.
@@ -289,14 +292,25 @@ def megatron_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
     return model_args(inputs) + parallel_args(inputs)
 
 
-def quoted(flag: str, value: str | None) -> str:
-    """A flag and its value as shell words: a ``values`` flag (argparse ``nargs='+'``, e.g.
-    ``--cuda-graph-modules``) gets each of its space-separated words on its own."""
+def words(flag: str, value: str | None) -> list[str]:
+    """A flag and its value as the argv words the launch passes: a ``values`` flag (argparse
+    ``nargs='+'``, e.g. ``--cuda-graph-modules``, ``--recompute-modules``) gets each of its
+    space-separated words on its own."""
     if value is None:
-        return flag
+        return [flag]
     if ACCEPTED.get(flag) == "values":
-        return " ".join([flag, *(shlex.quote(w) for w in value.split())])
-    return f"{flag} {shlex.quote(value)}"
+        return [flag, *value.split()]
+    return [flag, value]
+
+
+def argv(args: list[tuple[str, str | None]]) -> list[str]:
+    """The argv words of an argument list (what ``megatron_args.txt`` gives the shell)."""
+    return [w for flag, value in args for w in words(flag, value)]
+
+
+def quoted(flag: str, value: str | None) -> str:
+    """A flag and its value as shell words (:func:`words`, each quoted)."""
+    return " ".join(shlex.quote(w) if i else w for i, w in enumerate(words(flag, value)))
 
 
 def args_text(args: list[tuple[str, str | None]]) -> str:

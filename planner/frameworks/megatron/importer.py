@@ -15,7 +15,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cost_models.parallel import SHARDED_GRADIENTS, ParallelConfig, account_for_split, first_last_split
+from cost_models.parallel import (
+    DEFAULT_RECOMPUTE_MODULES,
+    RECOMPUTE_MODULES,
+    SHARDED_GRADIENTS,
+    ParallelConfig,
+    account_for_split,
+    first_last_split,
+)
 from planner.errors import ConfigError, SpecError
 from planner.frameworks.megatron.flags import ACCEPTED
 from planner.frameworks.megatron.shell import REDIRECT, SEPARATORS, read_script, unresolved_in
@@ -201,6 +208,8 @@ MODELLED = {
     "--recompute-granularity",
     "--recompute-activations",
     "--recompute-num-layers",
+    "--recompute-modules",
+    "--moe-layer-recompute",
     "--cpu-offloading-num-layers",
     "--use-distributed-optimizer",
     "--use-megatron-fsdp",
@@ -413,6 +422,27 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
         raise SpecError(
             f"{at('--recompute-granularity')}: --recompute-granularity {recompute!r}: allowed values: full, selective"
         )
+    modules: tuple[str, ...] = ()
+    if recompute == "selective" and flags.get("--recompute-modules"):
+        named = str(flags["--recompute-modules"]).split()
+        unknown = [m for m in named if m not in RECOMPUTE_MODULES]
+        if unknown:
+            raise SpecError(
+                f"{at('--recompute-modules')}: --recompute-modules {' '.join(unknown)}: planner prices "
+                f"{', '.join(RECOMPUTE_MODULES)}"
+            )
+        # TransformerConfig keeps the list as given; planner's order is RECOMPUTE_MODULES'.
+        modules = tuple(m for m in RECOMPUTE_MODULES if m in named)
+        if modules == DEFAULT_RECOMPUTE_MODULES:
+            modules = ()
+        elif not modules:
+            # an empty list: selective granularity that recomputes nothing
+            recompute = "none"
+    if "--moe-layer-recompute" in flags and recompute != "full":
+        # Deprecated alias (TransformerConfig.__post_init__): selective with "moe" added.
+        base = modules or (DEFAULT_RECOMPUTE_MODULES if recompute == "selective" else ())
+        modules = tuple(m for m in RECOMPUTE_MODULES if m in (*base, "moe"))
+        recompute = "selective"
     rnl = (num("--recompute-num-layers", 0) or 0) if recompute == "full" else 0
     most = max(layers) if layers else -(-model.num_layers // (pp * vpp))
     if recompute == "full" and rnl >= most:
@@ -461,6 +491,7 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
         micro_batch_size=num("--micro-batch-size"),
         recompute=recompute,
         recompute_num_layers=rnl,
+        recompute_modules=modules,
         sequence_parallel="--sequence-parallel" in flags,
         optimizer_sharding=sharding,
         schedule="interleaved" if vpp > 1 else "1f1b",
