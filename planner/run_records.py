@@ -385,6 +385,7 @@ def model_of(run_id: str, mb: dict, notes: list[str]) -> ModelSpec:
         num_query_groups=mb.get("num_query_groups") or heads,
         **{
             "kv_channels": h // heads,
+            "add_bias_linear": not (llama_like or act == "squared_relu"),
             **_attention_fields(str(moe.get("attention") or ""), mb["num_layers"], moe, notes),
         },
         vocab_size=vocab,
@@ -393,7 +394,6 @@ def model_of(run_id: str, mb: dict, notes: list[str]) -> ModelSpec:
         normalization="rmsnorm" if act == "swiglu" else "layernorm",
         position_embedding_type="rope" if llama_like or act == "squared_relu" else "learned_absolute",
         untie_embeddings_and_output_weights=llama_like or act == "squared_relu",
-        add_bias_linear=not (llama_like or act == "squared_relu"),
         num_experts=first_of(moe, "num_experts", "experts") or 0,
         moe_router_topk=first_of(moe, "topk", "top_k", "router_topk", "moe_router_topk") or 0,
         moe_ffn_hidden_size=first_of(moe, "moe_ffn_hidden_size", "expert_ffn_hidden_size", "ffn_hidden_size")
@@ -416,7 +416,8 @@ MLA_DEEPSEEK_V3 = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope": 128, "qk
 def _attention_fields(text: str, num_layers: int, moe: dict, notes: list[str]) -> dict:
     """ModelSpec fields for what a run's ``model.moe.attention`` note and ``first_k_dense_layers``
     say (the calibration file records the attention shape of models whose heads are not h / heads):
-    MLA with its ranks, an explicit head dimension, alternating sliding-window layers."""
+    MLA with its ranks, an explicit head dimension, alternating sliding-window layers, attention
+    sinks and biased linear layers."""
     out: dict = {}
     if text.startswith("MLA"):
         dims = {
@@ -441,6 +442,10 @@ def _attention_fields(text: str, num_layers: int, moe: dict, notes: list[str]) -
     window = re.search(r"alternating full / (\d+)-token sliding-window", text)
     if window:
         out.update(window_size=int(window.group(1)), window_attn_skip_freq=2)
+    if "attention sinks" in text:
+        out["softmax_type"] = "learnable"  # gpt-oss (Megatron-Bridge: softmax_type="learnable")
+    if "biased linear layers" in text:
+        out["add_bias_linear"] = True  # gpt-oss (Megatron-Bridge: add_bias_linear=True)
     dense = moe.get("first_k_dense_layers")
     if dense:
         out["moe_layer_pattern"] = (0,) * int(dense) + (1,) * (num_layers - int(dense))

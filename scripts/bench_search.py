@@ -66,7 +66,8 @@ c = best.config
 out = dict(wall_s=wall, cpu_s=cpu, shapes_enumerated=result.shapes_enumerated, shapes_simulated=result.shapes_evaluated,
            peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
            best=dict(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, ep=c.ep, vpp=c.vpp, mbs=c.micro_batch_size,
-                     recompute=c.recompute, recompute_num_layers=c.recompute_num_layers, sharding=c.optimizer_sharding,
+                     recompute=c.recompute, recompute_num_layers=c.recompute_num_layers,
+                     recompute_modules=list(c.recompute_modules), sharding=c.optimizer_sharding,
                      schedule=c.schedule, step_time_s=best.estimate.step_time_s, mfu=best.estimate.mfu,
                      tokens_per_s_per_gpu=best.estimate.tokens_per_s_per_gpu,
                      peak_memory_gib=best.estimate.peak_memory_bytes / 2**30))
@@ -111,7 +112,8 @@ def main() -> int:
         )
         print(
             f"  best: tp {b['tp']} pp {b['pp']} dp {b['dp']} cp {b['cp']} ep {b['ep']} vpp {b['vpp']} mbs {b['mbs']} "
-            f"{b['schedule']} recompute {b['recompute']}({b['recompute_num_layers']}) {b['sharding']}: "
+            f"{b['schedule']} recompute {b['recompute']}({b['recompute_num_layers']})"
+            f"{' ' + '+'.join(b['recompute_modules']) if b['recompute_modules'] else ''} {b['sharding']}: "
             f"{b['step_time_s']:.2f} s/step, MFU {100 * b['mfu']:.1f}%, {b['peak_memory_gib']:.1f} GiB"
         )
         if "expert" in r:
