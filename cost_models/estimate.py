@@ -194,11 +194,11 @@ def node_of_stage(cluster: ClusterSpec, c: ParallelConfig, stage: int) -> NodeGr
 _TABLES: dict[tuple, LayerTable] = {}
 
 
-def table_for(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> LayerTable:
-    """Layer table of a configuration, cached on the fields it depends on (not the schedule,
-    partition, recompute form or sharding; the selective recompute modules change what a layer's
-    selective terms hold)."""
-    key = (
+def table_key(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> tuple:
+    """What a configuration's layer table depends on (not the schedule, partition, recompute form
+    or sharding; the selective recompute modules change what a layer's selective terms hold):
+    the cache key of :func:`table_for`, and the start of every cache key built on the table."""
+    return (
         model,
         job,
         node,
@@ -211,6 +211,11 @@ def table_for(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup
         c.pp > 1,
         c.recompute_modules,
     )
+
+
+def table_for(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> LayerTable:
+    """Layer table of a configuration, cached on :func:`table_key`."""
+    key = table_key(model, job, c, node)
     table = _TABLES.get(key)
     if table is None:
         if len(_TABLES) > 4096:

@@ -277,3 +277,20 @@ def test_calibration_reads_active_module_lists_only():
     inactive = by_id["mbridge2511_h100_bf16_gptoss120b_64gpu"].config
     assert (inactive.recompute, inactive.recompute_modules) == ("none", ())
     assert not any("priced as no recompute" in a for c in by_id.values() for a in c.assumptions)
+
+
+def test_the_search_stage_model_tells_module_lists_apart():
+    # the chain search caches a stage's cost model; a key without the module list handed one
+    # variant's memory and time to the other
+    from planner.search.stage_model import stage_model
+
+    m = load_model("mixtral-8x7b")
+    cluster = load_cluster("dgx-h100", 4)
+    j = make_job(global_batch_size=256, seq_length=4096)
+    base = ParallelConfig(tp=1, pp=2, ep=8, micro_batch_size=1, recompute="selective")
+    core = resolve(m, cluster, j, base)
+    cheap = resolve(m, cluster, j, base.with_(recompute_modules=("moe_act", "layernorm")))
+    node = cluster.groups[0]
+    a, b = stage_model(m, j, core, node, 0, 2.0), stage_model(m, j, cheap, node, 0, 2.0)
+    assert b.act_per_layer_bytes < a.act_per_layer_bytes
+    assert b.layer_s != a.layer_s  # the selective re-runs are part of a layer's time

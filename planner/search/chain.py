@@ -94,6 +94,8 @@ def sort_key(c: ParallelConfig) -> tuple:
         c.vpp,
         -c.micro_batch_size,
         RECOMPUTE.index(c.recompute),
+        len(c.recompute_modules),
+        c.recompute_modules,
         c.recompute_num_layers or 10**9,
         ("distributed", "none", "zero2", "full").index(c.optimizer_sharding),
         ("1f1b", "interleaved", "zb-h1", "gpipe").index(c.schedule),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cost_models import memory as mem
-from cost_models.estimate import table_for
+from cost_models.estimate import table_for, table_key
 from cost_models.parallel import LAYER_RECOMPUTE, ParallelConfig
 from cost_models.schedules import peak_inflight
 from planner.search.partition import StageModel
@@ -49,16 +49,7 @@ def stage_model(
     if c.pp == 1:
         position = 3
     key = (
-        model,
-        job,
-        node,
-        c.tp,
-        c.cp,
-        c.ep,
-        c.expert_tp,
-        c.micro_batch_size,
-        c.sp,
-        c.pp > 1,
+        *table_key(model, job, c, node),
         c.dp,
         c.optimizer_sharding,
         c.recompute,
@@ -123,7 +114,7 @@ def _stage_model(
         recompute_s=recompute_s,
         extra_s=extra_s,
         static_per_layer_bytes=state(layer),
-        # Selective recompute keeps every layer's activations but core attention's own
+        # Selective recompute keeps every layer's activations but what its modules drop
         # (LayerCost.recomputed_bytes), as cost_models.estimate prices it.
         act_per_layer_bytes=layer.recomputed_bytes("selective")
         if c.recompute == "selective"
