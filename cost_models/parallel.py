@@ -65,7 +65,7 @@ class ParallelConfig:
     """With full recompute: layers recomputed per pipeline stage and chunk (0 = all of them)."""
     recompute_modules: tuple[str, ...] = ()
     """With selective recompute: the modules re-run (:data:`RECOMPUTE_MODULES`, in that order);
-    empty = Megatron's default, core attention alone (:attr:`selective_modules`)."""
+    empty = Megatron's default, core attention alone (:data:`DEFAULT_RECOMPUTE_MODULES`)."""
     sequence_parallel: bool = True
     """Sequence parallelism with tp > 1 (ignored, as by Megatron, when tp == 1)."""
     optimizer_sharding: str = "distributed"
@@ -85,13 +85,6 @@ class ParallelConfig:
     context, activations only, the first layers of the model); 0 = none. Megatron-Core runs it
     without pipeline parallelism and without recompute (TransformerConfig.__post_init__), and
     planner prices it under the same conditions (:func:`violations`)."""
-
-    @property
-    def selective_modules(self) -> tuple[str, ...]:
-        """The modules selective recompute re-runs (none without selective recompute)."""
-        if self.recompute != "selective":
-            return ()
-        return self.recompute_modules or DEFAULT_RECOMPUTE_MODULES
 
     @property
     def shard_degree(self) -> int:
@@ -325,6 +318,14 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
             "full sharding (FSDP) is not supported with pipeline parallelism (Megatron: FSDP needs pp == 1)"
         )
     return out
+
+
+def canonical_modules(names) -> tuple[str, ...]:
+    """Recompute module names in :data:`RECOMPUTE_MODULES` order, repeats and unknown names dropped,
+    Megatron's default list (core attention alone) as the empty tuple, so equal settings compare
+    equal (callers report unknown names first)."""
+    out = tuple(m for m in RECOMPUTE_MODULES if m in set(names))
+    return () if out == DEFAULT_RECOMPUTE_MODULES else out
 
 
 def memory_modules(model: ModelSpec, job: JobSpec) -> tuple[str, ...]:

@@ -19,13 +19,7 @@ from pathlib import Path
 import yaml
 
 from cost_models.estimate import Estimate, estimate
-from cost_models.parallel import (
-    DEFAULT_RECOMPUTE_MODULES,
-    RECOMPUTE_MODULES,
-    ParallelConfig,
-    account_for_split,
-    resolve,
-)
+from cost_models.parallel import ParallelConfig, account_for_split, canonical_modules, resolve
 from planner.errors import PlannerError
 from planner.frameworks.megatron.importer import parse_layout
 from planner.frameworks.torchtitan.capabilities import layer_sac_recomputed_layers
@@ -202,10 +196,8 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 active = rec_text.startswith("selective") and bool(modules)
                 rec_text = "selective" if active else "none"
                 if active:
-                    recompute_modules = tuple(m for m in RECOMPUTE_MODULES if m in modules)
-                    notes.append(f"recompute modules {', '.join(recompute_modules)} (recipe)")
-                    if recompute_modules == DEFAULT_RECOMPUTE_MODULES:
-                        recompute_modules = ()
+                    notes.append(f"recompute modules {', '.join(modules)} (recipe)")
+                    recompute_modules = canonical_modules(modules)
             recompute_layers = 0
             if "full" in rec_text or "unknown" in rec_text:
                 recompute = "full"

@@ -21,12 +21,12 @@ from pathlib import Path
 import yaml
 
 from cost_models.parallel import (
-    DEFAULT_RECOMPUTE_MODULES,
     OPTIMIZER_SHARDING,
     RECOMPUTE,
     RECOMPUTE_MODULES,
     SCHEDULES,
     ParallelConfig,
+    canonical_modules,
     violations,
 )
 from planner import __version__
@@ -169,8 +169,7 @@ def recompute_modules_tuple(values: list, where: str, key: str) -> tuple[str, ..
             )
     if len(set(values)) != len(values):
         raise SpecError(f"{where}: {key}: a module is listed twice: {', '.join(values)}")
-    out = tuple(m for m in RECOMPUTE_MODULES if m in values)
-    return () if out == DEFAULT_RECOMPUTE_MODULES else out
+    return canonical_modules(values)
 
 
 def config_from_mapping(data: dict, where: str) -> ParallelConfig:

@@ -275,6 +275,8 @@ def test_megatron_default_dispatcher_is_allgather_on_import():
             "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
             "excludes full recompute",
         ),
+        ("--recompute-granularity selective --recompute-modules moe_act moe", "excludes 'moe'"),
+        ("--moe-layer-recompute", "--moe-layer-recompute adds it"),
     ],
 )
 def test_a2a_overlap_rules_restate_transformer_config(extra, message):
@@ -291,3 +293,16 @@ def test_a2a_overlap_rules_restate_transformer_config(extra, message):
         msg for level, msg, _ in megatron_findings(imp, load_cluster("dgx-h100", 1)) if level == "error"
     ]
     assert any(message in e for e in errors), errors
+
+
+def test_moe_layer_recompute_with_full_granularity_is_refused():
+    from planner.frameworks.megatron.rules import megatron_findings
+
+    moe = MODEL + " --num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 2"
+    full = " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    imp = parse_megatron(moe + full + " --moe-layer-recompute", "a", 8)
+    errors = [m for level, m, _ in megatron_findings(imp, load_cluster("dgx-h100", 1)) if level == "error"]
+    assert any("--moe-layer-recompute is refused with full recompute" in e for e in errors), errors
+    assert imp.config.recompute == "full" and imp.config.recompute_modules == ()
+    # without selective granularity a module list is inert, its names unchecked (as in Megatron)
+    assert parse_megatron(moe + " --recompute-modules gdn_norm_out", "a", 8).config.recompute == "none"

@@ -210,8 +210,12 @@ def test_megatron_import_reads_module_lists():
 
     assert read("--recompute-modules", "core_attn").recompute_modules == ()
     assert read("--recompute-modules", "layernorm", "moe_act").recompute_modules == ("moe_act", "layernorm")
-    # the deprecated --moe-layer-recompute is selective with "moe" added (TransformerConfig)
+    # the deprecated --moe-layer-recompute is selective with "moe" added to the (default) list
+    # (TransformerConfig), with or without --recompute-granularity selective
     assert read("--moe-layer-recompute").recompute_modules == ("core_attn", "moe")
+    plain = [w for w in base if w not in ("--recompute-granularity", "selective")]
+    layer = parse_megatron(" ".join([*plain, "--moe-layer-recompute"]), "args.txt", 32).config
+    assert (layer.recompute, layer.recompute_modules) == ("selective", ("core_attn", "moe"))
     with pytest.raises(SpecError, match="--recompute-modules gdn_norm_out: planner prices core_attn"):
         read("--recompute-modules", "gdn_norm_out")
 

@@ -21,6 +21,7 @@ from cost_models.parallel import (
     SHARDED_GRADIENTS,
     ParallelConfig,
     account_for_split,
+    canonical_modules,
     first_last_split,
 )
 from planner.errors import ConfigError, SpecError
@@ -422,27 +423,19 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
         raise SpecError(
             f"{at('--recompute-granularity')}: --recompute-granularity {recompute!r}: allowed values: full, selective"
         )
-    modules: tuple[str, ...] = ()
-    if recompute == "selective" and flags.get("--recompute-modules"):
-        named = str(flags["--recompute-modules"]).split()
-        unknown = [m for m in named if m not in RECOMPUTE_MODULES]
-        if unknown:
-            raise SpecError(
-                f"{at('--recompute-modules')}: --recompute-modules {' '.join(unknown)}: planner prices "
-                f"{', '.join(RECOMPUTE_MODULES)}"
-            )
-        # TransformerConfig keeps the list as given; planner's order is RECOMPUTE_MODULES'.
-        modules = tuple(m for m in RECOMPUTE_MODULES if m in named)
-        if modules == DEFAULT_RECOMPUTE_MODULES:
-            modules = ()
-        elif not modules:
-            # an empty list: selective granularity that recomputes nothing
-            recompute = "none"
+    # TransformerConfig.__post_init__: recompute_modules defaults to ["core_attn"] and acts only
+    # with selective granularity; the deprecated --moe-layer-recompute turns selective on and adds
+    # "moe" (with full granularity it is refused: planner.frameworks.megatron.rules).
+    named = str(flags.get("--recompute-modules") or "").split() or list(DEFAULT_RECOMPUTE_MODULES)
     if "--moe-layer-recompute" in flags and recompute != "full":
-        # Deprecated alias (TransformerConfig.__post_init__): selective with "moe" added.
-        base = modules or (DEFAULT_RECOMPUTE_MODULES if recompute == "selective" else ())
-        modules = tuple(m for m in RECOMPUTE_MODULES if m in (*base, "moe"))
-        recompute = "selective"
+        recompute, named = "selective", [*named, "moe"]
+    unknown = [m for m in named if m not in RECOMPUTE_MODULES]
+    if unknown and recompute == "selective":
+        raise SpecError(
+            f"{at('--recompute-modules')}: --recompute-modules {' '.join(unknown)}: planner prices "
+            f"{', '.join(RECOMPUTE_MODULES)}"
+        )
+    modules = canonical_modules(named) if recompute == "selective" else ()
     rnl = (num("--recompute-num-layers", 0) or 0) if recompute == "full" else 0
     most = max(layers) if layers else -(-model.num_layers // (pp * vpp))
     if recompute == "full" and rnl >= most:

@@ -55,6 +55,12 @@ def megatron_findings(imp: Imported, cluster: ClusterSpec) -> list[Finding]:
                 "full recompute needs --recompute-num-layers (layers recomputed per pipeline stage; TransformerConfig)",
                 "--recompute-num-layers",
             )
+        if "--moe-layer-recompute" in f:
+            err(
+                "--moe-layer-recompute is refused with full recompute granularity (TransformerConfig)",
+                "--moe-layer-recompute",
+                "--recompute-granularity",
+            )
     elif granularity == "selective":
         if f.get("--recompute-method") is not None:
             err(
@@ -198,9 +204,11 @@ def megatron_findings(imp: Imported, cluster: ClusterSpec) -> list[Finding]:
             )
         if granularity == "full" or f.get("--recompute-method") is not None:
             err(f"{a2a} excludes full recompute and --recompute-method (TransformerConfig)", a2a)
-        if "moe" in str(f.get("--recompute-modules") or "").split():
+        if "moe" in str(f.get("--recompute-modules") or "").split() or "--moe-layer-recompute" in f:
             err(
-                f"{a2a} excludes 'moe' in --recompute-modules (TransformerConfig)", a2a, "--recompute-modules"
+                f"{a2a} excludes 'moe' in --recompute-modules (TransformerConfig; --moe-layer-recompute adds it)",
+                a2a,
+                "--recompute-modules" if "--recompute-modules" in f else "--moe-layer-recompute",
             )
     # CUDA graphs (TransformerConfig.__post_init__, cuda_graph_modules).
     modules = str(f.get("--cuda-graph-modules") or "").split()
