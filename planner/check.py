@@ -21,6 +21,8 @@ from planner.specs import ClusterSpec
 from planner.validation import read_text_capped
 
 FLAG_HINTS = {
+    "recompute module": ("--recompute-modules", "--recompute-granularity"),
+    "recompute_modules": ("--recompute-modules", "--recompute-granularity"),
     "moe_ffn_hidden_size": ("--moe-ffn-hidden-size", "--expert-tensor-parallel-size"),
     "exceeds max_position_embeddings": ("--max-position-embeddings", "--seq-length"),
     "global batch": ("--global-batch-size", "--micro-batch-size"),

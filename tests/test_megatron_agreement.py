@@ -46,6 +46,17 @@ MOE = (
     "--vocab-size 128256 --num-experts 6 --moe-router-topk 2 --expert-model-parallel-size 4",
 )
 
+MOE_GROUPED = (
+    ("PP=2", "PP=1"),
+    ("--num-layers 32", "--num-layers 8"),
+    (
+        "--vocab-size 128256",
+        "--vocab-size 128256 --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 3584 "
+        "--expert-model-parallel-size 4 --moe-token-dispatcher-type alltoall --moe-grouped-gemm",
+    ),
+)
+SELECTIVE_MODULES = "--bf16 --recompute-granularity selective --recompute-modules"
+
 # name: (launch, Megatron rejects?, flag planner must name, Megatron's reason)
 TABLE = {
     "accepted": (BASE, False, None, "accepted"),
@@ -211,6 +222,37 @@ TABLE = {
         True,
         "--num-experts",
         "TransformerConfig: num_moe_experts must be divisible by expert_model_parallel_size",
+    ),
+    "recompute_modules_moe": (
+        edit(*MOE_GROUPED, ("--bf16", f"{SELECTIVE_MODULES} moe_act layernorm")),
+        False,
+        None,
+        "accepted",
+    ),
+    "recompute_modules_moe_act_without_grouped_gemm": (
+        edit(*MOE_GROUPED, (" --moe-grouped-gemm", ""), ("--bf16", f"{SELECTIVE_MODULES} moe_act")),
+        True,
+        "--recompute-modules",
+        "TransformerConfig: moe_act in recompute_modules is only supported with moe_grouped_gemm",
+    ),
+    "recompute_modules_mla_up_proj_without_mla": (
+        edit(("--bf16", f"{SELECTIVE_MODULES} mla_up_proj")),
+        True,
+        "--recompute-modules",
+        "TransformerConfig: mla_up_proj in recompute_modules is only supported with multi_latent_attention",
+    ),
+    "moe_layer_recompute_with_full_recompute": (
+        edit(
+            *MOE_GROUPED,
+            (
+                "--bf16",
+                "--bf16 --recompute-granularity full --recompute-method block --recompute-num-layers 8 "
+                "--moe-layer-recompute",
+            ),
+        ),
+        True,
+        "--moe-layer-recompute",
+        "TransformerConfig: Do not set --moe-layer-recompute with full recompute granularity",
     ),
     "world_size_not_divisible": (
         edit(

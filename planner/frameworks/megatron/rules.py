@@ -62,6 +62,12 @@ def megatron_findings(imp: Imported, cluster: ClusterSpec) -> list[Finding]:
                 "--recompute-granularity",
             )
     elif granularity == "selective":
+        if "moe_act" in str(f.get("--recompute-modules") or "").split() and "--moe-grouped-gemm" not in f:
+            err(
+                "moe_act in --recompute-modules is only supported with --moe-grouped-gemm (TransformerConfig)",
+                "--recompute-modules",
+                "--moe-grouped-gemm",
+            )
         if f.get("--recompute-method") is not None:
             err(
                 "--recompute-method is not supported with selective recompute (validate_args)",
