@@ -145,6 +145,8 @@ MEGATRON_ARGS = """--num-layers 24
 --pipeline-model-parallel-size 2
 --use-distributed-optimizer
 --sequence-parallel
+--recompute-granularity selective
+--recompute-modules core_attn layernorm
 --bf16
 """
 
