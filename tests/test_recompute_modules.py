@@ -268,7 +268,27 @@ def test_cli_estimate_with_recompute_modules(run_cli):
     bad = run_cli(*args[:-5], "--recompute-modules", "moe_act")
     assert bad.exit_code == 2 and "--recompute-modules needs --recompute selective" in bad.stderr
     typo = run_cli(*args[:-2], "moe_actt", "--json")
-    assert typo.exit_code == 2 and "'moe_actt' is not allowed; allowed values: core_attn" in typo.stderr
+    assert typo.exit_code == 2 and "--recompute-modules 'moe_actt': allowed values: core_attn" in typo.stderr
+
+
+def test_search_takes_the_selective_module_list(run_cli):
+    base = ["search", "-m", "mixtral-8x7b", "-c", "dgx-h100", "-n", "2", "-b", "64", "-s", "4096"]
+    res = run_cli(*base, "--recompute", "selective", "--recompute-modules", "moe", "--json")
+    assert res.exit_code == 0, res.stderr
+    plans = json.loads(res.stdout)["plans"]
+    assert {tuple(p.get("recompute_modules") or ()) for p in plans} <= {(), ("moe",)}
+    assert any(p.get("recompute_modules") == ["moe"] for p in plans)
+    # a dense model gets the variant only when asked for
+    dense = ["search", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "2", "-b", "64", "-s", "4096"]
+    only = run_cli(*dense, "--recompute", "selective", "--recompute-modules", "mlp", "--json")
+    assert {tuple(p.get("recompute_modules") or ()) for p in json.loads(only.stdout)["plans"]} <= {
+        (),
+        ("mlp",),
+    }
+    refused = run_cli(*dense, "--recompute-modules", "mlp", "--framework", "torchtitan")
+    assert refused.exit_code == 2 and "recomputes core attention only" in refused.stderr
+    clash = run_cli(*dense, "--recompute-modules", "mlp", "--recompute", "none")
+    assert clash.exit_code == 2 and "needs selective among --recompute" in clash.stderr
 
 
 def test_calibration_reads_active_module_lists_only():

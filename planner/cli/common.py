@@ -76,6 +76,21 @@ def _words(text: str | None, flag: str, allowed: tuple[str, ...]) -> tuple[str, 
     return values
 
 
+def _recompute_modules(text: str | None) -> tuple[str, ...] | None:
+    """``--recompute-modules a,b`` as ``ParallelConfig.recompute_modules`` (canonical order; core
+    attention alone, Megatron's default, as the empty tuple); None when not given."""
+    from cost_models.parallel import RECOMPUTE_MODULES, canonical_modules
+
+    values = _words(
+        None if text is None else text.replace(" ", ","), "--recompute-modules", RECOMPUTE_MODULES
+    )
+    if values is None:
+        return None
+    if len(set(values)) != len(values):
+        raise UsageError(f"--recompute-modules {text!r}: a module is listed twice")
+    return canonical_modules(values)
+
+
 def _eager_ops(text: str | None) -> tuple[str, ...]:
     """``--eager-ops`` as :attr:`JobSpec.eager_ops` (canonical order; none given: all fused)."""
     values = _words(text, "--eager-ops", EAGER_OPS) or ()

@@ -20,6 +20,7 @@ from planner.cli.common import (
     _ints,
     _print,
     _profile,
+    _recompute_modules,
     _runtime,
     _software_note,
 )
@@ -64,7 +65,7 @@ from planner.cli.options import (
     UnfusedAccumulationOpt,
     VppOpt,
 )
-from planner.errors import SpecError, UsageError
+from planner.errors import UsageError
 from planner.graph_model import GraphModelSpec
 from planner.plan import write_text_atomic
 
@@ -202,23 +203,15 @@ def _estimate(opts: dict):
             raise UsageError("--offload-layers applies to chain models (Megatron's decoder layers)")
         config = config.with_(offload_layers=split[4])
     if split[5] is not None:
-        config = config.with_(recompute_modules=_recompute_modules(split[5], config))
+        config = config.with_(recompute_modules=_selective_modules(split[5], config))
     return problem, api.estimate_config(problem, config)
 
 
-def _recompute_modules(text: str, config) -> tuple[str, ...]:
-    """``--recompute-modules a,b`` as ``ParallelConfig.recompute_modules`` (needs selective)."""
-    from planner.plan import recompute_modules_tuple
-
+def _selective_modules(text: str, config) -> tuple[str, ...]:
+    """``--recompute-modules a,b`` of estimate / timeline / bubbles (needs selective recompute)."""
     if config.recompute != "selective":
         raise UsageError("--recompute-modules needs --recompute selective")
-    names = [w.strip() for w in text.replace(" ", ",").split(",") if w.strip()]
-    if not names:
-        raise UsageError("--recompute-modules: give at least one module")
-    try:
-        return recompute_modules_tuple(names, "--recompute-modules", "module")
-    except SpecError as exc:
-        raise UsageError(str(exc)) from None
+    return _recompute_modules(text)
 
 
 def _framework_name(name: str | None) -> str:

@@ -20,6 +20,7 @@ from planner.cli.common import (
     _print,
     _profile,
     _progress,
+    _recompute_modules,
     _runtime,
     _software_note,
     _words,
@@ -110,6 +111,14 @@ def search(
     no_recompute: Annotated[
         bool, typer.Option("--no-recompute", help="Same as --recompute none.", rich_help_panel=PANEL_SPACE)
     ] = False,
+    recompute_modules: Annotated[
+        str | None,
+        typer.Option(
+            "--recompute-modules",
+            help="Module list of the selective variant searched (Megatron --recompute-modules: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts). Default: moe_act,layernorm (MoE) and mla_up_proj (MLA) besides core attention on request.",
+            rich_help_panel=PANEL_SPACE,
+        ),
+    ] = None,
     optimizer_sharding: Annotated[
         ListOpt,
         typer.Option(
@@ -243,6 +252,7 @@ def search(
         vpp=_ints(vpp, "--vpp"),
         micro_batch_size=_ints(micro_batch_size, "--micro-batch-size"),
         recompute=rec,
+        recompute_modules=_recompute_modules(recompute_modules),
         optimizer_sharding=_words(optimizer_sharding, "--optimizer-sharding", OPTIMIZER_SHARDING),
         schedule=_words(schedule, "--schedule", SCHEDULES),
         sequence_parallel=sequence_parallel,

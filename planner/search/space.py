@@ -30,6 +30,9 @@ class Restrictions:
     vpp: tuple[int, ...] | None = None
     micro_batch_size: tuple[int, ...] | None = None
     recompute: tuple[str, ...] | None = None
+    recompute_modules: tuple[str, ...] | None = None
+    """Module list of the selective variant (``ParallelConfig.recompute_modules``); None: the
+    model's cheap modules (:func:`cost_models.parallel.memory_modules`)."""
     optimizer_sharding: tuple[str, ...] | None = None
     schedule: tuple[str, ...] | None = None
     sequence_parallel: bool | None = None
@@ -55,6 +58,14 @@ class Restrictions:
         fw.check_choices("--schedule", self.schedule, cap.schedules)
         fw.check_choices("--optimizer-sharding", self.optimizer_sharding, cap.optimizer_sharding)
         fw.check_choices("--recompute", self.recompute, cap.recompute)
+        if self.recompute_modules is not None:
+            if not cap.recompute_modules:
+                raise UsageError(
+                    f"--recompute-modules: {fw.title} recomputes core attention only; drop the flag "
+                    "or pick --framework megatron"
+                )
+            if self.recompute is not None and "selective" not in self.recompute:
+                raise UsageError("--recompute-modules needs selective among --recompute")
         if self.sequence_parallel is False and not cap.sequence_parallel_optional:
             fw.check_choices("--no-sequence-parallel", ("off",), ("on",))
         for flag, values, allowed in (
@@ -253,8 +264,16 @@ def _inner(model, job, r: Restrictions, rejected: Rejections, tp, cp, pp, dp) ->
     # for memory-bound re-runs. Searched by default where the framework launches it.
     variants: list[tuple[str, tuple[str, ...]]] = [(x, ()) for x in recomputes]
     cheap = memory_modules(model, job) if cap.recompute_modules else ()
-    if cheap and (r.recompute is None or "selective" in r.recompute) and "selective" in cap.recompute:
-        variants.append(("selective", cheap))
+    if r.recompute_modules is not None:
+        cheap = r.recompute_modules  # the user's list (checked against the framework above)
+    selective = ("selective", cheap)
+    if (
+        (cheap or r.recompute_modules is not None)
+        and (r.recompute is None or "selective" in r.recompute)
+        and "selective" in cap.recompute
+        and selective not in variants
+    ):
+        variants.append(selective)
     # ZeRO-1 where the framework has it, else plain data parallelism (DDP), plus ZeRO-2 and FSDP.
     first = "distributed" if "distributed" in cap.optimizer_sharding else "none"
     default_shardings = [first, "zero2", "full"] if dp * cp > 1 else ["none"]
