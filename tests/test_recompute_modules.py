@@ -268,7 +268,9 @@ def test_cli_estimate_with_recompute_modules(run_cli):
     bad = run_cli(*args[:-5], "--recompute-modules", "moe_act")
     assert bad.exit_code == 2 and "--recompute-modules needs --recompute selective" in bad.stderr
     typo = run_cli(*args[:-2], "moe_actt", "--json")
-    assert typo.exit_code == 2 and "--recompute-modules 'moe_actt': allowed values: core_attn" in typo.stderr
+    assert typo.exit_code == 2 and "'moe_actt' is not allowed; allowed values: core_attn" in typo.stderr
+    twice = run_cli(*args[:-2], "moe_act,moe_act", "--json")
+    assert twice.exit_code == 2 and "listed twice" in twice.stderr
 
 
 def test_search_takes_the_selective_module_list(run_cli):

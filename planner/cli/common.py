@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from planner.cli import render
-from planner.errors import UsageError
+from planner.errors import SpecError, UsageError
 from planner.plan import write_text_atomic
 from planner.specs import ATTENTION_IMPLS, EAGER_OPS, FP8_RECIPES
 from planner.validation import json_text
@@ -77,18 +77,19 @@ def _words(text: str | None, flag: str, allowed: tuple[str, ...]) -> tuple[str, 
 
 
 def _recompute_modules(text: str | None) -> tuple[str, ...] | None:
-    """``--recompute-modules a,b`` as ``ParallelConfig.recompute_modules`` (canonical order; core
-    attention alone, Megatron's default, as the empty tuple); None when not given."""
-    from cost_models.parallel import RECOMPUTE_MODULES, canonical_modules
+    """``--recompute-modules a,b`` as ``ParallelConfig.recompute_modules``, checked as a plan file's
+    list is (:func:`planner.plan.recompute_modules_tuple`); None when not given."""
+    from planner.plan import recompute_modules_tuple
 
-    values = _words(
-        None if text is None else text.replace(" ", ","), "--recompute-modules", RECOMPUTE_MODULES
-    )
-    if values is None:
+    if text is None:
         return None
-    if len(set(values)) != len(values):
-        raise UsageError(f"--recompute-modules {text!r}: a module is listed twice")
-    return canonical_modules(values)
+    names = [w.strip() for w in text.replace(" ", ",").split(",") if w.strip()]
+    if not names:
+        raise UsageError("--recompute-modules: give at least one module")
+    try:
+        return recompute_modules_tuple(names, "--recompute-modules", "value")
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _eager_ops(text: str | None) -> tuple[str, ...]:
