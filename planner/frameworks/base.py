@@ -159,7 +159,7 @@ class Framework:
                     f"{stage} // n (recompute {', '.join(map(str, every_nth_counts(stage)))} layers, or all)"
                 )
         if c.recompute_modules and not cap.recompute_modules:
-            out.append(f"{who} recomputes core attention only (no recompute modules)")
+            out.append(f"{who} has no recompute module list (Megatron --recompute-modules)")
         if c.tp > 1 and not c.sequence_parallel and not cap.sequence_parallel_optional:
             out.append(f"{who} always uses sequence parallelism with tensor parallelism")
         if c.cp > 1 and not cap.context_parallel:

@@ -61,7 +61,7 @@ class Restrictions:
         if self.recompute_modules is not None:
             if not cap.recompute_modules:
                 raise UsageError(
-                    f"--recompute-modules: {fw.title} recomputes core attention only; drop the flag "
+                    f"--recompute-modules: {fw.title} has no recompute module list; drop the flag "
                     "or pick --framework megatron"
                 )
             if self.recompute is not None and "selective" not in self.recompute:
