@@ -107,6 +107,7 @@ def run_point(task: SweepTask) -> dict:
         vpp=c.vpp,
         micro_batch_size=c.micro_batch_size,
         recompute=c.recompute,
+        recompute_modules=list(c.recompute_modules),
         schedule=c.schedule,
         optimizer_sharding=c.optimizer_sharding,
         step_time_s=est.step_time_s,
@@ -188,6 +189,7 @@ CSV_COLUMNS = (
     "vpp",
     "micro_batch_size",
     "recompute",
+    "recompute_modules",
     "schedule",
     "optimizer_sharding",
     "step_time_s",
@@ -220,4 +222,6 @@ def sweep_csv(rows: list[dict]) -> str:
 def _cell(v) -> str:
     if isinstance(v, bool):
         return str(v).lower()
+    if isinstance(v, list):
+        return " ".join(map(str, v))
     return repr(v) if isinstance(v, float) else str(v)

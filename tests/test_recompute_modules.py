@@ -322,3 +322,17 @@ def test_the_search_stage_model_tells_module_lists_apart():
     a, b = stage_model(m, j, core, node, 0, 2.0), stage_model(m, j, cheap, node, 0, 2.0)
     assert b.act_per_layer_bytes < a.act_per_layer_bytes
     assert b.layer_s != a.layer_s  # the selective re-runs are part of a layer's time
+
+
+def test_sweep_reports_the_module_list(run_cli, tmp_path):
+    csv_path = tmp_path / "sweep.csv"
+    res = run_cli(
+        "sweep", "-m", "mixtral-8x7b", "-c", "dgx-h100", "--nodes", "4", "-b", "256", "-s", "4096",
+        "--csv", str(csv_path), "--json",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    point = json.loads(res.stdout)["points"][0]
+    assert point["recompute"] == "selective" and point["recompute_modules"] == ["moe_act", "layernorm"]
+    header, row = csv_path.read_text().splitlines()[:2]
+    cells = dict(zip(header.split(","), row.split(",")))
+    assert cells["recompute_modules"] == "moe_act layernorm"

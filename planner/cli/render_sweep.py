@@ -30,6 +30,7 @@ def sweep_table(d: dict) -> Table:
             f"tp{r['tp']} pp{r['pp']} dp{r['dp']} cp{r['cp']}"
             + (f" vpp{r['vpp']}" if r["vpp"] > 1 else "")
             + f" mbs{r['micro_batch_size']} {r['recompute']}"
+            + (f" ({', '.join(r['recompute_modules'])})" if r.get("recompute_modules") else "")
         )
         cells = [
             r["cluster"] + mark,
