@@ -324,7 +324,8 @@ def canonical_modules(names) -> tuple[str, ...]:
     """Recompute module names in :data:`RECOMPUTE_MODULES` order, repeats and unknown names dropped,
     Megatron's default list (core attention alone) as the empty tuple, so equal settings compare
     equal (callers report unknown names first)."""
-    out = tuple(m for m in RECOMPUTE_MODULES if m in set(names))
+    given = set(names)
+    out = tuple(m for m in RECOMPUTE_MODULES if m in given)
     return () if out == DEFAULT_RECOMPUTE_MODULES else out
 
 

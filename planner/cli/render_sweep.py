@@ -7,6 +7,8 @@ from xml.sax.saxutils import escape
 
 from rich.table import Table
 
+from planner.cli.render import _recompute_text
+
 COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7")
 
 
@@ -29,8 +31,7 @@ def sweep_table(d: dict) -> Table:
         plan = (
             f"tp{r['tp']} pp{r['pp']} dp{r['dp']} cp{r['cp']}"
             + (f" vpp{r['vpp']}" if r["vpp"] > 1 else "")
-            + f" mbs{r['micro_batch_size']} {r['recompute']}"
-            + (f" ({', '.join(r['recompute_modules'])})" if r.get("recompute_modules") else "")
+            + f" mbs{r['micro_batch_size']} {_recompute_text(r)}"
         )
         cells = [
             r["cluster"] + mark,
