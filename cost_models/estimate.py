@@ -39,9 +39,16 @@ from planner.specs import DTYPE_BYTES, ClusterSpec, JobSpec, ModelSpec, NodeGrou
 DDP_BUCKET_PARAMS = 40_000_000
 """Megatron's default gradient bucket size in parameters (``--ddp-bucket-size``)."""
 
-ADAM_BYTES_PER_PARAM = 30
-"""HBM traffic of one Adam update per optimizer-owned parameter: read fp32 weight, gradient and two
-moments (16), write weight and moments (12), write the 16-bit copy (2)."""
+
+def adam_bytes_per_param(job: JobSpec) -> float:
+    """HBM traffic of one Adam update per optimizer-owned parameter: read the fp32 main gradient
+    (4), read and write the master weight (``JobSpec.master_dtype``) and the two moments
+    (``JobSpec.optimizer_state_dtype``), write the 16-bit copy of the weight (2): 30 bytes with fp32
+    master weights and moments, 22 with bf16 moments (Transformer Engine's ``FusedAdam`` reads and
+    writes each state at its own dtype, which is what ``--use-precision-aware-optimizer`` selects)."""
+    master = float(DTYPE_BYTES[job.master_dtype])
+    state = float(DTYPE_BYTES[job.optimizer_state_dtype])
+    return 4.0 + 2.0 * master + 4.0 * state + 2.0
 
 
 def unfused_accumulation_bytes(job: JobSpec) -> float:
@@ -378,7 +385,9 @@ def dp_sync(
         c.shard_degree if c.optimizer_sharding == "full" else d_dense if c.optimizer_sharding != "none" else 1
     )
     shard_e = d_exp if c.optimizer_sharding != "none" else 1
-    opt_s = memory_bound_s((dense_params / shard + expert_params / shard_e) * ADAM_BYTES_PER_PARAM, node.gpu)
+    opt_s = memory_bound_s(
+        (dense_params / shard + expert_params / shard_e) * adam_bytes_per_param(job), node.gpu
+    )
     return DPSync(reduce_s, reduce_exposed, gather_s, gather_exposed, opt_s)
 
 

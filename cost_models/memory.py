@@ -2,8 +2,9 @@
 
 Bytes per parameter with mixed precision and Adam (Megatron-LM ``docs/.../dist_optimizer.md`` and
 ``megatron/training/theoretical_memory_usage.py``): a 16-bit weight (2), a main gradient
-(``grad_dtype``, fp32 = 4), and the optimizer's master weight (``master_dtype``, 4) plus two fp32
-Adam moments (8): 18 bytes unsharded; with 16-bit gradients (fp16 training reduces in fp16) an
+(``grad_dtype``, fp32 = 4), and the optimizer's master weight (``master_dtype``, 4) plus two
+Adam moments (``optimizer_state_dtype``, fp32: 8; bf16 under Megatron's precision-aware optimizer:
+4): 18 bytes unsharded; with 16-bit gradients (fp16 training reduces in fp16) an
 fp32 copy of the gradient joins the optimizer states: 20 bytes, 4 + 16/d distributed. Sharding
 over the ``d`` data-parallel ranks (Rajbhandari et
 al. 2020, ZeRO, arXiv:1910.02054): distributed optimizer / ZeRO-1 shards the optimizer (2 + 4 +
@@ -48,7 +49,7 @@ def bytes_per_param(job: JobSpec, sharding: str, d: int) -> tuple[float, float, 
     """(weight, gradient, optimizer) bytes per parameter under ``sharding`` over ``d`` ranks."""
     weight = 2.0
     grad = float(DTYPE_BYTES[job.grad_dtype])
-    opt = float(DTYPE_BYTES[job.master_dtype] + 8)
+    opt = float(DTYPE_BYTES[job.master_dtype] + 2 * DTYPE_BYTES[job.optimizer_state_dtype])
     if grad < 4:
         # 16-bit gradients are copied to fp32 for the step, a buffer sharded like the optimizer
         # states (Megatron-LM dist_optimizer.md: "fp16 parameters, fp16 gradients" 20 bytes,

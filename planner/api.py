@@ -60,6 +60,7 @@ def load_problem(
     cuda_graph_scope: tuple[str, ...] = (),
     eager_ops: tuple[str, ...] = (),
     grad_dtype: str | None = None,
+    optimizer_state_dtype: str = "fp32",
     attention_impl: str = "fused",
     gradient_accumulation_fusion: bool = True,
     fp8_recipe: str | None = None,
@@ -70,7 +71,7 @@ def load_problem(
     to the cluster (:func:`planner.software.configure`: the calibration wins);
     ``tp_comm_overlap``, ``moe_dispatcher``, ``moe_a2a_overlap``, ``cuda_graph_scope``,
     ``eager_ops``, ``grad_dtype`` (None: the precision's default,
-    :func:`planner.jobs.default_grad_dtype`), ``attention_impl``,
+    :func:`planner.jobs.default_grad_dtype`), ``optimizer_state_dtype``, ``attention_impl``,
     ``gradient_accumulation_fusion``, ``fp8_recipe`` (None: the default, ``tensorwise``; given, it
     needs ``precision`` fp8): the :class:`JobSpec` fields of those names."""
     from planner.calibrate.profile import read_profile
@@ -95,6 +96,7 @@ def load_problem(
             moe_a2a_overlap=moe_a2a_overlap,
             cuda_graph_scope=cuda_graph_scope,
             grad_dtype=grad_dtype,
+            optimizer_state_dtype=optimizer_state_dtype,
             attention_impl=attention_impl,
             gradient_accumulation_fusion=gradient_accumulation_fusion,
             fp8_recipe=fp8_recipe,
@@ -342,6 +344,7 @@ def job_dict(j: JobSpec) -> dict:
         "optimizer": j.optimizer,
         "grad_dtype": j.grad_dtype,
         "master_dtype": j.master_dtype,
+        "optimizer_state_dtype": j.optimizer_state_dtype,
         "overlap_grad_reduce": j.overlap_grad_reduce,
         "overlap_param_gather": j.overlap_param_gather,
         "gradient_accumulation_fusion": j.gradient_accumulation_fusion,

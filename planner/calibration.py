@@ -162,6 +162,12 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
             grad_dtype = "bf16" if par.get("grad_reduce_in_fp32") is False else None
             if grad_dtype:
                 notes.append("gradients reduced in bf16 (recipe)")
+            # Adam's moments in a lower dtype where the recipe says so (`parallel.optimizer_state_dtype`,
+            # cited under `source.recipe.optimizer`: Megatron's precision-aware optimizer with
+            # exp_avg_dtype / exp_avg_sq_dtype bf16); else fp32.
+            state_dtype = str(par.get("optimizer_state_dtype") or "fp32")
+            if state_dtype != "fp32":
+                notes.append(f"Adam moments in {state_dtype} (recipe)")
             unfused = unfused_accumulation(run, precision, notes)
             if not overlap_reduce:
                 notes.append("gradient reduction after the last backward (not overlapped)")
@@ -174,6 +180,7 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 overlap_grad_reduce=overlap_reduce,
                 overlap_param_gather=overlap_reduce,
                 grad_dtype=grad_dtype,
+                optimizer_state_dtype=state_dtype,
                 gradient_accumulation_fusion=not unfused,
                 eager_ops=eager_ops_of(run, notes),
                 attention_impl=attention_impl_of(run, notes),

@@ -37,7 +37,7 @@ def make_job(
         )
     if kwargs.get("grad_dtype") is None:
         kwargs["grad_dtype"] = default_grad_dtype(precision)
-    for key in ("grad_dtype", "master_dtype"):
+    for key in ("grad_dtype", "master_dtype", "optimizer_state_dtype"):
         if key in kwargs and kwargs[key] not in DTYPES:
             raise SpecError(
                 f"{where}: {key} {kwargs[key]!r} is not allowed; allowed values: {', '.join(DTYPES)}"
@@ -127,6 +127,7 @@ def job_from_mapping(data: dict, where: str) -> JobSpec:
         optimizer=r.get("optimizer", str, "adam", choices=("adam",)),
         grad_dtype=r.get("grad_dtype", str, None, choices=DTYPES),
         master_dtype=r.get("master_dtype", str, "fp32", choices=DTYPES),
+        optimizer_state_dtype=r.get("optimizer_state_dtype", str, "fp32", choices=DTYPES),
         overlap_grad_reduce=r.get("overlap_grad_reduce", bool, True),
         overlap_param_gather=r.get("overlap_param_gather", bool, True),
         gradient_accumulation_fusion=r.get("gradient_accumulation_fusion", bool, True),

@@ -219,6 +219,11 @@ def job_to_mapping(job: JobSpec) -> dict:
         "optimizer": job.optimizer,
         "grad_dtype": job.grad_dtype,
         "master_dtype": job.master_dtype,
+        **(
+            {"optimizer_state_dtype": job.optimizer_state_dtype}
+            if job.optimizer_state_dtype != "fp32"
+            else {}
+        ),
         "overlap_grad_reduce": job.overlap_grad_reduce,
         "overlap_param_gather": job.overlap_param_gather,
         # Written only when not the default, so plans without them read as before.

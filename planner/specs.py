@@ -535,11 +535,18 @@ class JobSpec:
     :data:`MXFP8_MIN_COMPUTE_CAPABILITY`). The recipes quantize with different HBM traffic
     (:func:`cost_models.compute.fp8_cast_bytes`)."""
     optimizer: str = "adam"
-    """Optimizer; only Adam (two fp32 moments) is modelled."""
+    """Optimizer; only Adam (two moments per parameter, :attr:`optimizer_state_dtype`) is modelled."""
     grad_dtype: str = "fp32"
     """Dtype of the main gradients (Megatron accumulates bf16 grads in fp32 by default)."""
     master_dtype: str = "fp32"
     """Dtype of the master copy of the weights held by the optimizer."""
+    optimizer_state_dtype: str = "fp32"
+    """Dtype of Adam's two moments (``exp_avg``, ``exp_avg_sq``). Megatron-Core keeps them in fp32
+    unless ``--use-precision-aware-optimizer`` with ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype``
+    (Transformer Engine's ``FusedAdam``; megatron/core/optimizer/optimizer_config.py: other dtypes
+    "can only be fp32 when not using precision-aware optimizer"), as Megatron-Bridge's DeepSeek-V3
+    recipe sets bf16 (src/megatron/bridge/recipes/deepseek/deepseek_v3.py,
+    ``opt_config.exp_avg_dtype = torch.bfloat16``)."""
     overlap_grad_reduce: bool = True
     """Overlap the data-parallel gradient reduction with backward (``--overlap-grad-reduce``)."""
     overlap_param_gather: bool = True

@@ -214,6 +214,7 @@ def test_cli_option_set_is_pinned(run_cli):
             "--tp-comm-overlap",
             "--moe-dispatcher",
             "--grad-dtype",
+            "--optimizer-state-dtype",
             "--no-gradient-accumulation-fusion",
             "--fp8-recipe",
             "--attention-impl",

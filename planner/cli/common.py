@@ -14,7 +14,7 @@ import typer
 from planner.cli import render
 from planner.errors import SpecError, UsageError
 from planner.plan import write_text_atomic
-from planner.specs import ATTENTION_IMPLS, EAGER_OPS, FP8_RECIPES
+from planner.specs import ATTENTION_IMPLS, DTYPES, EAGER_OPS, FP8_RECIPES
 from planner.validation import json_text
 
 
@@ -111,6 +111,17 @@ def _check_fp8_recipe(recipe: str | None, precision: str | None) -> None:
         raise UsageError(f"--fp8-recipe {recipe} needs --precision fp8 (got {precision})")
 
 
+def _optimizer_state_dtype(value: str | None) -> str:
+    """``--optimizer-state-dtype`` checked (absent: fp32)."""
+    if value is None:
+        return "fp32"
+    if value not in DTYPES:
+        raise UsageError(
+            f"--optimizer-state-dtype {value!r} is not allowed; allowed values: {', '.join(DTYPES)}"
+        )
+    return value
+
+
 def _runtime(opts: dict) -> dict:
     """The gradient dtype and accumulation, FP8 recipe, core attention, MoE dispatcher and CUDA graph options as
     :func:`planner.api.load_problem` keywords."""
@@ -124,6 +135,7 @@ def _runtime(opts: dict) -> dict:
     return {
         "moe_dispatcher": opts.get("moe_dispatcher") or "alltoall",
         "grad_dtype": opts.get("grad_dtype"),
+        "optimizer_state_dtype": _optimizer_state_dtype(opts.get("optimizer_state_dtype")),
         "gradient_accumulation_fusion": not opts.get("no_gradient_accumulation_fusion"),
         "fp8_recipe": opts.get("fp8_recipe"),
         "attention_impl": impl,

@@ -47,6 +47,7 @@ from planner.cli.options import (
     MoeOverlapOpt,
     NodesOpt,
     OffloadLayersOpt,
+    OptimizerStateDtypeOpt,
     PlanArgOptional,
     PlanOpt,
     PpOpt,
@@ -152,6 +153,7 @@ def _estimate(opts: dict):
             or opts.get("cuda_graph_scope") is not None
             or opts.get("moe_dispatcher", "alltoall") != "alltoall"
             or opts.get("grad_dtype") is not None
+            or opts.get("optimizer_state_dtype") is not None
             or opts.get("no_gradient_accumulation_fusion")
             or opts.get("fp8_recipe") is not None
             or opts.get("attention_impl") is not None
@@ -283,6 +285,7 @@ def estimate(
     tp_comm_overlap: TpOverlapOpt = False,
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
     grad_dtype: GradDtypeOpt = None,
+    optimizer_state_dtype: OptimizerStateDtypeOpt = None,
     no_gradient_accumulation_fusion: UnfusedAccumulationOpt = False,
     fp8_recipe: Fp8RecipeOpt = None,
     attention_impl: AttentionImplOpt = None,
@@ -339,6 +342,7 @@ def timeline(
     tp_comm_overlap: TpOverlapOpt = False,
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
     grad_dtype: GradDtypeOpt = None,
+    optimizer_state_dtype: OptimizerStateDtypeOpt = None,
     no_gradient_accumulation_fusion: UnfusedAccumulationOpt = False,
     fp8_recipe: Fp8RecipeOpt = None,
     attention_impl: AttentionImplOpt = None,
@@ -445,6 +449,7 @@ def bubbles(
     tp_comm_overlap: TpOverlapOpt = False,
     moe_dispatcher: MoeDispatcherOpt = "alltoall",
     grad_dtype: GradDtypeOpt = None,
+    optimizer_state_dtype: OptimizerStateDtypeOpt = None,
     no_gradient_accumulation_fusion: UnfusedAccumulationOpt = False,
     fp8_recipe: Fp8RecipeOpt = None,
     attention_impl: AttentionImplOpt = None,

@@ -147,6 +147,16 @@ MoeDispatcherOpt = Annotated[
         rich_help_panel=PANEL_INPUTS,
     ),
 ]
+OptimizerStateDtypeOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--optimizer-state-dtype",
+        help="Dtype of Adam's two moments: fp32 (default), bf16 or fp16 (Megatron "
+        "--use-precision-aware-optimizer --exp-avg-dtype / --exp-avg-sq-dtype, with the distributed "
+        "optimizer; torchtitan keeps fp32).",
+        rich_help_panel=PANEL_INPUTS,
+    ),
+]
 GradDtypeOpt = Annotated[
     Optional[str],
     typer.Option(

@@ -145,7 +145,8 @@ def _moe_runtime_rows(d: dict) -> list[tuple[str, str]]:
 
 def _grad_rows(d: dict) -> list[tuple[str, str]]:
     """The gradient reduction dtype, shown only when it is not the precision's default (fp16
-    gradients for fp16 training, fp32 otherwise: planner.jobs.default_grad_dtype), and unfused
+    gradients for fp16 training, fp32 otherwise: planner.jobs.default_grad_dtype), the optimizer's
+    master weight and moment dtypes, shown only when not fp32 / fp32, and unfused
     gradient accumulation, shown only when set (fused is the default), the FP8 recipe of an FP8
     job, and pipeline sends scattered over tp (JobSpec.pipeline_scatter_gather), shown only when set."""
     job = d.get("job") or {}
@@ -153,6 +154,9 @@ def _grad_rows(d: dict) -> list[tuple[str, str]]:
     rows = []
     if grad is not None and grad != default_grad_dtype(job.get("precision") or "bf16"):
         rows.append(("gradient reduction dtype", grad))
+    master, state = job.get("master_dtype") or "fp32", job.get("optimizer_state_dtype") or "fp32"
+    if (master, state) != ("fp32", "fp32"):
+        rows.append(("optimizer master weights / Adam moments", f"{master} / {state}"))
     if job.get("gradient_accumulation_fusion") is False:
         rows.append(("gradient accumulation", "unfused (separate add per micro-batch)"))
     if job.get("fp8_recipe"):

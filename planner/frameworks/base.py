@@ -84,6 +84,12 @@ class Capabilities:
     grad_dtypes: tuple[tuple[str, str], ...] | None = None
     """(precision, gradient reduction dtype) pairs its launch can set (``JobSpec.grad_dtype``);
     ``None`` = any."""
+    optimizer_dtypes: tuple[tuple[str, str], ...] | None = None
+    """(master weight, Adam moment) dtype pairs its optimizer can hold (``JobSpec.master_dtype``,
+    ``JobSpec.optimizer_state_dtype``); ``None`` = any."""
+    optimizer_dtypes_sharding: tuple[str, ...] | None = None
+    """Optimizer shardings (``ParallelConfig.optimizer_sharding``) under which dtypes other than
+    fp32 / fp32 can be set; ``None`` = any."""
     eager_ops: tuple[tuple[str, ...], ...] | None = ((),)
     """The sets of eager elementwise op groups (``JobSpec.eager_ops``) its launches run: ``((),)``
     always fused, ``None`` any set."""
@@ -206,6 +212,22 @@ class Framework:
             out.append(
                 f"{who} does not reduce {job.precision} gradients in {job.grad_dtype} "
                 f"(it reduces them in {' or '.join(allowed) or 'no dtype'})"
+            )
+        dtypes = (job.master_dtype, job.optimizer_state_dtype)
+        if cap.optimizer_dtypes is not None and dtypes not in cap.optimizer_dtypes:
+            out.append(
+                f"{who} keeps no {dtypes[0]} master weights with {dtypes[1]} Adam moments (it keeps "
+                + ", ".join(f"{m} / {s}" for m, s in cap.optimizer_dtypes)
+                + ")"
+            )
+        elif (
+            dtypes != ("fp32", "fp32")
+            and cap.optimizer_dtypes_sharding is not None
+            and c.optimizer_sharding not in cap.optimizer_dtypes_sharding
+        ):
+            out.append(
+                f"{who} keeps optimizer states below fp32 only with optimizer sharding "
+                f"{' or '.join(cap.optimizer_dtypes_sharding)}, not {c.optimizer_sharding!r}"
             )
         if cap.eager_ops is not None and job.eager_ops not in cap.eager_ops:
             out.append(f"{who} runs {cap.eager_text()}, not {','.join(job.eager_ops) or 'every op fused'}")

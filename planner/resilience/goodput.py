@@ -8,7 +8,8 @@ Pure formulas (no estimate calls); :mod:`planner.resilience.strategies` supplies
   one interruption every 3.1 hours for the whole job. Failures are a Poisson process, so a job of
   N GPUs has a mean time between failures ``M = 1 / (N * rate)``.
 * Checkpoint. Size = every parameter's 16-bit weight plus the optimizer's master weight and two
-  fp32 Adam moments (:func:`cost_models.memory.bytes_per_param`; gradients are not saved). Save
+  Adam moments at the job's dtypes (:func:`cost_models.memory.bytes_per_param`; gradients are not
+  saved). Save
   and restore times = size / storage bandwidth; the default bandwidth is the 2 TB/s sustained
   throughput of the Tectonic file system the Llama 3 run checkpointed to (same paper, Sec. 3.3.1).
 * Checkpoint interval. Young (1974, "A first order approximation to the optimum checkpoint

@@ -58,6 +58,12 @@ MEGATRON = Framework(
             ("fp8", "fp32"),
             ("fp8", "bf16"),
         ),
+        # --use-precision-aware-optimizer with --main-params-dtype {fp32,fp16} and --exp-avg-dtype /
+        # --exp-avg-sq-dtype {fp32,fp16,bf16} (arguments.py; fp8 moments are not priced); without it
+        # OptimizerConfig asserts every dtype fp32, and with it "--use-precision-aware-optimizer only
+        # supported with distributed optimizer" (megatron/core/optimizer/optimizer_config.py).
+        optimizer_dtypes=tuple((m, s) for m in ("fp32", "fp16") for s in ("fp32", "bf16", "fp16")),
+        optimizer_dtypes_sharding=("distributed",),
         # Elementwise work fused: Transformer Engine's norm + GEMM modules, fused RoPE, bias-SwiGLU /
         # bias-GELU and bias-dropout-add fusions are its defaults (--no-*-fusion turns them off;
         # planner neither exports nor prices those).

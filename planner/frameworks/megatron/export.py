@@ -21,7 +21,7 @@ from planner.frameworks.megatron.flags import ACCEPTED
 from planner.jobs import default_grad_dtype
 from planner.layer_pattern import pattern_text
 from planner.plan import PlanInputs
-from planner.specs import ModelSpec, compute_capability_major
+from planner.specs import JobSpec, ModelSpec, compute_capability_major
 
 VERSION = MEGATRON.version
 ACTIVATION_FLAGS = {"swiglu": "--swiglu", "squared_relu": "--squared-relu", "gelu": None}
@@ -260,6 +260,25 @@ def parallel_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
         args.append((flag, None))
     if job.precision == "fp8":
         args += [("--fp8-format", FP8_FORMAT[job.fp8_recipe]), ("--fp8-recipe", job.fp8_recipe)]
+    args += optimizer_dtype_args(job)
+    return args
+
+
+def optimizer_dtype_args(job: JobSpec) -> list[tuple[str, str | None]]:
+    """The optimizer's dtypes where they are not fp32: Transformer Engine's ``FusedAdam`` through
+    ``--use-precision-aware-optimizer`` with ``--main-params-dtype`` (the master weights) and
+    ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` (Adam's moments); the capabilities admit them only
+    with the distributed optimizer, as OptimizerConfig does."""
+    if (job.master_dtype, job.optimizer_state_dtype) == ("fp32", "fp32"):
+        return []
+    args: list[tuple[str, str | None]] = [("--use-precision-aware-optimizer", None)]
+    if job.master_dtype != "fp32":
+        args.append(("--main-params-dtype", job.master_dtype))
+    if job.optimizer_state_dtype != "fp32":
+        args += [
+            ("--exp-avg-dtype", job.optimizer_state_dtype),
+            ("--exp-avg-sq-dtype", job.optimizer_state_dtype),
+        ]
     return args
 
 

@@ -28,7 +28,7 @@ from planner.errors import ConfigError, SpecError
 from planner.frameworks.megatron.flags import ACCEPTED
 from planner.frameworks.megatron.shell import REDIRECT, SEPARATORS, read_script, unresolved_in
 from planner.jobs import cuda_graph_scope
-from planner.specs import FP8_RECIPES, MOE_DISPATCHERS, JobSpec, ModelSpec
+from planner.specs import DTYPES, FP8_RECIPES, MOE_DISPATCHERS, JobSpec, ModelSpec
 from planner.validation import check_number, limit
 
 
@@ -225,6 +225,10 @@ MODELLED = {
     "--fp8-recipe",
     "--accumulate-allreduce-grads-in-fp32",
     "--grad-reduce-in-bf16",
+    "--use-precision-aware-optimizer",
+    "--main-params-dtype",
+    "--exp-avg-dtype",
+    "--exp-avg-sq-dtype",
     "--transformer-impl",
     "--attention-backend",
 }
@@ -254,6 +258,29 @@ def _grad_dtype(flags: dict, precision: str) -> str:
     if precision == "fp16":
         return "fp32" if "--accumulate-allreduce-grads-in-fp32" in flags else "fp16"
     return "bf16" if "--grad-reduce-in-bf16" in flags else "fp32"
+
+
+def _optimizer_dtypes(flags: dict, at) -> tuple[str, str]:
+    """(``JobSpec.master_dtype``, ``JobSpec.optimizer_state_dtype``) of a launch: fp32 / fp32
+    unless ``--use-precision-aware-optimizer`` sets ``--main-params-dtype`` and ``--exp-avg-dtype``
+    / ``--exp-avg-sq-dtype`` (OptimizerConfig asserts every one fp32 without it, which the checker
+    reports; planner prices both moments in one dtype and not fp8 moments)."""
+    master = flags.get("--main-params-dtype") or "fp32"
+    avg = flags.get("--exp-avg-dtype") or "fp32"
+    avg_sq = flags.get("--exp-avg-sq-dtype") or "fp32"
+    if "--use-precision-aware-optimizer" not in flags:
+        return "fp32", "fp32"
+    if avg != avg_sq:
+        raise SpecError(
+            f"{at('--exp-avg-sq-dtype')}: --exp-avg-dtype {avg} with --exp-avg-sq-dtype {avg_sq}: "
+            "planner prices both Adam moments in one dtype (give both the same: fp32, bf16 or fp16)"
+        )
+    if avg not in DTYPES:
+        raise SpecError(
+            f"{at('--exp-avg-dtype')}: --exp-avg-dtype {avg!r}: planner prices Adam moments in "
+            f"{', '.join(DTYPES)}"
+        )
+    return master, avg
 
 
 def megatron_words(text: str) -> tuple[list[tuple[str, int]], dict, bool]:
@@ -458,6 +485,7 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
         precision=precision,
         **({"fp8_recipe": _fp8_recipe(flags, at)} if precision == "fp8" else {}),
         grad_dtype=_grad_dtype(flags, precision),
+        **dict(zip(("master_dtype", "optimizer_state_dtype"), _optimizer_dtypes(flags, at), strict=True)),
         overlap_grad_reduce="--overlap-grad-reduce" in flags,
         overlap_param_gather="--overlap-param-gather" in flags,
         # Megatron-FSDP requires the flag (FSDP_REQUIRED), so there it says nothing about the job:

@@ -34,6 +34,28 @@ def megatron_findings(imp: Imported, cluster: ClusterSpec) -> list[Finding]:
         close = difflib.get_close_matches(flag, ACCEPTED, n=1, cutoff=0.8)
         hint = f"; did you mean {close[0]}?" if close else ""
         err(f"{flag} is not an argument of {VERSION} (its parser exits: unrecognized arguments){hint}", flag)
+    # OptimizerConfig.__post_init__ (megatron/core/optimizer/optimizer_config.py): the optimizer's
+    # dtypes "can only be fp32 when not using precision-aware optimizer", and the precision-aware
+    # optimizer is "only supported with distributed optimizer".
+    lowered = [
+        g
+        for g in ("--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype")
+        if f.get(g) not in (None, "fp32")
+    ]
+    if "--use-precision-aware-optimizer" in f:
+        if "--use-distributed-optimizer" not in f:
+            err(
+                "--use-precision-aware-optimizer is only supported with the distributed optimizer "
+                "(OptimizerConfig)",
+                "--use-precision-aware-optimizer",
+                "--use-distributed-optimizer",
+            )
+    elif lowered:
+        err(
+            f"{', '.join(lowered)} can only be fp32 without --use-precision-aware-optimizer (OptimizerConfig)",
+            *lowered,
+            "--use-precision-aware-optimizer",
+        )
     tp = _int(f.get("--tensor-model-parallel-size"), 1)
     cp = _int(f.get("--context-parallel-size"), 1)
     pp = _int(f.get("--pipeline-model-parallel-size"), 1)

@@ -168,6 +168,9 @@ TORCHTITAN = TorchtitanFramework(
         eager_ops=((), EAGER_TORCHTITAN),
         # training.mixed_precision_reduce: Literal["float32"] (job_config.py): FSDP reduces in fp32.
         grad_dtypes=(("bf16", "fp32"), ("fp8", "fp32")),
+        # FSDP2's MixedPrecisionPolicy(param_dtype=bf16) keeps the sharded fp32 parameters as the
+        # optimizer's weights, and torch.optim.AdamW keeps its moments in the parameters' dtype.
+        optimizer_dtypes=(("fp32", "fp32"),),
     ),
     source=(
         f"torchtitan/config/job_config.py, torchtitan/distributed/{{parallel_dims,pipeline_parallel,"

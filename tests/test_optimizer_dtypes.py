@@ -1,0 +1,165 @@
+"""Adam's state dtypes (``JobSpec.master_dtype``, ``JobSpec.optimizer_state_dtype``): the bytes they
+keep and move, the plan file, what each framework can launch, the Megatron export, import and
+checker rules (``--use-precision-aware-optimizer``), the CLI, and the calibration records whose
+recipes keep bf16 moments."""
+
+import json
+
+import pytest
+
+from cost_models.estimate import adam_bytes_per_param, estimate
+from cost_models.memory import bytes_per_param
+from cost_models.parallel import ParallelConfig, resolve
+from planner.errors import SpecError
+from planner.frameworks import get_framework
+from planner.frameworks.megatron.export import argv, megatron_args
+from planner.frameworks.megatron.importer import parse_megatron
+from planner.frameworks.megatron.rules import megatron_findings
+from planner.hardware import load_cluster
+from planner.jobs import job_from_mapping, make_job
+from planner.loading import load_model
+from planner.plan import PlanInputs, job_to_mapping
+
+
+def _job(**kw):
+    return make_job(global_batch_size=256, seq_length=4096, **kw)
+
+
+def test_bytes_per_parameter_follow_the_dtypes():
+    # fp32 master (4) + two fp32 moments (8) = 12, sharded over 8 by the distributed optimizer
+    assert bytes_per_param(_job(), "distributed", 8) == pytest.approx((2.0, 4.0, 12 / 8))
+    # bf16 moments: 4 + 2 x 2 = 8 (Megatron-Bridge's DeepSeek-V3 recipe)
+    assert bytes_per_param(_job(optimizer_state_dtype="bf16"), "distributed", 8) == pytest.approx(
+        (2.0, 4.0, 8 / 8)
+    )
+    # fp16 master weights with bf16 moments: 2 + 4 = 6, unsharded
+    assert bytes_per_param(_job(master_dtype="fp16", optimizer_state_dtype="bf16"), "none", 8) == (
+        pytest.approx((2.0, 4.0, 6.0))
+    )
+    # the Adam step's traffic: read the fp32 main gradient (4), read and write master (2 m) and
+    # moments (4 s), write the 16-bit weight (2)
+    assert adam_bytes_per_param(_job()) == 30
+    assert adam_bytes_per_param(_job(optimizer_state_dtype="bf16")) == 22
+    assert adam_bytes_per_param(_job(master_dtype="fp16", optimizer_state_dtype="bf16")) == 18
+
+
+def _inputs(job, sharding="distributed", framework="megatron"):
+    m = load_model("llama3-8b")
+    cluster = load_cluster("dgx-h100", 2)
+    c = resolve(m, cluster, job, ParallelConfig(tp=2, pp=1, micro_batch_size=1, optimizer_sharding=sharding))
+    return PlanInputs(m, cluster, job, c, (), get_framework(framework))
+
+
+def test_lower_moments_lower_the_optimizer_memory_and_step():
+    fp32, bf16 = _inputs(_job()), _inputs(_job(optimizer_state_dtype="bf16"))
+    e32, e16 = (estimate(i.model, i.cluster, i.job, i.config) for i in (fp32, bf16))
+    s32, s16 = e32.stages[0], e16.stages[0]
+    assert s16.memory.optimizer_bytes == pytest.approx(s32.memory.optimizer_bytes * 8 / 12)
+    assert s16.memory.weights_bytes == s32.memory.weights_bytes
+    assert s16.optimizer_s == pytest.approx(s32.optimizer_s * 22 / 30)
+
+
+def test_plan_file_writes_the_moment_dtype_only_when_set():
+    assert "optimizer_state_dtype" not in job_to_mapping(_job())
+    data = job_to_mapping(_job(optimizer_state_dtype="bf16"))
+    assert data["optimizer_state_dtype"] == "bf16"
+    assert job_from_mapping(data, "plan.yaml").optimizer_state_dtype == "bf16"
+    with pytest.raises(SpecError, match="optimizer_state_dtype.*allowed values: fp32, bf16, fp16"):
+        job_from_mapping({**data, "optimizer_state_dtype": "fp8"}, "plan.yaml")
+
+
+def test_frameworks_launch_only_the_dtypes_they_have():
+    megatron, torchtitan = get_framework("megatron"), get_framework("torchtitan")
+
+    def refusals(fw, job, sharding="distributed"):
+        i = _inputs(job, sharding)
+        return fw.violations(i.model, i.cluster, i.job, i.config)
+
+    assert not refusals(megatron, _job(optimizer_state_dtype="bf16"))
+    assert not refusals(megatron, _job(master_dtype="fp16", optimizer_state_dtype="fp16"))
+    assert any("keeps no bf16 master weights" in v for v in refusals(megatron, _job(master_dtype="bf16")))
+    # OptimizerConfig: the precision-aware optimizer needs the distributed optimizer
+    assert any(
+        "only with optimizer sharding distributed, not 'none'" in v
+        for v in refusals(megatron, _job(optimizer_state_dtype="bf16"), "none")
+    )
+    assert any(
+        "keeps no fp32 master weights with bf16 Adam moments" in v
+        for v in refusals(torchtitan, _job(optimizer_state_dtype="bf16"), "full")
+    )
+    assert not refusals(torchtitan, _job(), "full")
+
+
+def test_megatron_export_sets_the_precision_aware_optimizer_and_imports_back():
+    plain = argv(megatron_args(_inputs(_job())))
+    assert "--use-precision-aware-optimizer" not in plain
+    words = argv(megatron_args(_inputs(_job(master_dtype="fp16", optimizer_state_dtype="bf16"))))
+    i = words.index("--use-precision-aware-optimizer")
+    assert words[i : i + 7] == [
+        "--use-precision-aware-optimizer",
+        "--main-params-dtype",
+        "fp16",
+        "--exp-avg-dtype",
+        "bf16",
+        "--exp-avg-sq-dtype",
+        "bf16",
+    ]
+    back = parse_megatron(" ".join(words), "args.txt", 16)
+    assert (back.job.master_dtype, back.job.optimizer_state_dtype) == ("fp16", "bf16")
+    assert not {"--use-precision-aware-optimizer", "--exp-avg-dtype", "--main-params-dtype"} & set(
+        back.unknown
+    )
+    assert not [m for level, m, _ in megatron_findings(back, load_cluster("dgx-h100", 2)) if level == "error"]
+    # without the switch Megatron keeps fp32 (and its OptimizerConfig refuses the dtype flags)
+    bare = [w for w in words if w != "--use-precision-aware-optimizer"]
+    imp = parse_megatron(" ".join(bare), "args.txt", 16)
+    assert (imp.job.master_dtype, imp.job.optimizer_state_dtype) == ("fp32", "fp32")
+    errors = [m for level, m, _ in megatron_findings(imp, load_cluster("dgx-h100", 2)) if level == "error"]
+    assert any("can only be fp32 without --use-precision-aware-optimizer" in e for e in errors), errors
+
+
+def test_megatron_import_refusals():
+    base = argv(megatron_args(_inputs(_job(optimizer_state_dtype="bf16"))))
+    mixed = [
+        *base[: base.index("--exp-avg-sq-dtype") + 1],
+        "fp32",
+        *base[base.index("--exp-avg-sq-dtype") + 2 :],
+    ]
+    with pytest.raises(SpecError, match="--exp-avg-dtype bf16 with --exp-avg-sq-dtype fp32"):
+        parse_megatron(" ".join(mixed), "args.txt", 16)
+    no_dist = [w for w in base if w != "--use-distributed-optimizer"]
+    imp = parse_megatron(" ".join(no_dist), "args.txt", 16)
+    errors = [m for level, m, _ in megatron_findings(imp, load_cluster("dgx-h100", 2)) if level == "error"]
+    assert any("only supported with the distributed optimizer" in e for e in errors), errors
+
+
+def test_cli_estimate_takes_the_moment_dtype(run_cli):
+    args = ["estimate", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "2", "-b", "256", "-s", "4096"]
+    args += ["--tp", "2", "--json"]
+    fp32 = json.loads(run_cli(*args).stdout)
+    res = run_cli(*args, "--optimizer-state-dtype", "bf16")
+    assert res.exit_code == 0, res.stderr
+    bf16 = json.loads(res.stdout)
+    assert bf16["job"]["optimizer_state_dtype"] == "bf16"
+    opt = [s["optimizer_bytes"] for s in bf16["memory"]["per_stage"]]
+    assert opt[0] == pytest.approx(fp32["memory"]["per_stage"][0]["optimizer_bytes"] * 8 / 12, rel=1e-3)
+    bad = run_cli(*args, "--optimizer-state-dtype", "fp8")
+    assert bad.exit_code == 2 and "--optimizer-state-dtype 'fp8' is not allowed" in bad.stderr
+    # a search for a framework that cannot keep them finds no configuration, and says why
+    search = ["search", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "2", "-b", "64", "-s", "4096"]
+    titan = run_cli(*search, "--optimizer-state-dtype", "bf16", "--framework", "torchtitan")
+    assert titan.exit_code != 0
+    assert "keeps no fp32 master weights with bf16 Adam moments" in titan.stderr
+    plans = json.loads(run_cli(*search, "--optimizer-state-dtype", "bf16", "--json").stdout)["plans"]
+    assert plans and {p["optimizer_sharding"] for p in plans} == {"distributed"}
+
+
+def test_calibration_records_with_bf16_moments():
+    from planner import calibration
+
+    by_id = {c.run_id: c for c in calibration.cases()}
+    bf16 = sorted(i for i, c in by_id.items() if c.job is not None and c.job.optimizer_state_dtype == "bf16")
+    # Megatron-Bridge's DeepSeek-V3 recipes (25.11, 26.04.01, 26.06); Kimi-K2's keeps fp32
+    assert len(bf16) == 7 and all("dsv3" in i for i in bf16)
+    assert by_id["mbridge2606_gb300_mxfp8_kimi_k2_256gpu"].job.optimizer_state_dtype == "fp32"
+    assert all("Adam moments in bf16 (recipe)" in by_id[i].assumptions for i in bf16)
