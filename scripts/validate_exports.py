@@ -59,6 +59,9 @@ class Case:
     moe_a2a_overlap: bool = False
     """``JobSpec.moe_a2a_overlap`` (Megatron ``--overlap-moe-expert-parallel-comm``; before Blackwell
     with tp > 1 the export launches it with CUDA_DEVICE_MAX_CONNECTIONS=8)."""
+    optimizer_state_dtype: str = "fp32"
+    """``JobSpec.optimizer_state_dtype`` (bf16: Megatron ``--use-precision-aware-optimizer
+    --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``; torchtitan refuses it)."""
     offload_layers: int = 0
     """Activation offloading set on the top plan (``ParallelConfig.offload_layers``; the search does
     not propose it, so the case restricts the search to what Megatron-Core offloads with: pp 1, no
@@ -109,6 +112,7 @@ CASES = (
         gradient_accumulation_fusion=False,
     ),
     Case("fp8-delayed", "llama3-8b", 2, 64, 4096, precision="fp8", fp8_recipe="delayed"),
+    Case("bf16-adam-moments", "llama3-8b", 2, 64, 4096, optimizer_state_dtype="bf16"),
     Case("fp8-mxfp8-b200", "llama3-8b", 2, 64, 4096, precision="fp8", fp8_recipe="mxfp8", cluster="dgx-b200"),
     Case(
         "activation-offload",
@@ -152,6 +156,7 @@ def plan_for(case: Case, framework: str) -> tuple[PlanInputs | None, str]:
             gradient_accumulation_fusion=case.gradient_accumulation_fusion,
             fp8_recipe=case.fp8_recipe,
             moe_a2a_overlap=case.moe_a2a_overlap,
+            optimizer_state_dtype=case.optimizer_state_dtype,
             where=case.name,
         )
         result = search(model, cluster, job, Restrictions(framework=framework, **case.restrict), top_k=1)
