@@ -265,11 +265,11 @@ def _optimizer_dtypes(flags: dict, at) -> tuple[str, str]:
     unless ``--use-precision-aware-optimizer`` sets ``--main-params-dtype`` and ``--exp-avg-dtype``
     / ``--exp-avg-sq-dtype`` (OptimizerConfig asserts every one fp32 without it, which the checker
     reports; planner prices both moments in one dtype and not fp8 moments)."""
+    if "--use-precision-aware-optimizer" not in flags:
+        return "fp32", "fp32"
     master = flags.get("--main-params-dtype") or "fp32"
     avg = flags.get("--exp-avg-dtype") or "fp32"
     avg_sq = flags.get("--exp-avg-sq-dtype") or "fp32"
-    if "--use-precision-aware-optimizer" not in flags:
-        return "fp32", "fp32"
     if avg != avg_sq:
         raise SpecError(
             f"{at('--exp-avg-sq-dtype')}: --exp-avg-dtype {avg} with --exp-avg-sq-dtype {avg_sq}: "
@@ -479,13 +479,15 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
     if gbs is None:
         gbs = num("--micro-batch-size") * dp
     precision = "fp8" if flags.get("--fp8-format") else ("fp16" if "--fp16" in flags else "bf16")
+    master_dtype, state_dtype = _optimizer_dtypes(flags, at)
     job = JobSpec(
         global_batch_size=gbs,
         seq_length=seq,
         precision=precision,
         **({"fp8_recipe": _fp8_recipe(flags, at)} if precision == "fp8" else {}),
         grad_dtype=_grad_dtype(flags, precision),
-        **dict(zip(("master_dtype", "optimizer_state_dtype"), _optimizer_dtypes(flags, at), strict=True)),
+        master_dtype=master_dtype,
+        optimizer_state_dtype=state_dtype,
         overlap_grad_reduce="--overlap-grad-reduce" in flags,
         overlap_param_gather="--overlap-param-gather" in flags,
         # Megatron-FSDP requires the flag (FSDP_REQUIRED), so there it says nothing about the job:
