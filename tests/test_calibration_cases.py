@@ -297,3 +297,52 @@ def test_gradients_reduced_in_bf16_only_where_the_recipe_says_so():
             continue
         expected = "bf16" if rid in ids else default_grad_dtype(case.job.precision)
         assert case.job.grad_dtype == expected, rid
+
+
+def test_every_stated_batch_adds_up():
+    """A record's batch is one product: global batch = gradient-accumulation steps x data-parallel
+    degree x micro-batch, wherever the record states all four (a table's GA column that fits
+    neither its own micro-batch nor the recipe's is how the 25.11 DGX-H100 gpt-oss row's copied
+    columns were found). The calibration's micro-batch count is that product's quotient."""
+    import yaml
+
+    from planner.calibration import DEFAULT_RUNS
+
+    runs = yaml.safe_load(DEFAULT_RUNS.read_text())["runs"]
+    by = _by_id()
+    stated = 0
+    for r in runs:
+        p = r["parallel"]
+        ga, dp, mbs, gbs = (
+            p.get(k) for k in ("grad_accum_steps", "dp", "micro_batch_size", "global_batch_size")
+        )
+        if not all(isinstance(x, int) for x in (ga, dp, mbs, gbs)):
+            continue
+        stated += 1
+        assert ga * dp * mbs == gbs, r["id"]
+        case = by.get(r["id"])
+        if case is not None and case.config is not None and case.config.dp == dp:
+            assert case.config.num_microbatches(case.job) == ga, r["id"]
+    assert stated >= 500
+
+
+@pytest.mark.parametrize(
+    "run_id, mbs, ga",
+    [
+        # the table repeats the 25.09 table's micro-batch 2 / virtual 24 (docs/calibration.md)
+        ("mbridge2511_h100_fp8cs_qwen3_30b_16gpu", 1, 64),
+        # the table's GA 2 is the B200 row's: the batch columns were copied (docs/calibration.md)
+        ("mbridge2511_h100_bf16_gptoss120b_64gpu", 1, 32),
+    ],
+)
+def test_records_that_follow_their_recipe_say_so(run_id, mbs, ga):
+    import yaml
+
+    from planner.calibration import DEFAULT_RUNS
+
+    rec = next(r for r in yaml.safe_load(DEFAULT_RUNS.read_text())["runs"] if r["id"] == run_id)
+    assert (rec["parallel"]["micro_batch_size"], rec["parallel"]["grad_accum_steps"]) == (mbs, ga)
+    assert {"parallel.micro_batch_size", "parallel.grad_accum_steps"} <= set(rec["inferred_fields"])
+    assert "follows the recipe" in rec["source"]["recipe"]["notes"]
+    case = _by_id()[run_id]
+    assert case.config.micro_batch_size == mbs
