@@ -13,7 +13,9 @@ every window spelled out) are still read.
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -385,18 +387,62 @@ def plan_yaml(doc: dict) -> str:
     return yaml.dump(_rows(doc), Dumper=_PlanDumper, sort_keys=False, default_flow_style=False, width=100_000)
 
 
+def _temporary_prefix(path: Path, pid: int) -> str:
+    """Name prefix of :func:`write_text_atomic`'s temporary files for ``path`` written by ``pid``
+    (a hidden file beside the target: ``.plan.yaml.<pid>.<random>.tmp``)."""
+    return f".{path.name[:100]}.{pid}."
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (signal 0 checks without signalling; a process of another
+    user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Remove the temporary files a killed :func:`write_text_atomic` left beside ``path``: those
+    named for ``path`` whose writer's process is gone. A running writer's file is left alone, as
+    is every other file; one that cannot be removed is left too (the write goes on)."""
+    stem = f".{path.name[:100]}."
+    shape = re.compile(re.escape(stem) + r"(\d+)\.[a-z0-9_]{8}\.tmp")  # mkstemp's 8 random characters
+    try:
+        siblings = list(path.parent.glob(f"{glob.escape(stem)}*.tmp"))
+    except OSError:
+        return
+    for tmp in siblings:
+        match = shape.fullmatch(tmp.name)
+        if match is None or _process_alive(int(match.group(1))):
+            continue
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+
+
 def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     """Write ``text`` to ``path`` atomically: a unique temporary file beside the target, flushed to
     disk, then renamed over it (POSIX ``rename`` is atomic within a file system). A crash or
     ``SIGKILL`` at any moment leaves the old file or the new one, never a truncated one; concurrent
     writers each use their own temporary file, so the target is always one writer's whole text.
-    Only ``path`` and the temporary file are touched."""
+    A writer killed before its rename leaves its temporary file behind (``SIGKILL`` cannot be
+    caught); the file's name carries the writer's process id, and the next write of the same
+    target removes those of writers no longer running (:func:`_remove_stale_temporaries`). Only
+    ``path`` and such temporary files of ``path`` are touched."""
     path = Path(path)
     if path.name in ("", ".", "..") or path.is_dir():
         raise SpecError(f"{short_path(path)}: is a directory; give a file name")
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=path.parent)
+        _remove_stale_temporaries(path)
+        fd, tmp = tempfile.mkstemp(
+            prefix=_temporary_prefix(path, os.getpid()), suffix=".tmp", dir=path.parent
+        )
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()

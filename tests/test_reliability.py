@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -423,7 +424,28 @@ def test_sigkill_during_search_out(tmp_path):
             from planner.plan import read_plan
 
             assert read_plan(target).model.name == "gpt-1.7b"
-    assert all(p.name == "plan.yaml" for p in tmp_path.iterdir())
+    # a kill between the temporary file and its rename leaves the temporary file (SIGKILL cannot
+    # be caught): only such files, and the next write of the plan removes them
+    debris = [p.name for p in tmp_path.iterdir() if p.name != "plan.yaml"]
+    assert all(re.fullmatch(r"\.plan\.yaml\.\d+\.[a-z0-9_]{8}\.tmp", n) for n in debris), debris
+    assert subprocess.run(cmd, cwd=ROOT, capture_output=True).returncode == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.yaml"]
+
+
+def test_the_next_write_removes_what_a_killed_writer_left(tmp_path):
+    """Temporary files of writers that are gone are removed by the next write of the same file;
+    a running writer's, another file's, and a user's look-alike are not."""
+    dead = tmp_path / ".plan.yaml.999999999.abcd_123.tmp"
+    running = tmp_path / f".plan.yaml.{os.getpid()}.abcd_123.tmp"
+    other = tmp_path / ".other.yaml.999999999.abcd_123.tmp"
+    mine = tmp_path / ".plan.yaml.999999999.notes.tmp"
+    for f in (dead, running, other, mine):
+        f.write_text("x")
+    write_text_atomic(tmp_path / "plan.yaml", "whole\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["plan.yaml", running.name, other.name, mine.name]
+    )
+    assert (tmp_path / "plan.yaml").read_text() == "whole\n"
 
 
 def test_export_into_a_non_empty_directory_keeps_other_files(run_cli, tmp_path, moe_plan):
