@@ -176,8 +176,18 @@ def dp_partition(stages: list[StageModel], num_layers: int, m: int) -> Partition
     floor_sum = _min_sum(times, L, INF)[0]
     if not np.isfinite(floor_sum):
         return None
+    # Skip the bounds no partition meets: feasibility is monotone in the bound (a larger one admits
+    # every term a smaller one does), so the smallest feasible one is a binary search away. The
+    # loop below would only have skipped them one DP each.
+    lo, hi = 0, len(candidates) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if np.isfinite(_min_sum(times, L, candidates[mid])[0]):
+            hi = mid
+        else:
+            lo = mid + 1
     best_value, best_layers = INF, None
-    for bound in candidates:
+    for bound in candidates[lo:]:
         if (m - 1) * bound + floor_sum > best_value + 1e-12:
             break
         total, layers = _min_sum(times, L, bound)
