@@ -257,23 +257,33 @@ def _bottleneck_partition(stages: list[StageModel], L: int, m: int, caps: list[i
 
 
 def _min_sum(times: list[np.ndarray], L: int, bound: float) -> tuple[float, list[int]]:
-    """Min over compositions of sum times[i][n_i] with every term <= bound; and the argmin."""
+    """Min over compositions of sum times[i][n_i] with every term <= bound; and the argmin.
+
+    Stage by stage, ``g[j] = min_k f[j - k] + t[k]`` over the stage's admissible layer counts
+    ``k``, taken in increasing ``k``; a later ``k`` replaces an earlier one only when it is smaller
+    by more than 1e-15 (:func:`_scan`), so the smallest ``k`` wins ties, float noise included. The
+    candidates of one stage are one matrix (a sliding window over ``f``); where every column has at
+    most one candidate within 1e-12 of its minimum, that rule picks the minimum's first index, and
+    the scan is skipped."""
     p = len(times)
     f = np.full(L + 1, INF)
     f[0] = 0.0
+    pad = np.full(L, INF)
     choice = np.zeros((p, L + 1), dtype=np.int64)
     for i in range(p):
         t = np.where(times[i] <= bound + 1e-15, times[i], INF)
-        g = np.full(L + 1, INF)
-        arg = np.zeros(L + 1, dtype=np.int64)
-        for k in range(1, L + 1):
-            if not np.isfinite(t[k]):
-                continue
-            cand = np.full(L + 1, INF)
-            cand[k:] = f[: L + 1 - k] + t[k]
-            better = cand < g - 1e-15  # strict: keeps the smallest k on ties
-            g = np.where(better, cand, g)
-            arg = np.where(better, k, arg)
+        ks = np.flatnonzero(np.isfinite(t[1:])) + 1
+        if len(ks) == 0:
+            return INF, []
+        # rows[r][j] = f[j - k] + t[k] for k = ks[r] (INF where j < k): window L - k of [INF] * L + f
+        windows = np.lib.stride_tricks.sliding_window_view(np.concatenate([pad, f]), L + 1)
+        rows = windows[L - ks] + t[ks][:, None]
+        g = rows.min(axis=0)
+        near = (rows <= g + 1e-12) & np.isfinite(rows)
+        if near.sum(axis=0).max() <= 1:
+            arg = np.where(np.isfinite(g), ks[rows.argmin(axis=0)], 0)
+        else:
+            g, arg = _scan(rows, ks)
         f, choice[i] = g, arg
     if not np.isfinite(f[L]):
         return INF, []
@@ -283,6 +293,19 @@ def _min_sum(times: list[np.ndarray], L: int, bound: float) -> tuple[float, list
         layers.append(k)
         j -= k
     return float(f[L]), layers[::-1]
+
+
+def _scan(rows: np.ndarray, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Column-wise minimum of ``rows`` taken row by row (``ks`` increasing), a later row replacing
+    the running value only when smaller by more than 1e-15; the value and the ``ks`` entry that
+    holds it (0 where none is finite)."""
+    g = np.full(rows.shape[1], INF)
+    arg = np.zeros(rows.shape[1], dtype=np.int64)
+    for k, cand in zip(ks.tolist(), rows):
+        better = cand < g - 1e-15  # strict: keeps the smallest k on ties
+        g = np.where(better, cand, g)
+        arg[better] = k
+    return g, arg
 
 
 def placement_partition(
