@@ -387,10 +387,10 @@ def plan_yaml(doc: dict) -> str:
     return yaml.dump(_rows(doc), Dumper=_PlanDumper, sort_keys=False, default_flow_style=False, width=100_000)
 
 
-def _temporary_prefix(path: Path, pid: int) -> str:
-    """Name prefix of :func:`write_text_atomic`'s temporary files for ``path`` written by ``pid``
-    (a hidden file beside the target: ``.plan.yaml.<pid>.<random>.tmp``)."""
-    return f".{path.name[:100]}.{pid}."
+def _temporary_stem(path: Path) -> str:
+    """Start of the names of :func:`write_text_atomic`'s temporary files for ``path``: hidden files
+    beside the target, ``.plan.yaml.<writer's pid>.<8 random characters>.tmp``."""
+    return f".{path.name[:100]}."
 
 
 def _process_alive(pid: int) -> bool:
@@ -409,7 +409,7 @@ def _remove_stale_temporaries(path: Path) -> None:
     """Remove the temporary files a killed :func:`write_text_atomic` left beside ``path``: those
     named for ``path`` whose writer's process is gone. A running writer's file is left alone, as
     is every other file; one that cannot be removed is left too (the write goes on)."""
-    stem = f".{path.name[:100]}."
+    stem = _temporary_stem(path)
     shape = re.compile(re.escape(stem) + r"(\d+)\.[a-z0-9_]{8}\.tmp")  # mkstemp's 8 random characters
     try:
         siblings = list(path.parent.glob(f"{glob.escape(stem)}*.tmp"))
@@ -441,7 +441,7 @@ def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     try:
         _remove_stale_temporaries(path)
         fd, tmp = tempfile.mkstemp(
-            prefix=_temporary_prefix(path, os.getpid()), suffix=".tmp", dir=path.parent
+            prefix=f"{_temporary_stem(path)}{os.getpid()}.", suffix=".tmp", dir=path.parent
         )
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)

@@ -19,6 +19,16 @@ def _by_id():
     return {c.run_id: c for c in cases() if c.job is not None}
 
 
+@cache
+def _records():
+    """The calibration set's records as written (tests/data/published_runs.yaml)."""
+    import yaml
+
+    from planner.calibration import DEFAULT_RUNS
+
+    return yaml.safe_load(DEFAULT_RUNS.read_text())["runs"]
+
+
 @pytest.mark.parametrize(
     "prefix, overlapped",
     [
@@ -280,12 +290,9 @@ def test_gradients_reduced_in_bf16_only_where_the_recipe_says_so():
     """Records whose recipe sets grad_reduce_in_fp32 = False (Megatron-Bridge's performance configs,
     the Megatron-LM examples' FP8 scripts) carry it with a citation and are priced with bf16
     gradients; every other run keeps its precision's default."""
-    import yaml
-
-    from planner.calibration import DEFAULT_RUNS
     from planner.jobs import default_grad_dtype
 
-    runs = yaml.safe_load(DEFAULT_RUNS.read_text())["runs"]
+    runs = _records()
     by = _by_id()
     flagged = [r for r in runs if r["parallel"].get("grad_reduce_in_fp32") is False]
     assert len(flagged) >= 45
@@ -304,11 +311,7 @@ def test_every_stated_batch_adds_up():
     degree x micro-batch, wherever the record states all four (a table's GA column that fits
     neither its own micro-batch nor the recipe's is how the 25.11 DGX-H100 gpt-oss row's copied
     columns were found). The calibration's micro-batch count is that product's quotient."""
-    import yaml
-
-    from planner.calibration import DEFAULT_RUNS
-
-    runs = yaml.safe_load(DEFAULT_RUNS.read_text())["runs"]
+    runs = _records()
     by = _by_id()
     stated = 0
     for r in runs:
@@ -336,11 +339,7 @@ def test_every_stated_batch_adds_up():
     ],
 )
 def test_records_that_follow_their_recipe_say_so(run_id, mbs, ga):
-    import yaml
-
-    from planner.calibration import DEFAULT_RUNS
-
-    rec = next(r for r in yaml.safe_load(DEFAULT_RUNS.read_text())["runs"] if r["id"] == run_id)
+    rec = next(r for r in _records() if r["id"] == run_id)
     assert (rec["parallel"]["micro_batch_size"], rec["parallel"]["grad_accum_steps"]) == (mbs, ga)
     assert {"parallel.micro_batch_size", "parallel.grad_accum_steps"} <= set(rec["inferred_fields"])
     assert "follows the recipe" in rec["source"]["recipe"]["notes"]
