@@ -262,9 +262,9 @@ def _min_sum(times: list[np.ndarray], L: int, bound: float) -> tuple[float, list
     Stage by stage, ``g[j] = min_k f[j - k] + t[k]`` over the stage's admissible layer counts
     ``k``, taken in increasing ``k``; a later ``k`` replaces an earlier one only when it is smaller
     by more than 1e-15 (:func:`_scan`), so the smallest ``k`` wins ties, float noise included. The
-    candidates of one stage are one matrix (a sliding window over ``f``); where every column has at
+    candidates of one stage are one matrix (a sliding window over ``f``); where a column has at
     most one candidate within 1e-12 of its minimum, that rule picks the minimum's first index, and
-    the scan is skipped."""
+    only the other columns are scanned, over their near-minimum candidates."""
     p = len(times)
     f = np.full(L + 1, INF)
     f[0] = 0.0
@@ -279,11 +279,16 @@ def _min_sum(times: list[np.ndarray], L: int, bound: float) -> tuple[float, list
         windows = np.lib.stride_tricks.sliding_window_view(np.concatenate([pad, f]), L + 1)
         rows = windows[L - ks] + t[ks][:, None]
         g = rows.min(axis=0)
+        arg = np.where(np.isfinite(g), ks[rows.argmin(axis=0)], 0)
         near = (rows <= g + 1e-12) & np.isfinite(rows)
-        if near.sum(axis=0).max() <= 1:
-            arg = np.where(np.isfinite(g), ks[rows.argmin(axis=0)], 0)
-        else:
-            g, arg = _scan(rows, ks)
+        tied = np.flatnonzero(near.sum(axis=0) > 1)
+        if len(tied):
+            # Only candidates within 1e-12 of a column's minimum can end the scan there, and
+            # scanning those alone ends where scanning every candidate does (the others are
+            # replaced by the minimum, which is more than 1e-15 below them).
+            sub = np.where(near[:, tied], rows[:, tied], INF)
+            used = np.flatnonzero(near[:, tied].any(axis=1))
+            g[tied], arg[tied] = _scan(sub[used], ks[used])
         f, choice[i] = g, arg
     if not np.isfinite(f[L]):
         return INF, []
