@@ -5,7 +5,8 @@ Bytes per parameter with mixed precision and Adam (Megatron-LM ``docs/.../dist_o
 (``grad_dtype``, fp32 = 4), and the optimizer's master weight (``master_dtype``, 4) plus two
 Adam moments (``optimizer_state_dtype``, fp32: 8; bf16 under Megatron's precision-aware optimizer:
 4): 18 bytes unsharded; with 16-bit gradients (fp16 training reduces in fp16) an
-fp32 copy of the gradient joins the optimizer states: 20 bytes, 4 + 16/d distributed. Sharding
+fp32 copy of the gradient joins the optimizer states: 20 bytes, 4 + 16/d distributed, except where
+the precision-aware optimizer reads the 16-bit shard in place (:func:`step_reads_16bit_grads`). Sharding
 over the ``d`` data-parallel ranks (Rajbhandari et
 al. 2020, ZeRO, arXiv:1910.02054): distributed optimizer / ZeRO-1 shards the optimizer (2 + 4 +
 12/d), ZeRO-2 also the gradients (2 + 16/d), full sharding / FSDP everything (18/d, plus the
@@ -45,12 +46,26 @@ class StaticMemory:
         return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
 
 
+def step_reads_16bit_grads(job: JobSpec) -> bool:
+    """Whether the optimizer step reads each rank's 16-bit gradient shard in place, with no fp32
+    copy: Megatron-Core's precision-aware optimizer (planner: master weights or Adam moments below
+    fp32, which is when the Megatron export passes ``--use-precision-aware-optimizer``) hands
+    Transformer Engine's FusedAdam a view of the gradient buffer (``decoupled_grad``) unless it
+    keeps fp32 master weights under an FP8 recipe other than delayed scaling, where the shard is
+    copied with ``.float()`` as without it (megatron/core/optimizer/distrib_optimizer.py
+    ``_copy_model_grads_to_main_grads``; the condition is OptimizerConfig's
+    ``use_precision_aware_optimizer_no_fp8_or_ds_fp8``, megatron-core 0.19.2)."""
+    if (job.master_dtype, job.optimizer_state_dtype) == ("fp32", "fp32"):
+        return False
+    return job.master_dtype != "fp32" or job.precision != "fp8" or job.fp8_recipe == "delayed"
+
+
 def bytes_per_param(job: JobSpec, sharding: str, d: int) -> tuple[float, float, float]:
     """(weight, gradient, optimizer) bytes per parameter under ``sharding`` over ``d`` ranks."""
     weight = 2.0
     grad = float(DTYPE_BYTES[job.grad_dtype])
     opt = float(DTYPE_BYTES[job.master_dtype] + 2 * DTYPE_BYTES[job.optimizer_state_dtype])
-    if grad < 4:
+    if grad < 4 and not step_reads_16bit_grads(job):
         # 16-bit gradients are copied to fp32 for the step, a buffer sharded like the optimizer
         # states (Megatron-LM dist_optimizer.md: "fp16 parameters, fp16 gradients" 20 bytes,
         # 4 + 16/d distributed).

@@ -254,6 +254,24 @@ TABLE = {
         "--moe-layer-recompute",
         "TransformerConfig: Do not set --moe-layer-recompute with full recompute granularity",
     ),
+    "main_grads_bf16_precision_aware": (
+        edit(("--bf16", "--bf16 --use-precision-aware-optimizer --main-grads-dtype bf16")),
+        False,
+        None,
+        "accepted (bf16 gradients: validate_args leaves fp32 accumulation off)",
+    ),
+    "main_grads_bf16_with_fp32_accumulation": (
+        edit(
+            (
+                "--bf16",
+                "--bf16 --use-precision-aware-optimizer --main-grads-dtype bf16 "
+                "--accumulate-allreduce-grads-in-fp32",
+            )
+        ),
+        True,
+        "--main-grads-dtype",
+        "validate_args: --main-grads-dtype can only be fp32 when --accumulate-allreduce-grads-in-fp32 is set",
+    ),
     "world_size_not_divisible": (
         edit(
             ("TP=2", "TP=3"),

@@ -163,3 +163,57 @@ def test_calibration_records_with_bf16_moments():
     assert len(bf16) == 7 and all("dsv3" in i for i in bf16)
     assert by_id["mbridge2606_gb300_mxfp8_kimi_k2_256gpu"].job.optimizer_state_dtype == "fp32"
     assert all("Adam moments in bf16 (recipe)" in by_id[i].assumptions for i in bf16)
+
+
+def test_the_precision_aware_optimizer_reads_16bit_gradients_in_place():
+    """Megatron-Core's precision-aware optimizer hands FusedAdam a view of the 16-bit gradient shard
+    (``decoupled_grad``), so no fp32 copy joins the optimizer states, except with fp32 master weights
+    under an FP8 recipe other than delayed scaling, where the shard is copied as without it."""
+    from cost_models.memory import step_reads_16bit_grads
+
+    # bf16 gradients, fp32 Adam: the fp32 copy for the step (4) joins master + moments (12)
+    assert bytes_per_param(_job(grad_dtype="bf16"), "none", 1) == pytest.approx((2.0, 2.0, 16.0))
+    # bf16 moments (precision-aware): no copy, 4 + 2 x 2 = 8
+    aware = _job(grad_dtype="bf16", optimizer_state_dtype="bf16")
+    assert step_reads_16bit_grads(aware)
+    assert bytes_per_param(aware, "distributed", 4) == pytest.approx((2.0, 2.0, 8 / 4))
+    # FP8 current scaling (or MXFP8) with fp32 master weights: copied again
+    fp8 = _job(grad_dtype="bf16", optimizer_state_dtype="bf16", precision="fp8", fp8_recipe="tensorwise")
+    assert not step_reads_16bit_grads(fp8)
+    assert bytes_per_param(fp8, "none", 1) == pytest.approx((2.0, 2.0, 12.0))
+    # ... but not under delayed scaling, nor with 16-bit master weights
+    assert step_reads_16bit_grads(_job(optimizer_state_dtype="bf16", precision="fp8", fp8_recipe="delayed"))
+    assert step_reads_16bit_grads(_job(master_dtype="fp16", precision="fp8", fp8_recipe="mxfp8"))
+    # fp32 gradients never had a copy; plain fp32 Adam is not the precision-aware optimizer
+    assert not step_reads_16bit_grads(_job(grad_dtype="bf16"))
+    assert bytes_per_param(_job(optimizer_state_dtype="bf16"), "none", 1) == pytest.approx((2.0, 4.0, 8.0))
+
+
+def test_megatron_main_grads_dtype_sets_the_gradient_dtype():
+    """``--main-grads-dtype bf16`` under ``--bf16`` leaves Megatron's gradients in bf16 (validate_args
+    does not turn on fp32 accumulation), so the import prices bf16 gradients; with
+    ``--accumulate-allreduce-grads-in-fp32`` validate_args asserts, and the checker says so."""
+    words = argv(megatron_args(_inputs(_job(optimizer_state_dtype="bf16"))))
+    assert "--grad-reduce-in-bf16" not in words
+    base = parse_megatron(" ".join(words), "args.txt", 16)
+    assert base.job.grad_dtype == "fp32"
+    lowered = parse_megatron(" ".join([*words, "--main-grads-dtype", "bf16"]), "args.txt", 16)
+    assert lowered.job.grad_dtype == "bf16" and "--main-grads-dtype" not in lowered.unknown
+    cluster = load_cluster("dgx-h100", 2)
+    assert not [m for level, m, _ in megatron_findings(lowered, cluster) if level == "error"]
+    e32 = estimate(base.model, cluster, base.job, resolve(base.model, cluster, base.job, base.config))
+    e16 = estimate(
+        lowered.model, cluster, lowered.job, resolve(lowered.model, cluster, lowered.job, lowered.config)
+    )
+    assert e16.stages[0].memory.gradients_bytes == pytest.approx(e32.stages[0].memory.gradients_bytes / 2)
+    assert e16.stages[0].memory.optimizer_bytes == pytest.approx(e32.stages[0].memory.optimizer_bytes)
+    both = parse_megatron(
+        " ".join([*words, "--main-grads-dtype", "bf16", "--accumulate-allreduce-grads-in-fp32"]),
+        "args.txt",
+        16,
+    )
+    assert both.job.grad_dtype == "fp32"
+    errors = [m for level, m, _ in megatron_findings(both, cluster) if level == "error"]
+    assert any(
+        "--main-grads-dtype can only be fp32 when --accumulate-allreduce-grads-in-fp32" in e for e in errors
+    )

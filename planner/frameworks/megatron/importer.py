@@ -227,6 +227,7 @@ MODELLED = {
     "--grad-reduce-in-bf16",
     "--use-precision-aware-optimizer",
     "--main-params-dtype",
+    "--main-grads-dtype",
     "--exp-avg-dtype",
     "--exp-avg-sq-dtype",
     "--transformer-impl",
@@ -254,10 +255,15 @@ def _attention_impl(flags: dict) -> str:
 def _grad_dtype(flags: dict, precision: str) -> str:
     """Gradient reduction dtype as validate_args settles it (megatron/training/arguments.py):
     fp16 training reduces in fp16 unless ``--accumulate-allreduce-grads-in-fp32``; bf16 (and FP8,
-    which runs with ``--bf16``) in fp32 unless ``--grad-reduce-in-bf16``."""
+    which runs with ``--bf16``) in fp32 unless ``--grad-reduce-in-bf16``, or ``--main-grads-dtype``
+    below fp32 without ``--accumulate-allreduce-grads-in-fp32`` (validate_args then leaves
+    ``accumulate_allreduce_grads_in_fp32`` off; with it, it asserts, which the checker reports)."""
     if precision == "fp16":
         return "fp32" if "--accumulate-allreduce-grads-in-fp32" in flags else "fp16"
-    return "bf16" if "--grad-reduce-in-bf16" in flags else "fp32"
+    if "--grad-reduce-in-bf16" in flags:
+        return "bf16"
+    lowered = flags.get("--main-grads-dtype") not in (None, "fp32")
+    return "bf16" if lowered and "--accumulate-allreduce-grads-in-fp32" not in flags else "fp32"
 
 
 def _optimizer_dtypes(flags: dict, at) -> tuple[str, str]:

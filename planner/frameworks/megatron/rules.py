@@ -56,6 +56,15 @@ def megatron_findings(imp: Imported, cluster: ClusterSpec) -> list[Finding]:
             *lowered,
             "--use-precision-aware-optimizer",
         )
+    # validate_args under --bf16: "--main-grads-dtype can only be fp32 when
+    # --accumulate-allreduce-grads-in-fp32 is set" (megatron/training/arguments.py).
+    if "--bf16" in f and "--accumulate-allreduce-grads-in-fp32" in f and "--main-grads-dtype" in lowered:
+        err(
+            "--main-grads-dtype can only be fp32 when --accumulate-allreduce-grads-in-fp32 is set "
+            "(validate_args, --bf16)",
+            "--main-grads-dtype",
+            "--accumulate-allreduce-grads-in-fp32",
+        )
     tp = _int(f.get("--tensor-model-parallel-size"), 1)
     cp = _int(f.get("--context-parallel-size"), 1)
     pp = _int(f.get("--pipeline-model-parallel-size"), 1)
