@@ -55,7 +55,7 @@ def step_reads_16bit_grads(job: JobSpec) -> bool:
     copied with ``.float()`` as without it (megatron/core/optimizer/distrib_optimizer.py
     ``_copy_model_grads_to_main_grads``; the condition is OptimizerConfig's
     ``use_precision_aware_optimizer_no_fp8_or_ds_fp8``, megatron-core 0.19.2)."""
-    if (job.master_dtype, job.optimizer_state_dtype) == ("fp32", "fp32"):
+    if not job.optimizer_below_fp32:
         return False
     return job.master_dtype != "fp32" or job.precision != "fp8" or job.fp8_recipe == "delayed"
 

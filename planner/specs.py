@@ -610,6 +610,12 @@ class JobSpec:
         """Tokens processed per optimizer step."""
         return self.global_batch_size * self.seq_length
 
+    @property
+    def optimizer_below_fp32(self) -> bool:
+        """Whether the optimizer keeps its master weights or Adam's moments below fp32: Megatron-Core's
+        precision-aware optimizer (``--use-precision-aware-optimizer``), the only one that does."""
+        return (self.master_dtype, self.optimizer_state_dtype) != ("fp32", "fp32")
+
 
 def compute_capability_major(gpu_name: str) -> int:
     """CUDA compute-capability major of a GPU preset (NVIDIA's CUDA GPUs table,

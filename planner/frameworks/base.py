@@ -221,7 +221,7 @@ class Framework:
                 + ")"
             )
         elif (
-            dtypes != ("fp32", "fp32")
+            job.optimizer_below_fp32
             and cap.optimizer_dtypes_sharding is not None
             and c.optimizer_sharding not in cap.optimizer_dtypes_sharding
         ):

@@ -269,7 +269,7 @@ def optimizer_dtype_args(job: JobSpec) -> list[tuple[str, str | None]]:
     ``--use-precision-aware-optimizer`` with ``--main-params-dtype`` (the master weights) and
     ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` (Adam's moments); the capabilities admit them only
     with the distributed optimizer, as OptimizerConfig does."""
-    if (job.master_dtype, job.optimizer_state_dtype) == ("fp32", "fp32"):
+    if not job.optimizer_below_fp32:
         return []
     args: list[tuple[str, str | None]] = [("--use-precision-aware-optimizer", None)]
     if job.master_dtype != "fp32":
