@@ -448,6 +448,22 @@ def test_the_next_write_removes_what_a_killed_writer_left(tmp_path):
     assert (tmp_path / "plan.yaml").read_text() == "whole\n"
 
 
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
+def test_export_quiet_writes_the_files_and_says_nothing(run_cli, tmp_path, framework):
+    """``--quiet`` / ``-q`` on an export drops the ``wrote FILE`` notes, as on search and sweep."""
+    plan = tmp_path / "plan.yaml"
+    searched = run_cli("search", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "1", "-b", "16", "-s", "2048",
+                       "--top", "1", "--framework", framework, "--out", str(plan), "--quiet")  # fmt: skip
+    assert searched.exit_code == 0, searched.stderr
+    loud = run_cli("export", framework, str(plan), "--out", str(tmp_path / "loud"))
+    assert loud.exit_code == 0 and "wrote " in loud.stderr, loud.stderr
+    quiet = run_cli("export", framework, str(plan), "--out", str(tmp_path / "quiet"), "-q")
+    assert quiet.exit_code == 0 and quiet.stderr == "" and quiet.stdout == ""
+    assert sorted(p.name for p in (tmp_path / "quiet").iterdir()) == sorted(
+        p.name for p in (tmp_path / "loud").iterdir()
+    )
+
+
 def test_export_into_a_non_empty_directory_keeps_other_files(run_cli, tmp_path, moe_plan):
     out = tmp_path / "launch"
     out.mkdir()

@@ -176,15 +176,21 @@ def _write_export(out: Path, texts: dict[str, str], force: bool) -> list[Path]:
 
 
 def _finish_export(
-    out: Path, texts: dict[str, str], force: bool, launcher: str, as_json: bool, payload: dict
+    out: Path,
+    texts: dict[str, str],
+    force: bool,
+    launcher: str,
+    as_json: bool,
+    payload: dict,
+    quiet: bool = False,
 ) -> None:
     """Write an export (:func:`_write_export`), make its ``launch_<launcher>.sh`` executable, and
     report: ``{"files": [...], **payload}`` with ``--json``, else one ``wrote FILE`` line per file
-    on stderr."""
+    on stderr (none with ``--quiet``)."""
     files = _write_export(out, texts, force)
     (out / f"launch_{launcher}.sh").chmod(0o755)
     if as_json:
         _emit_json({"files": sorted(str(f) for f in files), **payload})
     else:
         for f in sorted(files):
-            typer.echo(f"wrote {f}", err=True)
+            _note(f"wrote {f}", quiet)

@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 
 from planner.cli.app import export_app
-from planner.cli.common import _finish_export
-from planner.cli.options import PANEL_OUTPUT, JsonOpt
+from planner.cli.common import _finish_export, _note
+from planner.cli.options import PANEL_OUTPUT, JsonOpt, QuietOpt
 from planner.errors import UsageError
 
 
@@ -41,6 +41,7 @@ def export_megatron(
         ),
     ] = False,
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Write Megatron-LM arguments and a launch script for a plan (megatron-core 0.19.2). Exit 1
     when Megatron-LM cannot run the plan, naming the reason."""
@@ -54,7 +55,7 @@ def export_megatron(
         from planner.graph_plan import sequential_for_megatron
 
         inputs, note = sequential_for_megatron(plan, sequential)
-        typer.echo(f"note: {note}", err=True)
+        _note(f"note: {note}", quiet)
     else:
         if sequential:
             raise UsageError("--sequential applies to graph plans only; this plan is already sequential")
@@ -64,4 +65,4 @@ def export_megatron(
         "world_size": inputs.cluster.num_gpus,
         "framework": {"name": "megatron", "version": mx.VERSION},
     }
-    _finish_export(out, mx.export_files(inputs, launcher), force, launcher, as_json, payload)
+    _finish_export(out, mx.export_files(inputs, launcher), force, launcher, as_json, payload, quiet)

@@ -10,7 +10,7 @@ import typer
 
 from planner.cli.app import export_app
 from planner.cli.common import _finish_export
-from planner.cli.options import PANEL_OUTPUT, JsonOpt
+from planner.cli.options import PANEL_OUTPUT, JsonOpt, QuietOpt
 from planner.errors import SpecError, UsageError
 
 
@@ -33,6 +33,7 @@ def export_torchtitan(
         bool, typer.Option("--force", help="Replace existing files in --out.", rich_help_panel=PANEL_OUTPUT)
     ] = False,
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Write a torchtitan job config (TOML), its CLI overrides and a launch script for a plan
     (torchtitan 0.2.2). Exit 1 when torchtitan cannot run the plan, naming the reason."""
@@ -50,4 +51,4 @@ def export_torchtitan(
         "world_size": inputs.cluster.num_gpus,
         "framework": {"name": "torchtitan", "version": tx.VERSION},
     }
-    _finish_export(out, tx.export_files(inputs, launcher), force, launcher, as_json, payload)
+    _finish_export(out, tx.export_files(inputs, launcher), force, launcher, as_json, payload, quiet)
