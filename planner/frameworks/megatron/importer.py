@@ -252,6 +252,15 @@ def _attention_impl(flags: dict) -> str:
     return "unfused" if flags.get("--transformer-impl") == "local" else "fused"
 
 
+OPTIMIZER_DTYPE_FLAGS = ("--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype")
+"""Megatron's optimizer dtype flags, each fp32 unless given (OptimizerConfig)."""
+
+
+def below_fp32(flags: dict, flag: str) -> bool:
+    """Whether a launch sets one of :data:`OPTIMIZER_DTYPE_FLAGS` to a dtype other than fp32."""
+    return flags.get(flag) not in (None, "fp32")
+
+
 def _grad_dtype(flags: dict, precision: str) -> str:
     """Gradient reduction dtype as validate_args settles it (megatron/training/arguments.py):
     fp16 training reduces in fp16 unless ``--accumulate-allreduce-grads-in-fp32``; bf16 (and FP8,
@@ -262,7 +271,7 @@ def _grad_dtype(flags: dict, precision: str) -> str:
         return "fp32" if "--accumulate-allreduce-grads-in-fp32" in flags else "fp16"
     if "--grad-reduce-in-bf16" in flags:
         return "bf16"
-    lowered = flags.get("--main-grads-dtype") not in (None, "fp32")
+    lowered = below_fp32(flags, "--main-grads-dtype")
     return "bf16" if lowered and "--accumulate-allreduce-grads-in-fp32" not in flags else "fp32"
 
 

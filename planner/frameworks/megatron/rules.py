@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 
 from planner.frameworks.megatron.flags import ACCEPTED, VERSION
-from planner.frameworks.megatron.importer import Imported
+from planner.frameworks.megatron.importer import OPTIMIZER_DTYPE_FLAGS, Imported, below_fp32
 from planner.specs import ClusterSpec, compute_capability_major
 
 Finding = tuple[str, str, tuple[str, ...]]
@@ -37,11 +37,7 @@ def megatron_findings(imp: Imported, cluster: ClusterSpec) -> list[Finding]:
     # OptimizerConfig.__post_init__ (megatron/core/optimizer/optimizer_config.py): the optimizer's
     # dtypes "can only be fp32 when not using precision-aware optimizer", and the precision-aware
     # optimizer is "only supported with distributed optimizer".
-    lowered = [
-        g
-        for g in ("--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype")
-        if f.get(g) not in (None, "fp32")
-    ]
+    lowered = [g for g in OPTIMIZER_DTYPE_FLAGS if below_fp32(f, g)]
     if "--use-precision-aware-optimizer" in f:
         if "--use-distributed-optimizer" not in f:
             err(
