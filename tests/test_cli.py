@@ -222,6 +222,8 @@ def test_cli_option_set_is_pinned(run_cli):
             "--cuda-graph-scope",
             "--eager-ops",
             "--json",
+            "--quiet",
+            "-q",
         ]
     )
 

@@ -464,6 +464,49 @@ def test_export_quiet_writes_the_files_and_says_nothing(run_cli, tmp_path, frame
     )
 
 
+CALIBRATE_DATA = Path(__file__).parent / "data" / "calibrate"
+SMALL_JOB = ["-c", "dgx-h100", "-n", "1", "-b", "16", "-s", "1024"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["timeline", "-m", "gpt-1.7b", *SMALL_JOB, "--pp", "2", "--svg", "{out}/t.svg", "--trace", "{out}/t.json"],
+        ["report", "{plan}", "--html", "{out}/r.html"],
+        ["calibrate", f"{CALIBRATE_DATA / 'megatron_llama3_8b.log'},{CALIBRATE_DATA / 'megatron_llama3_8b.args.txt'}",
+         "-c", "dgx-h100", "-n", "4", "--out", "{out}/profile.yaml"],
+        ["search", "-m", "mmt-4tower-4b", "-c", "dgx-h100", "-n", "8", "-b", "256", "-s", "2048", "--pp", "8",
+         "--top", "1", "--out", "{out}/graph-plan.yaml"],
+    ],
+    ids=["timeline", "report", "calibrate", "graph-search"],
+)  # fmt: skip
+def test_every_writing_command_is_silent_with_quiet(run_cli, tmp_path, command):
+    """Every command that writes files says ``wrote FILE`` on stderr, and nothing on stderr with
+    ``--quiet`` / ``-q`` (the timeline's SVG and trace, the report, a calibrated profile, a graph
+    model's plan once printed their notes unconditionally). The files are written either way."""
+    plan = tmp_path / "plan.yaml"
+    if "{plan}" in command:
+        made = run_cli(
+            "search", "-m", "gpt-1.7b", *SMALL_JOB, "--pp", "2", "--top", "1", "--out", str(plan), "-q"
+        )
+        assert made.exit_code == 0, made.stderr
+    runs = {}
+    for name in ("loud", "quiet"):
+        out = tmp_path / name
+        out.mkdir()
+        args = [a.replace("{out}", str(out)).replace("{plan}", str(plan)) for a in command]
+        runs[name] = run_cli(*args, *(["--quiet"] if name == "quiet" else []))
+        assert runs[name].exit_code == 0, runs[name].stderr
+    assert "wrote " in runs["loud"].stderr, runs["loud"].stderr
+    assert runs["quiet"].stderr == ""
+    assert runs["quiet"].stdout == runs["loud"].stdout
+    assert (
+        sorted(p.name for p in (tmp_path / "quiet").iterdir())
+        == sorted(p.name for p in (tmp_path / "loud").iterdir())
+        != []
+    )
+
+
 def test_export_into_a_non_empty_directory_keeps_other_files(run_cli, tmp_path, moe_plan):
     out = tmp_path / "launch"
     out.mkdir()

@@ -11,8 +11,8 @@ import typer
 
 from planner import __version__, api
 from planner.cli.app import app
-from planner.cli.common import _emit_json, _print
-from planner.cli.options import ClusterOpt, JsonOpt, NodesOpt
+from planner.cli.common import _emit_json, _note, _print
+from planner.cli.options import ClusterOpt, JsonOpt, NodesOpt, QuietOpt
 
 
 @app.command()
@@ -28,6 +28,7 @@ def calibrate(
     nodes: NodesOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the profile YAML here.")] = None,
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Fit GEMM/attention/memory efficiency, NVLink and network bandwidth and latency and the
     overlap factor to measured runs; report each value with its uncertainty and the error before,
@@ -38,17 +39,17 @@ def calibrate(
     from planner.cli.render_calibrate import calibrate_tables
 
     sources = read_sources(runs, cluster, nodes)
-    if sys.stderr.isatty() and not as_json:
+    if sys.stderr.isatty() and not as_json and not quiet:
         typer.echo(f"fitting {len(sources.runs)} runs and {len(sources.nccl)} nccl-tests rows ...", err=True)
     report = fit(list(sources.runs), list(sources.nccl), base_cluster(cluster), sources.skipped)
     data = report_dict(report)
     if out is not None:
         nccl_files = [p.origin.rsplit(":", 1)[0] for p in sources.nccl]
         write_profile(out, profile_from_report(report, sources.runs, nccl_files, summary(report)))
-        typer.echo(f"wrote {out}", err=True)
+        _note(f"wrote {out}", quiet)
     if as_json:
         _emit_json({"schema_version": api.SCHEMA_VERSION, "planner_version": __version__, **data})
     else:
         _print(*calibrate_tables(data))
         if report.skipped:
-            typer.echo(f"note: {len(report.skipped)} runs not used (--json lists each with why)", err=True)
+            _note(f"note: {len(report.skipped)} runs not used (--json lists each with why)", quiet)

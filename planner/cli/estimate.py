@@ -18,6 +18,7 @@ from planner.cli.common import (
     _emit_json,
     _finite,
     _ints,
+    _note,
     _print,
     _profile,
     _recompute_modules,
@@ -53,6 +54,7 @@ from planner.cli.options import (
     PpOpt,
     PrecisionOpt,
     ProfileOpt,
+    QuietOpt,
     RecomputeLayersOpt,
     RecomputeModulesOpt,
     RecomputeOpt,
@@ -164,7 +166,7 @@ def _estimate(opts: dict):
                 "--model/--cluster/--nodes/--global-batch-size/--seq-len or configuration flags"
             )
         problem, est = api.estimate_plan_file(str(plan), _profile(opts), opts.get("software"))
-        _software_note(problem)
+        _software_note(problem, bool(opts.get("quiet")))
         return problem, est
     missing = [
         flag
@@ -192,7 +194,7 @@ def _estimate(opts: dict):
         eager_ops=_eager_ops(opts.get("eager_ops")),
         **_runtime(opts),
     )
-    _software_note(problem)
+    _software_note(problem, bool(opts.get("quiet")))
     config = _with_split(_config(*flags), problem.model, *split[:3])
     if split[3] is not None:
         if split[3] < 1:
@@ -293,6 +295,7 @@ def estimate(
     cuda_graph_scope: CudaGraphOpt = None,
     eager_ops: EagerOpsOpt = None,
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Predict step time, throughput, MFU and memory of one configuration."""
     problem, est = _estimate(locals())
@@ -368,6 +371,7 @@ def timeline(
         ),
     ] = 100,
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Draw the per-stage pipeline schedule (terminal Gantt chart, optional SVG and trace file)."""
     from planner.timeline_svg import timeline_svg
@@ -379,10 +383,10 @@ def timeline(
     title = f"{problem.model.name} {schedule} p={est.config.pp} m={est.num_microbatches}"
     if svg is not None:
         write_text_atomic(svg, timeline_svg(est, title))
-        typer.echo(f"wrote {svg}", err=True)
+        _note(f"wrote {svg}", quiet)
     if trace is not None:
         write_text_atomic(trace, trace_json(est, title, point_to_point=problem.stage_graph is None))
-        typer.echo(f"wrote {trace}", err=True)
+        _note(f"wrote {trace}", quiet)
     if as_json:
         _emit_json(
             {
@@ -485,6 +489,7 @@ def bubbles(
         ),
     ] = 0.02,
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Report every idle window of every pipeline stage (PipeFill bubble-fill budget)."""
     from planner import bubbles as bub

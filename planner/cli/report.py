@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 
 from planner.cli.app import app
-from planner.cli.common import _emit_json
-from planner.cli.options import JsonOpt
+from planner.cli.common import _emit_json, _note
+from planner.cli.options import JsonOpt, QuietOpt
 from planner.plan import write_text_atomic
 
 
@@ -24,6 +24,7 @@ def report(
         ),
     ],
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Write a plan's report: timeline, memory per stage, time breakdown, configuration, alternatives."""
     from planner.report import plan_report
@@ -34,4 +35,4 @@ def report(
     if as_json:
         _emit_json(summary)
     else:
-        typer.echo(f"wrote {html} ({summary['bytes']:,} bytes: {', '.join(summary['sections'])})", err=True)
+        _note(f"wrote {html} ({summary['bytes']:,} bytes: {', '.join(summary['sections'])})", quiet)

@@ -291,7 +291,7 @@ def search(
             raise UsageError(
                 "--csv, --tokens and --gpu-hour-price apply to sequential models, not graph models"
             )
-        _search_graph(problem, restrictions, top, progress, out, explain_flag, as_json)
+        _search_graph(problem, restrictions, top, progress, out, explain_flag, as_json, quiet)
         return
     pool = max(top, FAILURE_AWARE_POOL) if failure_aware else top
     result = api.run_search(problem, restrictions, pool, progress, collect=csv_out is not None)
@@ -344,7 +344,7 @@ def search(
             _print(failure_aware_table(plans))
 
 
-def _search_graph(problem, restrictions, top, progress, out, explain_flag, as_json) -> None:
+def _search_graph(problem, restrictions, top, progress, out, explain_flag, as_json, quiet) -> None:
     """``planner search`` on a graph model: best graph plans beside the best sequential plan."""
     from planner import bubbles as bub
     from planner.graph_plan import GraphPlanInputs, graph_plan_document
@@ -381,7 +381,7 @@ def _search_graph(problem, restrictions, top, progress, out, explain_flag, as_js
         )
         budget = {**bub.budget_dict(bub.budget(best.estimate)), "schedule": "graph-1f1b"}
         write_plan(out, graph_plan_document(inputs, predictions, budget))
-        typer.echo(f"wrote {out}", err=True)
+        _note(f"wrote {out}", quiet)
     if as_json:
         _emit_json(data)
     else:
