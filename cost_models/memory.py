@@ -60,11 +60,26 @@ def step_reads_16bit_grads(job: JobSpec) -> bool:
     return job.master_dtype != "fp32" or job.precision != "fp8" or job.fp8_recipe == "delayed"
 
 
+def optimizer_state_bytes(job: JobSpec) -> float:
+    """Bytes per parameter of Adam's persistent state: the master weight and the two moments at the
+    job's dtypes (Megatron-LM docs/source/api-guide/dist_optimizer.md: 4 + 4 + 4 with fp32 master
+    and moments). No gradient: :func:`bytes_per_param` adds the step's fp32 gradient copy."""
+    return float(DTYPE_BYTES[job.master_dtype] + 2 * DTYPE_BYTES[job.optimizer_state_dtype])
+
+
+def checkpoint_bytes_per_param(job: JobSpec) -> float:
+    """Bytes per parameter of a training checkpoint: the 16-bit weight plus the optimizer state
+    (:func:`optimizer_state_bytes`). Gradients, and the fp32 copy of 16-bit gradients the step
+    reads, are not saved (Megatron-Core's distributed optimizer checkpoints its ``param``,
+    ``exp_avg`` and ``exp_avg_sq`` state beside the model's weights)."""
+    return 2.0 + optimizer_state_bytes(job)
+
+
 def bytes_per_param(job: JobSpec, sharding: str, d: int) -> tuple[float, float, float]:
     """(weight, gradient, optimizer) bytes per parameter under ``sharding`` over ``d`` ranks."""
     weight = 2.0
     grad = float(DTYPE_BYTES[job.grad_dtype])
-    opt = float(DTYPE_BYTES[job.master_dtype] + 2 * DTYPE_BYTES[job.optimizer_state_dtype])
+    opt = optimizer_state_bytes(job)
     if grad < 4 and not step_reads_16bit_grads(job):
         # 16-bit gradients are copied to fp32 for the step, a buffer sharded like the optimizer
         # states (Megatron-LM dist_optimizer.md: "fp16 parameters, fp16 gradients" 20 bytes,

@@ -152,6 +152,22 @@ def test_llama3_failure_rate_and_checkpoint_size():
     assert gp.checkpoint_bytes(model, job) == pytest.approx(model.params_total * 14)
 
 
+@pytest.mark.parametrize(
+    "dtypes, per_param",
+    [
+        ({}, 14),  # bf16 weight + fp32 master + two fp32 moments
+        ({"grad_dtype": "bf16"}, 14),  # the step's fp32 copy of 16-bit gradients is not saved (was 18)
+        ({"grad_dtype": "bf16", "optimizer_state_dtype": "bf16"}, 10),
+    ],
+)
+def test_checkpoint_holds_no_gradient(dtypes, per_param):
+    """A checkpoint saves weights and optimizer state, whatever the gradients' dtype: the fp32
+    gradient copy that memory prices for 16-bit gradients (bytes_per_param) never reaches storage."""
+    model = load_model("llama3-8b")
+    job = make_job(global_batch_size=64, seq_length=4096, **dtypes)
+    assert gp.checkpoint_bytes(model, job) == pytest.approx(model.params_total * per_param)
+
+
 def test_poisson_and_availability():
     pmf = gp.poisson_pmf(3.0, 60)
     assert sum(pmf) == pytest.approx(1.0)

@@ -8,8 +8,8 @@ Pure formulas (no estimate calls); :mod:`planner.resilience.strategies` supplies
   one interruption every 3.1 hours for the whole job. Failures are a Poisson process, so a job of
   N GPUs has a mean time between failures ``M = 1 / (N * rate)``.
 * Checkpoint. Size = every parameter's 16-bit weight plus the optimizer's master weight and two
-  Adam moments at the job's dtypes (:func:`cost_models.memory.bytes_per_param`; gradients are not
-  saved). Save
+  Adam moments at the job's dtypes (:func:`cost_models.memory.checkpoint_bytes_per_param`;
+  gradients, and the fp32 copy of 16-bit gradients the optimizer step reads, are not saved). Save
   and restore times = size / storage bandwidth; the default bandwidth is the 2 TB/s sustained
   throughput of the Tectonic file system the Llama 3 run checkpointed to (same paper, Sec. 3.3.1).
 * Checkpoint interval. Young (1974, "A first order approximation to the optimum checkpoint
@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cost_models.memory import bytes_per_param
+from cost_models.memory import checkpoint_bytes_per_param
 from planner.specs import JobSpec, ModelSpec
 
 LLAMA3_INTERRUPTIONS = 419
@@ -83,9 +83,8 @@ class FailureModel:
 
 def checkpoint_bytes(model: ModelSpec, job: JobSpec) -> float:
     """Bytes of one checkpoint: 16-bit weights plus the optimizer's master weights and Adam moments
-    (:func:`cost_models.memory.bytes_per_param` unsharded, without the gradient)."""
-    weight, _grad, optimizer = bytes_per_param(job, "none", 1)
-    return float(model.params_total) * (weight + optimizer)
+    (:func:`cost_models.memory.checkpoint_bytes_per_param`)."""
+    return float(model.params_total) * checkpoint_bytes_per_param(job)
 
 
 def job_mtbf_s(num_gpus: int, fm: FailureModel) -> float:
