@@ -20,7 +20,8 @@ interleaving) and micro-batch ``mb``. Generators:
 The simulator (../shared/reference/algorithms.md §4.4): an operation starts when its stage is
 free and its dependency has finished plus the point-to-point transfer time. ``F(vs, mb)`` needs
 ``F(vs - 1, mb)``; ``B(vs, mb)`` needs ``B(vs + 1, mb)`` (``F`` of the same micro-batch on the last
-virtual stage); ``W`` follows its ``B`` on the same stage. It runs in O(number of operations).
+virtual stage); ``W`` follows its ``B`` on the same stage. It runs in O(number of operations), in
+an execution order that depends only on the schedule and is cached per (schedule, p, m, v).
 The :class:`Timeline` is the single source of step time, idle time, bubble fraction and
 in-flight activations (STYLE lesson 4).
 """
@@ -185,6 +186,12 @@ def simulate(
     activations (1 counts micro-batches; bytes give the activation memory). ``schedule_key``
     (schedule, p, m, v) says that ``orders`` is ``generate(*schedule_key)``, so the dependency
     structure can be reused from a cache.
+
+    Which operation can run after which depends only on the orders, not on the durations, so
+    :func:`_structure` settles one execution order of all operations once (a topological order of
+    the dependency graph, raising on a deadlock); timing is then one pass over it: an operation
+    starts at ``max(its rank's previous end, its dependency's end + transfer)``. The resident
+    level changes only at operations, so it is a running sum over each rank's order.
     """
     p = len(orders)
     durations = np.asarray(durations, dtype=float)
@@ -193,118 +200,173 @@ def simulate(
     if v * p != n_virtual:
         raise ScheduleError(f"durations have {n_virtual} virtual stages, not a multiple of {p} ranks")
     m = num_microbatches if num_microbatches is not None else 1 + max(op[2] for ops in orders for op in ops)
-    comm = np.broadcast_to(np.asarray(p2p_s, dtype=float), (n_virtual,)).tolist()
-    wfrac = np.broadcast_to(np.asarray(weight_fraction, dtype=float), (n_virtual,)).tolist()
+    comm = np.broadcast_to(np.asarray(p2p_s, dtype=float), (n_virtual,))
+    wfrac = np.broadcast_to(np.asarray(weight_fraction, dtype=float), (n_virtual,))
     has_w = any(op[0] == W for op in orders[0]) if orders else False
-    units = np.broadcast_to(np.asarray(activation_units, dtype=float), (n_virtual,)).tolist()
-    b_release = [u * (1.0 - wf) if has_w else u for u, wf in zip(units, wfrac)]
-    w_release = [u * wf for u, wf in zip(units, wfrac)]
-
-    # Flat integer ids: op = (kind * n_virtual + vs) * m + mb. Each operation is visited once.
-    vm = n_virtual * m
-    NONE = -1.0
-    end = [NONE] * (3 * vm)
-    ptr = [0] * p
-    free = [0.0] * p
-    level = [0.0] * p
-    out_start = [[0.0] * len(o) for o in orders]
-    out_end = [[0.0] * len(o) for o in orders]
-    out_level = [[0.0] * len(o) for o in orders]
-    # Per rank: (op id, dependency id or -1, lag, duration, level change) for each operation. The
-    # structure depends only on the orders; values come from numpy indexing.
-    structure = (
-        schedule_key and _cached_structure(*schedule_key, n_virtual) or _structure(orders, p, m, n_virtual)
+    units = np.broadcast_to(np.asarray(activation_units, dtype=float), (n_virtual,))
+    b_release = units * (1.0 - wfrac) if has_w else units
+    st = (
+        _cached_structure(*schedule_key, n_virtual)
+        if schedule_key
+        else _structure(tuple(tuple(o) for o in orders), p, m, n_virtual)
     )
-    comm_a = np.asarray(comm + [0.0])
-    dur_a = np.asarray(durations, dtype=float)
-    delta_table = np.stack([np.asarray(units), -np.asarray(b_release), -np.asarray(w_release)], axis=1)
-    plan = []
-    for op_ids, deps, kinds, vss, lag_idx in structure:
-        rows = list(
-            zip(
-                op_ids,
-                deps,
-                comm_a[lag_idx].tolist(),
-                dur_a[vss, kinds].tolist(),
-                delta_table[vss, kinds].tolist(),
-            )
-        )
-        plan.append(rows)
-    waiting: dict[int, list[int]] = {}
-    work = list(range(p - 1, -1, -1))
-    while work:
-        r = work.pop()
-        rows = plan[r]
-        i = ptr[r]
-        n_ops = len(rows)
+    comm_a = np.append(comm, 0.0)
+    seq = zip(
+        st.rank,
+        st.op,
+        st.dep,
+        comm_a[st.lag].tolist(),
+        durations[st.vs, st.kind].tolist(),
+    )
+    end = [0.0] * (3 * n_virtual * m)
+    free = [0.0] * p
+    starts = [0.0] * len(st.op)
+    k = 0
+    for r, op, dep, lag, d in seq:
         t_free = free[r]
-        lvl = level[r]
-        starts, ends, levels = out_start[r], out_end[r], out_level[r]
-        while i < n_ops:
-            op, dep, lag, d, delta = rows[i]
-            if dep >= 0:
-                t_dep = end[dep]
-                if t_dep < 0.0:
-                    waiting.setdefault(dep, []).append(r)
-                    break
-                t_dep += lag
-                start = t_dep if t_dep > t_free else t_free
-            else:
-                start = t_free
-            t_free = start + d
-            end[op] = t_free
-            lvl += delta
-            starts[i], ends[i], levels[i] = start, t_free, lvl
-            i += 1
-            woken = waiting.pop(op, None)
-            if woken:
-                work.extend(woken)
-        ptr[r], free[r], level[r] = i, t_free, lvl
-    stuck = [r for r in range(p) if ptr[r] < len(orders[r])]
-    if stuck:
-        r = stuck[0]
-        raise ScheduleError(f"schedule deadlocks: rank {r} waits forever at operation {orders[r][ptr[r]]}")
-    arr = [np.asarray(o, dtype=np.int32).reshape(-1, 3) for o in orders]
+        if dep >= 0:
+            t_dep = end[dep] + lag
+            start = t_dep if t_dep > t_free else t_free
+        else:
+            start = t_free
+        t_free = start + d
+        free[r] = end[op] = t_free
+        starts[k] = start
+        k += 1
+    start_a = np.asarray(starts)
+    end_a = np.asarray(end)
+    delta_table = np.stack([units, -b_release, -(units * wfrac)], axis=1)
+    inflight = []
+    for r in range(p):
+        deltas = delta_table[st.rank_vs[r], st.rank_kind[r]]
+        # a running sum in the rank's order, added one operation at a time as the level changes
+        inflight.append(np.add.accumulate(deltas) if len(deltas) else deltas)
     return Timeline(
         num_stages=p,
         num_microbatches=m,
         num_chunks=v,
-        kind=tuple(a[:, 0] for a in arr),
-        chunk=tuple(a[:, 1] for a in arr),
-        mb=tuple(a[:, 2] for a in arr),
-        start_s=tuple(np.asarray(x) for x in out_start),
-        end_s=tuple(np.asarray(x) for x in out_end),
-        inflight=tuple(np.asarray(x) for x in out_level),
+        kind=st.rank_kind,
+        chunk=st.rank_chunk,
+        mb=st.rank_mb,
+        start_s=tuple(start_a[pos] for pos in st.rank_position),
+        end_s=tuple(end_a[ids] for ids in st.rank_op),
+        inflight=tuple(inflight),
     )
 
 
+@dataclass(frozen=True)
+class _Structure:
+    """One execution order of every operation of a schedule (global position k), and each rank's
+    operations in its own order. Arrays are read-only: cached structures are shared."""
+
+    rank: list[int]
+    op: list[int]
+    """Flat operation id ``(kind * n_virtual + vs) * m + mb``."""
+    dep: list[int]
+    """Id of the operation it waits for, -1 for none."""
+    lag: np.ndarray
+    """Index into the transfer times (``n_virtual``: no transfer)."""
+    vs: np.ndarray
+    kind: np.ndarray
+    rank_position: tuple[np.ndarray, ...]
+    """Global positions of each rank's operations, in the rank's order."""
+    rank_op: tuple[np.ndarray, ...]
+    rank_kind: tuple[np.ndarray, ...]
+    rank_chunk: tuple[np.ndarray, ...]
+    rank_mb: tuple[np.ndarray, ...]
+    rank_vs: tuple[np.ndarray, ...]
+
+
 @lru_cache(maxsize=64)
-def _cached_structure(schedule: str, p: int, m: int, v: int, n_virtual: int) -> tuple:
+def _cached_structure(schedule: str, p: int, m: int, v: int, n_virtual: int) -> _Structure:
     return _structure(_generate(schedule, p, m, v), p, m, n_virtual)
 
 
-def _structure(orders, p: int, m: int, n_virtual: int) -> tuple:
-    """For each rank: op ids, dependency ids (-1: none), kinds, virtual stages, and the index into the
-    lag array (n_virtual means no lag) of every operation, as lists / numpy index arrays."""
+def _frozen(values, dtype=np.int64) -> np.ndarray:
+    a = np.asarray(values, dtype=dtype)
+    a.flags.writeable = False
+    return a
+
+
+def _structure(orders, p: int, m: int, n_virtual: int) -> _Structure:
+    """Dependencies of every operation, and an order in which each follows what it waits for: each
+    rank runs its operations in turn until one waits for an operation not yet placed, and resumes
+    once that one is (ScheduleError naming the rank and operation when some never can)."""
+    arr = [np.asarray(o, dtype=np.int32).reshape(-1, 3) for o in orders]
     last = n_virtual - 1
-    out = []
-    for r, ops in enumerate(orders):
-        op_ids, deps, kinds, vss, lags = [], [], [], [], []
-        for kind, chunk, j in ops:
-            vs = chunk * p + r
-            if kind == F:
-                dep, lag = ((vs - 1) * m + j, vs - 1) if vs > 0 else (-1, n_virtual)
-            elif kind == B:
-                dep, lag = ((n_virtual + vs + 1) * m + j, vs) if vs < last else (vs * m + j, n_virtual)
-            else:
-                dep, lag = (n_virtual + vs) * m + j, n_virtual
-            op_ids.append((kind * n_virtual + vs) * m + j)
-            deps.append(dep)
-            kinds.append(kind)
-            vss.append(vs)
-            lags.append(lag)
-        out.append((op_ids, deps, np.asarray(kinds), np.asarray(vss), np.asarray(lags)))
-    return tuple(out)
+    op_r, dep_r, lag_r, vs_r = [], [], [], []
+    for r, a in enumerate(arr):
+        kind, chunk, j = (a[:, i].astype(np.int64) for i in range(3))
+        vs = chunk * p + r
+        # F(vs) waits for F(vs - 1); B(vs) for B(vs + 1), or F(vs) on the last virtual stage; W(vs)
+        # for B(vs). Transfers: F from vs - 1, B from vs + 1 (indexed vs), none otherwise.
+        f_dep = np.where(vs > 0, (vs - 1) * m + j, -1)
+        f_lag = np.where(vs > 0, vs - 1, n_virtual)
+        b_dep = np.where(vs < last, (n_virtual + vs + 1) * m + j, vs * m + j)
+        b_lag = np.where(vs < last, vs, n_virtual)
+        w_dep = (n_virtual + vs) * m + j
+        op_r.append((kind * n_virtual + vs) * m + j)
+        dep_r.append(np.select([kind == F, kind == B], [f_dep, b_dep], w_dep))
+        lag_r.append(np.select([kind == F, kind == B], [f_lag, b_lag], n_virtual))
+        vs_r.append(vs)
+    ops = [x.tolist() for x in op_r]
+    deps = [x.tolist() for x in dep_r]
+    done = bytearray(3 * n_virtual * m)
+    ptr = [0] * p
+    waiting: dict[int, list[int]] = {}
+    order: list[int] = []
+    work = list(range(p - 1, -1, -1))
+    while work:
+        r = work.pop()
+        ops_of, deps_of = ops[r], deps[r]
+        i, n = ptr[r], len(ops_of)
+        while i < n:
+            dep = deps_of[i]
+            if dep >= 0 and not done[dep]:
+                waiting.setdefault(dep, []).append(r)
+                break
+            op = ops_of[i]
+            done[op] = 1
+            order.append(r)
+            i += 1
+            woken = waiting.pop(op, None)
+            if woken:
+                work.extend(woken)
+        ptr[r] = i
+    stuck = [r for r in range(p) if ptr[r] < len(orders[r])]
+    if stuck:
+        r = stuck[0]
+        raise ScheduleError(
+            f"schedule deadlocks: rank {r} waits forever at operation {tuple(orders[r][ptr[r]])}"
+        )
+    ranks = np.asarray(order, dtype=np.int64)
+    position = [np.flatnonzero(ranks == r) for r in range(p)]
+    total = len(order)
+    flat = {name: np.empty(total, dtype=np.int64) for name in ("op", "dep", "lag", "vs", "kind")}
+    for r in range(p):
+        pos = position[r]
+        for name, values in (
+            ("op", op_r[r]),
+            ("dep", dep_r[r]),
+            ("lag", lag_r[r]),
+            ("vs", vs_r[r]),
+            ("kind", arr[r][:, 0]),
+        ):
+            flat[name][pos] = values
+    return _Structure(
+        rank=order,
+        op=flat["op"].tolist(),
+        dep=flat["dep"].tolist(),
+        lag=_frozen(flat["lag"]),
+        vs=_frozen(flat["vs"]),
+        kind=_frozen(flat["kind"]),
+        rank_position=tuple(_frozen(x) for x in position),
+        rank_op=tuple(_frozen(x) for x in op_r),
+        rank_kind=tuple(_frozen(a[:, 0], np.int32) for a in arr),
+        rank_chunk=tuple(_frozen(a[:, 1], np.int32) for a in arr),
+        rank_mb=tuple(_frozen(a[:, 2], np.int32) for a in arr),
+        rank_vs=tuple(_frozen(x) for x in vs_r),
+    )
 
 
 def uniform_durations(p: int, v: int, t_f: float, t_b: float, t_w: float = 0.0) -> np.ndarray:
@@ -312,6 +374,7 @@ def uniform_durations(p: int, v: int, t_f: float, t_b: float, t_w: float = 0.0) 
     return np.tile(np.array([t_f, t_b, t_w], dtype=float), (p * v, 1))
 
 
+@lru_cache(maxsize=1024)
 def peak_inflight(
     schedule: str, p: int, m: int, v: int = 1, weight_fraction: float = 0.0
 ) -> tuple[float, ...]:
@@ -322,7 +385,7 @@ def peak_inflight(
     operation order and does not depend on durations. It equals :meth:`Timeline.peak_inflight`
     of any simulation of the same schedule (tested).
     """
-    orders = generate(schedule, p, m, v)
+    orders = _generate(schedule, p, m, v)
     has_w = schedule == "zb-h1"
     release_b = 1.0 - weight_fraction if has_w else 1.0
     delta = np.array([1.0, -release_b, -weight_fraction])

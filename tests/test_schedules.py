@@ -122,3 +122,76 @@ def test_interleaved_warmup_when_microbatches_equal_pp():
         assert first_backward == (warm + 1 if warm < m * v else m * v)
     last = simulate(orders, uniform_durations(p, v, 0.5, 1.0))
     assert last.peak_inflight(p - 1) == (v - 1) * p + 1  # not all m v chunk-micro-batches
+
+
+def _asap_oracle(orders, durs, p2p, m):
+    """Every operation's start by fixpoint relaxation, independent of any execution order: start =
+    max(the rank's previous end, the dependency's end + transfer), iterated until nothing moves."""
+    p, n = len(orders), durs.shape[0]
+    where = {}
+    for r, ops in enumerate(orders):
+        for i, (k, c, j) in enumerate(ops):
+            where[(k, c * p + r, j)] = (r, i)
+    start = [[0.0] * len(o) for o in orders]
+
+    def dep(k, vs, j):
+        if k == F:
+            return ((F, vs - 1, j), p2p[vs - 1]) if vs > 0 else (None, 0.0)
+        if k == B:
+            return ((B, vs + 1, j), p2p[vs]) if vs < n - 1 else ((F, vs, j), 0.0)
+        return (B, vs, j), 0.0
+
+    def end(r, i):
+        k, c, _ = orders[r][i]
+        return start[r][i] + durs[c * p + r, k]
+
+    for _ in range(sum(len(o) for o in orders) + 1):
+        moved = False
+        for r, ops in enumerate(orders):
+            for i, (k, c, j) in enumerate(ops):
+                t = end(r, i - 1) if i else 0.0
+                d, lag = dep(k, c * p + r, j)
+                if d is not None:
+                    t = max(t, end(*where[d]) + lag)
+                if t != start[r][i]:
+                    start[r][i], moved = t, True
+        if not moved:
+            return start
+    raise AssertionError("no fixpoint")
+
+
+@settings(max_examples=60, deadline=None)
+@given(pipelines())
+def test_every_operation_starts_as_soon_as_it_can(case):
+    """The simulator's cached execution order gives what relaxing every dependency to a fixpoint
+    gives (each op at max(its rank's previous end, its dependency's end + transfer)), and the cached
+    and uncached paths agree exactly."""
+    schedule, p, m, v, durs, p2p = case
+    orders = generate(schedule, p, m, v)
+    tl = simulate(orders, durs, p2p, m)
+    cached = simulate(orders, durs, p2p, m, schedule_key=(schedule, p, m, v))
+    oracle = _asap_oracle(orders, durs, p2p, m)
+    for r in range(p):
+        assert tl.start_s[r].tolist() == pytest.approx(oracle[r], abs=1e-12)
+        for a, b in zip(
+            (tl.start_s, tl.end_s, tl.inflight, tl.kind, tl.chunk, tl.mb),
+            (cached.start_s, cached.end_s, cached.inflight, cached.kind, cached.chunk, cached.mb),
+        ):
+            assert np.array_equal(a[r], b[r])
+
+
+def test_a_deadlocking_order_names_the_rank_and_operation():
+    orders = generate("1f1b", 2, 2)
+    orders[1] = [(B, 0, 0), (F, 0, 0), (F, 0, 1), (B, 0, 1)]  # rank 1 waits on its own forward
+    # so rank 0's first backward, which needs rank 1's, never starts either: the first rank stuck
+    with pytest.raises(ScheduleError, match=r"deadlocks: rank 0 waits forever at operation \(1, 0, 0\)"):
+        simulate(orders, uniform_durations(2, 1, 1.0, 2.0), 0.0, 2)
+
+
+def test_timelines_sharing_a_cached_structure_cannot_change_it():
+    key = ("1f1b", 4, 8, 1)
+    a = simulate(generate(*key), uniform_durations(4, 1, 1.0, 2.0), 0.0, 8, schedule_key=key)
+    with pytest.raises(ValueError):
+        a.kind[0][0] = 1  # shared with every later timeline of the same schedule: read-only
+    b = simulate(generate(*key), uniform_durations(4, 1, 1.0, 2.0), 0.0, 8, schedule_key=key)
+    assert np.array_equal(a.kind[0], b.kind[0])
