@@ -41,14 +41,40 @@ DDP_BUCKET_PARAMS = 40_000_000
 
 
 def adam_bytes_per_param(job: JobSpec) -> float:
-    """HBM traffic of one Adam update per optimizer-owned parameter: read the fp32 main gradient
-    (4), read and write the master weight (``JobSpec.master_dtype``) and the two moments
-    (``JobSpec.optimizer_state_dtype``), write the 16-bit copy of the weight (2): 30 bytes with fp32
-    master weights and moments, 22 with bf16 moments (Transformer Engine's ``FusedAdam`` reads and
-    writes each state at its own dtype, which is what ``--use-precision-aware-optimizer`` selects)."""
+    """HBM traffic of one optimizer step per optimizer-owned parameter, kernel by kernel as
+    Megatron-Core runs it (megatron/core/optimizer/optimizer.py ``step``: ``prepare_grads``,
+    ``clip_grad_norm``, the inner ``optimizer.step()``, ``_copy_main_params_to_model_params``;
+    megatron-core 0.19.2). With ``g`` the gradient's bytes (``JobSpec.grad_dtype``), ``m`` the
+    master weight's and ``s`` a moment's:
+
+    * the main gradient the step reads: the 16-bit gradient shard in place when the
+      precision-aware optimizer takes it (:func:`cost_models.memory.step_reads_16bit_grads`), else
+      an fp32 one; 16-bit gradients are first copied to it (``.float()`` in
+      ``_copy_model_grads_to_main_grads``: read ``g``, write 4);
+    * fp16 training unscales the main gradient and checks it for inf/NaN (read and write it,
+      ``_unscale_main_grads_and_check_for_nan``; bf16 has no loss scaler);
+    * the gradient norm for clipping reads it once (``get_grad_norm_fp32``, ``multi_tensor_l2norm``;
+      the data-dependent rescale when the norm exceeds ``clip_grad`` is not charged);
+    * Adam reads the main gradient, reads and writes the master weight (2 m) and the moments (4 s);
+    * the 16-bit weight is written from the master weight: a separate copy (read m, write 2) unless
+      the precision-aware optimizer's FusedAdam writes it inside its kernel (write 2, Transformer
+      Engine ``FusedAdam(master_weights=...)``). Megatron-FSDP copies too
+      (``copy_main_weights_to_model_weights``); PyTorch FSDP (torchtitan, Composer) keeps the
+      sharded fp32 parameter and casts it at the gather instead, a difference the cost model does
+      not know the framework to make (6 bytes per parameter and step, milliseconds).
+
+    fp32 everything under bf16: 4 + 28 + 6 = 38 bytes; the DeepSeek-V3 recipe's bf16 gradients
+    and moments, precision-aware: 2 + 2 + 8 + 8 + 2 = 22."""
+    grad = float(DTYPE_BYTES[job.grad_dtype])
     master = float(DTYPE_BYTES[job.master_dtype])
     state = float(DTYPE_BYTES[job.optimizer_state_dtype])
-    return 4.0 + 2.0 * master + 4.0 * state + 2.0
+    in_place = mem.step_reads_16bit_grads(job)
+    main = grad if in_place else 4.0
+    prepare = grad + 4.0 if not in_place and grad < 4.0 else 0.0
+    if job.precision == "fp16":
+        prepare += 2.0 * main
+    weight_copy = 2.0 if in_place else master + 2.0
+    return prepare + main + (main + 2.0 * master + 4.0 * state) + weight_copy
 
 
 def unfused_accumulation_bytes(job: JobSpec) -> float:
@@ -386,7 +412,8 @@ def dp_sync(
     )
     shard_e = d_exp if c.optimizer_sharding != "none" else 1
     opt_s = memory_bound_s(
-        (dense_params / shard + expert_params / shard_e) * adam_bytes_per_param(job), node.gpu
+        (dense_params / shard + expert_params / shard_e) * adam_bytes_per_param(job),
+        node.gpu,
     )
     return DPSync(reduce_s, reduce_exposed, gather_s, gather_exposed, opt_s)
 

@@ -36,11 +36,28 @@ def test_bytes_per_parameter_follow_the_dtypes():
     assert bytes_per_param(_job(master_dtype="fp16", optimizer_state_dtype="bf16"), "none", 8) == (
         pytest.approx((2.0, 4.0, 6.0))
     )
-    # the Adam step's traffic: read the fp32 main gradient (4), read and write master (2 m) and
-    # moments (4 s), write the 16-bit weight (2)
-    assert adam_bytes_per_param(_job()) == 30
-    assert adam_bytes_per_param(_job(optimizer_state_dtype="bf16")) == 22
-    assert adam_bytes_per_param(_job(master_dtype="fp16", optimizer_state_dtype="bf16")) == 18
+    # the step's traffic (adam_bytes_per_param): grad norm reads the fp32 main gradient (4); Adam
+    # reads it (4), reads and writes master (2 m) and moments (4 s); the 16-bit weight is copied
+    # from the master (read m, write 2)
+    assert adam_bytes_per_param(_job()) == 4 + 28 + 6
+    # bf16 moments select the precision-aware optimizer: FusedAdam writes the weight itself (2)
+    assert adam_bytes_per_param(_job(optimizer_state_dtype="bf16")) == 4 + 20 + 2
+    assert adam_bytes_per_param(_job(master_dtype="fp16", optimizer_state_dtype="bf16")) == 4 + 16 + 2
+
+
+@pytest.mark.parametrize(
+    "dtypes, expected",
+    [
+        # bf16 gradients without the precision-aware optimizer: copied to fp32 (read 2, write 4)
+        ({"grad_dtype": "bf16"}, 6 + 4 + 28 + 6),
+        # ... and read in place by it (the DeepSeek-V3 recipe: bf16 gradients and moments)
+        ({"grad_dtype": "bf16", "optimizer_state_dtype": "bf16"}, 2 + 2 + 8 + 8 + 2),
+        # fp16: fp16 gradients copied, then unscaled and checked for inf (read and write 4)
+        ({"precision": "fp16"}, 6 + 8 + 4 + 28 + 6),
+    ],
+)
+def test_optimizer_step_traffic_follows_its_kernels(dtypes, expected):
+    assert adam_bytes_per_param(_job(**dtypes)) == expected
 
 
 def _inputs(job, sharding="distributed", framework="megatron"):
@@ -56,7 +73,7 @@ def test_lower_moments_lower_the_optimizer_memory_and_step():
     s32, s16 = e32.stages[0], e16.stages[0]
     assert s16.memory.optimizer_bytes == pytest.approx(s32.memory.optimizer_bytes * 8 / 12)
     assert s16.memory.weights_bytes == s32.memory.weights_bytes
-    assert s16.optimizer_s == pytest.approx(s32.optimizer_s * 22 / 30)
+    assert s16.optimizer_s == pytest.approx(s32.optimizer_s * 26 / 38)
 
 
 def test_plan_file_writes_the_moment_dtype_only_when_set():
