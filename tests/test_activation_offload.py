@@ -186,3 +186,64 @@ def test_nvidias_recipes_that_offload_are_priced_with_it():
         off = estimate(case.model, case.cluster, case.job, case.config)
         drop = kept.stages[0].memory.activations_bytes - off.stages[0].memory.activations_bytes
         assert drop == pytest.approx(layers * layer, rel=1e-9)
+
+
+# ------------------------------------------------------------------------------------------------
+# The search (planner search --offload-layers)
+
+SEARCH = ["search", "-m", "llama3-70b", "-c", "gb200-nvl72", "-n", "16", "-b", "64", "-s", "8192", "--pp", "1"]  # fmt: skip
+
+
+def test_the_search_offloads_only_when_asked(run_cli, tmp_path):
+    """Without --offload-layers no plan offloads (planner does not know the hosts' memory); with
+    it, offloading is priced beside recompute and wins here, on Grace's NVLink-C2C; the plan file
+    carries the count, re-estimates to its recorded step time and exports Megatron's flag."""
+    plain = json.loads(run_cli(*SEARCH, "--top", "3", "--json").stdout)
+    assert all(not p.get("offload_layers") for p in plain["plans"])
+    plan = tmp_path / "plan.yaml"
+    asked = run_cli(*SEARCH, "--top", "3", "--offload-layers", "0,40,79", "--json", "--out", str(plan), "-q")
+    assert asked.exit_code == 0, asked.stderr
+    best = json.loads(asked.stdout)["plans"][0]
+    assert best["offload_layers"] in (40, 79) and best["recompute"] == "none"
+    assert best["step_time_s"] < plain["plans"][0]["step_time_s"]
+    again = json.loads(run_cli("estimate", "--plan", str(plan), "--json").stdout)
+    assert again["config"]["offload_layers"] == best["offload_layers"]
+    assert again["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-3)
+    out = tmp_path / "launch"
+    assert run_cli("export", "megatron", str(plan), "--out", str(out), "-q").exit_code == 0
+    args = (out / "megatron_args.txt").read_text().split()
+    assert args[args.index("--cpu-offloading-num-layers") + 1] == str(best["offload_layers"])
+
+
+def test_offload_counts_restrict_the_search_and_are_checked(run_cli):
+    only = json.loads(run_cli(*SEARCH, "--top", "2", "--offload-layers", "40", "--json").stdout)
+    assert only["plans"] and all(p["offload_layers"] == 40 and p["pp"] == 1 for p in only["plans"])
+    bad = run_cli(*SEARCH, "--offload-layers", "x")
+    assert bad.exit_code == 2 and "--offload-layers" in bad.stderr and "Traceback" not in bad.stderr
+    titan = run_cli(*SEARCH, "--offload-layers", "40", "--framework", "torchtitan")
+    assert titan.exit_code == 2 and "no activation offloading" in titan.stderr
+    assert run_cli(*SEARCH, "--offload-layers", "0", "--framework", "torchtitan", "--top", "1").exit_code == 0
+
+
+def test_the_stage_model_prices_offloading_as_the_estimate_does():
+    """The partition's stage model (what the search's memory check reads) subtracts the offloaded
+    layers' activations and holds one in transit, as the estimate does; its time adds the copies'
+    exposed time per micro-batch."""
+    from planner.search.stage_model import stage_model
+
+    model, spec, job, plain = _setup(0, cluster="dgx-h100", nodes=8)
+    _, _, _, off = _setup(60, cluster="dgx-h100", nodes=8)
+    node = spec.groups[0]
+    a, b = stage_model(model, job, plain, node, 0, 1.0), stage_model(model, job, off, node, 0, 1.0)
+    terms = offload_terms(model, table_for(model, job, off, node), off, 0, model.num_layers, node)
+    L = model.num_layers
+    assert terms.forward_exposed_s + terms.backward_exposed_s > 0  # PCIe: some copies exposed
+    assert b.time(L) - a.time(L) == pytest.approx(terms.forward_exposed_s + terms.backward_exposed_s)
+    saved = (a.memory(L) - b.memory(L)) / (1 + a.fragmentation)
+    assert saved == pytest.approx(terms.resident_bytes_saved - terms.transit_bytes, rel=1e-9)
+    # The estimate holds the transit inside the larger of its transients (the loss's logits too),
+    # which the stage model does not price: the stage model's saving is never the larger one, so
+    # its memory check admits no offloading plan the estimate then refuses for it.
+    ea, eb = estimate(model, spec, job, plain), estimate(model, spec, job, off)
+    estimated = ea.stages[0].memory.peak_bytes - eb.stages[0].memory.peak_bytes
+    assert a.memory(L) - b.memory(L) <= estimated <= terms.resident_bytes_saved * (1 + a.fragmentation)

@@ -128,6 +128,14 @@ def search(
             rich_help_panel=PANEL_SPACE,
         ),
     ] = None,
+    offload_layers: Annotated[
+        ListOpt,
+        typer.Option(
+            "--offload-layers",
+            help="Also search offloading the activations of this many first layers to host memory, e.g. 0,8,16 (Megatron --cpu-offloading-num-layers; pp 1, no recompute; 0 = none too). Off by default: planner does not check host memory.",
+            rich_help_panel=PANEL_SPACE,
+        ),
+    ] = None,
     schedule: Annotated[
         ListOpt,
         typer.Option(
@@ -256,6 +264,7 @@ def search(
         recompute=rec,
         recompute_modules=_recompute_modules(recompute_modules),
         optimizer_sharding=_words(optimizer_sharding, "--optimizer-sharding", OPTIMIZER_SHARDING),
+        offload_layers=_ints(offload_layers, "--offload-layers", minimum=0),
         schedule=_words(schedule, "--schedule", SCHEDULES),
         sequence_parallel=sequence_parallel,
         max_tp=max_tp,

@@ -35,7 +35,7 @@ from cost_models.parallel import RECOMPUTE, ParallelConfig, resolve, violations
 from planner.errors import ConfigError
 from planner.search.bounds import cheap_bound, partition_bound, refined_bound
 from planner.search.candidates import Candidate, fold_equivalent
-from planner.search.shape_partition import fits_memory, full_recompute_variants, partition_shape, restrict_for
+from planner.search.shape_partition import fits_memory, memory_variants, partition_shape, restrict_for
 from planner.search.space import Rejections, Restrictions, enumerate_shapes
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
@@ -97,6 +97,7 @@ def sort_key(c: ParallelConfig) -> tuple:
         len(c.recompute_modules),
         c.recompute_modules,
         c.recompute_num_layers or 10**9,
+        c.offload_layers,
         ("distributed", "none", "zero2", "full").index(c.optimizer_sharding),
         ("1f1b", "interleaved", "zb-h1", "gpipe").index(c.schedule),
         c.layers_per_stage,
@@ -132,8 +133,7 @@ def search(
     # exact memory check and the simulation run only after that.
     heap: list[tuple[float, tuple, int, int, ParallelConfig]] = []
     for index, c in enumerate(shapes):
-        cap = r.target.capabilities
-        for variant in full_recompute_variants(model, c, cap.partial_recompute, cap.every_nth_recompute):
+        for variant in memory_variants(model, cluster, job, c, r):
             heap.append((cheap_bound(model, cluster, job, variant), sort_key(variant), index, 0, variant))
     heapq.heapify(heap)
     plans: list[RankedPlan] = []

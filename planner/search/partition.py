@@ -71,6 +71,12 @@ class StageModel:
     capacity_bytes: float
     recompute_layers: int = 0
     """Layers recomputed per stage (full recompute); 0 = none."""
+    offload_saved_bytes: float = 0.0
+    """Activations per micro-batch that offloading to host memory takes off the GPU (pp 1 only,
+    where the stage holds every layer; :func:`cost_models.estimate.offload_terms`); its exposed
+    copy time is part of ``extra_s``."""
+    offload_transit_bytes: float = 0.0
+    """One offloaded layer's activations, held while in transit (a transient)."""
 
     def time(self, n: int) -> float:
         return self.layer_s * n + self.recompute_s * min(n, self.recompute_layers) + self.extra_s
@@ -78,9 +84,12 @@ class StageModel:
     def memory(self, n: int) -> float:
         k = min(n, self.recompute_layers)
         act = self.inflight * (
-            self.act_per_layer_bytes * (n - k) + self.ckpt_per_layer_bytes * k + self.extra_act_bytes
+            self.act_per_layer_bytes * (n - k)
+            + self.ckpt_per_layer_bytes * k
+            + self.extra_act_bytes
+            - self.offload_saved_bytes
         )
-        transient = self.transient_bytes if k else 0.0
+        transient = max(self.transient_bytes if k else 0.0, self.offload_transit_bytes)
         return (
             self.static_per_layer_bytes * n
             + self.extra_static_bytes

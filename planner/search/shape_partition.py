@@ -1,6 +1,7 @@
 """One shape's layer partition (:mod:`planner.search.chain`, step 2): its exact memory feasibility,
 the placement of node groups on mixed-GPU clusters, the partition itself (DP, or the DP that also
-places node groups; cached per stage model), and the full-recompute variants of a shape."""
+places node groups; cached per stage model), and a shape's memory variants: full recompute of
+fewer layers, and activation offloading."""
 
 from __future__ import annotations
 
@@ -161,6 +162,44 @@ def full_recompute_variants(
         exact = [per_stage // n for n in range(2, per_stage + 1) if per_stage % n == 0]
         ks = sorted({min(exact, key=lambda k: (abs(k - t), k)) for t in targets if t > 0}) if exact else []
     return [c.with_(recompute_num_layers=k) for k in ks] + [c]
+
+
+def offload_variants(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig, r: Restrictions
+) -> list[ParallelConfig]:
+    """``c`` with the activations of its first k layers offloaded to host memory, for each k of
+    ``r.offload_layers`` (``planner search --offload-layers``; none unless asked), where the target
+    framework offloads (Megatron ``--cpu-offloading-num-layers``), the shape allows it (pp 1, no
+    recompute: Megatron-Core's TransformerConfig refuses the others; k fewer than all layers), every
+    GPU has a host link in its file, and the framework does not refuse it otherwise (Megatron: CUDA
+    graphs other than over the full iteration). Offloading trades the copies' exposed time
+    (:func:`cost_models.estimate.offload_terms`) for GPU memory, like recompute; the search prices
+    each count and keeps what fits fastest. Not searched by default: planner does not know the
+    nodes' host memory, which the offloaded activations fill (a Llama 3.1 405B layer at sequence
+    8,192 and tp 1 parks 4.5 GB per GPU; 125 layers on eight GPUs are 4.5 TB against a DGX H100's
+    2 TB), so a default search would propose plans their hosts cannot hold (docs/search.md)."""
+    if not r.offload_layers or not r.target.capabilities.activation_offload:
+        return []
+    if c.pp != 1 or c.recompute != "none" or c.offload_layers:
+        return []
+    if any(not g.gpu.host_link_bytes_per_s for g in cluster.groups):
+        return []
+    L = model.num_layers
+    variants = [c.with_(offload_layers=k) for k in sorted({k for k in r.offload_layers if 0 < k < L})]
+    return [v for v in variants if not r.target.violations(model, cluster, job, v)]
+
+
+def memory_variants(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig, r: Restrictions
+) -> list[ParallelConfig]:
+    """What the search prices of one shape: its full-recompute variants
+    (:func:`full_recompute_variants`) and its offloading variants (:func:`offload_variants`); with
+    ``--offload-layers`` lacking 0, only the offloading ones."""
+    cap = r.target.capabilities
+    out = full_recompute_variants(model, c, cap.partial_recompute, cap.every_nth_recompute)
+    if r.offload_layers is not None and 0 not in r.offload_layers:
+        out = []
+    return out + offload_variants(model, cluster, job, c, r)
 
 
 def restrict_for(c: ParallelConfig, r: Restrictions) -> Restrictions:

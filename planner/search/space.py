@@ -34,6 +34,9 @@ class Restrictions:
     """Module list of the selective variant (``ParallelConfig.recompute_modules``); None: the
     model's cheap modules (:func:`cost_models.parallel.memory_modules`)."""
     optimizer_sharding: tuple[str, ...] | None = None
+    offload_layers: tuple[int, ...] | None = None
+    """Layer counts whose activations may be offloaded to host memory, 0 for none
+    (:func:`planner.search.shape_partition.offload_variants`); None: no offloading."""
     schedule: tuple[str, ...] | None = None
     sequence_parallel: bool | None = None
     max_tp: int | None = None
@@ -66,6 +69,11 @@ class Restrictions:
                 )
             if self.recompute is not None and "selective" not in self.recompute:
                 raise UsageError("--recompute-modules needs selective among --recompute")
+        if self.offload_layers and any(self.offload_layers) and not cap.activation_offload:
+            raise UsageError(
+                f"--offload-layers: {fw.title} has no activation offloading to host memory; "
+                "give --offload-layers 0, drop the flag or pick --framework megatron"
+            )
         if self.sequence_parallel is False and not cap.sequence_parallel_optional:
             fw.check_choices("--no-sequence-parallel", ("off",), ("on",))
         for flag, values, allowed in (

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cost_models import memory as mem
-from cost_models.estimate import table_for, table_key
+from cost_models.estimate import offload_terms, table_for, table_key
 from cost_models.parallel import LAYER_RECOMPUTE, ParallelConfig
 from cost_models.schedules import peak_inflight
 from planner.search.partition import StageModel
@@ -54,6 +54,7 @@ def stage_model(
         c.optimizer_sharding,
         c.recompute,
         c.recompute_num_layers,
+        c.offload_layers,
         position,
         inflight,
         headroom_bytes,
@@ -109,6 +110,14 @@ def _stage_model(
         + extra.backward_comm_s
         + extra.backward_weight_s
     )
+    # Activation offloading runs with pp 1 (cost_models.parallel.violations), where this stage
+    # holds every layer: the first offload_layers layers' activations leave the GPU, their copies'
+    # exposed time is paid per micro-batch, as cost_models.estimate prices them.
+    offload = (
+        offload_terms(model, t, c, 0, model.num_layers, node) if c.offload_layers and c.pp == 1 else None
+    )
+    if offload is not None:
+        extra_s += offload.forward_exposed_s + offload.backward_exposed_s
     return StageModel(
         layer_s=layer_s,
         recompute_s=recompute_s,
@@ -130,6 +139,8 @@ def _stage_model(
         recompute_layers=(model.num_layers if c.recompute_num_layers == 0 else c.recompute_num_layers)
         if c.recompute in LAYER_RECOMPUTE
         else 0,
+        offload_saved_bytes=offload.resident_bytes_saved if offload is not None else 0.0,
+        offload_transit_bytes=offload.transit_bytes if offload is not None else 0.0,
     )
 
 
