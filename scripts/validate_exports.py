@@ -62,10 +62,6 @@ class Case:
     optimizer_state_dtype: str = "fp32"
     """``JobSpec.optimizer_state_dtype`` (bf16: Megatron ``--use-precision-aware-optimizer
     --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``; torchtitan refuses it)."""
-    offload_layers: int = 0
-    """Activation offloading set on the top plan (``ParallelConfig.offload_layers``; the search does
-    not propose it, so the case restricts the search to what Megatron-Core offloads with: pp 1, no
-    recompute)."""
 
 
 CASES = (
@@ -120,8 +116,17 @@ CASES = (
         2,
         64,
         4096,
-        restrict={"pp": (1,), "recompute": ("none",)},
-        offload_layers=8,
+        restrict={"pp": (1,), "offload_layers": (8,)},
+    ),
+    Case(
+        "offload-fsdp-gb200",
+        "llama3-70b",
+        16,
+        64,
+        8192,
+        # the search's pick among none, 40 and 79 offloaded layers (Megatron-FSDP, 79 in 2026-11)
+        restrict={"pp": (1,), "offload_layers": (0, 40, 79)},
+        cluster="gb200-nvl72",
     ),
     Case(
         "moe-a2a-overlap-tp2",
@@ -165,8 +170,7 @@ def plan_for(case: Case, framework: str) -> tuple[PlanInputs | None, str]:
     if not result.plans:
         return None, "no feasible plan"
     best = result.plans[0]
-    config = best.estimate.config.with_(offload_layers=case.offload_layers)
-    return PlanInputs(model, best.cluster, job, config, best.stage_groups, framework), ""
+    return PlanInputs(model, best.cluster, job, best.estimate.config, best.stage_groups, framework), ""
 
 
 def megatron_launch(inputs: PlanInputs) -> tuple[list[str], dict]:
