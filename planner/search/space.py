@@ -69,7 +69,7 @@ class Restrictions:
                 )
             if self.recompute is not None and "selective" not in self.recompute:
                 raise UsageError("--recompute-modules needs selective among --recompute")
-        if self.offload_layers and any(self.offload_layers) and not cap.activation_offload:
+        if any(self.offload_layers or ()) and not cap.activation_offload:
             raise UsageError(
                 f"--offload-layers: {fw.title} has no activation offloading to host memory; "
                 "give --offload-layers 0, drop the flag or pick --framework megatron"
