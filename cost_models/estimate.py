@@ -412,8 +412,7 @@ def dp_sync(
     )
     shard_e = d_exp if c.optimizer_sharding != "none" else 1
     opt_s = memory_bound_s(
-        (dense_params / shard + expert_params / shard_e) * adam_bytes_per_param(job),
-        node.gpu,
+        (dense_params / shard + expert_params / shard_e) * adam_bytes_per_param(job), node.gpu
     )
     return DPSync(reduce_s, reduce_exposed, gather_s, gather_exposed, opt_s)
 

@@ -62,7 +62,7 @@ def step_reads_16bit_grads(job: JobSpec) -> bool:
 
 def optimizer_state_bytes(job: JobSpec) -> float:
     """Bytes per parameter of Adam's persistent state: the master weight and the two moments at the
-    job's dtypes (Megatron-LM docs/source/api-guide/dist_optimizer.md: 4 + 4 + 4 with fp32 master
+    job's dtypes (Megatron-LM dist_optimizer.md, its bytes-per-parameter table: 4 + 4 + 4 with fp32 master
     and moments). No gradient: :func:`bytes_per_param` adds the step's fp32 gradient copy."""
     return float(DTYPE_BYTES[job.master_dtype] + 2 * DTYPE_BYTES[job.optimizer_state_dtype])
 
