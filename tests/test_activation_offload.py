@@ -247,3 +247,12 @@ def test_the_stage_model_prices_offloading_as_the_estimate_does():
     ea, eb = estimate(model, spec, job, plain), estimate(model, spec, job, off)
     estimated = ea.stages[0].memory.peak_bytes - eb.stages[0].memory.peak_bytes
     assert a.memory(L) - b.memory(L) <= estimated <= terms.resident_bytes_saved * (1 + a.fragmentation)
+
+
+def test_offloading_only_where_no_shape_can_offload_says_so(run_cli):
+    """--offload-layers without 0 keeps only offloading plans; with pp 2 forced there are none, and
+    the error says why instead of blaming memory (exit 3)."""
+    r = run_cli(*SEARCH[:-2], "--pp", "2", "--offload-layers", "40")
+    assert r.exit_code == 3 and r.stdout == ""
+    assert "--offload-layers 40 without 0" in r.stderr and "pp 1" in r.stderr and "add 0" in r.stderr
+    assert "Traceback" not in r.stderr

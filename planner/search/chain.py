@@ -216,6 +216,13 @@ def search(
         result.candidates = [c for _, _, c in sorted(found, key=lambda x: (x[0], x[1]))]
     if not result.plans:
         result.infeasible_reason = infeasible_reason(model, cluster, job, result)
+        if shapes and not total and r.offload_layers is not None and 0 not in r.offload_layers:
+            result.infeasible_reason = (
+                f"--offload-layers {','.join(map(str, r.offload_layers))} without 0 keeps only plans "
+                f"that offload, and {r.target.title} offloads only with pp 1 and no recompute, fewer "
+                f"layers than the model's {model.num_layers} and a host link in every GPU file: none "
+                f"of the {len(shapes)} shapes is one; add 0 to the list or allow pp 1"
+            )
     return result
 
 
