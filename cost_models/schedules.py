@@ -220,8 +220,7 @@ def simulate(
     )
     end = [0.0] * (3 * n_virtual * m)
     free = [0.0] * p
-    starts = [0.0] * len(st.op)
-    k = 0
+    starts = []
     for r, op, dep, lag, d in seq:
         t_free = free[r]
         if dep >= 0:
@@ -231,16 +230,12 @@ def simulate(
             start = t_free
         t_free = start + d
         free[r] = end[op] = t_free
-        starts[k] = start
-        k += 1
+        starts.append(start)
     start_a = np.asarray(starts)
     end_a = np.asarray(end)
     delta_table = np.stack([units, -b_release, -(units * wfrac)], axis=1)
-    inflight = []
-    for r in range(p):
-        deltas = delta_table[st.rank_vs[r], st.rank_kind[r]]
-        # a running sum in the rank's order, added one operation at a time as the level changes
-        inflight.append(np.add.accumulate(deltas) if len(deltas) else deltas)
+    # a running sum in each rank's order, added one operation at a time as the level changes
+    inflight = [np.add.accumulate(delta_table[vs, kind]) for vs, kind in zip(st.rank_vs, st.rank_kind)]
     return Timeline(
         num_stages=p,
         num_microbatches=m,
@@ -341,25 +336,20 @@ def _structure(orders, p: int, m: int, n_virtual: int) -> _Structure:
         )
     ranks = np.asarray(order, dtype=np.int64)
     position = [np.flatnonzero(ranks == r) for r in range(p)]
-    total = len(order)
-    flat = {name: np.empty(total, dtype=np.int64) for name in ("op", "dep", "lag", "vs", "kind")}
-    for r in range(p):
-        pos = position[r]
-        for name, values in (
-            ("op", op_r[r]),
-            ("dep", dep_r[r]),
-            ("lag", lag_r[r]),
-            ("vs", vs_r[r]),
-            ("kind", arr[r][:, 0]),
-        ):
-            flat[name][pos] = values
+    where = np.concatenate(position)  # global position of each operation, ranks concatenated
+
+    def in_order(per_rank: list[np.ndarray]) -> np.ndarray:
+        out = np.empty(len(order), dtype=np.int64)
+        out[where] = np.concatenate(per_rank)
+        return out
+
     return _Structure(
         rank=order,
-        op=flat["op"].tolist(),
-        dep=flat["dep"].tolist(),
-        lag=_frozen(flat["lag"]),
-        vs=_frozen(flat["vs"]),
-        kind=_frozen(flat["kind"]),
+        op=in_order(op_r).tolist(),
+        dep=in_order(dep_r).tolist(),
+        lag=_frozen(in_order(lag_r)),
+        vs=_frozen(in_order(vs_r)),
+        kind=_frozen(in_order([a[:, 0] for a in arr])),
         rank_position=tuple(_frozen(x) for x in position),
         rank_op=tuple(_frozen(x) for x in op_r),
         rank_kind=tuple(_frozen(a[:, 0], np.int32) for a in arr),

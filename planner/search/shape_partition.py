@@ -195,11 +195,11 @@ def memory_variants(
     """What the search prices of one shape: its full-recompute variants
     (:func:`full_recompute_variants`) and its offloading variants (:func:`offload_variants`); with
     ``--offload-layers`` lacking 0, only the offloading ones."""
-    cap = r.target.capabilities
-    out = full_recompute_variants(model, c, cap.partial_recompute, cap.every_nth_recompute)
+    offloading = offload_variants(model, cluster, job, c, r)
     if r.offload_layers is not None and 0 not in r.offload_layers:
-        out = []
-    return out + offload_variants(model, cluster, job, c, r)
+        return offloading
+    cap = r.target.capabilities
+    return full_recompute_variants(model, c, cap.partial_recompute, cap.every_nth_recompute) + offloading
 
 
 def restrict_for(c: ParallelConfig, r: Restrictions) -> Restrictions:
