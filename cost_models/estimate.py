@@ -135,6 +135,18 @@ class StageEstimate:
     offload_exposed_s: float = 0.0
     """Per micro-batch: activation copies to and from host memory that the neighbouring layers'
     compute did not hide (``ParallelConfig.offload_layers``; :func:`offload_terms`)."""
+    host_bytes: float = 0.0
+    """Offloaded activations this GPU parks in host memory at the peak: the offloaded layers'
+    activations of every micro-batch in flight (one without pipelining)."""
+    host_share_bytes: float = 0.0
+    """This GPU's share of its node's usable host memory
+    (:func:`cost_models.memory.host_share_bytes`); 0 when the node's host memory is unknown."""
+
+    @property
+    def host_fits(self) -> bool:
+        """Whether the offloaded activations fit in this GPU's share of host memory (always, when
+        nothing is offloaded or the host memory is unknown)."""
+        return not self.host_bytes or not self.host_share_bytes or self.host_bytes <= self.host_share_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +174,26 @@ class Estimate:
 
     @property
     def fits(self) -> bool:
-        """Whether every stage fits."""
-        return all(s.memory.fits for s in self.stages)
+        """Whether every stage fits: its GPU memory, and the host memory its offloaded activations
+        fill (:attr:`host_fits`)."""
+        return all(s.memory.fits for s in self.stages) and self.host_fits
+
+    @property
+    def host_fits(self) -> bool:
+        """Whether every GPU's offloaded activations fit in its share of its node's host memory."""
+        return all(s.host_fits for s in self.stages)
+
+    @property
+    def host_shortfall(self) -> str:
+        """Why the offloaded activations overflow host memory, in words ('' when they fit)."""
+        s = next((s for s in self.stages if not s.host_fits), None)
+        if s is None:
+            return ""
+        return (
+            f"stage {s.stage} offloads {s.host_bytes / 2**30:.1f} GiB of activations per GPU to host "
+            f"memory, more than its share of the node's ({s.host_share_bytes / 2**30:.1f} GiB: "
+            f"{mem.HOST_MEMORY_USABLE_FRACTION:.0%} of host_memory_gb over the node's GPUs)"
+        )
 
     def time_breakdown(self) -> tuple[tuple[str, float], ...]:
         """Where the iteration's time goes, summing exactly to ``step_time_s``.
@@ -440,6 +470,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
             fsdp=0.0,
             fsdp_comm=0.0,
             offload=0.0,
+            host=0.0,
             largest=0.0,
             fwd=0.0,
             bwd=0.0,
@@ -489,6 +520,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
             durations[vs, 0] += offload.forward_exposed_s
             durations[vs, 1] += offload.backward_exposed_s
             per_rank[r]["offload"] += offload.forward_exposed_s + offload.backward_exposed_s
+            per_rank[r]["host"] += offload.resident_bytes_saved / v
             per_rank[r]["transient"] = max(per_rank[r]["transient"], offload.transit_bytes)
         act_units[vs] = act
         wfrac[vs] = min(1.0, wbytes / act) if act else 0.0
@@ -619,6 +651,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
                 model_flop_per_microbatch=acc["flop"],
                 fsdp_exposed_s=acc["fsdp"],
                 offload_exposed_s=acc["offload"],
+                host_bytes=acc["host"] * memory.peak_inflight_microbatches,
+                host_share_bytes=mem.host_share_bytes(nodes[r].host_memory_bytes, nodes[r].gpus_per_node),
                 reduce_exposed_s=reduce_exposed,
                 gather_exposed_s=g_exposed,
                 end_s=end_r,

@@ -28,6 +28,18 @@ FRAGMENTATION_FRACTION = 0.05
 """Share of activation memory lost to allocator fragmentation (planner's assumption; Megatron's
 ``compute_activation_memory_without_sp`` applies the same 5% overhead)."""
 
+HOST_MEMORY_USABLE_FRACTION = 0.8
+"""Share of a node's system memory that offloaded activations may fill (planner's margin, not a
+measurement): the rest stays for the operating system and page cache, the data-loader workers and
+the pinned buffers of checkpoint staging. A node's GPUs split it evenly. A cluster file's
+``host_memory_gb`` can state what a node really has free."""
+
+
+def host_share_bytes(host_memory_bytes: float, gpus_per_node: int) -> float:
+    """One GPU's share of its node's usable system memory (0 when the host memory is unknown)."""
+    return host_memory_bytes * HOST_MEMORY_USABLE_FRACTION / gpus_per_node
+
+
 PREFETCHED_LAYERS = 2
 """Layers whose full weights FSDP holds gathered at once (current + prefetched)."""
 

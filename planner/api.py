@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from cost_models.estimate import Estimate, estimate
 from cost_models.graph_costs import StageGraph
+from cost_models.memory import HOST_MEMORY_USABLE_FRACTION
 from cost_models.parallel import ParallelConfig, resolve
 from planner import __version__
 from planner.errors import ConfigError
@@ -328,6 +329,7 @@ def cluster_dict(c: ClusterSpec) -> dict:
                     if g.nvlink_mesh is not None
                     else {}
                 ),
+                **({"host_memory_bytes": g.host_memory_bytes} if g.host_memory_bytes else {}),
             }
             for g in c.groups
         ],
@@ -472,6 +474,8 @@ def predictions_dict(est: Estimate, training: dict | None = None) -> dict:
         "shortfall_bytes": max(0.0, -worst.memory.headroom_bytes),
         "per_stage": per_stage_mem,
     }
+    if est.config.offload_layers:
+        out["memory"]["host"] = host_memory_dict(est)
     out["time"] = {
         "step_time_s": est.step_time_s,
         "pipeline_s": est.pipeline_time_s,
@@ -481,6 +485,25 @@ def predictions_dict(est: Estimate, training: dict | None = None) -> dict:
         "per_stage": per_stage_time,
     }
     return rounded(out)
+
+
+def host_memory_dict(est: Estimate) -> dict:
+    """Host memory of a plan that offloads activations: per stage, the bytes one GPU parks there
+    and its share of the node's usable host memory (0: the node's host memory is unknown, nothing
+    checked), and whether every stage fits."""
+    return {
+        "fits": est.host_fits,
+        "usable_fraction": HOST_MEMORY_USABLE_FRACTION,
+        "per_stage": [
+            {
+                "stage": s.stage,
+                "offloaded_bytes_per_gpu": s.host_bytes,
+                "share_bytes_per_gpu": s.host_share_bytes,
+                "fits": s.host_fits,
+            }
+            for s in est.stages
+        ],
+    }
 
 
 def estimate_dict(problem: Problem, est: Estimate, training: dict | None = None) -> dict:

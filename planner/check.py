@@ -279,6 +279,17 @@ def _judge_estimate(verdict: Verdict, est, headroom_bytes: float, lines: dict, w
         verdict.add(
             Finding("error", "memory", msg, flags, next((lines[f] for f in flags if f in lines), None))
         )
+    if not est.host_fits:
+        flags = ("--cpu-offloading-num-layers",) if not what else ()
+        verdict.add(
+            Finding(
+                "error",
+                "memory",
+                f"does not fit in host memory: {est.host_shortfall}",
+                flags,
+                next((lines[f] for f in flags if f in lines), None),
+            )
+        )
     verdict.add(
         Finding(
             "notice",

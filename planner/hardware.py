@@ -130,6 +130,7 @@ _NODE_KEYS = (
     "intra_node_efficiency",
     "inter_node_efficiency",
     "nvlink_mesh",
+    "host_memory_gb",
 )
 
 
@@ -161,6 +162,7 @@ def _node_group(r: Reader, num_nodes: int, base: dict | None = None) -> NodeGrou
         intra_node_efficiency=field("intra_node_efficiency", float, positive=True),
         inter_node_efficiency=field("inter_node_efficiency", float, positive=True),
         nvlink_mesh=_nvlink_mesh(r, base, gpus_per_node),
+        host_memory_bytes=r.get("host_memory_gb", float, base.get("host_memory_gb", 0.0), positive=True) * GB,
     )
 
 
@@ -333,6 +335,7 @@ def cluster_to_mapping(c: ClusterSpec) -> dict:
                     if g.nvlink_mesh is not None
                     else {}
                 ),
+                **({"host_memory_gb": g.host_memory_bytes / GB} if g.host_memory_bytes else {}),
             }
             for g in c.groups
         ],

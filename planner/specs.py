@@ -470,6 +470,12 @@ class NodeGroup:
     nvlink_mesh: NVLinkMesh | None = None
     """Point-to-point NVLink wiring when the node has no NVSwitch; ``None``: every GPU pair gets
     ``intra_node_bandwidth_bytes_per_s`` (NVSwitch nodes)."""
+    host_memory_bytes: float = 0.0
+    """System (CPU) memory of one node (``host_memory_gb`` in a cluster file; each shipped
+    template cites its datasheet). Holds the activations a plan offloads
+    (``ParallelConfig.offload_layers``): :attr:`cost_models.estimate.Estimate.host_fits` checks
+    them against :data:`cost_models.memory.HOST_MEMORY_USABLE_FRACTION` of it. 0 when unknown
+    (nothing checked)."""
 
     @property
     def num_gpus(self) -> int:

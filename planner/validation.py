@@ -87,6 +87,7 @@ LIMITS: dict[str, tuple[float, str]] = {
     "link_bandwidth_gb_per_s": (1e4, "one NVLink link carries 20-50 GB/s per direction"),
     "nvlink_links": (18, "a GPU has at most 18 NVLink links (H100, B200)"),
     "inter_node_efficiency": (1.0, "a fraction of the link's bandwidth"),
+    "host_memory_gb": (1e6, "nodes hold 0.5-4 TB of system memory"),
     "gemm_efficiency_max": (1.0, "a fraction of the peak"),
     "attention_efficiency": (1.0, "a fraction of the peak"),
     "hbm_efficiency": (1.0, "a fraction of the peak bandwidth"),

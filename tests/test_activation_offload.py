@@ -13,7 +13,7 @@ import pytest
 
 from cost_models.estimate import estimate, offload_terms, table_for
 from cost_models.parallel import ParallelConfig, resolve, violations
-from planner.errors import ConfigError
+from planner.errors import ConfigError, SpecError
 from planner.frameworks.megatron.export import megatron_args
 from planner.frameworks.megatron.importer import parse_megatron
 from planner.frameworks.torchtitan.capabilities import TORCHTITAN
@@ -256,3 +256,116 @@ def test_offloading_only_where_no_shape_can_offload_says_so(run_cli):
     assert r.exit_code == 3 and r.stdout == ""
     assert "--offload-layers 40 without 0" in r.stderr and "pp 1" in r.stderr and "add 0" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# Host memory (cluster files' host_memory_gb)
+
+
+def _with_host(spec: ClusterSpec, gb: float) -> ClusterSpec:
+    """The cluster with ``gb`` GB of system memory per node (0: unknown)."""
+    return dataclasses.replace(
+        spec, groups=tuple(dataclasses.replace(g, host_memory_bytes=gb * 1e9) for g in spec.groups)
+    )
+
+
+def test_templates_state_their_host_memory_and_cluster_files_round_trip_it():
+    from planner.hardware import cluster_from_mapping, cluster_to_mapping
+
+    assert load_cluster("dgx-h100", 1).groups[0].host_memory_bytes == 2048e9
+    assert load_cluster("gb200-nvl72", 1).groups[0].host_memory_bytes == 960e9
+    spec = load_cluster("dgx-h100", 2)
+    mapping = cluster_to_mapping(spec)
+    assert mapping["groups"][0]["host_memory_gb"] == 2048
+    assert cluster_from_mapping(mapping, "round trip") == spec
+    # A file without the key (or a template without a datasheet figure) leaves it unknown, and
+    # writes no key back.
+    del mapping["groups"][0]["host_memory_gb"]
+    unknown = cluster_from_mapping(mapping, "old.yaml")
+    assert unknown.groups[0].host_memory_bytes == 0.0
+    assert "host_memory_gb" not in cluster_to_mapping(unknown)["groups"][0]
+    bad = dict(mapping, groups=[dict(mapping["groups"][0], host_memory_gb=-1)])
+    with pytest.raises(SpecError, match="host_memory_gb"):
+        cluster_from_mapping(bad, "bad.yaml")
+
+
+def test_offloaded_activations_must_fit_the_nodes_host_memory():
+    """The offloaded layers' activations of the micro-batch in flight (pp 1) sit in host memory;
+    each GPU gets 80% of its node's system memory over the node's GPUs. Llama 3 70B on GB200 trays
+    (960 GB for 4 GPUs: 192 GB each) holds 79 offloaded layers at sequence 8,192; a tray with half
+    the memory does not, and a node of unknown memory is not checked."""
+    from cost_models.memory import HOST_MEMORY_USABLE_FRACTION
+
+    model, spec, job, c = _setup(79)
+    node = spec.groups[0]
+    terms = offload_terms(model, table_for(model, job, c, node), c, 0, model.num_layers, node)
+    est = estimate(model, spec, job, c)
+    s = est.stages[0]
+    assert s.host_bytes == pytest.approx(terms.resident_bytes_saved, rel=1e-12)
+    assert s.host_share_bytes == pytest.approx(960e9 * HOST_MEMORY_USABLE_FRACTION / 4)
+    assert est.host_fits and est.fits and est.host_shortfall == ""
+    small = estimate(model, _with_host(spec, 480), job, c)
+    assert not small.host_fits and not small.fits
+    assert small.stages[0].memory.fits  # the GPU memory is the same; only the host overflows
+    assert "stage 0 offloads" in small.host_shortfall and "host_memory_gb" in small.host_shortfall
+    assert estimate(model, _with_host(spec, 0), job, c).host_fits
+    # Without offloading nothing is parked, whatever the host.
+    plain = estimate(model, _with_host(spec, 1), job, c.with_(offload_layers=0))
+    assert plain.stages[0].host_bytes == 0.0 and plain.host_fits
+
+
+def test_the_search_keeps_offloading_within_host_memory(run_cli, tmp_path):
+    """On 2 TB DGX H100 nodes, Llama 3.1 405B offloading 125 of its 126 layers (tp 1, cp 1, FSDP
+    over 2,048 GPUs) would park ~570 GB per GPU: the search no longer proposes it (nothing else
+    fits the GPUs here, exit 3), and says why."""
+    args = (
+        "search", "-m", "llama3.1-405b", "-c", "dgx-h100", "-n", "256", "-b", "2048", "-s", "8192",
+        "--tp", "1", "--pp", "1", "--cp", "1", "--offload-layers", "20,125", "--json", "--top", "3",
+    )  # fmt: skip
+    res = run_cli(*args)
+    assert res.exit_code == 3 and res.stdout == "", res.stdout
+    assert "1 offloading plan fits the GPUs but not the host memory" in res.stderr
+    assert "offloads 527.8 GiB of activations per GPU" in res.stderr and "Traceback" not in res.stderr
+    # The same search on hosts with enough memory does offload 125 layers.
+    big = tmp_path / "big-hosts.yaml"
+    big.write_text(
+        "schema_version: 1\nkind: cluster\nname: big-hosts\ngroups:\n"
+        "  - template: dgx-h100\n    num_nodes: 256\n    host_memory_gb: 8192\n"
+    )
+    roomy = run_cli(*[a if a != "dgx-h100" else str(big) for a in args if a not in ("-n", "256")])
+    assert roomy.exit_code == 0, roomy.stderr
+    assert any(p["offload_layers"] == 125 for p in json.loads(roomy.stdout)["plans"])
+
+
+def test_estimate_and_check_report_the_host_memory(run_cli, tmp_path):
+    args = (
+        "estimate", "-m", "llama3-70b", "-c", "gb200-nvl72", "-n", "16", "-b", "64", "-s", "8192",
+        "--optimizer-sharding", "full", "--offload-layers", "79",
+    )  # fmt: skip
+    ok = json.loads(run_cli(*args, "--json").stdout)
+    host = ok["memory"]["host"]
+    assert host["fits"] and host["per_stage"][0]["offloaded_bytes_per_gpu"] > 0
+    assert ok["cluster"]["groups"][0]["host_memory_bytes"] == 960e9
+    plain = json.loads(run_cli(*args[:-2], "--json").stdout)
+    assert "host" not in plain["memory"]  # only plans that offload carry the section
+    small = tmp_path / "small-trays.yaml"
+    small.write_text(
+        "schema_version: 1\nkind: cluster\nname: small-trays\ngroups:\n"
+        "  - template: gb200-nvl72\n    num_nodes: 16\n    host_memory_gb: 480\n"
+    )
+    over = run_cli(*[a if a != "gb200-nvl72" else str(small) for a in args if a not in ("-n", "16")])
+    assert over.exit_code == 0
+    assert "does not fit in host memory: stage 0 offloads" in over.stderr
+    assert "NO: stage 0 offloads" in over.stdout
+    # A Megatron launch that offloads 79 layers, checked against those trays: an error naming the flag.
+    plan, out = tmp_path / "plan.yaml", tmp_path / "launch"
+    searched = run_cli(*SEARCH, "--top", "1", "--offload-layers", "79", "--out", str(plan), "-q")
+    assert searched.exit_code == 0, searched.stderr
+    assert run_cli("export", "megatron", str(plan), "--out", str(out), "-q").exit_code == 0
+    launch = str(out / "megatron_args.txt")
+    assert run_cli("check", launch, "-c", "gb200-nvl72", "-n", "16", "--json").exit_code == 0
+    checked = run_cli("check", launch, "-c", str(small), "--json")
+    assert checked.exit_code != 0, checked.stdout
+    findings = json.loads(checked.stdout)["configs"][0]["findings"]
+    hit = [f for f in findings if f["level"] == "error" and "host memory" in f["message"]]
+    assert hit and "--cpu-offloading-num-layers" in hit[0]["flags"]

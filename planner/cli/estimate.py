@@ -304,12 +304,14 @@ def estimate(
         _emit_json(data)
     else:
         _print(*render.estimate_tables(data))
-        if not est.fits:
+        if not all(s.memory.fits for s in est.stages):
             typer.echo(
                 f"warning: does not fit: stage {data['memory']['worst_stage']} needs "
                 f"{data['memory']['shortfall_bytes'] / 2**30:.1f} GiB more",
                 err=True,
             )
+        if not est.host_fits:
+            typer.echo(f"warning: does not fit in host memory: {est.host_shortfall}", err=True)
 
 
 @app.command()

@@ -207,13 +207,7 @@ def estimate_tables(d: dict) -> list[Table]:
         ],
         ("bubble fraction", f"{100 * d['bubble_fraction']:.1f}%"),
         ("peak memory", f"{_gib(d['peak_memory_bytes'])} GiB"),
-        (
-            "fits",
-            "yes"
-            if d["fits"]
-            else f"NO: stage {d['memory']['worst_stage']} short by "
-            f"{_gib(d['memory']['shortfall_bytes'])} GiB",
-        ),
+        ("fits", _fits_text(d)),
     ]
     for k, v in rows:
         head.add_row(k, v)
@@ -229,6 +223,7 @@ def estimate_tables(d: dict) -> list[Table]:
         "recompute_s",
         "tp_cp_ep_comm_s",
         "fsdp_exposed_s",
+        "offload_exposed_s",
         "bubble_s",
         "dp_exposed_s",
         "optimizer_s",
@@ -238,6 +233,7 @@ def estimate_tables(d: dict) -> list[Table]:
         if k in tm:
             time_t.add_row(k.removesuffix("_s").replace("_", " "), f"{tm[k]:.3f}")
     mem_t = Table(title="Memory per stage (GiB)")
+    host = d["memory"].get("host")
     for col in (
         "stage",
         "gpu",
@@ -250,10 +246,12 @@ def estimate_tables(d: dict) -> list[Table]:
         "peak",
         "capacity",
         "in flight",
+        *(("offloaded to host", "host share") if host else ()),
     ):
         mem_t.add_column(col, justify="right")
-    for s in d["memory"]["per_stage"]:
-        style = None if s["fits"] else "bold red"
+    for i, s in enumerate(d["memory"]["per_stage"]):
+        h = host["per_stage"][i] if host else None
+        style = None if s["fits"] and (h is None or h["fits"]) else "bold red"
         mem_t.add_row(
             str(s["stage"]),
             s["gpu"],
@@ -266,9 +264,30 @@ def estimate_tables(d: dict) -> list[Table]:
             _gib(s["peak_bytes"]),
             _gib(s["capacity_bytes"]),
             f"{s['peak_inflight_microbatches']:.1f}",
+            *(
+                (
+                    _gib(h["offloaded_bytes_per_gpu"]),
+                    _gib(h["share_bytes_per_gpu"]) if h["share_bytes_per_gpu"] else "unknown",
+                )
+                if h
+                else ()
+            ),
             style=style,
         )
     return [head, time_t, mem_t]
+
+
+def _fits_text(d: dict) -> str:
+    """The estimate's "fits" cell: yes, or which memory overflows (GPU, host) and by how much."""
+    mem = d["memory"]
+    gpu_ok = all(s["fits"] for s in mem["per_stage"])
+    host = mem.get("host")
+    parts = [] if gpu_ok else [f"stage {mem['worst_stage']} short by {_gib(mem['shortfall_bytes'])} GiB"]
+    if host and not host["fits"]:
+        h = next(h for h in host["per_stage"] if not h["fits"])
+        short = h["offloaded_bytes_per_gpu"] - h["share_bytes_per_gpu"]
+        parts.append(f"stage {h['stage']} offloads {_gib(short)} GiB per GPU more than its host memory share")
+    return "NO: " + "; ".join(parts) if parts else "yes"
 
 
 def gantt_lines(tl: Timeline, width: int = 100, horizon_s: float | None = None) -> list[str]:

@@ -132,7 +132,7 @@ def search(
         ListOpt,
         typer.Option(
             "--offload-layers",
-            help="Also search offloading the activations of this many first layers to host memory, e.g. 0,8,16 (Megatron --cpu-offloading-num-layers; pp 1, no recompute; 0 = none too). Off by default: planner does not check host memory.",
+            help="Also search offloading the activations of this many first layers to host memory, e.g. 0,8,16 (Megatron --cpu-offloading-num-layers; pp 1, no recompute; 0 = none too). Off by default; plans must fit each node's host memory (host_memory_gb).",
             rich_help_panel=PANEL_SPACE,
         ),
     ] = None,

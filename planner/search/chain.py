@@ -338,6 +338,8 @@ def _evaluate(model, cluster, job, shape: ParallelConfig, r: Restrictions) -> Ra
             f"does not fit: stage {w.stage} short by "
             f"{(r.memory_headroom_bytes - w.memory.headroom_bytes) / 2**30:.1f} GiB (headroom included)"
         )
+    if not est.host_fits:
+        return f"does not fit: {est.host_shortfall}"
     return RankedPlan(config, placed_cluster, est, groups)
 
 
@@ -353,6 +355,11 @@ def infeasible_reason(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, resu
         f"nothing fits: {model.name} on {cluster.num_gpus} x {gpu.name} has no configuration within memory, "
         f"even with full recompute ({result.pruned_by_memory} of {result.shapes_enumerated} shapes do not fit"
     )
+    host = [o.reason for o in result.outcomes if "host memory" in o.reason]
+    if host:
+        # Offloading plans that fit the GPUs but not their nodes' system memory (host_memory_gb).
+        plans = "plan fits" if len(host) == 1 else "plans fit"
+        why += f"; {len(host)} offloading {plans} the GPUs but not the host memory, e.g. {host[0]}"
     if result.rejections.counts:
         why += f"; left out before: {top_reasons(result.rejections)}"
     return why + (

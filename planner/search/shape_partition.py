@@ -174,10 +174,11 @@ def offload_variants(
     GPU has a host link in its file, and the framework does not refuse it otherwise (Megatron: CUDA
     graphs other than over the full iteration). Offloading trades the copies' exposed time
     (:func:`cost_models.estimate.offload_terms`) for GPU memory, like recompute; the search prices
-    each count and keeps what fits fastest. Not searched by default: planner does not know the
-    nodes' host memory, which the offloaded activations fill (a Llama 3.1 405B layer at sequence
-    8,192 and tp 1 parks 4.5 GB per GPU; 125 layers on eight GPUs are 4.5 TB against a DGX H100's
-    2 TB), so a default search would propose plans their hosts cannot hold (docs/search.md)."""
+    each count and keeps what fits fastest; a count whose activations overflow the node's host
+    memory (``Estimate.host_fits``: a Llama 3.1 405B layer at sequence 8,192 and tp 1 parks 4.5 GB
+    per GPU, 125 layers on eight GPUs 4.5 TB against a DGX H100's 2 TB) is refused when the shape
+    is evaluated. Not searched by default: the copies of a node's GPUs share its host memory
+    bandwidth and PCIe switches, which planner does not price (docs/search.md)."""
     if not r.offload_layers or not r.target.capabilities.activation_offload:
         return []
     if c.pp != 1 or c.recompute != "none" or c.offload_layers:
