@@ -312,9 +312,24 @@ def cluster_of(hw: dict, total: int, notes: list[str]) -> ClusterSpec:
     return _node_links(_node_template_cluster(hw, total, notes), hw, notes)
 
 
+A800_NVLINK_BYTES_PER_S = 200e9
+"""NVLink per A800 GPU and direction: the A800, NVIDIA's A100 variant for the Chinese market
+(2022), has the A100's chip, memory and peaks with NVLink cut to 400 GB/s bidirectional from the
+A100's 600 (Reuters, 2022-11-07, "Nvidia offers new advanced chip for China that meets U.S. export
+controls", as tweakers.net 203182 reports it)."""
+
+
 def _node_template_cluster(hw: dict, total: int, notes: list[str]) -> ClusterSpec:
     gpu = hw["gpu"].lower().replace(" ", "").replace("-", "")
     mem_gb = hw.get("gpu_memory_gb") or 80
+    if "a800" in gpu:
+        # An A100 node (the A100 family prices the GPU) with the A800's narrower NVLink.
+        if total % 8:
+            raise PlannerError(f"{total} GPUs is not a whole number of 8-GPU nodes")
+        cluster = load_cluster("dgx-a100-40gb" if mem_gb == 40 else "dgx-a100", total // 8)
+        notes.append("A800: an A100 node with NVLink at 200 GB/s per direction (A100: 300)")
+        group = replace(cluster.groups[0], intra_node_bandwidth_bytes_per_s=A800_NVLINK_BYTES_PER_S)
+        return replace(cluster, groups=(group,))
     for key, template, _ in TEMPLATES:
         if key in gpu:
             per_node = load_template(template)["node"]["gpus_per_node"]
