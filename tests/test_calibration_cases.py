@@ -107,6 +107,52 @@ def test_vtrain_runs_priced_as_the_megatron_deepspeed_of_their_validation():
     assert narayanan.inter_node_bandwidth_bytes_per_s == dgx.inter_node_bandwidth_bytes_per_s
 
 
+def test_flagperf_a800_runs_priced_as_megatron_core_on_a100s_with_the_a800s_nvlink():
+    """FlagPerf's Llama 3 8B sweep (Megatron-Core 0.6, one DGX A800): the A100's GPU with NVLink
+    at 200 GB/s per direction (A800: 400 GB/s bidirectional, A100: 600), no recompute, the
+    distributed optimizer, the reduction after the last backward (no --overlap-grad-reduce in the
+    launch), bf16; seven layouts in one group at GBS 512 x 8,192 tokens, tokens/s as measured."""
+    by = _by_id()
+    runs = [c for c in by.values() if c.run_id.startswith("flagperf_a800_")]
+    assert len(runs) == 7 and {c.group for c in runs} == {"flagperf_a800_llama3_8b_8gpu_gbs512"}
+    dgx = load_cluster("dgx-a100", 1).groups[0]
+    best = by["flagperf_a800_llama3_8b_8gpu_pp2_dp4_tp1"]
+    group = best.cluster.groups[0]
+    assert group.gpu == dgx.gpu and group.intra_node_bandwidth_bytes_per_s == 200e9
+    assert group.inter_node_bandwidth_bytes_per_s == dgx.inter_node_bandwidth_bytes_per_s
+    assert any("A800" in note for note in best.assumptions)
+    for c in runs:
+        assert c.config.recompute == "none" and c.config.micro_batch_size == 1
+        assert c.config.optimizer_sharding == "distributed" and not c.job.overlap_grad_reduce
+        assert c.job.precision == "bf16" and c.job.global_batch_size == 512 and c.job.seq_length == 8192
+        assert c.config.tp * c.config.pp * c.config.dp == 8
+        assert c.config.sp == (c.config.tp > 1)
+    assert best.measured_tokens_per_s_per_gpu == 3698.7
+
+
+def test_mlperf_gpt3_runs_priced_as_nvidias_nemo_submission():
+    """MLPerf Training v3.1's GPT-3 175B results (NVIDIA's NeMo implementation on DGX H100s, 768
+    to 10,752 GPUs; Azure's 10,752): tp 4, pp 8, 12 virtual stages, micro-batch 1, FP8 with
+    delayed scaling, overlapped tensor-parallel collectives, the distributed optimizer, no
+    recompute; the step time is the logged per-step median and the batch the logged one."""
+    by = _by_id()
+    runs = {c.run_id: c for c in by.values() if c.run_id.startswith("mlperf31_")}
+    assert len(runs) == 7
+    dgx = load_cluster("dgx-h100", 1).groups[0]
+    for c in runs.values():
+        cfg, job = c.config, c.job
+        assert (cfg.tp, cfg.pp, cfg.vpp, cfg.micro_batch_size) == (4, 8, 12, 1)
+        assert cfg.recompute == "none" and cfg.optimizer_sharding == "distributed"
+        assert job.precision == "fp8" and job.fp8_recipe == "delayed" and job.tp_comm_overlap
+        assert c.cluster.groups[0].gpu == dgx.gpu
+        assert c.cluster.groups[0].inter_node_bandwidth_bytes_per_s == dgx.inter_node_bandwidth_bytes_per_s
+    big = runs["mlperf31_eos_h100_fp8_gpt3_175b_10752gpu"]
+    assert big.cluster.num_gpus == 10752 and big.config.dp == 336 and big.job.global_batch_size == 2688
+    assert big.config.num_microbatches(big.job) == 8
+    # the logged per-step median, 0.9296 s, for 2,688 sequences of 2,048 tokens
+    assert big.measured_tokens_per_s_per_gpu == pytest.approx(2688 * 2048 / (0.9296 * 10752), rel=1e-3)
+
+
 def test_dlperf_v100_server_links_and_memory():
     """DLPerf's 8x V100-SXM2-16GB servers: NVLink2 150 GB/s per direction, one 100 Gb/s EDR port per
     node shared by 8 GPUs, 16 GiB per GPU, fp16."""
