@@ -151,6 +151,14 @@ def test_mlperf_gpt3_runs_priced_as_nvidias_nemo_submission():
     assert big.config.num_microbatches(big.job) == 8
     # the logged per-step median, 0.9296 s, for 2,688 sequences of 2,048 tokens
     assert big.measured_tokens_per_s_per_gpu == pytest.approx(2688 * 2048 / (0.9296 * 10752), rel=1e-3)
+    # v5.0's Llama 3.1 405B on 8,192 H100s: cp 2, 8 virtual stages over 126 layers with the embedding
+    # and the loss counted as pipeline units (ASYM_PP_EMBED / ASYM_PP_LOSS), as Megatron splits them.
+    llama = by["mlperf50_eos_h100_fp8_llama31_405b_8192gpu"]
+    cfg = llama.config
+    assert (cfg.tp, cfg.pp, cfg.vpp, cfg.cp, cfg.dp) == (8, 8, 8, 2, 64)
+    layers = cfg.stage_layers(llama.model)
+    assert len(layers) == 64 and sum(layers) == 126 and layers[0] == layers[-1] == 1
+    assert llama.model.vocab_size == 32768 and llama.job.seq_length == 8192
 
 
 def test_dlperf_v100_server_links_and_memory():
