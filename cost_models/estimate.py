@@ -176,7 +176,12 @@ class Estimate:
     def fits(self) -> bool:
         """Whether every stage fits: its GPU memory, and the host memory its offloaded activations
         fill (:attr:`host_fits`)."""
-        return all(s.memory.fits for s in self.stages) and self.host_fits
+        return self.gpu_fits and self.host_fits
+
+    @property
+    def gpu_fits(self) -> bool:
+        """Whether every stage's peak fits in its GPU's memory."""
+        return all(s.memory.fits for s in self.stages)
 
     @property
     def host_fits(self) -> bool:

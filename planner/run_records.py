@@ -322,14 +322,6 @@ controls", as tweakers.net 203182 reports it)."""
 def _node_template_cluster(hw: dict, total: int, notes: list[str]) -> ClusterSpec:
     gpu = hw["gpu"].lower().replace(" ", "").replace("-", "")
     mem_gb = hw.get("gpu_memory_gb") or 80
-    if "a800" in gpu:
-        # An A100 node (the A100 family prices the GPU) with the A800's narrower NVLink.
-        if total % 8:
-            raise PlannerError(f"{total} GPUs is not a whole number of 8-GPU nodes")
-        cluster = load_cluster("dgx-a100-40gb" if mem_gb == 40 else "dgx-a100", total // 8)
-        notes.append("A800: an A100 node with NVLink at 200 GB/s per direction (A100: 300)")
-        group = replace(cluster.groups[0], intra_node_bandwidth_bytes_per_s=A800_NVLINK_BYTES_PER_S)
-        return replace(cluster, groups=(group,))
     for key, template, _ in TEMPLATES:
         if key in gpu:
             per_node = load_template(template)["node"]["gpus_per_node"]
@@ -339,8 +331,14 @@ def _node_template_cluster(hw: dict, total: int, notes: list[str]) -> ClusterSpe
     nodes = max(1, total // 8)
     if total % 8:
         raise PlannerError(f"{total} GPUs is not a whole number of 8-GPU nodes")
-    if "a100" in gpu:
-        return load_cluster("dgx-a100-40gb" if mem_gb == 40 else "dgx-a100", nodes)
+    if "a100" in gpu or "a800" in gpu:
+        cluster = load_cluster("dgx-a100-40gb" if mem_gb == 40 else "dgx-a100", nodes)
+        if "a800" in gpu:
+            # An A100 node (the A100 family prices the GPU) with the A800's narrower NVLink.
+            notes.append("A800: an A100 node with NVLink at 200 GB/s per direction (A100: 300)")
+            group = replace(cluster.groups[0], intra_node_bandwidth_bytes_per_s=A800_NVLINK_BYTES_PER_S)
+            cluster = replace(cluster, groups=(group,))
+        return cluster
     if "h100" in gpu:
         cluster = load_cluster("dgx-h100", nodes)
         if mem_gb == 96:

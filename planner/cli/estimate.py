@@ -304,7 +304,7 @@ def estimate(
         _emit_json(data)
     else:
         _print(*render.estimate_tables(data))
-        if not all(s.memory.fits for s in est.stages):
+        if not est.gpu_fits:
             typer.echo(
                 f"warning: does not fit: stage {data['memory']['worst_stage']} needs "
                 f"{data['memory']['shortfall_bytes'] / 2**30:.1f} GiB more",
