@@ -369,3 +369,21 @@ def test_estimate_and_check_report_the_host_memory(run_cli, tmp_path):
     findings = json.loads(checked.stdout)["configs"][0]["findings"]
     hit = [f for f in findings if f["level"] == "error" and "host memory" in f["message"]]
     assert hit and "--cpu-offloading-num-layers" in hit[0]["flags"]
+
+
+def test_every_cluster_file_key_is_documented_and_host_memory_listed(run_cli):
+    """docs/clusters.md has a row for every node key a cluster file may set; `planner hardware list`
+    shows each template's host memory ('-' where the template states none)."""
+    from pathlib import Path
+
+    from planner.hardware import _NODE_KEYS
+
+    doc = (Path(__file__).parents[1] / "docs" / "clusters.md").read_text()
+    missing = [k for k in (*_NODE_KEYS, "template", "num_nodes") if f"| `{k}` |" not in doc]
+    assert not missing, missing
+    res = run_cli("hardware", "list")
+    assert res.exit_code == 0 and "host memory GB" in res.stdout
+    row = next(line for line in res.stdout.splitlines() if line.startswith("│ dgx-h100 "))
+    assert row.rstrip(" │").endswith("2048")
+    b300 = next(line for line in res.stdout.splitlines() if line.startswith("│ dgx-b300 "))
+    assert b300.rstrip(" │").endswith("-")

@@ -85,7 +85,16 @@ def hardware_tables(gpus: list[dict], templates: list[dict]) -> list[Table]:
             f"{r['hbm_bandwidth_bytes_per_s'] / 1e9:.0f}",
         )
     c = Table(title="Node templates")
-    for col in ("name", "gpu", "gpus/node", "NVLink domain", "NVLink GB/s", "network GB/s per GPU"):
+    cols = (
+        "name",
+        "gpu",
+        "gpus/node",
+        "NVLink domain",
+        "NVLink GB/s",
+        "network GB/s per GPU",
+        "host memory GB",
+    )
+    for col in cols:
         c.add_column(col, justify="left" if col in ("name", "gpu") else "right")
     for r in templates:
         n = r["node"]
@@ -96,6 +105,7 @@ def hardware_tables(gpus: list[dict], templates: list[dict]) -> list[Table]:
             str(n.get("nvlink_domain_size", n["gpus_per_node"])),
             str(n["intra_node_bandwidth_gb_per_s"]),
             str(n["inter_node_bandwidth_gb_per_s"]),
+            str(n.get("host_memory_gb", "-")),  # '-': the template states no system memory
         )
     return [g, c]
 
