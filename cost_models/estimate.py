@@ -37,7 +37,15 @@ from cost_models.tensors import pipeline_transfer_s
 from planner.specs import DTYPE_BYTES, ClusterSpec, JobSpec, ModelSpec, NodeGroup
 
 DDP_BUCKET_PARAMS = 40_000_000
-"""Megatron's default gradient bucket size in parameters (``--ddp-bucket-size``)."""
+"""Megatron's default gradient bucket size in parameters (``--ddp-bucket-size``) at small dp."""
+
+
+def ddp_bucket_params(dp_cp: int) -> int:
+    """Megatron-Core's default bucket size for a data-parallel group of ``dp_cp`` ranks:
+    max(40M, 1M x dp) parameters, "larger DP sizes need larger buckets to ensure collectives do not
+    become latency-bound" (megatron/core/distributed/distributed_data_parallel_config.py
+    ``bucket_size``; megatron/training/models/dist_utils.py sets it from the dp-cp group's size)."""
+    return max(DDP_BUCKET_PARAMS, 1_000_000 * dp_cp)
 
 
 def adam_bytes_per_param(job: JobSpec) -> float:
@@ -415,6 +423,21 @@ def dp_sync(
         gather_s = comm.all_gather_s(dense_params * 2.0, d_dense, link_d) + comm.all_gather_s(
             expert_params * 2.0, d_exp, link_e
         )
+    elif c.optimizer_sharding == "distributed" and c.optimizer_instances > 1:
+        # Partial distributed optimizer: reduce-scatter inside the instance, all-reduce of the
+        # shard across instances (one stream, in that order), all-gather inside the instance
+        # (megatron/core/distributed/param_and_grad_buffer.py ``start_grad_sync`` /
+        # ``start_param_sync``).
+        reduce_s = gather_s = 0.0
+        for params, shard, n_shard, replicas in (
+            (dense_params, c.shard_degree, group(c, "shard"), group(c, "replicate")),
+            (expert_params, c.expert_shard_degree, group(c, "eshard"), group(c, "ereplicate")),
+        ):
+            inside, across = comm.link_for(n_shard, node), comm.link_for(replicas, node)
+            reduce_s += comm.reduce_scatter_s(params * grad_b, shard, inside) + comm.all_reduce_s(
+                params * grad_b / shard, replicas.size, across
+            )
+            gather_s += comm.all_gather_s(params * 2.0, shard, inside)
     elif c.optimizer_sharding in ("distributed", "zero2"):
         reduce_s = comm.reduce_scatter_s(dense_params * grad_b, d_dense, link_d) + comm.reduce_scatter_s(
             expert_params * grad_b, d_exp, link_e
@@ -431,7 +454,7 @@ def dp_sync(
         reduce_s = comm.all_reduce_s(
             dense_params * grad_b / c.shard_degree, replicas.size, comm.link_for(replicas, node)
         )
-    last_bucket = min(1.0, DDP_BUCKET_PARAMS / max(dense_params + expert_params, 1.0))
+    last_bucket = min(1.0, ddp_bucket_params(d_dense) / max(dense_params + expert_params, 1.0))
     reduce_exposed = (
         _exposed(reduce_s, backward_window_s, node, reduce_s * last_bucket)
         if job.overlap_grad_reduce
@@ -442,10 +465,7 @@ def dp_sync(
         if job.overlap_param_gather
         else gather_s
     )
-    shard = (
-        c.shard_degree if c.optimizer_sharding == "full" else d_dense if c.optimizer_sharding != "none" else 1
-    )
-    shard_e = d_exp if c.optimizer_sharding != "none" else 1
+    shard, shard_e = mem.shard_degrees(c)
     opt_s = memory_bound_s(
         (dense_params / shard + expert_params / shard_e) * adam_bytes_per_param(job), node.gpu
     )

@@ -220,6 +220,11 @@ def unit_costs(g: GraphModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGro
             "recompute modules (Megatron --recompute-modules) are priced for layer-chain models only; "
             "a graph model's selective recompute is core attention"
         )
+    if c.optimizer_instances > 1:
+        raise ConfigError(
+            "optimizer_instances (a partial distributed optimizer) is priced for layer-chain models "
+            "only; a graph model's distributed optimizer shards over all data-parallel ranks"
+        )
     if job.pipeline_scatter_gather:
         raise ConfigError(
             "pipeline_scatter_gather (pipeline sends scattered over tensor-parallel ranks, older "

@@ -109,6 +109,20 @@ def bytes_per_param(job: JobSpec, sharding: str, d: int) -> tuple[float, float, 
     raise ValueError(f"unknown optimizer sharding {sharding!r}")
 
 
+def shard_degrees(c: ParallelConfig) -> tuple[int, int]:
+    """Ranks the dense and the expert parameters' sharded state is split over (what
+    :func:`bytes_per_param` divides by): full sharding over its shard group (HSDP's, or dp*cp), the
+    distributed optimizer over one instance (dp*cp / optimizer_instances; the expert data-parallel
+    group likewise), ZeRO-2 over dp*cp; 1 without sharding."""
+    if c.optimizer_sharding == "none":
+        return 1, 1
+    if c.optimizer_sharding == "distributed":
+        return c.shard_degree, c.expert_shard_degree
+    if c.optimizer_sharding == "full":
+        return c.shard_degree, c.expert_dp
+    return c.dp * c.cp, c.expert_dp
+
+
 def static_memory(
     dense_params: float,
     expert_params: float,
@@ -117,8 +131,7 @@ def static_memory(
     largest_layer_params: float = 0.0,
 ) -> StaticMemory:
     """Weights, gradients and optimizer states of one GPU holding the given parameters."""
-    d_dense = c.shard_degree if c.optimizer_sharding == "full" else c.dp * c.cp
-    d_expert = (c.tp * c.cp * c.dp) // (c.expert_tp * c.ep)
+    d_dense, d_expert = shard_degrees(c)
     wd, gd, od = bytes_per_param(job, c.optimizer_sharding, d_dense)
     we, ge, oe = bytes_per_param(job, c.optimizer_sharding, d_expert)
     weights = dense_params * wd + expert_params * we

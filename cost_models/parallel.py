@@ -79,6 +79,14 @@ class ParallelConfig:
     over this many consecutive data-parallel ranks and replicated across ``dp * cp / fsdp_shard``
     groups (torchtitan ``data_parallel_shard_degree`` / ``data_parallel_replicate_degree``); 0 = all
     of ``dp * cp`` (plain FSDP)."""
+    optimizer_instances: int = 1
+    """Replicas of the distributed optimizer across the data-parallel ranks (Megatron-Core
+    ``--num-distributed-optimizer-instances``, the "partial distributed optimizer"): with ``N > 1``
+    the optimizer states are sharded over ``dp * cp / N`` consecutive data-parallel ranks (an
+    instance) and replicated across the ``N`` instances. Gradients are reduce-scattered inside an
+    instance, the shard is all-reduced across instances, and parameters are all-gathered inside an
+    instance (megatron/core/distributed/param_and_grad_buffer.py ``start_grad_sync``;
+    parallel_state.py ``_INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP``). Distributed sharding only."""
     offload_layers: int = 0
     """Decoder layers whose activations go to host memory after their forward and come back for
     their backward (Megatron-LM ``--cpu-offloading-num-layers``: Transformer Engine's CPU offload
@@ -88,8 +96,21 @@ class ParallelConfig:
 
     @property
     def shard_degree(self) -> int:
-        """Ranks a fully sharded parameter is split over (the HSDP shard group, or dp * cp)."""
-        return self.fsdp_shard or self.dp * self.cp
+        """Ranks a sharded state is split over: with full sharding the HSDP shard group (or
+        dp * cp), with the distributed optimizer one instance's ``dp * cp / optimizer_instances``."""
+        return self.fsdp_shard or self.dp * self.cp // max(1, self.optimizer_instances)
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert data-parallel degree: tp * cp * dp / (expert tp * ep)."""
+        return (self.tp * self.cp * self.dp) // (self.expert_tp * self.ep)
+
+    @property
+    def expert_shard_degree(self) -> int:
+        """Ranks an expert's distributed-optimizer state is split over: the expert data-parallel
+        group divided into ``optimizer_instances`` (megatron/core/parallel_state.py
+        ``intra_partial_expert_data_parallel_size``)."""
+        return self.expert_dp // max(1, self.optimizer_instances)
 
     @property
     def expert_tp(self) -> int:
@@ -311,6 +332,23 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
                 f"activation offloading needs the GPU's host link bandwidth: {', '.join(unknown)} "
                 "has no host_link_gb_per_s in its GPU file"
             )
+    if c.optimizer_instances < 1:
+        out.append(f"optimizer_instances must be >= 1, got {c.optimizer_instances}")
+    elif c.optimizer_instances > 1:
+        # megatron/core/distributed/distributed_data_parallel.py: "Partial DistOpt cannot be used
+        # without DistOpt"; parallel_state.py: dp*cp and the expert dp divisible by the instances.
+        if c.optimizer_sharding != "distributed":
+            out.append(
+                f"optimizer_instances ({c.optimizer_instances}) needs the distributed optimizer "
+                f"(optimizer sharding 'distributed', got {c.optimizer_sharding!r})"
+            )
+        if (c.dp * c.cp) % c.optimizer_instances:
+            out.append(f"optimizer_instances ({c.optimizer_instances}) must divide dp*cp ({c.dp * c.cp})")
+        elif model.is_moe and c.expert_dp % c.optimizer_instances:
+            out.append(
+                f"optimizer_instances ({c.optimizer_instances}) must divide the expert data-parallel "
+                f"degree ({c.expert_dp})"
+            )
     if c.fsdp_shard and (c.optimizer_sharding != "full" or (c.dp * c.cp) % c.fsdp_shard):
         out.append(f"fsdp_shard ({c.fsdp_shard}) needs full sharding and must divide dp*cp ({c.dp * c.cp})")
     if c.optimizer_sharding == "full" and c.pp > 1:
@@ -392,7 +430,11 @@ def group(config: ParallelConfig, dim: str) -> Group:
     """Stride and size of the group along ``dim`` in Megatron's order.
 
     ``dim`` is one of tp, cp, dp, pp, ``dpcp`` (the data-parallel gradient group, which spans cp
-    and dp), or ``ep`` (expert group, stride etp inside tp*cp*dp).
+    and dp), ``ep`` (expert group, stride etp inside tp*cp*dp), ``edp`` (expert data-parallel),
+    ``shard`` / ``replicate`` (the consecutive dp*cp ranks a sharded state is split over, and the
+    groups across those: HSDP's shard and replica groups, or the distributed optimizer's instance
+    and inter-instance groups) and ``eshard`` / ``ereplicate`` (the same over the expert
+    data-parallel ranks).
     """
     c = config
     match dim:  # only the group asked for is built (the cost model asks ~300 times per estimate)
@@ -414,6 +456,10 @@ def group(config: ParallelConfig, dim: str) -> Group:
             return Group(c.tp, c.shard_degree)
         case "replicate":
             return Group(c.tp * c.shard_degree, max(1, c.cp * c.dp // c.shard_degree))
+        case "eshard":
+            return Group(c.expert_tp * c.ep, c.expert_shard_degree)
+        case "ereplicate":
+            return Group(c.expert_tp * c.ep * c.expert_shard_degree, max(1, c.optimizer_instances))
     raise KeyError(dim)
 
 

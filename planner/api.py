@@ -381,6 +381,7 @@ def config_dict(c: ParallelConfig, model: ModelSpec | GraphModelSpec, job: JobSp
         "layers_per_stage": list(c.stage_layers(model)) if isinstance(model, ModelSpec) else [],
         **({"fsdp_shard": c.fsdp_shard} if c.fsdp_shard else {}),
         **({"offload_layers": c.offload_layers} if c.offload_layers else {}),
+        **({"optimizer_instances": c.optimizer_instances} if c.optimizer_instances > 1 else {}),
     }
 
 

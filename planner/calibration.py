@@ -269,6 +269,10 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 schedule="interleaved" if vpp > 1 else "1f1b",
                 # The recipe's activation CPU offloading (Megatron --cpu-offloading-num-layers).
                 offload_layers=int(par.get("cpu_offloading_num_layers") or 0),
+                # The partial distributed optimizer (Megatron --num-distributed-optimizer-instances).
+                optimizer_instances=int(par.get("num_distributed_optimizer_instances") or 1)
+                if sharding == "distributed"
+                else 1,
             )
             n_virtual = pp * vpp
             slots = embedding_slots(run)

@@ -157,6 +157,8 @@ def config_to_mapping(c: ParallelConfig) -> dict:
         **({"fsdp_shard": c.fsdp_shard} if c.fsdp_shard else {}),
         # Layers whose activations are offloaded to host memory, likewise written only when set.
         **({"offload_layers": c.offload_layers} if c.offload_layers else {}),
+        # Distributed-optimizer instances (partial distributed optimizer), likewise.
+        **({"optimizer_instances": c.optimizer_instances} if c.optimizer_instances > 1 else {}),
     }
 
 
@@ -196,6 +198,7 @@ def config_from_mapping(data: dict, where: str) -> ParallelConfig:
         layers_per_stage=tuple(r.get("layers_per_stage", list, [])),
         fsdp_shard=r.get("fsdp_shard", int, 0),
         offload_layers=r.get("offload_layers", int, 0),
+        optimizer_instances=r.get("optimizer_instances", int, 1, positive=True),
     )
     for i, x in enumerate(c.layers_per_stage):
         check_number(

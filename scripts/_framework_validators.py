@@ -348,6 +348,10 @@ def _megatron_child(argv: list[str], gpu_arch: int, te_version: str | None) -> d
             "cp": mpu.get_context_parallel_world_size(),
             "dp": mpu.get_data_parallel_world_size(),
             "dp_cp": mpu.get_data_parallel_world_size(with_context_parallel=True),
+            # one distributed-optimizer instance (dp_cp when there is one instance)
+            "dp_cp_instance": mpu.get_data_parallel_world_size(
+                with_context_parallel=True, partial_data_parallel=True
+            ),
             "ep": mpu.get_expert_model_parallel_world_size(),
             "etp": mpu.get_expert_tensor_parallel_world_size(),
             "edp": mpu.get_expert_data_parallel_world_size(),

@@ -111,6 +111,14 @@ CASES = (
     Case("bf16-adam-moments", "llama3-8b", 2, 64, 4096, optimizer_state_dtype="bf16"),
     Case("fp8-mxfp8-b200", "llama3-8b", 2, 64, 4096, precision="fp8", fp8_recipe="mxfp8", cluster="dgx-b200"),
     Case(
+        "partial-distopt",
+        "llama3-8b",
+        4,
+        128,
+        4096,
+        restrict={"optimizer_sharding": ("distributed",), "optimizer_instances": (4,)},
+    ),
+    Case(
         "activation-offload",
         "llama3-8b",
         2,
@@ -201,6 +209,7 @@ def validate(case: Case, framework: str, validators, workdir: Path) -> dict:
         + (f"/{c.recompute_num_layers}" if c.recompute_num_layers else "")
         + (" uneven" if len(set(c.layers_per_stage)) > 1 else "")
         + (f" offload:{c.offload_layers}" if c.offload_layers else "")
+        + (f" instances:{c.optimizer_instances}" if c.optimizer_instances > 1 else "")
     )
     try:
         if framework == "megatron":
@@ -222,11 +231,24 @@ def validate(case: Case, framework: str, validators, workdir: Path) -> dict:
     if result.get("accepted") and overridden:
         status = "overridden"
     groups = result.get("groups") or {}
+    instance = c.shard_degree if c.optimizer_sharding == "distributed" else c.dp * c.cp
     if status == "accepted" and framework == "megatron" and groups.get("dp", c.dp) != c.dp:
         # Megatron accepted the launch but laid it out differently from the plan.
         status, result = (
             "rejected",
             {"stage": "parallel_state", "error": f"dp {groups['dp']} != plan's {c.dp}"},
+        )
+    elif (
+        status == "accepted"
+        and framework == "megatron"
+        and groups.get("dp_cp_instance", instance) != instance
+    ):
+        status, result = (
+            "rejected",
+            {
+                "stage": "parallel_state",
+                "error": f"distributed-optimizer instance of {groups['dp_cp_instance']} ranks != plan's {instance}",
+            },
         )
     return {
         **row,

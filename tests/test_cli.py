@@ -195,6 +195,7 @@ def test_cli_option_set_is_pinned(run_cli):
             "--ep",
             "--fsdp-shard",
             "--offload-layers",
+            "--optimizer-instances",
             "--vpp",
             "--micro-batch-size",
             "--recompute",

@@ -48,6 +48,7 @@ from planner.cli.options import (
     MoeOverlapOpt,
     NodesOpt,
     OffloadLayersOpt,
+    OptimizerInstancesOpt,
     OptimizerStateDtypeOpt,
     PlanArgOptional,
     PlanOpt,
@@ -130,6 +131,7 @@ def _estimate(opts: dict):
         opts.get("fsdp_shard"),
         opts.get("offload_layers"),
         opts.get("recompute_modules"),
+        opts.get("optimizer_instances"),
     )
     flags = (
         tp,
@@ -208,6 +210,10 @@ def _estimate(opts: dict):
         config = config.with_(offload_layers=split[4])
     if split[5] is not None:
         config = config.with_(recompute_modules=_selective_modules(split[5], config))
+    if split[6] is not None:
+        if split[6] < 1:
+            raise UsageError(f"--optimizer-instances must be >= 1, got {split[6]}")
+        config = config.with_(optimizer_instances=split[6])
     return problem, api.estimate_config(problem, config)
 
 
@@ -278,6 +284,7 @@ def estimate(
     decoder_last_pipeline_num_layers: LastStageOpt = None,
     fsdp_shard: FsdpShardOpt = None,
     offload_layers: OffloadLayersOpt = None,
+    optimizer_instances: OptimizerInstancesOpt = None,
     recompute_modules: RecomputeModulesOpt = None,
     precision: PrecisionOpt = "bf16",
     plan: PlanOpt = None,
@@ -338,6 +345,7 @@ def timeline(
     decoder_last_pipeline_num_layers: LastStageOpt = None,
     fsdp_shard: FsdpShardOpt = None,
     offload_layers: OffloadLayersOpt = None,
+    optimizer_instances: OptimizerInstancesOpt = None,
     recompute_modules: RecomputeModulesOpt = None,
     precision: PrecisionOpt = "bf16",
     plan: PlanOpt = None,
@@ -446,6 +454,7 @@ def bubbles(
     decoder_last_pipeline_num_layers: LastStageOpt = None,
     fsdp_shard: FsdpShardOpt = None,
     offload_layers: OffloadLayersOpt = None,
+    optimizer_instances: OptimizerInstancesOpt = None,
     recompute_modules: RecomputeModulesOpt = None,
     precision: PrecisionOpt = "bf16",
     plan: PlanOpt = None,

@@ -335,6 +335,14 @@ OffloadLayersOpt = Annotated[
         rich_help_panel=PANEL_LAYOUT,
     ),
 ]
+OptimizerInstancesOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--optimizer-instances",
+        help="Partial distributed optimizer: shard the optimizer states over dp*cp/N ranks and keep N replicas (Megatron --num-distributed-optimizer-instances; needs --optimizer-sharding distributed).",
+        rich_help_panel=PANEL_LAYOUT,
+    ),
+]
 LastStageOpt = Annotated[
     int | None,
     typer.Option(

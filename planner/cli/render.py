@@ -195,7 +195,7 @@ def estimate_tables(d: dict) -> list[Table]:
         ("micro-batch x micro-batches", f"{cfg['micro_batch_size']} x {cfg['num_microbatches']}"),
         (
             "schedule / recompute / sharding",
-            f"{cfg['schedule']} / {_recompute_text(cfg)} / {cfg['optimizer_sharding']}",
+            f"{cfg['schedule']} / {_recompute_text(cfg)} / {_sharding_text(cfg)}",
         ),
         *_moe_runtime_rows(d),
         # Shown only when the plan offloads activations to host memory.
@@ -439,7 +439,7 @@ def _plan_cells(p: dict, alternative: bool = False) -> list[str]:
         str(p["micro_batch_size"]),
         p["schedule"],
         rec,
-        p["optimizer_sharding"],
+        _sharding_text(p),
         lay,
         f"{p['step_time_s']:.3f}",
         f"{p['tokens_per_s_per_gpu']:,.0f}",
@@ -640,6 +640,12 @@ def graph_search_tables(d: dict) -> list[Table]:
             )
         tables.append(e)
     return tables
+
+
+def _sharding_text(cfg: dict) -> str:
+    """The optimizer sharding, with the distributed optimizer's instance count when above one."""
+    n = cfg.get("optimizer_instances", 1)
+    return f"{cfg['optimizer_sharding']}, {n} instances" if n > 1 else cfg["optimizer_sharding"]
 
 
 def _recompute_text(cfg: dict) -> str:

@@ -128,6 +128,14 @@ def search(
             rich_help_panel=PANEL_SPACE,
         ),
     ] = None,
+    optimizer_instances: Annotated[
+        ListOpt,
+        typer.Option(
+            "--optimizer-instances",
+            help="Also search the partial distributed optimizer with these instance counts, e.g. 1,8 (Megatron --num-distributed-optimizer-instances: optimizer states sharded over dp*cp/N ranks, N replicas). Default 1.",
+            rich_help_panel=PANEL_SPACE,
+        ),
+    ] = None,
     offload_layers: Annotated[
         ListOpt,
         typer.Option(
@@ -264,6 +272,7 @@ def search(
         recompute=rec,
         recompute_modules=_recompute_modules(recompute_modules),
         optimizer_sharding=_words(optimizer_sharding, "--optimizer-sharding", OPTIMIZER_SHARDING),
+        optimizer_instances=_ints(optimizer_instances, "--optimizer-instances"),
         offload_layers=_ints(offload_layers, "--offload-layers", minimum=0),
         schedule=_words(schedule, "--schedule", SCHEDULES),
         sequence_parallel=sequence_parallel,

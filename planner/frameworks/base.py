@@ -73,6 +73,9 @@ class Capabilities:
     (``JobSpec.tp_comm_overlap``)."""
     hsdp: bool = False
     """Hybrid sharding (``ParallelConfig.fsdp_shard``): FSDP inside a shard group, replicas across."""
+    partial_distributed_optimizer: bool = False
+    """The distributed optimizer sharded inside instances of dp*cp/N ranks and replicated across N
+    (``ParallelConfig.optimizer_instances``; Megatron ``--num-distributed-optimizer-instances``)."""
     moe_dispatchers: tuple[str, ...] = ("alltoall",)
     """MoE token dispatchers its launch can select (``JobSpec.moe_dispatcher``)."""
     moe_a2a_overlap: bool = False
@@ -183,6 +186,11 @@ class Framework:
             out.append(f"{who} has no {job.fp8_recipe!r} FP8 recipe (it runs {', '.join(cap.fp8_recipes)})")
         if len({g.gpu.name for g in cluster.groups}) > 1 and not cap.heterogeneous_gpus:
             out.append(f"{who} cannot place stages on different GPU types")
+        if c.optimizer_instances > 1 and not cap.partial_distributed_optimizer:
+            out.append(
+                f"{who} shards the distributed optimizer over all data-parallel ranks "
+                "(no optimizer instances); use optimizer_instances 1"
+            )
         if c.fsdp_shard and not cap.hsdp:
             out.append(f"{who} is not planned with HSDP (fsdp_shard); use full sharding over all dp ranks")
         if job.tp_comm_overlap and c.sp and not cap.tp_comm_overlap:

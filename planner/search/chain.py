@@ -99,6 +99,7 @@ def sort_key(c: ParallelConfig) -> tuple:
         c.recompute_num_layers or 10**9,
         c.offload_layers,
         ("distributed", "none", "zero2", "full").index(c.optimizer_sharding),
+        c.optimizer_instances,
         ("1f1b", "interleaved", "zb-h1", "gpipe").index(c.schedule),
         c.layers_per_stage,
     )

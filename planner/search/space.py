@@ -13,7 +13,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES, ParallelConfig, memory_modules
+from cost_models.parallel import (
+    OPTIMIZER_SHARDING,
+    RECOMPUTE,
+    SCHEDULES,
+    ParallelConfig,
+    memory_modules,
+    violations,
+)
 from planner.errors import SpecError, UsageError
 from planner.frameworks import DEFAULT_FRAMEWORK, Framework, get_framework
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
@@ -34,6 +41,9 @@ class Restrictions:
     """Module list of the selective variant (``ParallelConfig.recompute_modules``); None: the
     model's cheap modules (:func:`cost_models.parallel.memory_modules`)."""
     optimizer_sharding: tuple[str, ...] | None = None
+    optimizer_instances: tuple[int, ...] | None = None
+    """Distributed-optimizer instance counts to search (``ParallelConfig.optimizer_instances``);
+    None: 1 (the optimizer sharded over all data-parallel ranks)."""
     offload_layers: tuple[int, ...] | None = None
     """Layer counts whose activations may be offloaded to host memory, 0 for none
     (:func:`planner.search.shape_partition.offload_variants`); None: no offloading."""
@@ -69,6 +79,17 @@ class Restrictions:
                 )
             if self.recompute is not None and "selective" not in self.recompute:
                 raise UsageError("--recompute-modules needs selective among --recompute")
+        if any(n > 1 for n in self.optimizer_instances or ()) and not cap.partial_distributed_optimizer:
+            raise UsageError(
+                f"--optimizer-instances: {fw.title} shards the distributed optimizer over all "
+                "data-parallel ranks; give --optimizer-instances 1, drop the flag or pick --framework megatron"
+            )
+        if (
+            self.optimizer_instances is not None
+            and self.optimizer_sharding is not None
+            and not ("distributed" in self.optimizer_sharding or self.optimizer_instances == (1,))
+        ):
+            raise UsageError("--optimizer-instances needs distributed among --optimizer-sharding")
         if any(self.offload_layers or ()) and not cap.activation_offload:
             raise UsageError(
                 f"--offload-layers: {fw.title} has no activation offloading to host memory; "
@@ -213,12 +234,44 @@ def enumerate_shapes(
                 if job.global_batch_size % dp:
                     rejected.add("global batch not divisible by dp")
                     continue
-                for c in _with_hsdp(_inner(model, job, r, rejected, tp, cp, pp, dp), domain, fw):
+                shapes = _with_instances(
+                    _inner(model, job, r, rejected, tp, cp, pp, dp),
+                    r.optimizer_instances,
+                    rejected,
+                    model,
+                    cluster,
+                    job,
+                )
+                for c in _with_hsdp(shapes, domain, fw):
                     reasons = fw.violations(model, cluster, job, c)
                     if reasons:
                         rejected.add(reasons[0], c)
                     else:
                         yield c
+
+
+def _with_instances(
+    configs: Iterator[ParallelConfig],
+    counts: tuple[int, ...] | None,
+    rejected: Rejections,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+) -> Iterator[ParallelConfig]:
+    """Each distributed-optimizer shape once per asked instance count (``--optimizer-instances``;
+    a count that does not divide dp*cp, or the expert data-parallel degree, is counted among the
+    rejections with its reason); other shardings as they come."""
+    for c in configs:
+        if counts is None or c.optimizer_sharding != "distributed":
+            yield c
+            continue
+        for n in sorted(set(counts)):
+            variant = c.with_(optimizer_instances=n)
+            reasons = violations(model, cluster, job, variant) if n > 1 else []
+            if reasons:
+                rejected.add(reasons[0], variant)
+            else:
+                yield variant
 
 
 def _with_hsdp(configs: Iterator[ParallelConfig], domain: int, fw: Framework) -> Iterator[ParallelConfig]:

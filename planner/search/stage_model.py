@@ -52,6 +52,8 @@ def stage_model(
         *table_key(model, job, c, node),
         c.dp,
         c.optimizer_sharding,
+        c.optimizer_instances,
+        c.fsdp_shard,
         c.recompute,
         c.recompute_num_layers,
         c.offload_layers,
@@ -81,7 +83,7 @@ def _stage_model(
         extra = extra + t.embedding
     if stage == c.pp - 1:
         extra = extra + t.output
-    d_dense, d_exp = c.dp * c.cp, (c.tp * c.cp * c.dp) // (c.expert_tp * c.ep)
+    d_dense, d_exp = mem.shard_degrees(c)
     wd, gd, od = mem.bytes_per_param(job, c.optimizer_sharding, d_dense)
     we, ge, oe = mem.bytes_per_param(job, c.optimizer_sharding, d_exp)
 

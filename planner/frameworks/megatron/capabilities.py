@@ -14,6 +14,9 @@
   ``TransformerConfig.recompute_modules``).
 * Uneven stages: ``--decoder-first/last-pipeline-num-layers`` and
   ``--pipeline-model-parallel-layout`` (also with virtual stages).
+* Partial distributed optimizer: ``--num-distributed-optimizer-instances N`` (optimizer states
+  sharded inside N instances of dp*cp/N ranks; parallel_state.py asserts N divides dp*cp and the
+  expert data-parallel size, DistributedDataParallel that it runs with the distributed optimizer).
 * Activation offloading: ``--cpu-offloading-num-layers`` (TransformerConfig: pp 1, no recompute,
   CUDA graphs only over the full iteration).
 * Mixed GPU types: Megatron places ranks in launch order; planner exports a Slurm heterogeneous job
@@ -80,6 +83,9 @@ MEGATRON = Framework(
         # refuses it with pp > 1, with recompute, and with per-layer CUDA graphs; planner's
         # cost_models.parallel.violations holds the first two for every framework.
         activation_offload=True,
+        # --num-distributed-optimizer-instances (arguments.py; DistributedDataParallelConfig): the
+        # distributed optimizer sharded over dp*cp/N ranks, replicated across N instances.
+        partial_distributed_optimizer=True,
     ),
     source="megatron/training/arguments.py, megatron/core/pipeline_parallel/schedules.py (megatron-core 0.19.2)",
 )

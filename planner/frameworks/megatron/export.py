@@ -232,6 +232,9 @@ def parallel_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
         args.append(("--cpu-offloading-num-layers", str(c.offload_layers)))
     if c.optimizer_sharding == "distributed":
         args.append(("--use-distributed-optimizer", None))
+        if c.optimizer_instances > 1:
+            # DistributedDataParallelConfig.num_distributed_optimizer_instances (arguments.py).
+            args.append(("--num-distributed-optimizer-instances", str(c.optimizer_instances)))
     elif c.optimizer_sharding in FSDP_STRATEGY:
         args += [
             ("--use-megatron-fsdp", None),

@@ -471,10 +471,10 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
     named = str(flags.get("--recompute-modules") or "").split() or list(DEFAULT_RECOMPUTE_MODULES)
     if "--moe-layer-recompute" in flags and recompute != "full":
         recompute, named = "selective", [*named, "moe"]
-    unknown = [m for m in named if m not in RECOMPUTE_MODULES]
-    if unknown and recompute == "selective":
+    unpriced = [m for m in named if m not in RECOMPUTE_MODULES]
+    if unpriced and recompute == "selective":
         raise SpecError(
-            f"{at('--recompute-modules')}: --recompute-modules {' '.join(unknown)}: planner prices "
+            f"{at('--recompute-modules')}: --recompute-modules {' '.join(unpriced)}: planner prices "
             f"{', '.join(RECOMPUTE_MODULES)}"
         )
     modules = canonical_modules(named) if recompute == "selective" else ()
@@ -518,6 +518,13 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
     )
     ep = num("--expert-model-parallel-size", 1)
     etp = num("--expert-tensor-parallel-size", 0) or tp  # Megatron's default is tp (arguments.py)
+    # --num-distributed-optimizer-instances: the partial distributed optimizer. With Megatron-FSDP
+    # the same flag turns on its hybrid sharding (mcore_fsdp_adapter.py ``enable_hsdp``), which
+    # planner does not price: there it stays among the flags not interpreted.
+    instances = 1
+    if sharding not in ("zero2", "full"):
+        instances = num("--num-distributed-optimizer-instances", 1) or 1
+        unknown = [w for w in unknown if w != "--num-distributed-optimizer-instances"]
     config = ParallelConfig(
         tp=tp,
         pp=pp,
@@ -535,6 +542,7 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
         schedule="interleaved" if vpp > 1 else "1f1b",
         layers_per_stage=() if len(set(layers)) <= 1 else layers,
         offload_layers=num("--cpu-offloading-num-layers", 0) or 0,
+        optimizer_instances=instances,
     )
     return Imported(
         model,
