@@ -36,6 +36,14 @@ SHARDED_GRADIENTS = ("zero2", "full")
 ``optim_grads`` and ``optim_grads_params``): their gradient path is the FSDP model's, not the
 DDP buffer's."""
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1")
+RANK_ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")
+"""How Megatron-Core lays ranks out, fastest-varying first (megatron/core/parallel_state.py
+``initialize_model_parallel(order=...)``): its default ``tp-cp-ep-dp-pp`` (pipeline stages are the
+outermost blocks), or ``tp-cp-ep-pp-dp`` with ``--use-tp-pp-dp-mapping`` (megatron/training/
+initialize.py), which puts a pipeline's stages next to each other (inside an NVLink domain when
+tp*cp*pp fits in it) and the data-parallel replicas outermost; the expert grid follows as
+``tp-ep-dp-pp`` / ``tp-ep-pp-dp``."""
+PP_DP = RANK_ORDERS[1]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -87,6 +95,9 @@ class ParallelConfig:
     instance, the shard is all-reduced across instances, and parameters are all-gathered inside an
     instance (megatron/core/distributed/param_and_grad_buffer.py ``start_grad_sync``;
     parallel_state.py ``_INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP``). Distributed sharding only."""
+    rank_order: str = RANK_ORDERS[0]
+    """Rank layout (:data:`RANK_ORDERS`): Megatron's default, or ``tp-cp-ep-pp-dp``
+    (``--use-tp-pp-dp-mapping``)."""
     offload_layers: int = 0
     """Decoder layers whose activations go to host memory after their forward and come back for
     their backward (Megatron-LM ``--cpu-offloading-num-layers``: Transformer Engine's CPU offload
@@ -332,6 +343,26 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
                 f"activation offloading needs the GPU's host link bandwidth: {', '.join(unknown)} "
                 "has no host_link_gb_per_s in its GPU file"
             )
+    if c.rank_order not in RANK_ORDERS:
+        out.append(f"rank order {c.rank_order!r} not in {', '.join(RANK_ORDERS)}")
+    elif c.rank_order == PP_DP:
+        if len(cluster.groups) > 1:
+            out.append(
+                "the tp-cp-ep-pp-dp rank order spreads every pipeline stage over the whole cluster; "
+                "planner places stages on node groups of different GPU types only in Megatron's default order"
+            )
+        if any(g.nvlink_mesh is not None for g in cluster.groups):
+            out.append(
+                "the tp-cp-ep-pp-dp rank order is priced on NVSwitch nodes only (an NVLink mesh's rings "
+                "are counted for Megatron's default order)"
+            )
+        for what in ("shard", "replicate"):
+            if _dpcp_subgroup(c, what) is None:
+                out.append(
+                    f"with the tp-cp-ep-pp-dp rank order the sharded group (dp*cp / optimizer instances or "
+                    f"fsdp_shard = {c.shard_degree}) must be a multiple or a divisor of cp ({c.cp})"
+                )
+                break
     if c.optimizer_instances < 1:
         out.append(f"optimizer_instances must be >= 1, got {c.optimizer_instances}")
     elif c.optimizer_instances > 1:
@@ -420,10 +451,48 @@ ORDER = ("tp", "cp", "dp", "pp")
 
 @dataclass(frozen=True, slots=True)
 class Group:
-    """The ranks of one communication group: ``first + k * stride`` for ``k < size``."""
+    """The ranks of one communication group: ``first + k * stride`` for ``k < size``; or, with
+    ``inner`` > 0, blocks of ``inner`` ranks ``stride`` apart whose starts are ``outer_stride``
+    apart (``first + (k % inner) * stride + (k // inner) * outer_stride``): the data-parallel
+    group spanning cp and dp when pipeline stages sit between them (``tp-cp-ep-pp-dp``)."""
 
     stride: int
     size: int
+    inner: int = 0
+    outer_stride: int = 0
+
+    def offsets(self) -> list[int]:
+        """Member offsets from the group's first rank."""
+        if not self.inner:
+            return [k * self.stride for k in range(self.size)]
+        return [
+            (k % self.inner) * self.stride + (k // self.inner) * self.outer_stride for k in range(self.size)
+        ]
+
+
+def _dpcp_stride(c: ParallelConfig) -> int:
+    """Rank distance between consecutive data-parallel replicas."""
+    return c.tp * c.cp * (c.pp if c.rank_order == PP_DP else 1)
+
+
+def _dpcp_subgroup(c: ParallelConfig, what: str) -> Group | None:
+    """A group of the dp-cp ranks in Megatron's enumeration (cp fastest, then dp; the instances of a
+    partial distributed optimizer and HSDP's shard groups are consecutive runs of it): ``shard`` the
+    first ``shard_degree`` of them, ``replicate`` every ``shard_degree``-th; None when the run does
+    not map onto (at most) two strides."""
+    step, count = (
+        (1, c.shard_degree) if what == "shard" else (c.shard_degree, max(1, c.cp * c.dp // c.shard_degree))
+    )
+    outer = _dpcp_stride(c)
+    if outer == c.tp * c.cp or count == 1:  # cp and dp contiguous: one stride
+        return Group(c.tp * step, count)
+    if step * count <= c.cp and c.cp % (step * count) == 0:  # inside one cp block
+        return Group(c.tp * step, count)
+    if step % c.cp == 0:  # whole cp blocks: dp strides only
+        return Group(outer * (step // c.cp), count)
+    if c.cp % step == 0 and count % (c.cp // step) == 0:  # part of each cp block, every dp replica
+        return Group(c.tp * step, count, c.cp // step, outer)
+    return None
 
 
 def group(config: ParallelConfig, dim: str) -> Group:
@@ -443,32 +512,44 @@ def group(config: ParallelConfig, dim: str) -> Group:
         case "cp":
             return Group(c.tp, c.cp)
         case "dp":
-            return Group(c.tp * c.cp, c.dp)
+            return Group(_dpcp_stride(c), c.dp)
         case "dpcp":
-            return Group(c.tp, c.cp * c.dp)
+            if c.cp == 1:
+                return Group(_dpcp_stride(c), c.dp)
+            if c.dp == 1 or _dpcp_stride(c) == c.tp * c.cp:  # cp and dp contiguous
+                return Group(c.tp, c.cp * c.dp)
+            return Group(c.tp, c.cp * c.dp, c.cp, _dpcp_stride(c))
         case "pp":
-            return Group(c.tp * c.cp * c.dp, c.pp)
+            return Group(c.tp * c.cp if c.rank_order == PP_DP else c.tp * c.cp * c.dp, c.pp)
         case "ep":
             return Group(c.expert_tp, c.ep)
         case "edp":
-            return Group(c.expert_tp * c.ep, (c.tp * c.cp * c.dp) // (c.expert_tp * c.ep))
-        case "shard":
-            return Group(c.tp, c.shard_degree)
-        case "replicate":
-            return Group(c.tp * c.shard_degree, max(1, c.cp * c.dp // c.shard_degree))
+            return Group(_edp_stride(c), c.expert_dp)
+        case "shard" | "replicate":
+            sub = _dpcp_subgroup(c, dim)
+            if sub is None:  # refused by violations(); a single stride as the fallback
+                return Group(c.tp, c.shard_degree) if dim == "shard" else Group(c.tp * c.shard_degree, 1)
+            return sub
         case "eshard":
-            return Group(c.expert_tp * c.ep, c.expert_shard_degree)
+            return Group(_edp_stride(c), c.expert_shard_degree)
         case "ereplicate":
-            return Group(c.expert_tp * c.ep * c.expert_shard_degree, max(1, c.optimizer_instances))
+            return Group(_edp_stride(c) * c.expert_shard_degree, max(1, c.optimizer_instances))
     raise KeyError(dim)
 
 
+def _edp_stride(c: ParallelConfig) -> int:
+    """Rank distance between consecutive expert data-parallel replicas (the expert grid puts pp
+    between ep and dp in the tp-pp-dp mapping)."""
+    return c.expert_tp * c.ep * (c.pp if c.rank_order == PP_DP else 1)
+
+
 def group_ranks(config: ParallelConfig, dim: str, first: int = 0) -> list[int]:
-    """Ranks of the ``dim`` group that contains ``first`` (for tests and reports)."""
+    """Ranks of the ``dim`` group that contains rank ``first`` of the first pipeline stage's or
+    replica's block (for tests and reports)."""
     g = group(config, dim)
-    block = g.stride * g.size
-    base = (first // block) * block + first % g.stride
-    return [base + k * g.stride for k in range(g.size)]
+    period = g.outer_stride * (g.size // g.inner) if g.inner else g.stride * g.size
+    base = (first // period) * period + first % g.stride
+    return [base + o for o in g.offsets()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -487,9 +568,19 @@ def span(g: Group, node: NodeGroup) -> Span:
     members share each domain (and so that many network links).
     """
     d = node.nvlink_domain_size
-    extent = g.stride * g.size
     if g.size == 1:
         return Span(False, 1)
+    if g.inner:
+        # Blocks of ``inner`` ranks: inside one domain when the whole pattern's period divides
+        # into it; otherwise the members of one block (and of any further blocks that share the
+        # domain) share its network links.
+        period = g.outer_stride * (g.size // g.inner)
+        if period <= d and d % period == 0:
+            return Span(False, g.size)
+        in_block = max(1, min(g.inner, d // g.stride)) if g.stride < d else 1
+        blocks = max(1, min(g.size // g.inner, d // g.outer_stride)) if g.outer_stride < d else 1
+        return Span(True, in_block * (blocks if in_block == g.inner else 1))
+    extent = g.stride * g.size
     if extent <= d and d % extent == 0:
         return Span(False, g.size)
     per_domain = max(1, min(g.size, d // g.stride)) if g.stride < d else 1

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from cost_models.estimate import Estimate, estimate
-from cost_models.parallel import ParallelConfig, account_for_split, canonical_modules, resolve
+from cost_models.parallel import RANK_ORDERS, ParallelConfig, account_for_split, canonical_modules, resolve
 from planner.errors import PlannerError
 from planner.frameworks.megatron.importer import parse_layout
 from planner.frameworks.torchtitan.capabilities import layer_sac_recomputed_layers
@@ -273,6 +273,8 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 optimizer_instances=int(par.get("num_distributed_optimizer_instances") or 1)
                 if sharding == "distributed"
                 else 1,
+                # The recipe's rank layout (Megatron --use-tp-pp-dp-mapping; NeMo's TP_PP_DP_MAPPING).
+                rank_order=RANK_ORDERS[1] if par.get("use_tp_pp_dp_mapping") else RANK_ORDERS[0],
             )
             n_virtual = pp * vpp
             slots = embedding_slots(run)

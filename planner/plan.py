@@ -24,6 +24,7 @@ import yaml
 
 from cost_models.parallel import (
     OPTIMIZER_SHARDING,
+    RANK_ORDERS,
     RECOMPUTE,
     RECOMPUTE_MODULES,
     SCHEDULES,
@@ -159,6 +160,8 @@ def config_to_mapping(c: ParallelConfig) -> dict:
         **({"offload_layers": c.offload_layers} if c.offload_layers else {}),
         # Distributed-optimizer instances (partial distributed optimizer), likewise.
         **({"optimizer_instances": c.optimizer_instances} if c.optimizer_instances > 1 else {}),
+        # Megatron's --use-tp-pp-dp-mapping rank layout, likewise.
+        **({"rank_order": c.rank_order} if c.rank_order != RANK_ORDERS[0] else {}),
     }
 
 
@@ -199,6 +202,7 @@ def config_from_mapping(data: dict, where: str) -> ParallelConfig:
         fsdp_shard=r.get("fsdp_shard", int, 0),
         offload_layers=r.get("offload_layers", int, 0),
         optimizer_instances=r.get("optimizer_instances", int, 1, positive=True),
+        rank_order=r.get("rank_order", str, RANK_ORDERS[0], choices=RANK_ORDERS),
     )
     for i, x in enumerate(c.layers_per_stage):
         check_number(

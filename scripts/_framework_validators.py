@@ -352,6 +352,9 @@ def _megatron_child(argv: list[str], gpu_arch: int, te_version: str | None) -> d
             "dp_cp_instance": mpu.get_data_parallel_world_size(
                 with_context_parallel=True, partial_data_parallel=True
             ),
+            # this rank's pipeline and data-parallel groups (the rank layout)
+            "pp_ranks": list(dist.get_process_group_ranks(mpu.get_pipeline_model_parallel_group())),
+            "dp_ranks": list(dist.get_process_group_ranks(mpu.get_data_parallel_group())),
             "ep": mpu.get_expert_model_parallel_world_size(),
             "etp": mpu.get_expert_tensor_parallel_world_size(),
             "edp": mpu.get_expert_data_parallel_world_size(),

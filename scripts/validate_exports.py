@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cost_models.parallel import group_ranks  # noqa: E402
 from planner.errors import PlannerError  # noqa: E402
 from planner.frameworks.torchtitan.models import model_from_flavor  # noqa: E402
 from planner.hardware import load_cluster  # noqa: E402
@@ -35,6 +36,7 @@ from planner.loading import load_model  # noqa: E402
 from planner.plan import PlanInputs  # noqa: E402
 from planner.search.chain import search  # noqa: E402
 from planner.search.space import Restrictions  # noqa: E402
+from planner.specs import compute_capability_major  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,15 @@ CASES = (
     Case("fp8-delayed", "llama3-8b", 2, 64, 4096, precision="fp8", fp8_recipe="delayed"),
     Case("bf16-adam-moments", "llama3-8b", 2, 64, 4096, optimizer_state_dtype="bf16"),
     Case("fp8-mxfp8-b200", "llama3-8b", 2, 64, 4096, precision="fp8", fp8_recipe="mxfp8", cluster="dgx-b200"),
+    Case(
+        "tp-pp-dp-mapping-gb200",
+        "llama3-70b",
+        16,
+        128,
+        8192,
+        restrict={"tp": (4,), "pp": (4,), "cp": (1,), "rank_order": ("tp-cp-ep-pp-dp",)},
+        cluster="gb200-nvl72",
+    ),
     Case(
         "partial-distopt",
         "llama3-8b",
@@ -210,11 +221,15 @@ def validate(case: Case, framework: str, validators, workdir: Path) -> dict:
         + (" uneven" if len(set(c.layers_per_stage)) > 1 else "")
         + (f" offload:{c.offload_layers}" if c.offload_layers else "")
         + (f" instances:{c.optimizer_instances}" if c.optimizer_instances > 1 else "")
+        + (f" ranks:{c.rank_order}" if c.rank_order != "tp-cp-ep-dp-pp" else "")
     )
     try:
         if framework == "megatron":
             argv, env = megatron_launch(inputs)
-            result = validators.validate_megatron(argv, env)
+            # validate_args asks the device for its architecture (e.g. no CUDA_DEVICE_MAX_CONNECTIONS
+            # rule from Blackwell on): answer with the plan's GPU, the oldest where types mix.
+            arch = min(compute_capability_major(g.gpu.name) for g in inputs.cluster.groups) or 9
+            result = validators.validate_megatron(argv, env, gpu_arch=arch)
         else:
             from planner.frameworks.torchtitan import export as tx
 
@@ -250,6 +265,20 @@ def validate(case: Case, framework: str, validators, workdir: Path) -> dict:
                 "error": f"distributed-optimizer instance of {groups['dp_cp_instance']} ranks != plan's {instance}",
             },
         )
+    elif status == "accepted" and framework == "megatron" and "pp_ranks" in groups:
+        # Megatron's own rank layout for this rank: its pipeline and data-parallel groups are the
+        # plan's (cost_models.parallel.group_ranks, in the plan's rank order).
+        want_pp = group_ranks(c, "pp", groups["pp_ranks"][0])
+        want_dp = group_ranks(c, "dp", groups["dp_ranks"][0])
+        if groups["pp_ranks"] != want_pp or groups["dp_ranks"] != want_dp:
+            status, result = (
+                "rejected",
+                {
+                    "stage": "parallel_state",
+                    "error": f"rank layout: pipeline group {groups['pp_ranks']} and data-parallel group "
+                    f"{groups['dp_ranks']}, the plan's {want_pp} and {want_dp}",
+                },
+            )
     return {
         **row,
         "status": status,

@@ -196,6 +196,7 @@ def test_cli_option_set_is_pinned(run_cli):
             "--fsdp-shard",
             "--offload-layers",
             "--optimizer-instances",
+            "--rank-order",
             "--vpp",
             "--micro-batch-size",
             "--recompute",

@@ -56,6 +56,7 @@ from planner.cli.options import (
     PrecisionOpt,
     ProfileOpt,
     QuietOpt,
+    RankOrderOpt,
     RecomputeLayersOpt,
     RecomputeModulesOpt,
     RecomputeOpt,
@@ -132,6 +133,7 @@ def _estimate(opts: dict):
         opts.get("offload_layers"),
         opts.get("recompute_modules"),
         opts.get("optimizer_instances"),
+        opts.get("rank_order"),
     )
     flags = (
         tp,
@@ -214,6 +216,12 @@ def _estimate(opts: dict):
         if split[6] < 1:
             raise UsageError(f"--optimizer-instances must be >= 1, got {split[6]}")
         config = config.with_(optimizer_instances=split[6])
+    if split[7] is not None:
+        from cost_models.parallel import RANK_ORDERS
+
+        if split[7] not in RANK_ORDERS:
+            raise UsageError(f"--rank-order {split[7]!r}: allowed values: {', '.join(RANK_ORDERS)}")
+        config = config.with_(rank_order=split[7])
     return problem, api.estimate_config(problem, config)
 
 
@@ -285,6 +293,7 @@ def estimate(
     fsdp_shard: FsdpShardOpt = None,
     offload_layers: OffloadLayersOpt = None,
     optimizer_instances: OptimizerInstancesOpt = None,
+    rank_order: RankOrderOpt = None,
     recompute_modules: RecomputeModulesOpt = None,
     precision: PrecisionOpt = "bf16",
     plan: PlanOpt = None,
@@ -346,6 +355,7 @@ def timeline(
     fsdp_shard: FsdpShardOpt = None,
     offload_layers: OffloadLayersOpt = None,
     optimizer_instances: OptimizerInstancesOpt = None,
+    rank_order: RankOrderOpt = None,
     recompute_modules: RecomputeModulesOpt = None,
     precision: PrecisionOpt = "bf16",
     plan: PlanOpt = None,
@@ -455,6 +465,7 @@ def bubbles(
     fsdp_shard: FsdpShardOpt = None,
     offload_layers: OffloadLayersOpt = None,
     optimizer_instances: OptimizerInstancesOpt = None,
+    rank_order: RankOrderOpt = None,
     recompute_modules: RecomputeModulesOpt = None,
     precision: PrecisionOpt = "bf16",
     plan: PlanOpt = None,

@@ -343,6 +343,14 @@ OptimizerInstancesOpt = Annotated[
         rich_help_panel=PANEL_LAYOUT,
     ),
 ]
+RankOrderOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--rank-order",
+        help="Rank layout, fastest-varying first: tp-cp-ep-dp-pp (Megatron's default) or tp-cp-ep-pp-dp (Megatron --use-tp-pp-dp-mapping: a pipeline's stages adjacent, data-parallel replicas outermost).",
+        rich_help_panel=PANEL_LAYOUT,
+    ),
+]
 LastStageOpt = Annotated[
     int | None,
     typer.Option(

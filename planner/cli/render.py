@@ -188,6 +188,7 @@ def estimate_tables(d: dict) -> list[Table]:
         f"graph: {cfg['pipelines']} pipelines of {cfg['num_stages']} stages, tp {cfg['tp']}"
         if "num_stages" in cfg
         else f"tp {cfg['tp']} pp {cfg['pp']} dp {cfg['dp']} cp {cfg['cp']} ep {cfg['ep']} vpp {cfg['vpp']}"
+        + (f", ranks {cfg['rank_order']}" if cfg.get("rank_order") else "")
     )
     eager = (d.get("job") or {}).get("eager_ops") or []
     rows = [
@@ -437,7 +438,7 @@ def _plan_cells(p: dict, alternative: bool = False) -> list[str]:
         str(p["ep"]),
         str(p["vpp"]),
         str(p["micro_batch_size"]),
-        p["schedule"],
+        p["schedule"] + (f", ranks {p['rank_order']}" if p.get("rank_order") else ""),
         rec,
         _sharding_text(p),
         lay,

@@ -136,6 +136,14 @@ def search(
             rich_help_panel=PANEL_SPACE,
         ),
     ] = None,
+    rank_order: Annotated[
+        ListOpt,
+        typer.Option(
+            "--rank-order",
+            help="Rank layouts to search, e.g. tp-cp-ep-dp-pp,tp-cp-ep-pp-dp (Megatron's default, and --use-tp-pp-dp-mapping: a pipeline's stages adjacent, inside an NVL72 rack when they fit). Default: Megatron's default only.",
+            rich_help_panel=PANEL_SPACE,
+        ),
+    ] = None,
     offload_layers: Annotated[
         ListOpt,
         typer.Option(
@@ -242,7 +250,7 @@ def search(
 
     On a graph model (a DAG of blocks, e.g. the vlm-two-tower-13b, mmt-4tower-4b and t5-11b presets), searches graph pipelines (GraphPipe: branches on their own stages, running concurrently) and reports the best sequential pipeline beside them (speedup_vs_sequential in --json).
     """
-    from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES
+    from cost_models.parallel import OPTIMIZER_SHARDING, RANK_ORDERS, RECOMPUTE, SCHEDULES
     from planner import bubbles as bub
     from planner.costing import check_objective, make_target, rank_by_cost
     from planner.frameworks import get_framework
@@ -273,6 +281,7 @@ def search(
         recompute_modules=_recompute_modules(recompute_modules),
         optimizer_sharding=_words(optimizer_sharding, "--optimizer-sharding", OPTIMIZER_SHARDING),
         optimizer_instances=_ints(optimizer_instances, "--optimizer-instances"),
+        rank_order=_words(rank_order, "--rank-order", RANK_ORDERS),
         offload_layers=_ints(offload_layers, "--offload-layers", minimum=0),
         schedule=_words(schedule, "--schedule", SCHEDULES),
         sequence_parallel=sequence_parallel,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES, ParallelConfig
+from cost_models.parallel import OPTIMIZER_SHARDING, PP_DP, RANK_ORDERS, RECOMPUTE, SCHEDULES, ParallelConfig
 from planner.errors import SpecError, UsageError
 from planner.specs import ATTENTION_IMPLS, FP8_RECIPES, MOE_DISPATCHERS, ClusterSpec, JobSpec, ModelSpec
 
@@ -73,6 +73,13 @@ class Capabilities:
     (``JobSpec.tp_comm_overlap``)."""
     hsdp: bool = False
     """Hybrid sharding (``ParallelConfig.fsdp_shard``): FSDP inside a shard group, replicas across."""
+    rank_orders: tuple[str, ...] = (RANK_ORDERS[0],)
+    """Rank layouts its launch can select (``ParallelConfig.rank_order``)."""
+    pp_dp_order_same_expert_dp: bool = False
+    """With the ``tp-cp-ep-pp-dp`` order and pp > 1, the expert grid's data-parallel degree must
+    equal the dense one's (megatron-core 0.19.2 ``initialize_model_parallel``: "When not using
+    pp-last rank ordering, the data parallel size of the attention and moe layers must be the
+    same"; dense models too, whose expert grid has ep 1 and expert tp = tp, so cp must be 1)."""
     partial_distributed_optimizer: bool = False
     """The distributed optimizer sharded inside instances of dp*cp/N ranks and replicated across N
     (``ParallelConfig.optimizer_instances``; Megatron ``--num-distributed-optimizer-instances``)."""
@@ -186,6 +193,14 @@ class Framework:
             out.append(f"{who} has no {job.fp8_recipe!r} FP8 recipe (it runs {', '.join(cap.fp8_recipes)})")
         if len({g.gpu.name for g in cluster.groups}) > 1 and not cap.heterogeneous_gpus:
             out.append(f"{who} cannot place stages on different GPU types")
+        if c.rank_order not in cap.rank_orders:
+            out.append(f"{who} lays ranks out as {', '.join(cap.rank_orders)} only (not {c.rank_order})")
+        elif c.rank_order == PP_DP and c.pp > 1 and cap.pp_dp_order_same_expert_dp and c.expert_dp != c.dp:
+            out.append(
+                f"{who} refuses the tp-cp-ep-pp-dp rank order with pp > 1 when the expert grid's "
+                f"data-parallel degree ({c.expert_dp}) differs from dp ({c.dp}): expert tp x ep must "
+                "equal tp x cp (for a dense model: cp 1)"
+            )
         if c.optimizer_instances > 1 and not cap.partial_distributed_optimizer:
             out.append(
                 f"{who} shards the distributed optimizer over all data-parallel ranks "
@@ -298,6 +313,8 @@ ANY = Framework(
         moe_a2a_overlap=True,
         cuda_graphs=True,
         activation_offload=True,
+        partial_distributed_optimizer=True,
+        rank_orders=RANK_ORDERS,
         eager_ops=None,
         attention_impls=ATTENTION_IMPLS,
         unfused_grad_accumulation=True,

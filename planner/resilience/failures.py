@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from cost_models.parallel import ParallelConfig
+from cost_models.parallel import PP_DP, ParallelConfig
 from planner.errors import ConfigError
 from planner.specs import ModelSpec
 
@@ -43,15 +43,21 @@ class Damage:
 
 
 def coords(c: ParallelConfig, rank: int) -> tuple[int, int, int, int]:
-    """(tp_i, cp_i, dp_i, pp_i) of ``rank`` in Megatron's order."""
+    """(tp_i, cp_i, dp_i, pp_i) of ``rank`` in the configuration's rank order (Megatron's
+    ``tp-cp-ep-dp-pp``, or ``tp-cp-ep-pp-dp``: :data:`cost_models.parallel.RANK_ORDERS`)."""
     tp_i, rest = rank % c.tp, rank // c.tp
     cp_i, rest = rest % c.cp, rest // c.cp
-    dp_i, pp_i = rest % c.dp, rest // c.dp
+    if c.rank_order == PP_DP:
+        pp_i, dp_i = rest % c.pp, rest // c.pp
+    else:
+        dp_i, pp_i = rest % c.dp, rest // c.dp
     return tp_i, cp_i, dp_i, pp_i
 
 
 def rank_of(c: ParallelConfig, tp_i: int, cp_i: int, dp_i: int, pp_i: int) -> int:
     """Inverse of :func:`coords`."""
+    if c.rank_order == PP_DP:
+        return tp_i + c.tp * (cp_i + c.cp * (pp_i + c.pp * dp_i))
     return tp_i + c.tp * (cp_i + c.cp * (dp_i + c.dp * pp_i))
 
 

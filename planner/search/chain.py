@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from cost_models.estimate import Estimate, estimate
-from cost_models.parallel import RECOMPUTE, ParallelConfig, resolve, violations
+from cost_models.parallel import RANK_ORDERS, RECOMPUTE, ParallelConfig, resolve, violations
 from planner.errors import ConfigError
 from planner.search.bounds import cheap_bound, partition_bound, refined_bound
 from planner.search.candidates import Candidate, fold_equivalent
@@ -100,6 +100,7 @@ def sort_key(c: ParallelConfig) -> tuple:
         c.offload_layers,
         ("distributed", "none", "zero2", "full").index(c.optimizer_sharding),
         c.optimizer_instances,
+        RANK_ORDERS.index(c.rank_order),
         ("1f1b", "interleaved", "zb-h1", "gpipe").index(c.schedule),
         c.layers_per_stage,
     )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from cost_models.parallel import (
     OPTIMIZER_SHARDING,
+    RANK_ORDERS,
     RECOMPUTE,
     SCHEDULES,
     ParallelConfig,
@@ -41,6 +42,8 @@ class Restrictions:
     """Module list of the selective variant (``ParallelConfig.recompute_modules``); None: the
     model's cheap modules (:func:`cost_models.parallel.memory_modules`)."""
     optimizer_sharding: tuple[str, ...] | None = None
+    rank_order: tuple[str, ...] | None = None
+    """Rank layouts to search (:data:`cost_models.parallel.RANK_ORDERS`); None: Megatron's default."""
     optimizer_instances: tuple[int, ...] | None = None
     """Distributed-optimizer instance counts to search (``ParallelConfig.optimizer_instances``);
     None: 1 (the optimizer sharded over all data-parallel ranks)."""
@@ -79,6 +82,7 @@ class Restrictions:
                 )
             if self.recompute is not None and "selective" not in self.recompute:
                 raise UsageError("--recompute-modules needs selective among --recompute")
+        fw.check_choices("--rank-order", self.rank_order, cap.rank_orders)
         if any(n > 1 for n in self.optimizer_instances or ()) and not cap.partial_distributed_optimizer:
             raise UsageError(
                 f"--optimizer-instances: {fw.title} shards the distributed optimizer over all "
@@ -234,14 +238,9 @@ def enumerate_shapes(
                 if job.global_batch_size % dp:
                     rejected.add("global batch not divisible by dp")
                     continue
-                shapes = _with_instances(
-                    _inner(model, job, r, rejected, tp, cp, pp, dp),
-                    r.optimizer_instances,
-                    rejected,
-                    model,
-                    cluster,
-                    job,
-                )
+                shapes = _inner(model, job, r, rejected, tp, cp, pp, dp)
+                for expand in (_instance_variants(r.optimizer_instances), _order_variants(r.rank_order)):
+                    shapes = _expanded(shapes, expand, rejected, model, cluster, job)
                 for c in _with_hsdp(shapes, domain, fw):
                     reasons = fw.violations(model, cluster, job, c)
                     if reasons:
@@ -250,28 +249,52 @@ def enumerate_shapes(
                         yield c
 
 
-def _with_instances(
+def _expanded(
     configs: Iterator[ParallelConfig],
-    counts: tuple[int, ...] | None,
+    expand: Callable[[ParallelConfig], list[ParallelConfig]],
     rejected: Rejections,
     model: ModelSpec,
     cluster: ClusterSpec,
     job: JobSpec,
 ) -> Iterator[ParallelConfig]:
-    """Each distributed-optimizer shape once per asked instance count (``--optimizer-instances``;
-    a count that does not divide dp*cp, or the expert data-parallel degree, is counted among the
-    rejections with its reason); other shardings as they come."""
+    """Each shape replaced by its variants (``expand``); a variant other than the shape itself that
+    breaks a constraint is counted among the rejections with its reason."""
     for c in configs:
-        if counts is None or c.optimizer_sharding != "distributed":
-            yield c
-            continue
-        for n in sorted(set(counts)):
-            variant = c.with_(optimizer_instances=n)
-            reasons = violations(model, cluster, job, variant) if n > 1 else []
+        for variant in expand(c):
+            reasons = violations(model, cluster, job, variant) if variant != c else []
             if reasons:
                 rejected.add(reasons[0], variant)
             else:
                 yield variant
+
+
+def _instance_variants(counts: tuple[int, ...] | None) -> Callable[[ParallelConfig], list[ParallelConfig]]:
+    """Each distributed-optimizer shape once per asked instance count (``--optimizer-instances``;
+    one that does not divide dp*cp or the expert data-parallel degree is rejected); other
+    shardings as they come."""
+
+    def expand(c: ParallelConfig) -> list[ParallelConfig]:
+        if counts is None or c.optimizer_sharding != "distributed":
+            return [c]
+        return [c.with_(optimizer_instances=n) for n in sorted(set(counts))]
+
+    return expand
+
+
+def _order_variants(orders: tuple[str, ...] | None) -> Callable[[ParallelConfig], list[ParallelConfig]]:
+    """Each shape once per asked rank layout (``--rank-order``; one the constraints refuse for the
+    shape, such as mixed GPU types, an NVLink mesh or a sharded group that does not map, is
+    rejected). Shapes whose pp or dp is 1 lay out the same in both orders: once, in the first asked."""
+
+    def expand(c: ParallelConfig) -> list[ParallelConfig]:
+        if orders is None:
+            return [c]
+        wanted = [o for o in RANK_ORDERS if o in orders]
+        if c.pp == 1 or c.dp == 1:
+            wanted = wanted[:1]
+        return [c.with_(rank_order=o) for o in wanted]
+
+    return expand
 
 
 def _with_hsdp(configs: Iterator[ParallelConfig], domain: int, fw: Framework) -> Iterator[ParallelConfig]:

@@ -17,12 +17,16 @@
 * Partial distributed optimizer: ``--num-distributed-optimizer-instances N`` (optimizer states
   sharded inside N instances of dp*cp/N ranks; parallel_state.py asserts N divides dp*cp and the
   expert data-parallel size, DistributedDataParallel that it runs with the distributed optimizer).
+* Rank layout: Megatron's default ``tp-cp-ep-dp-pp`` or ``--use-tp-pp-dp-mapping``
+  (``tp-cp-ep-pp-dp``: a pipeline's stages adjacent, data-parallel replicas outermost), the latter
+  only where the dense and expert data-parallel sizes agree when pp > 1.
 * Activation offloading: ``--cpu-offloading-num-layers`` (TransformerConfig: pp 1, no recompute,
   CUDA graphs only over the full iteration).
 * Mixed GPU types: Megatron places ranks in launch order; planner exports a Slurm heterogeneous job
   whose components are the plan's node groups in pipeline order.
 """
 
+from cost_models.parallel import RANK_ORDERS
 from planner.frameworks.base import Capabilities, Framework
 
 MEGATRON = Framework(
@@ -86,6 +90,11 @@ MEGATRON = Framework(
         # --num-distributed-optimizer-instances (arguments.py; DistributedDataParallelConfig): the
         # distributed optimizer sharded over dp*cp/N ranks, replicated across N instances.
         partial_distributed_optimizer=True,
+        # --use-tp-pp-dp-mapping (arguments.py; initialize.py passes order="tp-cp-ep-pp-dp"), under
+        # initialize_model_parallel's condition that the dense and expert data-parallel sizes agree
+        # when pp > 1.
+        rank_orders=RANK_ORDERS,
+        pp_dp_order_same_expert_dp=True,
     ),
     source="megatron/training/arguments.py, megatron/core/pipeline_parallel/schedules.py (megatron-core 0.19.2)",
 )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import shlex
 
-from cost_models.parallel import SHARDED_GRADIENTS, ParallelConfig
+from cost_models.parallel import PP_DP, SHARDED_GRADIENTS, ParallelConfig
 from planner.errors import SpecError
 from planner.frameworks.megatron.capabilities import MEGATRON
 from planner.frameworks.megatron.flags import ACCEPTED
@@ -235,6 +235,9 @@ def parallel_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
         if c.optimizer_instances > 1:
             # DistributedDataParallelConfig.num_distributed_optimizer_instances (arguments.py).
             args.append(("--num-distributed-optimizer-instances", str(c.optimizer_instances)))
+    if c.rank_order == PP_DP:
+        # initialize.py: order="tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping.
+        args.append(("--use-tp-pp-dp-mapping", None))
     elif c.optimizer_sharding in FSDP_STRATEGY:
         args += [
             ("--use-megatron-fsdp", None),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from cost_models.parallel import (
     DEFAULT_RECOMPUTE_MODULES,
+    RANK_ORDERS,
     RECOMPUTE_MODULES,
     SHARDED_GRADIENTS,
     ParallelConfig,
@@ -213,6 +214,7 @@ MODELLED = {
     "--moe-layer-recompute",
     "--cpu-offloading-num-layers",
     "--use-distributed-optimizer",
+    "--use-tp-pp-dp-mapping",
     "--use-megatron-fsdp",
     "--use-torch-fsdp2",
     "--overlap-grad-reduce",
@@ -543,6 +545,7 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
         layers_per_stage=() if len(set(layers)) <= 1 else layers,
         offload_layers=num("--cpu-offloading-num-layers", 0) or 0,
         optimizer_instances=instances,
+        rank_order=RANK_ORDERS[1] if "--use-tp-pp-dp-mapping" in flags else RANK_ORDERS[0],
     )
     return Imported(
         model,
