@@ -443,10 +443,7 @@ def module_violations(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> list
 
 
 # ------------------------------------------------------------------------------------------------
-# Rank placement
-
-ORDER = ("tp", "cp", "dp", "pp")
-"""Megatron's default rank order with EP folded into dp (``tp-cp-ep-dp-pp``)."""
+# Rank placement (the orders: RANK_ORDERS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -496,7 +493,7 @@ def _dpcp_subgroup(c: ParallelConfig, what: str) -> Group | None:
 
 
 def group(config: ParallelConfig, dim: str) -> Group:
-    """Stride and size of the group along ``dim`` in Megatron's order.
+    """Stride and size of the group along ``dim`` in the configuration's rank order (:data:`RANK_ORDERS`).
 
     ``dim`` is one of tp, cp, dp, pp, ``dpcp`` (the data-parallel gradient group, which spans cp
     and dp), ``ep`` (expert group, stride etp inside tp*cp*dp), ``edp`` (expert data-parallel),
