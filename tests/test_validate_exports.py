@@ -35,8 +35,9 @@ class _Stub:
     def __init__(self):
         self.calls = []
 
-    def validate_megatron(self, argv, env):
+    def validate_megatron(self, argv, env, gpu_arch=9):
         self.calls.append(("megatron", argv))
+        self.gpu_arch = gpu_arch
         return {"accepted": False, "stage": "validate_args", "error": "stub rejection", "overridden": []}
 
     def validate_torchtitan(self, toml_path, overrides):
@@ -57,6 +58,10 @@ def test_rows_and_tally_with_a_stub(ve, tmp_path):
     assert "--tensor-model-parallel-size" in next(a for k, a in stub.calls if k == "megatron")
     t = ve.tally(rows)
     assert t["megatron"]["rejected"] == 1 and t["torchtitan"]["accepted"] == 2
+    assert stub.gpu_arch == 9  # an H100 plan: validate_args is told Hopper
+    blackwell = next(c for c in ve.CASES if c.name == "fp8-mxfp8-b200")
+    ve.validate(blackwell, "megatron", stub, tmp_path)
+    assert stub.gpu_arch == 10  # a B200 plan: Blackwell (no CUDA_DEVICE_MAX_CONNECTIONS rule)
 
 
 def test_frameworks_accept_the_exports(ve):
