@@ -101,6 +101,21 @@ TABLE = {
         "--tp-comm-overlap",
         "validate_args: tensor parallel communication/GEMM overlap needs sequence parallelism",
     ),
+    "tp_pp_dp_mapping": (
+        edit(("--bf16", "--bf16 --use-tp-pp-dp-mapping")),
+        False,
+        None,
+        "accepted",
+    ),
+    "tp_pp_dp_mapping_with_cp": (
+        edit(
+            ("--bf16", "--bf16 --use-tp-pp-dp-mapping --context-parallel-size 2"),
+            ("--global-batch-size 64", "--global-batch-size 32"),
+        ),
+        True,
+        "--use-tp-pp-dp-mapping",
+        "parallel state: with pp-first rank ordering the dense and expert data-parallel sizes must agree",
+    ),
     "misspelled_flag": (
         edit(("--sequence-parallel", "--sequence-paralel")),
         True,

@@ -254,6 +254,18 @@ def megatron_findings(imp: Imported, cluster: ClusterSpec) -> list[Finding]:
         err(
             "--cuda-graph-modules moe_preprocess needs moe_router (TransformerConfig)", "--cuda-graph-modules"
         )
+    # parallel_state.initialize_model_parallel: "When not using pp-last rank ordering, the data
+    # parallel size of the attention and moe layers must be the same" (the expert grid has
+    # world / (expert tp x ep x pp) data-parallel ranks; a dense model's has ep 1, expert tp = tp).
+    c = imp.config
+    if "--use-tp-pp-dp-mapping" in f and c.pp > 1 and imp.world_size and c.expert_dp != c.dp:
+        err(
+            f"--use-tp-pp-dp-mapping with pipeline parallelism needs the same data-parallel size for "
+            f"the dense and the expert layers ({c.dp} vs {c.expert_dp}): expert tp x ep must equal "
+            "tp x cp (parallel_state.initialize_model_parallel)",
+            "--use-tp-pp-dp-mapping",
+            "--context-parallel-size" if c.cp > 1 else "--expert-model-parallel-size",
+        )
     if "--num-experts" not in f:
         for moe in ("--moe-router-topk", "--expert-model-parallel-size"):
             if moe in f and moe == "--expert-model-parallel-size" and _int(f.get(moe), 1) > 1:
