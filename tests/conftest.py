@@ -37,3 +37,16 @@ def run_cli():
         return CliResult(code, out.getvalue(), err.getvalue())
 
     return run
+
+
+@pytest.fixture
+def a100_h100_cluster(tmp_path):
+    """A cluster file of 2 DGX A100 then 2 DGX H100 nodes (two GPU types, pipeline order), loaded."""
+    from planner.hardware import load_cluster
+
+    path = tmp_path / "mixed.yaml"
+    path.write_text(
+        "schema_version: 1\nkind: cluster\ngroups:\n  - template: dgx-a100\n    num_nodes: 2\n"
+        "  - template: dgx-h100\n    num_nodes: 2\n"
+    )
+    return load_cluster(str(path))

@@ -148,13 +148,8 @@ def test_conditions():
     )
 
 
-def test_mixed_gpu_types_keep_megatrons_default(tmp_path):
-    f = tmp_path / "mixed.yaml"
-    f.write_text(
-        "schema_version: 1\nkind: cluster\nname: mixed\ngroups:\n"
-        "  - template: dgx-h100\n    num_nodes: 2\n  - template: dgx-a100\n    num_nodes: 2\n"
-    )
-    spec = load_cluster(str(f))
+def test_mixed_gpu_types_keep_megatrons_default(a100_h100_cluster):
+    spec = a100_h100_cluster
     m, job = load_model("llama3-8b"), make_job(global_batch_size=64, seq_length=4096)
     v = violations(m, spec, job, ParallelConfig(tp=8, pp=2, dp=2, rank_order=PP_DP))
     assert any("node groups of different GPU types" in x for x in v)

@@ -316,13 +316,8 @@ def test_search_finds_uneven_partitions_when_they_win():
     assert sum(layers) == 9 and len(set(layers)) > 1
 
 
-def test_heterogeneous_search_places_stages(tmp_path):
-    path = tmp_path / "mixed.yaml"
-    path.write_text(
-        "schema_version: 1\nkind: cluster\ngroups:\n  - template: dgx-a100\n    num_nodes: 2\n"
-        "  - template: dgx-h100\n    num_nodes: 2\n"
-    )
-    cluster = load_cluster(str(path))
+def test_heterogeneous_search_places_stages(a100_h100_cluster):
+    cluster = a100_h100_cluster
     model = load_model("llama2-13b")
     job = make_job(global_batch_size=64, seq_length=4096)
     result = search(
