@@ -232,3 +232,12 @@ def test_cli_estimate_and_search(run_cli, tmp_path):
     assert "--use-tp-pp-dp-mapping" in (launch / "megatron_args.txt").read_text().split()
     titan = run_cli(*SEARCH, "--rank-order", PP_DP, "--framework", "torchtitan")
     assert titan.exit_code == 2 and "--rank-order" in titan.stderr
+
+
+def test_the_mapping_flag_does_not_displace_the_sharding_flags():
+    """An FSDP plan in the tp-pp-dp layout exports Megatron-FSDP's flags and the mapping flag."""
+    m, spec = load_model("llama3-8b"), load_cluster("dgx-h100", 2)
+    job = make_job(global_batch_size=64, seq_length=4096)
+    c = resolve(m, spec, job, ParallelConfig(tp=2, pp=1, optimizer_sharding="full", rank_order=PP_DP))
+    flags = [f for f, _ in megatron_args(PlanInputs(m, spec, job, c, framework="megatron"))]
+    assert "--use-megatron-fsdp" in flags and "--use-tp-pp-dp-mapping" in flags

@@ -235,15 +235,15 @@ def parallel_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
         if c.optimizer_instances > 1:
             # DistributedDataParallelConfig.num_distributed_optimizer_instances (arguments.py).
             args.append(("--num-distributed-optimizer-instances", str(c.optimizer_instances)))
-    if c.rank_order == PP_DP:
-        # initialize.py: order="tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping.
-        args.append(("--use-tp-pp-dp-mapping", None))
     elif c.optimizer_sharding in FSDP_STRATEGY:
         args += [
             ("--use-megatron-fsdp", None),
             ("--data-parallel-sharding-strategy", FSDP_STRATEGY[c.optimizer_sharding]),
             *FSDP_REQUIRED,
         ]
+    if c.rank_order == PP_DP:
+        # initialize.py: order="tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping.
+        args.append(("--use-tp-pp-dp-mapping", None))
     if not job.gradient_accumulation_fusion and c.optimizer_sharding not in SHARDED_GRADIENTS:
         # Megatron-FSDP launches carry the flag already (FSDP_REQUIRED).
         args.append(("--no-gradient-accumulation-fusion", None))
