@@ -157,6 +157,17 @@ class ParallelConfig:
         base, extra = divmod(model.num_layers, n)
         return tuple(base + (1 if i < extra else 0) for i in range(n))
 
+    def optional_fields(self) -> dict:
+        """The knobs plan files and JSON write only when they differ from their default, so that
+        plans without them read and print as before: HSDP's shard degree, offloaded layers,
+        distributed-optimizer instances, a rank order other than Megatron's default."""
+        return {
+            **({"fsdp_shard": self.fsdp_shard} if self.fsdp_shard else {}),
+            **({"offload_layers": self.offload_layers} if self.offload_layers else {}),
+            **({"optimizer_instances": self.optimizer_instances} if self.optimizer_instances > 1 else {}),
+            **({"rank_order": self.rank_order} if self.rank_order != RANK_ORDERS[0] else {}),
+        }
+
     def with_(self, **changes) -> ParallelConfig:
         """A copy with some fields changed."""
         return replace(self, **changes)

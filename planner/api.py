@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from cost_models.estimate import Estimate, estimate
 from cost_models.graph_costs import StageGraph
 from cost_models.memory import HOST_MEMORY_USABLE_FRACTION
-from cost_models.parallel import RANK_ORDERS, ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig, resolve
 from planner import __version__
 from planner.errors import ConfigError
 from planner.graph_api import graph_config_dict, graph_model_dict, stage_graph_dict
@@ -379,10 +379,7 @@ def config_dict(c: ParallelConfig, model: ModelSpec | GraphModelSpec, job: JobSp
         "optimizer_sharding": c.optimizer_sharding,
         "schedule": c.schedule,
         "layers_per_stage": list(c.stage_layers(model)) if isinstance(model, ModelSpec) else [],
-        **({"fsdp_shard": c.fsdp_shard} if c.fsdp_shard else {}),
-        **({"offload_layers": c.offload_layers} if c.offload_layers else {}),
-        **({"optimizer_instances": c.optimizer_instances} if c.optimizer_instances > 1 else {}),
-        **({"rank_order": c.rank_order} if c.rank_order != RANK_ORDERS[0] else {}),
+        **c.optional_fields(),
     }
 
 

@@ -154,14 +154,8 @@ def config_to_mapping(c: ParallelConfig) -> dict:
         "optimizer_sharding": c.optimizer_sharding,
         "schedule": c.schedule,
         "layers_per_stage": list(c.layers_per_stage),
-        # HSDP shard degree, written only when set, so plans without it read as before.
-        **({"fsdp_shard": c.fsdp_shard} if c.fsdp_shard else {}),
-        # Layers whose activations are offloaded to host memory, likewise written only when set.
-        **({"offload_layers": c.offload_layers} if c.offload_layers else {}),
-        # Distributed-optimizer instances (partial distributed optimizer), likewise.
-        **({"optimizer_instances": c.optimizer_instances} if c.optimizer_instances > 1 else {}),
-        # Megatron's --use-tp-pp-dp-mapping rank layout, likewise.
-        **({"rank_order": c.rank_order} if c.rank_order != RANK_ORDERS[0] else {}),
+        # HSDP shard, offloaded layers, optimizer instances, rank order: written only when set.
+        **c.optional_fields(),
     }
 
 
