@@ -423,6 +423,18 @@ def dp_sync(
         gather_s = comm.all_gather_s(dense_params * 2.0, d_dense, link_d) + comm.all_gather_s(
             expert_params * 2.0, d_exp, link_e
         )
+    elif c.optimizer_sharding == "distributed" and job.sharded_grad_reduce == "all_reduce":
+        # The whole gradient all-reduced on every rank, then the updated shards all-gathered inside
+        # the sharding group (JobSpec.sharded_grad_reduce: DeepSpeed's pipeline BF16_Optimizer,
+        # Aleph Alpha's ZeRO).
+        reduce_s = comm.all_reduce_s(dense_params * grad_b, d_dense, link_d) + comm.all_reduce_s(
+            expert_params * grad_b, d_exp, link_e
+        )
+        gather_s = comm.all_gather_s(
+            dense_params * 2.0, c.shard_degree, comm.link_for(group(c, "shard"), node)
+        ) + comm.all_gather_s(
+            expert_params * 2.0, c.expert_shard_degree, comm.link_for(group(c, "eshard"), node)
+        )
     elif c.optimizer_sharding == "distributed" and c.optimizer_instances > 1:
         # Partial distributed optimizer: reduce-scatter inside the instance, all-reduce of the
         # shard across instances (one stream, in that order), all-gather inside the instance
@@ -480,7 +492,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
     layers = c.stage_layers(model)
     first_layer = np.concatenate([[0], np.cumsum(layers)[:-1]]).astype(int).tolist()
     nodes = [node_of_stage(cluster, c, r) for r in range(p)]
-    split_w = c.schedule == "zb-h1"
+    split_w = c.schedule in schedules.SPLIT_W
     unfused = unfused_accumulation_applies(job, c)
 
     durations = np.zeros((n_virtual, 3))
@@ -616,6 +628,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
 
     orders = schedules.generate(c.schedule, p, m, v)
     timeline = schedules.simulate(orders, durations, p2p, m, wfrac, act_units, (c.schedule, p, m, v))
+    if c.schedule in schedules.POST_VALIDATION:
+        timeline = timeline.aligned()
 
     stages: list[StageEstimate] = []
     ends = []

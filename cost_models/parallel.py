@@ -35,7 +35,7 @@ SHARDED_GRADIENTS = ("zero2", "full")
 """The shardings that also shard gradients (ZeRO-2 and ZeRO-3 / FSDP; Megatron-FSDP's
 ``optim_grads`` and ``optim_grads_params``): their gradient path is the FSDP model's, not the
 DDP buffer's."""
-SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1")
+SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2")
 RANK_ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")
 """How Megatron-Core lays ranks out, fastest-varying first (megatron/core/parallel_state.py
 ``initialize_model_parallel(order=...)``): its default ``tp-cp-ep-dp-pp`` (pipeline stages are the
@@ -79,7 +79,8 @@ class ParallelConfig:
     optimizer_sharding: str = "distributed"
     """none (18 B/param), distributed (ZeRO-1), zero2, or full (FSDP / ZeRO-3)."""
     schedule: str = "1f1b"
-    """Pipeline schedule: 1f1b, interleaved (vpp > 1), gpipe, or zb-h1 (zero bubble)."""
+    """Pipeline schedule: 1f1b, interleaved (vpp > 1), gpipe, zb-h1 or zb-h2 (zero bubble, the
+    second with optimizer post-validation: cost_models.schedules.POST_VALIDATION)."""
     layers_per_stage: tuple[int, ...] = ()
     """Decoder layers of each virtual stage in pipeline order (length pp * vpp); empty = even split."""
     fsdp_shard: int = 0
@@ -391,6 +392,11 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
                 f"optimizer_instances ({c.optimizer_instances}) must divide the expert data-parallel "
                 f"degree ({c.expert_dp})"
             )
+    if job.sharded_grad_reduce != "reduce_scatter" and c.optimizer_sharding in ("zero2", "full"):
+        out.append(
+            f"sharded_grad_reduce {job.sharded_grad_reduce!r} describes a distributed (ZeRO-1) optimizer; "
+            f"optimizer sharding {c.optimizer_sharding!r} reduce-scatters gradients per micro-batch"
+        )
     if c.fsdp_shard and (c.optimizer_sharding != "full" or (c.dp * c.cp) % c.fsdp_shard):
         out.append(f"fsdp_shard ({c.fsdp_shard}) needs full sharding and must divide dp*cp ({c.dp * c.cp})")
     if c.optimizer_sharding == "full" and c.pp > 1:

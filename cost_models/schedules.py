@@ -16,6 +16,11 @@ interleaving) and micro-batch ``mb``. Generators:
   with overlapping") ran every forward first when m == p; neither pinned framework does.
 * ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", arXiv:2401.10241): 1F1B with the
   backward split into B and W; rank r keeps its W passes r behind its B passes.
+* ZB-H2 (same paper, Sec. 2.2 and Fig. 3; the memory budget of its automatically scheduled
+  "ZB-2p", Sec. 3): rank r warms up with ``2(p - r) - 1`` forwards, then runs B, W and F in turn
+  with its W passes ``2r`` behind its B passes and the deferred W's at the tail; at most ``2p - 1``
+  micro-batches wait for their W on any rank. Without a barrier between iterations
+  (:data:`POST_VALIDATION`) no rank idles after its first forward when F, B and W take equal time.
 
 The simulator (../shared/reference/algorithms.md §4.4): an operation starts when its stage is
 free and its dependency has finished plus the point-to-point transfer time. ``F(vs, mb)`` needs
@@ -35,6 +40,18 @@ import numpy as np
 
 F, B, W = 0, 1, 2
 KIND_NAMES = ("F", "B", "W")
+SPLIT_W = ("zb-h1", "zb-h2")
+"""Schedules that split the backward into B (input gradients) and W (weight gradients)."""
+POST_VALIDATION = ("zb-h2",)
+"""Schedules that run without a pipeline-wide barrier at the optimizer step: Qi et al. 2023's
+"optimizer post-validation" (Sec. 4; ``--enable-optimizer-post-validation`` in
+sail-sg/zero-bubble-pipeline-parallelism, set with every zero-bubble run of its
+``examples/pretrain_zero_bubble.sh``) steps each rank's optimizer as soon as its own backward work
+is done and checks the global gradient norm and overflow afterwards, so consecutive iterations
+overlap across ranks: rank r starts iteration k + 1 while later ranks finish iteration k (the
+"parallelogram" of the paper's Fig. 3). ZB-H2's warm-up forwards and deferred W's fill each rank
+only under that overlap, so its iteration lasts the longest rank's own span
+(:meth:`Timeline.aligned`)."""
 
 
 class ScheduleError(ValueError):
@@ -60,6 +77,8 @@ def _generate_lists(schedule: str, p: int, m: int, v: int) -> list[list[tuple[in
         return [_one_f_one_b(p, m, r) for r in range(p)]
     if schedule == "zb-h1":
         return [_zb_h1(p, m, r) for r in range(p)]
+    if schedule == "zb-h2":
+        return [_zb_h2(p, m, r) for r in range(p)]
     if schedule == "interleaved":
         if v < 2:
             raise ScheduleError("interleaved schedule needs v >= 2 chunks per rank")
@@ -102,6 +121,27 @@ def _zb_h1(p: int, m: int, r: int) -> list[tuple[int, int, int]]:
     return ops
 
 
+def _zb_h2(p: int, m: int, r: int) -> list[tuple[int, int, int]]:
+    # Rank r warms up with the 2(p - r) - 1 forwards that fit before its first B arrives, then
+    # runs B, W, F in turn with its W passes 2r behind its B passes, and ends with the 2r + 1
+    # deferred W's: at equal F, B and W times the last B reaches rank r exactly 2r + 1 units before
+    # its span of 3m units ends, so no rank waits after its first forward (the parallelogram of
+    # Qi et al. 2023, Fig. 3, ZB-H2; tested). Every rank keeps at most 2p - 1 micro-batches whose W
+    # has not run, the paper's 2p M_B budget of ZB-H2 / ZB-2p.
+    warm = min(2 * (p - r) - 1, m)
+    ops = [(F, 0, j) for j in range(warm)]
+    w = 0
+    for i in range(m):
+        ops.append((B, 0, i))
+        if i >= 2 * r:
+            ops.append((W, 0, w))
+            w += 1
+        if warm + i < m:
+            ops.append((F, 0, warm + i))
+    ops += [(W, 0, j) for j in range(w, m)]
+    return ops
+
+
 def _interleaved(p: int, m: int, v: int, r: int) -> list[tuple[int, int, int]]:
     total = m * v
 
@@ -137,6 +177,24 @@ class Timeline:
     start_s: tuple[np.ndarray, ...]
     end_s: tuple[np.ndarray, ...]
     inflight: tuple[np.ndarray, ...]
+
+    def aligned(self) -> Timeline:
+        """The same operations with every rank's times shifted so that its first operation starts
+        at 0: one iteration of each rank as it repeats without a barrier between iterations
+        (:data:`POST_VALIDATION`), whose length is the longest rank's span. Dependencies across
+        ranks then hold between consecutive iterations, not inside the drawn one."""
+        shift = [float(s[0]) if len(s) else 0.0 for s in self.start_s]
+        return Timeline(
+            num_stages=self.num_stages,
+            num_microbatches=self.num_microbatches,
+            num_chunks=self.num_chunks,
+            kind=self.kind,
+            chunk=self.chunk,
+            mb=self.mb,
+            start_s=tuple(s - d for s, d in zip(self.start_s, shift)),
+            end_s=tuple(e - d for e, d in zip(self.end_s, shift)),
+            inflight=self.inflight,
+        )
 
     @property
     def makespan_s(self) -> float:
@@ -376,7 +434,7 @@ def peak_inflight(
     of any simulation of the same schedule (tested).
     """
     orders = _generate(schedule, p, m, v)
-    has_w = schedule == "zb-h1"
+    has_w = schedule in SPLIT_W
     release_b = 1.0 - weight_fraction if has_w else 1.0
     delta = np.array([1.0, -release_b, -weight_fraction])
     out = []

@@ -357,6 +357,7 @@ def job_dict(j: JobSpec) -> dict:
         "eager_ops": list(j.eager_ops),
         "attention_impl": j.attention_impl,
         "pipeline_scatter_gather": j.pipeline_scatter_gather,
+        "sharded_grad_reduce": j.sharded_grad_reduce,
     }
 
 

@@ -37,6 +37,7 @@ from planner.run_records import (
     moe_runtime_of,
     overlapped_reduction,
     pipeline_scatter_gather,
+    sharded_grad_reduce_of,
     source_of,
     unfused_accumulation,
     zero_stage_of,
@@ -185,6 +186,7 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 eager_ops=eager_ops_of(run, notes),
                 attention_impl=attention_impl_of(run, notes),
                 pipeline_scatter_gather=pipeline_scatter_gather(run, notes),
+                sharded_grad_reduce=sharded_grad_reduce_of(run, precision, notes),
                 **(moe_runtime_of(rid, par, notes) if model.is_moe else {}),
                 where=f"run {rid}",
             )
@@ -266,7 +268,9 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
                 recompute_modules=recompute_modules if recompute == "selective" else (),
                 sequence_parallel=bool(sp),
                 optimizer_sharding=sharding,
-                schedule="interleaved" if vpp > 1 else "1f1b",
+                # The source's schedule where it names one (`parallel.schedule`: Qi et al. 2024's
+                # zero-bubble runs), else Megatron's by vpp.
+                schedule=str(par.get("schedule") or ("interleaved" if vpp > 1 else "1f1b")),
                 # The recipe's activation CPU offloading (Megatron --cpu-offloading-num-layers).
                 offload_layers=int(par.get("cpu_offloading_num_layers") or 0),
                 # The partial distributed optimizer (Megatron --num-distributed-optimizer-instances).

@@ -15,6 +15,7 @@ from planner.specs import (
     FP8_RECIPES,
     MOE_DISPATCHERS,
     PRECISIONS,
+    SHARDED_GRAD_REDUCES,
     JobSpec,
 )
 from planner.validation import check_number
@@ -55,6 +56,11 @@ def make_job(
         raise SpecError(
             f"{where}: attention_impl {kwargs['attention_impl']!r} is not allowed; allowed values: "
             f"{', '.join(ATTENTION_IMPLS)}"
+        )
+    if kwargs.get("sharded_grad_reduce", "reduce_scatter") not in SHARDED_GRAD_REDUCES:
+        raise SpecError(
+            f"{where}: sharded_grad_reduce {kwargs['sharded_grad_reduce']!r} is not allowed; allowed values: "
+            f"{', '.join(SHARDED_GRAD_REDUCES)}"
         )
     recipe = kwargs.pop("fp8_recipe", None)
     if recipe is not None:
@@ -138,6 +144,7 @@ def job_from_mapping(data: dict, where: str) -> JobSpec:
         eager_ops=eager_ops_tuple(r.get("eager_ops", list, []), where, "key 'job.eager_ops'"),
         attention_impl=r.get("attention_impl", str, "fused", choices=ATTENTION_IMPLS),
         pipeline_scatter_gather=r.get("pipeline_scatter_gather", bool, False),
+        sharded_grad_reduce=r.get("sharded_grad_reduce", str, "reduce_scatter", choices=SHARDED_GRAD_REDUCES),
         where=where,
     )
     r.done()

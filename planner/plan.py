@@ -238,6 +238,11 @@ def job_to_mapping(job: JobSpec) -> dict:
         **({"eager_ops": list(job.eager_ops)} if job.eager_ops else {}),
         **({"attention_impl": job.attention_impl} if job.attention_impl != "fused" else {}),
         **({"pipeline_scatter_gather": True} if job.pipeline_scatter_gather else {}),
+        **(
+            {"sharded_grad_reduce": job.sharded_grad_reduce}
+            if job.sharded_grad_reduce != "reduce_scatter"
+            else {}
+        ),
     }
 
 

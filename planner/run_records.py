@@ -80,6 +80,32 @@ def unfused_accumulation(run: dict, precision: str, notes: list[str]) -> bool:
     return False
 
 
+ALL_REDUCE_SHARDED_SOURCES = ("Hagemann et al. 2023",)
+"""Sources whose ZeRO-1 optimizer all-reduced the whole gradient before each rank's sharded step
+(``JobSpec.sharded_grad_reduce`` ``all_reduce``): Aleph Alpha's codebase, whose ``Optimizer.step``
+calls ``allreduce_gradients`` over the data-parallel group when ``zero`` is set and all-gathers the
+updated shards in ``step_sequel`` (Aleph-Alpha/scaling ``src/scaling/core/optimizer/optimizer.py``).
+BigScience's BF16 runs are matched by precision in :func:`sharded_grad_reduce_of`."""
+
+
+def sharded_grad_reduce_of(run: dict, precision: str, notes: list[str]) -> str:
+    """How a run's ZeRO-1 optimizer reduced gradients (``JobSpec.sharded_grad_reduce``).
+
+    * BigScience's BF16 runs (BLOOM-176B and its reshaping runs): DeepSpeed's pipeline engine with
+      the ``BF16_Optimizer`` all-reduces the optimizer's fp32 gradients
+      (``deepspeed/runtime/pipe/engine.py`` ``_exec_reduce_grads`` -> ``_bf16_reduce_grads`` ->
+      ``buffered_allreduce_fallback``, microsoft/DeepSpeed as of 2022-07, 735406e5), then each rank
+      steps its partition and all-gathers the bf16 parameters (``bf16_optimizer.py`` ``step``,
+      ``all_gather_dp_groups``). Their FP16 runs used DeepSpeed's ZeRO stage 1 optimizer, whose
+      ``average_tensor`` reduces each gradient slice to its owner: a reduce-scatter.
+    * :data:`ALL_REDUCE_SHARDED_SOURCES`."""
+    src = source_of(run)
+    if (src.startswith("BigScience") and precision == "bf16") or src.startswith(ALL_REDUCE_SHARDED_SOURCES):
+        notes.append("ZeRO-1 gradients all-reduced before the sharded step (not reduce-scattered)")
+        return "all_reduce"
+    return "reduce_scatter"
+
+
 def zero_stage_of(par: dict) -> int | None:
     """A record's ZeRO stage: the number, or the one its text starts with (BLOOM's README row:
     ``1 (DeepSpeed BF16_Optimizer implements ZeRO-1-equivalent; ZERO_STAGE=0 flag)``); None when
@@ -154,6 +180,7 @@ UNFUSED_ATTENTION_SOURCES = (
     "DLPerf OneFlow-GPT",
     "BigScience",
     "vTrain",
+    "Qi et al. 2024",
 )
 """Sources whose runs materialised the attention score matrix (``JobSpec.attention_impl``
 ``unfused``): they predate FlashAttention (Dao et al., May 2022) in their frameworks. Megatron-LM's
@@ -162,7 +189,9 @@ UNFUSED_ATTENTION_SOURCES = (
 activation term) and DLPerf (Megatron-LM 8aa4619, January 2021) ran; BigScience's
 Megatron-DeepSpeed fork of 2022, the same code; vTrain's validation runs (Megatron-DeepSpeed, whose
 attention vTrain's profiled model copies: ``ShardedGptSelfAttention`` in src/model/gpt_modeling.py,
-``baddbmm``, ``FusedScaleMaskSoftmax``, dropout, ``bmm``); OneFlow-GPT's ``bmm`` + fused scale-mask-softmax-
+``baddbmm``, ``FusedScaleMaskSoftmax``, dropout, ``bmm``); Qi et al. 2024's zero-bubble runs (their
+Megatron-LM fork's legacy GPT model: ``examples/pretrain_zero_bubble.sh`` at 77b9eed9 sets neither
+``--use-flash-attn`` nor ``--use-mcore-models``, and ``--transformer-impl`` defaults to local); OneFlow-GPT's ``bmm`` + fused scale-mask-softmax-
 dropout (DLPerf, 2021), priced as Megatron's."""
 
 

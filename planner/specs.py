@@ -19,6 +19,8 @@ SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
 PRECISIONS = ("bf16", "fp16", "fp8")
 DTYPES = ("fp32", "bf16", "fp16")
 ATTENTION_IMPLS = ("fused", "unfused", "flash2")
+SHARDED_GRAD_REDUCES = ("reduce_scatter", "all_reduce")
+"""How gradients reach a distributed (ZeRO-1) optimizer (:attr:`JobSpec.sharded_grad_reduce`)."""
 FP8_RECIPES = ("tensorwise", "delayed", "blockwise", "mxfp8")
 """FP8 scaling recipes (``JobSpec.fp8_recipe``), Megatron-Core's ``--fp8-recipe`` names
 (``TransformerConfig.fp8_recipe``; Transformer Engine's ``Float8CurrentScaling``, ``DelayedScaling``,
@@ -610,6 +612,21 @@ class JobSpec:
     (``is_pipe_partitioned`` / ``is_grad_partitioned``, ``deepspeed/runtime/pipe/engine.py``).
     Priced by :func:`cost_models.tensors.pipeline_transfer_s`; neither pinned framework runs it
     (their capabilities refuse it), so it describes published runs of older software."""
+    sharded_grad_reduce: str = "reduce_scatter"
+    """How a distributed (ZeRO-1) optimizer's gradients are reduced over the data-parallel ranks
+    (:data:`SHARDED_GRAD_REDUCES`; read only with ``optimizer_sharding: distributed``):
+    ``reduce_scatter``, each rank receives the reduced shard it updates (Megatron-Core's distributed
+    optimizer, megatron/core/distributed/param_and_grad_buffer.py ``start_grad_sync``; DeepSpeed
+    ZeRO stage 1-2, whose ``average_tensor`` reduces each slice to its owner), or ``all_reduce``,
+    the whole gradient is all-reduced on every rank before each updates its shard and the updated
+    parameters are all-gathered: DeepSpeed's pipeline engine with its ``BF16_Optimizer``
+    (``deepspeed/runtime/pipe/engine.py`` ``_bf16_reduce_grads``: ``buffered_allreduce_fallback``
+    over the optimizer's fp32 gradients, then ``all_gather_dp_groups`` in
+    ``bf16_optimizer.py`` ``step``; BLOOM's BF16 runs) and Aleph Alpha's codebase with ZeRO
+    (Aleph-Alpha/scaling ``src/scaling/core/optimizer/optimizer.py``, ``Optimizer.step``:
+    ``allreduce_gradients`` before the sharded step). The all-reduce moves twice the bytes of the
+    reduce-scatter. Priced by :func:`cost_models.estimate.dp_sync`; neither pinned framework runs
+    it (their capabilities refuse it), so it describes published runs of other software."""
 
     @property
     def tokens_per_step(self) -> int:

@@ -296,9 +296,10 @@ def test_bigscience_micro_batch_sweep_peaks_inside():
 def test_recipes_that_account_for_embedding_and_loss_split_the_pipeline_as_megatron_does():
     """Records whose recipe sets --account-for-embedding/loss-in-pipeline-split (Megatron-Bridge's
     Qwen3-235B and Llama 3.1 405B configs, the MoE Model Zoo's Qwen3-235B launch config, MLPerf
-    v5.0's Llama 3.1 405B runs on H100, H200 and GB200, ASYM_PP_EMBED / ASYM_PP_LOSS) get
-    Megatron's split: the embedding and the loss each count as a layer of the first and last virtual
-    stage, so those hold one decoder layer fewer (cost_models.parallel.account_for_split)."""
+    v5.0's Llama 3.1 405B runs on H100, H200 and GB200, ASYM_PP_EMBED / ASYM_PP_LOSS; Qi et al.
+    2024's zero-bubble runs, whose first and last stage are one layer short) get Megatron's split:
+    the embedding and the loss each count as a layer of the first and last virtual stage, so those
+    hold one decoder layer fewer (cost_models.parallel.account_for_split)."""
     import yaml
 
     from planner.calibration import DEFAULT_RUNS
@@ -310,7 +311,7 @@ def test_recipes_that_account_for_embedding_and_loss_split_the_pipeline_as_megat
         for r in runs
         if r["parallel"].get("account_for_embedding_in_pipeline_split") and r["id"] in by
     ]
-    assert len(flagged) == 31
+    assert len(flagged) == 31 + 52
     for rid in flagged:
         c = by[rid]
         layers = c.config.stage_layers(c.model)
@@ -325,6 +326,9 @@ def test_recipes_that_account_for_embedding_and_loss_split_the_pipeline_as_megat
     ) == (5,) + (6,) * 14 + (5,)
     zoo = by["moezoo_h100_bf16_qwen3_235b_256gpu_tp4_pp8_ep8_deepep"]
     assert zoo.config.stage_layers(zoo.model) == (2,) + (3,) * 30 + (2,)
+    # the zero-bubble runs' interleaved layout: one layer per chunk, none in the first and last
+    zb = by["qi2024_zb_a100_gpt1.5b_8gpu_gbs144_1f1bi_mbs6"]
+    assert zb.config.vpp == 3 and zb.config.stage_layers(zb.model) == (0,) + (1,) * 22 + (0,)
 
 
 def test_recipes_with_a_pipeline_layout_split_the_layers_as_the_layout_says():

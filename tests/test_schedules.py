@@ -36,6 +36,37 @@ def test_zb_h1_bubble(p, m, tf, tb, tw):
     assert idle_per_stage(tl) == pytest.approx([(p - 1) * (tf + tb - tw)] * p)
 
 
+@pytest.mark.parametrize("p,m", [(2, 6), (4, 8), (8, 32), (5, 12), (8, 24)])
+@pytest.mark.parametrize("tf,tb,tw", [(1, 1, 1), (1, 1.1, 0.8), (1.2, 1.3, 0.9)])
+def test_zb_h2_bubble_without_a_barrier(p, m, tf, tb, tw):
+    # Qi et al. 2023 Table 2: ZB-H2's bubble is (p - 1)(T_F + T_B - 2 T_W), zero at equal times, once
+    # consecutive iterations overlap (optimizer post-validation): each rank's own span
+    tl = simulate(generate("zb-h2", p, m), uniform_durations(p, 1, tf, tb, tw)).aligned()
+    assert all(float(s[0]) == 0.0 for s in tl.start_s)
+    assert tl.makespan_s == pytest.approx(m * (tf + tb + tw) + (p - 1) * (tf + tb - 2 * tw))
+    assert tl.bubble_fraction() == pytest.approx(
+        sum(tl.makespan_s - tl.busy_s(r) for r in range(p)) / (p * tl.makespan_s)
+    )
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (8, 24)])
+def test_zb_h2_holds_the_papers_activation_budget(p, m):
+    # Qi et al. 2023 Sec. 2.3: rank r (0-based) holds (2(p - r) - 1) M_B + 2r M_W at its peak
+    f = 0.4
+    tl = simulate(generate("zb-h2", p, m), uniform_durations(p, 1, 1.0, 1.0, 1.0), 0.0, m, f)
+    assert [tl.peak_inflight(r) for r in range(p)] == pytest.approx(
+        [2 * (p - r) - 1 + 2 * r * f for r in range(p)]
+    )
+    # and its warm-up runs exactly the forwards that fit before the first backward arrives
+    for r, ops in enumerate(generate("zb-h2", p, m)):
+        assert next(i for i, op in enumerate(ops) if op[0] != F) == min(2 * (p - r) - 1, m)
+
+
+def test_aligning_a_barrier_schedule_changes_nothing_for_its_first_rank():
+    tl = simulate(generate("1f1b", 4, 8), uniform_durations(4, 1, 1.0, 2.0))
+    assert tl.aligned().makespan_s == pytest.approx(tl.makespan_s)
+
+
 @pytest.mark.parametrize("p,m", [(4, 8), (8, 32), (4, 2)])
 def test_1f1b_inflight(p, m):
     tl = simulate(generate("1f1b", p, m), uniform_durations(p, 1, 1.0, 2.0))
@@ -52,10 +83,10 @@ def test_interleaved_first_stage_holds_more():
 
 
 def test_every_operation_runs_once():
-    for schedule, v in (("gpipe", 1), ("1f1b", 1), ("zb-h1", 1), ("interleaved", 3)):
+    for schedule, v in (("gpipe", 1), ("1f1b", 1), ("zb-h1", 1), ("zb-h2", 1), ("interleaved", 3)):
         p, m = 4, 8
         orders = generate(schedule, p, m, v)
-        kinds = (F, B, W) if schedule == "zb-h1" else (F, B)
+        kinds = (F, B, W) if schedule in ("zb-h1", "zb-h2") else (F, B)
         for r, ops in enumerate(orders):
             assert sorted(ops) == sorted({(k, c, j) for k in kinds for c in range(v) for j in range(m)})
 
@@ -67,7 +98,7 @@ def test_interleaved_needs_m_divisible_by_p():
 
 @st.composite
 def pipelines(draw):
-    schedule = draw(st.sampled_from(["gpipe", "1f1b", "zb-h1", "interleaved"]))
+    schedule = draw(st.sampled_from(["gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved"]))
     p = draw(st.integers(1, 6))
     v = draw(st.integers(2, 3)) if schedule == "interleaved" else 1
     if schedule == "interleaved":
@@ -83,7 +114,7 @@ def pipelines(draw):
             )
         )
     )
-    if schedule != "zb-h1":
+    if schedule not in ("zb-h1", "zb-h2"):
         durs[:, 1] += durs[:, 2]
         durs[:, 2] = 0
     p2p = np.array(draw(st.lists(st.floats(0, 0.5), min_size=n, max_size=n)))

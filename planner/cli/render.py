@@ -158,7 +158,9 @@ def _grad_rows(d: dict) -> list[tuple[str, str]]:
     gradients for fp16 training, fp32 otherwise: planner.jobs.default_grad_dtype), the optimizer's
     master weight and moment dtypes, shown only when not fp32 / fp32, and unfused
     gradient accumulation, shown only when set (fused is the default), the FP8 recipe of an FP8
-    job, and pipeline sends scattered over tp (JobSpec.pipeline_scatter_gather), shown only when set."""
+    job, pipeline sends scattered over tp (JobSpec.pipeline_scatter_gather), shown only when set, and
+    a distributed optimizer's all-reduced gradients (JobSpec.sharded_grad_reduce), shown only when
+    not the reduce-scatter."""
     job = d.get("job") or {}
     grad = job.get("grad_dtype")
     rows = []
@@ -173,6 +175,8 @@ def _grad_rows(d: dict) -> list[tuple[str, str]]:
         rows.append(("FP8 recipe", job["fp8_recipe"]))
     if job.get("pipeline_scatter_gather"):
         rows.append(("pipeline sends", "scattered over tp, all-gathered by the receiver"))
+    if job.get("sharded_grad_reduce") == "all_reduce":
+        rows.append(("sharded optimizer's gradients", "all-reduced (not reduce-scattered)"))
     return rows
 
 

@@ -18,7 +18,15 @@ from dataclasses import dataclass
 
 from cost_models.parallel import OPTIMIZER_SHARDING, PP_DP, RANK_ORDERS, RECOMPUTE, SCHEDULES, ParallelConfig
 from planner.errors import SpecError, UsageError
-from planner.specs import ATTENTION_IMPLS, FP8_RECIPES, MOE_DISPATCHERS, ClusterSpec, JobSpec, ModelSpec
+from planner.specs import (
+    ATTENTION_IMPLS,
+    FP8_RECIPES,
+    MOE_DISPATCHERS,
+    SHARDED_GRAD_REDUCES,
+    ClusterSpec,
+    JobSpec,
+    ModelSpec,
+)
 
 
 def stage_size(c: ParallelConfig, num_layers: int) -> int:
@@ -48,7 +56,7 @@ class Capabilities:
     """What one framework version runs. Names are the cost model's (``cost_models.parallel``)."""
 
     schedules: tuple[str, ...]
-    """Pipeline schedules it runs (1f1b, interleaved, gpipe, zb-h1)."""
+    """Pipeline schedules it runs (1f1b, interleaved, gpipe, zb-h1, zb-h2)."""
     optimizer_sharding: tuple[str, ...]
     """Sharding modes it runs: none, distributed (ZeRO-1), zero2, full (ZeRO-3 / FSDP)."""
     sharding_with_pipeline: tuple[str, ...]
@@ -114,6 +122,9 @@ class Capabilities:
     """Without sequence parallelism, its pipeline sends are scattered over the tensor-parallel ranks
     and all-gathered by the receivers (``JobSpec.pipeline_scatter_gather``); Megatron-Core and
     torch's pipelining send whole tensors."""
+    sharded_grad_reduces: tuple[str, ...] = ("reduce_scatter",)
+    """How its distributed (ZeRO-1) optimizer reduces gradients (``JobSpec.sharded_grad_reduce``):
+    Megatron-Core and torchtitan reduce-scatter them."""
     activation_offload: bool = False
     """Its launch can offload the first layers' activations to host memory
     (``ParallelConfig.offload_layers``; Megatron ``--cpu-offloading-num-layers``)."""
@@ -268,6 +279,10 @@ class Framework:
             out.append(f"{who} captures CUDA graphs with activation offloading only over the full iteration")
         if job.pipeline_scatter_gather and not cap.pipeline_scatter_gather:
             out.append(f"{who} sends whole hidden states between pipeline stages (no scatter/gather over tp)")
+        if c.optimizer_sharding == "distributed" and job.sharded_grad_reduce not in cap.sharded_grad_reduces:
+            out.append(
+                f"{who}'s distributed optimizer reduce-scatters gradients, not {job.sharded_grad_reduce}"
+            )
         return out
 
     def require(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> None:
@@ -319,6 +334,7 @@ ANY = Framework(
         attention_impls=ATTENTION_IMPLS,
         unfused_grad_accumulation=True,
         pipeline_scatter_gather=True,
+        sharded_grad_reduces=SHARDED_GRAD_REDUCES,
     ),
     source="cost_models/parallel.py (SCHEDULES, OPTIMIZER_SHARDING, RECOMPUTE)",
     exportable=False,

@@ -14,6 +14,7 @@ from functools import lru_cache
 from cost_models import communication as comm
 from cost_models.estimate import DDP_BUCKET_PARAMS, dp_sync, node_of_stage
 from cost_models.parallel import LAYER_RECOMPUTE, ParallelConfig, group
+from cost_models.schedules import POST_VALIDATION, SPLIT_W
 from cost_models.tensors import pipeline_transfer_s
 from planner.search.shape_partition import hetero_slots, solve_partition
 from planner.search.space import Restrictions
@@ -258,14 +259,18 @@ def _bound_terms(
             work += max(0.0, gather - L * f_l - f_e) + max(
                 0.0, gather + scatter - L * (b_l + w_l) - b_e - w_e
             )
-        if c.schedule == "zb-h1":
+        if c.schedule in POST_VALIDATION:
+            # each rank's iteration is timed from its own first forward (Timeline.aligned): no
+            # path through the earlier stages precedes it
+            share = 0.0
+        elif c.schedule in SPLIT_W:
             share = min((f_l + b_l) / (f_l + b_l + w_l), (f_e + b_e) / max(f_e + b_e + w_e, 1e-30))
         elif c.schedule == "interleaved":
             share = 1.0 / c.vpp
         else:
             share = 1.0
         lag = 0.0
-        if p > 1:
+        if p > 1 and c.schedule not in POST_VALIDATION:
             lag = min(
                 pipeline_transfer_s(
                     model, job, c, comm.link_for(group(c, "pp"), g), comm.link_for(group(c, "tp"), g)

@@ -375,7 +375,8 @@ def _inner(model, job, r: Restrictions, rejected: Rejections, tp, cp, pp, dp) ->
         if pp == 1:
             schedules = [("1f1b", 1)]
         else:
-            for s in ("1f1b", "zb-h1") if r.schedule is None else ("1f1b", "zb-h1", "gpipe"):
+            # GPipe and ZB-H2 (twice the activations; no pinned framework runs it) only when asked for
+            for s in ("1f1b", "zb-h1") if r.schedule is None else ("1f1b", "zb-h1", "gpipe", "zb-h2"):
                 schedules.append((s, 1))
             if m % pp == 0:
                 for v in range(2, L // pp + 1):

@@ -9,7 +9,7 @@ from dataclasses import replace
 from cost_models import memory as mem
 from cost_models.estimate import offload_terms, table_for, table_key
 from cost_models.parallel import LAYER_RECOMPUTE, ParallelConfig
-from cost_models.schedules import peak_inflight
+from cost_models.schedules import SPLIT_W, peak_inflight
 from planner.search.partition import StageModel
 from planner.specs import JobSpec, ModelSpec, NodeGroup
 
@@ -22,7 +22,7 @@ def schedule_inflight(
 
 
 def _weight_fraction(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> float:
-    if c.schedule != "zb-h1":
+    if c.schedule not in SPLIT_W:
         return 0.0
     t = table_for(model, job, c, node)
     return round(min(1.0, t.dense.weight_grad_bytes / t.dense.activation_bytes), 6)
