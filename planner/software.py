@@ -45,6 +45,11 @@ CLASSES = {
     "megatron-bridge-26.04": ("megatron", "2026-04", "Megatron-Bridge / NeMo 26.04 containers"),
     "megatron-bridge-26.06": ("megatron", "2026-06", "Megatron-Bridge / NeMo 26.06 container"),
     "torchtitan-2025": ("torchtitan", "2025-06", "torchtitan 2025 (FSDP2, torch 2.8 nightlies)"),
+    "megatron-lm-zero-bubble-2024": (
+        "zero-bubble",
+        "2024-01",
+        "sail-sg's zero-bubble fork of Megatron-LM (legacy GPT model, fp16; Qi et al. 2024's runs)",
+    ),
     "megatron-deepspeed-bigscience-2022": (
         "deepspeed",
         "2022-02",
@@ -54,7 +59,10 @@ CLASSES = {
 }
 """Release classes: name -> (framework, released, description). The runs' citations are in
 tests/data/published_runs.yaml (Megatron-Bridge performance summary pages; torchtitan benchmarks;
-BigScience's tr11 chronicles and reshaping log). The BigScience class ran every CUDA operation
+BigScience's tr11 chronicles and reshaping log; Qi et al. 2024's Table 4). The zero-bubble fork
+(sail-sg/zero-bubble-pipeline-parallelism, a Megatron-LM of late 2023 whose backward is split into B
+and W passes) is a class of its own with a framework name no plan uses, so its profile describes
+those runs and is never the default of a Megatron plan. The BigScience class ran every CUDA operation
 synchronously: bigscience-workshop/bigscience ``train/tr11-176B-ml/chronicles-prequel.md``, "dealing
 with JZ hanging on the large model" (``export CUDA_LAUNCH_BLOCKING=1``; 320 GPUs "always hangs"
 without it) and ``tr11-176B-ml.slurm`` (the same export), so each kernel's host-side launch cost is
@@ -142,6 +150,8 @@ def software_class(framework: str | None, software: str | None) -> str:
         return name if name in CLASSES else ""
     if str(framework or "") == "torchtitan":
         return "torchtitan-2025"
+    if text.startswith("Megatron-LM fork of sail-sg/zero-bubble-pipeline-parallelism"):
+        return "megatron-lm-zero-bubble-2024"
     if text.startswith("Megatron-DeepSpeed (bigscience fork"):
         return "megatron-deepspeed-bigscience-2022"
     return ""
