@@ -52,6 +52,14 @@ Hagemann et al. 2023's sweep ran Aleph Alpha's codebase, whose data-parallel all
 ``src/scaling/core/optimizer/optimizer.py``)."""
 
 
+def deepspeed_bf16_optimizer(run: dict, precision: str) -> bool:
+    """Whether a run trained with DeepSpeed's ``BF16_Optimizer``: BigScience's BF16 runs (BLOOM-176B
+    and its reshaping runs; its FP16 runs used DeepSpeed's ZeRO stage 1 optimizer). That optimizer
+    both accumulates gradients in fp32 with a separate add (:func:`unfused_accumulation`) and
+    all-reduces them before its sharded step (:func:`sharded_grad_reduce_of`)."""
+    return source_of(run).startswith("BigScience") and precision == "bf16"
+
+
 def unfused_accumulation(run: dict, precision: str, notes: list[str]) -> bool:
     """Whether a run added every micro-batch's weight gradients into its main gradients with a
     separate pass (``JobSpec.gradient_accumulation_fusion`` False; priced by
@@ -72,7 +80,7 @@ def unfused_accumulation(run: dict, precision: str, notes: list[str]) -> bool:
     if "--no-gradient-accumulation-fusion" in str(par.get("notes") or ""):
         notes.append("gradient accumulation unfused (--no-gradient-accumulation-fusion)")
         return True
-    if source_of(run).startswith("BigScience") and precision == "bf16":
+    if deepspeed_bf16_optimizer(run, precision):
         notes.append(
             "gradient accumulation unfused (DeepSpeed BF16_Optimizer: fp32 gradients, one add per micro-batch)"
         )
@@ -99,8 +107,7 @@ def sharded_grad_reduce_of(run: dict, precision: str, notes: list[str]) -> str:
       ``all_gather_dp_groups``). Their FP16 runs used DeepSpeed's ZeRO stage 1 optimizer, whose
       ``average_tensor`` reduces each gradient slice to its owner: a reduce-scatter.
     * :data:`ALL_REDUCE_SHARDED_SOURCES`."""
-    src = source_of(run)
-    if (src.startswith("BigScience") and precision == "bf16") or src.startswith(ALL_REDUCE_SHARDED_SOURCES):
+    if deepspeed_bf16_optimizer(run, precision) or source_of(run).startswith(ALL_REDUCE_SHARDED_SOURCES):
         notes.append("ZeRO-1 gradients all-reduced before the sharded step (not reduce-scattered)")
         return "all_reduce"
     return "reduce_scatter"
