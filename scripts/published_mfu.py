@@ -28,6 +28,7 @@ from cost_models.compute import COMPUTE_DTYPE  # noqa: E402
 from cost_models.layers import model_flop_per_iteration  # noqa: E402
 from planner.calibration import DEFAULT_RUNS, cases, excluded_reason  # noqa: E402
 from planner.plausibility import TABLE, class_key  # noqa: E402
+from planner.software import CLASSES  # noqa: E402
 
 
 def table(runs: Path) -> dict:
@@ -87,8 +88,13 @@ Ultra-Scale Playbook's nanotron sweep and Hagemann et al. 2023's Aleph Alpha cod
 
 
 def framework_of(case) -> str:
-    """The framework a published run used: :data:`FRAMEWORK_OF_SOURCE`, else Megatron-LM
-    (Megatron-LM papers and docs, NeMo / Megatron-Bridge, BLOOM's and vTrain's Megatron-DeepSpeed)."""
+    """The framework a published run used: its software release class's framework when it has one
+    (planner.software.CLASSES: the zero-bubble fork's runs are ``zero-bubble``, which stock
+    Megatron-LM cannot schedule, and BigScience's are ``deepspeed``, the DeepSpeed pipeline engine),
+    else :data:`FRAMEWORK_OF_SOURCE`, else Megatron-LM (Megatron-LM papers and docs, NeMo /
+    Megatron-Bridge, vTrain's Megatron-LM)."""
+    if case.software in CLASSES:
+        return CLASSES[case.software][0]
     source = case.source.lower()
     return next((fw for text, fw in FRAMEWORK_OF_SOURCE if text in source), "megatron")
 

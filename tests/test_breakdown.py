@@ -169,6 +169,35 @@ def test_plausibility_flags_predictions_above_the_best_published_mfu():
     assert unknown.best_published_mfu is None and not unknown.above_best_published
 
 
+def test_a_megatron_plan_is_held_to_runs_stock_megatron_can_schedule():
+    """A run's framework is its software class's: the zero-bubble fork's ZB-2p runs (A100 fp16,
+    57% MFU) are not a bound stock Megatron-LM can reach, nor are BigScience's DeepSpeed-engine runs
+    Megatron's; a Megatron plan is checked against Megatron-LM's own runs."""
+    import importlib.util
+    from pathlib import Path
+
+    from planner import calibration as cal
+    from planner.plausibility import _classes, plausibility
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "published_mfu.py"
+    spec = importlib.util.spec_from_file_location("published_mfu", script)
+    published_mfu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(published_mfu)
+    by_id = {c.run_id: c for c in cal.cases()}
+    assert (
+        published_mfu.framework_of(by_id["qi2024_zb_a100_gpt28.3b_32gpu_gbs128_zb2p_mbs1"]) == "zero-bubble"
+    )
+    assert published_mfu.framework_of(by_id["bloom176b_reshape_24nodes_tp2_pp24_mbs1"]) == "deepspeed"
+    assert published_mfu.framework_of(by_id["narayanan2021_t2_ptdp_529b_560gpu"]) == "megatron"
+    cls = _classes()["a100-sxm4-80gb fp16 dense"]
+    megatron = cls["by_framework"]["megatron"]
+    assert by_id[megatron["run_id"]].software == ""  # a stock Megatron-LM run
+    assert cls["mfu"] > megatron["mfu"]  # the fork's best is above it
+    between = (cls["mfu"] + megatron["mfu"]) / 2
+    assert plausibility("a100-sxm4-80gb", "fp16", False, between, "megatron").above_best_published
+    assert not plausibility("a100-sxm4-80gb", "fp16", False, between, "zero-bubble").above_best_published
+
+
 def test_plans_beyond_the_calibration_runs_of_their_class_are_flagged():
     """Issue 12: FSDP over more ranks, or more GPUs, than any calibration run of the class is an
     extrapolation; the reason names the run that bounds the class."""
