@@ -120,7 +120,7 @@ class StageEstimate:
     tp_cp_ep_comm_s: float
     """Exposed tensor/context/expert-parallel communication per micro-batch (F + B)."""
     p2p_s: float
-    """Send time of one activation to the next stage."""
+    """Send time of one activation to the next stage (the slowest of its chunks' sends)."""
     dp_comm_s: float
     """Gradient reduction (+ parameter gather) time per iteration, before overlap."""
     dp_exposed_s: float
@@ -367,11 +367,12 @@ def _recomputed_layers(c: ParallelConfig, n_layers: int) -> int:
     return n_layers if c.recompute_num_layers == 0 else min(c.recompute_num_layers, n_layers)
 
 
-def _stage_link(cluster: ClusterSpec, c: ParallelConfig, r: int) -> comm.Link:
-    """Link from pipeline rank r to r+1 (wrapping for interleaving): the slower side's."""
+def _stage_link(cluster: ClusterSpec, c: ParallelConfig, r: int, to: int | None = None) -> comm.Link:
+    """Link from pipeline rank r to rank ``to`` (default r+1, wrapping for interleaving): the slower
+    side's."""
     g: Group = group(c, "pp")
     a = node_of_stage(cluster, c, r)
-    b = node_of_stage(cluster, c, (r + 1) % c.pp)
+    b = node_of_stage(cluster, c, (r + 1) % c.pp if to is None else to)
     la, lb = comm.link_for(g, a), comm.link_for(g, b)
     return la if la.bandwidth_bytes_per_s <= lb.bandwidth_bytes_per_s else lb
 
@@ -516,8 +517,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
         )
         for _ in range(p)
     ]
+    rank_of = [schedules.stage_rank(c.schedule, p, vs) for vs in range(n_virtual)]
     for vs in range(n_virtual):
-        r = vs % p
+        r = rank_of[vs]
         node = nodes[r]
         table = table_for(model, job, c, node)
         n = layers[vs]
@@ -561,11 +563,13 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
             per_rank[r]["transient"] = max(per_rank[r]["transient"], offload.transit_bytes)
         act_units[vs] = act
         wfrac[vs] = min(1.0, wbytes / act) if act else 0.0
+        # to the next virtual stage's rank (none on the last; ZB-V's turn stays on rank p - 1)
+        to = rank_of[vs + 1] if vs + 1 < n_virtual else (r + 1) % p
         p2p[vs] = (
             pipeline_transfer_s(
-                model, job, c, _stage_link(cluster, c, r), comm.link_for(group(c, "tp"), nodes[(r + 1) % p])
+                model, job, c, _stage_link(cluster, c, r, to), comm.link_for(group(c, "tp"), nodes[to])
             )
-            if p > 1
+            if p > 1 and to != r
             else 0.0
         )
         acc = per_rank[r]
@@ -595,7 +599,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
         or c.optimizer_sharding == "full"
     ):
         for vs in range(n_virtual):
-            r = vs % p
+            r = rank_of[vs]
             if c.shard_degree == 1:
                 continue
             link = comm.link_for(group(c, "shard"), nodes[r])
@@ -636,6 +640,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
     opt_times = []
     gather_exposed = []
     for r in range(p):
+        own = schedules.rank_stages(c.schedule, p, v, r)
         acc, node, gpu = per_rank[r], nodes[r], nodes[r].gpu
         cost: LayerCost = acc["cost"]
         dense = cost.params_sharded + cost.params_replicated
@@ -662,7 +667,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
         opt_times.append(opt_s)
         gather_exposed.append(g_exposed)
         peak_level = timeline.peak_inflight(r)
-        mean_unit = float(np.mean(act_units[r::p])) if v else 1.0
+        mean_unit = float(np.mean(act_units[own])) if v else 1.0
         memory = mem.breakdown(
             static,
             peak_level,
@@ -675,12 +680,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
             StageEstimate(
                 stage=r,
                 gpu=gpu.name,
-                layers=tuple(layers[r::p]),
+                layers=tuple(layers[vs] for vs in own),
                 forward_s=acc["fwd"],
                 backward_s=acc["bwd"],
                 recompute_s=acc["recompute"],
                 tp_cp_ep_comm_s=acc["comm"],
-                p2p_s=float(p2p[r]),
+                p2p_s=float(max(p2p[own])),
                 dp_comm_s=reduce_s + gather_s + acc["fsdp_comm"] * m,
                 dp_exposed_s=reduce_exposed + g_exposed,
                 optimizer_s=opt_s,

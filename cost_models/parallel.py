@@ -35,7 +35,7 @@ SHARDED_GRADIENTS = ("zero2", "full")
 """The shardings that also shard gradients (ZeRO-2 and ZeRO-3 / FSDP; Megatron-FSDP's
 ``optim_grads`` and ``optim_grads_params``): their gradient path is the FSDP model's, not the
 DDP buffer's."""
-SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2")
+SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "zb-v")
 RANK_ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")
 """How Megatron-Core lays ranks out, fastest-varying first (megatron/core/parallel_state.py
 ``initialize_model_parallel(order=...)``): its default ``tp-cp-ep-dp-pp`` (pipeline stages are the
@@ -80,9 +80,12 @@ class ParallelConfig:
     """none (18 B/param), distributed (ZeRO-1), zero2, or full (FSDP / ZeRO-3)."""
     schedule: str = "1f1b"
     """Pipeline schedule: 1f1b, interleaved (vpp > 1), gpipe, zb-h1 or zb-h2 (zero bubble, the
-    second with optimizer post-validation: cost_models.schedules.POST_VALIDATION)."""
+    second with optimizer post-validation: cost_models.schedules.POST_VALIDATION), or zb-v (zero
+    bubble with vpp = 2 chunks per rank placed as a V: cost_models.schedules.V_SHAPE)."""
     layers_per_stage: tuple[int, ...] = ()
-    """Decoder layers of each virtual stage in pipeline order (length pp * vpp); empty = even split."""
+    """Decoder layers of each virtual stage in pipeline order (length pp * vpp); empty = even split.
+    Pipeline order is the model's layer order: virtual stage k runs after k - 1 (on rank
+    ``cost_models.schedules.stage_rank``)."""
     fsdp_shard: int = 0
     """HSDP shard degree with full sharding: parameters, gradients and optimizer states are sharded
     over this many consecutive data-parallel ranks and replicated across ``dp * cp / fsdp_shard``
@@ -301,12 +304,18 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
             f"num_layers ({model.num_layers}) is not divisible by pp*vpp = {c.pp}*{c.vpp} = {n_virtual} "
             "(give an uneven layers_per_stage instead)"
         )
+    if c.schedule == "zb-v" and (c.vpp != 2 or c.pp < 2):
+        out.append(
+            f"the zb-v schedule runs exactly 2 chunks per rank (vpp = 2) with pp > 1, got vpp = {c.vpp}"
+        )
     if c.vpp > 1:
-        if c.schedule != "interleaved":
-            out.append(f"vpp = {c.vpp} needs the interleaved schedule, got {c.schedule}")
+        if c.schedule not in ("interleaved", "zb-v"):
+            out.append(
+                f"vpp = {c.vpp} needs the interleaved (or, with vpp = 2, zb-v) schedule, got {c.schedule}"
+            )
         if c.pp < 2:
             out.append("virtual pipeline stages need pp > 1")
-        elif not out and c.num_microbatches(job) % c.pp:
+        elif not out and c.schedule == "interleaved" and c.num_microbatches(job) % c.pp:
             out.append(
                 f"interleaved schedule needs the number of micro-batches ({c.num_microbatches(job)}) "
                 f"divisible by pp ({c.pp})"

@@ -3,7 +3,7 @@
 A schedule gives, for each pipeline rank, the ordered list of operations ``(kind, chunk, mb)``:
 kind ``F`` (forward), ``B`` (backward for inputs; the whole backward when W is not split) or ``W``
 (backward for weights), model chunk ``chunk`` (virtual stage ``chunk * p + rank``, Megatron's
-interleaving) and micro-batch ``mb``. Generators:
+interleaving; ZB-V's V: :func:`virtual_stage`) and micro-batch ``mb``. Generators:
 
 * GPipe (Huang et al. 2019, arXiv:1811.06965): all forwards, then all backwards.
 * 1F1B / PipeDream-Flush (Narayanan et al. 2021, arXiv:2104.04473, Sec. 2.2.1): rank r runs
@@ -21,6 +21,13 @@ interleaving) and micro-batch ``mb``. Generators:
   with its W passes ``2r`` behind its B passes and the deferred W's at the tail; at most ``2p - 1``
   micro-batches wait for their W on any rank. Without a barrier between iterations
   (:data:`POST_VALIDATION`) no rank idles after its first forward when F, B and W take equal time.
+* ZB-V (same paper, Sec. 6; torch ``ScheduleZBVZeroBubble``, torchtitan's ``ZBVZeroBubble``): two
+  chunks per rank placed as a V (:data:`V_SHAPE`: rank r holds virtual stages r and 2p - 1 - r, so
+  the turn at the bottom of the V stays on rank p - 1), W split from B, and the activation memory of
+  1F1B. The order is torch 2.14's ``_calculate_single_rank_operations``: ``2(p - r) - 1`` forwards of
+  chunk 0, r pairs (chunk 1, chunk 0), p - r triples (F, B, W of chunk 1), then F, B, W of chunk 0
+  and of chunk 1 in turn, and the cool-down; with fewer than 2p - 1 micro-batches the operations
+  of the missing ones are dropped, as torch does.
 
 The simulator (../shared/reference/algorithms.md §4.4): an operation starts when its stage is
 free and its dependency has finished plus the point-to-point transfer time. ``F(vs, mb)`` needs
@@ -40,7 +47,7 @@ import numpy as np
 
 F, B, W = 0, 1, 2
 KIND_NAMES = ("F", "B", "W")
-SPLIT_W = ("zb-h1", "zb-h2")
+SPLIT_W = ("zb-h1", "zb-h2", "zb-v")
 """Schedules that split the backward into B (input gradients) and W (weight gradients)."""
 POST_VALIDATION = ("zb-h2",)
 """Schedules that run without a pipeline-wide barrier at the optimizer step: Qi et al. 2023's
@@ -52,6 +59,31 @@ overlap across ranks: rank r starts iteration k + 1 while later ranks finish ite
 "parallelogram" of the paper's Fig. 3). ZB-H2's warm-up forwards and deferred W's fill each rank
 only under that overlap, so its iteration lasts the longest rank's own span
 (:meth:`Timeline.aligned`)."""
+
+
+V_SHAPE = ("zb-v",)
+"""Schedules whose two chunks per rank are placed as a V (torch ``generate_stage_to_rank_mapping``
+``style="v"``; torchtitan 0.2.2 ``distributed/pipeline_parallel.py`` ``_get_stage_indices``): chunk
+0 of rank r is virtual stage r, chunk 1 is 2p - 1 - r."""
+
+
+def virtual_stage(schedule: str, p: int, rank: int, chunk: int) -> int:
+    """The virtual stage (position in the model's layer order) of ``chunk`` on ``rank``."""
+    if schedule in V_SHAPE:
+        return rank if chunk == 0 else 2 * p - 1 - rank
+    return chunk * p + rank
+
+
+def stage_rank(schedule: str, p: int, vs: int) -> int:
+    """The pipeline rank holding virtual stage ``vs`` (inverse of :func:`virtual_stage`)."""
+    if schedule in V_SHAPE:
+        return vs if vs < p else 2 * p - 1 - vs
+    return vs % p
+
+
+def rank_stages(schedule: str, p: int, v: int, rank: int) -> list[int]:
+    """The virtual stages of ``rank``, chunk 0 first."""
+    return [virtual_stage(schedule, p, rank, k) for k in range(v)]
 
 
 class ScheduleError(ValueError):
@@ -79,6 +111,10 @@ def _generate_lists(schedule: str, p: int, m: int, v: int) -> list[list[tuple[in
         return [_zb_h1(p, m, r) for r in range(p)]
     if schedule == "zb-h2":
         return [_zb_h2(p, m, r) for r in range(p)]
+    if schedule == "zb-v":
+        if v != 2:
+            raise ScheduleError(f"the zb-v schedule needs exactly 2 chunks per rank, got v={v}")
+        return [_zb_v(p, m, r) for r in range(p)]
     if schedule == "interleaved":
         if v < 2:
             raise ScheduleError("interleaved schedule needs v >= 2 chunks per rank")
@@ -142,6 +178,39 @@ def _zb_h2(p: int, m: int, r: int) -> list[tuple[int, int, int]]:
     return ops
 
 
+def _zb_v(p: int, m: int, r: int) -> list[tuple[int, int, int]]:
+    # torch 2.14 ScheduleZBVZeroBubble._calculate_single_rank_operations, step for step: it plans
+    # for at least 2p - 1 micro-batches and drops the operations of those beyond m.
+    n = max(2 * p - 1, m)
+    ops: list[tuple[int, int, int]] = []
+    f0 = f1 = b0 = b1 = 0
+    for _ in range(2 * (p - r) - 1):
+        ops.append((F, 0, f0))
+        f0 += 1
+    for _ in range(r):
+        ops += [(F, 1, f1), (F, 0, f0)]
+        f1, f0 = f1 + 1, f0 + 1
+    for _ in range(p - r):
+        ops += [(F, 1, f1), (B, 1, b1), (W, 1, b1)]
+        f1, b1 = f1 + 1, b1 + 1
+    while f1 < f0 or f0 < n:
+        if f0 < n:
+            ops.append((F, 0, f0))
+            f0 += 1
+        ops += [(B, 0, b0), (W, 0, b0), (F, 1, f1), (B, 1, b1), (W, 1, b1)]
+        b0, f1, b1 = b0 + 1, f1 + 1, b1 + 1
+    w0, w1 = b0, b1
+    for _ in range(r):
+        ops += [(B, 0, b0), (B, 1, b1)]
+        b0, b1 = b0 + 1, b1 + 1
+    for _ in range(p - r):
+        ops += [(B, 0, b0), (W, 0, w0)]
+        b0, w0 = b0 + 1, w0 + 1
+    ops += [(W, 1, j) for j in range(w1, b1)]
+    ops += [(W, 0, j) for j in range(w0, b0)]
+    return [op for op in ops if op[2] < m]
+
+
 def _interleaved(p: int, m: int, v: int, r: int) -> list[tuple[int, int, int]]:
     total = m * v
 
@@ -165,7 +234,8 @@ class Timeline:
 
     Arrays are per rank, in execution order: ``kind``, ``chunk``, ``mb``, ``start_s``, ``end_s``
     and ``inflight`` (activation units resident after the operation: +1 per forward of a chunk,
-    released by B, and by W for the part only W needs).
+    released by B, and by W for the part only W needs); ``vstage``: the operation's virtual stage
+    (:func:`virtual_stage` of its chunk; empty for graph pipelines, whose stages are not a chain).
     """
 
     num_stages: int
@@ -177,6 +247,7 @@ class Timeline:
     start_s: tuple[np.ndarray, ...]
     end_s: tuple[np.ndarray, ...]
     inflight: tuple[np.ndarray, ...]
+    vstage: tuple[np.ndarray, ...] = ()
 
     def aligned(self) -> Timeline:
         """The same operations with every rank's times shifted so that its first operation starts
@@ -194,6 +265,7 @@ class Timeline:
             start_s=tuple(s - d for s, d in zip(self.start_s, shift)),
             end_s=tuple(e - d for e, d in zip(self.end_s, shift)),
             inflight=self.inflight,
+            vstage=self.vstage,
         )
 
     @property
@@ -243,7 +315,8 @@ def simulate(
     ``activation_units[vs]`` is what one forward of virtual stage ``vs`` adds to the resident
     activations (1 counts micro-batches; bytes give the activation memory). ``schedule_key``
     (schedule, p, m, v) says that ``orders`` is ``generate(*schedule_key)``, so the dependency
-    structure can be reused from a cache.
+    structure can be reused from a cache; it also names the chunks' placement, so orders of a
+    :data:`V_SHAPE` schedule need it (without it chunk c of rank r is virtual stage ``c * p + r``).
 
     Which operation can run after which depends only on the orders, not on the durations, so
     :func:`_structure` settles one execution order of all operations once (a topological order of
@@ -266,7 +339,7 @@ def simulate(
     st = (
         _cached_structure(*schedule_key, n_virtual)
         if schedule_key
-        else _structure(tuple(tuple(o) for o in orders), p, m, n_virtual)
+        else _structure(tuple(tuple(o) for o in orders), p, m, n_virtual, False)
     )
     comm_a = np.append(comm, 0.0)
     seq = zip(
@@ -304,6 +377,7 @@ def simulate(
         start_s=tuple(start_a[pos] for pos in st.rank_position),
         end_s=tuple(end_a[ids] for ids in st.rank_op),
         inflight=tuple(inflight),
+        vstage=st.rank_vs,
     )
 
 
@@ -332,7 +406,7 @@ class _Structure:
 
 @lru_cache(maxsize=64)
 def _cached_structure(schedule: str, p: int, m: int, v: int, n_virtual: int) -> _Structure:
-    return _structure(_generate(schedule, p, m, v), p, m, n_virtual)
+    return _structure(_generate(schedule, p, m, v), p, m, n_virtual, schedule in V_SHAPE)
 
 
 def _frozen(values, dtype=np.int64) -> np.ndarray:
@@ -341,16 +415,17 @@ def _frozen(values, dtype=np.int64) -> np.ndarray:
     return a
 
 
-def _structure(orders, p: int, m: int, n_virtual: int) -> _Structure:
+def _structure(orders, p: int, m: int, n_virtual: int, v_shape: bool) -> _Structure:
     """Dependencies of every operation, and an order in which each follows what it waits for: each
     rank runs its operations in turn until one waits for an operation not yet placed, and resumes
-    once that one is (ScheduleError naming the rank and operation when some never can)."""
+    once that one is (ScheduleError naming the rank and operation when some never can).
+    ``v_shape``: the chunks are placed as a V (:data:`V_SHAPE`)."""
     arr = [np.asarray(o, dtype=np.int32).reshape(-1, 3) for o in orders]
     last = n_virtual - 1
     op_r, dep_r, lag_r, vs_r = [], [], [], []
     for r, a in enumerate(arr):
         kind, chunk, j = (a[:, i].astype(np.int64) for i in range(3))
-        vs = chunk * p + r
+        vs = np.where(chunk == 0, r, 2 * p - 1 - r) if v_shape else chunk * p + r
         # F(vs) waits for F(vs - 1); B(vs) for B(vs + 1), or F(vs) on the last virtual stage; W(vs)
         # for B(vs). Transfers: F from vs - 1, B from vs + 1 (indexed vs), none otherwise.
         f_dep = np.where(vs > 0, (vs - 1) * m + j, -1)

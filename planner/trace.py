@@ -26,7 +26,7 @@ Times are rounded to nanoseconds (three decimals of a microsecond); the output i
 from __future__ import annotations
 
 from cost_models.estimate import Estimate
-from cost_models.schedules import KIND_NAMES, B, F, W
+from cost_models.schedules import KIND_NAMES, B, F, W, stage_rank
 from planner.validation import json_text
 
 COMPUTE_TID = 0
@@ -72,20 +72,22 @@ def _sends(est: Estimate, r: int) -> list[tuple[float, float, str, dict]]:
     after each B to the previous one; the transfer time is the sending link's (the simulator's lag)."""
     tl, p = est.timeline, est.timeline.num_stages
     last = p * tl.num_chunks - 1
+    schedule = est.config.schedule
     out = []
     for i in range(len(tl.kind[r])):
-        k, c, j = int(tl.kind[r][i]), int(tl.chunk[r][i]), int(tl.mb[r][i])
-        vs = c * p + r
+        k, j, vs = int(tl.kind[r][i]), int(tl.mb[r][i]), int(tl.vstage[r][i])
         if k == F and vs < last:
-            to, lag, what = vs + 1, est.stages[r].p2p_s, "activation"
+            to, what = vs + 1, "activation"
         elif k == B and vs > 0:
-            to, lag, what = vs - 1, est.stages[(vs - 1) % p].p2p_s, "gradient"
+            to, what = vs - 1, "gradient"
         else:
             continue
-        if lag <= 0:
+        dest = stage_rank(schedule, p, to)
+        lag = est.stages[r if k == F else dest].p2p_s
+        if lag <= 0 or dest == r:  # ZB-V's turn stays on its rank
             continue
         t0 = float(tl.end_s[r][i])
-        args = {"microbatch": j, "from_virtual_stage": vs, "to_virtual_stage": to, "stage": to % p}
+        args = {"microbatch": j, "from_virtual_stage": vs, "to_virtual_stage": to, "stage": dest}
         out.append((t0, t0 + lag, f"send {what} mb {j}", args))
     return out
 
@@ -134,7 +136,7 @@ def chrome_trace(est: Estimate, title: str, point_to_point: bool = True) -> dict
                 "kind": KIND_LABELS[k],
                 "microbatch": j,
                 "chunk": c,
-                "virtual_stage": c * p + r,
+                "virtual_stage": int(tl.vstage[r][i]) if tl.vstage else c * p + r,
                 "phase": "pipeline",
             }
             events.append(_event(name, "compute", r, COMPUTE_TID, t0, t1, args))

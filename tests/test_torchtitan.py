@@ -55,6 +55,13 @@ CASES = {
         _job(eager_ops=EAGER_TORCHTITAN),
         {"pp": (4,), "schedule": ("zb-h1",), "tp": (8,)},
     ),
+    # ZBVZeroBubble: two stages per rank as a V, eager as zb-h1
+    "zb_v": (
+        "llama3-70b",
+        8,
+        _job(eager_ops=EAGER_TORCHTITAN),
+        {"pp": (4,), "schedule": ("zb-v",), "tp": (8,)},
+    ),
     "gpipe": ("llama3-8b", 2, _job(), {"pp": (2,), "schedule": ("gpipe",), "tp": (4,)}),
     "context_parallel": ("llama3-8b", 2, _job(seq=16384), {"cp": (2,), "tp": (4,)}),
     "fp8_full_recompute": ("llama3-8b", 2, _job(precision="fp8"), {"recompute": ("full",), "tp": (2,)}),
@@ -112,7 +119,7 @@ def test_round_trip_reproduces_step_time(name, plans, tmp_path):
 
 def test_cases_cover_the_space(plans):
     configs = [p.config for p, _ in plans.values()]
-    assert {c.schedule for c in configs if c.pp > 1} == {"1f1b", "interleaved", "zb-h1", "gpipe"}
+    assert {c.schedule for c in configs if c.pp > 1} == {"1f1b", "interleaved", "zb-h1", "gpipe", "zb-v"}
     assert {c.optimizer_sharding for c in configs} == {"none", "zero2", "full"}
     assert any(c.cp > 1 for c in configs) and any(c.ep > 1 for c in configs)
     assert any(c.tp == 1 for c in configs) and any(c.pp == 1 for c in configs)
@@ -178,6 +185,10 @@ def test_export_mapping_details(plans):
     zb = tomllib.loads(tx.job_toml(plans["zb_h1"][0]))
     assert zb["parallelism"]["pipeline_parallel_schedule"] == "InterleavedZeroBubble"
     assert len(zb["parallelism"]["module_fqns_per_model_part"]) == 4  # one stage per rank
+    zbv = tomllib.loads(tx.job_toml(plans["zb_v"][0]))["parallelism"]
+    assert zbv["pipeline_parallel_schedule"] == "ZBVZeroBubble"
+    assert len(zbv["module_fqns_per_model_part"]) == 8  # two stages per rank, placed by torchtitan
+    assert "the V" in tx.job_toml(plans["zb_v"][0])
     assert zb["parallelism"]["fsdp_reshard_after_forward"] == "never"  # ZeRO-2
     full = tomllib.loads(tx.job_toml(plans["dense_fsdp_pp1"][0]))
     assert full["parallelism"]["fsdp_reshard_after_forward"] == "always"

@@ -82,7 +82,7 @@ def _config(
 
     recompute = recompute or "none"
     optimizer_sharding = optimizer_sharding or "distributed"
-    vpp = vpp or 1
+    vpp = vpp or (2 if schedule == "zb-v" else 1)  # ZB-V runs exactly two chunks per rank
     for value, allowed, flag in (
         (recompute, RECOMPUTE, "--recompute"),
         (optimizer_sharding, OPTIMIZER_SHARDING, "--optimizer-sharding"),

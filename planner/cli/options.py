@@ -298,7 +298,7 @@ ScheduleOpt = Annotated[
     str | None,
     typer.Option(
         "--schedule",
-        help="1f1b, interleaved, gpipe, zb-h1 or zb-h2 (default: by --vpp).",
+        help="1f1b, interleaved, gpipe, zb-h1, zb-h2 or zb-v (zb-v: --vpp 2; default: by --vpp).",
         rich_help_panel=PANEL_LAYOUT,
     ),
 ]

@@ -155,7 +155,9 @@ def search(
     schedule: Annotated[
         ListOpt,
         typer.Option(
-            "--schedule", help="Allowed: 1f1b, interleaved, gpipe, zb-h1, zb-h2.", rich_help_panel=PANEL_SPACE
+            "--schedule",
+            help="Allowed: 1f1b, interleaved, gpipe, zb-h1, zb-h2, zb-v.",
+            rich_help_panel=PANEL_SPACE,
         ),
     ] = None,
     sequence_parallel: Annotated[

@@ -56,7 +56,7 @@ class Capabilities:
     """What one framework version runs. Names are the cost model's (``cost_models.parallel``)."""
 
     schedules: tuple[str, ...]
-    """Pipeline schedules it runs (1f1b, interleaved, gpipe, zb-h1, zb-h2)."""
+    """Pipeline schedules it runs (1f1b, interleaved, gpipe, zb-h1, zb-h2, zb-v)."""
     optimizer_sharding: tuple[str, ...]
     """Sharding modes it runs: none, distributed (ZeRO-1), zero2, full (ZeRO-3 / FSDP)."""
     sharding_with_pipeline: tuple[str, ...]

@@ -14,7 +14,7 @@ from functools import lru_cache
 from cost_models import communication as comm
 from cost_models.estimate import DDP_BUCKET_PARAMS, dp_sync, node_of_stage
 from cost_models.parallel import LAYER_RECOMPUTE, ParallelConfig, group
-from cost_models.schedules import POST_VALIDATION, SPLIT_W
+from cost_models.schedules import POST_VALIDATION, SPLIT_W, V_SHAPE
 from cost_models.tensors import pipeline_transfer_s
 from planner.search.shape_partition import hetero_slots, solve_partition
 from planner.search.space import Restrictions
@@ -259,9 +259,11 @@ def _bound_terms(
             work += max(0.0, gather - L * f_l - f_e) + max(
                 0.0, gather + scatter - L * (b_l + w_l) - b_e - w_e
             )
-        if c.schedule in POST_VALIDATION:
-            # each rank's iteration is timed from its own first forward (Timeline.aligned): no
-            # path through the earlier stages precedes it
+        if c.schedule in POST_VALIDATION or c.schedule in V_SHAPE:
+            # POST_VALIDATION: each rank's iteration is timed from its own first forward
+            # (Timeline.aligned), so no path through the earlier stages precedes it. V_SHAPE: the
+            # path runs through one chunk of each earlier rank, which an uneven split may leave
+            # nearly empty, so no share of a rank's work is sure to lie on it.
             share = 0.0
         elif c.schedule in SPLIT_W:
             share = min((f_l + b_l) / (f_l + b_l + w_l), (f_e + b_e) / max(f_e + b_e + w_e, 1e-30))
@@ -270,7 +272,7 @@ def _bound_terms(
         else:
             share = 1.0
         lag = 0.0
-        if p > 1 and c.schedule not in POST_VALIDATION:
+        if p > 1 and share > 0.0:
             lag = min(
                 pipeline_transfer_s(
                     model, job, c, comm.link_for(group(c, "pp"), g), comm.link_for(group(c, "tp"), g)

@@ -101,7 +101,7 @@ def sort_key(c: ParallelConfig) -> tuple:
         ("distributed", "none", "zero2", "full").index(c.optimizer_sharding),
         c.optimizer_instances,
         RANK_ORDERS.index(c.rank_order),
-        ("1f1b", "interleaved", "zb-h1", "gpipe", "zb-h2").index(c.schedule),
+        ("1f1b", "interleaved", "zb-h1", "gpipe", "zb-h2", "zb-v").index(c.schedule),
         c.layers_per_stage,
     )
 

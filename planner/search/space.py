@@ -382,6 +382,9 @@ def _inner(model, job, r: Restrictions, rejected: Rejections, tp, cp, pp, dp) ->
                 for v in range(2, L // pp + 1):
                     if (L // pp) % v == 0 and L % pp == 0 and (r.vpp is None or v in r.vpp):
                         schedules.append(("interleaved", v))
+            # ZB-V: two chunks per rank as a V (torchtitan's ZBVZeroBubble), any micro-batch count
+            if L % (2 * pp) == 0 and (r.vpp is None or 2 in r.vpp):
+                schedules.append(("zb-v", 2))
         schedules = [
             (s, v)
             for s, v in schedules

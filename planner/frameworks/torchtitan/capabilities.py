@@ -5,14 +5,18 @@ it with Python config registries). File names below are of the 0.2.2 wheel.
 * Schedules (``parallelism.pipeline_parallel_schedule``, resolved by
   ``torch.distributed.pipelining.schedules.get_schedule_class``): ``1F1B`` and ``GPipe`` (one
   stage per rank), ``Interleaved1F1B`` (looped, ``pp * vpp`` stages), ``InterleavedZeroBubble``
-  (ZB1P of Qi et al. 2024, a looped schedule run here with one stage per rank: ZB-H1).
-  ``distributed/pipeline_parallel.py`` places stage ``k`` on pp rank ``k % pp`` (chunk-major, as
-  Megatron) and takes the stages from ``module_fqns_per_model_part`` (uneven splits, also with
+  (ZB1P of Qi et al. 2024, a looped schedule run here with one stage per rank: ZB-H1),
+  ``ZBVZeroBubble`` (ZB-V, exactly two stages per rank). ``distributed/pipeline_parallel.py``
+  places stage ``k`` on pp rank ``k % pp`` (chunk-major, as Megatron), and for ZBVZeroBubble (and
+  DualPipeV) stages ``r`` and ``2 pp - 1 - r`` on rank ``r`` (``_get_stage_indices``, style
+  ``"v"``); it takes the stages from ``module_fqns_per_model_part`` (uneven splits, also with
   virtual stages).
 * Looped schedules (torch 2.14 ``schedules.py``) need the micro-batch count ``m`` to be a
-  multiple of ``max(1, m // pp)``. ``InterleavedZeroBubble`` refuses compiled stage modules
-  (``_check_torch_compile_compatibility``), so zb-h1 runs without ``compile.enable``: RoPE and
-  SwiGLU eager (found by ``scripts/validate_exports.py``, torchtitan's own pipeline construction).
+  multiple of ``max(1, m // pp)`` (ZBVZeroBubble plans for ``max(2 pp - 1, m)`` and drops the
+  missing micro-batches: any m). ``InterleavedZeroBubble`` and ``ZBVZeroBubble`` refuse compiled
+  stage modules (``_check_torch_compile_compatibility``), so zb-h1 and zb-v run without
+  ``compile.enable``: RoPE and SwiGLU eager (found by ``scripts/validate_exports.py``, torchtitan's
+  own pipeline construction).
 * Sharding (``models/llama3/infra/parallelize.py``): FSDP2 ``fully_shard`` over
   ``data_parallel_shard_degree * context_parallel_degree``. ``fsdp_reshard_after_forward =
   "always"`` is ZeRO-3; ``"never"`` keeps the gathered parameters until the backward: ZeRO-2
@@ -119,12 +123,14 @@ class TorchtitanFramework(Framework):
                 out.append(
                     f"{who} needs the {m} micro-batches to be a multiple of max(1, m // pp) = {max(1, m // c.pp)}"
                 )
-        if c.pp > 1 and c.schedule == "zb-h1" and not job.eager_ops:
-            # torch.distributed.pipelining ScheduleInterleavedZeroBubble (schedules.py
-            # _check_torch_compile_compatibility, torch 2.14): "not supported with stage modules that
-            # have used torch.compile"; the export compiles exactly when the job is all fused.
+        if c.pp > 1 and c.schedule in ("zb-h1", "zb-v") and not job.eager_ops:
+            # torch.distributed.pipelining ScheduleInterleavedZeroBubble and ScheduleZBVZeroBubble
+            # (schedules.py _check_torch_compile_compatibility, torch 2.14): "not supported with stage
+            # modules that have used torch.compile"; the export compiles exactly when the job is all
+            # fused.
+            name = "InterleavedZeroBubble" if c.schedule == "zb-h1" else "ZBVZeroBubble"
             out.append(
-                f"{who} runs InterleavedZeroBubble (zb-h1) only without torch.compile: "
+                f"{who} runs {name} ({c.schedule}) only without torch.compile: "
                 f"price it with --eager-ops {','.join(EAGER_TORCHTITAN)}"
             )
         if job.precision == "fp8" and model.is_moe:
@@ -137,7 +143,7 @@ TORCHTITAN = TorchtitanFramework(
     title=f"torchtitan ({VERSION})",
     version=f"torchtitan {VERSION}",
     capabilities=Capabilities(
-        schedules=("1f1b", "interleaved", "gpipe", "zb-h1"),
+        schedules=("1f1b", "interleaved", "gpipe", "zb-h1", "zb-v"),
         optimizer_sharding=("none", "zero2", "full"),
         sharding_with_pipeline=("zero2",),
         recompute=("none", "op", "full"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 
 from cost_models.parallel import ParallelConfig
+from cost_models.schedules import V_SHAPE
 from planner import __version__
 from planner.errors import SpecError
 from planner.frameworks.base import every_nth, stage_size
@@ -36,6 +37,7 @@ SCHEDULE_NAMES = {
     "gpipe": "GPipe",
     "interleaved": "Interleaved1F1B",
     "zb-h1": "InterleavedZeroBubble",
+    "zb-v": "ZBVZeroBubble",
 }
 """planner schedule -> ``pipeline_parallel_schedule`` (names of torch's ``get_schedule_class``)."""
 
@@ -132,7 +134,12 @@ def job_sections(inputs: PlanInputs, tm: TitanModel) -> list[tuple[str, list[tup
             (
                 "module_fqns_per_model_part",
                 stage_modules(c, m.num_layers),
-                f"{c.pp * c.vpp} stages, {c.vpp} per rank (stage k on pp rank k % {c.pp})",
+                f"{c.pp * c.vpp} stages, {c.vpp} per rank "
+                + (
+                    f"(stages r and {2 * c.pp - 1} - r on pp rank r: the V)"
+                    if c.schedule in V_SHAPE
+                    else f"(stage k on pp rank k % {c.pp})"
+                ),
             ),
         ]
     sections: list[tuple[str, list[tuple[str, object, str]]]] = [

@@ -133,9 +133,10 @@ SCHEDULES = {
     "gpipe": "gpipe",
     "interleaved1f1b": "interleaved",
     "interleavedzerobubble": "zb-h1",
+    "zbvzerobubble": "zb-v",
 }
 """torch schedule names (case-insensitive, as ``get_schedule_class``) planner models."""
-LOOPED = ("interleaved1f1b", "interleavedzerobubble")
+LOOPED = ("interleaved1f1b", "interleavedzerobubble", "zbvzerobubble")
 FLOAT8 = ("quantize.linear.float8", "float8")
 
 KEY_HINTS = {
@@ -423,7 +424,7 @@ def parse_torchtitan(
         if key not in SCHEDULES:
             raise SpecError(
                 f"{where}: key 'parallelism.pipeline_parallel_schedule': {raw!r} is not modelled by planner "
-                "(allowed values: 1F1B, GPipe, Interleaved1F1B, InterleavedZeroBubble)"
+                "(allowed values: 1F1B, GPipe, Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble)"
             )
         schedule = SCHEDULES[key]
         parts = d.doc.get("parallelism", {}).get("module_fqns_per_model_part")
@@ -455,6 +456,11 @@ def parse_torchtitan(
         if schedule in ("1f1b", "gpipe") and vpp > 1:
             raise SpecError(
                 f"{where}: key 'parallelism.pipeline_parallel_schedule': {raw} runs one stage per rank"
+            )
+        if schedule == "zb-v" and vpp != 2:
+            raise SpecError(
+                f"{where}: key 'parallelism.pipeline_parallel_schedule': {raw} runs exactly 2 stages per rank "
+                f"(torchtitan's V placement), got {vpp}"
             )
         if schedule == "interleaved" and vpp < 2:
             raise SpecError(
