@@ -16,7 +16,7 @@ import math
 from xml.sax.saxutils import escape
 
 from cost_models.estimate import Estimate
-from cost_models.schedules import KIND_NAMES, W
+from cost_models.schedules import KIND_NAMES, POST_VALIDATION, V_SHAPE, W
 
 OP_COLOURS = {"F": "#4e79a7", "B": "#f28e2b", "W": "#59a14f"}
 OPTIMIZER_COLOUR = "#b07aa1"
@@ -75,7 +75,7 @@ def timeline_svg(est: Estimate, title: str) -> str:
     lanes_h = p * (LANE + GAP)
     axis_y = TOP + lanes_h + 4
     legend_y = axis_y + 44
-    height = legend_y + 40
+    height = legend_y + 40 + (20 if est.config.schedule in POST_VALIDATION else 0)
     total_w = LEFT + PLOT_W + 30
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w}" height="{height}" '
@@ -178,17 +178,29 @@ def _legend(est: Estimate, y: float, has_w: bool, has_comm: bool) -> str:
             f'<text class="legend-label" x="{lx + 19}" y="{y + 11}">{escape(text)}</text>'
         )
         lx += 19 + CHAR_W * len(text) + 18
+    y2 = y
     if v > 1:
         y2 = y + 20
-        parts.append(f'<text class="legend-label" x="{LEFT}" y="{y2 + 11}">interleaved chunks:</text>')
+        v_shape = est.config.schedule in V_SHAPE
+        label = "V chunks:" if v_shape else "interleaved chunks:"
+        parts.append(f'<text class="legend-label" x="{LEFT}" y="{y2 + 11}">{label}</text>')
         cx = LEFT + 120
         for c in range(v):
             parts.append(
                 f'<rect class="legend-swatch" x="{cx}" y="{y2}" width="14" height="14" fill="{shade(OP_COLOURS["F"], c, v)}"/>'
             )
             cx += 16
+        explain = (
+            "chunk 0 = virtual stage r (down), chunk 1 = 2p-1-r (back up, lighter)"
+            if v_shape
+            else f"chunk 0 to {v - 1} (lighter = later)"
+        )
+        parts.append(f'<text class="legend-label" x="{cx + 4}" y="{y2 + 11}">{explain}</text>')
+    if est.config.schedule in POST_VALIDATION:
+        # Timeline.aligned: the lanes do not share a start (docs/pictures.md)
         parts.append(
-            f'<text class="legend-label" x="{cx + 4}" y="{y2 + 11}">chunk 0 to {v - 1} (lighter = later)</text>'
+            f'<text class="legend-label" x="{LEFT}" y="{y2 + 31}">each lane is its stage\'s own iteration, '
+            "from its first forward (optimizer post-validation: iterations overlap across stages)</text>"
         )
     parts.append("</g>")
     return "".join(parts)

@@ -167,6 +167,20 @@ def test_svg_zero_bubble_legend_has_w():
     assert "W weight gradients" in [t.text for t in legend.iter(f"{SVG}text")]
 
 
+def test_svg_says_how_v_chunks_and_post_validated_lanes_read():
+    def labels(**kw):
+        root = ET.fromstring(timeline_svg(make(tp=4, pp=4, **kw), "t"))
+        return [t.text for t in root.find(f".//{SVG}g[@id='legend']").iter(f"{SVG}text")], root
+
+    v, _ = labels(schedule="zb-v", vpp=2)
+    assert "V chunks:" in v and any("2p-1-r" in x for x in v)
+    post, root = labels(schedule="zb-h2")
+    assert any("optimizer post-validation" in x for x in post)
+    plain, plain_root = labels(schedule="zb-h1")
+    assert not any("post-validation" in x for x in plain)
+    assert float(root.get("height")) == float(plain_root.get("height")) + 20  # the note's own row
+
+
 # ------------------------------------------------------------------------------------------------
 # HTML report
 
