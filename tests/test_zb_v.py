@@ -173,3 +173,18 @@ def test_the_search_tries_it_for_torchtitan(run_cli):
     refused = run_cli(*args[:-11], "--framework", "megatron", "--schedule", "zb-v", "--json")
     assert refused.exit_code != 0 and "zb-v" in refused.stderr
     assert "Traceback" not in refused.stderr + refused.stdout
+
+
+def test_the_search_memory_model_puts_the_output_layer_on_rank_0():
+    from planner.search.stage_model import stage_model
+
+    m, cluster, job, c, e = _estimate()
+    node = cluster.groups[0]
+    v_first = stage_model(m, job, c, node, 0, 8.0)
+    v_last = stage_model(m, job, c, node, 3, 8.0)
+    inter = c.with_(schedule="interleaved")
+    i_first = stage_model(m, job, inter, node, 0, 8.0)
+    i_last = stage_model(m, job, inter, node, 3, 8.0)
+    # V: rank 0 holds the embedding and the output layer, rank 3 neither
+    assert v_first.memory(8) > i_first.memory(8) and v_last.memory(8) < i_last.memory(8)
+    assert v_first.memory(8) == pytest.approx(i_first.memory(8) + i_last.memory(8) - v_last.memory(8))

@@ -9,7 +9,7 @@ from dataclasses import replace
 from cost_models import memory as mem
 from cost_models.estimate import offload_terms, table_for, table_key
 from cost_models.parallel import LAYER_RECOMPUTE, ParallelConfig
-from cost_models.schedules import SPLIT_W, peak_inflight
+from cost_models.schedules import SPLIT_W, peak_inflight, stage_rank
 from planner.search.partition import StageModel
 from planner.specs import JobSpec, ModelSpec, NodeGroup
 
@@ -45,9 +45,8 @@ def stage_model(
     headroom_bytes: float = 0.0,
 ) -> StageModel:
     """Cost and memory of pipeline stage ``stage`` on ``node`` as a function of its layer count."""
-    position = 0 if stage == 0 else (2 if stage == c.pp - 1 else 1)
-    if c.pp == 1:
-        position = 3
+    first, last = _ends(c, stage)
+    position = int(first) + 2 * int(last)  # which of the embedding and the output layer it holds
     key = (
         *table_key(model, job, c, node),
         c.dp,
@@ -74,14 +73,21 @@ def stage_model(
 _STAGE_MODELS: dict[tuple, StageModel] = {}
 
 
+def _ends(c: ParallelConfig, stage: int) -> tuple[bool, bool]:
+    """Whether rank ``stage`` holds the embedding (the first virtual stage) and the output layer (the
+    last one: rank pp - 1, or rank 0 under a V placement, cost_models.schedules.V_SHAPE)."""
+    return stage == 0, stage == stage_rank(c.schedule, c.pp, c.pp * c.vpp - 1)
+
+
 def _stage_model(
     model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, stage: int, inflight: float
 ) -> StageModel:
     t, layer = layer_of(model, job, c, node)
     extra = t.dense.scaled(0.0)
-    if stage == 0:
+    first, last = _ends(c, stage)
+    if first:
         extra = extra + t.embedding
-    if stage == c.pp - 1:
+    if last:
         extra = extra + t.output
     d_dense, d_exp = mem.shard_degrees(c)
     wd, gd, od = mem.bytes_per_param(job, c.optimizer_sharding, d_dense)
