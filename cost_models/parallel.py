@@ -306,7 +306,8 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
         )
     if c.schedule == "zb-v" and (c.vpp != 2 or c.pp < 2):
         out.append(
-            f"the zb-v schedule runs exactly 2 chunks per rank (vpp = 2) with pp > 1, got vpp = {c.vpp}"
+            f"the zb-v schedule runs exactly 2 chunks per rank (vpp = 2) with pp > 1, got pp = {c.pp}, "
+            f"vpp = {c.vpp}"
         )
     if c.vpp > 1:
         if c.schedule not in ("interleaved", "zb-v"):
