@@ -188,3 +188,26 @@ def test_the_search_memory_model_puts_the_output_layer_on_rank_0():
     # V: rank 0 holds the embedding and the output layer, rank 3 neither
     assert v_first.memory(8) > i_first.memory(8) and v_last.memory(8) < i_last.memory(8)
     assert v_first.memory(8) == pytest.approx(i_first.memory(8) + i_last.memory(8) - v_last.memory(8))
+
+
+@pytest.mark.parametrize("recompute", ["none", "full", "selective"])
+def test_the_search_bounds_never_exceed_the_simulated_step(recompute):
+    from planner.search.bounds import refined_bound
+
+    m, cluster = load_model("llama3-8b"), load_cluster("dgx-a100", 2)
+    for pp, mbs, gbs in ((2, 1, 16), (4, 1, 32), (4, 2, 64), (8, 1, 8), (8, 1, 64)):
+        job = make_job(global_batch_size=gbs, seq_length=2048)
+        c = resolve(
+            m,
+            cluster,
+            job,
+            ParallelConfig(
+                tp=16 // pp, pp=pp, vpp=2, micro_batch_size=mbs, schedule="zb-v", recompute=recompute
+            ),
+        )
+        step = estimate(m, cluster, job, c).step_time_s
+        assert cheap_bound(m, cluster, job, c) <= step and refined_bound(m, cluster, job, c) <= step, (
+            pp,
+            mbs,
+            gbs,
+        )

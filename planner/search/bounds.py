@@ -263,7 +263,8 @@ def _bound_terms(
             # POST_VALIDATION: each rank's iteration is timed from its own first forward
             # (Timeline.aligned), so no path through the earlier stages precedes it. V_SHAPE: the
             # path runs through one chunk of each earlier rank, which an uneven split may leave
-            # nearly empty, so no share of a rank's work is sure to lie on it.
+            # nearly empty, so no share of a rank's work is sure to lie on it (the even split's
+            # start delay is bounded below, with the pigeonhole term).
             share = 0.0
         elif c.schedule in SPLIT_W:
             share = min((f_l + b_l) / (f_l + b_l + w_l), (f_e + b_e) / max(f_e + b_e + w_e, 1e-30))
@@ -288,6 +289,13 @@ def _bound_terms(
             k = c.recompute_num_layers or chunk
             rec = layer.recompute_s(c.recompute) * c.vpp * min(k, chunk)
             pipeline = max(pipeline, m * (most * per_layer + rec))
+            if c.schedule in V_SHAPE and not c.layers_per_stage and L % (2 * p) == 0:
+                # ZB-V on an even split (chunks of n layers): the last rank's first forward waits for
+                # the first micro-batch's chunk-0 forwards on the p - 1 ranks before it, then the
+                # rank does its m micro-batches of 2n layers (its two chunks; the embedding and
+                # the output layer sit on rank 0)
+                n = L // (2 * p)
+                pipeline = max(pipeline, (p - 1) * n * f_l + m * (2 * n * per_layer + rec))
 
         def params_of(n: int) -> tuple[float, float]:
             return n * (layer.params_sharded + layer.params_replicated), n * layer.params_expert
