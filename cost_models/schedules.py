@@ -67,10 +67,11 @@ V_SHAPE = ("zb-v",)
 0 of rank r is virtual stage r, chunk 1 is 2p - 1 - r."""
 
 
-def virtual_stage(schedule: str, p: int, rank: int, chunk: int) -> int:
-    """The virtual stage (position in the model's layer order) of ``chunk`` on ``rank``."""
+def virtual_stage(schedule: str | None, p: int, rank: int, chunk):
+    """The virtual stage (position in the model's layer order) of ``chunk`` on ``rank``; ``chunk``
+    may be an array of chunks (0 or 1 under a V)."""
     if schedule in V_SHAPE:
-        return rank if chunk == 0 else 2 * p - 1 - rank
+        return rank + chunk * (2 * p - 1 - 2 * rank)  # chunk 0: rank; chunk 1: 2p - 1 - rank
     return chunk * p + rank
 
 
@@ -339,7 +340,7 @@ def simulate(
     st = (
         _cached_structure(*schedule_key, n_virtual)
         if schedule_key
-        else _structure(tuple(tuple(o) for o in orders), p, m, n_virtual, False)
+        else _structure(tuple(tuple(o) for o in orders), p, m, n_virtual, None)
     )
     comm_a = np.append(comm, 0.0)
     seq = zip(
@@ -406,7 +407,7 @@ class _Structure:
 
 @lru_cache(maxsize=64)
 def _cached_structure(schedule: str, p: int, m: int, v: int, n_virtual: int) -> _Structure:
-    return _structure(_generate(schedule, p, m, v), p, m, n_virtual, schedule in V_SHAPE)
+    return _structure(_generate(schedule, p, m, v), p, m, n_virtual, schedule)
 
 
 def _frozen(values, dtype=np.int64) -> np.ndarray:
@@ -415,17 +416,17 @@ def _frozen(values, dtype=np.int64) -> np.ndarray:
     return a
 
 
-def _structure(orders, p: int, m: int, n_virtual: int, v_shape: bool) -> _Structure:
+def _structure(orders, p: int, m: int, n_virtual: int, schedule: str | None) -> _Structure:
     """Dependencies of every operation, and an order in which each follows what it waits for: each
     rank runs its operations in turn until one waits for an operation not yet placed, and resumes
     once that one is (ScheduleError naming the rank and operation when some never can).
-    ``v_shape``: the chunks are placed as a V (:data:`V_SHAPE`)."""
+    ``schedule`` places the chunks (:func:`virtual_stage`; None: Megatron's interleaving)."""
     arr = [np.asarray(o, dtype=np.int32).reshape(-1, 3) for o in orders]
     last = n_virtual - 1
     op_r, dep_r, lag_r, vs_r = [], [], [], []
     for r, a in enumerate(arr):
         kind, chunk, j = (a[:, i].astype(np.int64) for i in range(3))
-        vs = np.where(chunk == 0, r, 2 * p - 1 - r) if v_shape else chunk * p + r
+        vs = virtual_stage(schedule, p, r, chunk)
         # F(vs) waits for F(vs - 1); B(vs) for B(vs + 1), or F(vs) on the last virtual stage; W(vs)
         # for B(vs). Transfers: F from vs - 1, B from vs + 1 (indexed vs), none otherwise.
         f_dep = np.where(vs > 0, (vs - 1) * m + j, -1)
