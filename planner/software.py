@@ -44,6 +44,7 @@ CLASSES = {
     "megatron-bridge-25.11": ("megatron", "2025-11", "Megatron-Bridge / NeMo 25.11 container"),
     "megatron-bridge-26.04": ("megatron", "2026-04", "Megatron-Bridge / NeMo 26.04 containers"),
     "megatron-bridge-26.06": ("megatron", "2026-06", "Megatron-Bridge / NeMo 26.06 container"),
+    "megatron-bridge-26.08": ("megatron", "2026-08", "Megatron-Bridge / NeMo 26.08 container"),
     "torchtitan-2025": ("torchtitan", "2025-06", "torchtitan 2025 (FSDP2, torch 2.8 nightlies)"),
     "megatron-lm-zero-bubble-2024": (
         "zero-bubble",
@@ -232,7 +233,7 @@ def default_software(framework: str, families: tuple[str, ...] = ()) -> str:
     family in ``families`` (the cluster's GPUs, :func:`cluster_families`), else the newest covering
     any of them, else ``base`` (no release of the framework was fitted on these GPUs); with no
     families given, the newest of the framework; ``base`` when the framework has none (``any``).
-    A release class is fitted only where it has runs (e.g. no 26.06 H100 runs), so an H100 plan
+    A release class is fitted only where it has runs (e.g. no 26.08 H100 runs), so an H100 plan
     gets the newest release measured on H100s rather than base values."""
     profiles = load_profiles()
     own = sorted(

@@ -176,8 +176,8 @@ def test_calibration_records_with_bf16_moments():
 
     by_id = {c.run_id: c for c in calibration.cases()}
     bf16 = sorted(i for i, c in by_id.items() if c.job is not None and c.job.optimizer_state_dtype == "bf16")
-    # Megatron-Bridge's DeepSeek-V3 recipes (25.11, 26.04.01, 26.06); Kimi-K2's keeps fp32
-    assert len(bf16) == 7 and all("dsv3" in i for i in bf16)
+    # Megatron-Bridge's DeepSeek-V3 recipes (25.11, 26.04.01, 26.06, 26.08); Kimi-K2's keeps fp32
+    assert len(bf16) == 9 and all("dsv3" in i for i in bf16)
     assert by_id["mbridge2606_gb300_mxfp8_kimi_k2_256gpu"].job.optimizer_state_dtype == "fp32"
     assert all("Adam moments in bf16 (recipe)" in by_id[i].assumptions for i in bf16)
 

@@ -75,9 +75,10 @@ def test_profile_lowers_the_error_of_its_own_runs_vs_base():
 
 B200 = ["-m", "llama3-8b", "-c", "dgx-b200", "-n", "2", "-b", "64", "-s", "4096"]
 # A MoE model where a test needs the 26.06 profile to price B200 differently from base: its B200
-# values differ from base's in the host time per kernel launch, which host-bound MoE layers pay
-# (since the 2026-11-28 refit its other values equal base's, so a dense model is priced alike).
+# values differ from base's in the per-layer overhead and the overlap slowdown (since the
+# twenty-seventh session's refit the default, 26.08, equals base's B200 values to rounding).
 B200_MOE = ["-m", "qwen3-30b-a3b", *B200[2:]]
+DIFFERING = ["--software", "megatron-bridge-26.06"]
 H100 = ["-m", "llama3-8b", "-c", "dgx-h100", "-n", "2", "-b", "64", "-s", "4096"]
 CONFIG = ["--tp", "2", "--pp", "2"]
 H100_FP8 = [*H100, "--precision", "fp8"]
@@ -111,22 +112,23 @@ def _differing_profile(family: str, gpu: str) -> str:
 def test_default_is_the_newest_profile_of_the_framework():
     profiles = load_profiles()
     newest = max((d["released"], n) for n, d in profiles.items() if d["framework"] == "megatron")[1]
-    assert default_software("megatron") == newest == "megatron-bridge-26.06"
+    assert default_software("megatron") == newest == "megatron-bridge-26.08"
     assert default_software("torchtitan") == "torchtitan-2025"
     assert default_software("any") == BASE
 
 
 def test_default_is_the_newest_profile_fitted_on_the_clusters_gpus():
-    """26.06 has no H100 runs: an H100 cluster gets the newest release fitted on H100s (26.04), a B200
-    one 26.06; a mixed cluster the newest covering both, else the newest covering either."""
-    assert default_software("megatron", ("b200",)) == "megatron-bridge-26.06"
+    """26.08 and 26.06 have no H100 profile (26.06 has two H100 runs, 26.08 none): an H100 cluster
+    gets the newest release fitted on H100s (26.04), a B200 one 26.08; a mixed cluster the newest
+    covering both, else the newest covering either."""
+    assert default_software("megatron", ("b200",)) == "megatron-bridge-26.08"
     assert default_software("megatron", ("h100",)) == "megatron-bridge-26.04"
     covers_both = [
         n
         for n, d in sorted(load_profiles().items(), key=lambda kv: kv[1]["released"], reverse=True)
         if d["framework"] == "megatron" and {"h100", "b200"} <= set(d.get("families") or {})
     ]
-    expected = covers_both[0] if covers_both else "megatron-bridge-26.06"
+    expected = covers_both[0] if covers_both else "megatron-bridge-26.08"
     assert default_software("megatron", ("h100", "b200")) == expected
     assert default_software("megatron", ("a100",)) == BASE  # no release class fitted on A100s
     assert default_software("any", ("h100",)) == BASE
@@ -309,12 +311,15 @@ def test_cli_unknown_software_is_a_usage_error(run_cli, command):
 
 def test_cli_search_takes_the_framework_default(run_cli):
     megatron = _json(run_cli("search", *B200_MOE, "--top", "1", "--json"))
-    assert megatron["software"]["name"] == "megatron-bridge-26.06"
+    assert megatron["software"]["name"] == "megatron-bridge-26.08"
     assert megatron["software"]["overridden"] == [{"gpu": "b200", "family": "b200"}]
+    named = _json(run_cli("search", *B200_MOE, "--top", "1", "--software", "megatron-bridge-26.08", "--json"))
+    assert named["plans"] == megatron["plans"]
     any_fw = _json(run_cli("search", *B200_MOE, "--top", "1", "--framework", "any", "--json"))
     assert any_fw["software"]["name"] == BASE
     forced = _json(run_cli("search", *B200_MOE, "--top", "1", "--software", "base", "--json"))
-    assert forced["plans"][0]["step_time_s"] != megatron["plans"][0]["step_time_s"]
+    other = _json(run_cli("search", *B200_MOE, "--top", "1", *DIFFERING, "--json"))
+    assert forced["plans"][0]["step_time_s"] != other["plans"][0]["step_time_s"]
     # torchtitan-2025 was fitted on the 96 GB H100s only: an 80 GB H100 cluster gets base values
     titan = run_cli("search", *H100, "--top", "1", "--framework", "torchtitan", "--json")
     assert _json(titan)["software"]["name"] == BASE and "note: software profile" not in titan.stderr
@@ -325,8 +330,8 @@ def test_cli_search_takes_the_framework_default(run_cli):
 
 def test_plan_records_the_profile_and_is_re_estimated_under_it(run_cli, tmp_path):
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
-    assert run_cli("search", *B200_MOE, "--top", "1", "--out", str(a), "-q").exit_code == 0
-    assert run_cli("search", *B200_MOE, "--top", "1", "--out", str(b), "-q").exit_code == 0
+    assert run_cli("search", *B200_MOE, "--top", "1", *DIFFERING, "--out", str(a), "-q").exit_code == 0
+    assert run_cli("search", *B200_MOE, "--top", "1", *DIFFERING, "--out", str(b), "-q").exit_code == 0
     assert a.read_bytes() == b.read_bytes()  # byte-for-byte reproducible
     text = a.read_text()
     assert "software:\n  name: megatron-bridge-26.06\n  released: 2026-06\n" in text

@@ -1,0 +1,130 @@
+"""New software releases predicted before they are calibrated.
+
+A framework ships a release; its performance table appears; until ``scripts/calibrate.py`` fits
+the release's profile, a plan for it is priced with the newest profile planner has
+(planner.software.default_software). :func:`release_forward` measures that gap on the calibration
+set: for each software release class of a framework planner plans for, every run of the class is
+held out, each efficiency family is refitted on the remaining runs (planner.fitting.fit_families, the
+shipped procedure), and the held-out runs are predicted with the profile a plan would have had
+without them, the newest *earlier* release of the same framework fitted on the run's GPU family
+(:func:`predecessor`), else the family's base fit.
+
+The figure differs from leave-one-source-out (planner.fitting.leave_one_source_out) in what is held
+out: a release class, not a document. Megatron-Bridge's archive page holds three releases; holding
+out one leaves the other two (their own measurement campaigns, with other containers) in the fit,
+which is the situation on the day a release's table appears. The signed median says which way new
+releases move: negative when the software got faster than planner's newest profile prices it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from planner.calibration import Case, Result, summary
+from planner.fitting import (
+    LOSO_STEPS,
+    family,
+    fit_families,
+    fit_profile,
+    predict,
+    profile_groups,
+    usable,
+)
+from planner.software import CLASSES, profile_start
+from planner.specs import EfficiencySpec
+
+PLANNED_FRAMEWORKS = ("megatron", "torchtitan")
+"""Frameworks whose release classes a plan can use (planner.software.default_software); the other
+classes (the zero-bubble fork, BigScience's Megatron-DeepSpeed) describe runs of software no plan
+targets, so no release follows them."""
+
+
+def predecessor(cls: str, fitted_on_family: Iterable[str]) -> str:
+    """The newest release class of ``cls``'s framework released before it, among
+    ``fitted_on_family`` (the classes with a profile on the run's GPU family); '' for none (the
+    family's base fit prices the run)."""
+    framework, released, _ = CLASSES[cls]
+    earlier = [
+        (CLASSES[c][1], c)
+        for c in fitted_on_family
+        if c in CLASSES and CLASSES[c][0] == framework and CLASSES[c][1] < released
+    ]
+    return max(earlier)[1] if earlier else ""
+
+
+@dataclass(frozen=True)
+class ReleaseFold:
+    """One held-out release class: its runs predicted as described in the module docstring."""
+
+    release: str
+    predicted_with: dict[str, str]
+    """GPU family -> the profile its runs were priced with ('' = the family's base fit)."""
+    results: list[Result]
+
+    def signed_median(self) -> float:
+        """Median of predicted / measured - 1 (negative: the release runs faster than predicted)."""
+        return statistics.median(r.predicted / r.case.measured_tokens_per_s_per_gpu - 1 for r in self.results)
+
+    def to_json(self) -> dict:
+        return {
+            "release": self.release,
+            "released": CLASSES[self.release][1],
+            "predicted_with": dict(sorted(self.predicted_with.items())),
+            **summary(self.results),
+            "signed_median": self.signed_median(),
+            "runs": [
+                {
+                    "id": r.case.run_id,
+                    "gpu": r.case.gpu,
+                    "measured_tokens_per_s_per_gpu": r.case.measured_tokens_per_s_per_gpu,
+                    "predicted_tokens_per_s_per_gpu": r.predicted,
+                    "abs_error": r.error,
+                }
+                for r in self.results
+            ],
+        }
+
+
+def release_fold(release: str, cases_: list[Case], passes: int = 4) -> tuple[list[str], ReleaseFold]:
+    """Hold out every usable run of ``release``; refit; predict them with :func:`predecessor`'s
+    profile, itself refitted on the remaining runs (notes say what was fitted on what)."""
+    held = [c for c in cases_ if c.software == release]
+    rest = [c for c in cases_ if c.software != release]
+    notes: list[str] = []
+    fams = sorted({family(c) for c in held})
+    families = fit_families(rest, fams, passes, LOSO_STEPS, progress=notes.append)
+    effs: dict[str, EfficiencySpec] = {}
+    used: dict[str, str] = {}
+    for fam in fams:
+        base = families[fam][0]
+        classes = profile_groups([c for c in rest if family(c) == fam])
+        prev = predecessor(release, classes)
+        used[fam] = prev
+        if prev:
+            effs[fam] = fit_profile(classes[prev], profile_start(base, prev), passes, LOSO_STEPS)[0]
+            notes.append(f"{fam}/{prev} profile fitted on {len(classes[prev])} runs")
+        else:
+            effs[fam] = base
+    return notes, ReleaseFold(release, used, [predict(c, effs[family(c)]) for c in held])
+
+
+def release_forward(
+    all_cases: Iterable[Case], passes: int = 4, progress: Callable[[str], None] | None = None
+) -> list[ReleaseFold]:
+    """:func:`release_fold` for every release class of :data:`PLANNED_FRAMEWORKS` with usable
+    runs, oldest first (ties by name)."""
+    cases_ = usable(all_cases)
+    present = {c.software for c in cases_ if c.software}
+    order = sorted(
+        (CLASSES[c][1], c) for c in present if c in CLASSES and CLASSES[c][0] in PLANNED_FRAMEWORKS
+    )
+    out = []
+    for _, release in order:
+        notes, fold = release_fold(release, cases_, passes)
+        if progress:
+            for note in notes:
+                progress(f"held out {release}: {note}")
+        out.append(fold)
+    return out

@@ -1,0 +1,101 @@
+"""New releases predicted before they are calibrated (planner.calibrate.releases)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+
+def test_predecessor_is_the_newest_earlier_release_of_the_same_framework():
+    from planner.calibrate.releases import predecessor
+
+    fitted = [
+        "megatron-bridge-25.11",
+        "megatron-bridge-26.04",
+        "megatron-bridge-26.06",
+        "torchtitan-2025",
+        "megatron-lm-zero-bubble-2024",
+    ]
+    assert predecessor("megatron-bridge-26.06", fitted) == "megatron-bridge-26.04"
+    assert predecessor("megatron-bridge-26.04", fitted) == "megatron-bridge-25.11"
+    # never a later release, never another framework's (torchtitan 2025-06 is older than 26.06)
+    assert predecessor("megatron-bridge-25.11", fitted) == ""
+    assert predecessor("torchtitan-2025", fitted) == ""
+    # only classes fitted on the family count: 26.04 missing falls back to 25.11
+    assert predecessor("megatron-bridge-26.06", [fitted[0], fitted[2]]) == "megatron-bridge-25.11"
+
+
+def _bridge_b200_set():
+    """Three A100 and three H100 runs (the lineage) and three B200-family runs of each of the
+    Megatron-Bridge 25.11, 26.04 and 26.06 classes."""
+    from planner.calibration import cases
+    from planner.fitting import family, usable
+
+    runs = usable(cases())
+    a100 = [c for c in runs if family(c) == "a100" and c.source.startswith("Korthikanti")][:3]
+    h100 = [c for c in runs if family(c) == "h100" and c.source.startswith("NVIDIA NeMo")][:3]
+    b200 = []
+    for cls in ("megatron-bridge-25.11", "megatron-bridge-26.04", "megatron-bridge-26.06"):
+        b200 += [c for c in runs if family(c) == "b200" and c.software == cls][:3]
+    assert len(b200) == 9
+    return a100 + h100 + b200
+
+
+def test_a_held_out_release_is_priced_with_the_release_before_it_refitted_without_it():
+    """26.06 held out: its runs are predicted with the 26.04 profile fitted (from the fold's base)
+    on the remaining runs, exactly as fit_profile does; nothing of 26.06 reaches the fit."""
+    from planner.calibrate.releases import release_fold
+    from planner.fitting import LOSO_STEPS, family, fit_families, fit_profile, predict
+
+    runs = _bridge_b200_set()
+    notes, fold = release_fold("megatron-bridge-26.06", runs, passes=1)
+    held = [c for c in runs if c.software == "megatron-bridge-26.06"]
+    assert [r.case.run_id for r in fold.results] == [c.run_id for c in held]
+    assert fold.predicted_with == {"b200": "megatron-bridge-26.04"}
+    assert "b200/megatron-bridge-26.04 profile fitted on 3 runs" in notes
+    rest = [c for c in runs if c.software != "megatron-bridge-26.06"]
+    base = fit_families(rest, {"b200"}, 1, LOSO_STEPS)["b200"][0]
+    prof = fit_profile([c for c in rest if c.software == "megatron-bridge-26.04"], base, 1, LOSO_STEPS)[0]
+    for r in fold.results:
+        assert family(r.case) == "b200"
+        assert math.isclose(r.predicted, predict(r.case, prof).predicted)
+    out = fold.to_json()
+    assert out["count"] == 3 and out["released"] == "2026-06"
+    signed = sorted(r.predicted / r.case.measured_tokens_per_s_per_gpu - 1 for r in fold.results)
+    assert out["signed_median"] == pytest.approx(signed[1])
+    assert out["median"] == pytest.approx(sorted(abs(s) for s in signed)[1])
+
+
+def test_the_first_release_is_priced_with_the_base_fit():
+    from planner.calibrate.releases import release_fold
+    from planner.fitting import LOSO_STEPS, fit_families, predict
+
+    runs = _bridge_b200_set()
+    _, fold = release_fold("megatron-bridge-25.11", runs, passes=1)
+    assert fold.predicted_with == {"b200": ""}
+    rest = [c for c in runs if c.software != "megatron-bridge-25.11"]
+    base = fit_families(rest, {"b200"}, 1, LOSO_STEPS)["b200"][0]
+    for r in fold.results:
+        assert r.case.software == "megatron-bridge-25.11"
+        assert math.isclose(r.predicted, predict(r.case, base).predicted)
+
+
+def test_release_forward_runs_the_planned_frameworks_releases_oldest_first(monkeypatch):
+    """The order follows the release dates; classes of frameworks no plan targets (the zero-bubble
+    fork, BigScience) are not releases a plan could be priced with, and are skipped."""
+    import planner.calibrate.releases as rel
+
+    seen = []
+    monkeypatch.setattr(rel, "release_fold", lambda r, cases_, passes: (seen.append(r) or [], r))
+    from planner.calibration import cases
+
+    got = rel.release_forward(cases())
+    assert got == seen
+    assert seen == [
+        "torchtitan-2025",
+        "megatron-bridge-25.11",
+        "megatron-bridge-26.04",
+        "megatron-bridge-26.06",
+        "megatron-bridge-26.08",
+    ]
