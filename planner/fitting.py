@@ -701,17 +701,41 @@ def _fold(args: tuple[str, list[Case], int]) -> tuple[list[str], list[Result]]:
     source, cases_, passes = args
     held = [c for c in cases_ if c.source == source]
     rest = [c for c in cases_ if c.source != source]
+    # Software profiles refitted without the held-out source too (no leakage).
+    notes, fitted = refit_without(
+        held,
+        rest,
+        passes,
+        lambda fam, _classes: {c.software for c in held if family(c) == fam and c.software},
+        held_out_source=source,
+    )
+    return notes, [predict(c, fitted.get((family(c), c.software), fitted[(family(c), "")])) for c in held]
+
+
+def refit_without(
+    held: list[Case],
+    rest: list[Case],
+    passes: int,
+    profiles: Callable[[str, dict[str, list[Case]]], Iterable[str]],
+    held_out_source: str = "",
+) -> tuple[list[str], dict[tuple[str, str], EfficiencySpec]]:
+    """What a fold predicts ``held`` with: their families refitted on ``rest`` (:func:`fit_families`,
+    :data:`LOSO_STEPS`), as ``(family, '')``, and per family the release classes
+    ``profiles(family, classes)`` names among that family's classes in ``rest``
+    (:func:`profile_groups`), each refitted from the fold's base (:func:`fit_profile`), as
+    ``(family, class)``; a named class without enough runs left is not fitted. Returns notes (what
+    was fitted on what) and those values. ``held_out_source`` keeps a profile's start off the
+    held-out document (planner.software.profile_start)."""
     notes: list[str] = []
-    families = fit_families(rest, {family(c) for c in held}, passes, LOSO_STEPS, progress=notes.append)
+    fams = {family(c) for c in held}
+    families = fit_families(rest, fams, passes, LOSO_STEPS, progress=notes.append)
     fitted: dict[tuple[str, str], EfficiencySpec] = {(fam, ""): v[0] for fam, v in families.items()}
-    for fam in sorted({family(c) for c in held}):
+    for fam in sorted(fams):
         base = fitted[(fam, "")]
-        train = [c for c in rest if family(c) == fam]
-        # Software profiles refitted without the held-out source too (no leakage).
-        classes = profile_groups(train)
-        for cls in sorted({c.software for c in held if family(c) == fam and c.software}):
+        classes = profile_groups([c for c in rest if family(c) == fam])
+        for cls in sorted(set(profiles(fam, classes))):
             if cls in classes:
-                start = profile_start(base, cls, held_out_source=source)
+                start = profile_start(base, cls, held_out_source=held_out_source)
                 fitted[(fam, cls)] = fit_profile(classes[cls], start, passes, LOSO_STEPS)[0]
                 notes.append(f"{fam}/{cls} profile fitted on {len(classes[cls])} runs")
-    return notes, [predict(c, fitted.get((family(c), c.software), fitted[(family(c), "")])) for c in held]
+    return notes, fitted

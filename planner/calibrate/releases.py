@@ -23,17 +23,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from planner.calibration import Case, Result, summary
-from planner.fitting import (
-    LOSO_STEPS,
-    family,
-    fit_families,
-    fit_profile,
-    predict,
-    profile_groups,
-    usable,
-)
-from planner.software import CLASSES, profile_start
-from planner.specs import EfficiencySpec
+from planner.fitting import family, predict, refit_without, usable
+from planner.software import CLASSES
 
 PLANNED_FRAMEWORKS = ("megatron", "torchtitan")
 """Frameworks whose release classes a plan can use (planner.software.default_software); the other
@@ -92,22 +83,14 @@ def release_fold(release: str, cases_: list[Case], passes: int = 4) -> tuple[lis
     profile, itself refitted on the remaining runs (notes say what was fitted on what)."""
     held = [c for c in cases_ if c.software == release]
     rest = [c for c in cases_ if c.software != release]
-    notes: list[str] = []
-    fams = sorted({family(c) for c in held})
-    families = fit_families(rest, fams, passes, LOSO_STEPS, progress=notes.append)
-    effs: dict[str, EfficiencySpec] = {}
     used: dict[str, str] = {}
-    for fam in fams:
-        base = families[fam][0]
-        classes = profile_groups([c for c in rest if family(c) == fam])
-        prev = predecessor(release, classes)
-        used[fam] = prev
-        if prev:
-            effs[fam] = fit_profile(classes[prev], profile_start(base, prev), passes, LOSO_STEPS)[0]
-            notes.append(f"{fam}/{prev} profile fitted on {len(classes[prev])} runs")
-        else:
-            effs[fam] = base
-    return notes, ReleaseFold(release, used, [predict(c, effs[family(c)]) for c in held])
+
+    def before(fam: str, classes: dict[str, list[Case]]) -> list[str]:
+        used[fam] = predecessor(release, classes)
+        return [used[fam]]
+
+    notes, fitted = refit_without(held, rest, passes, before)
+    return notes, ReleaseFold(release, used, [predict(c, fitted[(family(c), used[family(c)])]) for c in held])
 
 
 def release_forward(
