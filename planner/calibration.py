@@ -16,14 +16,13 @@ import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import yaml
-
 from cost_models.estimate import Estimate, estimate
 from cost_models.parallel import RANK_ORDERS, ParallelConfig, account_for_split, canonical_modules, resolve
-from planner.errors import PlannerError
+from planner.errors import PlannerError, SpecError
 from planner.frameworks.megatron.importer import parse_layout
 from planner.frameworks.torchtitan.capabilities import layer_sac_recomputed_layers
 from planner.jobs import make_job
+from planner.loading import read_document
 from planner.run_records import (
     MEGATRON_RECOMPUTE_MODULES,
     attention_impl_of,
@@ -45,6 +44,7 @@ from planner.run_records import (
 from planner.software import apply as apply_software
 from planner.software import efficiency_family, software_class
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
+from planner.validation import short_path
 
 DEFAULT_RUNS = Path(__file__).resolve().parent.parent / "tests" / "data" / "published_runs.yaml"
 DEFAULT_MEMORY = Path(__file__).resolve().parent.parent / "tests" / "data" / "published_memory.yaml"
@@ -53,7 +53,7 @@ DEFAULT_MEMORY = Path(__file__).resolve().parent.parent / "tests" / "data" / "pu
 def measured_memory(path: Path = DEFAULT_MEMORY) -> dict[str, float]:
     """Measured peak memory per GPU (bytes) by run id, from published_memory.yaml's
     ``measured_memory`` (torchtitan's logged peaks; see each entry's ``memory_metric``)."""
-    data = yaml.safe_load(Path(path).read_text())
+    data = read_document(Path(path))
     return {
         m["run_id"]: m["peak_memory_gib"] * 2**30
         for m in data.get("measured_memory", [])
@@ -120,10 +120,26 @@ class Case:
 
 
 def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
-    """All runs of the calibration file as :class:`Case` values, in file order."""
-    data = yaml.safe_load(Path(path).read_text())
+    """All runs of the calibration file as :class:`Case` values, in file order. A file that is not
+    one (missing, not YAML, no ``runs`` list, a run without the keys a case is built from) is a
+    :class:`SpecError` naming the file, the run and the key."""
+    runs = read_document(Path(path)).get("runs")
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        raise SpecError(f"{short_path(path)}: key 'runs': expected a list of runs, each a mapping")
     out = []
-    for run in data["runs"]:
+    for i, run in enumerate(runs):
+        try:
+            out += _cases_of([run])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            detail = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+            raise SpecError(f"{short_path(path)}: runs[{i}] (id {run.get('id', '?')!r}): {detail}") from None
+    return out
+
+
+def _cases_of(runs: list[dict]) -> list[Case]:
+    """:func:`cases` of already-read run mappings."""
+    out = []
+    for run in runs:
         rid, hw, par = run["id"], run["hardware"], run["parallel"]
         fam = gpu_family(hw["gpu"])
         origin = {

@@ -11,7 +11,8 @@ Spearman correlation of predicted vs measured throughput, whether the measured-b
 predicted best, the measured throughput lost by following the prediction, and the ceiling that
 measurement noise puts on the first two (planner.calibrate.ranking.noise_ceiling).
 Exit code 1 when the in-sample median exceeds --max-median or the 90th percentile exceeds
---max-p90 (defaults: 12% and 30%).
+--max-p90 (defaults: 12% and 30%), or when the --runs or --memory file cannot be read (one line
+naming the file, and the run and key where one is malformed; no traceback).
 
 Usage: python scripts/validate_published.py [--runs FILE] [--json] [--no-loso]
 """
@@ -38,6 +39,7 @@ from planner.calibration import (  # noqa: E402
     ranked,
     summary,
 )
+from planner.errors import PlannerError  # noqa: E402
 from planner.fitting import leave_one_source_out  # noqa: E402
 
 GIB = 1024**3
@@ -62,7 +64,12 @@ def main() -> int:
     )
     ap.add_argument("--jobs", type=int, default=2, help="leave-one-source-out folds run in parallel")
     args = ap.parse_args()
-    all_cases = cases(args.runs)
+    try:
+        all_cases = cases(args.runs)
+        peaks = measured_memory(args.memory)
+    except PlannerError as exc:
+        print(f"validate_published: {exc}", file=sys.stderr)
+        return 1
     results = predict_all(all_cases)
     counted = [r for r in results if not excluded_reason(r.case.run_id)]
     stats = summary(counted)
@@ -100,7 +107,6 @@ def main() -> int:
         )
     }
     groups_out = group_ranking(loso) if loso else []
-    peaks = measured_memory(args.memory)
     mem_errors = sorted(
         abs(r.estimate.peak_memory_bytes - peaks[r.case.run_id]) / peaks[r.case.run_id]
         for r in results

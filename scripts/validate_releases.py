@@ -9,6 +9,9 @@ and 90th percentile of the absolute errors, and the signed median (negative: the
 than planner predicted), then, beside it, the same runs' in-sample error with their own fitted
 profile: what fitting the release bought.
 
+Exit code 1 when the --runs file cannot be read (one line naming the file, and the run and key
+where one is malformed; no traceback).
+
 Usage: python scripts/validate_releases.py [--runs FILE] [--json]
 """
 
@@ -24,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.calibrate.releases import release_forward  # noqa: E402
 from planner.calibration import DEFAULT_RUNS, cases, predict_all, summary  # noqa: E402
+from planner.errors import PlannerError  # noqa: E402
 
 
 def main() -> int:
@@ -31,7 +35,11 @@ def main() -> int:
     ap.add_argument("--runs", type=Path, default=DEFAULT_RUNS, help="published runs YAML")
     ap.add_argument("--json", action="store_true", help="print machine-readable results")
     args = ap.parse_args()
-    all_cases = cases(args.runs)
+    try:
+        all_cases = cases(args.runs)
+    except PlannerError as exc:
+        print(f"validate_releases: {exc}", file=sys.stderr)
+        return 1
     folds = release_forward(all_cases, progress=lambda t: print(t, file=sys.stderr))
     shipped = {r.case.run_id: r for r in predict_all(all_cases)}
     rows = []

@@ -99,3 +99,31 @@ def test_release_forward_runs_the_planned_frameworks_releases_oldest_first(monke
         "megatron-bridge-26.06",
         "megatron-bridge-26.08",
     ]
+
+
+@pytest.mark.parametrize("script", ["validate_releases.py", "validate_published.py"])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (None, "file not found"),
+        ("runs: 3\n", "key 'runs': expected a list of runs, each a mapping"),
+        ("runs:\n- id: r1\n  hardware: {gpu: H100}\n", "runs[0] (id 'r1'): missing key 'parallel'"),
+        ("runs: [\n", "malformed YAML"),
+    ],
+)
+def test_validation_scripts_name_a_bad_runs_file_without_a_traceback(tmp_path, script, text, message):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    runs = tmp_path / "runs.yaml"
+    if text is not None:
+        runs.write_text(text)
+    root = Path(__file__).resolve().parent.parent
+    args = [sys.executable, str(root / "scripts" / script), "--runs", str(runs)]
+    if script == "validate_published.py":
+        args.append("--no-loso")
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.startswith(f"{script[:-3]}: {runs}: ") and message in r.stderr
+    assert "Traceback" not in r.stderr
