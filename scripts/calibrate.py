@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _efficiency_blocks import write_block  # noqa: E402
 
 from planner.calibration import DEFAULT_RUNS, cases  # noqa: E402
+from planner.errors import PlannerError  # noqa: E402
 from planner.fitting import (  # noqa: E402
     LINEAGE,
     base_runs,
@@ -47,7 +48,11 @@ def main() -> int:
     ap.add_argument("--runs", type=Path, default=DEFAULT_RUNS, help="published_runs.yaml")
     ap.add_argument("--write", action="store_true", help="store the fitted values in hardware_profiles")
     args = ap.parse_args()
-    runs = usable(cases(args.runs))
+    try:
+        runs = usable(cases(args.runs))
+    except PlannerError as exc:
+        print(f"calibrate: {exc}", file=sys.stderr)
+        return 1
     profiles: dict[str, list[str]] = {name: [] for name in CLASSES}
     fitted = fit_families(runs, {family(c) for c in runs})
     for fam, (eff, err, count) in fitted.items():

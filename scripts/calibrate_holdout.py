@@ -32,6 +32,7 @@ from planner.calibrate.profile import apply_profile, read_profile  # noqa: E402
 from planner.calibrate.sources import base_cluster, read_runs_yaml  # noqa: E402
 from planner.calibration import DEFAULT_RUNS  # noqa: E402
 from planner.cli.app import main as planner_main  # noqa: E402
+from planner.errors import PlannerError  # noqa: E402
 
 
 def split(runs_file: Path, cluster: str) -> tuple[list[dict], list[str], list[str]]:
@@ -48,7 +49,11 @@ def main() -> int:
     ap.add_argument("--cluster", default="dgx-h100", help="node template of the GPU type")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
-    docs, train_ids, test_ids = split(args.runs, args.cluster)
+    try:
+        docs, train_ids, test_ids = split(args.runs, args.cluster)
+    except PlannerError as exc:
+        print(f"calibrate_holdout: {exc}", file=sys.stderr)
+        return 1
     with tempfile.TemporaryDirectory() as tmp:
         half = Path(tmp) / "calibration_half.yaml"
         keep = set(train_ids)

@@ -101,17 +101,20 @@ def test_release_forward_runs_the_planned_frameworks_releases_oldest_first(monke
     ]
 
 
-@pytest.mark.parametrize("script", ["validate_releases.py", "validate_published.py"])
+@pytest.mark.parametrize(
+    "script", ["validate_releases.py", "validate_published.py", "calibrate.py", "calibrate_holdout.py"]
+)
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         (None, "file not found"),
-        ("runs: 3\n", "key 'runs': expected a list of runs, each a mapping"),
-        ("runs:\n- id: r1\n  hardware: {gpu: H100}\n", "runs[0] (id 'r1'): missing key 'parallel'"),
-        ("runs: [\n", "malformed YAML"),
+        ("runs: 3\n", "key 'runs': expected a list of runs"),
+        ("runs:\n- id: r1\n  hardware: {gpu: H100}\n", r"runs\[0\] \(id 'r1'\): missing key 'parallel'"),
+        ("runs: [\n", "(malformed|not valid) YAML"),
     ],
 )
 def test_validation_scripts_name_a_bad_runs_file_without_a_traceback(tmp_path, script, text, message):
+    import re
     import subprocess
     import sys
     from pathlib import Path
@@ -125,5 +128,7 @@ def test_validation_scripts_name_a_bad_runs_file_without_a_traceback(tmp_path, s
         args.append("--no-loso")
     r = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert r.returncode == 1 and r.stdout == ""
-    assert r.stderr.startswith(f"{script[:-3]}: {runs}: ") and message in r.stderr
+    # calibrate_holdout.py reads through planner calibrate's reader (planner.calibrate.sources),
+    # the others through planner.calibration.cases: the same file errors, worded by each
+    assert r.stderr.startswith(f"{script[:-3]}: {runs}: ") and re.search(message, r.stderr)
     assert "Traceback" not in r.stderr
