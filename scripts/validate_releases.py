@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from planner.calibrate.releases import release_forward  # noqa: E402
+from planner.calibrate.releases import release_forward, signed_median  # noqa: E402
 from planner.calibration import DEFAULT_RUNS, cases, predict_all, summary  # noqa: E402
 from planner.errors import PlannerError  # noqa: E402
 
@@ -50,9 +49,7 @@ def main() -> int:
                 **fold.to_json(),
                 "in_sample": {
                     **summary(own),
-                    "signed_median": statistics.median(
-                        r.predicted / r.case.measured_tokens_per_s_per_gpu - 1 for r in own
-                    ),
+                    "signed_median": signed_median(own),
                 },
             }
         )

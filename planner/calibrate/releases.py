@@ -45,6 +45,11 @@ def predecessor(cls: str, fitted_on_family: Iterable[str]) -> str:
     return max(earlier)[1] if earlier else ""
 
 
+def signed_median(results: list[Result]) -> float:
+    """Median of predicted / measured - 1 (negative: the runs ran faster than predicted)."""
+    return statistics.median(r.predicted / r.case.measured_tokens_per_s_per_gpu - 1 for r in results)
+
+
 @dataclass(frozen=True)
 class ReleaseFold:
     """One held-out release class: its runs predicted as described in the module docstring."""
@@ -54,17 +59,13 @@ class ReleaseFold:
     """GPU family -> the profile its runs were priced with ('' = the family's base fit)."""
     results: list[Result]
 
-    def signed_median(self) -> float:
-        """Median of predicted / measured - 1 (negative: the release runs faster than predicted)."""
-        return statistics.median(r.predicted / r.case.measured_tokens_per_s_per_gpu - 1 for r in self.results)
-
     def to_json(self) -> dict:
         return {
             "release": self.release,
             "released": CLASSES[self.release][1],
             "predicted_with": dict(sorted(self.predicted_with.items())),
             **summary(self.results),
-            "signed_median": self.signed_median(),
+            "signed_median": signed_median(self.results),
             "runs": [
                 {
                     "id": r.case.run_id,
