@@ -9,7 +9,8 @@
 * :func:`fit_families` — every family in :data:`LINEAGE` order: a family's prior (start and
   penalty centre) is its lineage parent's fit carried over by :func:`transfer` (the root's is
   :data:`UNCALIBRATED`), with the GEMM curve and attention efficiency of its measured kernels where
-  it has them (:func:`kernel_prior`); a family with no runs keeps that prior. The base values
+  it has them (:func:`kernel_prior`); a family with no runs keeps that prior, and a family keeps
+  its prior's value of each parameter a measurement ties to its parent (:attr:`Lineage.tied`). The base values
   describe the runs outside any software release class (:func:`base_runs`): a class's runs are
   fitted into its profile (:func:`fit_profile`), and inform the base only in what the class-free
   runs cannot (the MoE numbers, the FP8 speed-up), or when the class-free runs come from too few
@@ -56,6 +57,11 @@ class Lineage:
     """The catalogue GPU whose dense peaks stand for the family in :func:`transfer`."""
     why: str
     """The justification: why the parent's efficiency fractions are the best guess for this family."""
+    tied: tuple[str, ...] = ()
+    """Parameters (of :data:`PARAMS`) the family is not fitted on: it keeps its parent's fitted value
+    transferred (:func:`transfer`), because a measurement relates the two GPUs directly."""
+    tied_why: str = ""
+    """The measurement behind :attr:`tied`."""
 
 
 LINEAGE = {
@@ -96,9 +102,28 @@ LINEAGE = {
         parent="h100",
         reference_gpu="b200",
         why=(
-            "Blackwell (B200, GB200, B300, GB300) succeeds Hopper: FP8 at 2x the BF16 peak on both "
+            "Blackwell (B200, GB200, B300) succeeds Hopper: FP8 at 2x the BF16 peak on both "
             "(datasheets), and the Blackwell runs come from the Megatron-Bridge releases (Megatron-Core, "
             "Transformer Engine, cuDNN attention) that produced the H100 runs of the same tables"
+        ),
+    ),
+    "gb300": Lineage(
+        parent="b200",
+        reference_gpu="gb300",
+        why=(
+            "Blackwell Ultra in the NVL72 rack: the Blackwell tensor cores and software of the b200 "
+            "family with the same dense BF16 / FP8 peaks as a GB200 (datasheets), at 1,400 W instead "
+            "of 1,200 W; measured faster than those peaks and the attention kernels explain: the one "
+            "layout both Megatron-Bridge 25.11 tables ran on both racks with the same recipe, Llama 3 "
+            "8B FP8 on 8 GPUs, gives 37,556 vs 31,508 tokens/s per GPU (1.19x) where the b200 "
+            "family's values and the measured attention speed-up predict 1.04x"
+        ),
+        tied=("attention_efficiency",),
+        tied_why=(
+            "NVIDIA's cuDNN SDPA benchmark timed the same attention kernels on a GB200 and a GB300 "
+            "(hardware_profiles/measurements/gb200-gb300-cudnn-attention.json): the GB300 file's "
+            "attention_kernel_speed is that measured ratio, so the GB300's attention is the b200 "
+            "family's times it, not a fit of its own"
         ),
     ),
 }
@@ -600,10 +625,11 @@ def fit_families(
         group = [c for c in runs if family(c) == fam]
         base = base_runs(group)
         prior = prior_of(fam, fitted)
+        only = fitted_params(fam)
         if group:
-            eff, err = _fit_cached(tuple(group), prior, passes, steps)
+            eff, err = _fit_cached(tuple(group), prior, passes, steps, only=only)
             if len(base) < len(group):
-                eff, err = _fit_cached(tuple(base), prior, passes, steps, start=eff)
+                eff, err = _fit_cached(tuple(base), prior, passes, steps, start=eff, only=only)
         else:
             eff, err = prior, float("nan")
         fitted[fam] = eff
@@ -630,12 +656,20 @@ def _fit_cached(
     passes: int,
     steps: tuple[float, ...],
     start: EfficiencySpec | None = None,
+    only: tuple[str, ...] = PARAMS,
 ) -> tuple[EfficiencySpec, float]:
-    """:func:`fit` of ``group`` from ``start`` (default: the prior), regularised toward ``prior``."""
-    key = (tuple(c.run_id for c in group), prior, start, passes, steps)
+    """:func:`fit` of ``group``'s ``only`` parameters from ``start`` (default: the prior),
+    regularised toward ``prior``."""
+    key = (tuple(c.run_id for c in group), prior, start, passes, steps, only)
     if key not in _FITS:
-        _FITS[key] = fit(list(group), start or prior, passes, steps, prior=prior)
+        _FITS[key] = fit(list(group), start or prior, passes, steps, only, prior=prior)
     return _FITS[key]
+
+
+def fitted_params(fam: str) -> tuple[str, ...]:
+    """The parameters a family is fitted on: :data:`PARAMS` less its :attr:`Lineage.tied` ones."""
+    tied = LINEAGE[fam].tied if fam in LINEAGE else ()
+    return tuple(p for p in PARAMS if p not in tied)
 
 
 def profile_groups(group: list[Case]) -> dict[str, list[Case]]:

@@ -122,6 +122,8 @@ def test_default_is_the_newest_profile_fitted_on_the_clusters_gpus():
     gets the newest release fitted on H100s (26.04), a B200 one 26.08; a mixed cluster the newest
     covering both, else the newest covering either."""
     assert default_software("megatron", ("b200",)) == "megatron-bridge-26.08"
+    assert default_software("megatron", ("gb300",)) == "megatron-bridge-26.08"
+    assert default_software("megatron", ("b200", "gb300")) == "megatron-bridge-26.08"
     assert default_software("megatron", ("h100",)) == "megatron-bridge-26.04"
     covers_both = [
         n
