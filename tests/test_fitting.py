@@ -113,11 +113,14 @@ def test_lineage_table_is_a_tree_over_the_calibrated_families():
     """Every parent is itself in the table, the order puts parents first, and every family with
     published runs has an entry (so no fold falls back to the vendor-typical values silently)."""
     from planner.calibration import cases
-    from planner.fitting import LINEAGE, family, lineage_order, usable
+    from planner.fitting import LINEAGE, PARAMS, family, fitted_params, lineage_order, usable
 
     for fam, lin in LINEAGE.items():
         assert lin.parent is None or lin.parent in LINEAGE, fam
         assert len(lin.why) > 40, fam
+        # a tied parameter is a fitted one, with its parent to take it from and its measurement
+        assert set(lin.tied) <= set(PARAMS) and (not lin.tied or (lin.parent and len(lin.tied_why) > 40)), fam
+        assert fitted_params(fam) == tuple(p for p in PARAMS if p not in lin.tied)
     order = lineage_order(LINEAGE)
     for fam, lin in LINEAGE.items():
         if lin.parent:
@@ -224,6 +227,28 @@ def test_family_without_runs_keeps_its_lineage_parents_fit():
     assert list(out) == ["a100", "h100", "b200"]
     assert out["b200"][2] == 0 and math.isnan(out["b200"][1])
     assert out["b200"][0] == transfer(out["h100"][0], "h100", "b200")
+
+
+def test_a_tied_parameter_is_left_out_of_the_familys_fit(monkeypatch):
+    """fit_families asks fit for every parameter of a family except its tied ones (gb300: the
+    attention efficiency), so that one stays the prior's, the b200 fit transferred."""
+    import planner.fitting as fitting
+    from planner.calibration import cases
+
+    asked = {}
+
+    def fake_fit(group, start, passes, steps, only=fitting.PARAMS, prior=None):
+        asked.setdefault(fitting.family(group[0]), set()).add(only)
+        return start, 0.0
+
+    monkeypatch.setattr(fitting, "fit", fake_fit)
+    monkeypatch.setattr(fitting, "_FITS", {})
+    gb300 = [c for c in fitting.usable(cases()) if fitting.family(c) == "gb300"][:2]
+    out = fitting.fit_families(_small_set() + gb300, {"gb300"}, passes=1, steps=(0.9, 1.1))
+    assert asked["gb300"] == {tuple(p for p in fitting.PARAMS if p != "attention_efficiency")}
+    assert asked["b200"] == asked["h100"] == {fitting.PARAMS}
+    prior = fitting.transfer(out["b200"][0], "b200", "gb300")
+    assert out["gb300"][0].attention_efficiency == prior.attention_efficiency
 
 
 def test_base_is_fitted_on_the_class_free_runs_when_three_sources_have_them():
