@@ -327,3 +327,26 @@ def test_breakdown_itemises_the_busiest_stage_not_an_embedding_only_one(run_cli)
     keys = ("compute_s", "recompute_s", "tp_cp_ep_comm_s", "fsdp_exposed_s", "bubble_s", "dp_exposed_s")
     total = sum(t[k] for k in keys) + t["optimizer_s"] + t["param_gather_exposed_s"]
     assert total == pytest.approx(t["step_time_s"], rel=1e-3)
+
+
+def test_fp8_mfu_labels_name_the_bf16_peak():
+    """MFU is over the dense 16-bit peak for every precision (Estimate.mfu), so an FP8 job's can
+    pass 100% (the GB300 FP8 class's best published run is above it): the estimate and search
+    tables say which peak for FP8 jobs, and only for them."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    def run(*extra):
+        args = ["-m", "llama3-8b", "-c", "dgx-h100", "-n", "1", "-b", "64", "-s", "4096", *extra]
+        out = CliRunner().invoke(app, ["estimate", *args, "--tp", "1", "--pp", "1"])
+        assert out.exit_code == 0, out.output
+        found = CliRunner().invoke(app, ["search", *args, "--top", "1"])
+        assert found.exit_code == 0, found.output
+        return out.output, found.output
+
+    est, found = run("--precision", "fp8")
+    assert "MFU / HFU (of dense BF16 peak)" in est
+    assert "of the dense BF16 peak, FP8 jobs included" in found
+    est, found = run()
+    assert "MFU / HFU" in est and "dense BF16 peak" not in est + found

@@ -136,6 +136,13 @@ def software_table(rows: list[dict], title: str = "Software profiles") -> Table:
     return t
 
 
+def _mfu_basis(d: dict) -> str:
+    """What an FP8 job's MFU is a fraction of, for its labels: MFU and HFU are over the dense
+    16-bit peak for every precision (``cost_models.estimate.Estimate.mfu``, the convention of
+    Megatron-LM's and NeMo's throughput logs), so an FP8 run's can pass 100%; '' otherwise."""
+    return " (of dense BF16 peak)" if (d.get("job") or {}).get("precision") == "fp8" else ""
+
+
 def _plausibility_text(p: dict | None) -> str:
     if not p or p.get("best_published_mfu") is None:
         return f"none published ({p['class']})" if p else "-"
@@ -214,8 +221,8 @@ def estimate_tables(d: dict) -> list[Table]:
         *_grad_rows(d),
         ("step time", f"{d['step_time_s']:.3f} s"),
         ("tokens/s (per GPU)", f"{d['tokens_per_s']:,.0f} ({d['tokens_per_s_per_gpu']:,.1f})"),
-        ("MFU / HFU", f"{100 * d['mfu']:.1f}% / {100 * d['hfu']:.1f}%"),
-        ("best published MFU of its class", _plausibility_text(d.get("plausibility"))),
+        ("MFU / HFU" + _mfu_basis(d), f"{100 * d['mfu']:.1f}% / {100 * d['hfu']:.1f}%"),
+        ("best published MFU of its class" + _mfu_basis(d), _plausibility_text(d.get("plausibility"))),
         *[
             ("[bold yellow]outside calibration[/]", escape(reason))
             for reason in (d.get("plausibility") or {}).get("outside_calibration", [])
@@ -499,6 +506,8 @@ def search_tables(d: dict) -> list[Table]:
     foot.add_row("pruned: memory / bound", f"{s['pruned_by_memory']} / {s['pruned_by_bound']}")
     if any(p.get("alternatives") for p in d["plans"]):
         foot.add_row("1a, 1b, ...", "equivalent variants: same time within 0.1%, no less memory")
+    if _mfu_basis(d):
+        foot.add_row("MFU", "of the dense BF16 peak, FP8 jobs included (Megatron's convention)")
     flagged = [p["plausibility"] for p in d["plans"] if p.get("plausibility", {}).get("above_best_published")]
     if flagged:
         f = flagged[0]
