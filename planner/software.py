@@ -12,6 +12,7 @@ class's runs (planner.fitting.fit_profile); a (family, class) with fewer than
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -23,8 +24,16 @@ from planner.specs import ClusterSpec, EfficiencySpec
 
 GPU_DIR = Path(__file__).resolve().parent.parent / "hardware_profiles" / "gpus"
 SOFTWARE_DIR = Path(__file__).resolve().parent.parent / "hardware_profiles" / "software"
-MIN_RUNS = 3
-"""A (family, class) needs this many usable runs for a fitted profile."""
+MIN_RUNS = 5
+"""A (family, class) needs this many usable runs for a fitted profile. Five, not three (until
+2026-11-28): profiles of three or four runs priced what they had not seen worse than the older,
+larger profile they replaced. Leave-one-run-out inside the five classes of three or four runs
+(19 runs; each refitted on its siblings, planner.fitting.fit_profile): median error 6.3%, against
+2.4% with the Megatron-Bridge 25.11 profile fitted without them; release forward
+(scripts/validate_releases.py), 26.06's runs priced with 26.04's four-run B200 profile 13.6%
+median, with 25.11's 5.7%, and 26.08's with 26.06's 3.2%, with 25.11's 2.9%. The four-run 26.04
+B200 profile had halved the grouped-GEMM efficiency (0.80 -> 0.43) to meet one run (gpt-oss-120b,
++15%) that the other three did not ask for (docs/calibration.md, "Selecting a profile")."""
 OVERRIDE_PARAMS = (
     "gemm_efficiency_max",
     "fp8_gemm_speedup",
@@ -168,9 +177,38 @@ def load_profiles(directory: Path = SOFTWARE_DIR) -> dict[str, dict]:
     return out
 
 
+def predecessor(cls: str, fitted_on_family: Iterable[str]) -> str:
+    """The newest release class of ``cls``'s framework released before it, among
+    ``fitted_on_family`` (the classes with a profile on a GPU family); '' for none (the family's
+    base values)."""
+    if cls not in CLASSES:
+        return ""
+    framework, released, _ = CLASSES[cls]
+    earlier = [
+        (CLASSES[c][1], c)
+        for c in fitted_on_family
+        if c in CLASSES and CLASSES[c][0] == framework and CLASSES[c][1] < released
+    ]
+    return max(earlier)[1] if earlier else ""
+
+
+def entry_source(name: str, family: str) -> str:
+    """The profile whose entry for ``family`` applies under profile ``name``: ``name`` when it has
+    one; else its :func:`predecessor` among the profiles fitted on the family, since a release
+    class without the runs a profile needs (:data:`MIN_RUNS`) is priced as the newest earlier
+    release of its framework fitted on the family (what ``scripts/validate_releases.py`` measures:
+    a release priced with the one before it); '' when there is none (the GPU file's base values)."""
+    profiles = load_profiles()
+    if family in ((profiles.get(name) or {}).get("families") or {}):
+        return name
+    return predecessor(name, [n for n, d in profiles.items() if family in (d.get("families") or {})])
+
+
 def overrides(name: str, family: str) -> dict[str, float]:
-    """The EfficiencySpec fields profile ``name`` sets for ``family`` (SI units; {} = none)."""
-    fam = (load_profiles().get(name) or {}).get("families", {}).get(family) or {}
+    """The EfficiencySpec fields profile ``name`` sets for ``family`` (SI units; {} = none): its own
+    entry's, or the release it inherits from (:func:`entry_source`)."""
+    source = entry_source(name, family) if name else ""
+    fam = (load_profiles().get(source) or {}).get("families", {}).get(family) or {}
     out = {}
     for field in OVERRIDE_PARAMS:
         key, scale = _YAML_KEYS.get(field, (field, 1.0))
@@ -232,9 +270,10 @@ def default_software(framework: str, families: tuple[str, ...] = ()) -> str:
     ``released``; ties by name) profile of that framework that has an entry for every efficiency
     family in ``families`` (the cluster's GPUs, :func:`cluster_families`), else the newest covering
     any of them, else ``base`` (no release of the framework was fitted on these GPUs); with no
-    families given, the newest of the framework; ``base`` when the framework has none (``any``).
-    A release class is fitted only where it has runs (e.g. no 26.08 H100 runs), so an H100 plan
-    gets the newest release measured on H100s rather than base values."""
+    families given, the newest of the framework fitted on any family; ``base`` when the framework
+    has none (``any``). A release class is fitted only where it has :data:`MIN_RUNS` runs (e.g.
+    Megatron-Bridge 26.04-26.08 have three or four per family), so a plan gets the newest release
+    fitted on its GPUs rather than base values."""
     profiles = load_profiles()
     own = sorted(
         ((str(d.get("released", "")), n) for n, d in profiles.items() if d.get("framework") == framework),
@@ -248,7 +287,8 @@ def default_software(framework: str, families: tuple[str, ...] = ()) -> str:
         return wanted & set((profiles[name].get("families") or {}).keys())
 
     if not wanted:
-        return own[0][1]
+        fitted = [n for _, n in own if profiles[n].get("families")]
+        return (fitted or [own[0][1]])[0]
     for test in (lambda n: covered(n) == wanted, lambda n: bool(covered(n))):
         hits = [n for _, n in own if test(n)]
         if hits:
@@ -276,7 +316,11 @@ class SoftwareUse:
     overridden: tuple[tuple[str, str], ...] = ()
     """(GPU type, efficiency family) whose efficiencies the profile sets."""
     base_values: tuple[tuple[str, str], ...] = ()
-    """(GPU type, family) the profile has no entry for: the GPU file's base values apply."""
+    """(GPU type, family) neither the profile nor an earlier release of its framework has an entry
+    for: the GPU file's base values apply."""
+    inherited: tuple[tuple[str, str, str], ...] = ()
+    """(GPU type, family, profile) of ``overridden`` whose values come from an earlier release
+    (:func:`entry_source`: the profile has no entry for the family)."""
     calibrated: tuple[str, ...] = ()
     """GPU types under a user's calibration profile (``--profile``): its values and the GPU file's
     base values apply, never the software profile's (the calibration was fitted over the base)."""
@@ -286,13 +330,21 @@ class SoftwareUse:
         return str((load_profiles().get(self.name) or {}).get("released", ""))
 
     def note(self) -> str:
-        """A one-line note when the profile leaves some GPU type at base values ('' otherwise)."""
-        if self.name == BASE or not self.base_values:
+        """A note when the profile has no entry of its own for some GPU type: one line for those an
+        earlier release prices, one for those left at base values ('' when neither)."""
+        if self.name == BASE:
             return ""
-        gpus = ", ".join(f"{gpu} (family {fam})" for gpu, fam in self.base_values)
-        return (
-            f"software profile {self.name} has no efficiencies for {gpus}: the GPU file's base values apply"
-        )
+        lines = [
+            f"software profile {self.name} has no efficiencies for {gpu} (family {fam}): those of "
+            f"{source}, the newest earlier release fitted on it, apply"
+            for gpu, fam, source in self.inherited
+        ]
+        if self.base_values:
+            gpus = ", ".join(f"{gpu} (family {fam})" for gpu, fam in self.base_values)
+            lines.append(
+                f"software profile {self.name} has no efficiencies for {gpus}: the GPU file's base values apply"
+            )
+        return "\n".join(lines)
 
     def as_dict(self) -> dict:
         """JSON-ready: name, released, and which GPU types it sets or leaves at base values."""
@@ -301,6 +353,11 @@ class SoftwareUse:
             "released": self.released,
             "overridden": [{"gpu": g, "family": f} for g, f in self.overridden],
             "base_values": [{"gpu": g, "family": f} for g, f in self.base_values],
+            **(
+                {"inherited": [{"gpu": g, "family": f, "from": n} for g, f, n in self.inherited]}
+                if self.inherited
+                else {}
+            ),
             **({"calibrated": list(self.calibrated)} if self.calibrated else {}),
         }
 
@@ -316,15 +373,19 @@ def software_use(gpus, name: str, calibrated: tuple[str, ...] = ()) -> SoftwareU
     cal = tuple(g for g in gpus if g in calibrated)
     fams = [(g, efficiency_family(g)) for g in gpus if g not in cal]
     over = tuple((g, f) for g, f in fams if overrides(name, f))
-    return SoftwareUse(name, over, tuple(x for x in fams if x not in over), cal)
+    inherited = tuple((g, f, entry_source(name, f)) for g, f in over if entry_source(name, f) != name)
+    return SoftwareUse(
+        name, over, tuple(x for x in fams if x not in over), inherited=inherited, calibrated=cal
+    )
 
 
 def with_software(
     cluster: ClusterSpec, name: str, calibrated: tuple[str, ...] = ()
 ) -> tuple[ClusterSpec, SoftwareUse]:
     """``cluster`` with profile ``name``'s overrides on every node group, by its GPU's efficiency
-    family, and what was set (:func:`software_use`: a family without an entry keeps the base
-    values and is listed, not skipped silently; GPU types in ``calibrated`` are left alone).
+    family, and what was set (:func:`software_use`: a family without an entry of its own takes an
+    earlier release's, :func:`entry_source`, or keeps the base values, and is listed either way,
+    not skipped silently; GPU types in ``calibrated`` are left alone).
     ``base`` returns the cluster unchanged."""
     use = software_use((g.gpu.name for g in cluster.groups), name, calibrated)
     fams = dict(use.overridden)

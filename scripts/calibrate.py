@@ -40,7 +40,7 @@ from planner.fitting import (  # noqa: E402
     profile_groups,
     usable,
 )
-from planner.software import CLASSES, SOFTWARE_DIR, profile_start, to_yaml_values  # noqa: E402
+from planner.software import CLASSES, MIN_RUNS, SOFTWARE_DIR, profile_start, to_yaml_values  # noqa: E402
 
 
 def main() -> int:
@@ -113,8 +113,8 @@ def main() -> int:
                 "# Software profile written by scripts/calibrate.py --write: per efficiency family, the\n"
                 "# efficiency numbers this release class changes, fitted on that class's runs of\n"
                 "# tests/data/published_runs.yaml (citations there), regularised toward the family's\n"
-                "# base values (planner.fitting.fit_profile). A family with fewer than 3 runs of\n"
-                "# the class has no entry: the GPU file's base values apply.\n"
+                f"# base values (planner.fitting.fit_profile). A family with fewer than {MIN_RUNS} runs of the\n"
+                "# class (planner.software.MIN_RUNS) has no entry: the GPU file's base values apply.\n"
                 f"name: {name}\nframework: {framework}\nreleased: '{released}'\n"
                 f"description: {description}\nfamilies:" + ("\n" + "\n".join(body) if body else " {}") + "\n"
             )

@@ -74,12 +74,14 @@ def test_profile_lowers_the_error_of_its_own_runs_vs_base():
 
 
 B200 = ["-m", "llama3-8b", "-c", "dgx-b200", "-n", "2", "-b", "64", "-s", "4096"]
-# A MoE model where a test needs the 26.06 profile to price B200 differently from base: its B200
-# values differ from base's in the per-layer overhead and the overlap slowdown (since the
-# twenty-seventh session's refit the default, 26.08, equals base's B200 values to rounding).
 B200_MOE = ["-m", "qwen3-30b-a3b", *B200[2:]]
-DIFFERING = ["--software", "megatron-bridge-26.06"]
 H100 = ["-m", "llama3-8b", "-c", "dgx-h100", "-n", "2", "-b", "64", "-s", "4096"]
+# A MoE model where a test needs a profile that prices differently from base: the 25.11 profile's
+# H100 entry differs from base's in the grouped-GEMM efficiency, the host launch time and the
+# overlap slowdown (its B200 and GB300 entries equal base's to rounding, and no 2026 release has
+# the runs a profile needs, planner.software.MIN_RUNS).
+H100_MOE = ["-m", "qwen3-30b-a3b", *H100[2:]]
+DIFFERING = ["--software", "megatron-bridge-25.11"]
 CONFIG = ["--tp", "2", "--pp", "2"]
 H100_FP8 = [*H100, "--precision", "fp8"]
 
@@ -92,8 +94,8 @@ def _differing_profile(family: str, gpu: str) -> str:
     """A shipped profile whose entry for ``family`` changes a number of ``gpu`` that dense plans
     read (:data:`DENSE_NUMBERS`, largest relative change; the fitted values move with each refit,
     so tests pick one rather than name it: the 2026-11-27 nineteenth-session refit put every
-    Megatron-Bridge profile's Blackwell GEMM ceiling back on the base value, 26.04's overlap
-    slowdown still differs)."""
+    Megatron-Bridge profile's Blackwell GEMM ceiling back on the base value; 25.11's H100 GEMM
+    ceiling and overlap slowdown differ)."""
     from planner.hardware import load_gpu
 
     base = load_gpu(gpu).efficiency
@@ -110,27 +112,32 @@ def _differing_profile(family: str, gpu: str) -> str:
 
 
 def test_default_is_the_newest_profile_of_the_framework():
+    """With no GPU families given: the newest release of the framework fitted on any family (26.08
+    is newer but has no family with the runs a profile needs)."""
     profiles = load_profiles()
-    newest = max((d["released"], n) for n, d in profiles.items() if d["framework"] == "megatron")[1]
-    assert default_software("megatron") == newest == "megatron-bridge-26.08"
+    fitted = [
+        (d["released"], n) for n, d in profiles.items() if d["framework"] == "megatron" and d["families"]
+    ]
+    assert default_software("megatron") == max(fitted)[1] == "megatron-bridge-25.11"
+    assert not profiles["megatron-bridge-26.08"]["families"]
     assert default_software("torchtitan") == "torchtitan-2025"
     assert default_software("any") == BASE
 
 
 def test_default_is_the_newest_profile_fitted_on_the_clusters_gpus():
-    """26.08 and 26.06 have no H100 profile (26.06 has two H100 runs, 26.08 none): an H100 cluster
-    gets the newest release fitted on H100s (26.04), a B200 one 26.08; a mixed cluster the newest
+    """The 2026 releases have at most four runs per family (planner.software.MIN_RUNS is five), so
+    every cluster gets the newest release fitted on its GPUs, 25.11; a mixed cluster the newest
     covering both, else the newest covering either."""
-    assert default_software("megatron", ("b200",)) == "megatron-bridge-26.08"
-    assert default_software("megatron", ("gb300",)) == "megatron-bridge-26.08"
-    assert default_software("megatron", ("b200", "gb300")) == "megatron-bridge-26.08"
-    assert default_software("megatron", ("h100",)) == "megatron-bridge-26.04"
+    assert default_software("megatron", ("b200",)) == "megatron-bridge-25.11"
+    assert default_software("megatron", ("gb300",)) == "megatron-bridge-25.11"
+    assert default_software("megatron", ("b200", "gb300")) == "megatron-bridge-25.11"
+    assert default_software("megatron", ("h100",)) == "megatron-bridge-25.11"
     covers_both = [
         n
         for n, d in sorted(load_profiles().items(), key=lambda kv: kv[1]["released"], reverse=True)
         if d["framework"] == "megatron" and {"h100", "b200"} <= set(d.get("families") or {})
     ]
-    expected = covers_both[0] if covers_both else "megatron-bridge-26.08"
+    expected = covers_both[0] if covers_both else "megatron-bridge-25.11"
     assert default_software("megatron", ("h100", "b200")) == expected
     assert default_software("megatron", ("a100",)) == BASE  # no release class fitted on A100s
     assert default_software("any", ("h100",)) == BASE
@@ -148,22 +155,29 @@ def test_names_are_checked_with_the_allowed_values():
 
 def test_profile_applies_per_family_and_reports_families_it_has_no_entry_for():
     base = load_cluster("dgx-h100", 2)
-    cluster, use = with_software(base, "megatron-bridge-26.04")
+    cluster, use = with_software(base, "megatron-bridge-25.11")
     assert use.overridden == (("h100-sxm5-80gb", "h100"),) and use.base_values == ()
     eff = cluster.groups[0].gpu.efficiency
     assert (
         eff
-        == apply(base.groups[0].gpu.efficiency, "megatron-bridge-26.04", "h100")
+        == apply(base.groups[0].gpu.efficiency, "megatron-bridge-25.11", "h100")
         != base.groups[0].gpu.efficiency
     )
     assert (
         eff.gemm_efficiency_max
-        == load_profiles()["megatron-bridge-26.04"]["families"]["h100"]["gemm_efficiency_max"]
+        == load_profiles()["megatron-bridge-25.11"]["families"]["h100"]["gemm_efficiency_max"]
     )
-    # 26.06 was fitted on Blackwell runs only: H100 keeps its base values, and says so
-    same, use = with_software(base, "megatron-bridge-26.06")
-    assert same == base and use.base_values == (("h100-sxm5-80gb", "h100"),)
-    assert "no efficiencies for h100-sxm5-80gb (family h100)" in use.note()
+    # 26.06 has two H100 runs, fewer than a profile needs: its H100 takes the newest earlier
+    # release fitted on H100s, 25.11, and says so
+    inherits, use = with_software(base, "megatron-bridge-26.06")
+    assert inherits == cluster and use.overridden == (("h100-sxm5-80gb", "h100"),)
+    assert use.inherited == (("h100-sxm5-80gb", "h100", "megatron-bridge-25.11"),) and use.base_values == ()
+    assert "no efficiencies for h100-sxm5-80gb (family h100): those of megatron-bridge-25.11" in use.note()
+    # torchtitan-2025 was fitted on the 96 GB H100s only, and no earlier torchtitan release was:
+    # the 80 GB H100 keeps its base values, and says so
+    same, use = with_software(base, "torchtitan-2025")
+    assert same == base and use.base_values == (("h100-sxm5-80gb", "h100"),) and use.inherited == ()
+    assert "no efficiencies for h100-sxm5-80gb (family h100): the GPU file's base values" in use.note()
     assert with_software(base, "none") == (base, with_software(base, BASE)[1])
 
 
@@ -212,7 +226,9 @@ def test_a_faster_profile_predicts_a_faster_step(monkeypatch):
     assert step("fast") < step(BASE) < step("slow")
 
 
-@pytest.mark.parametrize("name", ["megatron-bridge-25.11", "megatron-bridge-26.04"])
+@pytest.mark.parametrize(
+    "name", [n for n, d in sorted(load_profiles().items()) if "h100" in (d.get("families") or {})]
+)
 def test_selection_on_h100_moves_predictions_toward_the_release_class_runs(name):
     """A shipped profile on H100 vs base: ``with_software`` (what --software applies) gives the
     calibration cases' own clusters, and their predictions lie no farther from the measurements
@@ -285,11 +301,15 @@ def test_cli_software_selection_and_default(run_cli):
         assert (d["step_time_s"] != base["step_time_s"]) == shows and chosen.stderr == ""
     none = _json(run_cli("estimate", *H100_FP8, *CONFIG, "--software", "none", "--json"))
     assert none == base
-    partial = run_cli("estimate", *H100_FP8, *CONFIG, "--software", "megatron-bridge-26.06", "--json")
-    assert _json(partial)["step_time_s"] == base["step_time_s"]
+    inherits = run_cli("estimate", *H100_FP8, *CONFIG, "--software", "megatron-bridge-26.06", "--json")
+    older = _json(run_cli("estimate", *H100_FP8, *CONFIG, "--software", "megatron-bridge-25.11", "--json"))
+    assert _json(inherits)["step_time_s"] == older["step_time_s"]
+    assert _json(inherits)["software"]["inherited"] == [
+        {"gpu": "h100-sxm5-80gb", "family": "h100", "from": "megatron-bridge-25.11"}
+    ]
     assert (
-        "note: software profile megatron-bridge-26.06 has no efficiencies for h100-sxm5-80gb"
-        in partial.stderr
+        "note: software profile megatron-bridge-26.06 has no efficiencies for h100-sxm5-80gb (family h100): "
+        "those of megatron-bridge-25.11" in inherits.stderr
     )
 
 
@@ -313,14 +333,14 @@ def test_cli_unknown_software_is_a_usage_error(run_cli, command):
 
 def test_cli_search_takes_the_framework_default(run_cli):
     megatron = _json(run_cli("search", *B200_MOE, "--top", "1", "--json"))
-    assert megatron["software"]["name"] == "megatron-bridge-26.08"
+    assert megatron["software"]["name"] == "megatron-bridge-25.11"
     assert megatron["software"]["overridden"] == [{"gpu": "b200", "family": "b200"}]
-    named = _json(run_cli("search", *B200_MOE, "--top", "1", "--software", "megatron-bridge-26.08", "--json"))
+    named = _json(run_cli("search", *B200_MOE, "--top", "1", "--software", "megatron-bridge-25.11", "--json"))
     assert named["plans"] == megatron["plans"]
     any_fw = _json(run_cli("search", *B200_MOE, "--top", "1", "--framework", "any", "--json"))
     assert any_fw["software"]["name"] == BASE
-    forced = _json(run_cli("search", *B200_MOE, "--top", "1", "--software", "base", "--json"))
-    other = _json(run_cli("search", *B200_MOE, "--top", "1", *DIFFERING, "--json"))
+    forced = _json(run_cli("search", *H100_MOE, "--top", "1", "--software", "base", "--json"))
+    other = _json(run_cli("search", *H100_MOE, "--top", "1", *DIFFERING, "--json"))
     assert forced["plans"][0]["step_time_s"] != other["plans"][0]["step_time_s"]
     # torchtitan-2025 was fitted on the 96 GB H100s only: an 80 GB H100 cluster gets base values
     titan = run_cli("search", *H100, "--top", "1", "--framework", "torchtitan", "--json")
@@ -332,26 +352,26 @@ def test_cli_search_takes_the_framework_default(run_cli):
 
 def test_plan_records_the_profile_and_is_re_estimated_under_it(run_cli, tmp_path):
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
-    assert run_cli("search", *B200_MOE, "--top", "1", *DIFFERING, "--out", str(a), "-q").exit_code == 0
-    assert run_cli("search", *B200_MOE, "--top", "1", *DIFFERING, "--out", str(b), "-q").exit_code == 0
+    assert run_cli("search", *H100_MOE, "--top", "1", *DIFFERING, "--out", str(a), "-q").exit_code == 0
+    assert run_cli("search", *H100_MOE, "--top", "1", *DIFFERING, "--out", str(b), "-q").exit_code == 0
     assert a.read_bytes() == b.read_bytes()  # byte-for-byte reproducible
     text = a.read_text()
-    assert "software:\n  name: megatron-bridge-26.06\n  released: 2026-06\n" in text
+    assert "software:\n  name: megatron-bridge-25.11\n  released: 2025-11\n" in text
     import yaml
 
     recorded = yaml.safe_load(text)["predictions"]["step_time_s"]
     again = _json(run_cli("estimate", "--plan", str(a), "--json"))
-    assert again["software"]["name"] == "megatron-bridge-26.06" and again["step_time_s"] == recorded
+    assert again["software"]["name"] == "megatron-bridge-25.11" and again["step_time_s"] == recorded
     base = _json(run_cli("estimate", "--plan", str(a), "--software", "base", "--json"))
     assert base["software"]["name"] == BASE and base["step_time_s"] != recorded
     tl = _json(run_cli("timeline", "--plan", str(a), "--json"))
     assert round(tl["step_time_s"], 4) == pytest.approx(recorded, rel=1e-3)
-    chk = _json(run_cli("check", str(a), "-c", "dgx-b200", "-n", "2", "--json"))
-    assert chk["configs"][0]["metrics"]["software"] == "megatron-bridge-26.06"
+    chk = _json(run_cli("check", str(a), "-c", "dgx-h100", "-n", "2", "--json"))
+    assert chk["configs"][0]["metrics"]["software"] == "megatron-bridge-25.11"
     assert chk["configs"][0]["metrics"]["step_time_s"] == pytest.approx(recorded, rel=1e-3)
     # the recorded name is checked like every key of a plan file
     bad = tmp_path / "bad.yaml"
-    bad.write_text(text.replace("name: megatron-bridge-26.06", "name: megatron-bridge-19.01"))
+    bad.write_text(text.replace("name: megatron-bridge-25.11", "name: megatron-bridge-19.01"))
     r = run_cli("estimate", "--plan", str(bad))
     assert r.exit_code == 1 and "bad.yaml" in r.stderr and "software" in r.stderr
     assert "Traceback" not in r.stderr
@@ -393,7 +413,7 @@ def test_hardware_show_lists_the_profiles_of_the_gpu_family(run_cli):
                 k: float(v) for k, v in profiles[row["name"]]["families"][fam].items()
             }
     text = run_cli("hardware", "show", "h100-sxm5-80gb")
-    assert "megatron-bridge-26.04" in text.stdout and "megatron-bridge-26.06" not in text.stdout
+    assert "megatron-bridge-25.11" in text.stdout and "megatron-bridge-26.04" not in text.stdout
     assert "no software profile has an entry for family l40s" in run_cli("hardware", "show", "l40s").stdout
 
 
@@ -425,8 +445,8 @@ def test_profiles_ship_in_the_wheel():
 
 def test_graph_plans_record_the_profile_too(run_cli, tmp_path):
     plan = tmp_path / "g.yaml"
-    args = ["search", "-m", "mmt-4tower-4b", "-c", "dgx-b200", "-n", "1", "-b", "16", "-s", "2048"]
-    name = _differing_profile("b200", "b200")
+    args = ["search", "-m", "mmt-4tower-4b", "-c", "dgx-h100", "-n", "1", "-b", "16", "-s", "2048"]
+    name = _differing_profile("h100", "h100-sxm5-80gb")
     found = _json(run_cli(*args, "--software", name, "--out", str(plan), "-q", "--json"))
     assert found["software"]["name"] == name
     assert f"software:\n  name: {name}\n" in plan.read_text()
@@ -461,12 +481,9 @@ def test_check_of_a_launch_file_takes_its_frameworks_default(run_cli, tmp_path):
 def test_sweep_and_resilience_commands_take_the_profile(run_cli, tmp_path):
     sweep = ["sweep", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "1", "-b", "32", "-s", "2048", "-j", "1"]
     d = _json(run_cli(*sweep, "--json"))  # the newest release fitted on H100s
-    assert d["software"] == "megatron-bridge-26.04" and d["points"][0]["software_base_values"] == ""
-    d = _json(run_cli(*sweep, "--software", "megatron-bridge-26.06", "--json"))
-    assert (
-        d["software"] == "megatron-bridge-26.06"
-        and d["points"][0]["software_base_values"] == "h100-sxm5-80gb"
-    )
+    assert d["software"] == "megatron-bridge-25.11" and d["points"][0]["software_base_values"] == ""
+    d = _json(run_cli(*sweep, "--software", "torchtitan-2025", "--json"))
+    assert d["software"] == "torchtitan-2025" and d["points"][0]["software_base_values"] == "h100-sxm5-80gb"
     plan = tmp_path / "p.yaml"
     assert run_cli("search", *B200, "--top", "1", "--out", str(plan), "-q").exit_code == 0
     for command in (["whatif", str(plan), "--fail-gpus", "1"], ["goodput", str(plan)]):

@@ -7,7 +7,8 @@ set: for each software release class of a framework planner plans for, every run
 held out, each efficiency family is refitted on the remaining runs (planner.fitting.fit_families, the
 shipped procedure), and the held-out runs are predicted with the profile a plan would have had
 without them, the newest *earlier* release of the same framework fitted on the run's GPU family
-(:func:`predecessor`), else the family's base fit.
+(planner.software.predecessor, as a release without a profile of its own is priced,
+planner.software.entry_source), else the family's base fit.
 
 The figure differs from leave-one-source-out (planner.fitting.leave_one_source_out) in what is held
 out: a release class, not a document. Megatron-Bridge's archive page holds three releases; holding
@@ -24,25 +25,12 @@ from dataclasses import dataclass
 
 from planner.calibration import Case, Result, summary
 from planner.fitting import family, predict, refit_without, usable
-from planner.software import CLASSES
+from planner.software import CLASSES, predecessor
 
 PLANNED_FRAMEWORKS = ("megatron", "torchtitan")
 """Frameworks whose release classes a plan can use (planner.software.default_software); the other
 classes (the zero-bubble fork, BigScience's Megatron-DeepSpeed) describe runs of software no plan
 targets, so no release follows them."""
-
-
-def predecessor(cls: str, fitted_on_family: Iterable[str]) -> str:
-    """The newest release class of ``cls``'s framework released before it, among
-    ``fitted_on_family`` (the classes with a profile on the run's GPU family); '' for none (the
-    family's base fit prices the run)."""
-    framework, released, _ = CLASSES[cls]
-    earlier = [
-        (CLASSES[c][1], c)
-        for c in fitted_on_family
-        if c in CLASSES and CLASSES[c][0] == framework and CLASSES[c][1] < released
-    ]
-    return max(earlier)[1] if earlier else ""
 
 
 def signed_median(results: list[Result]) -> float:
@@ -80,7 +68,7 @@ class ReleaseFold:
 
 
 def release_fold(release: str, cases_: list[Case], passes: int = 4) -> tuple[list[str], ReleaseFold]:
-    """Hold out every usable run of ``release``; refit; predict them with :func:`predecessor`'s
+    """Hold out every usable run of ``release``; refit; predict them with its predecessor's (planner.software.predecessor)
     profile, itself refitted on the remaining runs (notes say what was fitted on what)."""
     held = [c for c in cases_ if c.software == release]
     rest = [c for c in cases_ if c.software != release]

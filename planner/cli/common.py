@@ -145,10 +145,11 @@ def _runtime(opts: dict) -> dict:
 
 
 def _software_note(problem, quiet: bool = False) -> None:
-    """Say on stderr which GPU types a software profile left at base values (none: no note)."""
+    """Say on stderr which GPU types a software profile prices with an earlier release's values or
+    leaves at base values (one ``note:`` line each; none: no note)."""
     note = problem.software.note() if problem.software is not None else ""
-    if note:
-        _note(f"note: {note}", quiet)
+    for line in note.splitlines():
+        _note(f"note: {line}", quiet)
 
 
 def _profile(opts: dict) -> str | None:
