@@ -33,7 +33,8 @@ larger profile they replaced. Leave-one-run-out inside the five classes of three
 (scripts/validate_releases.py), 26.06's runs priced with 26.04's four-run B200 profile 13.6%
 median, with 25.11's 5.7%, and 26.08's with 26.06's 3.2%, with 25.11's 2.9%. The four-run 26.04
 B200 profile had halved the grouped-GEMM efficiency (0.80 -> 0.43) to meet one run (gpt-oss-120b,
-+15%) that the other three did not ask for (docs/calibration.md, "Selecting a profile")."""
++15%) that the other three did not ask for (docs/calibration.md, "How many runs a profile
+needs")."""
 OVERRIDE_PARAMS = (
     "gemm_efficiency_max",
     "fp8_gemm_speedup",
@@ -347,7 +348,8 @@ class SoftwareUse:
         return "\n".join(lines)
 
     def as_dict(self) -> dict:
-        """JSON-ready: name, released, and which GPU types it sets or leaves at base values."""
+        """JSON-ready: name, released, and which GPU types it sets (``inherited``: those set from an
+        earlier release) or leaves at base values."""
         return {
             "name": self.name,
             "released": self.released,
@@ -372,8 +374,9 @@ def software_use(gpus, name: str, calibrated: tuple[str, ...] = ()) -> SoftwareU
         return SoftwareUse(BASE)
     cal = tuple(g for g in gpus if g in calibrated)
     fams = [(g, efficiency_family(g)) for g in gpus if g not in cal]
+    source = {f: entry_source(name, f) for _, f in fams}
     over = tuple((g, f) for g, f in fams if overrides(name, f))
-    inherited = tuple((g, f, entry_source(name, f)) for g, f in over if entry_source(name, f) != name)
+    inherited = tuple((g, f, source[f]) for g, f in over if source[f] != name)
     return SoftwareUse(
         name, over, tuple(x for x in fams if x not in over), inherited=inherited, calibrated=cal
     )

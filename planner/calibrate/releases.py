@@ -68,8 +68,9 @@ class ReleaseFold:
 
 
 def release_fold(release: str, cases_: list[Case], passes: int = 4) -> tuple[list[str], ReleaseFold]:
-    """Hold out every usable run of ``release``; refit; predict them with its predecessor's (planner.software.predecessor)
-    profile, itself refitted on the remaining runs (notes say what was fitted on what)."""
+    """Hold out every usable run of ``release``; refit; predict them with the profile of its
+    predecessor (planner.software.predecessor), itself refitted on the remaining runs (notes say
+    what was fitted on what)."""
     held = [c for c in cases_ if c.software == release]
     rest = [c for c in cases_ if c.software != release]
     used: dict[str, str] = {}
