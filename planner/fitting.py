@@ -41,7 +41,7 @@ from cost_models.compute import ATTENTION_HALF_KEYS
 from cost_models.estimate import estimate
 from planner.calibration import Case, Result, excluded_reason
 from planner.hardware import load_gpu
-from planner.software import MIN_RUNS, OVERRIDE_PARAMS, efficiency_family, predecessor, profile_start
+from planner.software import MIN_RUNS, OVERRIDE_PARAMS, efficiency_family, profile_start, release_for
 from planner.specs import EfficiencySpec, GPUSpec
 
 MEASUREMENTS_DIR = Path(__file__).resolve().parent.parent / "hardware_profiles" / "measurements"
@@ -736,13 +736,13 @@ def _fold(args: tuple[str, list[Case], int]) -> tuple[list[str], list[Result]]:
     held = [c for c in cases_ if c.source == source]
     rest = [c for c in cases_ if c.source != source]
     # Software profiles refitted without the held-out source too (no leakage); a held-out run's
-    # class without the runs for a profile in the fold is priced with its predecessor's, as the
-    # shipped profiles price it (planner.software.entry_source).
+    # class without the runs for a profile in the fold is priced with its predecessor's, by the
+    # rule the shipped profiles follow (planner.software.release_for).
     used: dict[tuple[str, str], str] = {}
 
     def wanted(fam: str, classes: dict[str, list[Case]]) -> list[str]:
         for cls in sorted({c.software for c in held if family(c) == fam and c.software}):
-            used[(fam, cls)] = cls if cls in classes else predecessor(cls, classes)
+            used[(fam, cls)] = release_for(cls, classes)
         return [u for (f, _), u in used.items() if f == fam and u]
 
     notes, fitted = refit_without(held, rest, passes, wanted, held_out_source=source)

@@ -193,6 +193,15 @@ def predecessor(cls: str, fitted_on_family: Iterable[str]) -> str:
     return max(earlier)[1] if earlier else ""
 
 
+def release_for(cls: str, fitted: Iterable[str]) -> str:
+    """The release class whose values price ``cls`` among the classes ``fitted`` on a GPU family:
+    ``cls`` itself when fitted, else its :func:`predecessor` among them; '' for none (base values).
+    The one rule for the shipped profiles (:func:`entry_source`) and for a leave-one-source-out
+    fold's refitted ones (planner.fitting)."""
+    fitted = list(fitted)
+    return cls if cls in fitted else predecessor(cls, fitted)
+
+
 def entry_source(name: str, family: str) -> str:
     """The profile whose entry for ``family`` applies under profile ``name``: ``name`` when it has
     one; else its :func:`predecessor` among the profiles fitted on the family, since a release
@@ -200,9 +209,7 @@ def entry_source(name: str, family: str) -> str:
     release of its framework fitted on the family (what ``scripts/validate_releases.py`` measures:
     a release priced with the one before it); '' when there is none (the GPU file's base values)."""
     profiles = load_profiles()
-    if family in ((profiles.get(name) or {}).get("families") or {}):
-        return name
-    return predecessor(name, [n for n, d in profiles.items() if family in (d.get("families") or {})])
+    return release_for(name, [n for n, d in profiles.items() if family in (d.get("families") or {})])
 
 
 def overrides(name: str, family: str) -> dict[str, float]:
