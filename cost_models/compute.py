@@ -24,10 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from planner.specs import GPUSpec
-
-COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}
-"""Peak used as the base for each job precision (FP8 is BF16 peak times the calibrated FP8 speed-up)."""
+from planner.inputs.specs import COMPUTE_DTYPE, GPUSpec
 
 
 def gemm_efficiency(flop: float, gpu: GPUSpec) -> float:
@@ -127,7 +124,7 @@ no extra read."""
 
 def fp8_cast_bytes(recipe: str, behind_norm: bool = False) -> float:
     """HBM bytes per element of quantizing one 16-bit GEMM operand (row-wise and column-wise copies)
-    under FP8 ``recipe`` (:data:`planner.specs.FP8_RECIPES`); ``behind_norm``: the operand is the
+    under FP8 ``recipe`` (:data:`planner.inputs.specs.FP8_RECIPES`); ``behind_norm``: the operand is the
     output of a Transformer Engine fused norm (``LayerNormLinear`` / ``LayerNormMLP``).
 
     * ``delayed``: :data:`FP8_CAST_BYTES` (4), :data:`NORM_FUSED_CAST_BYTES` (2) behind a norm;
@@ -198,7 +195,7 @@ def linear_s(
 ATTENTION_HALF_KEYS = 1140.0
 """Keys per query at which fused attention reaches half of its ceiling (``attention_efficiency``):
 efficiency = ceiling x keys / (keys + ATTENTION_HALF_KEYS). Fitted (least squares in log space,
-:func:`planner.fitting.fit_attention_curve`) to the 16 causal flash-attention cases measured on an
+:func:`planner.calibration.fitting.fit_attention_curve`) to the 16 causal flash-attention cases measured on an
 H100 and an H200 (hardware_profiles/measurements/h100-sxm5-80gb-kernels.json and
 h200-sxm-141gb-kernels.json; head dim 128, 8 and 32 heads, sequence 1,024 to 8,192): the
 efficiency rises from 0.13-0.17 at 1,024 keys to 0.26-0.30 at 8,192 (each query block's fixed

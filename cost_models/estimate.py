@@ -34,7 +34,7 @@ from cost_models.layers import (
 )
 from cost_models.parallel import LAYER_RECOMPUTE, SHARDED_GRADIENTS, Group, ParallelConfig, group
 from cost_models.tensors import pipeline_transfer_s
-from planner.specs import DTYPE_BYTES, ClusterSpec, JobSpec, ModelSpec, NodeGroup
+from planner.inputs.specs import DTYPE_BYTES, ClusterSpec, JobSpec, ModelSpec, NodeGroup
 
 DDP_BUCKET_PARAMS = 40_000_000
 """Megatron's default gradient bucket size in parameters (``--ddp-bucket-size``) at small dp."""
@@ -343,7 +343,7 @@ def offload_terms(
     forward, and copied back one layer ahead of the backward. So each offloaded layer leaves the GPU
     except while in transit (one layer's worth), and a copy costs time only where it outlasts the
     neighbouring layer's pass: ``max(0, bytes / host_link - pass)`` per layer and direction, at the
-    GPU's per-direction host link (:attr:`planner.specs.GPUSpec.host_link_bytes_per_s`)."""
+    GPU's per-direction host link (:attr:`planner.inputs.specs.GPUSpec.host_link_bytes_per_s`)."""
     k = min(max(c.offload_layers - first_layer, 0), n_layers)
     if k == 0:
         return None

@@ -34,7 +34,7 @@ from cost_models.attention import attention_block
 from cost_models.compute import linear_s, memory_bound_s
 from cost_models.parallel import DEFAULT_RECOMPUTE_MODULES, ParallelConfig, group
 from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tokens_per_gpu, tp_collectives_s
-from planner.specs import JobSpec, ModelSpec, NodeGroup, compute_capability_major
+from planner.inputs.specs import JobSpec, ModelSpec, NodeGroup, compute_capability_major
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ from cost_models.compute import (
 )
 from cost_models.parallel import ParallelConfig, group
 from cost_models.tensors import gemm_input_bytes
-from planner.specs import GPUSpec, JobSpec, ModelSpec, NodeGroup
+from planner.inputs.specs import GPUSpec, JobSpec, ModelSpec, NodeGroup
 
 GROUPED_GEMM_TILE_ROWS = 128
 """Rows per tile of a grouped GEMM (MegaBlocks' block size, Gale et al. 2022 Sec. 5.1)."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from planner.errors import ConfigError
-from planner.specs import ClusterSpec, JobSpec, ModelSpec, NodeGroup
+from planner.inputs.errors import ConfigError
+from planner.inputs.specs import ClusterSpec, JobSpec, ModelSpec, NodeGroup
 
 RECOMPUTE = ("none", "selective", "op", "full")
 """Activation recomputation forms: none; selective (Megatron: core attention, Korthikanti et al.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from cost_models import communication as comm
 from cost_models.parallel import ParallelConfig, group
-from planner.specs import JobSpec, ModelSpec, NodeGroup
+from planner.inputs.specs import JobSpec, ModelSpec, NodeGroup
 
 ACT_BYTES = 2
 """Bytes per activation element (16-bit activations, also under FP8 recipes)."""

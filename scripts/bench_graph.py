@@ -30,10 +30,10 @@ CASES = [
 CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
-from planner.graph_model import load_graph_model
+from planner.inputs.graph_model import load_graph_model
 from planner.search.graph import search_graph
-from planner.hardware import load_cluster
-from planner.jobs import make_job
+from planner.profiles.hardware import load_cluster
+from planner.inputs.jobs import make_job
 from planner.search.space import Restrictions
 g = load_graph_model({model!r}); cluster = load_cluster("dgx-h100", 8)
 job = make_job(global_batch_size={gbs}, seq_length={seq})

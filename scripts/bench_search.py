@@ -52,9 +52,9 @@ CASES = [
 CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
-from planner.loading import load_model
-from planner.hardware import load_cluster
-from planner.jobs import make_job
+from planner.inputs.models import load_model
+from planner.profiles.hardware import load_cluster
+from planner.inputs.jobs import make_job
 from planner.search.chain import search
 model = load_model({model!r}); cluster = load_cluster({cluster!r}, {nodes!r})
 job = make_job(global_batch_size={gbs}, seq_length={seq})

@@ -4,11 +4,11 @@
 Per efficiency family (the ``# family:`` line of the GPU YAML files; e.g. H200 inherits H100's), coordinate descent over six parameters of
 ``hardware_profiles/gpus/*.yaml`` (``gemm_efficiency_max``, ``gemm_half_efficiency_gflop``,
 ``attention_efficiency``, ``fp8_gemm_speedup`` where FP8 runs exist, ``kernel_overhead_us``,
-``comm_overlap_slowdown``; planner.fitting)
+``comm_overlap_slowdown``; planner.calibration.fitting)
 minimises the mean absolute log error of predicted vs measured tokens/s per GPU over all that
-family's usable runs outside a software release class at once (planner.fitting.base_runs; each
+family's usable runs outside a software release class at once (planner.calibration.fitting.base_runs; each
 class's runs are fitted into its profile, hardware_profiles/software), plus a penalty toward the
-family's prior: its lineage parent's fit (planner.fitting.LINEAGE; A100 -> V100, H100 -> H100
+family's prior: its lineage parent's fit (planner.calibration.fitting.LINEAGE; A100 -> V100, H100 -> H100
 96 GB, Blackwell), weighted by the number of sources. Families are fitted parents first, each from
 its prior, so the result depends only on the runs file, not on the values already shipped. No parameter is per run. ``--write`` stores the
 result in the YAML files of the type's family (GPUs of the same architecture inherit it), with a
@@ -29,9 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _efficiency_blocks import write_block  # noqa: E402
 
-from planner.calibration import DEFAULT_RUNS, cases  # noqa: E402
-from planner.errors import PlannerError  # noqa: E402
-from planner.fitting import (  # noqa: E402
+from planner.calibration.cases import DEFAULT_RUNS, cases  # noqa: E402
+from planner.calibration.fitting import (
     LINEAGE,
     base_runs,
     family,
@@ -40,7 +39,8 @@ from planner.fitting import (  # noqa: E402
     profile_groups,
     usable,
 )
-from planner.software import CLASSES, MIN_RUNS, SOFTWARE_DIR, profile_start, to_yaml_values  # noqa: E402
+from planner.inputs.errors import PlannerError  # noqa: E402
+from planner.profiles.software import CLASSES, MIN_RUNS, SOFTWARE_DIR, profile_start, to_yaml_values  # noqa: E402
 
 
 def main() -> int:
@@ -86,14 +86,14 @@ def main() -> int:
             which = (
                 f"the {len(base)} runs outside any software release class ({sources} sources; the\n"
                 f"{len(group) - len(base)} class runs set only what these cannot, and their profiles,\n"
-                "planner.fitting.base_runs) of\n"
+                "planner.calibration.fitting.base_runs) of\n"
                 if len(base) < len(group)
                 else f"the {len(group)} runs ({sources} sources) of\n"
             )
             comment = (
                 f"Fitted by scripts/calibrate.py on {which}"
                 f"tests/data/published_runs.yaml measured on {gpu_name}, regularised toward {prior}\n"
-                f"(planner.fitting.LINEAGE; mean |log error| {err:.3f}; one set of values for all runs):\n"
+                f"(planner.calibration.fitting.LINEAGE; mean |log error| {err:.3f}; one set of values for all runs):\n"
                 + "\n".join(run_list(base, 100))
             )
             write_block(fam, values, comment)
@@ -113,8 +113,8 @@ def main() -> int:
                 "# Software profile written by scripts/calibrate.py --write: per efficiency family, the\n"
                 "# efficiency numbers this release class changes, fitted on that class's runs of\n"
                 "# tests/data/published_runs.yaml (citations there), regularised toward the family's\n"
-                f"# base values (planner.fitting.fit_profile). A family with fewer than {MIN_RUNS} runs of the\n"
-                "# class (planner.software.MIN_RUNS) has no entry: the GPU file's base values apply.\n"
+                f"# base values (planner.calibration.fitting.fit_profile). A family with fewer than {MIN_RUNS} runs of the\n"
+                "# class (planner.profiles.software.MIN_RUNS) has no entry: the GPU file's base values apply.\n"
                 f"name: {name}\nframework: {framework}\nreleased: '{released}'\n"
                 f"description: {description}\nfamilies:" + ("\n" + "\n".join(body) if body else " {}") + "\n"
             )

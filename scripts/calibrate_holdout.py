@@ -6,7 +6,7 @@ The runs of ``--gpu``'s node template in the calibration set (tests/data/publish
 split deterministically by their order in the file (even positions calibrate, odd positions are
 held out). ``planner calibrate HALF.yaml --cluster TEMPLATE --out profile.yaml`` runs in process on
 the first half; the held-out runs are then estimated as ``planner estimate --profile profile.yaml``
-does (:func:`planner.api.estimate_config` on the cluster with the profile applied) and without it.
+does (:func:`planner.plans.problem.estimate_config` on the cluster with the profile applied) and without it.
 Prints the median and mean absolute error of tokens/s per GPU on the held-out half.
 
 Usage: python scripts/calibrate_holdout.py [--runs FILE] [--cluster dgx-h100] [--json]
@@ -28,11 +28,11 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner import api  # noqa: E402
-from planner.calibrate.profile import apply_profile, read_profile  # noqa: E402
-from planner.calibrate.sources import base_cluster, read_runs_yaml  # noqa: E402
-from planner.calibration import DEFAULT_RUNS  # noqa: E402
+from planner.calibration.cases import DEFAULT_RUNS  # noqa: E402
+from planner.calibration.user.sources import base_cluster, read_runs_yaml  # noqa: E402
 from planner.cli.app import main as planner_main  # noqa: E402
-from planner.errors import PlannerError  # noqa: E402
+from planner.inputs.errors import PlannerError  # noqa: E402
+from planner.profiles.calibrated import apply_profile, read_profile  # noqa: E402
 
 
 def split(runs_file: Path, cluster: str) -> tuple[list[dict], list[str], list[str]]:

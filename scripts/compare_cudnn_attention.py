@@ -28,18 +28,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cost_models.attention import core_attention_s  # noqa: E402
 from cost_models.compute import attention_s  # noqa: E402
-from planner.errors import PlannerError  # noqa: E402
-from planner.fitting import MEASUREMENTS_DIR, median_by_pass  # noqa: E402
-from planner.hardware import load_gpu  # noqa: E402
-from planner.jobs import make_job  # noqa: E402
-from planner.specs import GPUSpec, local_attention_span  # noqa: E402
+from planner.calibration.fitting import MEASUREMENTS_DIR, median_by_pass  # noqa: E402
+from planner.inputs.errors import PlannerError  # noqa: E402
+from planner.inputs.jobs import make_job  # noqa: E402
+from planner.inputs.specs import GPUSpec, local_attention_span  # noqa: E402
+from planner.profiles.hardware import load_gpu  # noqa: E402
 
 DEFAULT_FILES = sorted(MEASUREMENTS_DIR.glob("*-cudnn-attention.json"))
 
 
 def span(seq: int, window: int | None) -> float:
     """Keys per query in the non-causal convention planner charges (the sequence for full causal
-    attention; :func:`planner.specs.local_attention_span` for a sliding window)."""
+    attention; :func:`planner.inputs.specs.local_attention_span` for a sliding window)."""
     return float(seq) if window is None else local_attention_span(seq, window)
 
 

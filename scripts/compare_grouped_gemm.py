@@ -51,9 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cost_models.compute import gemm_s  # noqa: E402
 from cost_models.moe import grouped_gemm_rows, grouped_linear_s, grouped_traffic_bytes  # noqa: E402
-from planner.errors import PlannerError  # noqa: E402
-from planner.hardware import load_gpu  # noqa: E402
-from planner.kernel_measurements import expert_linears  # noqa: E402
+from planner.calibration.kernel_measurements import expert_linears  # noqa: E402
+from planner.inputs.errors import PlannerError  # noqa: E402
+from planner.profiles.hardware import load_gpu  # noqa: E402
 
 DEFAULT = (
     Path(__file__).resolve().parent.parent

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from planner.kernel_measurements import (  # noqa: E402
+from planner.calibration.kernel_measurements import (
     FP8_GEMMS,
     LINEAR_PASSES,
     LINEAR_PASSES_FP16,

@@ -33,10 +33,11 @@ sys.path.insert(0, str(ROOT))
 
 from cost_models.estimate import table_for  # noqa: E402
 from cost_models.parallel import ParallelConfig  # noqa: E402
-from planner.frameworks.torchtitan.capabilities import EAGER_TORCHTITAN  # noqa: E402
-from planner.jobs import make_job  # noqa: E402
-from planner.loading import SCHEMA_VERSION, model_from_mapping  # noqa: E402
-from planner.memory_validation import single_node  # noqa: E402
+from planner.calibration.memory_validation import single_node  # noqa: E402
+from planner.frameworks.torchtitan import EAGER_TORCHTITAN  # noqa: E402
+from planner.inputs.documents import SCHEMA_VERSION  # noqa: E402
+from planner.inputs.jobs import make_job  # noqa: E402
+from planner.inputs.model_yaml import model_from_mapping  # noqa: E402
 
 DEFAULT = ROOT / "hardware_profiles" / "measurements" / "h100-sxm5-80gb-torchtitan-recompute.json"
 

@@ -1,8 +1,8 @@
-"""Regenerate planner/frameworks/megatron/flags.py: every option Megatron-LM's own argument parser
+"""Regenerate planner/launch/megatron/flags.py: every option Megatron-LM's own argument parser
 accepts (megatron/training/arguments.py ``add_megatron_arguments``) at the installed release, with
 how many values each takes. Run with the framework interpreter (docs/framework-validation.md):
 
-    /work/venv-fw/bin/python scripts/megatron_flags.py > planner/frameworks/megatron/flags.py
+    /work/venv-fw/bin/python scripts/megatron_flags.py > planner/launch/megatron/flags.py
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A class is (GPU type, precision, dense or MoE). MFU is computed the way planner 
 FLOPs per iteration (Megatron's formula, no recompute; cost_models.layers.model_flop_per_iteration)
 over the GPU's dense peak for the run's precision (cost_models.compute.COMPUTE_DTYPE: BF16 for BF16
 and FP8 runs, FP16 for FP16 runs, so V100s, which have no BF16 tensor cores, are counted too), from each run's measured tokens/s per GPU
-(planner.calibration). Every entry names the run it comes from, whose citation is in
+(planner.calibration.cases). Every entry names the run it comes from, whose citation is in
 tests/data/published_runs.yaml. ``planner estimate`` flags predictions above their class's best
 (issue 12: plans claimed 56-63% MFU where no published run of the class reached that), and
 predictions beyond the class's largest run or largest FSDP shard group as extrapolations (issue 12:
@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cost_models.compute import COMPUTE_DTYPE  # noqa: E402
 from cost_models.layers import model_flop_per_iteration  # noqa: E402
-from planner.calibration import DEFAULT_RUNS, cases, excluded_reason  # noqa: E402
-from planner.plausibility import TABLE, class_key  # noqa: E402
-from planner.software import CLASSES  # noqa: E402
+from planner.calibration.cases import DEFAULT_RUNS, cases, excluded_reason  # noqa: E402
+from planner.calibration.plausibility import TABLE, class_key  # noqa: E402
+from planner.profiles.software import CLASSES  # noqa: E402
 
 
 def table(runs: Path) -> dict:
@@ -89,7 +89,7 @@ Ultra-Scale Playbook's nanotron sweep and Hagemann et al. 2023's Aleph Alpha cod
 
 def framework_of(case) -> str:
     """The framework a published run used: its software release class's framework when it has one
-    (planner.software.CLASSES: the zero-bubble fork's runs are ``zero-bubble``, which stock
+    (planner.profiles.software.CLASSES: the zero-bubble fork's runs are ``zero-bubble``, which stock
     Megatron-LM cannot schedule, and BigScience's are ``deepspeed``, the DeepSpeed pipeline engine),
     else :data:`FRAMEWORK_OF_SOURCE`, else Megatron-LM (Megatron-LM papers and docs, NeMo /
     Megatron-Bridge, vTrain's Megatron-LM)."""

@@ -2,7 +2,7 @@
 
 For every case (dense, GQA, MoE with ep, cp, interleaved, uneven, zb-h1, fp8, every sharding, tp 1,
 pp 1) and every framework (megatron, torchtitan): ``search --framework F`` (top plan), export it
-(Megatron: ``planner.frameworks.megatron.export``; torchtitan: ``planner.frameworks.torchtitan.export``)
+(Megatron: ``planner.launch.megatron.export``; torchtitan: ``planner.launch.torchtitan.export``)
 and hand the export to ``scripts/_framework_validators.py`` (``validate_megatron(argv, env)``:
 Megatron-LM's ``parse_args``/``validate_args``, micro-batch calculator, parallel state and
 ``TransformerConfig``; ``validate_torchtitan(toml_path, overrides)``: torchtitan's
@@ -28,15 +28,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cost_models.parallel import group_ranks  # noqa: E402
-from planner.errors import PlannerError  # noqa: E402
-from planner.frameworks.torchtitan.models import model_from_flavor  # noqa: E402
-from planner.hardware import load_cluster  # noqa: E402
-from planner.jobs import make_job  # noqa: E402
-from planner.loading import load_model  # noqa: E402
-from planner.plan import PlanInputs  # noqa: E402
+from planner.frameworks.torchtitan_models import model_from_flavor  # noqa: E402
+from planner.inputs.errors import PlannerError  # noqa: E402
+from planner.inputs.jobs import make_job  # noqa: E402
+from planner.inputs.models import load_model  # noqa: E402
+from planner.inputs.specs import compute_capability_major  # noqa: E402
+from planner.plans.plan_file import PlanInputs  # noqa: E402
+from planner.profiles.hardware import load_cluster  # noqa: E402
 from planner.search.chain import search  # noqa: E402
 from planner.search.space import Restrictions  # noqa: E402
-from planner.specs import compute_capability_major  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,7 @@ def plan_for(case: Case, framework: str) -> tuple[PlanInputs | None, str]:
 
 def megatron_launch(inputs: PlanInputs) -> tuple[list[str], dict]:
     """argv and environment of the Megatron export (the library function of the exporter)."""
-    from planner.frameworks.megatron import export as mx
+    from planner.launch.megatron import export as mx
 
     argv = mx.argv(mx.megatron_args(inputs))
     # torchrun's environment for rank 0 of the plan's world: Megatron derives dp from WORLD_SIZE.
@@ -240,7 +240,7 @@ def validate(case: Case, framework: str, validators, workdir: Path) -> dict:
             arch = min(compute_capability_major(g.gpu.name) for g in inputs.cluster.groups) or 9
             result = validators.validate_megatron(argv, env, gpu_arch=arch)
         else:
-            from planner.frameworks.torchtitan import export as tx
+            from planner.launch.torchtitan import export as tx
 
             folder = workdir / f"{case.name}-{framework}"
             folder.mkdir(parents=True, exist_ok=True)

@@ -23,8 +23,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from planner.calibration import DEFAULT_MEMORY, DEFAULT_RUNS, cases, predict_all  # noqa: E402
-from planner.memory_validation import (  # noqa: E402
+from planner.calibration.cases import DEFAULT_MEMORY, DEFAULT_RUNS, cases, predict_all  # noqa: E402
+from planner.calibration.memory_validation import (
     GIB,
     HEADROOM_GIB_DEFAULT,
     MEASURED_ALLOCATED,

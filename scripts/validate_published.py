@@ -4,12 +4,12 @@
 Prints one row per run (predicted vs measured tokens/s per GPU, absolute percentage error,
 predicted peak memory and whether it fits), the runs that cannot be predicted and why, then the
 median and 90th percentile of the absolute errors over the runs that count (see
-planner.calibration.EXCLUDED): in-sample (the shipped efficiencies, fitted on every run) and
+planner.calibration.cases.EXCLUDED): in-sample (the shipped efficiencies, fitted on every run) and
 leave-one-source-out (each source predicted by a fit that never saw it: the figures to quote;
-planner.fitting), per class (GPU type, precision, dense/MoE, sharding), and per layout group the
+planner.calibration.fitting), per class (GPU type, precision, dense/MoE, sharding), and per layout group the
 Spearman correlation of predicted vs measured throughput, whether the measured-best layout is
 predicted best, the measured throughput lost by following the prediction, and the ceiling that
-measurement noise puts on the first two (planner.calibrate.ranking.noise_ceiling).
+measurement noise puts on the first two (planner.calibration.ranking.noise_ceiling).
 Exit code 1 when the in-sample median exceeds --max-median or the 90th percentile exceeds
 --max-p90 (defaults: 12% and 30%), or when the --runs or --memory file cannot be read (one line
 naming the file, and the run and key where one is malformed; no traceback).
@@ -26,8 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from planner.calibrate.ranking import MEASUREMENT_NOISE, group_ranking  # noqa: E402
-from planner.calibration import (  # noqa: E402
+from planner.calibration.cases import (
     DEFAULT_MEMORY,
     DEFAULT_RUNS,
     by_source,
@@ -39,8 +38,9 @@ from planner.calibration import (  # noqa: E402
     ranked,
     summary,
 )
-from planner.errors import PlannerError  # noqa: E402
-from planner.fitting import leave_one_source_out  # noqa: E402
+from planner.calibration.fitting import leave_one_source_out  # noqa: E402
+from planner.calibration.ranking import MEASUREMENT_NOISE, group_ranking  # noqa: E402
+from planner.inputs.errors import PlannerError  # noqa: E402
 
 GIB = 1024**3
 
@@ -172,7 +172,10 @@ def main() -> int:
             if c.skip_reason:
                 print(f"not predicted: {c.run_id}: {c.skip_reason}")
         for prefix, why in sorted(
-            {(k, v) for k, v in __import__("planner.calibration", fromlist=["EXCLUDED"]).EXCLUDED.items()}
+            {
+                (k, v)
+                for k, v in __import__("planner.calibration.cases", fromlist=["EXCLUDED"]).EXCLUDED.items()
+            }
         ):
             print(f"excluded from the statistics: {prefix}*: {why}")
         print()

@@ -4,7 +4,7 @@
 For each release class of a framework planner plans for (Megatron-Bridge containers, torchtitan),
 oldest first: hold out the class's runs, refit every family on the rest, and predict them with the
 profile a plan would have had (the newest earlier release fitted on the GPU family, else base;
-planner.calibrate.releases). Prints per release the runs, the profile used per family, the median
+planner.calibration.releases). Prints per release the runs, the profile used per family, the median
 and 90th percentile of the absolute errors, and the signed median (negative: the release ran faster
 than planner predicted), then, beside it, the same runs' in-sample error with their own fitted
 profile: what fitting the release bought.
@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from planner.calibrate.releases import release_forward, signed_median  # noqa: E402
-from planner.calibration import DEFAULT_RUNS, cases, predict_all, summary  # noqa: E402
-from planner.errors import PlannerError  # noqa: E402
+from planner.calibration.cases import DEFAULT_RUNS, cases, predict_all, summary  # noqa: E402
+from planner.calibration.releases import release_forward, signed_median  # noqa: E402
+from planner.inputs.errors import PlannerError  # noqa: E402
 
 
 def main() -> int:

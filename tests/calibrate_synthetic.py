@@ -11,11 +11,11 @@ import random
 from pathlib import Path
 
 from cost_models.parallel import resolve
-from planner.calibrate.fit import predict_nccl, predict_run
-from planner.calibrate.params import values_of
-from planner.calibrate.sources import NcclPoint, Run
-from planner.frameworks.megatron.importer import parse_megatron
-from planner.hardware import load_cluster
+from planner.calibration.user.fit import predict_nccl, predict_run
+from planner.calibration.user.sources import NcclPoint, Run
+from planner.launch.megatron.importer import parse_megatron
+from planner.profiles.hardware import load_cluster
+from planner.profiles.params import values_of
 
 CLUSTER = "dgx-h100"
 GPU = "h100-sxm5-80gb"

@@ -42,7 +42,7 @@ def run_cli():
 @pytest.fixture
 def a100_h100_cluster(tmp_path):
     """A cluster file of 2 DGX A100 then 2 DGX H100 nodes (two GPU types, pipeline order), loaded."""
-    from planner.hardware import load_cluster
+    from planner.profiles.hardware import load_cluster
 
     path = tmp_path / "mixed.yaml"
     path.write_text(

@@ -13,14 +13,14 @@ import pytest
 
 from cost_models.estimate import estimate, offload_terms, table_for
 from cost_models.parallel import ParallelConfig, resolve, violations
-from planner.errors import ConfigError, SpecError
-from planner.frameworks.megatron.export import megatron_args
-from planner.frameworks.megatron.importer import parse_megatron
-from planner.frameworks.torchtitan.capabilities import TORCHTITAN
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
-from planner.specs import ClusterSpec
+from planner.frameworks.torchtitan import TORCHTITAN
+from planner.inputs.errors import ConfigError, SpecError
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.inputs.specs import ClusterSpec
+from planner.launch.megatron.export import megatron_args
+from planner.launch.megatron.importer import parse_megatron
+from planner.profiles.hardware import load_cluster
 
 
 def _setup(offload: int, cluster: str = "gb200-nvl72", nodes: int = 16, **kw):
@@ -115,7 +115,7 @@ def test_a_gpu_without_a_host_link_is_refused_with_the_file_key():
 
 
 def test_megatron_export_and_import_carry_the_layers():
-    from planner.plan import PlanInputs
+    from planner.plans.plan_file import PlanInputs
 
     model, spec, job, c = _setup(40)
     inputs = PlanInputs(model=model, cluster=spec, job=job, config=c)
@@ -130,7 +130,7 @@ def test_megatron_export_and_import_carry_the_layers():
 
 
 def test_torchtitan_has_no_offloading_and_cuda_graphs_need_the_full_iteration():
-    from planner.frameworks.megatron.capabilities import MEGATRON
+    from planner.frameworks.megatron import MEGATRON
 
     model, spec, job, c = _setup(40)
     assert any("no activation offloading" in v for v in TORCHTITAN.violations(model, spec, job, c))
@@ -156,7 +156,7 @@ def test_cli_estimate_and_plan_file_carry_the_knob(run_cli):
     bad = run_cli(*args, "--offload-layers", "40", "--pp", "2", "--optimizer-sharding", "distributed")
     assert bad.exit_code != 0 and "pp must be 1" in bad.stderr and "Traceback" not in bad.stderr
 
-    from planner.plan import config_from_mapping, config_to_mapping
+    from planner.plans.plan_file import config_from_mapping, config_to_mapping
 
     _, _, _, c = _setup(40)
     mapping = config_to_mapping(c)
@@ -171,7 +171,7 @@ def test_nvidias_recipes_that_offload_are_priced_with_it():
     """Megatron-Bridge 25.11's Llama 3 70B FP8 recipes on GB200 and GB300 offload 40 and 20 layers
     (cpu_offloading_num_layers in their base configs, cited in the records): the calibration reads
     the count, and the prediction keeps only the other layers' activations on the GPU."""
-    from planner.calibration import cases
+    from planner.calibration.cases import cases
 
     by = {c.run_id: c for c in cases()}
     for rid, layers in (
@@ -270,7 +270,7 @@ def _with_host(spec: ClusterSpec, gb: float) -> ClusterSpec:
 
 
 def test_templates_state_their_host_memory_and_cluster_files_round_trip_it():
-    from planner.hardware import cluster_from_mapping, cluster_to_mapping
+    from planner.profiles.hardware import cluster_from_mapping, cluster_to_mapping
 
     assert load_cluster("dgx-h100", 1).groups[0].host_memory_bytes == 2048e9
     assert load_cluster("gb200-nvl72", 1).groups[0].host_memory_bytes == 960e9
@@ -376,7 +376,7 @@ def test_every_cluster_file_key_is_documented_and_host_memory_listed(run_cli):
     shows each template's host memory ('-' where the template states none)."""
     from pathlib import Path
 
-    from planner.hardware import _NODE_KEYS
+    from planner.profiles.hardware import _NODE_KEYS
 
     doc = (Path(__file__).parents[1] / "docs" / "clusters.md").read_text()
     missing = [k for k in (*_NODE_KEYS, "template", "num_nodes") if f"| `{k}` |" not in doc]

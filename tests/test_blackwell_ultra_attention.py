@@ -12,11 +12,11 @@ import pytest
 from cost_models.attention import attention_block, kernel_speed
 from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig, resolve
-from planner.errors import SpecError
-from planner.fitting import blackwell_ultra_attention_speed
-from planner.hardware import load_cluster, load_gpu
-from planner.jobs import make_job
-from planner.loading import load_model
+from planner.calibration.fitting import blackwell_ultra_attention_speed
+from planner.inputs.errors import SpecError
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.profiles.hardware import load_cluster, load_gpu
 
 
 def test_the_gpu_files_carry_the_measured_medians():
@@ -45,10 +45,10 @@ def _blocks(model_name, template, impl="fused"):
 
 
 def test_gb300_attention_is_the_gb200_one_at_the_measured_speed():
-    """The GB300 is a fitted family of its own (planner.fitting.LINEAGE), but its attention
+    """The GB300 is a fitted family of its own (planner.calibration.fitting.LINEAGE), but its attention
     efficiency is tied to the b200 family's: the shipped files agree on it, so a GB300's fused
     attention is exactly the GB200's divided by the measured kernel speed."""
-    from planner.fitting import LINEAGE
+    from planner.calibration.fitting import LINEAGE
 
     assert "attention_efficiency" in LINEAGE["gb300"].tied
     m, gb200, job, c, node200 = _blocks("llama3-8b", "gb200-nvl72")

@@ -7,10 +7,10 @@ import pytest
 
 from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig, resolve
-from planner.api import TIME_KEYS
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.outputs.views import TIME_KEYS
+from planner.profiles.hardware import load_cluster
 
 CASES = [
     (
@@ -80,7 +80,7 @@ def test_megatron_first_last_stage_split():
     """Megatron's --decoder-first/last-pipeline-num-layers: the middle stages split the rest evenly
     (Llama 3.1 405B's 126 layers on 16 stages), and a split that does not divide is an error."""
     from cost_models.parallel import first_last_split
-    from planner.errors import ConfigError
+    from planner.inputs.errors import ConfigError
 
     assert first_last_split(126, 16, 7, 7) == (7,) + (8,) * 14 + (7,)
     assert first_last_split(126, 16, 6, None) == (6,) + (8,) * 15
@@ -158,7 +158,7 @@ def test_cli_estimate_uneven_split(run_cli):
 
 def test_plausibility_flags_predictions_above_the_best_published_mfu():
     """Issue 12: each estimate names the best published MFU of its class and flags a prediction above it."""
-    from planner.plausibility import _classes, plausibility
+    from planner.calibration.plausibility import _classes, plausibility
 
     best = _classes()["h100-sxm5-80gb bf16 dense"]
     above = plausibility("h100-sxm5-80gb", "bf16", False, best["mfu"] + 0.05)
@@ -176,8 +176,8 @@ def test_a_megatron_plan_is_held_to_runs_stock_megatron_can_schedule():
     import importlib.util
     from pathlib import Path
 
-    from planner import calibration as cal
-    from planner.plausibility import _classes, plausibility
+    from planner.calibration import cases as cal
+    from planner.calibration.plausibility import _classes, plausibility
 
     script = Path(__file__).resolve().parent.parent / "scripts" / "published_mfu.py"
     spec = importlib.util.spec_from_file_location("published_mfu", script)
@@ -201,7 +201,7 @@ def test_a_megatron_plan_is_held_to_runs_stock_megatron_can_schedule():
 def test_plans_beyond_the_calibration_runs_of_their_class_are_flagged():
     """Issue 12: FSDP over more ranks, or more GPUs, than any calibration run of the class is an
     extrapolation; the reason names the run that bounds the class."""
-    from planner.plausibility import _classes, plausibility
+    from planner.calibration.plausibility import _classes, plausibility
 
     cover = _classes()["a100-sxm4-80gb bf16 dense"]["coverage"]
     ranks, gpus = cover["largest_fsdp_shard"]["ranks"], cover["largest_run"]["gpus"]
@@ -220,7 +220,7 @@ def test_plans_beyond_the_calibration_runs_of_their_class_are_flagged():
 def test_moe_plans_running_a_way_no_calibration_run_did_are_flagged():
     """An MoE plan's dispatcher, all-to-all overlap or CUDA graphs outside what its class's runs used
     is an extrapolation, named; what the runs covered is not."""
-    from planner.plausibility import _classes, plausibility
+    from planner.calibration.plausibility import _classes, plausibility
 
     cover = _classes()["h100-sxm5-80gb bf16 moe"]["coverage"]
     assert set(cover["moe_dispatchers"]) == {"alltoall", "flex"}
@@ -291,7 +291,7 @@ def test_hsdp_gathers_inside_the_shard_group_and_all_reduces_across_replicas():
     communication is exposed than with 512-way sharding; the replicas' all-reduce of the gradient
     shard is charged once per iteration; states are 8-way sharded, so memory grows."""
     from cost_models.parallel import group
-    from planner.errors import ConfigError
+    from planner.inputs.errors import ConfigError
 
     model, spec = load_model("llama3-70b"), load_cluster("dgx-h100", 64)
     job = make_job(global_batch_size=1024, seq_length=8192)

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig, resolve
-from planner.bubbles import Assumptions, FillJob, budget, fit_fill_job, load_fill_job
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.outputs.bubbles import Assumptions, FillJob, budget, fit_fill_job, load_fill_job
+from planner.profiles.hardware import load_cluster
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from planner import api
-from planner.calibrate.fit import RunResult, fit, predict_run
-from planner.calibrate.params import apply_values, values_of
-from planner.calibrate.profile import apply_profile, read_profile
-from planner.calibrate.sources import (
+from planner.calibration.cases import DEFAULT_RUNS
+from planner.calibration.user.fit import RunResult, fit, predict_run
+from planner.calibration.user.sources import (
     base_cluster,
     parse_megatron_log,
     parse_nccl_tests,
@@ -22,10 +21,11 @@ from planner.calibrate.sources import (
     read_runs_yaml,
     read_sources,
 )
-from planner.calibration import DEFAULT_RUNS
 from planner.cli.app import main
-from planner.errors import SpecError
-from planner.hardware import load_cluster
+from planner.inputs.errors import SpecError
+from planner.profiles.calibrated import apply_profile, read_profile
+from planner.profiles.hardware import load_cluster
+from planner.profiles.params import apply_values, values_of
 
 sys.path.insert(0, str(Path(__file__).parent))
 from calibrate_synthetic import GPU, LAYOUTS, TRUE_SCALE, true_values, write_synthetic  # noqa: E402

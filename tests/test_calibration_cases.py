@@ -10,8 +10,8 @@ import pytest
 
 from cost_models import communication as comm
 from cost_models.parallel import group as parallel_group
-from planner.calibration import cases
-from planner.hardware import load_cluster
+from planner.calibration.cases import cases
+from planner.profiles.hardware import load_cluster
 
 
 @cache
@@ -24,7 +24,7 @@ def _records():
     """The calibration set's records as written (tests/data/published_runs.yaml)."""
     import yaml
 
-    from planner.calibration import DEFAULT_RUNS
+    from planner.calibration.cases import DEFAULT_RUNS
 
     return yaml.safe_load(DEFAULT_RUNS.read_text())["runs"]
 
@@ -191,7 +191,7 @@ def test_every_run_whose_source_names_async_tp_overlaps_its_tensor_parallel_coll
 
     import yaml
 
-    from planner.calibration import DEFAULT_RUNS
+    from planner.calibration.cases import DEFAULT_RUNS
 
     runs = yaml.safe_load(DEFAULT_RUNS.read_text())["runs"]
     by = _by_id()
@@ -248,7 +248,7 @@ def test_bigscience_runs_form_their_software_class():
 
 
 def test_zero_stage_is_read_from_numbers_and_from_text_that_starts_with_one():
-    from planner.run_records import zero_stage_of
+    from planner.calibration.run_records import zero_stage_of
 
     assert zero_stage_of({"zero_stage": 1}) == 1
     assert zero_stage_of({"zero_stage": "1 (DeepSpeed BF16_Optimizer implements ZeRO-1-equivalent)"}) == 1
@@ -283,7 +283,7 @@ def test_bigscience_micro_batch_sweep_peaks_inside():
     """The 02-21 sweep (tp 8, pp 12, dp 4) measured tokens/s rising from micro-batch 1 to 4 and
     falling at 8; with GEMM wave quantization and the class's per-layer launch cost the prediction
     rises from 1 to 2 and falls from 4 to 8 (before both it fell monotonically)."""
-    from planner.fitting import predict
+    from planner.calibration.fitting import predict
 
     by_id = _by_id()
     pred = {
@@ -302,7 +302,7 @@ def test_recipes_that_account_for_embedding_and_loss_split_the_pipeline_as_megat
     hold one decoder layer fewer (cost_models.parallel.account_for_split)."""
     import yaml
 
-    from planner.calibration import DEFAULT_RUNS
+    from planner.calibration.cases import DEFAULT_RUNS
 
     runs = yaml.safe_load(DEFAULT_RUNS.read_text())["runs"]
     by = _by_id()
@@ -351,7 +351,7 @@ def test_gradients_reduced_in_bf16_only_where_the_recipe_says_so():
     grad_sync_dtype bf16 for GPT-3, MegatronMixedPrecision / DDP grad_reduce_in_fp32=False for
     Llama 3.1 405B) carry it with a citation and are priced with bf16 gradients; every other run
     keeps its precision's default."""
-    from planner.jobs import default_grad_dtype
+    from planner.inputs.jobs import default_grad_dtype
 
     runs = _records()
     by = _by_id()

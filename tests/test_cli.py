@@ -162,7 +162,7 @@ def test_invalid_configuration_exits_1(run_cli):
 
 
 def test_debug_shows_traceback(run_cli):
-    from planner.errors import SpecError
+    from planner.inputs.errors import SpecError
 
     with pytest.raises(SpecError):
         run_cli("--debug", "models", "show", "nope")

@@ -8,10 +8,10 @@ from cost_models import communication as comm
 from cost_models.estimate import estimate
 from cost_models.layers import hardware_flop_per_iteration, layer_table, model_flop_per_iteration
 from cost_models.parallel import ParallelConfig, group, resolve
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
-from planner.specs import ModelSpec
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.inputs.specs import ModelSpec
+from planner.profiles.hardware import load_cluster
 
 MiB = 2**20
 
@@ -242,7 +242,7 @@ def test_optimizer_sharding_shrinks_static_memory():
 
 
 def test_invalid_configurations_name_the_constraint():
-    from planner.errors import ConfigError
+    from planner.inputs.errors import ConfigError
 
     m = load_model("llama3-70b")
     cluster = load_cluster("dgx-h100", 8)

@@ -17,11 +17,11 @@ from cost_models.compute import memory_bound_s
 from cost_models.estimate import estimate
 from cost_models.layers import layer_table
 from cost_models.parallel import ParallelConfig, resolve
-from planner.errors import SpecError
-from planner.hardware import load_cluster
-from planner.jobs import job_from_mapping, make_job
-from planner.loading import load_model
-from planner.specs import EAGER_OPS
+from planner.inputs.errors import SpecError
+from planner.inputs.jobs import job_from_mapping, make_job
+from planner.inputs.models import load_model
+from planner.inputs.specs import EAGER_OPS
+from planner.profiles.hardware import load_cluster
 
 # Llama 3 8B: h 4096, Q width 4096, K width 1024 (8 groups x 128), FFN 14336 (SwiGLU).
 H, Q, KV, F = 4096, 4096, 1024, 14336
@@ -148,7 +148,7 @@ def test_job_validation_names_the_key():
 
 @pytest.fixture(scope="module")
 def by_id():
-    from planner.calibration import cases
+    from planner.calibration.cases import cases
 
     return {c.run_id: c for c in cases()}
 
@@ -201,10 +201,10 @@ def test_cli_estimate_flag_and_errors(run_cli):
 
 
 def test_plan_file_and_torchtitan_round_trip(run_cli, tmp_path):
-    from planner.frameworks.megatron.export import megatron_args
-    from planner.frameworks.torchtitan import export as tx
-    from planner.frameworks.torchtitan.importer import read_torchtitan
-    from planner.plan import read_plan
+    from planner.launch.megatron.export import megatron_args
+    from planner.launch.torchtitan import export as tx
+    from planner.launch.torchtitan.importer import read_torchtitan
+    from planner.plans.plan_file import read_plan
 
     pytest.importorskip("tomllib")
     for ops, compiled in (("", True), ("rope,activation", False)):

@@ -8,13 +8,13 @@ import pytest
 
 from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig, account_for_split, resolve, violations
-from planner.calibration import cases
-from planner.errors import ConfigError, SpecError
-from planner.frameworks.megatron.export import layout_for, partition_flags
-from planner.frameworks.megatron.importer import parse_megatron
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
+from planner.calibration.cases import cases
+from planner.inputs.errors import ConfigError, SpecError
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.launch.megatron.export import layout_for, partition_flags
+from planner.launch.megatron.importer import parse_megatron
+from planner.profiles.hardware import load_cluster
 
 MODEL = (
     "--num-layers 6 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "

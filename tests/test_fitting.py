@@ -1,10 +1,10 @@
-"""Layout-group ranking statistics (planner.fitting) against hand-worked values."""
+"""Layout-group ranking statistics (planner.calibration.fitting) against hand-worked values."""
 
 import math
 from types import SimpleNamespace
 
-from planner.calibrate.ranking import group_ranking, spearman
-from planner.run_records import source_of
+from planner.calibration.ranking import group_ranking, spearman
+from planner.calibration.run_records import source_of
 
 
 def _r(group, predicted, measured):
@@ -52,7 +52,7 @@ def test_cases_map_blackwell_runs_and_moe_fields(tmp_path):
     """Published runs on GB200/B200 get their node templates; MoE fields under the names sources use."""
     import yaml
 
-    from planner.calibration import cases
+    from planner.calibration.cases import cases
 
     run = {
         "id": "example_gb200_moe",
@@ -112,8 +112,8 @@ def test_cases_map_blackwell_runs_and_moe_fields(tmp_path):
 def test_lineage_table_is_a_tree_over_the_calibrated_families():
     """Every parent is itself in the table, the order puts parents first, and every family with
     published runs has an entry (so no fold falls back to the vendor-typical values silently)."""
-    from planner.calibration import cases
-    from planner.fitting import LINEAGE, PARAMS, family, fitted_params, lineage_order, usable
+    from planner.calibration.cases import cases
+    from planner.calibration.fitting import LINEAGE, PARAMS, family, fitted_params, lineage_order, usable
 
     for fam, lin in LINEAGE.items():
         assert lin.parent is None or lin.parent in LINEAGE, fam
@@ -130,19 +130,19 @@ def test_lineage_table_is_a_tree_over_the_calibrated_families():
 
 
 def test_v100_16gb_runs_belong_to_the_v100_family():
-    from planner.software import efficiency_family
+    from planner.profiles.software import efficiency_family
 
     assert efficiency_family("v100-sxm2-16gb") == efficiency_family("v100-sxm2-32gb") == "v100"
 
 
 def test_gb300_family_prices_the_racks_measured_gap():
-    """GB300 is a family of its own under b200 (planner.fitting.LINEAGE): on the one layout the
+    """GB300 is a family of its own under b200 (planner.calibration.fitting.LINEAGE): on the one layout the
     Megatron-Bridge 25.11 tables ran on both racks with the same recipe (Llama 3 8B FP8, 8 GPUs,
     measured 1.19x), the shipped fit predicts GB300 ahead of GB200 by most of the measured gap,
     where one set of values for both (the GPU files' equal dense peaks) gave 1.04x; the rest is
     attention, whose GB300 speed-up is the measured kernels' (tied, test_blackwell_ultra_attention)."""
-    from planner.calibration import cases
-    from planner.fitting import LINEAGE, family, predict
+    from planner.calibration.cases import cases
+    from planner.calibration.fitting import LINEAGE, family, predict
 
     assert LINEAGE["gb300"].parent == "b200"
     by = {c.run_id: c for c in cases()}
@@ -162,7 +162,7 @@ def test_transfer_keeps_fractions_and_the_per_call_gemm_time():
     of the FP8 / BF16 peak ratio; a GPU without FP8 gets 1.0."""
     from dataclasses import replace
 
-    from planner.fitting import UNCALIBRATED, reference_peaks, transfer
+    from planner.calibration.fitting import UNCALIBRATED, reference_peaks, transfer
 
     h100 = replace(
         UNCALIBRATED,
@@ -191,7 +191,7 @@ def test_prior_penalty_hand_worked_and_weighted_by_sources():
     """One prior width off on one parameter costs PRIOR_SCALE / sources x 1/2."""
     from dataclasses import replace
 
-    from planner.fitting import PRIOR_LOG_SD, PRIOR_SCALE, UNCALIBRATED, prior_penalty
+    from planner.calibration.fitting import PRIOR_LOG_SD, PRIOR_SCALE, UNCALIBRATED, prior_penalty
 
     assert prior_penalty(UNCALIBRATED, UNCALIBRATED, 1) == 0.0
     off = replace(
@@ -206,8 +206,8 @@ def test_prior_penalty_hand_worked_and_weighted_by_sources():
 
 def _small_set():
     """Three A100 runs of two sources, three H100 runs, and the Blackwell runs' one source."""
-    from planner.calibration import cases
-    from planner.fitting import family, usable
+    from planner.calibration.cases import cases
+    from planner.calibration.fitting import family, usable
 
     runs = usable(cases())
     a100 = [c for c in runs if family(c) == "a100" and c.source.startswith("Korthikanti")][:2]
@@ -220,7 +220,7 @@ def _small_set():
 def test_family_without_runs_keeps_its_lineage_parents_fit():
     """fit_families: a family with no runs (b200 here) gets its parent's fit transferred, and the
     parent (h100) was fitted from the transferred A100 fit."""
-    from planner.fitting import family, fit_families, transfer
+    from planner.calibration.fitting import family, fit_families, transfer
 
     runs = [c for c in _small_set() if family(c) != "b200"]
     out = fit_families(runs, {"b200"}, passes=1, steps=(0.9, 1.1))
@@ -232,8 +232,8 @@ def test_family_without_runs_keeps_its_lineage_parents_fit():
 def test_a_tied_parameter_is_left_out_of_the_familys_fit(monkeypatch):
     """fit_families asks fit for every parameter of a family except its tied ones (gb300: the
     attention efficiency), so that one stays the prior's, the b200 fit transferred."""
-    import planner.fitting as fitting
-    from planner.calibration import cases
+    import planner.calibration.fitting as fitting
+    from planner.calibration.cases import cases
 
     asked = {}
 
@@ -256,8 +256,8 @@ def test_base_is_fitted_on_the_class_free_runs_when_three_sources_have_them():
     has its base fitted on those, started from the fit on all its runs (which sets what they cannot
     inform: here the MoE numbers, fitted on the Megatron-Bridge MoE runs only); with fewer such
     sources, or no class runs, the base is the fit on all runs."""
-    from planner.calibration import cases
-    from planner.fitting import (
+    from planner.calibration.cases import cases
+    from planner.calibration.fitting import (
         MIN_BASE_SOURCES,
         _fit_cached,
         base_runs,
@@ -300,7 +300,7 @@ def test_base_is_fitted_on_the_class_free_runs_when_three_sources_have_them():
 def test_fold_holding_out_a_familys_only_source_predicts_with_the_parents_fit():
     """Leave-one-source-out: with Megatron-Bridge held out no Blackwell run is left, so its runs are
     predicted with the fold's H100 fit transferred (not the vendor-typical values, not the shipped fit)."""
-    from planner.fitting import LOSO_STEPS, _fold, family, fit_families, predict, transfer
+    from planner.calibration.fitting import LOSO_STEPS, _fold, family, fit_families, predict, transfer
 
     cases_ = _small_set()
     source = next(c.source for c in cases_ if family(c) == "b200")
@@ -319,7 +319,7 @@ def test_measured_kernels_set_the_h100_gemm_and_attention_prior():
     0.735, F_half 9.4 GFLOP on the GEMMs' GPU times; causal flash attention 0.13-0.29 of peak as
     planner charges it), the rest comes from the A100 parent; a family without measurements (b200)
     takes the transfer only."""
-    from planner.fitting import UNCALIBRATED, kernel_prior, prior_of, transfer
+    from planner.calibration.fitting import UNCALIBRATED, kernel_prior, prior_of, transfer
 
     k = kernel_prior("h100")
     assert math.isclose(k["gemm_efficiency_max"], 0.735, abs_tol=0.002)
@@ -338,7 +338,7 @@ def test_gemm_gpu_times_remove_the_dispatch_of_single_call_timings():
     it is subtracted and GEMMs it dominates are left out; back-to-back timings are kept as they are."""
     import json
 
-    from planner.fitting import GEMM_LATENCY_KEEP, MEASUREMENTS_DIR, gemm_gpu_times
+    from planner.calibration.fitting import GEMM_LATENCY_KEEP, MEASUREMENTS_DIR, gemm_gpu_times
 
     rows = [{"flop": 1e9, "time_s": 30e-6}, {"flop": 1e11, "time_s": 200e-6}, {"flop": 2e9, "time_s": 40e-6}]
     old = {"gemm": rows, "launch": {"kernel": "tiny add", "time_s": 20e-6}}
@@ -354,15 +354,15 @@ def test_gemm_gpu_times_remove_the_dispatch_of_single_call_timings():
 
 def test_fit_moves_a_threshold_parameter_off_a_flat_start():
     """The host launch time changes nothing until an MoE pass is host-bound: the fit's absolute grid
-    (planner.fitting.GRID) finds it where multiplicative steps from a flat start would not."""
+    (planner.calibration.fitting.GRID) finds it where multiplicative steps from a flat start would not."""
     from dataclasses import replace
 
     from cost_models.parallel import ParallelConfig, resolve
-    from planner.calibration import Case
-    from planner.fitting import fit, predict
-    from planner.hardware import load_cluster
-    from planner.jobs import make_job
-    from planner.loading import load_model
+    from planner.calibration.cases import Case
+    from planner.calibration.fitting import fit, predict
+    from planner.inputs.jobs import make_job
+    from planner.inputs.models import load_model
+    from planner.profiles.hardware import load_cluster
 
     m, job = load_model("qwen3-30b-a3b"), make_job(global_batch_size=32, seq_length=2048)
     base = load_cluster("dgx-h100", 1)
@@ -383,10 +383,10 @@ def test_fit_moves_a_threshold_parameter_off_a_flat_start():
 def _dense_cases(sources):
     """Synthetic dense cases on one H100 node, one per (source, micro-batch) pair."""
     from cost_models.parallel import ParallelConfig, resolve
-    from planner.calibration import Case
-    from planner.hardware import load_cluster
-    from planner.jobs import make_job
-    from planner.loading import load_model
+    from planner.calibration.cases import Case
+    from planner.inputs.jobs import make_job
+    from planner.inputs.models import load_model
+    from planner.profiles.hardware import load_cluster
 
     m, job = load_model("llama3-8b"), make_job(global_batch_size=64, seq_length=2048)
     cluster = load_cluster("dgx-h100", 1)
@@ -398,11 +398,11 @@ def _dense_cases(sources):
 
 
 def test_source_loss_weighs_every_source_the_same():
-    """planner.fitting.source_loss: the mean over sources of each source's mean |log error|, so a
+    """planner.calibration.fitting.source_loss: the mean over sources of each source's mean |log error|, so a
     source with three runs counts as much as one with one run (loss() weighs runs)."""
     from dataclasses import replace
 
-    from planner.fitting import loss, predict, source_loss
+    from planner.calibration.fitting import loss, predict, source_loss
 
     probe = _dense_cases([("A", 1), ("A", 2), ("A", 4), ("B", 1)])
     eff = probe[0].cluster.groups[0].gpu.efficiency
@@ -426,7 +426,12 @@ def test_attention_half_keys_is_the_measured_kernels_fit():
     import numpy as np
 
     from cost_models.compute import ATTENTION_HALF_KEYS
-    from planner.fitting import MEASUREMENTS_DIR, attention_points, fit_attention_curve, reference_peaks
+    from planner.calibration.fitting import (
+        MEASUREMENTS_DIR,
+        attention_points,
+        fit_attention_curve,
+        reference_peaks,
+    )
 
     keys, eff = [], []
     for name in ("h100-sxm5-80gb", "h200-sxm-141gb"):
@@ -448,8 +453,8 @@ def test_ridge_moves_keep_the_fp8_gemm_rate_and_only_move_the_split():
     import math
     from dataclasses import replace
 
-    from planner.fitting import BOUNDS, RIDGE, ridge_moves
-    from planner.hardware import load_gpu
+    from planner.calibration.fitting import BOUNDS, RIDGE, ridge_moves
+    from planner.profiles.hardware import load_gpu
 
     eff = replace(load_gpu("h100-sxm5-80gb").efficiency, gemm_efficiency_max=0.6, fp8_gemm_speedup=1.5)
     moves = ridge_moves(eff, list(RIDGE), (0.9, 1.1, 10.0))
@@ -472,15 +477,15 @@ def test_moe_runs_do_not_move_the_dense_parameters():
     from dataclasses import replace
 
     from cost_models.parallel import ParallelConfig, resolve
-    from planner.calibration import Case
-    from planner.fitting import fit, predict
+    from planner.calibration.cases import Case
+    from planner.calibration.fitting import fit, predict
 
     dense = _dense_cases([("A", 1), ("A", 2), ("B", 4)])
     eff = replace(dense[0].cluster.groups[0].gpu.efficiency, host_launch_s=0.0, grouped_gemm_efficiency=0.9)
     truth = replace(eff, gemm_efficiency_max=eff.gemm_efficiency_max * 0.9)
     dense = [replace(c, measured_tokens_per_s_per_gpu=predict(c, truth).predicted) for c in dense]
-    from planner.jobs import make_job
-    from planner.loading import load_model
+    from planner.inputs.jobs import make_job
+    from planner.inputs.models import load_model
 
     m, job = load_model("qwen3-30b-a3b"), make_job(global_batch_size=32, seq_length=8192)
     cluster = dense[0].cluster

@@ -11,10 +11,10 @@ import pytest
 from cost_models.attention import FLASH2_SPEED, FUSED_BACKWARD_FORWARDS, attention_block, kernel_speed
 from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig, resolve
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
-from planner.specs import compute_capability_major
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.inputs.specs import compute_capability_major
+from planner.profiles.hardware import load_cluster
 
 
 @pytest.mark.parametrize(
@@ -56,8 +56,8 @@ def test_flash2_is_slower_from_hopper_on_only(template, slower):
 
 
 def test_calibration_runs_of_flash_attention_2_frameworks():
-    from planner.calibration import cases
-    from planner.run_records import FLASH2_ATTENTION_SOURCES
+    from planner.calibration.cases import cases
+    from planner.calibration.run_records import FLASH2_ATTENTION_SOURCES
 
     seen = set()
     for c in cases():

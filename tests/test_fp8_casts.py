@@ -17,7 +17,7 @@ from cost_models.compute import (
     memory_bound_s,
 )
 from cost_models.moe import grouped_linear_s
-from planner.hardware import load_gpu
+from planner.profiles.hardware import load_gpu
 
 
 @pytest.fixture(scope="module")
@@ -83,9 +83,9 @@ def test_graph_cross_attention_quantizes_its_projections_as_chain_linears_do():
     from cost_models.compute import fp8_cast_s
     from cost_models.graph_costs import _cross_attention
     from cost_models.parallel import ParallelConfig
-    from planner.graph_model import load_graph_model
-    from planner.hardware import load_cluster
-    from planner.jobs import make_job
+    from planner.inputs.graph_model import load_graph_model
+    from planner.inputs.jobs import make_job
+    from planner.profiles.hardware import load_cluster
 
     g = load_graph_model("t5-11b")
     (block,) = [b for b in g.blocks if b.cross_attention_from]

@@ -18,18 +18,18 @@ from cost_models.compute import (
 )
 from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig, resolve
-from planner.calibration import cases
-from planner.errors import SpecError
+from planner.calibration.cases import cases
 from planner.frameworks import get_framework
-from planner.frameworks.megatron.export import export_files, megatron_args
-from planner.frameworks.megatron.importer import parse_megatron
-from planner.frameworks.torchtitan.importer import parse_torchtitan
-from planner.hardware import load_cluster, load_gpu
-from planner.jobs import job_from_mapping, make_job
-from planner.loading import load_model
-from planner.plan import PlanInputs, job_to_mapping
-from planner.specs import FP8_RECIPES
-from planner.validation import require_precision
+from planner.inputs.errors import SpecError
+from planner.inputs.jobs import job_from_mapping, make_job
+from planner.inputs.models import load_model
+from planner.inputs.specs import FP8_RECIPES
+from planner.inputs.validation import require_precision
+from planner.launch.megatron.export import export_files, megatron_args
+from planner.launch.megatron.importer import parse_megatron
+from planner.launch.torchtitan.importer import parse_torchtitan
+from planner.plans.plan_file import PlanInputs, job_to_mapping
+from planner.profiles.hardware import load_cluster, load_gpu
 
 
 def test_bytes_per_recipe():
@@ -148,7 +148,7 @@ def test_torchtitan_runs_the_tensorwise_recipe_only():
         "no 'delayed' FP8 recipe (it runs tensorwise)" in r for r in titan.violations(m, cluster, delayed, c)
     )
     assert get_framework("megatron").violations(m, cluster, delayed, c) == []
-    from planner.frameworks.torchtitan.export import require_exportable
+    from planner.launch.torchtitan.export import require_exportable
 
     with pytest.raises(SpecError, match="cannot export to torchtitan: .*no 'delayed' FP8 recipe"):
         require_exportable(PlanInputs(m, cluster, delayed, resolve(m, cluster, delayed, c)))

@@ -18,13 +18,14 @@ from cost_models.layers import (
     mtp_flop_per_token,
 )
 from cost_models.parallel import ParallelConfig, resolve
-from planner.errors import SpecError
-from planner.frameworks.megatron.export import megatron_args, refuse_unlaunchable
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.layer_pattern import PatternError, parse_pattern, pattern_text
-from planner.loading import load_model, model_from_mapping
-from planner.plan import PlanInputs, model_to_mapping
+from planner.inputs.errors import SpecError
+from planner.inputs.jobs import make_job
+from planner.inputs.layer_pattern import PatternError, parse_pattern, pattern_text
+from planner.inputs.model_yaml import model_from_mapping, model_to_mapping
+from planner.inputs.models import load_model
+from planner.launch.megatron.export import megatron_args, refuse_unlaunchable
+from planner.plans.plan_file import PlanInputs
+from planner.profiles.hardware import load_cluster
 from tests.conftest import DATA
 
 B = 1e9

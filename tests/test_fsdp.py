@@ -40,7 +40,7 @@ def test_cli_estimate_hsdp_and_plan_round_trip(run_cli):
     import json
 
     from cost_models.parallel import ParallelConfig
-    from planner.plan import config_from_mapping, config_to_mapping
+    from planner.plans.plan_file import config_from_mapping, config_to_mapping
 
     base = ("estimate", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "4", "-b", "64", "-s", "4096")
     full = ("--optimizer-sharding", "full")
@@ -67,9 +67,9 @@ def test_cli_estimate_hsdp_and_plan_round_trip(run_cli):
 def test_only_torchtitan_is_planned_with_hsdp():
     from cost_models.parallel import ParallelConfig
     from planner.frameworks import get_framework
-    from planner.hardware import load_cluster
-    from planner.jobs import make_job
-    from planner.loading import load_model
+    from planner.inputs.jobs import make_job
+    from planner.inputs.models import load_model
+    from planner.profiles.hardware import load_cluster
 
     m, cluster = load_model("llama3-8b"), load_cluster("dgx-h100", 4)
     job = make_job(global_batch_size=64, seq_length=4096)
@@ -79,9 +79,9 @@ def test_only_torchtitan_is_planned_with_hsdp():
 
 
 def test_torchtitan_search_space_offers_hsdp_inside_a_node():
-    from planner.hardware import load_cluster
-    from planner.jobs import make_job
-    from planner.loading import load_model
+    from planner.inputs.jobs import make_job
+    from planner.inputs.models import load_model
+    from planner.profiles.hardware import load_cluster
     from planner.search.space import Restrictions, enumerate_shapes
 
     m, cluster = load_model("llama3-8b"), load_cluster("dgx-h100", 4)

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from cost_models.compute import gemm_efficiency, gemm_quantization, gemm_s, linear_s
-from planner.hardware import load_gpu
+from planner.profiles.hardware import load_gpu
 
 A100 = load_gpu("a100-sxm4-80gb")
 

@@ -12,14 +12,14 @@ import pytest
 from cost_models.compute import memory_bound_s
 from cost_models.estimate import estimate, unfused_accumulation_bytes
 from cost_models.parallel import ParallelConfig, resolve
-from planner.calibration import cases
+from planner.calibration.cases import cases
 from planner.frameworks import get_framework
-from planner.frameworks.megatron.export import export_files, megatron_args
-from planner.frameworks.megatron.importer import parse_megatron
-from planner.hardware import load_cluster
-from planner.jobs import job_from_mapping, make_job
-from planner.loading import load_model
-from planner.plan import PlanInputs, job_to_mapping
+from planner.inputs.jobs import job_from_mapping, make_job
+from planner.inputs.models import load_model
+from planner.launch.megatron.export import export_files, megatron_args
+from planner.launch.megatron.importer import parse_megatron
+from planner.plans.plan_file import PlanInputs, job_to_mapping
+from planner.profiles.hardware import load_cluster
 
 
 def _pair(sharding: str, gbs: int = 32, grad_dtype: str | None = None, pp: int = 1):

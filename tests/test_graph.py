@@ -20,12 +20,12 @@ from cost_models.graph_costs import (
     unit_layout,
 )
 from cost_models.parallel import ParallelConfig, resolve
-from planner.errors import SpecError
-from planner.graph_model import graph_model_from_mapping, graph_preset_names, load_graph_model
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
-from planner.plan import model_to_mapping
+from planner.inputs.errors import SpecError
+from planner.inputs.graph_model import graph_model_from_mapping, graph_preset_names, load_graph_model
+from planner.inputs.jobs import make_job
+from planner.inputs.model_yaml import model_to_mapping
+from planner.inputs.models import load_model
+from planner.profiles.hardware import load_cluster
 from planner.search.candidates import equivalent
 from planner.search.chain import search
 from planner.search.graph import describe, search_graph
@@ -325,7 +325,7 @@ def test_partition_is_exact_against_brute_force(U, capacity_gib, recompute, base
 def test_stages_may_take_different_tp_and_round_trip(run_cli, tmp_path):
     import yaml
 
-    from planner.graph_plan import GraphPlanInputs, graph_plan_document, read_graph_plan
+    from planner.plans.graph_plan import GraphPlanInputs, graph_plan_document, read_graph_plan
 
     g = load_graph_model("mmt-4tower-4b")
     cluster = load_cluster("dgx-h100", 8)
@@ -489,7 +489,7 @@ def test_chain_shaped_graph_plan_exports_to_megatron(run_cli, tmp_path):
     m = load_model("llama2-7b")
     path = tmp_path / "llama.yaml"
     g = chain_graph(m)
-    from planner.graph_model import graph_model_to_mapping
+    from planner.inputs.graph_model import graph_model_to_mapping
 
     path.write_text(yaml.safe_dump(graph_model_to_mapping(g)))
     out = tmp_path / "plan.yaml"
@@ -537,7 +537,7 @@ def test_graph_model_rejects_chain_only_flags(run_cli):
 
 
 def test_read_graph_plan_errors_name_the_key(tmp_path):
-    from planner.graph_plan import read_graph_plan
+    from planner.plans.graph_plan import read_graph_plan
 
     path = tmp_path / "p.yaml"
     path.write_text("schema_version: 1\nkind: graph_plan\n")

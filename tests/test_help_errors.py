@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from planner.errors import SpecError
-from planner.hardware import load_cluster, load_gpu
-from planner.loading import did_you_mean, load_model, preset_name
+from planner.inputs.documents import did_you_mean, preset_name
+from planner.inputs.errors import SpecError
+from planner.inputs.models import load_model
+from planner.profiles.hardware import load_cluster, load_gpu
 
 HF_CONFIG = {
     "model_type": "llama",

@@ -1,4 +1,4 @@
-"""What the H200 and H100 linear-pass timings say about the GEMM model (planner.kernel_measurements):
+"""What the H200 and H100 linear-pass timings say about the GEMM model (planner.calibration.kernel_measurements):
 no wave quantization at the kernel level on Hopper, the misaligned head dimension's speed, and the
 FP8 speed-up's size dependence; and the GPU files' ``gemm_tile: null``."""
 
@@ -9,9 +9,7 @@ import pytest
 import yaml
 
 from cost_models.compute import gemm_quantization
-from planner.errors import SpecError
-from planner.hardware import load_gpu
-from planner.kernel_measurements import (
+from planner.calibration.kernel_measurements import (
     GROUPED_GEMMS,
     H100_FP8_GEMMS,
     H100_LINEAR_PASSES,
@@ -24,6 +22,8 @@ from planner.kernel_measurements import (
     misaligned_ratios,
     model_shape,
 )
+from planner.inputs.errors import SpecError
+from planner.profiles.hardware import load_gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from planner.errors import SpecError
-from planner.hardware import cluster_template_names, gpu_names, load_cluster, load_gpu
-from planner.jobs import make_job
-from planner.loading import load_model
+from planner.inputs.errors import SpecError
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.profiles.hardware import cluster_template_names, gpu_names, load_cluster, load_gpu
 
 GOOD = """schema_version: 1
 kind: model

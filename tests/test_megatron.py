@@ -10,18 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cost_models.parallel import ParallelConfig, resolve
-from planner.frameworks.megatron.export import (
-    args_text,
-    layout_for,
-    megatron_args,
-    slurm_script,
-    torchrun_script,
-)
-from planner.frameworks.megatron.importer import parse_megatron
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
-from planner.plan import PlanInputs
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.launch.megatron.export import args_text, layout_for, megatron_args, slurm_script, torchrun_script
+from planner.launch.megatron.importer import parse_megatron
+from planner.plans.plan_file import PlanInputs
+from planner.profiles.hardware import load_cluster
 from planner.search.chain import search
 from planner.search.space import Restrictions
 
@@ -279,7 +273,7 @@ def test_export_cli_refuses_to_overwrite(run_cli, tmp_path):
 
 
 def test_zero_bubble_plans_are_not_exported():
-    from planner.errors import SpecError
+    from planner.inputs.errors import SpecError
 
     plan = inputs("llama3-8b", "dgx-h100", 2, 64, 4096, tp=2, pp=4, schedule="zb-h1")
     with pytest.raises(
@@ -336,7 +330,7 @@ def test_every_sharding_exports_its_own_flags():
 
 def test_export_cli_has_no_zero1_fallback(run_cli, tmp_path):
     """A ZeRO-2 plan exports as Megatron-FSDP optim_grads, never silently as ZeRO-1."""
-    from planner.plan import plan_document, write_plan
+    from planner.plans.plan_file import plan_document, write_plan
 
     plan = inputs("llama3-8b", "dgx-h100", 2, 64, 4096, tp=2, optimizer_sharding="zero2")
     path = tmp_path / "z2.yaml"

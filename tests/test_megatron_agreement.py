@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from planner.check import check_file
-from planner.frameworks.megatron.importer import megatron_words
-from planner.hardware import load_cluster
+from planner.launch.check import check_file
+from planner.launch.megatron.importer import megatron_words
+from planner.profiles.hardware import load_cluster
 
 BASE = """#!/bin/bash
 export CUDA_DEVICE_MAX_CONNECTIONS=1

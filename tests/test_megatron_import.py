@@ -4,15 +4,15 @@ reproduces the plan's predicted step time within 0.5% over a set of searched pla
 
 import pytest
 
-from planner.check import check_file
-from planner.errors import SpecError
-from planner.frameworks.megatron.export import export_files
-from planner.frameworks.megatron.importer import parse_megatron
-from planner.frameworks.megatron.shell import read_script
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
-from planner.plan import PlanInputs
+from planner.inputs.errors import SpecError
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.launch.check import check_file
+from planner.launch.megatron.export import export_files
+from planner.launch.megatron.importer import parse_megatron
+from planner.launch.megatron.shell import read_script
+from planner.plans.plan_file import PlanInputs
+from planner.profiles.hardware import load_cluster
 from planner.search.chain import search
 from planner.search.space import Restrictions
 
@@ -101,7 +101,7 @@ def test_rotary_base_round_trips():
 def _search(model, template, nodes, gbs, seq, precision="bf16", job_kw=None, **rules):
     """The best plan under the software profile a Megatron launch is checked with (the framework's
     newest fitted on the cluster's GPUs), so check must reproduce its step time."""
-    from planner.software import cluster_families, configure, default_software
+    from planner.profiles.software import cluster_families, configure, default_software
 
     m = load_model(model)
     cluster = load_cluster(template, nodes)
@@ -280,7 +280,7 @@ def test_megatron_default_dispatcher_is_allgather_on_import():
     ],
 )
 def test_a2a_overlap_rules_restate_transformer_config(extra, message):
-    from planner.frameworks.megatron.rules import megatron_findings
+    from planner.launch.megatron.rules import megatron_findings
 
     moe = (
         MODEL
@@ -296,7 +296,7 @@ def test_a2a_overlap_rules_restate_transformer_config(extra, message):
 
 
 def test_moe_layer_recompute_with_full_granularity_is_refused():
-    from planner.frameworks.megatron.rules import megatron_findings
+    from planner.launch.megatron.rules import megatron_findings
 
     moe = MODEL + " --num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 2"
     full = " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1"

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from cost_models.parallel import ParallelConfig, resolve
-from planner.errors import SpecError
-from planner.frameworks.megatron.export import export_files, megatron_args, slurm_script, torchrun_script
-from planner.frameworks.megatron.importer import parse_megatron
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
-from planner.plan import PlanInputs
+from planner.inputs.errors import SpecError
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.launch.megatron.export import export_files, megatron_args, slurm_script, torchrun_script
+from planner.launch.megatron.importer import parse_megatron
+from planner.plans.plan_file import PlanInputs
+from planner.profiles.hardware import load_cluster
 from planner.search.chain import search
 from planner.search.space import Restrictions
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cost_models.layers import loss_transient_bytes
-from planner.memory_validation import (
+from planner.calibration.memory_validation import (
     GIB,
     HEADROOM_GIB_DEFAULT,
     MeasuredRow,
@@ -90,7 +90,7 @@ def test_loss_transient_is_the_16bit_logits_on_the_last_stage_only():
     assert first.memory.transient_bytes == pytest.approx(4 * T * 32)
     assert last.memory.transient_bytes == pytest.approx(2 * T * V)
     from cost_models.parallel import ParallelConfig
-    from planner.jobs import make_job
+    from planner.inputs.jobs import make_job
 
     job = make_job(global_batch_size=8, seq_length=4096)
     model = type("M", (), {"vocab_size": 32000})()

@@ -7,8 +7,8 @@ import json
 import pytest
 import yaml
 
-from planner.errors import SpecError
-from planner.jobs import job_from_mapping, make_job
+from planner.inputs.errors import SpecError
+from planner.inputs.jobs import job_from_mapping, make_job
 
 MOE = ("--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--nodes", "4", "--global-batch-size", "128")
 LAYOUT = ("--seq-len", "4096", "--tp", "1", "--pp", "2", "--vpp", "2", "--ep", "8", "--micro-batch-size", "1")
@@ -30,7 +30,7 @@ def test_make_job_validates_dispatcher_and_graph_scope():
 
 
 def test_plan_job_section_round_trips_and_old_plans_read_as_before():
-    from planner.plan import job_to_mapping
+    from planner.plans.plan_file import job_to_mapping
 
     job = make_job(
         global_batch_size=8,
@@ -84,8 +84,8 @@ def test_bad_runtime_flags_are_clear_errors(run_cli, tmp_path):
 def test_frameworks_refuse_what_they_cannot_launch():
     from cost_models.parallel import ParallelConfig
     from planner.frameworks import get_framework
-    from planner.hardware import load_cluster
-    from planner.loading import load_model
+    from planner.inputs.models import load_model
+    from planner.profiles.hardware import load_cluster
 
     m, cluster = load_model("mixtral-8x7b"), load_cluster("dgx-h100", 4)
     graphs = make_job(global_batch_size=128, seq_length=4096, cuda_graph_scope=("full",))

@@ -40,9 +40,9 @@ def _moe_layer(capacity_factor):
 
     from cost_models.layers import layer_table
     from cost_models.parallel import ParallelConfig, resolve
-    from planner.hardware import load_cluster
-    from planner.jobs import make_job
-    from planner.loading import load_model
+    from planner.inputs.jobs import make_job
+    from planner.inputs.models import load_model
+    from planner.profiles.hardware import load_cluster
 
     m = replace(load_model("mixtral-8x7b"), moe_expert_capacity_factor=capacity_factor)
     cluster = load_cluster("dgx-h100", 4)
@@ -67,7 +67,7 @@ def test_dropless_busiest_rank_costs_more_than_a_capacity_factor_of_one():
 def _gpu(**eff):
     from dataclasses import replace
 
-    from planner.hardware import load_gpu
+    from planner.profiles.hardware import load_gpu
 
     g = load_gpu("h100-sxm5-80gb")
     return replace(g, efficiency=replace(g.efficiency, **eff))
@@ -121,7 +121,7 @@ def test_grouped_linear_streams_weights_when_experts_have_few_tokens():
 
 
 def test_unmeasured_gpus_stream_at_hbm_times_its_efficiency():
-    from planner.hardware import load_gpu
+    from planner.profiles.hardware import load_gpu
 
     a100 = load_gpu("a100-sxm4-80gb")
     assert a100.gemm_stream_bytes_per_s == 0.0
@@ -169,7 +169,7 @@ def test_host_launches_count_the_whole_layer_and_cuda_graphs_remove_parts():
 
 
 def test_attention_launches_follow_the_attention_kind():
-    from planner.loading import load_model
+    from planner.inputs.models import load_model
 
     llama_like = load_model("llama3-8b")
     assert moe.attention_launches(llama_like) == moe.ATTENTION_LAUNCHES
@@ -184,9 +184,9 @@ def _qwen_layer(job_kw=None, eff=None, ep=8, pp=1, vpp=1, tp=1):
 
     from cost_models.layers import layer_table
     from cost_models.parallel import ParallelConfig, resolve
-    from planner.hardware import load_cluster
-    from planner.jobs import make_job
-    from planner.loading import load_model
+    from planner.inputs.jobs import make_job
+    from planner.inputs.models import load_model
+    from planner.profiles.hardware import load_cluster
 
     m = load_model("qwen3-30b-a3b")
     cluster = load_cluster("dgx-h100", 2)
@@ -202,7 +202,7 @@ def _qwen_layer(job_kw=None, eff=None, ep=8, pp=1, vpp=1, tp=1):
 def test_host_bound_moe_layer_takes_its_launch_time():
     fast = _qwen_layer(eff={"host_launch_s": 0.0})
     slow = _qwen_layer(eff={"host_launch_s": 1e-3})  # 1 ms per kernel: the host binds
-    from planner.loading import load_model
+    from planner.inputs.models import load_model
 
     m = load_model("qwen3-30b-a3b")
     fwd, bwd = moe.host_launches(128 / 8, "alltoall", (), moe.attention_launches(m))

@@ -10,15 +10,15 @@ import pytest
 from cost_models.estimate import adam_bytes_per_param, estimate
 from cost_models.memory import bytes_per_param
 from cost_models.parallel import ParallelConfig, resolve
-from planner.errors import SpecError
 from planner.frameworks import get_framework
-from planner.frameworks.megatron.export import argv, megatron_args
-from planner.frameworks.megatron.importer import parse_megatron
-from planner.frameworks.megatron.rules import megatron_findings
-from planner.hardware import load_cluster
-from planner.jobs import job_from_mapping, make_job
-from planner.loading import load_model
-from planner.plan import PlanInputs, job_to_mapping
+from planner.inputs.errors import SpecError
+from planner.inputs.jobs import job_from_mapping, make_job
+from planner.inputs.models import load_model
+from planner.launch.megatron.export import argv, megatron_args
+from planner.launch.megatron.importer import parse_megatron
+from planner.launch.megatron.rules import megatron_findings
+from planner.plans.plan_file import PlanInputs, job_to_mapping
+from planner.profiles.hardware import load_cluster
 
 
 def _job(**kw):
@@ -172,7 +172,7 @@ def test_cli_estimate_takes_the_moment_dtype(run_cli):
 
 
 def test_calibration_records_with_bf16_moments():
-    from planner import calibration
+    from planner.calibration import cases as calibration
 
     by_id = {c.run_id: c for c in calibration.cases()}
     bf16 = sorted(i for i, c in by_id.items() if c.job is not None and c.job.optimizer_state_dtype == "bf16")

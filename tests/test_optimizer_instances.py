@@ -14,14 +14,14 @@ from cost_models import communication as comm
 from cost_models import memory as mem
 from cost_models.estimate import DDP_BUCKET_PARAMS, ddp_bucket_params, dp_sync, estimate
 from cost_models.parallel import ParallelConfig, group, group_ranks, resolve, violations
-from planner.errors import ConfigError
-from planner.frameworks.megatron.export import megatron_args
-from planner.frameworks.megatron.importer import parse_megatron
-from planner.frameworks.torchtitan.capabilities import TORCHTITAN
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
-from planner.plan import PlanInputs, config_from_mapping, config_to_mapping
+from planner.frameworks.torchtitan import TORCHTITAN
+from planner.inputs.errors import ConfigError
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.launch.megatron.export import megatron_args
+from planner.launch.megatron.importer import parse_megatron
+from planner.plans.plan_file import PlanInputs, config_from_mapping, config_to_mapping
+from planner.profiles.hardware import load_cluster
 
 ESTIMATE = ("estimate", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "16", "-b", "256", "-s", "4096", "--tp", "8", "--pp", "2")  # fmt: skip
 SEARCH = ("search", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "4", "-b", "256", "-s", "4096")

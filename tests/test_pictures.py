@@ -14,12 +14,13 @@ import pytest
 
 from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig, resolve
-from planner.bubbles import FillJob, budget, fit_fill_job
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import GIB, load_model
-from planner.timeline_svg import nice_ticks, shade, timeline_svg
-from planner.trace import _lanes, trace_json
+from planner.inputs.documents import GIB
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.outputs.bubbles import FillJob, budget, fit_fill_job
+from planner.outputs.timeline_svg import nice_ticks, shade, timeline_svg
+from planner.outputs.trace import _lanes, trace_json
+from planner.profiles.hardware import load_cluster
 
 SVG = "{http://www.w3.org/2000/svg}"
 SMALL = ("-m", "gpt-1.7b", "-c", "dgx-h100", "-n", "1", "-b", "16", "-s", "1024")

@@ -13,13 +13,13 @@ from cost_models import communication as comm
 from cost_models.estimate import _stage_link, estimate
 from cost_models.parallel import ParallelConfig, group, resolve
 from cost_models.tensors import ACT_BYTES, p2p_activation_bytes, pipeline_transfer_s
-from planner.calibration import cases
-from planner.errors import ConfigError
+from planner.calibration.cases import cases
 from planner.frameworks import get_framework
-from planner.hardware import load_cluster
-from planner.jobs import job_from_mapping, make_job
-from planner.loading import load_model
-from planner.plan import job_to_mapping
+from planner.inputs.errors import ConfigError
+from planner.inputs.jobs import job_from_mapping, make_job
+from planner.inputs.models import load_model
+from planner.plans.plan_file import job_to_mapping
+from planner.profiles.hardware import load_cluster
 from planner.search.bounds import cheap_bound
 
 
@@ -100,7 +100,7 @@ def test_the_pinned_frameworks_refuse_it_and_any_runs_it():
 
 def test_graph_models_refuse_it():
     from cost_models.graph_costs import unit_costs
-    from planner.graph_model import load_graph_model
+    from planner.inputs.graph_model import load_graph_model
 
     g = load_graph_model("t5-11b")
     _, cluster, whole, split, _ = _setup()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.profiles.hardware import load_cluster
 from planner.search.chain import search
 from planner.search.space import Restrictions
 
@@ -37,7 +37,7 @@ def test_search_progress_is_monotone_and_ends_at_the_total():
 
 
 def test_sweep_progress_counts_points(tmp_path):
-    from planner.sweep import SweepTask, run_sweep, sweep_points
+    from planner.outputs.sweep import SweepTask, run_sweep, sweep_points
 
     calls, progress = _recorder()
     tasks = [

@@ -22,14 +22,14 @@ from cost_models.parallel import (
     span,
     violations,
 )
-from planner.frameworks.megatron.capabilities import MEGATRON
-from planner.frameworks.megatron.export import megatron_args
-from planner.frameworks.megatron.importer import parse_megatron
-from planner.frameworks.torchtitan.capabilities import TORCHTITAN
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
-from planner.plan import PlanInputs, config_from_mapping, config_to_mapping
+from planner.frameworks.megatron import MEGATRON
+from planner.frameworks.torchtitan import TORCHTITAN
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.launch.megatron.export import megatron_args
+from planner.launch.megatron.importer import parse_megatron
+from planner.plans.plan_file import PlanInputs, config_from_mapping, config_to_mapping
+from planner.profiles.hardware import load_cluster
 from planner.resilience.failures import coords, rank_of
 
 # (tp, cp, pp, dp, optimizer instances) -> rank 0's groups, from megatron-core 0.19.2's

@@ -1,4 +1,4 @@
-"""The ceiling measurement noise puts on ranking layouts (planner.calibrate.ranking.noise_ceiling):
+"""The ceiling measurement noise puts on ranking layouts (planner.calibration.ranking.noise_ceiling):
 what exact throughputs score against re-measurements, per layout group."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from planner.calibrate.ranking import MEASUREMENT_NOISE, group_ranking, noise_ceiling
+from planner.calibration.ranking import MEASUREMENT_NOISE, group_ranking, noise_ceiling
 
 
 def _r(group, predicted, measured):

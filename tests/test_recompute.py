@@ -18,12 +18,12 @@ from cost_models.recompute import (
     op_sac_recomputed_flop_fraction,
     op_sac_saved,
 )
-from planner.errors import ConfigError
 from planner.frameworks import get_framework
-from planner.graph_model import load_graph_model
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
+from planner.inputs.errors import ConfigError
+from planner.inputs.graph_model import load_graph_model
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.profiles.hardware import load_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 

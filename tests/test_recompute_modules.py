@@ -17,14 +17,14 @@ from cost_models.parallel import (
     resolve,
 )
 from cost_models.tensors import ACT_BYTES
-from planner.errors import SpecError
 from planner.frameworks import get_framework
-from planner.frameworks.megatron.export import argv, megatron_args
-from planner.frameworks.megatron.importer import parse_megatron
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
-from planner.plan import PlanInputs, config_from_mapping, config_to_mapping
+from planner.inputs.errors import SpecError
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.launch.megatron.export import argv, megatron_args
+from planner.launch.megatron.importer import parse_megatron
+from planner.plans.plan_file import PlanInputs, config_from_mapping, config_to_mapping
+from planner.profiles.hardware import load_cluster
 from planner.search.space import Restrictions, enumerate_shapes
 
 
@@ -300,7 +300,7 @@ def test_search_takes_the_selective_module_list(run_cli):
 
 
 def test_calibration_reads_active_module_lists_only():
-    from planner import calibration
+    from planner.calibration import cases as calibration
 
     by_id = {c.run_id: c for c in calibration.cases()}
     active = by_id["mbridge260401_b200_bf16_gptoss120b_64gpu"].config

@@ -1,4 +1,4 @@
-"""New releases predicted before they are calibrated (planner.calibrate.releases)."""
+"""New releases predicted before they are calibrated (planner.calibration.releases)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 
 def test_predecessor_is_the_newest_earlier_release_of_the_same_framework():
-    from planner.calibrate.releases import predecessor
+    from planner.calibration.releases import predecessor
 
     fitted = [
         "megatron-bridge-25.11",
@@ -29,8 +29,8 @@ def test_predecessor_is_the_newest_earlier_release_of_the_same_framework():
 def _bridge_b200_set():
     """Three A100 and three H100 runs (the lineage) and three B200-family runs of each of the
     Megatron-Bridge 25.11, 26.04 and 26.06 classes."""
-    from planner.calibration import cases
-    from planner.fitting import family, usable
+    from planner.calibration.cases import cases
+    from planner.calibration.fitting import family, usable
 
     runs = usable(cases())
     a100 = [c for c in runs if family(c) == "a100" and c.source.startswith("Korthikanti")][:3]
@@ -46,11 +46,11 @@ def test_a_held_out_release_is_priced_with_the_release_before_it_refitted_withou
     """26.06 held out: its runs are predicted with the 26.04 profile fitted (from the fold's base)
     on the remaining runs, exactly as fit_profile does; nothing of 26.06 reaches the fit. (The
     mechanism on a small set: three runs a class, so a profile here needs three.)"""
-    import planner.fitting
-    from planner.calibrate.releases import release_fold
-    from planner.fitting import LOSO_STEPS, family, fit_families, fit_profile, predict
+    import planner.calibration.fitting
+    from planner.calibration.fitting import LOSO_STEPS, family, fit_families, fit_profile, predict
+    from planner.calibration.releases import release_fold
 
-    monkeypatch.setattr(planner.fitting, "MIN_RUNS", 3)
+    monkeypatch.setattr(planner.calibration.fitting, "MIN_RUNS", 3)
     runs = _bridge_b200_set()
     notes, fold = release_fold("megatron-bridge-26.06", runs, passes=1)
     held = [c for c in runs if c.software == "megatron-bridge-26.06"]
@@ -71,13 +71,13 @@ def test_a_held_out_release_is_priced_with_the_release_before_it_refitted_withou
 
 
 def test_a_release_with_fewer_runs_than_a_profile_needs_is_priced_with_the_older_profile():
-    """With the shipped threshold (planner.software.MIN_RUNS, five) the three-run 26.04 class of the
+    """With the shipped threshold (planner.profiles.software.MIN_RUNS, five) the three-run 26.04 class of the
     small set gets no profile, so 26.06 is priced with 25.11's, the newest earlier release fitted
     on the family (the release-forward evidence that set the threshold: 26.04's four-run B200
     profile priced 26.06 at 13.6% median, 25.11's at 5.7%)."""
-    from planner.calibrate.releases import release_fold
-    from planner.fitting import profile_groups
-    from planner.software import MIN_RUNS
+    from planner.calibration.fitting import profile_groups
+    from planner.calibration.releases import release_fold
+    from planner.profiles.software import MIN_RUNS
 
     assert MIN_RUNS == 5
     runs = _bridge_b200_set()
@@ -90,15 +90,15 @@ def test_a_release_with_fewer_runs_than_a_profile_needs_is_priced_with_the_older
 
 
 def _b200_runs(cls: str):
-    from planner.calibration import cases
-    from planner.fitting import family, usable
+    from planner.calibration.cases import cases
+    from planner.calibration.fitting import family, usable
 
     return [c for c in usable(cases()) if family(c) == "b200" and c.software == cls]
 
 
 def test_the_first_release_is_priced_with_the_base_fit():
-    from planner.calibrate.releases import release_fold
-    from planner.fitting import LOSO_STEPS, fit_families, predict
+    from planner.calibration.fitting import LOSO_STEPS, fit_families, predict
+    from planner.calibration.releases import release_fold
 
     runs = _bridge_b200_set()
     _, fold = release_fold("megatron-bridge-25.11", runs, passes=1)
@@ -113,11 +113,11 @@ def test_the_first_release_is_priced_with_the_base_fit():
 def test_release_forward_runs_the_planned_frameworks_releases_oldest_first(monkeypatch):
     """The order follows the release dates; classes of frameworks no plan targets (the zero-bubble
     fork, BigScience) are not releases a plan could be priced with, and are skipped."""
-    import planner.calibrate.releases as rel
+    import planner.calibration.releases as rel
 
     seen = []
     monkeypatch.setattr(rel, "release_fold", lambda r, cases_, passes: (seen.append(r) or [], r))
-    from planner.calibration import cases
+    from planner.calibration.cases import cases
 
     got = rel.release_forward(cases())
     assert got == seen
@@ -157,21 +157,29 @@ def test_validation_scripts_name_a_bad_runs_file_without_a_traceback(tmp_path, s
         args.append("--no-loso")
     r = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert r.returncode == 1 and r.stdout == ""
-    # calibrate_holdout.py reads through planner calibrate's reader (planner.calibrate.sources),
-    # which checks the file with planner.calibration.cases as the others do: one wording for all
+    # calibrate_holdout.py reads through planner calibrate's reader (planner.calibration.user.sources),
+    # which checks the file with planner.calibration.cases.cases as the others do: one wording for all
     assert r.stderr.startswith(f"{script[:-3]}: {runs}: ") and re.search(message, r.stderr)
     assert "Traceback" not in r.stderr
 
 
 def test_a_held_out_source_s_class_without_a_fold_profile_takes_its_predecessor_s():
     """Leave-one-source-out prices a held-out run whose release class the fold cannot fit as the
-    shipped profiles do (planner.software.entry_source): with the newest earlier release of its
+    shipped profiles do (planner.profiles.software.entry_source): with the newest earlier release of its
     framework fitted in the fold. The three 26.04 H100 runs moved to a source of their own: their
     fold fits 25.11 (six H100 runs) and predicts them with it, not with the base values."""
     from dataclasses import replace
 
-    from planner.calibration import cases
-    from planner.fitting import LOSO_STEPS, _fold, family, fit_families, fit_profile, predict, usable
+    from planner.calibration.cases import cases
+    from planner.calibration.fitting import (
+        LOSO_STEPS,
+        _fold,
+        family,
+        fit_families,
+        fit_profile,
+        predict,
+        usable,
+    )
 
     runs = usable(cases())
     small = [c for c in runs if family(c) == "a100" and c.source.startswith("Korthikanti")][:3]

@@ -23,9 +23,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.errors import SpecError
-from planner.plan import write_text_atomic
-from planner.validation import clean, json_text
+from planner.inputs.errors import SpecError
+from planner.inputs.files import write_text_atomic
+from planner.inputs.validation import clean, json_text
 from tests.conftest import DATA
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -312,7 +312,7 @@ def test_tampered_plan_is_exit_1_naming_the_field(run_cli, tmp_path, moe_plan, f
 
 
 def test_plan_records_the_search_headroom(moe_plan):
-    from planner.plan import read_plan
+    from planner.plans.plan_file import read_plan
 
     doc = yaml.safe_load(moe_plan.read_text())
     assert doc["search"] == {"memory_headroom_gib": 2.0}
@@ -378,7 +378,7 @@ def test_concurrent_writers_leave_one_whole_file(tmp_path):
 KILL_WRITER = """
 import sys
 from pathlib import Path
-from planner.plan import write_plan
+from planner.plans.plan_file import write_plan
 path = Path(sys.argv[1])
 doc = {"schema_version": 1, "kind": "plan", "pad": ["x" * 1000] * 500}
 i = 0
@@ -421,7 +421,7 @@ def test_sigkill_during_search_out(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         if target.exists():
-            from planner.plan import read_plan
+            from planner.plans.plan_file import read_plan
 
             assert read_plan(target).model.name == "gpt-1.7b"
     # a kill between the temporary file and its rename leaves the temporary file (SIGKILL cannot
@@ -560,7 +560,7 @@ def test_check_keeps_searchs_default_headroom(run_cli, tmp_path):
     """check's --headroom-gib defaults to search's (HEADROOM_GIB_DEFAULT, derived from the measured
     allocator peaks): a Megatron launch that leaves 1 GiB free fails by default, as search would
     have rejected its layout, and passes with --headroom-gib 0."""
-    from planner.memory_validation import HEADROOM_GIB_DEFAULT
+    from planner.calibration.memory_validation import HEADROOM_GIB_DEFAULT
 
     _, args = _searched_launch(run_cli, tmp_path)
     stock = json.loads(run_cli("check", args, "-c", "dgx-h100", "-n", "1", "--json").stdout)
@@ -591,7 +591,7 @@ def test_check_of_plan_files_needs_no_cluster(run_cli, tmp_path):
     assert missing.exit_code == 1 and "--cluster" not in missing.stderr, missing.stderr
     assert "nope.yaml" in missing.stdout and "file not found" in missing.stdout, missing.stdout
     # a library caller passing no cluster for a launch gets a finding, not a crash
-    from planner.check import check_file
+    from planner.launch.check import check_file
 
     verdict = check_file(args, None)
     assert not verdict.passed and verdict.findings[0].check == "cluster"

@@ -10,10 +10,10 @@ import pytest
 
 from cost_models.parallel import ParallelConfig
 from planner import api
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
-from planner.plan import PlanInputs, plan_document, write_plan
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.plans.plan_file import PlanInputs, plan_document, write_plan
+from planner.profiles.hardware import load_cluster
 from planner.resilience import goodput as gp
 from planner.resilience.failures import FailureSpec, coords, lower_tp, place, rank_of
 from planner.resilience.spares import plan_goodput

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from cost_models.estimate import estimate, node_of_stage
 from cost_models.parallel import ParallelConfig, resolve, violations
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.inputs.specs import ModelSpec
+from planner.profiles.hardware import load_cluster
 from planner.search.chain import search, sort_key
 from planner.search.partition import (
     StageModel,
@@ -25,7 +26,6 @@ from planner.search.partition import (
 from planner.search.shape_partition import canonical_split, full_recompute_variants
 from planner.search.space import Restrictions, enumerate_shapes
 from planner.search.stage_model import inflight_for, stage_model
-from planner.specs import ModelSpec
 
 
 def random_stages(rng, p, L, homogeneous):

@@ -14,12 +14,12 @@ import yaml
 from cost_models import communication as comm
 from cost_models.estimate import dp_sync, estimate
 from cost_models.parallel import ParallelConfig, group, resolve, violations
-from planner.calibration import cases
+from planner.calibration.cases import cases
 from planner.frameworks import get_framework
-from planner.hardware import load_cluster
-from planner.jobs import job_from_mapping, make_job
-from planner.loading import load_model
-from planner.plan import job_to_mapping
+from planner.inputs.jobs import job_from_mapping, make_job
+from planner.inputs.models import load_model
+from planner.plans.plan_file import job_to_mapping
+from planner.profiles.hardware import load_cluster
 from planner.search.bounds import cheap_bound
 
 

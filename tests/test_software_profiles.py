@@ -1,4 +1,4 @@
-"""Software profiles (planner.software, planner.fitting.fit_profile; issue 12 item 3)."""
+"""Software profiles (planner.profiles.software, planner.calibration.fitting.fit_profile; issue 12 item 3)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from planner.calibration import cases
-from planner.errors import SpecError, UsageError
-from planner.fitting import family, predict, usable
-from planner.hardware import load_cluster, load_gpu
-from planner.software import (
+from planner.calibration.cases import cases
+from planner.calibration.fitting import family, predict, usable
+from planner.inputs.errors import SpecError, UsageError
+from planner.profiles.hardware import load_cluster, load_gpu
+from planner.profiles.software import (
     BASE,
     CLASSES,
     MIN_RUNS,
@@ -79,7 +79,7 @@ H100 = ["-m", "llama3-8b", "-c", "dgx-h100", "-n", "2", "-b", "64", "-s", "4096"
 # A MoE model where a test needs a profile that prices differently from base: the 25.11 profile's
 # H100 entry differs from base's in the grouped-GEMM efficiency, the host launch time and the
 # overlap slowdown (its B200 and GB300 entries equal base's to rounding, and no 2026 release has
-# the runs a profile needs, planner.software.MIN_RUNS).
+# the runs a profile needs, planner.profiles.software.MIN_RUNS).
 H100_MOE = ["-m", "qwen3-30b-a3b", *H100[2:]]
 DIFFERING = ["--software", "megatron-bridge-25.11"]
 CONFIG = ["--tp", "2", "--pp", "2"]
@@ -96,7 +96,7 @@ def _differing_profile(family: str, gpu: str) -> str:
     so tests pick one rather than name it: the 2026-11-27 nineteenth-session refit put every
     Megatron-Bridge profile's Blackwell GEMM ceiling back on the base value; 25.11's H100 GEMM
     ceiling and overlap slowdown differ)."""
-    from planner.hardware import load_gpu
+    from planner.profiles.hardware import load_gpu
 
     base = load_gpu(gpu).efficiency
     gap, name = max(
@@ -125,7 +125,7 @@ def test_default_is_the_newest_profile_of_the_framework():
 
 
 def test_default_is_the_newest_profile_fitted_on_the_clusters_gpus():
-    """The 2026 releases have at most four runs per family (planner.software.MIN_RUNS is five), so
+    """The 2026 releases have at most four runs per family (planner.profiles.software.MIN_RUNS is five), so
     every cluster gets the newest release fitted on its GPUs, 25.11; a mixed cluster the newest
     covering both, else the newest covering either."""
     assert default_software("megatron", ("b200",)) == "megatron-bridge-25.11"
@@ -182,8 +182,8 @@ def test_profile_applies_per_family_and_reports_families_it_has_no_entry_for():
 
 
 def test_a_calibration_profile_wins_on_its_gpu():
-    from planner.calibrate.params import values_of
-    from planner.calibrate.profile import Profile, ProfileParam
+    from planner.profiles.calibrated import Profile, ProfileParam
+    from planner.profiles.params import values_of
 
     base = load_cluster("dgx-h100", 2)
     values = {**values_of(base, "h100-sxm5-80gb"), "gemm_efficiency_max": 0.5}
@@ -200,9 +200,9 @@ def test_a_faster_profile_predicts_a_faster_step(monkeypatch):
     """The mechanism, on made-up profiles: more GEMM efficiency, less step time; less, more."""
     from cost_models.estimate import estimate
     from cost_models.parallel import ParallelConfig, resolve
-    from planner import software
-    from planner.jobs import make_job
-    from planner.loading import load_model
+    from planner.inputs.jobs import make_job
+    from planner.inputs.models import load_model
+    from planner.profiles import software
 
     base = load_cluster("dgx-h100", 1)
     g = base.groups[0].gpu.efficiency.gemm_efficiency_max
@@ -269,7 +269,8 @@ def test_cli_software_selection_and_default(run_cli):
     # significant digits (fitted values move with each refit, and a regularised fit may keep the
     # base values or move one by a hair, so the test does not name one)
     from cost_models.parallel import ParallelConfig
-    from planner.api import estimate_config, load_problem, rounded
+    from planner.inputs.validation import rounded
+    from planner.plans.problem import estimate_config, load_problem
 
     gpu_file = ROOT / "hardware_profiles" / "gpus" / "h100-sxm5-80gb.yaml"
     base_eff = yaml.safe_load(gpu_file.read_text())["efficiency"]
@@ -378,7 +379,7 @@ def test_plan_records_the_profile_and_is_re_estimated_under_it(run_cli, tmp_path
 
 
 def test_plans_without_the_key_read_as_base(run_cli, tmp_path):
-    from planner.plan import read_plan
+    from planner.plans.plan_file import read_plan
 
     from .conftest import DATA
 
@@ -431,7 +432,7 @@ def test_profiles_ship_in_the_wheel():
     import fnmatch
     import re
 
-    from planner.software import SOFTWARE_DIR
+    from planner.profiles.software import SOFTWARE_DIR
 
     root = SOFTWARE_DIR.parent.parent
     line = re.search(r'^"hardware_profiles" = \[(.*)\]$', (root / "pyproject.toml").read_text(), re.M)
@@ -526,8 +527,8 @@ def test_estimate_framework_prices_a_searched_plan_as_the_search_did(run_cli, tm
 
 
 def test_profile_start_takes_the_first_document_a_fold_keeps():
-    from planner.fitting import UNCALIBRATED
-    from planner.software import PROFILE_START, profile_start
+    from planner.calibration.fitting import UNCALIBRATED
+    from planner.profiles.software import PROFILE_START, profile_start
 
     name = "megatron-deepspeed-bigscience-2022"
     first, second = PROFILE_START[name]
@@ -551,8 +552,8 @@ def test_profile_start_takes_the_first_document_a_fold_keeps():
 def test_reshaping_log_start_reproduces_its_micro_batch_pair():
     """The derivation PROFILE_START documents: with the uncalibrated values and the reshaping log's
     start, planner reproduces the measured MBS 2 / MBS 1 throughput ratio of its tp4/pp12 pair."""
-    from planner.fitting import UNCALIBRATED
-    from planner.software import PROFILE_START
+    from planner.calibration.fitting import UNCALIBRATED
+    from planner.profiles.software import PROFILE_START
 
     by_id = {c.run_id: c for c in cases()}
     one = by_id["bloom176b_reshape_24nodes_tp4_pp12_mbs1"]

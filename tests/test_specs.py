@@ -2,7 +2,7 @@
 
 import pytest
 
-from planner.loading import load_model, model_preset_names
+from planner.inputs.models import load_model, model_preset_names
 
 # Published parameter counts: model cards / papers cited in each preset's YAML.
 PUBLISHED = {

@@ -12,15 +12,15 @@ import pytest
 
 from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig
-from planner.errors import SpecError
-from planner.frameworks.torchtitan import export as tx
-from planner.frameworks.torchtitan.capabilities import EAGER_TORCHTITAN, TORCHTITAN
-from planner.frameworks.torchtitan.importer import default_layer_split, parse_torchtitan, read_torchtitan
-from planner.frameworks.torchtitan.models import FLAVORS, model_from_flavor, titan_model
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
-from planner.plan import PlanInputs
+from planner.frameworks.torchtitan import EAGER_TORCHTITAN, TORCHTITAN
+from planner.frameworks.torchtitan_models import FLAVORS, model_from_flavor, titan_model
+from planner.inputs.errors import SpecError
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.launch.torchtitan import export as tx
+from planner.launch.torchtitan.importer import default_layer_split, parse_torchtitan, read_torchtitan
+from planner.plans.plan_file import PlanInputs
+from planner.profiles.hardware import load_cluster
 from planner.search.chain import search
 from planner.search.space import Restrictions
 
@@ -298,7 +298,7 @@ def test_import_errors_name_the_key(tmp_path):
 
 def test_every_nth_block_recompute_is_what_torchtitan_runs():
     from planner.frameworks.base import every_nth, every_nth_counts
-    from planner.frameworks.megatron.capabilities import MEGATRON
+    from planner.frameworks.megatron import MEGATRON
     from planner.search.shape_partition import full_recompute_variants
 
     assert every_nth(8, 32) == 4 and every_nth(10, 32) == 3 and every_nth(7, 32) == 0

@@ -12,11 +12,11 @@ import yaml
 from cost_models.estimate import estimate
 from cost_models.layers import layer_table
 from cost_models.parallel import ParallelConfig, resolve
-from planner.frameworks.megatron.export import megatron_args
-from planner.frameworks.megatron.importer import parse_megatron
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.launch.megatron.export import megatron_args
+from planner.launch.megatron.importer import parse_megatron
+from planner.profiles.hardware import load_cluster
 
 
 def _setup(overlap: bool, tp: int = 8, sp: bool = True):
@@ -75,7 +75,7 @@ def test_search_plan_export_round_trip(run_cli, tmp_path):
     assert res.exit_code == 0, res.stderr
     data = yaml.safe_load(plan.read_text())
     assert data["job"]["tp_comm_overlap"] is True
-    from planner.plan import read_plan
+    from planner.plans.plan_file import read_plan
 
     inputs = read_plan(str(plan))
     assert inputs.job.tp_comm_overlap

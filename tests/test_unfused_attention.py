@@ -12,10 +12,10 @@ from cost_models.attention import UNFUSED_KEPT_BYTES, UNFUSED_SCORE_BYTES, unfus
 from cost_models.compute import batched_gemm_s, memory_bound_s
 from cost_models.layers import layer_table
 from cost_models.parallel import ParallelConfig, resolve
-from planner.errors import SpecError
-from planner.hardware import load_cluster
-from planner.jobs import job_from_mapping, make_job
-from planner.loading import load_model
+from planner.inputs.errors import SpecError
+from planner.inputs.jobs import job_from_mapping, make_job
+from planner.inputs.models import load_model
+from planner.profiles.hardware import load_cluster
 
 SEQ = 2048
 
@@ -136,7 +136,7 @@ def test_attention_impl_is_validated_and_round_trips():
 
 
 def test_calibration_runs_before_flash_attention_are_unfused():
-    from planner.calibration import cases
+    from planner.calibration.cases import cases
 
     by = {c.run_id: c for c in cases() if c.job is not None}
     for rid in (
@@ -169,7 +169,7 @@ MEGATRON = (
     ],
 )
 def test_megatron_import_reads_the_attention_backend(extra, impl):
-    from planner.frameworks.megatron.importer import parse_megatron
+    from planner.launch.megatron.importer import parse_megatron
 
     text = f"#!/bin/bash\ntorchrun --nproc-per-node 8 pretrain_gpt.py {MEGATRON} {extra}\n"
     assert parse_megatron(text, "x.sh", 8).job.attention_impl == impl
@@ -177,8 +177,8 @@ def test_megatron_import_reads_the_attention_backend(extra, impl):
 
 def test_frameworks_export_or_refuse_unfused_attention():
     from planner.frameworks import get_framework
-    from planner.frameworks.megatron.export import model_args
-    from planner.plan import PlanInputs
+    from planner.launch.megatron.export import model_args
+    from planner.plans.plan_file import PlanInputs
 
     m, cluster = load_model("gpt-1.7b"), load_cluster("dgx-a100", 1)
     job = make_job(global_batch_size=64, seq_length=SEQ, precision="bf16", attention_impl="unfused")

@@ -12,14 +12,9 @@ import pytest
 import yaml
 
 from planner import api
-from planner.costing import (
-    DEFAULT_NODE_POWER_OVERHEAD,
-    TrainingTarget,
-    parse_tokens,
-    training_cost,
-)
-from planner.errors import UsageError
-from planner.hardware import load_cluster
+from planner.inputs.errors import UsageError
+from planner.outputs.costing import DEFAULT_NODE_POWER_OVERHEAD, TrainingTarget, parse_tokens, training_cost
+from planner.profiles.hardware import load_cluster
 from planner.search.candidates import CSV_COLUMNS, equivalent, fold_equivalent
 from planner.search.space import Restrictions
 
@@ -115,7 +110,7 @@ def test_plan_files_are_byte_identical(tmp_path, run_cli):
 
 
 def test_version_1_plan_files_still_read(run_cli, tmp_path):
-    from planner.plan import read_plan
+    from planner.plans.plan_file import read_plan
 
     old = DATA / "plan_v1.yaml"
     assert yaml.safe_load(old.read_text())["schema_version"] == 1
@@ -217,7 +212,7 @@ def test_training_cost_hand_worked():
 
 
 def test_every_gpu_has_a_tdp():
-    from planner.hardware import gpu_names, load_gpu
+    from planner.profiles.hardware import gpu_names, load_gpu
 
     for name in gpu_names():
         assert load_gpu(name).tdp_w > 0, name
@@ -361,7 +356,7 @@ def test_sweep_errors(run_cli):
 
 
 def test_sweep_marks_points_where_nothing_fits():
-    from planner.sweep import SweepPoint, SweepTask, run_sweep
+    from planner.outputs.sweep import SweepPoint, SweepTask, run_sweep
 
     tasks = [
         SweepTask(SweepPoint("dgx-h100", n), "llama3-70b", 64, 4096, "bf16", Restrictions(), None)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from planner.calibration import cases, excluded_reason, predict_all, summary
+from planner.calibration.cases import cases, excluded_reason, predict_all, summary
 
 
 def test_published_runs_within_targets():
@@ -31,7 +31,7 @@ def test_layout_groups_are_ranked():
     a group's runs share model, GPU count and global batch."""
     from collections import defaultdict
 
-    from planner.calibrate.ranking import group_ranking
+    from planner.calibration.ranking import group_ranking
 
     all_cases = cases()
     members = defaultdict(list)
@@ -77,9 +77,9 @@ def test_hagemann_sweep_is_ranked_apart_and_priced_as_its_kernels_ran():
     predicted, none enters the fit, and its groups are ranked on the informational line. Its rows are
     priced with FlashAttention-2, the data-parallel all-reduce after the last micro-batch, and an eager
     RMSNorm exactly where the sheet's kernel is 'flash_attention2' without the RMS kernel."""
-    from planner.calibrate.ranking import group_ranking
-    from planner.calibration import ranked
-    from planner.fitting import usable
+    from planner.calibration.cases import ranked
+    from planner.calibration.fitting import usable
+    from planner.calibration.ranking import group_ranking
 
     all_cases = cases()
     runs = [c for c in all_cases if c.run_id.startswith("hagemann2023_a100_")]
@@ -119,7 +119,7 @@ def test_kernel_measurements_compare_with_the_cost_model():
     )
     r = mod.compare(data, "h100-sxm5-80gb")
     # 96 timed; the 6 that the single-call timing's dispatch latency dominates are left out
-    # (planner.fitting.gemm_gpu_times)
+    # (planner.calibration.fitting.gemm_gpu_times)
     assert len(data["gemm"]) == 96 and r["gemm"]["count"] == 90
     assert len(r["attention"]["rows"]) == len(data["attention"])
     # the file times SDPA's FLASH_ATTENTION backend (FlashAttention-2): the model prices it as such
@@ -203,7 +203,7 @@ def test_median_over_sources_weighs_each_source_once():
     import math
     from types import SimpleNamespace
 
-    from planner.calibration import median_over_sources
+    from planner.calibration.cases import median_over_sources
 
     def run(source, error):
         return SimpleNamespace(case=SimpleNamespace(source=source), error=error)

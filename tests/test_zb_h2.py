@@ -8,13 +8,13 @@ import pytest
 
 from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig, resolve
-from planner.bubbles import budget
-from planner.calibrate.ranking import group_ranking
-from planner.calibration import cases, predict_all
+from planner.calibration.cases import cases, predict_all
+from planner.calibration.ranking import group_ranking
 from planner.frameworks import get_framework
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.outputs.bubbles import budget
+from planner.profiles.hardware import load_cluster
 from planner.search.bounds import cheap_bound
 
 

@@ -10,12 +10,12 @@ from cost_models import schedules as S
 from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig, resolve, violations
 from planner.frameworks import get_framework
-from planner.frameworks.torchtitan.capabilities import EAGER_TORCHTITAN
-from planner.hardware import load_cluster
-from planner.jobs import make_job
-from planner.loading import load_model
+from planner.frameworks.torchtitan import EAGER_TORCHTITAN
+from planner.inputs.jobs import make_job
+from planner.inputs.models import load_model
+from planner.outputs.trace import chrome_trace
+from planner.profiles.hardware import load_cluster
 from planner.search.bounds import cheap_bound
-from planner.trace import chrome_trace
 
 # torch 2.14 ScheduleZBVZeroBubble._calculate_single_rank_operations for pp 2, 4 micro-batches
 # (stage r -> chunk 0, stage 2p-1-r -> chunk 1, I -> B), read from the installed torch

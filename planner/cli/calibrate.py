@@ -9,10 +9,11 @@ from typing import Annotated
 
 import typer
 
-from planner import __version__, api
-from planner.cli.app import app
+from planner import __version__
 from planner.cli.common import _emit_json, _note, _print
 from planner.cli.options import ClusterOpt, JsonOpt, NodesOpt, QuietOpt
+from planner.cli.root import app
+from planner.outputs import views
 
 
 @app.command()
@@ -33,10 +34,10 @@ def calibrate(
     """Fit GEMM/attention/memory efficiency, NVLink and network bandwidth and latency and the
     overlap factor to measured runs; report each value with its uncertainty and the error before,
     after and left out. Exit 1 on a bad input (file and line named)."""
-    from planner.calibrate.fit import fit, report_dict, summary
-    from planner.calibrate.profile import profile_from_report, write_profile
-    from planner.calibrate.sources import base_cluster, read_sources
+    from planner.calibration.user.fit import fit, report_dict, summary
+    from planner.calibration.user.sources import base_cluster, read_sources
     from planner.cli.render_calibrate import calibrate_tables
+    from planner.profiles.calibrated import profile_from_report, write_profile
 
     sources = read_sources(runs, cluster, nodes)
     if sys.stderr.isatty() and not as_json and not quiet:
@@ -48,7 +49,7 @@ def calibrate(
         write_profile(out, profile_from_report(report, sources.runs, nccl_files, summary(report)))
         _note(f"wrote {out}", quiet)
     if as_json:
-        _emit_json({"schema_version": api.SCHEMA_VERSION, "planner_version": __version__, **data})
+        _emit_json({"schema_version": views.SCHEMA_VERSION, "planner_version": __version__, **data})
     else:
         _print(*calibrate_tables(data))
         if report.skipped:

@@ -1,5 +1,5 @@
 """``planner check``: plan files or Megatron-LM args/launch files checked for CI (constraints, memory,
-throughput, distance from the best plan; :mod:`planner.check`); exit 1 on failure."""
+throughput, distance from the best plan; :mod:`planner.launch.check`); exit 1 on failure."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from typing import Annotated
 
 import typer
 
-from planner import api
-from planner.cli.app import app
+from planner.calibration.memory_validation import HEADROOM_GIB_DEFAULT
 from planner.cli.common import _emit_json, _finite
 from planner.cli.options import (
     PANEL_MEMORY,
@@ -21,8 +20,9 @@ from planner.cli.options import (
     ProfileOpt,
     SoftwareOpt,
 )
-from planner.errors import UsageError
-from planner.memory_validation import HEADROOM_GIB_DEFAULT
+from planner.cli.root import app
+from planner.inputs.errors import UsageError
+from planner.outputs import views
 
 
 @app.command()
@@ -58,16 +58,16 @@ def check(
 
     Plan files record their cluster: --cluster then only confirms the world size. Megatron-LM args or launch files and torchtitan TOMLs need --cluster (and --nodes with a template).
     """
-    from planner.check import check_file, github_lines, is_plan_file, verdict_dict
-    from planner.hardware import load_cluster
+    from planner.launch.check import check_file, github_lines, is_plan_file, verdict_dict
+    from planner.profiles.hardware import load_cluster
 
     if fmt not in ("text", "github"):
         raise UsageError(f"--format {fmt!r} is not allowed; allowed values: text, github")
     _finite(headroom_gib=headroom_gib, max_slowdown=max_slowdown or 0.0)
     if headroom_gib < 0 or (max_slowdown is not None and max_slowdown < 0):
         raise UsageError("--headroom-gib and --max-slowdown must not be negative")
-    from planner.calibrate.profile import read_profile
-    from planner.software import BASE, check_software, configure
+    from planner.profiles.calibrated import read_profile
+    from planner.profiles.software import BASE, check_software, configure
 
     name = check_software(software) if software is not None else None
     prof = read_profile(profile) if profile is not None else None
@@ -89,7 +89,7 @@ def check(
     if as_json:
         _emit_json(
             {
-                "schema_version": api.SCHEMA_VERSION,
+                "schema_version": views.SCHEMA_VERSION,
                 "passed": all(v.passed for v in verdicts),
                 "configs": [verdict_dict(v) for v in verdicts],
             }

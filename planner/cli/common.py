@@ -1,6 +1,6 @@
 """Helpers the command modules share: the output edges (JSON on stdout, rich tables, notes and the
 progress bar on stderr, an export's files), parsing of list and number options, and the inputs every
-problem-loading command hands :func:`planner.api.load_problem` (profile, eager ops, runtime options).
+problem-loading command hands :func:`planner.plans.problem.load_problem` (profile, eager ops, runtime options).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 import typer
 
 from planner.cli import render
-from planner.errors import SpecError, UsageError
-from planner.plan import write_text_atomic
-from planner.specs import ATTENTION_IMPLS, DTYPES, EAGER_OPS, FP8_RECIPES
-from planner.validation import json_text
+from planner.inputs.errors import SpecError, UsageError
+from planner.inputs.files import write_text_atomic
+from planner.inputs.specs import ATTENTION_IMPLS, DTYPES, EAGER_OPS, FP8_RECIPES
+from planner.inputs.validation import json_text
 
 
 def _progress(quiet: bool, as_json: bool, label: str = "searching", unit: str = "candidates"):
@@ -36,7 +36,7 @@ def _note(message: str, quiet: bool = False) -> None:
 
 
 def _emit_json(data: dict) -> None:
-    """The one JSON edge: strict JSON (no NaN/inf), round-off negatives as 0.0 (planner.validation)."""
+    """The one JSON edge: strict JSON (no NaN/inf), round-off negatives as 0.0 (planner.inputs.validation)."""
     sys.stdout.write(json_text(data, indent=2, sort_keys=True) + "\n")
 
 
@@ -78,8 +78,8 @@ def _words(text: str | None, flag: str, allowed: tuple[str, ...]) -> tuple[str, 
 
 def _recompute_modules(text: str | None) -> tuple[str, ...] | None:
     """``--recompute-modules a,b`` as ``ParallelConfig.recompute_modules``, checked as a plan file's
-    list is (:func:`planner.plan.recompute_modules_tuple`); None when not given."""
-    from planner.plan import recompute_modules_tuple
+    list is (:func:`planner.plans.plan_file.recompute_modules_tuple`); None when not given."""
+    from planner.plans.plan_file import recompute_modules_tuple
 
     if text is None:
         return None
@@ -101,7 +101,7 @@ def _eager_ops(text: str | None) -> tuple[str, ...]:
 
 
 def _check_fp8_recipe(recipe: str | None, precision: str | None) -> None:
-    """``--fp8-recipe`` names a recipe of :data:`planner.specs.FP8_RECIPES` and comes with
+    """``--fp8-recipe`` names a recipe of :data:`planner.inputs.specs.FP8_RECIPES` and comes with
     ``--precision fp8`` (a usage error otherwise)."""
     if recipe is None:
         return
@@ -124,7 +124,7 @@ def _optimizer_state_dtype(value: str | None) -> str:
 
 def _runtime(opts: dict) -> dict:
     """The gradient dtype and accumulation, FP8 recipe, core attention, MoE dispatcher and CUDA graph options as
-    :func:`planner.api.load_problem` keywords."""
+    :func:`planner.plans.problem.load_problem` keywords."""
     scope = opts.get("cuda_graph_scope")
     impl = opts.get("attention_impl") or "fused"
     if impl not in ATTENTION_IMPLS:
@@ -161,7 +161,7 @@ def _profile(opts: dict) -> str | None:
 def _write_export(out: Path, texts: dict[str, str], force: bool) -> list[Path]:
     """Write an export's files into ``out`` atomically; never replaces an existing file unless
     ``force`` (and never touches files the export does not write)."""
-    from planner.errors import SpecError
+    from planner.inputs.errors import SpecError
 
     files = {out / name: text for name, text in texts.items()}
     existing = [str(f) for f in files if f.exists()]

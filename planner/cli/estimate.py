@@ -12,7 +12,6 @@ import typer
 
 from planner import __version__, api
 from planner.cli import render
-from planner.cli.app import app
 from planner.cli.common import (
     _eager_ops,
     _emit_json,
@@ -70,9 +69,11 @@ from planner.cli.options import (
     UnfusedAccumulationOpt,
     VppOpt,
 )
-from planner.errors import UsageError
-from planner.graph_model import GraphModelSpec
-from planner.plan import write_text_atomic
+from planner.cli.root import app
+from planner.inputs.errors import UsageError
+from planner.inputs.files import write_text_atomic
+from planner.inputs.graph_model import GraphModelSpec
+from planner.outputs import views
 
 
 def _config(
@@ -315,7 +316,7 @@ def estimate(
 ) -> None:
     """Predict step time, throughput, MFU and memory of one configuration."""
     problem, est = _estimate(locals())
-    data = api.estimate_dict(problem, est)
+    data = views.estimate_dict(problem, est)
     if as_json:
         _emit_json(data)
     else:
@@ -394,8 +395,8 @@ def timeline(
     quiet: QuietOpt = False,
 ) -> None:
     """Draw the per-stage pipeline schedule (terminal Gantt chart, optional SVG and trace file)."""
-    from planner.timeline_svg import timeline_svg
-    from planner.trace import trace_json
+    from planner.outputs.timeline_svg import timeline_svg
+    from planner.outputs.trace import trace_json
 
     problem, est = _estimate(locals())
     tl = est.timeline
@@ -410,7 +411,7 @@ def timeline(
     if as_json:
         _emit_json(
             {
-                "schema_version": api.SCHEMA_VERSION,
+                "schema_version": views.SCHEMA_VERSION,
                 "makespan_s": tl.makespan_s,
                 "step_time_s": est.step_time_s,
                 "bubble_fraction": tl.bubble_fraction(),
@@ -514,7 +515,7 @@ def bubbles(
     quiet: QuietOpt = False,
 ) -> None:
     """Report every idle window of every pipeline stage (PipeFill bubble-fill budget)."""
-    from planner import bubbles as bub
+    from planner.outputs import bubbles as bub
 
     _finite(
         switch_overhead_s=switch_overhead,
@@ -533,7 +534,7 @@ def bubbles(
             switch_overhead_s=switch_overhead, safety_margin=safety_margin, min_slice_s=min_slice
         ),
     )
-    data = {"schema_version": api.SCHEMA_VERSION, "planner_version": __version__, **bub.budget_dict(b)}
+    data = {"schema_version": views.SCHEMA_VERSION, "planner_version": __version__, **bub.budget_dict(b)}
     if problem.stage_graph is not None:
         data["schedule"] = "graph-1f1b"
     if fill_job is not None:

@@ -1,5 +1,5 @@
 """``planner export megatron``: Megatron-LM arguments and a launch script for a plan
-(:mod:`planner.frameworks.megatron.export`)."""
+(:mod:`planner.launch.megatron.export`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.app import export_app
 from planner.cli.common import _finish_export, _note
 from planner.cli.options import PANEL_OUTPUT, JsonOpt, QuietOpt
-from planner.errors import UsageError
+from planner.cli.root import export_app
+from planner.inputs.errors import UsageError
 
 
 @export_app.command("megatron")
@@ -45,14 +45,14 @@ def export_megatron(
 ) -> None:
     """Write Megatron-LM arguments and a launch script for a plan (megatron-core 0.19.2). Exit 1
     when Megatron-LM cannot run the plan, naming the reason."""
-    from planner.frameworks.megatron import export as mx
-    from planner.graph_plan import is_graph_plan
-    from planner.plan import read_plan
+    from planner.launch.megatron import export as mx
+    from planner.plans.graph_plan import is_graph_plan
+    from planner.plans.plan_file import read_plan
 
     if launcher not in mx.LAUNCHERS:
         raise UsageError(f"--launcher {launcher!r} is not allowed; allowed values: {', '.join(mx.LAUNCHERS)}")
     if is_graph_plan(plan):
-        from planner.graph_plan import sequential_for_megatron
+        from planner.plans.graph_plan import sequential_for_megatron
 
         inputs, note = sequential_for_megatron(plan, sequential)
         _note(f"note: {note}", quiet)

@@ -1,5 +1,5 @@
 """``planner export torchtitan``: a job-config TOML, its command-line overrides and a launch script
-for torchtitan (:mod:`planner.frameworks.torchtitan.export`)."""
+for torchtitan (:mod:`planner.launch.torchtitan.export`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.app import export_app
 from planner.cli.common import _finish_export
 from planner.cli.options import PANEL_OUTPUT, JsonOpt, QuietOpt
-from planner.errors import SpecError, UsageError
+from planner.cli.root import export_app
+from planner.inputs.errors import SpecError, UsageError
 
 
 @export_app.command("torchtitan")
@@ -37,9 +37,9 @@ def export_torchtitan(
 ) -> None:
     """Write a torchtitan job config (TOML), its CLI overrides and a launch script for a plan
     (torchtitan 0.2.2). Exit 1 when torchtitan cannot run the plan, naming the reason."""
-    from planner.frameworks.torchtitan import export as tx
-    from planner.graph_plan import is_graph_plan
-    from planner.plan import read_plan
+    from planner.launch.torchtitan import export as tx
+    from planner.plans.graph_plan import is_graph_plan
+    from planner.plans.plan_file import read_plan
 
     if launcher not in ("torchrun", "slurm"):
         raise UsageError(f"--launcher {launcher!r} is not allowed; allowed values: torchrun, slurm")

@@ -7,22 +7,22 @@ from typing import Annotated
 
 import typer
 
-from planner import api
 from planner.cli import render
-from planner.cli.app import hardware_app, models_app
 from planner.cli.common import _emit_json, _print
 from planner.cli.options import JsonOpt
+from planner.cli.root import hardware_app, models_app
+from planner.outputs import views
 
 
 @models_app.command("list")
 def models_list(as_json: JsonOpt = False) -> None:
     """List the built-in model presets."""
-    from planner.graph_model import graph_preset_names, load_graph_model
-    from planner.loading import load_model, model_preset_names
+    from planner.inputs.graph_model import graph_preset_names, load_graph_model
+    from planner.inputs.models import load_model, model_preset_names
 
     graphs = set(graph_preset_names())
     rows = [
-        api.model_dict(load_graph_model(n) if n in graphs else load_model(n)) for n in model_preset_names()
+        views.model_dict(load_graph_model(n) if n in graphs else load_model(n)) for n in model_preset_names()
     ]
     if as_json:
         _emit_json({"models": rows})
@@ -36,17 +36,17 @@ def models_show(
     as_json: JsonOpt = False,
 ) -> None:
     """Show one model with its derived parameter counts."""
-    from planner.graph_model import is_graph_model, load_graph_model
-    from planner.loading import load_model
+    from planner.inputs.graph_model import is_graph_model, load_graph_model
+    from planner.inputs.models import load_model
 
     if is_graph_model(name):
-        data = api.model_dict(load_graph_model(name))
+        data = views.model_dict(load_graph_model(name))
         if as_json:
             _emit_json(data)
         else:
             _print(*render.graph_model_tables(data))
         return
-    data = api.model_dict(load_model(name))
+    data = views.model_dict(load_model(name))
     if as_json:
         _emit_json(data)
     else:
@@ -56,10 +56,10 @@ def models_show(
 @hardware_app.command("list")
 def hardware_list(as_json: JsonOpt = False) -> None:
     """List GPU types and node templates."""
-    from planner.hardware import cluster_template_names, gpu_names, load_gpu, load_template
-    from planner.software import profile_rows
+    from planner.profiles.hardware import cluster_template_names, gpu_names, load_gpu, load_template
+    from planner.profiles.software import profile_rows
 
-    gpus = [api.gpu_dict(load_gpu(n)) for n in gpu_names()]
+    gpus = [views.gpu_dict(load_gpu(n)) for n in gpu_names()]
     templates = [load_template(n) for n in cluster_template_names()]
     software = profile_rows()
     if as_json:
@@ -78,11 +78,11 @@ def hardware_list(as_json: JsonOpt = False) -> None:
 def hardware_software(as_json: JsonOpt = False) -> None:
     """List the software profiles: per GPU efficiency family, the efficiencies a framework release
     class changes and how many published runs they were fitted on (see --software)."""
-    from planner.software import profile_rows
+    from planner.profiles.software import profile_rows
 
     rows = profile_rows()
     if as_json:
-        _emit_json({"schema_version": api.SCHEMA_VERSION, "software": rows})
+        _emit_json({"schema_version": views.SCHEMA_VERSION, "software": rows})
     else:
         _print(render.software_table(rows))
 
@@ -92,10 +92,10 @@ def hardware_show(
     name: Annotated[str, typer.Argument(help="GPU type or node template name.")], as_json: JsonOpt = False
 ) -> None:
     """Show a GPU type, or a node template with its GPU's fields."""
-    from planner.errors import SpecError
-    from planner.hardware import cluster_template_names, gpu_names, load_gpu, load_template
-    from planner.loading import did_you_mean, preset_name
-    from planner.software import efficiency_family, profile_rows
+    from planner.inputs.documents import did_you_mean, preset_name
+    from planner.inputs.errors import SpecError
+    from planner.profiles.hardware import cluster_template_names, gpu_names, load_gpu, load_template
+    from planner.profiles.software import efficiency_family, profile_rows
 
     name = preset_name(name, [*cluster_template_names(), *gpu_names()]) or name
     if name in cluster_template_names():
@@ -107,10 +107,10 @@ def hardware_show(
             "source": t.get("source", ""),
             "gpus_per_node": node["gpus_per_node"],
             "node": node,
-            "gpu": api.gpu_dict(load_gpu(node["gpu"])),
+            "gpu": views.gpu_dict(load_gpu(node["gpu"])),
         }
     elif name in gpu_names():
-        data = {"kind": "gpu", **api.gpu_dict(load_gpu(name))}
+        data = {"kind": "gpu", **views.gpu_dict(load_gpu(name))}
     else:
         raise SpecError(
             f"unknown hardware '{name}'{did_you_mean(name, [*gpu_names(), *cluster_template_names()])}; "

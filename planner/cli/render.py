@@ -1,5 +1,5 @@
 """All human-facing output: rich tables and the terminal Gantt chart (the SVG timeline is
-:mod:`planner.timeline_svg`).
+:mod:`planner.outputs.timeline_svg`).
 
 Nothing else in planner imports rich (STYLE lesson 9). Results go to stdout; the CLI sends
 messages to stderr. Colour is used only when stdout is a terminal (rich's own detection).
@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cost_models.schedules import KIND_NAMES, Timeline
-from planner.jobs import default_grad_dtype
+from planner.inputs.jobs import default_grad_dtype
 
 GIB = 1024**3
 
@@ -122,7 +122,7 @@ SOFTWARE_COLUMNS = (
 
 
 def software_table(rows: list[dict], title: str = "Software profiles") -> Table:
-    """Software profiles (:func:`planner.software.profile_rows`): one row per profile and
+    """Software profiles (:func:`planner.profiles.software.profile_rows`): one row per profile and
     efficiency family, with the values it overrides and the runs it was fitted on."""
     t = Table(title=title)
     for col in ("name", "framework", "released", "family"):
@@ -162,7 +162,7 @@ def _moe_runtime_rows(d: dict) -> list[tuple[str, str]]:
 
 def _grad_rows(d: dict) -> list[tuple[str, str]]:
     """The gradient reduction dtype, shown only when it is not the precision's default (fp16
-    gradients for fp16 training, fp32 otherwise: planner.jobs.default_grad_dtype), the optimizer's
+    gradients for fp16 training, fp32 otherwise: planner.inputs.jobs.default_grad_dtype), the optimizer's
     master weight and moment dtypes, shown only when not fp32 / fp32, and unfused
     gradient accumulation, shown only when set (fused is the default), the FP8 recipe of an FP8
     job, pipeline sends scattered over tp (JobSpec.pipeline_scatter_gather), shown only when set, and

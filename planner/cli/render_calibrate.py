@@ -1,5 +1,5 @@
 """Rendering of ``planner calibrate``: the fitted parameters, the error summary, every run and
-every nccl-tests file before and after (rich tables, from :func:`planner.calibrate.fit.report_dict`)."""
+every nccl-tests file before and after (rich tables, from :func:`planner.calibration.user.fit.report_dict`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``planner report PLAN --html FILE``: one self-contained HTML page for a plan (see
-:mod:`planner.report`); parse, call the library, write."""
+:mod:`planner.outputs.report`); parse, call the library, write."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.app import app
 from planner.cli.common import _emit_json, _note
 from planner.cli.options import JsonOpt, QuietOpt
-from planner.plan import write_text_atomic
+from planner.cli.root import app
+from planner.inputs.files import write_text_atomic
 
 
 @app.command()
@@ -27,7 +27,7 @@ def report(
     quiet: QuietOpt = False,
 ) -> None:
     """Write a plan's report: timeline, memory per stage, time breakdown, configuration, alternatives."""
-    from planner.report import plan_report
+    from planner.outputs.report import plan_report
 
     text, summary = plan_report(str(plan))
     write_text_atomic(html, text)

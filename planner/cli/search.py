@@ -8,9 +8,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from planner import __version__, api, graph_api
+from planner import __version__, api
+from planner.calibration.memory_validation import HEADROOM_GIB_DEFAULT
 from planner.cli import render
-from planner.cli.app import app
 from planner.cli.common import (
     _eager_ops,
     _emit_json,
@@ -58,11 +58,13 @@ from planner.cli.options import (
     TpOverlapOpt,
     UnfusedAccumulationOpt,
 )
-from planner.costing import DEFAULT_NODE_POWER_OVERHEAD
-from planner.errors import UsageError
-from planner.graph_model import GraphModelSpec
-from planner.memory_validation import HEADROOM_GIB_DEFAULT
-from planner.plan import write_text_atomic
+from planner.cli.root import app
+from planner.inputs.errors import UsageError
+from planner.inputs.files import write_text_atomic
+from planner.inputs.graph_model import GraphModelSpec
+from planner.outputs import graph_views as graph_api
+from planner.outputs import views
+from planner.outputs.costing import DEFAULT_NODE_POWER_OVERHEAD
 
 
 @app.command()
@@ -253,11 +255,12 @@ def search(
     On a graph model (a DAG of blocks, e.g. the vlm-two-tower-13b, mmt-4tower-4b and t5-11b presets), searches graph pipelines (GraphPipe: branches on their own stages, running concurrently) and reports the best sequential pipeline beside them (speedup_vs_sequential in --json).
     """
     from cost_models.parallel import OPTIMIZER_SHARDING, RANK_ORDERS, RECOMPUTE, SCHEDULES
-    from planner import bubbles as bub
-    from planner.costing import check_objective, make_target, rank_by_cost
     from planner.frameworks import get_framework
-    from planner.plan import framework_to_mapping, plan_document, write_plan
+    from planner.outputs import bubbles as bub
+    from planner.outputs.costing import check_objective, make_target, rank_by_cost
+    from planner.plans.plan_file import framework_to_mapping, plan_document, write_plan
     from planner.resilience.spares import FAILURE_AWARE_POOL, failure_aware_rank
+    from planner.resilience.views import goodput_summary
     from planner.search.candidates import candidates_csv
     from planner.search.chain import explain
     from planner.search.space import Restrictions
@@ -329,17 +332,18 @@ def search(
     goodputs = None
     if failure_aware:
         result.plans, goodputs = failure_aware_rank(problem, result.plans, restrictions, top)
-    plans = [api.plan_summary(problem, p, target) for p in result.plans]
+        goodputs = [goodput_summary(g) for g in goodputs]
+    plans = [views.plan_summary(problem, p, target) for p in result.plans]
     for row, g in zip(plans, goodputs or []):
         row["goodput"] = g
     data = {
-        "schema_version": api.SCHEMA_VERSION,
+        "schema_version": views.SCHEMA_VERSION,
         "planner_version": __version__,
-        "model": api.model_dict(problem.model),
-        "cluster": api.cluster_dict(problem.cluster),
-        "job": api.job_dict(problem.job),
+        "model": views.model_dict(problem.model),
+        "cluster": views.cluster_dict(problem.cluster),
+        "job": views.job_dict(problem.job),
         "framework": framework_to_mapping(restrictions.framework),
-        **api.software_dict(problem),
+        **views.software_dict(problem),
         "plans": plans,
         "search": {
             "shapes_enumerated": result.shapes_enumerated,
@@ -358,8 +362,8 @@ def search(
         _note(f"wrote {csv_out} ({len(result.candidates or [])} configurations)", quiet)
     if out is not None:
         best = result.plans[0]
-        budget = api.rounded(bub.budget_summary_dict(bub.budget(best.estimate)))
-        predictions = api.predictions_dict(best.estimate, api.training_dict(best, target))
+        budget = views.rounded(bub.budget_summary_dict(bub.budget(best.estimate)))
+        predictions = views.predictions_dict(best.estimate, views.training_dict(best, target))
         inputs = api.plan_inputs(problem, best, restrictions.framework, restrictions.memory_headroom_bytes)
         write_plan(out, plan_document(inputs, predictions, budget))
         _note(f"wrote {out}", quiet)
@@ -375,13 +379,13 @@ def search(
 
 def _search_graph(problem, restrictions, top, progress, out, explain_flag, as_json, quiet) -> None:
     """``planner search`` on a graph model: best graph plans beside the best sequential plan."""
-    from planner import bubbles as bub
-    from planner.graph_plan import GraphPlanInputs, graph_plan_document
-    from planner.plan import write_plan
+    from planner.outputs import bubbles as bub
+    from planner.plans.graph_plan import GraphPlanInputs, graph_plan_document
+    from planner.plans.plan_file import write_plan
     from planner.search.graph import run_graph_search
 
     result = run_graph_search(problem.model, problem.cluster, problem.job, restrictions, top, progress)
-    data = api.graph_search_dict(problem, result)
+    data = views.graph_search_dict(problem, result)
     if explain_flag:
         data["explain"] = graph_api.graph_explain(result)
     if out is not None:
@@ -390,7 +394,7 @@ def _search_graph(problem, restrictions, top, progress, out, explain_flag, as_js
         gproblem = api.Problem(
             problem.model, problem.cluster, problem.job, best.stage_graph, problem.profile, problem.software
         )
-        est_dict = api.estimate_dict(gproblem, best.estimate)
+        est_dict = views.estimate_dict(gproblem, best.estimate)
         predictions = {
             k: v
             for k, v in est_dict.items()

@@ -1,5 +1,5 @@
 """``planner sweep``: the best plan per node count and GPU type or cluster file (see
-:mod:`planner.sweep`); parse, call the library, render."""
+:mod:`planner.outputs.sweep`); parse, call the library, render."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 
 from planner import __version__, api
-from planner.cli.app import app
 from planner.cli.common import _check_fp8_recipe, _emit_json, _ints, _note, _print, _progress
 from planner.cli.options import (
     PANEL_INPUTS,
@@ -31,8 +30,10 @@ from planner.cli.options import (
     SoftwareOpt,
     TokensOpt,
 )
-from planner.costing import DEFAULT_NODE_POWER_OVERHEAD
-from planner.plan import write_text_atomic
+from planner.cli.root import app
+from planner.inputs.files import write_text_atomic
+from planner.outputs import views
+from planner.outputs.costing import DEFAULT_NODE_POWER_OVERHEAD
 
 
 @app.command()
@@ -101,13 +102,13 @@ def sweep(
 ) -> None:
     """Best plan per cluster size and GPU type: tokens/s, days, cost, scaling efficiency."""
     from planner.cli.render_sweep import sweep_svg, sweep_table
-    from planner.costing import check_objective, make_target
-    from planner.errors import UsageError
     from planner.frameworks import get_framework
-    from planner.hardware import load_cluster
+    from planner.inputs.errors import UsageError
+    from planner.outputs.costing import check_objective, make_target
+    from planner.outputs.sweep import SweepTask, best_point, run_sweep, sweep_csv, sweep_points
+    from planner.profiles.hardware import load_cluster
+    from planner.profiles.software import cluster_families, resolve_software
     from planner.search.space import Restrictions
-    from planner.software import cluster_families, resolve_software
-    from planner.sweep import SweepTask, best_point, run_sweep, sweep_csv, sweep_points
 
     if headroom_gib < 0:
         raise UsageError("--headroom-gib must not be negative")
@@ -147,9 +148,9 @@ def sweep(
         fp8_recipe=fp8_recipe,
     )
     progress = _progress(quiet, as_json, "sweeping", "points")
-    rows = api.rounded(run_sweep(tasks, jobs or os.cpu_count() or 1, progress))
+    rows = views.rounded(run_sweep(tasks, jobs or os.cpu_count() or 1, progress))
     data = {
-        "schema_version": api.SCHEMA_VERSION,
+        "schema_version": views.SCHEMA_VERSION,
         "planner_version": __version__,
         "model": model,
         "global_batch_size": global_batch_size,

@@ -13,10 +13,10 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.app import app
 from planner.cli.common import _emit_json, _print
 from planner.cli.options import JsonOpt, SoftwareOpt
-from planner.errors import UsageError
+from planner.cli.root import app
+from planner.inputs.errors import UsageError
 
 PlanArg = Annotated[Path, typer.Argument(help="A plan file (from planner search --out).")]
 
@@ -25,8 +25,8 @@ def load_plan_inputs(path: Path, software: str | None = None):
     """The plan's inputs with its configuration resolved, and its healthy estimate; under the
     software profile the plan records (``software``, from ``--software``, replaces it)."""
     from planner import api
-    from planner.plan import read_plan
-    from planner.software import check_software
+    from planner.plans.plan_file import read_plan
+    from planner.profiles.software import check_software
 
     inputs = read_plan(path, check_software(software) if software is not None else None)
     healthy = api.estimate_config(api.Problem(inputs.model, inputs.cluster, inputs.job), inputs.config)

@@ -1,13 +1,14 @@
-"""Training frameworks as part of the problem: what each runs at a pinned version
-(``<name>/capabilities.py``), how a plan is exported to it (``<name>/export.py``), and how an
-existing launch of it is imported (``<name>/importer.py``). This module is the registry."""
+"""Layer 3, what each training framework runs at a pinned version (:mod:`.megatron`,
+:mod:`.torchtitan`, the shared :mod:`.base`): the constraints the search and ``planner check``
+apply. Exporting a plan to a framework and importing its launches is :mod:`planner.launch`. This
+module is the registry."""
 
 from __future__ import annotations
 
-from planner.errors import UsageError
 from planner.frameworks.base import ANY, Capabilities, Framework
-from planner.frameworks.megatron.capabilities import MEGATRON
-from planner.frameworks.torchtitan.capabilities import TORCHTITAN
+from planner.frameworks.megatron import MEGATRON
+from planner.frameworks.torchtitan import TORCHTITAN
+from planner.inputs.errors import UsageError
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (MEGATRON, TORCHTITAN, ANY)}
 """Every framework by its command-line name, in the order help lists them."""

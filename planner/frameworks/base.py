@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_models.parallel import OPTIMIZER_SHARDING, PP_DP, RANK_ORDERS, RECOMPUTE, SCHEDULES, ParallelConfig
-from planner.errors import SpecError, UsageError
-from planner.specs import (
+from planner.inputs.errors import SpecError, UsageError
+from planner.inputs.specs import (
     ATTENTION_IMPLS,
     FP8_RECIPES,
     MOE_DISPATCHERS,

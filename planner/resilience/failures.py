@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from cost_models.parallel import PP_DP, ParallelConfig
-from planner.errors import ConfigError
-from planner.specs import ModelSpec
+from planner.inputs.errors import ConfigError
+from planner.inputs.specs import ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass
 
 from cost_models.memory import checkpoint_bytes_per_param
-from planner.specs import JobSpec, ModelSpec
+from planner.inputs.specs import JobSpec, ModelSpec
 
 LLAMA3_INTERRUPTIONS = 419
 """Unexpected interruptions of the Llama 3 405B run (Dubey et al. 2024, Table 5)."""

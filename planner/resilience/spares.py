@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.errors import ConfigError
-from planner.plan import PlanInputs
+from planner.inputs.errors import ConfigError
+from planner.plans.plan_file import PlanInputs
 from planner.resilience import goodput as gp
 from planner.resilience.failures import replicas_per_node
 from planner.resilience.strategies import ShapeEstimator, micro_step, node_group, round_up
@@ -107,9 +107,8 @@ FAILURE_AWARE_POOL = 10
 
 def failure_aware_rank(problem, ranked: list, restrictions, top: int, fm: gp.FailureModel | None = None):
     """Re-rank searched plans (:class:`planner.search.chain.RankedPlan`) by expected goodput with the
-    default failure model; returns the best ``top`` and their goodput summaries (JSON-ready)."""
-    from planner.resilience.views import goodput_summary
-
+    default failure model; returns the best ``top`` and their goodputs
+    (:func:`planner.resilience.views.goodput_summary` makes them JSON-ready)."""
     fm = fm or gp.FailureModel()
     inputs = [
         PlanInputs(
@@ -124,4 +123,4 @@ def failure_aware_rank(problem, ranked: list, restrictions, top: int, fm: gp.Fai
         for p in ranked
     ]
     order = rank_by_goodput(inputs, fm)[:top]
-    return [ranked[i] for i, _ in order], [goodput_summary(g) for _, g in order]
+    return [ranked[i] for i, _ in order], [g for _, g in order]

@@ -36,10 +36,10 @@ from dataclasses import dataclass, field, replace
 from cost_models import communication as comm
 from cost_models.estimate import Estimate, dp_sync, estimate
 from cost_models.parallel import group, resolve
-from planner.errors import ConfigError
-from planner.plan import PlanInputs
+from planner.inputs.errors import ConfigError
+from planner.inputs.specs import DTYPE_BYTES, ClusterSpec, NodeGroup
+from planner.plans.plan_file import PlanInputs
 from planner.resilience.failures import Damage, FailureSpec, lower_tp, place
-from planner.specs import DTYPE_BYTES, ClusterSpec, NodeGroup
 
 STRATEGIES = ("drop-replica", "replan", "nonuniform-tp", "hot-spares")
 DEFAULT_HEADROOM_BYTES = 2.0 * 2**30
@@ -356,7 +356,7 @@ def replan(
     """The best plan of the plan's framework on at most ``N - lost_nodes`` nodes, or why there is
     none: the search on the surviving node count and downwards, over the first
     :data:`REPLAN_NODE_COUNTS` counts that admit a plan (down to half the nodes)."""
-    from planner.api import config_dict
+    from planner.outputs.views import config_dict
     from planner.search.chain import search
     from planner.search.space import Restrictions
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from planner import __version__
-from planner.api import SCHEMA_VERSION
-from planner.plan import PlanInputs
+from planner.outputs.views import SCHEMA_VERSION
+from planner.plans.plan_file import PlanInputs
 from planner.resilience.goodput import FailureModel
 from planner.resilience.spares import PlanGoodput, SparesOption
 from planner.resilience.strategies import StrategyResult, WhatIf

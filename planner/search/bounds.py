@@ -16,10 +16,10 @@ from cost_models.estimate import DDP_BUCKET_PARAMS, dp_sync, node_of_stage
 from cost_models.parallel import LAYER_RECOMPUTE, ParallelConfig, group
 from cost_models.schedules import POST_VALIDATION, SPLIT_W, V_SHAPE
 from cost_models.tensors import pipeline_transfer_s
+from planner.inputs.specs import DTYPE_BYTES, ClusterSpec, JobSpec, ModelSpec, NodeGroup
 from planner.search.shape_partition import hetero_slots, solve_partition
 from planner.search.space import Restrictions
 from planner.search.stage_model import inflight_for, layer_of, stage_model
-from planner.specs import DTYPE_BYTES, ClusterSpec, JobSpec, ModelSpec, NodeGroup
 
 
 def pipeline_lower_bound(work_s: float, m: int, p: int, path_share: float = 1.0, lag_s: float = 0.0) -> float:

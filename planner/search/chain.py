@@ -32,12 +32,12 @@ from functools import lru_cache
 
 from cost_models.estimate import Estimate, estimate
 from cost_models.parallel import RANK_ORDERS, RECOMPUTE, ParallelConfig, resolve, violations
-from planner.errors import ConfigError
+from planner.inputs.errors import ConfigError
+from planner.inputs.specs import ClusterSpec, JobSpec, ModelSpec
 from planner.search.bounds import cheap_bound, partition_bound, refined_bound
 from planner.search.candidates import Candidate, fold_equivalent
 from planner.search.shape_partition import fits_memory, memory_variants, partition_shape, restrict_for
 from planner.search.space import Rejections, Restrictions, enumerate_shapes
-from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 ProgressFn = Callable[[int, int, "float | None"], None]
 """``progress(done, total, best_step_time_s)``: candidates settled of ``total`` (non-decreasing,

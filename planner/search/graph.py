@@ -57,8 +57,9 @@ from cost_models.graph_costs import (
     unit_layout,
 )
 from cost_models.parallel import ParallelConfig
-from planner.errors import InfeasibleError, UsageError
-from planner.graph_model import GraphModelSpec
+from planner.inputs.errors import InfeasibleError, UsageError
+from planner.inputs.graph_model import GraphModelSpec
+from planner.inputs.specs import ClusterSpec, JobSpec
 from planner.search.chain import sort_key
 from planner.search.graph_partition import (
     StageLimits,
@@ -79,7 +80,6 @@ from planner.search.graph_structure import (
     structure,
 )
 from planner.search.space import Restrictions, _divisors
-from planner.specs import ClusterSpec, JobSpec
 
 # ------------------------------------------------------------------------------------------------
 # The search over shapes and modes

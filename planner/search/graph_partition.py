@@ -15,10 +15,10 @@ from cost_models.graph_costs import (
     unit_costs,
 )
 from cost_models.parallel import ParallelConfig
-from planner.graph_model import GraphModelSpec
+from planner.inputs.graph_model import GraphModelSpec
+from planner.inputs.specs import JobSpec
 from planner.search.graph_structure import Branched, Chain, Series
 from planner.search.space import _divisors
-from planner.specs import JobSpec
 
 # ------------------------------------------------------------------------------------------------
 # The exact DP for one shape

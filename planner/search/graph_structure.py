@@ -12,7 +12,7 @@ from cost_models.graph_costs import (
     UnitLayout,
     block_order,
 )
-from planner.graph_model import GraphModelSpec
+from planner.inputs.graph_model import GraphModelSpec
 
 MAX_FREE_MODES = 4
 """Up to this many parallel nodes, every branched/serialised combination is searched; beyond it,

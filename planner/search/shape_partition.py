@@ -11,10 +11,10 @@ from functools import lru_cache
 
 from cost_models.estimate import node_of_stage
 from cost_models.parallel import ParallelConfig
+from planner.inputs.specs import ClusterSpec, JobSpec, ModelSpec, NodeGroup
 from planner.search.partition import Partition, StageModel, dp_partition, placement_partition
 from planner.search.space import Restrictions
 from planner.search.stage_model import inflight_for, schedule_inflight, stage_model
-from planner.specs import ClusterSpec, JobSpec, ModelSpec, NodeGroup
 
 
 def fits_memory(model, cluster, job, c: ParallelConfig, uneven: bool, headroom_bytes: float = 0.0) -> bool:

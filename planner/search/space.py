@@ -22,9 +22,9 @@ from cost_models.parallel import (
     memory_modules,
     violations,
 )
-from planner.errors import SpecError, UsageError
 from planner.frameworks import DEFAULT_FRAMEWORK, Framework, get_framework
-from planner.specs import ClusterSpec, JobSpec, ModelSpec
+from planner.inputs.errors import SpecError, UsageError
+from planner.inputs.specs import ClusterSpec, JobSpec, ModelSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,8 @@ from cost_models import memory as mem
 from cost_models.estimate import offload_terms, table_for, table_key
 from cost_models.parallel import LAYER_RECOMPUTE, ParallelConfig
 from cost_models.schedules import SPLIT_W, peak_inflight, stage_rank
+from planner.inputs.specs import JobSpec, ModelSpec, NodeGroup
 from planner.search.partition import StageModel
-from planner.specs import JobSpec, ModelSpec, NodeGroup
 
 
 def schedule_inflight(

@@ -1,0 +1,778 @@
+"""Fitting GPU efficiency data to published runs, and validating it honestly.
+
+* :func:`fit` — per GPU family, coordinate descent over six numbers of the GPU's ``efficiency``
+  block (``gemm_efficiency_max``, ``gemm_half_efficiency_flop``, ``attention_efficiency``,
+  ``fp8_gemm_speedup`` where FP8 runs exist, ``kernel_overhead_s``, ``comm_overlap_slowdown``)
+  minimising the absolute log error of tokens/s per GPU over all of the family's runs at once, each
+  source weighing the same (:func:`source_loss`; no per-run parameter), plus a penalty pulling the
+  values toward a prior (:func:`objective`).
+* :func:`fit_families` — every family in :data:`LINEAGE` order: a family's prior (start and
+  penalty centre) is its lineage parent's fit carried over by :func:`transfer` (the root's is
+  :data:`UNCALIBRATED`), with the GEMM curve and attention efficiency of its measured kernels where
+  it has them (:func:`kernel_prior`); a family with no runs keeps that prior, and a family keeps
+  its prior's value of each parameter a measurement ties to its parent (:attr:`Lineage.tied`). The base values
+  describe the runs outside any software release class (:func:`base_runs`): a class's runs are
+  fitted into its profile (:func:`fit_profile`), and inform the base only in what the class-free
+  runs cannot (the MoE numbers, the FP8 speed-up), or when the class-free runs come from too few
+  sources. ``scripts/calibrate.py`` writes its result into ``hardware_profiles/gpus``.
+* :func:`leave_one_source_out` — the figures to quote: for each source (a paper, a framework's
+  performance page), refit every family on the runs of the *other* sources with
+  :func:`fit_families` (the same procedure as the shipped fit) and predict the held-out source's
+  runs with that fit. A family left with no runs (every Blackwell run is one source's) is
+  predicted with its parent's fold fit, transferred.
+
+The layout groups' ranking figures are :mod:`planner.calibration.ranking`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from cost_models.compute import ATTENTION_HALF_KEYS
+from cost_models.estimate import estimate
+from planner.calibration.cases import Case, Result, excluded_reason
+from planner.inputs.specs import EfficiencySpec, GPUSpec
+from planner.profiles.hardware import load_gpu
+from planner.profiles.software import MIN_RUNS, OVERRIDE_PARAMS, efficiency_family, profile_start, release_for
+
+MEASUREMENTS_DIR = Path(__file__).resolve().parents[2] / "hardware_profiles" / "measurements"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Lineage:
+    """Where an efficiency family takes its prior from."""
+
+    parent: str | None
+    """The nearest calibrated family (None: the root, whose prior is :data:`UNCALIBRATED`)."""
+    reference_gpu: str
+    """The catalogue GPU whose dense peaks stand for the family in :func:`transfer`."""
+    why: str
+    """The justification: why the parent's efficiency fractions are the best guess for this family."""
+    tied: tuple[str, ...] = ()
+    """Parameters (of :data:`PARAMS`) the family is not fitted on: it keeps its parent's fitted value
+    transferred (:func:`transfer`), because a measurement relates the two GPUs directly."""
+    tied_why: str = ""
+    """The measurement behind :attr:`tied`."""
+
+
+LINEAGE = {
+    "a100": Lineage(
+        parent=None,
+        reference_gpu="a100-sxm4-80gb",
+        why=(
+            "Ampere GA100: the family with the most sources (7); prior: the vendor-typical "
+            "UNCALIBRATED values"
+        ),
+    ),
+    "v100": Lineage(
+        parent="a100",
+        reference_gpu="v100-sxm2-32gb",
+        why=(
+            "Volta GV100 -> Ampere GA100, the nearest calibrated architecture: both SXM parts on HBM2 "
+            "with 80 / 108 SMs of tensor cores fed by the same cuBLAS, and every V100 run (DLPerf, "
+            "January 2021) used the Megatron-LM generation of Narayanan et al. 2021's A100 runs"
+        ),
+    ),
+    "h100": Lineage(
+        parent="a100",
+        reference_gpu="h100-sxm5-80gb",
+        why=(
+            "Hopper GH100 succeeds Ampere GA100 (NVIDIA H100 whitepaper, 2022); Megatron-Core and "
+            "cuDNN on both"
+        ),
+    ),
+    "h100-96gb": Lineage(
+        parent="h100",
+        reference_gpu="h100-sxm5-96gb",
+        why=(
+            "the same GH100 chip (132 SMs, same dense peaks) with 96 GB of HBM3: only the software "
+            "and power differ"
+        ),
+    ),
+    "b200": Lineage(
+        parent="h100",
+        reference_gpu="b200",
+        why=(
+            "Blackwell (B200, GB200, B300) succeeds Hopper: FP8 at 2x the BF16 peak on both "
+            "(datasheets), and the Blackwell runs come from the Megatron-Bridge releases (Megatron-Core, "
+            "Transformer Engine, cuDNN attention) that produced the H100 runs of the same tables"
+        ),
+    ),
+    "gb300": Lineage(
+        parent="b200",
+        reference_gpu="gb300",
+        why=(
+            "Blackwell Ultra in the NVL72 rack: the Blackwell tensor cores and software of the b200 "
+            "family with the same dense BF16 / FP8 peaks as a GB200 (datasheets), at 1,400 W instead "
+            "of 1,200 W; measured faster than those peaks and the attention kernels explain: the one "
+            "layout both Megatron-Bridge 25.11 tables ran on both racks with the same recipe, Llama 3 "
+            "8B FP8 on 8 GPUs, gives 37,556 vs 31,508 tokens/s per GPU (1.19x) where the b200 "
+            "family's values and the measured attention speed-up predict 1.04x"
+        ),
+        tied=("attention_efficiency",),
+        tied_why=(
+            "NVIDIA's cuDNN SDPA benchmark timed the same attention kernels on a GB200 and a GB300 "
+            "(hardware_profiles/measurements/gb200-gb300-cudnn-attention.json): the GB300 file's "
+            "attention_kernel_speed is that measured ratio, so the GB300's attention is the b200 "
+            "family's times it, not a fit of its own"
+        ),
+    ),
+}
+"""Architecture lineage of the efficiency families (the ``# family:`` lines of
+hardware_profiles/gpus). A family's prior is its parent's fit carried over by :func:`transfer`;
+it is what the family keeps when it has no runs (a leave-one-source-out fold that holds out its
+only source) and where the regularised fit (:func:`objective`) pulls it when it has few sources.
+Families not listed (l40s, mi300x: no runs) keep their files' values."""
+
+UNCALIBRATED = EfficiencySpec(
+    gemm_efficiency_max=0.75,
+    gemm_half_efficiency_flop=12e9,
+    attention_efficiency=0.5,
+    hbm_efficiency=0.8,
+    fp8_gemm_speedup=1.6,
+    kernel_overhead_s=20e-6,
+    comm_overlap_slowdown=0.18,
+    grouped_gemm_efficiency=1.0,
+    host_launch_s=30e-6,
+)
+"""The vendor-typical starting values every uncalibrated GPU type carries
+(hardware_profiles/gpus/b200.yaml), and an overlap slowdown of 24 of 132 SMs (the CTAs an NCCL
+all-gather takes on an H100; EfficiencySpec.comm_overlap_slowdown), a grouped GEMM as fast as one
+kernel (the H100 measurement, cost_models.moe.grouped_linear_s) and 30 us of host time per kernel
+launch: TransformerEngine issue #2053 (2025-08) measures the CPU time of one BF16 linear forward
+(one GEMM kernel) at 13.5 us for ``torch.nn.Linear`` on an H100 DGX's Xeon 8480C, 37 us for it on a
+GB200's Grace and 100 us for Transformer Engine's ``Linear`` there; 30 us is near the geometric
+middle of that range, which the prior's width (PRIOR_LOG_SD, a factor e) spans. Leave-one-source-out
+fits start here, not from the shipped fit."""
+
+PARAMS = (
+    "gemm_efficiency_max",
+    "gemm_half_efficiency_flop",
+    "attention_efficiency",
+    "fp8_gemm_speedup",
+    "kernel_overhead_s",
+    "comm_overlap_slowdown",
+    "grouped_gemm_efficiency",
+    "host_launch_s",
+)
+MOE_PARAMS = ("grouped_gemm_efficiency", "host_launch_s")
+"""Parameters only MoE layers read: fitted only where a group has MoE runs."""
+BOUNDS = {
+    "gemm_efficiency_max": (0.3, 0.95),
+    "gemm_half_efficiency_flop": (1e8, 1e12),
+    "attention_efficiency": (0.1, 0.9),
+    "fp8_gemm_speedup": (1.0, 2.0),
+    "kernel_overhead_s": (0.0, 5e-3),
+    "comm_overlap_slowdown": (0.0, 0.6),
+    "grouped_gemm_efficiency": (0.1, 1.0),
+    "host_launch_s": (0.0, 100e-6),
+}
+"""Fitted values stay inside these. The per-layer overhead reaches about a millisecond only where every
+kernel launch is synchronous (the BigScience class, planner.profiles.software.PROFILE_START: 0.80-1.2 ms per
+layer and pass as its two documents give it); 5 ms bounds that with room."""
+ZERO_START = {"kernel_overhead_s": 1e-5, "comm_overlap_slowdown": 0.05, "host_launch_s": 2e-6}
+"""Where a parameter at zero starts when a step would raise it (multiplicative steps cannot leave 0)."""
+STEPS = (0.6, 0.8, 0.9, 0.95, 1.05, 1.1, 1.25, 1.6)
+GRID = {"host_launch_s": (0.0, 5e-6, 10e-6, 20e-6, 30e-6, 40e-6, 50e-6, 60e-6, 80e-6, 100e-6)}
+"""Absolute values tried besides the multiplicative steps, for a threshold parameter: the host
+launch time changes nothing until an MoE pass becomes host-bound (cost_models.layers), so small
+steps from a value below every threshold see a flat objective and never move."""
+
+
+def family(case: Case) -> str:
+    """Calibration family of a case's GPU type."""
+    return efficiency_family(case.gpu)
+
+
+def with_efficiency(case: Case, eff: EfficiencySpec) -> Case:
+    """The case on the same cluster with the GPU's efficiency block replaced."""
+    gpu: GPUSpec = replace(case.cluster.groups[0].gpu, efficiency=eff)
+    groups = tuple(replace(g, gpu=gpu) for g in case.cluster.groups)
+    return replace(case, cluster=replace(case.cluster, groups=groups))
+
+
+def predict(case: Case, eff: EfficiencySpec | None = None) -> Result:
+    """The case's prediction, with ``eff`` in place of its GPU's shipped efficiency when given."""
+    c = with_efficiency(case, eff) if eff is not None else case
+    return Result(case, estimate(c.model, c.cluster, c.job, c.config))
+
+
+def abs_log_error(case: Case, eff: EfficiencySpec) -> float:
+    """|log(predicted / measured)| of tokens/s per GPU for ``case`` with efficiency ``eff``."""
+    return abs(math.log(predict(case, eff).predicted / case.measured_tokens_per_s_per_gpu))
+
+
+def loss(group: list[Case], eff: EfficiencySpec) -> float:
+    """Mean absolute log error of tokens/s per GPU over ``group`` with efficiency ``eff``."""
+    return sum(abs_log_error(c, eff) for c in group) / len(group)
+
+
+def source_loss(group: list[Case], eff: EfficiencySpec) -> float:
+    """Mean over the sources of ``group`` of each source's mean absolute log error: every source
+    weighs the same, however many runs it publishes (what :func:`fit` minimises)."""
+    by: dict[str, list[float]] = defaultdict(list)
+    for c in group:
+        by[c.source].append(abs_log_error(c, eff))
+    return sum(sum(v) / len(v) for v in by.values()) / len(by)
+
+
+PRIOR_LOG_SD = {
+    "gemm_efficiency_max": 0.15,
+    "gemm_half_efficiency_flop": 1.0,
+    "attention_efficiency": 0.15,
+    "fp8_gemm_speedup": 0.1,
+    "kernel_overhead_s": 1.0,
+    "comm_overlap_slowdown": 0.5,
+    "grouped_gemm_efficiency": 0.7,
+    "host_launch_s": 1.0,
+}
+"""Width of the prior, in natural log units, per parameter: how far a family's value may be
+expected to sit from its parent's transferred value. Chosen, not fitted: GEMM ceilings of one
+software generation differ by about 15% between GPU generations (measured H100 and H200 GEMM
+kernels fit 0.71 and 0.70, docs/calibration.md); so do the fused attention kernels, once the runs
+that ran FlashAttention-2 on Hopper are priced as such (``JobSpec.attention_impl`` ``flash2``,
+cost_models.attention.FLASH2_SPEED) instead of widening the prior to cover FlashAttention 2 -> 3
+(0.3 until 2026-11-25); the GEMM latency, the kernel overhead, the host launch time and
+the overlap slowdown are known only to within a factor of e (1.6 for the slowdown); a grouped GEMM
+may run at a fraction of one kernel's speed when issued per expert (factor 2 at one sigma)."""
+PRIOR_FLOOR = {"kernel_overhead_s": 1e-6, "comm_overlap_slowdown": 0.02, "host_launch_s": 1e-6}
+"""Added to both sides of the log ratio for parameters that may be 0 (1 us; 2% slowdown)."""
+PRIOR_SCALE = 0.05
+"""Penalty per source: the objective is the per-source mean |log error| (:func:`source_loss`) +
+PRIOR_SCALE / sources x sum z^2 / 2.
+It is a maximum-a-posteriori fit with a Laplace likelihood of scale 0.05 (half the calibrated
+families' typical mean |log error|) per *source*, not per run: runs of one source share its
+software, its measurement and its transcription, so they are not independent evidence. A family
+seen by one source (Blackwell: Megatron-Bridge) moves off its prior only where the data pay for it;
+one seen by seven (A100) is fitted almost freely."""
+
+
+def prior_penalty(
+    eff: EfficiencySpec, prior: EfficiencySpec, sources: int, only: Iterable[str] = PARAMS
+) -> float:
+    """PRIOR_SCALE / sources x sum over ``only`` of ((log of value / prior value) / PRIOR_LOG_SD)^2 / 2."""
+    total = 0.0
+    for name in only:
+        floor = PRIOR_FLOOR.get(name, 0.0)
+        z = math.log((getattr(eff, name) + floor) / (getattr(prior, name) + floor)) / PRIOR_LOG_SD[name]
+        total += z * z / 2
+    return PRIOR_SCALE / max(1, sources) * total
+
+
+def objective(
+    group: list[Case], eff: EfficiencySpec, prior: EfficiencySpec | None, only: Iterable[str] = PARAMS
+) -> float:
+    """What :func:`fit` minimises: :func:`loss`, plus :func:`prior_penalty` (over ``only``) counted
+    with the number of distinct sources in ``group`` when a ``prior`` is given."""
+    value = source_loss(group, eff)
+    if prior is not None:
+        value += prior_penalty(eff, prior, len({c.source for c in group}), only)
+    return value
+
+
+RIDGE = ("gemm_efficiency_max", "fp8_gemm_speedup")
+"""The two parameters whose product prices an FP8 GEMM (cost_models.compute.linear_s)."""
+
+
+def ridge_moves(eff: EfficiencySpec, params: list[str], steps: tuple[float, ...]) -> list[EfficiencySpec]:
+    """Trials that scale the GEMM ceiling by x and the FP8 speed-up by 1/x (the FP8 GEMM rate kept),
+    within both bounds; none unless both are being fitted."""
+    if not all(p in params for p in RIDGE):
+        return []
+    (lo_g, hi_g), (lo_f, hi_f) = BOUNDS[RIDGE[0]], BOUNDS[RIDGE[1]]
+    out = []
+    for x in steps:
+        g, f = eff.gemm_efficiency_max * x, eff.fp8_gemm_speedup / x
+        if lo_g <= g <= hi_g and lo_f <= f <= hi_f:
+            out.append(replace(eff, gemm_efficiency_max=g, fp8_gemm_speedup=f))
+    return out
+
+
+DENSE_STAGE_SOURCES = 2
+"""Sources of dense runs a group needs before its shared parameters are fitted on them alone
+(:func:`fit`)."""
+
+
+def fit(
+    group: list[Case],
+    start: EfficiencySpec,
+    passes: int = 8,
+    steps: tuple[float, ...] = STEPS,
+    only: tuple[str, ...] = PARAMS,
+    prior: EfficiencySpec | None = None,
+) -> tuple[EfficiencySpec, float]:
+    """Coordinate descent from ``start`` over the ``only`` parameters; each tries multiplicative
+    ``steps`` within its bounds, minimising :func:`objective` (regularised toward ``prior`` when
+    given). ``fp8_gemm_speedup`` is fitted only when the runs include FP8 ones. Returns the values and
+    their mean |log error| over ``group`` (without the penalty).
+
+    A group whose dense runs come from :data:`DENSE_STAGE_SOURCES` sources or more, and which has
+    MoE runs, is fitted in two stages: the parameters every layer reads on its dense runs, then
+    :data:`MOE_PARAMS` on its MoE runs with those fixed. MoE runs carry unknowns of their own
+    (grouped-GEMM speed, host launches, the dispatcher's communication, routing), and as one source
+    among a few (the objective weighs sources, not runs) they moved the dense GEMM numbers: pricing
+    the all-to-all across nodes per NIC (2026-11-27) moved the H100 family's GEMM latency through
+    the MoE Model Zoo's four runs. A group with fewer dense sources (a release profile: one source,
+    3-6 runs) is fitted jointly, since there its MoE runs carry what pins the dense numbers (the
+    Megatron-Bridge 26.04 H100 profile's one dense run is FP8; fitted alone it moved the GEMM
+    ceiling 0.73 -> 0.84).
+
+    FP8 runs price their GEMMs at the product of the GEMM ceiling and the FP8 speed-up, so where
+    the group's BF16 runs say little the objective has a ridge along that product, which steps of
+    one parameter at a time climb only from one side (where they stop depended on the path: a
+    small change to the runs moved the H100 split from 0.697 x 1.756 to 0.663 x 1.848). Each pass
+    therefore also tries :func:`ridge_moves`, which move the split at a fixed product, so the fit
+    settles where the BF16 runs and the prior put it."""
+    dense = [c for c in group if not c.model.is_moe]
+    moe_runs = [c for c in group if c.model.is_moe]
+    moe_params = tuple(p for p in only if p in MOE_PARAMS)
+    shared = tuple(p for p in only if p not in MOE_PARAMS)
+    if len({c.source for c in dense}) >= DENSE_STAGE_SOURCES and moe_runs and moe_params and shared:
+        eff = _descend(dense, start, passes, steps, shared, prior)
+        eff = _descend(moe_runs, eff, passes, steps, moe_params, prior)
+    else:
+        eff = _descend(group, start, passes, steps, only, prior)
+    return eff, loss(group, eff)
+
+
+def _descend(
+    group: list[Case],
+    start: EfficiencySpec,
+    passes: int,
+    steps: tuple[float, ...],
+    only: tuple[str, ...],
+    prior: EfficiencySpec | None,
+) -> EfficiencySpec:
+    """The coordinate descent of :func:`fit` over ``only`` on ``group``."""
+    params = [p for p in only if p != "fp8_gemm_speedup" or any(c.job.precision == "fp8" for c in group)]
+    if not any(c.model.is_moe for c in group):
+        params = [p for p in params if p not in MOE_PARAMS]
+    best, best_loss = start, objective(group, start, prior, params)
+    for _ in range(passes):
+        improved = False
+        for trial in ridge_moves(best, params, steps):
+            trial_loss = objective(group, trial, prior, params)
+            if trial_loss < best_loss - 1e-6:
+                best, best_loss, improved = trial, trial_loss, True
+        for name in params:
+            value = getattr(best, name)
+            lo, hi = BOUNDS[name]
+            moves = [("step", x) for x in steps] + [("grid", x) for x in GRID.get(name, ())]
+            for kind, x in moves:
+                if kind == "grid":
+                    raised = x
+                else:
+                    raised = value * x if value else (ZERO_START.get(name, 0.0) * x if x > 1 else 0.0)
+                trial_value = min(hi, max(lo, raised))
+                trial = replace(best, **{name: trial_value})
+                trial_loss = objective(group, trial, prior, params)
+                if trial_loss < best_loss - 1e-6:
+                    best, best_loss, improved = trial, trial_loss, True
+                    value = trial_value
+        if not improved:
+            break
+    return best
+
+
+@cache
+def reference_peaks(fam: str) -> tuple[float, float]:
+    """(16-bit dense peak, FP8 dense peak or 0) in FLOP/s of the family's :data:`LINEAGE` reference GPU."""
+    gpu = load_gpu(LINEAGE[fam].reference_gpu)
+    half = gpu.peak("bf16") if gpu.supports("bf16") else gpu.peak("fp16")
+    return half, gpu.peak("fp8") if gpu.supports("fp8") else 0.0
+
+
+def transfer(parent_eff: EfficiencySpec, parent: str, child: str) -> EfficiencySpec:
+    """The parent family's fitted values as the child's prior, keeping what does not depend on the chip.
+
+    * ``gemm_efficiency_max``, ``attention_efficiency`` (fractions of the dense peak),
+      ``kernel_overhead_s`` (launch and synchronisation time per kernel) and
+      ``comm_overlap_slowdown`` (compute time added per second of hidden communication) carry over.
+    * ``gemm_half_efficiency_flop``: the GEMM model t = (F + F_half) / (e_max x peak)
+      (cost_models.compute.gemm_s) charges every call a fixed time F_half / (e_max x peak); that time
+      carries over, so F_half scales with the 16-bit peak (a faster chip needs a larger GEMM to fill).
+    * ``fp8_gemm_speedup`` carries over as a fraction of the FP8 / 16-bit peak ratio (2.0 on H100
+      and B200 alike); 1.0 where the child has no FP8 peak, the vendor-typical
+      :data:`UNCALIBRATED` value where only the parent has none.
+    * ``hbm_efficiency`` is not fitted: :data:`UNCALIBRATED`'s."""
+    p16, p8 = reference_peaks(parent)
+    c16, c8 = reference_peaks(child)
+    fp8 = UNCALIBRATED.fp8_gemm_speedup
+    if p8 and c8:
+        fp8 = min(BOUNDS["fp8_gemm_speedup"][1], parent_eff.fp8_gemm_speedup / (p8 / p16) * (c8 / c16))
+    elif not c8:
+        fp8 = 1.0
+    return replace(
+        parent_eff,
+        gemm_half_efficiency_flop=parent_eff.gemm_half_efficiency_flop * c16 / p16,
+        fp8_gemm_speedup=fp8,
+        hbm_efficiency=UNCALIBRATED.hbm_efficiency,
+    )
+
+
+def lineage_order(families: Iterable[str]) -> list[str]:
+    """``families`` with every one's :data:`LINEAGE` ancestors, parents before children (then by name)."""
+    out: list[str] = []
+
+    def visit(fam: str) -> None:
+        if fam in out:
+            return
+        parent = LINEAGE[fam].parent if fam in LINEAGE else None
+        if parent:
+            visit(parent)
+        out.append(fam)
+
+    for fam in sorted(families):
+        visit(fam)
+    return out
+
+
+KERNEL_MEASUREMENTS = {"h100": MEASUREMENTS_DIR / "h100-sxm5-80gb-kernels.json"}
+"""Kernel timings of a family's reference GPU (scripts/measure_kernels.py on a lent H100,
+docs/calibration.md "Kernel-level check"): where a family has one, its GEMM curve and attention
+efficiency priors are the measured kernels' (:func:`kernel_prior`), not the parent's."""
+MODEL_ATTENTION_PASSES = 3.5
+"""Attention time in forward + backward over forward time as planner charges it (cost_models.layers:
+backward 2.5 x forward)."""
+
+
+def fit_gemm_curve(flop: np.ndarray, time_s: np.ndarray, peak: float) -> tuple[float, float]:
+    """(e_max, F_half) minimising the squared log error of ``(F + F_half) / (peak e_max)``."""
+    best = (np.inf, 0.0, 0.0)
+    for f_half in np.geomspace(1e8, 1e12, 400):
+        # for a given F_half, the best e_max has a closed form in log space
+        log_e = np.mean(np.log((flop + f_half) / peak) - np.log(time_s))
+        err = np.sum((np.log((flop + f_half) / (peak * np.exp(log_e))) - np.log(time_s)) ** 2)
+        if err < best[0]:
+            best = (err, float(np.exp(log_e)), float(f_half))
+    return best[1], best[2]
+
+
+GEMM_LATENCY_KEEP = 2.0
+"""A GEMM timed one call between two CUDA events is kept for the curve when its time is at least
+this many times the file's dispatch latency (:func:`gemm_gpu_times`)."""
+
+
+def gemm_gpu_times(data: dict) -> list[tuple[dict, float]]:
+    """A kernel file's GEMMs (scripts/measure_kernels.py) with their GPU seconds.
+
+    Files written before 2026-11-25 timed one call between two CUDA events after a synchronise, so
+    each time also holds the host's dispatch of that call, which in training is hidden (the host
+    queues ahead): their ``launch`` entry, a tiny add timed the same way, measures it (23 us on the
+    H100, 25 us on the H200, against a few us of GPU time). From those files this subtracts it and
+    keeps the GEMMs timed at least :data:`GEMM_LATENCY_KEEP` x that latency (90 of 96 on the
+    H100; below, the latency's jitter exceeds the GEMM). Files timed back to back
+    (``back_to_back``) are used as they are."""
+    rows = [(g, float(g["time_s"])) for g in data["gemm"]]
+    if data.get("back_to_back"):
+        return rows
+    latency = float(data["launch"]["time_s"])
+    return [(g, t - latency) for g, t in rows if t >= GEMM_LATENCY_KEEP * latency]
+
+
+@cache
+def kernel_prior(fam: str) -> dict[str, float]:
+    """The measured kernels' values for a family of :data:`KERNEL_MEASUREMENTS` ({} otherwise):
+    ``gemm_efficiency_max`` and ``gemm_half_efficiency_flop`` fitted to the BF16 GEMMs' GPU times
+    (:func:`gemm_gpu_times`, :func:`fit_gemm_curve`), and ``attention_efficiency``, the ceiling of
+    the attention size curve (cost_models.compute.ATTENTION_HALF_KEYS): the median over the causal
+    flash-attention cases of their efficiency as planner charges attention
+    (:func:`attention_points`) divided by the curve's keys / (keys + half). The attention timings
+    (0.9 ms and longer) hold the same dispatch as the GEMMs' (:func:`gemm_gpu_times`), under 3%,
+    and are used as they are."""
+    path = KERNEL_MEASUREMENTS.get(fam)
+    if path is None:
+        return {}
+    data = json.loads(path.read_text())
+    peak = reference_peaks(fam)[0]
+    rows = gemm_gpu_times(data)
+    flop = np.array([g["flop"] for g, _ in rows])
+    time_s = np.array([t for _, t in rows])
+    e_max, f_half = fit_gemm_curve(flop, time_s, peak)
+    keys, eff = attention_points(data, peak)
+    return {
+        "gemm_efficiency_max": e_max,
+        "gemm_half_efficiency_flop": f_half,
+        # the ceiling of the size curve (cost_models.compute.attention_efficiency)
+        "attention_efficiency": float(np.median(eff * (keys + ATTENTION_HALF_KEYS) / keys)),
+    }
+
+
+BLACKWELL_ULTRA_ATTENTION = MEASUREMENTS_DIR / "gb200-gb300-cudnn-attention.json"
+"""NVIDIA's cuDNN attention timings on a GB200 and a GB300 (cudnn-frontend's SDPA training
+benchmark; the file names its commit and CSVs): the source of ``attention_kernel_speed`` in
+hardware_profiles/gpus/gb300.yaml and b300.yaml (:func:`blackwell_ultra_attention_speed`)."""
+
+
+def blackwell_ultra_attention_speed(path: Path = BLACKWELL_ULTRA_ATTENTION) -> dict[str, float]:
+    """Median GB200 / GB300 time ratio of the measured BF16 causal cuDNN attention kernels, by pass:
+    ``forward`` and ``backward`` over the full-attention cases (the benchmark's Llama 3.1,
+    DeepSeek-V3, kimiK26 and Qwen3.5 shapes, 2,048 to 32,768 tokens), ``local_forward`` and
+    ``local_backward`` over the sliding-window ones (gpt-oss, 128-token window). Both GPUs have a
+    2.5 PFLOP/s dense BF16 peak, so the ratio is the kernels' own gain (Blackwell Ultra's doubled
+    SFU exponential rate)."""
+    rows = json.loads(Path(path).read_text())["rows"]
+    medians = median_by_pass(rows, lambda r: r["ms"]["gb200"] / r["ms"]["gb300"])
+    return {
+        "forward": medians[("fwd", False)],
+        "backward": medians[("bwd", False)],
+        "local_forward": medians[("fwd", True)],
+        "local_backward": medians[("bwd", True)],
+    }
+
+
+def median_by_pass(rows: list[dict], value: Callable[[dict], float]) -> dict[tuple[str, bool], float]:
+    """Median of ``value(row)`` over attention-kernel rows grouped by pass: keys (``direction``
+    ``fwd`` / ``bwd``, whether the row has a sliding ``window``), forward before backward and full
+    before windowed within each; groups without rows are left out."""
+    groups: dict[tuple[str, bool], list[float]] = {}
+    for direction in ("fwd", "bwd"):
+        for local in (False, True):
+            values = [
+                value(r) for r in rows if r["direction"] == direction and (r["window"] is not None) == local
+            ]
+            if values:
+                groups[(direction, local)] = float(np.median(values))
+    return groups
+
+
+def attention_points(data: dict, peak: float) -> tuple[np.ndarray, np.ndarray]:
+    """(keys per query, efficiency as planner charges attention) of a kernel file's causal cases:
+    MODEL_ATTENTION_PASSES x forward FLOPs / (peak x measured forward + backward time)."""
+    causal = [a for a in data["attention"] if a["causal"]]
+    keys = np.array([float(a["seq"]) for a in causal])
+    passes = MODEL_ATTENTION_PASSES
+    eff = np.array([passes * a["forward_flop_executed"] / (peak * a["forward_backward_s"]) for a in causal])
+    return keys, eff
+
+
+def fit_attention_curve(keys: np.ndarray, eff: np.ndarray) -> tuple[float, float]:
+    """(ceiling, half keys) minimising the squared log error of ``ceiling * keys / (keys + half)``
+    (the curve of cost_models.compute.attention_efficiency)."""
+    best = (np.inf, 0.0, 0.0)
+    for half in np.geomspace(50, 20000, 2000):
+        log_c = np.mean(np.log(eff * (keys + half) / keys))
+        err = np.sum((log_c + np.log(keys / (keys + half)) - np.log(eff)) ** 2)
+        if err < best[0]:
+            best = (err, float(np.exp(log_c)), float(half))
+    return best[1], best[2]
+
+
+def prior_of(fam: str, fitted: dict[str, EfficiencySpec]) -> EfficiencySpec:
+    """A family's prior: its lineage parent's value in ``fitted`` transferred (:func:`transfer`);
+    :data:`UNCALIBRATED` for the lineage root (FP8 speed-up 1.0 without an FP8 peak) and for a
+    family outside the lineage; then, where the family's kernels were measured, the GEMM curve and
+    attention efficiency of :func:`kernel_prior` in place of the inherited ones."""
+    lin = LINEAGE.get(fam)
+    if lin is None:
+        return UNCALIBRATED
+    if lin.parent is None:
+        prior = UNCALIBRATED if reference_peaks(fam)[1] else replace(UNCALIBRATED, fp8_gemm_speedup=1.0)
+    else:
+        prior = transfer(fitted[lin.parent], lin.parent, fam)
+    return replace(prior, **kernel_prior(fam))
+
+
+MIN_BASE_SOURCES = 3
+"""A family's base values are fitted on its class-free runs (:func:`base_runs`) when those come
+from at least this many sources: fewer would make one benchmark page the family's default."""
+
+
+def base_runs(group: list[Case]) -> list[Case]:
+    """The runs a family's base values describe: those outside any software release class
+    (``Case.software`` empty) when they come from at least :data:`MIN_BASE_SOURCES` sources, else
+    all of ``group``.
+
+    A release class's runs have a profile of their own (:func:`fit_profile`), fitted from the base.
+    Fitting the base on them as well pulls it toward that software: the BigScience class ran every
+    kernel launch-blocking and Megatron-Bridge 2025-26 runs are 15-18% faster, so a base fitted on
+    every A100 run priced Narayanan et al. 2021's runs 5% too slow, and one fitted on every H100 run
+    priced the Megatron-LM README's runs 9% too slow (docs/calibration.md, "Base and profiles")."""
+    free = [c for c in group if not c.software]
+    if len(free) < len(group) and len({c.source for c in free}) >= MIN_BASE_SOURCES:
+        return free
+    return group
+
+
+def fit_families(
+    runs: list[Case],
+    families: Iterable[str],
+    passes: int = 8,
+    steps: tuple[float, ...] = STEPS,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, tuple[EfficiencySpec, float, int]]:
+    """Every family of ``families`` (with its lineage ancestors) fitted on its ``runs``, in
+    :func:`lineage_order`: from, and regularised toward, its prior (:func:`prior_of`). A family
+    with no runs keeps its prior.
+
+    Where :func:`base_runs` keeps only the class-free runs, the family is first fitted on all its
+    runs and then refitted on the class-free ones from there (regularised toward the same prior):
+    what the class-free runs cannot inform (:func:`fit` leaves the MoE numbers out without MoE runs
+    and the FP8 speed-up without FP8 runs) keeps the value all runs give it. Returns family ->
+    (values, mean |log error| over the runs the values were fitted on or nan, those runs' count)."""
+    out: dict[str, tuple[EfficiencySpec, float, int]] = {}
+    fitted: dict[str, EfficiencySpec] = {}
+    for fam in lineage_order(families):
+        group = [c for c in runs if family(c) == fam]
+        base = base_runs(group)
+        prior = prior_of(fam, fitted)
+        only = fitted_params(fam)
+        if group:
+            eff, err = _fit_cached(tuple(group), prior, passes, steps, only=only)
+            if len(base) < len(group):
+                eff, err = _fit_cached(tuple(base), prior, passes, steps, start=eff, only=only)
+        else:
+            eff, err = prior, float("nan")
+        fitted[fam] = eff
+        out[fam] = (eff, err, len(base))
+        if progress:
+            parent = LINEAGE[fam].parent if fam in LINEAGE else None
+            what = (
+                f"{len(base)} class-free runs of {len(group)}"
+                if len(base) < len(group)
+                else f"{len(group)} runs"
+            )
+            progress(f"{fam} fitted on {what}" + (f", prior from {parent}" if parent else ""))
+    return out
+
+
+_FITS: dict[tuple, tuple[EfficiencySpec, float]] = {}
+"""Fits already made in this process, by (run ids, prior, start, passes, steps): leave-one-source-out
+folds that keep all of a family's runs share its fit."""
+
+
+def _fit_cached(
+    group: tuple[Case, ...],
+    prior: EfficiencySpec,
+    passes: int,
+    steps: tuple[float, ...],
+    start: EfficiencySpec | None = None,
+    only: tuple[str, ...] = PARAMS,
+) -> tuple[EfficiencySpec, float]:
+    """:func:`fit` of ``group``'s ``only`` parameters from ``start`` (default: the prior),
+    regularised toward ``prior``."""
+    key = (tuple(c.run_id for c in group), prior, start, passes, steps, only)
+    if key not in _FITS:
+        _FITS[key] = fit(list(group), start or prior, passes, steps, only, prior=prior)
+    return _FITS[key]
+
+
+def fitted_params(fam: str) -> tuple[str, ...]:
+    """The parameters a family is fitted on: :data:`PARAMS` less its :attr:`Lineage.tied` ones."""
+    tied = LINEAGE[fam].tied if fam in LINEAGE else ()
+    return tuple(p for p in PARAMS if p not in tied)
+
+
+def profile_groups(group: list[Case]) -> dict[str, list[Case]]:
+    """A family's runs by software release class, for classes with at least
+    :data:`planner.profiles.software.MIN_RUNS` runs (sorted by class name)."""
+    by: dict[str, list[Case]] = defaultdict(list)
+    for c in group:
+        if c.software:
+            by[c.software].append(c)
+    return {k: by[k] for k in sorted(by) if len(by[k]) >= MIN_RUNS}
+
+
+def fit_profile(
+    runs: list[Case], base: EfficiencySpec, passes: int = 8, steps: tuple[float, ...] = STEPS
+) -> tuple[EfficiencySpec, float]:
+    """A software class's overrides: the family's ``base`` fit with only
+    :data:`planner.profiles.software.OVERRIDE_PARAMS` refitted on the class's ``runs``, regularised toward
+    ``base`` as a family is toward its parent (:func:`objective`; a class is usually one source)."""
+    return fit(runs, base, passes, steps, OVERRIDE_PARAMS, prior=base)
+
+
+def usable(all_cases: Iterable[Case]) -> list[Case]:
+    """Cases that can be predicted and count in the statistics."""
+    return [c for c in all_cases if not c.skip_reason and not excluded_reason(c.run_id)]
+
+
+LOSO_STEPS = (0.6, 0.85, 1.15, 1.6)
+"""Coarser steps for the many leave-one-source-out refits (each a full fit of a family)."""
+
+
+def leave_one_source_out(
+    all_cases: Iterable[Case],
+    passes: int = 4,
+    progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
+) -> list[Result]:
+    """Every usable case predicted by a fit that never saw its source (see the module docstring).
+
+    Each fold refits with :func:`fit_families`, on the other sources' runs, the efficiency families
+    its held-out runs belong to and their lineage ancestors (each family's prior is its parent's fold
+    fit, so no held-out run reaches a prior either); a family with no runs left keeps that prior.
+    Software profiles are refitted without the held-out source too. ``jobs`` folds run in parallel
+    processes; the result does not depend on it."""
+    cases_ = usable(all_cases)
+    sources = sorted({c.source for c in cases_})
+    folds = [(s, cases_, passes) for s in sources]
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            done = list(pool.map(_fold, folds))
+    else:
+        done = [_fold(f) for f in folds]
+    out: dict[str, Result] = {}
+    for source, (notes, results) in zip(sources, done):
+        if progress:
+            for note in notes:
+                progress(f"held out {source!r}: {note}")
+        out.update((r.case.run_id, r) for r in results)
+    return [out[c.run_id] for c in cases_]
+
+
+def _fold(args: tuple[str, list[Case], int]) -> tuple[list[str], list[Result]]:
+    """One leave-one-source-out fold: refit the held-out runs' families without them, predict them."""
+    source, cases_, passes = args
+    held = [c for c in cases_ if c.source == source]
+    rest = [c for c in cases_ if c.source != source]
+    # Software profiles refitted without the held-out source too (no leakage); a held-out run's
+    # class without the runs for a profile in the fold is priced with its predecessor's, by the
+    # rule the shipped profiles follow (planner.profiles.software.release_for).
+    used: dict[tuple[str, str], str] = {}
+
+    def wanted(fam: str, classes: dict[str, list[Case]]) -> list[str]:
+        for cls in sorted({c.software for c in held if family(c) == fam and c.software}):
+            used[(fam, cls)] = release_for(cls, classes)
+        return [u for (f, _), u in used.items() if f == fam and u]
+
+    notes, fitted = refit_without(held, rest, passes, wanted, held_out_source=source)
+    return notes, [predict(c, fitted[(family(c), used.get((family(c), c.software), ""))]) for c in held]
+
+
+def refit_without(
+    held: list[Case],
+    rest: list[Case],
+    passes: int,
+    profiles: Callable[[str, dict[str, list[Case]]], Iterable[str]],
+    held_out_source: str = "",
+) -> tuple[list[str], dict[tuple[str, str], EfficiencySpec]]:
+    """What a fold predicts ``held`` with: their families refitted on ``rest`` (:func:`fit_families`,
+    :data:`LOSO_STEPS`), as ``(family, '')``, and per family the release classes
+    ``profiles(family, classes)`` names among that family's classes in ``rest``
+    (:func:`profile_groups`), each refitted from the fold's base (:func:`fit_profile`), as
+    ``(family, class)``; a named class without enough runs left is not fitted. Returns notes (what
+    was fitted on what) and those values. ``held_out_source`` keeps a profile's start off the
+    held-out document (planner.profiles.software.profile_start)."""
+    notes: list[str] = []
+    fams = {family(c) for c in held}
+    families = fit_families(rest, fams, passes, LOSO_STEPS, progress=notes.append)
+    fitted: dict[tuple[str, str], EfficiencySpec] = {(fam, ""): v[0] for fam, v in families.items()}
+    for fam in sorted(fams):
+        base = fitted[(fam, "")]
+        classes = profile_groups([c for c in rest if family(c) == fam])
+        for cls in sorted(set(profiles(fam, classes))):
+            if cls in classes:
+                start = profile_start(base, cls, held_out_source=held_out_source)
+                fitted[(fam, cls)] = fit_profile(classes[cls], start, passes, LOSO_STEPS)[0]
+                notes.append(f"{fam}/{cls} profile fitted on {len(classes[cls])} runs")
+    return notes, fitted

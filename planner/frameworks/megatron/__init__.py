@@ -1,2 +1,0 @@
-"""Megatron-LM: capabilities at the pinned version (:mod:`.capabilities`), export (:mod:`.export`),
-import (:mod:`.importer`)."""

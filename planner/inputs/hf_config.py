@@ -1,0 +1,408 @@
+"""Hugging Face ``config.json`` import of the 2024-25 architectures: DeepSeek-V2/V3 and Kimi-K2
+(MLA, shared experts, leading dense layers, MTP), gpt-oss (sinks, alternating sliding windows),
+Llama 4 (``text_config``; interleaved MoE with a shared expert, chunked attention) and Phi-3.
+
+Field meanings follow the ``transformers`` configuration classes (``DeepseekV3Config``,
+``GptOssConfig``, ``Llama4TextConfig``, ``Phi3Config``); Kimi-K2's ``kimi_k2`` config uses
+DeepSeek-V3's field names (its ``architectures`` is ``DeepseekV3ForCausalLM``). Called by
+:func:`planner.inputs.hf_config.load_hf_config`; errors are one-line :class:`~planner.inputs.errors.SpecError`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from planner.inputs.documents import read_document
+from planner.inputs.errors import SpecError
+from planner.inputs.model_yaml import _rope_theta, validate_model
+from planner.inputs.specs import (
+    ModelSpec,
+)
+from planner.inputs.validation import check_number, limit
+
+MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "gpt_oss", "kimi_k2", "llama4", "llama4_text", "phi3")
+
+
+class _Fields:
+    """Typed access to one config mapping (required / optional positive integers)."""
+
+    def __init__(self, data: dict, where: str, model_type: str) -> None:
+        self.data, self.where, self.mt = data, where, model_type
+
+    def need(self, key: str, *alts: str) -> int:
+        for k in (key, *alts):
+            if self.data.get(k) is not None:
+                return check_number(
+                    self.data[k], self.where, k, integer=True, positive=True, maximum=_hf_limit(k)
+                )
+        raise SpecError(f"{self.where}: missing required key '{key}' for model_type '{self.mt}'")
+
+    def opt(self, key: str, default: int = 0) -> int:
+        if not self.data.get(key):
+            return default
+        return check_number(
+            self.data[key], self.where, key, integer=True, positive=True, maximum=_hf_limit(key)
+        )
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise SpecError(f"{self.where}: key '{key}': expected true/false, got {value!r}"[:300])
+        return value
+
+
+def load_frontier(data: dict, where: str, name: str) -> ModelSpec:
+    """A :class:`ModelSpec` from the config mapping of one of :data:`MODEL_TYPES`."""
+    mt = data["model_type"]
+    if mt == "llama4":
+        text = data.get("text_config")
+        if not isinstance(text, dict):
+            raise SpecError(
+                f"{where}: key 'text_config': model_type 'llama4' needs the text decoder's mapping"
+            )
+        data, where = text, f"{where} (text_config)"
+    f = _Fields(data, where, mt)
+    if mt in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
+        kwargs = _deepseek(f)
+    elif mt == "gpt_oss":
+        kwargs = _gpt_oss(f)
+    elif mt in ("llama4", "llama4_text"):
+        kwargs = _llama4(f)
+    else:
+        kwargs = _phi3(f)
+    hidden, heads = f.need("hidden_size"), f.need("num_attention_heads")
+    spec = ModelSpec(
+        name=name,
+        num_layers=f.need("num_hidden_layers"),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        vocab_size=f.need("vocab_size"),
+        max_position_embeddings=f.need("max_position_embeddings"),
+        activation="swiglu",
+        normalization="rmsnorm",
+        position_embedding_type="rope",
+        rotary_base=_rope_theta(data, where),
+        untie_embeddings_and_output_weights=not f.flag("tie_word_embeddings", False),
+        **kwargs,
+    )
+    validate_model(spec, where)
+    return spec
+
+
+def _deepseek(f: _Fields) -> dict[str, Any]:
+    """DeepSeek-V2/V3 (arXiv:2405.04434, arXiv:2412.19437) and Kimi-K2: layer i is MoE when
+    ``i >= first_k_dense_replace`` and ``i % moe_layer_freq == 0`` (``DeepseekV3DecoderLayer``);
+    ``q_lora_rank`` null = no query compression; ``n_shared_experts`` experts of the routed width."""
+    layers, heads = f.need("num_hidden_layers"), f.need("num_attention_heads")
+    first_dense, freq = f.opt("first_k_dense_replace"), f.opt("moe_layer_freq", 1)
+    routed = f.opt("n_routed_experts")
+    moe_ffn = f.need("moe_intermediate_size") if routed else 0
+    pattern = tuple(int(routed > 0 and i >= first_dense and i % freq == 0) for i in range(layers))
+    return dict(
+        ffn_hidden_size=f.need("intermediate_size"),
+        num_query_groups=heads,
+        kv_channels=f.need("v_head_dim"),
+        add_bias_linear=f.flag("attention_bias", False),
+        qk_layernorm=True,  # q_a_layernorm / kv_a_layernorm (Megatron: --qk-layernorm)
+        multi_latent_attention=True,
+        q_lora_rank=f.opt("q_lora_rank"),
+        kv_lora_rank=f.need("kv_lora_rank"),
+        qk_head_dim=f.need("qk_nope_head_dim"),
+        qk_pos_emb_head_dim=f.need("qk_rope_head_dim"),
+        v_head_dim=f.need("v_head_dim"),
+        num_experts=routed,
+        moe_router_topk=f.need("num_experts_per_tok") if routed else 0,
+        moe_ffn_hidden_size=moe_ffn,
+        moe_shared_expert_intermediate_size=f.opt("n_shared_experts") * moe_ffn,
+        moe_layer_pattern=pattern if routed and not all(pattern) else (),
+        mtp_num_layers=f.opt("num_nextn_predict_layers"),
+    )
+
+
+def _skip_freq(local: list[bool], where: str, key: str) -> int:
+    """Megatron's ``--window-attn-skip-freq`` N for a per-layer local/global list: layer i (0-based)
+    is global iff ``(i + 1) % N == 0``; 0 when every layer is local."""
+    if all(local):
+        return 0
+    n = local.index(False) + 1
+    if [bool((i + 1) % n) for i in range(len(local))] != local:
+        raise SpecError(
+            f"{where}: key '{key}': the local/global layer pattern is not periodic with one global layer "
+            "every N (what Megatron's --window-attn-skip-freq N expresses)"
+        )
+    return n
+
+
+def _gpt_oss(f: _Fields) -> dict[str, Any]:
+    """gpt-oss (OpenAI gpt-oss model card, arXiv:2508.10925): GQA with biases and learned sinks,
+    ``layer_types`` alternating ``sliding_attention`` (``sliding_window`` tokens) and
+    ``full_attention``, every layer MoE with biased experts."""
+    layers = f.need("num_hidden_layers")
+    types = f.data.get("layer_types")
+    if types is None:
+        types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+    if (
+        not isinstance(types, list)
+        or len(types) != layers
+        or not set(types) <= {"sliding_attention", "full_attention"}
+    ):
+        raise SpecError(
+            f"{f.where}: key 'layer_types': expected {layers} entries of sliding_attention/full_attention"
+        )
+    local = [t == "sliding_attention" for t in types]
+    window = f.need("sliding_window") if any(local) else 0
+    width = f.need("intermediate_size")
+    return dict(
+        ffn_hidden_size=width,
+        num_query_groups=f.need("num_key_value_heads"),
+        kv_channels=f.need("head_dim"),
+        add_bias_linear=f.flag("attention_bias", True),
+        softmax_type="learnable",
+        window_size=window,
+        window_attn_skip_freq=_skip_freq(local, f.where, "layer_types") if window else 0,
+        window_type="sliding",
+        num_experts=f.need("num_local_experts"),
+        moe_router_topk=f.need("num_experts_per_tok", "experts_per_token"),
+        moe_ffn_hidden_size=width,
+    )
+
+
+def _llama4(f: _Fields) -> dict[str, Any]:
+    """Llama 4 text decoder (``Llama4TextConfig``): MoE layers ``moe_layers`` or every
+    ``interleave_moe_layer_step``-th from ``step - 1``; each MoE layer has a shared expert of the
+    routed width (``intermediate_size``), dense layers ``intermediate_size_mlp``; RoPE layers
+    (``no_rope_layers[i] == 1``, default all but every 4th) use chunked attention of
+    ``attention_chunk_size`` tokens, the others attend globally (iRoPE)."""
+    layers = f.need("num_hidden_layers")
+    step = f.opt("interleave_moe_layer_step", 1)
+    moe_layers = f.data.get("moe_layers")
+    if moe_layers is None:
+        moe_layers = list(range(step - 1, layers, step))
+    if not isinstance(moe_layers, list) or not all(
+        isinstance(i, int) and 0 <= i < layers for i in moe_layers
+    ):
+        raise SpecError(f"{f.where}: key 'moe_layers': expected layer indices 0..{layers - 1}")
+    pattern = tuple(int(i in set(moe_layers)) for i in range(layers))
+    rope = f.data.get("no_rope_layers")
+    if not rope:
+        interval = f.opt("no_rope_layer_interval", 4)
+        rope = [int((i + 1) % interval != 0) for i in range(layers)]
+    if not isinstance(rope, list) or len(rope) != layers or not set(rope) <= {0, 1}:
+        raise SpecError(f"{f.where}: key 'no_rope_layers': expected {layers} entries of 0/1")
+    chunk = f.opt("attention_chunk_size")
+    local = [bool(r) for r in rope]
+    expert = f.need("intermediate_size")
+    return dict(
+        ffn_hidden_size=f.need("intermediate_size_mlp", "intermediate_size"),
+        num_query_groups=f.need("num_key_value_heads"),
+        kv_channels=f.need("head_dim"),
+        add_bias_linear=f.flag("attention_bias", False),
+        num_experts=f.need("num_local_experts"),
+        moe_router_topk=f.need("num_experts_per_tok"),
+        moe_ffn_hidden_size=expert,
+        moe_shared_expert_intermediate_size=expert,
+        moe_layer_pattern=() if all(pattern) else pattern,
+        window_size=chunk if any(local) else 0,
+        window_attn_skip_freq=_skip_freq(local, f.where, "no_rope_layers") if chunk and any(local) else 0,
+        window_type="chunked",
+    )
+
+
+def _phi3(f: _Fields) -> dict[str, Any]:
+    """Phi-3 (arXiv:2404.14219): Llama-shaped (fused but equal-cost gate/up projection, no biases);
+    ``sliding_window`` (when below the context) applies to every layer."""
+    heads = f.need("num_attention_heads")
+    window = f.opt("sliding_window")
+    if window >= f.need("max_position_embeddings"):
+        window = 0
+    return dict(
+        ffn_hidden_size=f.need("intermediate_size"),
+        num_query_groups=f.opt("num_key_value_heads", heads),
+        kv_channels=f.opt("head_dim", f.need("hidden_size") // heads),
+        add_bias_linear=False,
+        window_size=window,
+        window_type="sliding",
+    )
+
+
+def load_hf_config(path: Path) -> ModelSpec:
+    """Import a local Hugging Face ``config.json`` (no network).
+
+    Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gpt2,
+    gpt_neox, gemma, gemma2, nemotron, and (:mod:`planner.inputs.hf_config`) deepseek_v2, deepseek_v3,
+    kimi_k2, gpt_oss, llama4 (its ``text_config``), llama4_text, phi3. Field meanings follow the
+    ``transformers`` configuration classes of the same names.
+    """
+    data = read_document(path)
+    where = str(path)
+    mt = data.get("model_type")
+    if not isinstance(mt, str):
+        raise SpecError(f"{where}: key 'model_type': expected a string, got {type(mt).__name__} {mt!r}"[:300])
+    name = path.parent.name or path.stem
+    if path.parent.parent.name == "snapshots" and path.parent.parent.parent.name.startswith("models--"):
+        name = path.parent.parent.parent.name.split("--")[-1]  # hub cache: models--org--name/snapshots/rev
+    from planner.inputs import hf_config as hf_frontier  # imports this module: resolved at call time
+
+    if mt in hf_frontier.MODEL_TYPES:
+        return hf_frontier.load_frontier(data, where, name)
+
+    def need(key: str, *alts: str) -> Any:
+        """A required positive integer field (the first of ``key`` and ``alts`` present)."""
+        for k in (key, *alts):
+            if data.get(k) is not None:
+                return check_number(data[k], where, k, integer=True, positive=True, maximum=_hf_limit(k))
+        raise SpecError(f"{where}: missing required key '{key}' for model_type '{mt}'")
+
+    def opt(key: str) -> Any:
+        """An optional positive integer field (None when absent, null or 0)."""
+        if not data.get(key):
+            return None
+        return check_number(data[key], where, key, integer=True, positive=True, maximum=_hf_limit(key))
+
+    llama_like = {
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "gemma",
+        "gemma2",
+        "nemotron",
+    }
+    if mt in llama_like:
+        hidden = need("hidden_size")
+        heads = need("num_attention_heads")
+        act = data.get("hidden_act", data.get("hidden_activation", "silu"))
+        if mt == "nemotron":
+            activation = "squared_relu" if act in ("relu2", "squared_relu") else "gelu"
+        else:
+            # Llama-family MLPs are gated; Gemma's GeGLU has the cost and shape of SwiGLU.
+            activation = "swiglu"
+        kwargs: dict[str, Any] = dict(
+            name=name,
+            num_layers=need("num_hidden_layers"),
+            hidden_size=hidden,
+            ffn_hidden_size=need("intermediate_size"),
+            num_attention_heads=heads,
+            num_query_groups=opt("num_key_value_heads") or heads,
+            kv_channels=opt("head_dim") or hidden // heads,
+            vocab_size=need("vocab_size"),
+            max_position_embeddings=need("max_position_embeddings"),
+            activation=activation,
+            normalization="layernorm" if mt == "nemotron" else "rmsnorm",
+            position_embedding_type="rope",
+            rotary_base=_rope_theta(data, where),
+            untie_embeddings_and_output_weights=not data.get("tie_word_embeddings", mt.startswith("gemma")),
+            add_bias_linear=bool(data.get("mlp_bias", False)) and bool(data.get("attention_bias", False)),
+            add_qkv_bias=mt in ("qwen2", "qwen2_moe") or bool(data.get("attention_bias", False)),
+            qk_layernorm=mt in ("qwen3", "qwen3_moe"),
+        )
+        if mt == "mixtral":
+            kwargs.update(
+                num_experts=need("num_local_experts"),
+                moe_router_topk=need("num_experts_per_tok"),
+                moe_ffn_hidden_size=need("intermediate_size"),
+            )
+        elif mt in ("qwen2_moe", "qwen3_moe"):
+            kwargs.update(
+                num_experts=need("num_experts"),
+                moe_router_topk=need("num_experts_per_tok"),
+                moe_ffn_hidden_size=need("moe_intermediate_size"),
+                moe_layer_freq=opt("decoder_sparse_step") or 1,
+                moe_shared_expert_intermediate_size=opt("shared_expert_intermediate_size") or 0,
+            )
+    elif mt == "gpt2":
+        hidden = need("n_embd", "hidden_size")
+        kwargs = dict(
+            name=name,
+            num_layers=need("n_layer", "num_hidden_layers"),
+            hidden_size=hidden,
+            ffn_hidden_size=opt("n_inner") or 4 * hidden,
+            num_attention_heads=need("n_head"),
+            num_query_groups=need("n_head"),
+            kv_channels=hidden // need("n_head"),
+            vocab_size=need("vocab_size"),
+            max_position_embeddings=need("n_positions", "n_ctx"),
+            activation="gelu",
+            normalization="layernorm",
+            position_embedding_type="learned_absolute",
+            untie_embeddings_and_output_weights=False,
+            add_bias_linear=True,
+        )
+    elif mt == "gpt_neox":
+        hidden = need("hidden_size")
+        heads = need("num_attention_heads")
+        kwargs = dict(
+            name=name,
+            num_layers=need("num_hidden_layers"),
+            hidden_size=hidden,
+            ffn_hidden_size=need("intermediate_size"),
+            num_attention_heads=heads,
+            num_query_groups=heads,
+            kv_channels=hidden // heads,
+            vocab_size=need("vocab_size"),
+            max_position_embeddings=need("max_position_embeddings"),
+            activation="gelu",
+            normalization="layernorm",
+            position_embedding_type="rope",
+            rotary_base=_rope_theta(data, where),
+            untie_embeddings_and_output_weights=not data.get("tie_word_embeddings", False),
+            add_bias_linear=True,
+        )
+    else:
+        supported = (
+            "deepseek_v2, deepseek_v3, gemma, gemma2, gpt2, gpt_neox, gpt_oss, kimi_k2, llama, llama4, "
+            "llama4_text, mistral, mixtral, nemotron, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe"
+        )
+        raise SpecError(f"{where}: key 'model_type': {mt!r} is not supported; allowed values: {supported}")
+    for key, value in kwargs.items():
+        if isinstance(value, (bool, str)):
+            continue
+        # Derived fields (hidden // heads, 4 * hidden) get the planner key's bound too.
+        optional = key.startswith("moe_") or key == "num_experts"
+        check_number(value, f"{where} (as planner's {key})", key, integer=True, positive=not optional)
+    for key in ("tie_word_embeddings", "mlp_bias", "attention_bias"):
+        if key in data and not isinstance(data[key], bool):
+            raise SpecError(f"{where}: key '{key}': expected true/false, got {data[key]!r}"[:300])
+    spec = ModelSpec(**kwargs)
+    validate_model(spec, where)
+    return spec
+
+
+_HF_KEYS = {
+    "n_routed_experts": "num_experts",
+    "n_shared_experts": "num_experts",
+    "first_k_dense_replace": "num_layers",
+    "qk_nope_head_dim": "qk_head_dim",
+    "qk_rope_head_dim": "qk_pos_emb_head_dim",
+    "num_nextn_predict_layers": "mtp_num_layers",
+    "sliding_window": "window_size",
+    "attention_chunk_size": "window_size",
+    "intermediate_size_mlp": "ffn_hidden_size",
+    "interleave_moe_layer_step": "moe_layer_freq",
+    "no_rope_layer_interval": "num_layers",
+    "experts_per_token": "moe_router_topk",
+    "num_hidden_layers": "num_layers",
+    "n_layer": "num_layers",
+    "n_embd": "hidden_size",
+    "n_head": "num_attention_heads",
+    "n_inner": "ffn_hidden_size",
+    "intermediate_size": "ffn_hidden_size",
+    "moe_intermediate_size": "moe_ffn_hidden_size",
+    "shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
+    "num_key_value_heads": "num_query_groups",
+    "head_dim": "kv_channels",
+    "num_local_experts": "num_experts",
+    "num_experts_per_tok": "moe_router_topk",
+    "decoder_sparse_step": "moe_layer_freq",
+    "n_positions": "max_position_embeddings",
+    "n_ctx": "max_position_embeddings",
+}
+
+
+def _hf_limit(hf_key: str) -> float | None:
+    """The bound of the planner field an HF ``config.json`` key maps to."""
+    return limit(_HF_KEYS.get(hf_key, hf_key))

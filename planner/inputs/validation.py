@@ -1,0 +1,269 @@
+"""One validation layer for every input kind, and the JSON edge (docs/reliability.md).
+
+Inputs: :class:`planner.inputs.documents.Reader` (model, GPU, cluster, job, plan, graph-model and fill-job
+files), the HF ``config.json`` importer, the Megatron-LM importer and the command-line job flags
+all check numbers through :func:`check_number`: the right type, finite, positive or non-negative,
+and at most the realistic upper bound of :data:`LIMITS` for that key. Bounds are far above any
+system built or announced (each is justified below), so they never refuse a real input; they
+exist so that a typo such as ``num_layers: 2147483648`` is a one-line error instead of a run that
+allocates until the kernel kills it.
+
+Outputs: :func:`json_text` is the only way ``--json`` and JSON plan files are written: it rejects
+NaN and infinity (``allow_nan=False``, so the text is always valid JSON) and turns floating-point
+round-off just below zero (``-1.9e-16``) into ``0.0``.
+
+Files: :func:`read_text_capped` reads at most :data:`MAX_FILE_BYTES` and maps undecodable bytes,
+unreadable paths and over-long names to :class:`~planner.inputs.errors.SpecError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from pathlib import Path
+from typing import Any
+
+from planner.inputs.errors import SpecError
+
+MAX_FILE_BYTES = 16 * 2**20
+"""Largest input file read (16 MiB). The largest input planner takes is a plan file of a graph
+model with thousands of blocks (tens of KiB); HF ``config.json`` files are a few KiB. A larger file
+is not an input (``/dev/zero``, a checkpoint passed by mistake) and is refused before parsing."""
+
+ROUND_OFF = 1e-9
+"""Negative results smaller than this in magnitude are round-off of quantities that are
+non-negative by definition (idle time, bubble fraction): sums of float64 durations of about
+1e-3..1e3 s carry relative errors near 1e-16, i.e. absolute errors far below 1e-9."""
+
+# Upper bounds per input key: (bound, why). Applied by key name wherever the key is read, so a
+# model file, a plan file's model section and a graph model's block share one rule.
+_WORLD = 10**7
+LIMITS: dict[str, tuple[float, str]] = {
+    # Model shape.
+    "num_layers": (10_000, "the deepest published transformers have about 100-200 layers"),
+    "hidden_size": (1_000_000, "the widest published models use 8k-25k (GPT-3: 12288)"),
+    "ffn_hidden_size": (10_000_000, "published FFN widths are at most about 100k (4-8x hidden)"),
+    "moe_ffn_hidden_size": (10_000_000, "as ffn_hidden_size"),
+    "moe_shared_expert_intermediate_size": (10_000_000, "as ffn_hidden_size"),
+    "num_attention_heads": (100_000, "published models use at most 128-256 heads"),
+    "num_query_groups": (100_000, "at most num_attention_heads"),
+    "kv_channels": (100_000, "published head dimensions are 64-256"),
+    "vocab_size": (100_000_000, "published vocabularies are at most about 256k-1M tokens"),
+    "max_position_embeddings": (100_000_000, "published context lengths reach 1M-10M tokens"),
+    "rotary_base": (10**12, "published RoPE bases are 1e4-1e7 (Llama 3: 5e5, Qwen3: 1e6)"),
+    "num_experts": (1_000_000, "published MoE models use at most a few thousand experts"),
+    "moe_router_topk": (1_000_000, "at most num_experts"),
+    "moe_layer_freq": (10_000, "at most num_layers"),
+    "moe_expert_capacity_factor": (1_000.0, "capacity factors in use are 1-2; above num_experts is moot"),
+    "q_lora_rank": (1_000_000, "as hidden_size (DeepSeek-V3: 1536)"),
+    "kv_lora_rank": (1_000_000, "as hidden_size (DeepSeek-V3: 512)"),
+    "qk_head_dim": (100_000, "as kv_channels"),
+    "qk_pos_emb_head_dim": (100_000, "as kv_channels"),
+    "v_head_dim": (100_000, "as kv_channels"),
+    "window_size": (100_000_000, "as max_position_embeddings (gpt-oss: 128, Llama 4 chunks: 8192)"),
+    "window_attn_skip_freq": (10_000, "at most num_layers"),
+    "mtp_num_layers": (10_000, "at most num_layers (DeepSeek-V3: 1)"),
+    # Job.
+    "seq_length": (10_000_000, "the longest published training contexts are about 1M-10M tokens"),
+    "global_batch_size": (
+        10_000_000,
+        "published global batches are at most a few tens of thousands of sequences "
+        "(Llama 3 405B: 16M tokens = 2048 x 8k); the simulator's work grows with micro-batches",
+    ),
+    "micro_batch_size": (1_000_000, "at most the global batch"),
+    # Cluster.
+    "num_nodes": (1_000_000, "the largest clusters built have about 100k GPUs, 10k-50k nodes"),
+    "gpus_per_node": (100_000, "nodes hold 4-8 GPUs; rack-scale NVLink domains reach 72-576"),
+    "nvlink_domain_size": (100_000, "NVLink domains reach 72 (GB200 NVL72) to 576 GPUs"),
+    "memory_gib": (1_000_000.0, "GPU memories are 16-288 GiB"),
+    "memory_reserve_gib": (1_000_000.0, "at most memory_gib"),
+    "hbm_bandwidth_gb_per_s": (1e7, "HBM bandwidths are 0.9-8 TB/s"),
+    "intra_node_bandwidth_gb_per_s": (1e7, "NVLink 5 is 900 GB/s per direction per GPU"),
+    "inter_node_bandwidth_gb_per_s": (1e7, "NICs are 25-100 GB/s per GPU"),
+    "intra_node_latency_us": (1e6, "link latencies are microseconds; one second is a broken link"),
+    "inter_node_latency_us": (1e6, "as intra_node_latency_us"),
+    "intra_node_efficiency": (1.0, "a fraction of the link's bandwidth"),
+    "link_bandwidth_gb_per_s": (1e4, "one NVLink link carries 20-50 GB/s per direction"),
+    "nvlink_links": (18, "a GPU has at most 18 NVLink links (H100, B200)"),
+    "inter_node_efficiency": (1.0, "a fraction of the link's bandwidth"),
+    "host_memory_gb": (1e6, "nodes hold 0.5-4 TB of system memory"),
+    "gemm_efficiency_max": (1.0, "a fraction of the peak"),
+    "attention_efficiency": (1.0, "a fraction of the peak"),
+    "hbm_efficiency": (1.0, "a fraction of the peak bandwidth"),
+    "gemm_half_efficiency_gflop": (1e9, "a GEMM size; the largest GEMMs are about 1e6 GFLOP"),
+    "fp8_gemm_speedup": (100.0, "fp8 is at most about 2x bf16 on tensor cores"),
+    "kernel_overhead_us": (1e6, "launch overheads are microseconds"),
+    "host_launch_us": (1e6, "a kernel launch takes microseconds"),
+    "grouped_gemm_efficiency": (1.0, "a fraction of a dense GEMM's speed"),
+    "bf16": (1e9, "TFLOP/s: the fastest GPUs are about 2.5-5 PFLOP/s dense"),
+    "fp16": (1e9, "as bf16"),
+    "fp8": (1e9, "as bf16"),
+    "tf32": (1e9, "as bf16"),
+    # Parallel configuration: each degree is at most a world size.
+    **{
+        k: (_WORLD, "at most the number of GPUs in the largest cluster")
+        for k in ("tp", "pp", "dp", "cp", "ep", "etp")
+    },
+    "vpp": (10_000, "at most num_layers"),
+    "recompute_num_layers": (10_000, "at most num_layers"),
+    "offload_layers": (10_000, "fewer than num_layers"),
+    # Graph-model generic blocks.
+    "forward_flop_per_sample": (1e21, "a whole GPT-3 forward pass is about 1e15 FLOP per sample"),
+    "params": (1e15, "the largest models have about 1e12-1e13 parameters"),
+    "activation_bytes_per_sample": (1e15, "a petabyte per sample is no real block"),
+    "output_bytes_per_sample": (1e15, "as activation_bytes_per_sample"),
+    "bytes_per_sample": (1e15, "as activation_bytes_per_sample"),
+    # Fill jobs.
+    "unit_time_s": (1e6, "a fill unit fits in a pipeline bubble of milliseconds to seconds"),
+    "unit_memory_gib": (1_000_000.0, "at most a GPU's memory"),
+    "footprint_gib": (1_000_000.0, "at most a GPU's memory"),
+    "min_units": (1_000_000_000, "a count of units in one bubble"),
+}
+
+
+def limit(key: str) -> float | None:
+    """The upper bound of ``key`` (its last dotted component), or None when it has none."""
+    entry = LIMITS.get(key.rsplit(".", 1)[-1])
+    return entry[0] if entry else None
+
+
+def check_number(
+    value: Any,
+    where: str,
+    key: str,
+    *,
+    integer: bool = False,
+    positive: bool = False,
+    maximum: float | None = None,
+) -> int | float:
+    """``value`` as a checked number: not a boolean, finite, ``>= 0`` (``> 0`` when ``positive``)
+    and at most ``maximum`` (default: :func:`limit` of ``key``). Errors name ``where`` and ``key``."""
+    name = f"{where}: key '{key}'"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        kind = "an integer" if integer else "a number"
+        raise SpecError(f"{name}: expected {kind}, got {type(value).__name__} {value!r}"[:300])
+    if integer and not isinstance(value, int):
+        raise SpecError(f"{name}: expected an integer, got {value!r}")
+    if not math.isfinite(value):
+        raise SpecError(f"{name}: must be a finite number, got {value}")
+    if positive and value <= 0:
+        raise SpecError(f"{name}: must be positive, got {value}")
+    if value < 0:
+        raise SpecError(f"{name}: must not be negative, got {value}")
+    bound = limit(key) if maximum is None else maximum
+    if bound is not None and value > bound:
+        why = LIMITS.get(key.rsplit(".", 1)[-1], (0, ""))[1]
+        raise SpecError(
+            f"{name}: {value} is above the largest allowed, {bound:g}" + (f" ({why})" if why else "")
+        )
+    return value
+
+
+# ------------------------------------------------------------------------------------------------
+# Files
+
+
+def read_text_capped(path: Path, limit_bytes: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of ``path``; a missing, unreadable, oversized or binary file is a SpecError."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(limit_bytes + 1)
+    except FileNotFoundError:
+        raise SpecError(f"{short_path(path)}: file not found") from None
+    except IsADirectoryError:
+        raise SpecError(f"{short_path(path)}: is a directory, expected a file") from None
+    except OSError as exc:
+        raise SpecError(f"{short_path(path)}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > limit_bytes:
+        raise SpecError(f"{short_path(path)}: larger than {limit_bytes // 2**20} MiB; not an input file")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            f"{short_path(path)}: not UTF-8 text (byte {exc.start}); expected YAML or JSON"
+        ) from None
+
+
+def short_path(path: Path | str) -> str:
+    """A path for an error message, shortened when absurdly long (a 10k-character name)."""
+    text = str(path)
+    return text if len(text) <= 200 else text[:100] + "..." + text[-50:]
+
+
+def path_exists(path: Path) -> bool:
+    """``path.exists()`` that treats over-long or otherwise invalid names as absent."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
+# ------------------------------------------------------------------------------------------------
+# The JSON edge
+
+
+def clean(data: Any, path: str = "") -> Any:
+    """``data`` with round-off negatives (``-ROUND_OFF < x < 0``) as ``0.0``; a non-finite float is
+    an error naming its key (results are finite by construction, so this is a bug, never hidden)."""
+    if isinstance(data, numbers.Real) and not isinstance(data, numbers.Integral):
+        data = float(data)  # numpy floats too
+        if not math.isfinite(data):
+            raise SpecError(
+                f"result '{path or 'value'}' is not a finite number ({data}); please report this input"
+            )
+        return 0.0 if -ROUND_OFF < data < 0 else data
+    if isinstance(data, dict):  # the same mapping type (plan files mark one-line rows by type)
+        return type(data)({k: clean(v, f"{path}.{k}" if path else str(k)) for k, v in data.items()})
+    if isinstance(data, (list, tuple)):
+        return type(data)(clean(v, f"{path}[{i}]") for i, v in enumerate(data))
+    return data
+
+
+def json_text(data: Any, **kwargs: Any) -> str:
+    """Strict JSON (no NaN or infinity) of :func:`clean` ``(data)``; ``kwargs`` go to ``json.dumps``."""
+    return json.dumps(clean(data), allow_nan=False, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------------
+# Cross-input rules
+
+
+def require_precision(cluster: Any, job: Any, where: str) -> None:
+    """Every GPU of ``cluster`` has a tensor-core peak for the job's precision (a V100 has no bf16)
+    and runs its FP8 recipe (MXFP8 from Blackwell on: :data:`planner.inputs.specs.MXFP8_MIN_COMPUTE_CAPABILITY`)."""
+    from planner.inputs.specs import COMPUTE_DTYPE, MXFP8_MIN_COMPUTE_CAPABILITY, compute_capability_major
+
+    dtype = COMPUTE_DTYPE.get(job.precision, job.precision)
+    for g in cluster.groups:
+        if not g.gpu.supports(dtype):
+            have = ", ".join(k for k, v in g.gpu.peak_flop_per_s if v) or "none"
+            raise SpecError(
+                f"{where}: GPU {g.gpu.name} has no {dtype} tensor-core peak for --precision {job.precision}; "
+                f"it has: {have}"
+            )
+        if (
+            job.precision == "fp8"
+            and job.fp8_recipe == "mxfp8"
+            and compute_capability_major(g.gpu.name) < MXFP8_MIN_COMPUTE_CAPABILITY
+        ):
+            raise SpecError(
+                f"{where}: fp8_recipe mxfp8: GPU {g.gpu.name} has no MXFP8 (it runs on Blackwell, compute "
+                "capability 10.0, and later); use tensorwise, delayed or blockwise"
+            )
+
+
+SIGNIFICANT_DIGITS = 4
+
+
+def rounded(data, digits: int = SIGNIFICANT_DIGITS):
+    """``data`` with every float rounded to ``digits`` significant digits (ints, booleans and
+    strings unchanged): the one rounding of predictions in plan files and ``--json``. Inputs
+    (model, cluster, job) are never rounded, so a plan file reads back to the same problem."""
+    if isinstance(data, float):
+        return float(f"{data:.{digits}g}") if math.isfinite(data) else data
+    if isinstance(data, dict):
+        return {k: rounded(v, digits) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [rounded(v, digits) for v in data]
+    return data

@@ -1,0 +1,409 @@
+"""CI checks of training configurations: constraints, memory, throughput, distance from the best plan.
+
+A config is a plan file or a Megatron-LM args/launch file. Each check yields findings; a config
+passes when no finding is an error. Findings carry the flag names and the line, for GitHub
+annotations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cost_models.estimate import estimate
+from cost_models.parallel import violations
+from planner.inputs.errors import PlannerError, SpecError
+from planner.inputs.specs import ClusterSpec
+from planner.inputs.validation import read_text_capped, rounded
+from planner.launch.megatron.importer import parse_megatron
+from planner.launch.megatron.rules import megatron_findings
+from planner.plans.plan_file import read_plan
+
+FLAG_HINTS = {
+    "recompute module": ("--recompute-modules", "--recompute-granularity"),
+    "recompute_modules": ("--recompute-modules", "--recompute-granularity"),
+    "moe_ffn_hidden_size": ("--moe-ffn-hidden-size", "--expert-tensor-parallel-size"),
+    "exceeds max_position_embeddings": ("--max-position-embeddings", "--seq-length"),
+    "global batch": ("--global-batch-size", "--micro-batch-size"),
+    "num_attention_heads": ("--num-attention-heads", "--tensor-model-parallel-size"),
+    "num_query_groups": ("--num-query-groups", "--tensor-model-parallel-size"),
+    "ffn_hidden_size": ("--ffn-hidden-size", "--tensor-model-parallel-size"),
+    "world size": (
+        "--tensor-model-parallel-size",
+        "--pipeline-model-parallel-size",
+        "--context-parallel-size",
+    ),
+    "num_layers": ("--num-layers", "--pipeline-model-parallel-size"),
+    "seq_length": ("--seq-length", "--context-parallel-size"),
+    "interleaved": ("--num-virtual-stages-per-pipeline-rank",),
+    "virtual pipeline": ("--num-virtual-stages-per-pipeline-rank", "--pipeline-model-parallel-size"),
+    "layers_per_stage": ("--pipeline-model-parallel-layout",),
+    "ep = ": ("--expert-model-parallel-size", "--num-experts"),
+    "max_position_embeddings": ("--max-position-embeddings", "--seq-length"),
+    "num_experts": ("--num-experts", "--expert-model-parallel-size"),
+    "expert tp": ("--expert-model-parallel-size", "--expert-tensor-parallel-size"),
+    "does not fit": ("--micro-batch-size", "--recompute-granularity", "--use-distributed-optimizer"),
+    "slower than": ("--tensor-model-parallel-size", "--pipeline-model-parallel-size"),
+}
+
+
+@dataclass
+class Finding:
+    level: str  # "error" | "warning" | "notice"
+    check: str
+    message: str
+    flags: tuple[str, ...] = ()
+    line: int | None = None
+
+
+@dataclass
+class Verdict:
+    path: str
+    passed: bool = True
+    findings: list[Finding] = field(default_factory=list)
+    metrics: dict = field(default_factory=dict)
+
+    def add(self, finding: Finding) -> None:
+        self.findings.append(finding)
+        if finding.level == "error":
+            self.passed = False
+
+
+def first_causes(problems: list[str]) -> list[str]:
+    """The violations Megatron-LM would report: TransformerConfig checks the heads before the
+    query groups, so a query-groups complaint beside a heads/tp one is not a cause of its own."""
+    if any(p.startswith("num_attention_heads") for p in problems):
+        return [p for p in problems if not p.startswith("num_query_groups")]
+    return problems
+
+
+def _flags_for(message: str) -> tuple[str, ...]:
+    for key, flags in FLAG_HINTS.items():
+        if key in message:
+            return flags
+    return ()
+
+
+def _plan_kind(path: str, text: str) -> str:
+    """``graph_plan`` or ``plan`` for the text of a YAML/JSON plan file, '' for any other config."""
+    if Path(path).suffix not in (".yaml", ".yml", ".json"):
+        return ""
+    return next((k for k in ("graph_plan", "plan") if f"kind: {k}" in text or f'"kind": "{k}"' in text), "")
+
+
+def is_plan_file(path: str) -> bool:
+    """Whether ``path`` is a plan or graph-plan file, which records its own cluster (False for a
+    file that cannot be read: :func:`check_file` reports that)."""
+    try:
+        return bool(_plan_kind(path, read_text_capped(Path(path))))
+    except SpecError:
+        return False
+
+
+def check_file(
+    path: str,
+    cluster: ClusterSpec | None,
+    headroom_bytes: float = 0.0,
+    max_slowdown: float | None = None,
+    profile=None,
+    software: str | None = None,
+) -> Verdict:
+    """Every check on one config file against ``cluster`` (as loaded: no software or calibration
+    profile applied; None: a plan file's own cluster, :func:`is_plan_file`, and an error finding
+    for any other file). ``software`` (a software profile name; None: a plan file's recorded one,
+    the newest of a launch file's framework) and then ``profile`` (a calibrated
+    :class:`planner.profiles.calibrated.Profile`, replacing a plan's recorded one) are applied to the
+    cluster the file is judged on (:func:`planner.profiles.software.configure`)."""
+    from planner.profiles.software import cluster_families, configure, default_software
+
+    verdict = Verdict(path)
+    try:
+        text = read_text_capped(Path(path))  # size-capped, UTF-8 (planner.inputs.validation)
+    except SpecError as exc:
+        verdict.add(Finding("error", "read", str(exc)))
+        return verdict
+    lines: dict = {}
+    kind = _plan_kind(path, text)
+    if kind == "graph_plan":
+        return _check_graph_plan(path, cluster, headroom_bytes, max_slowdown, verdict, software, profile)
+    try:
+        if kind == "plan":
+            inputs = read_plan(path, software, profile)
+            model, job, config = inputs.model, inputs.job, inputs.config
+            framework = inputs.framework
+            searched_headroom = inputs.memory_headroom_bytes
+            if _world_mismatch(verdict, inputs.cluster, cluster):
+                return verdict
+            cluster, software = inputs.cluster, inputs.software
+        elif cluster is None:
+            verdict.add(
+                Finding(
+                    "error",
+                    "cluster",
+                    "a Megatron-LM args or launch file or a torchtitan TOML is checked against a "
+                    "cluster (--cluster, --nodes): only plan files record their own",
+                )
+            )
+            return verdict
+        elif Path(path).suffix == ".toml":
+            # A torchtitan job config; findings point at the TOML line of the matching key.
+            from planner.launch.torchtitan.importer import KEY_HINTS, read_torchtitan
+
+            titan = read_torchtitan(path, cluster.num_gpus)
+            model, job, config = titan.model, titan.job, titan.config
+            lines = {f: titan.key_lines[k] for f, k in KEY_HINTS.items() if k in titan.key_lines}
+            framework = "torchtitan"
+            searched_headroom = 0.0
+            for note in titan.notes:
+                verdict.add(Finding("notice", "import", note))
+        else:
+            imported = parse_megatron(text, path, cluster.num_gpus)
+            model, job, config, lines = imported.model, imported.job, imported.config, imported.flag_lines
+            framework = "megatron"
+            searched_headroom = 0.0
+            for flag in imported.unknown:
+                verdict.add(
+                    Finding(
+                        "warning",
+                        "import",
+                        f"flag {flag} is accepted by Megatron-LM but not interpreted by planner",
+                        (flag,),
+                        lines.get(flag),
+                    )
+                )
+            # What Megatron-LM's own validation rejects (planner/launch/megatron/rules.py).
+            for level, msg, flags in megatron_findings(imported, cluster):
+                verdict.add(
+                    Finding(
+                        level, "megatron", msg, flags, next((lines[f] for f in flags if f in lines), None)
+                    )
+                )
+    except PlannerError as exc:
+        verdict.add(Finding("error", "parse", str(exc)))
+        return verdict
+    if kind != "plan":
+        software = (
+            software if software is not None else default_software(framework, cluster_families(cluster))
+        )
+        try:
+            cluster, _ = configure(cluster, software, profile)
+        except PlannerError as exc:
+            verdict.add(Finding("error", "profile", str(exc)))
+            return verdict
+    mp = config.tp * config.pp * config.cp
+    if cluster.num_gpus % mp:
+        verdict.add(
+            Finding(
+                "error",
+                "constraints",
+                f"world size {cluster.num_gpus} is not divisible by tp*pp*cp = "
+                f"{config.tp}*{config.pp}*{config.cp} = {mp}",
+                _flags_for("world size"),
+            )
+        )
+        return verdict
+    config = config.with_(dp=cluster.num_gpus // mp)
+    problems = first_causes(violations(model, cluster, job, config))
+    for msg in problems:
+        flags = _flags_for(msg)
+        verdict.add(
+            Finding("error", "constraints", msg, flags, next((lines[f] for f in flags if f in lines), None))
+        )
+    if problems:
+        return verdict
+    try:
+        est = estimate(model, cluster, job, config)
+    except (PlannerError, ValueError) as exc:
+        verdict.add(Finding("error", "estimate", str(exc)))
+        return verdict
+    _judge_estimate(verdict, est, headroom_bytes, lines)
+    verdict.metrics["framework"] = framework
+    verdict.metrics["software"] = software
+    if max_slowdown is not None:
+        from planner.search.chain import search
+        from planner.search.space import Restrictions
+
+        # The best plan the same framework can launch: a launch is never judged against plans its
+        # framework cannot run. The memory rule is the stricter of this check's and the one the
+        # plan was searched under, so a plan is never judged against one its own search refused.
+        rules = Restrictions(
+            framework=framework, memory_headroom_bytes=max(headroom_bytes, searched_headroom)
+        )
+        result = search(model, cluster, job, rules, top_k=1)
+        if result.plans:
+            best = result.plans[0]
+            b = best.config
+            _judge_slowdown(
+                verdict,
+                est.step_time_s,
+                best.estimate.step_time_s,
+                max_slowdown,
+                f"tp {b.tp} pp {b.pp} dp {b.dp} cp {b.cp} vpp {b.vpp} mbs {b.micro_batch_size} {b.schedule} "
+                f"recompute {b.recompute} {b.optimizer_sharding}: ",
+            )
+    return verdict
+
+
+def _world_mismatch(verdict: Verdict, planned: ClusterSpec, cluster: ClusterSpec | None) -> bool:
+    if cluster is None or planned.num_gpus == cluster.num_gpus:
+        return False
+    verdict.add(
+        Finding(
+            "error",
+            "world size",
+            f"the plan is for {planned.num_gpus} GPUs, the cluster has {cluster.num_gpus}",
+        )
+    )
+    return True
+
+
+def _judge_estimate(verdict: Verdict, est, headroom_bytes: float, lines: dict, what: str = "") -> None:
+    """Metrics, the memory check (with headroom) and the throughput notice of one estimate."""
+    worst = est.worst_stage
+    verdict.metrics = {
+        "step_time_s": est.step_time_s,
+        "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
+        "mfu": est.mfu,
+        "peak_memory_bytes": est.peak_memory_bytes,
+        "headroom_bytes": worst.memory.headroom_bytes,
+    }
+    if worst.memory.headroom_bytes < headroom_bytes:
+        need = headroom_bytes - worst.memory.headroom_bytes
+        msg = (
+            f"does not fit: stage {worst.stage} peaks at {worst.memory.peak_bytes / 2**30:.1f} GiB of "
+            f"{worst.memory.capacity_bytes / 2**30:.1f} GiB (with {headroom_bytes / 2**30:.1f} GiB headroom required, "
+            f"{need / 2**30:.1f} GiB short)"
+        )
+        flags = _flags_for("does not fit") if not what else ()
+        verdict.add(
+            Finding("error", "memory", msg, flags, next((lines[f] for f in flags if f in lines), None))
+        )
+    if not est.host_fits:
+        flags = ("--cpu-offloading-num-layers",) if not what else ()
+        verdict.add(
+            Finding(
+                "error",
+                "memory",
+                f"does not fit in host memory: {est.host_shortfall}",
+                flags,
+                next((lines[f] for f in flags if f in lines), None),
+            )
+        )
+    verdict.add(
+        Finding(
+            "notice",
+            "throughput",
+            # The predictions as search, estimate and plan files show them (api.rounded).
+            f"predicted {rounded(est.step_time_s):.3f} s/step, "
+            f"{rounded(est.tokens_per_s_per_gpu):,.0f} tokens/s/GPU, MFU {100 * rounded(est.mfu):.1f}%{what}",
+        )
+    )
+
+
+def _judge_slowdown(
+    verdict: Verdict, step_s: float, best_s: float, max_slowdown: float, best_text: str, graph: bool = False
+) -> None:
+    """Pass within ``max_slowdown`` of the best plan found, else an error naming it."""
+    slower = step_s / best_s - 1
+    verdict.metrics["best_step_time_s"] = best_s
+    verdict.metrics["slowdown_vs_best"] = slower
+    kind = "best graph plan" if graph else "best plan"
+    if slower <= max_slowdown:
+        verdict.add(
+            Finding(
+                "notice",
+                "slowdown",
+                f"within {100 * max(slower, 0.0):.1f}% of the {kind} found ({rounded(best_s):.3f} s/step); "
+                f"allowed {100 * max_slowdown:.0f}%",
+            )
+        )
+    else:
+        verdict.add(
+            Finding(
+                "error",
+                "slowdown",
+                f"{100 * slower:.1f}% slower than the {kind} found ({best_text}{rounded(best_s):.3f} s/step); "
+                f"allowed {100 * max_slowdown:.0f}%",
+                () if graph else _flags_for("slower than"),
+            )
+        )
+
+
+def _check_graph_plan(
+    path: str,
+    cluster: ClusterSpec | None,
+    headroom_bytes: float,
+    max_slowdown: float | None,
+    verdict: Verdict,
+    software: str | None = None,
+    profile=None,
+) -> Verdict:
+    """A graph-pipeline plan: a valid stage graph, memory per stage, throughput, distance from the
+    best; under the software profile it records (``software`` replaces it) and ``profile``."""
+    from cost_models.graph_costs import estimate_graph
+    from planner.plans.graph_plan import read_graph_plan
+
+    try:
+        inputs = read_graph_plan(path, software, profile)
+    except PlannerError as exc:
+        verdict.add(Finding("error", "parse", str(exc)))
+        return verdict
+    if _world_mismatch(verdict, inputs.cluster, cluster):
+        return verdict
+    est = estimate_graph(inputs.model, inputs.cluster, inputs.job, inputs.config, inputs.stage_graph)
+    _judge_estimate(verdict, est, headroom_bytes, {}, f" (graph pipeline of {inputs.config.pp} stages)")
+    verdict.metrics["software"] = inputs.software
+    if any(inputs.modes):
+        verdict.add(
+            Finding(
+                "notice",
+                "launch",
+                "a graph pipeline: Megatron-LM cannot launch it (planner export megatron offers the sequential plan)",
+            )
+        )
+    if max_slowdown is not None:
+        from planner.search.graph import search_graph
+        from planner.search.space import Restrictions
+
+        # The same memory rule as the search that wrote the plan (see check_file).
+        headroom = max(headroom_bytes, inputs.memory_headroom_bytes)
+        result = search_graph(
+            inputs.model, inputs.cluster, inputs.job, Restrictions(memory_headroom_bytes=headroom), top_k=1
+        )
+        if result.plans:
+            b = result.plans[0]
+            _judge_slowdown(
+                verdict,
+                est.step_time_s,
+                b.estimate.step_time_s,
+                max_slowdown,
+                f"tp {b.config.tp}, {b.config.dp} pipelines of {b.config.pp} stages: ",
+                graph=True,
+            )
+    return verdict
+
+
+def verdict_dict(v: Verdict) -> dict:
+    return {
+        "path": v.path,
+        "passed": v.passed,
+        "metrics": rounded(v.metrics),
+        "findings": [
+            {"level": f.level, "check": f.check, "message": f.message, "flags": list(f.flags), "line": f.line}
+            for f in v.findings
+        ],
+    }
+
+
+def github_lines(v: Verdict) -> list[str]:
+    """GitHub Actions workflow commands (``::error file=...,line=...::message``)."""
+    out = []
+    for f in v.findings:
+        level = {"error": "error", "warning": "warning", "notice": "notice"}[f.level]
+        where = f"file={v.path}" + (f",line={f.line}" if f.line else "")
+        message = f.message.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+        out.append(f"::{level} {where}::{f.check}: {message}")
+    return out
+
+
+__all__ = ["check_file", "verdict_dict", "github_lines", "Verdict", "Finding", "SpecError"]

@@ -1,0 +1,545 @@
+"""Megatron-LM export: ``pretrain_gpt.py`` arguments and launch scripts (torchrun, Slurm, Slurm
+heterogeneous job) for the pinned release (:data:`~planner.frameworks.megatron.MEGATRON`).
+
+Every flag and rule was checked against the installed megatron-core 0.19.2
+``megatron/training/arguments.py`` (``validate_args``) and
+``megatron/core/transformer/transformer_config.py`` (``__post_init__``); the accepted spellings are
+:data:`planner.launch.megatron.flags.ACCEPTED`. What each plan field becomes is tabled in
+docs/megatron.md. Emitters are pure functions built from one table of flags and golden-tested;
+:func:`export_files` is the whole export (the CLI only writes its result). Not exported: data
+paths, the tokenizer files, learning-rate schedule and run length (placeholders in the script).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from cost_models.parallel import PP_DP, SHARDED_GRADIENTS, ParallelConfig
+from planner.frameworks.megatron import MEGATRON
+from planner.inputs.errors import SpecError
+from planner.inputs.jobs import default_grad_dtype
+from planner.inputs.layer_pattern import pattern_text
+from planner.inputs.specs import JobSpec, ModelSpec, compute_capability_major
+from planner.launch.megatron.flags import ACCEPTED
+from planner.plans.plan_file import PlanInputs
+
+VERSION = MEGATRON.version
+ACTIVATION_FLAGS = {"swiglu": "--swiglu", "squared_relu": "--squared-relu", "gelu": None}
+NORMALIZATION = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
+FSDP_STRATEGY = {"zero2": "optim_grads", "full": "optim_grads_params"}
+"""Megatron-FSDP ``--data-parallel-sharding-strategy`` of each planner sharding: ZeRO-2 shards
+optimizer state and gradients, ZeRO-3 also parameters (megatron_fsdp ``ShardingStrategy``)."""
+FSDP_REQUIRED: list[tuple[str, str | None]] = [
+    ("--use-distributed-optimizer", None),
+    ("--no-gradient-accumulation-fusion", None),
+    ("--ckpt-format", "fsdp_dtensor"),
+]
+"""Flags NVIDIA's Megatron-FSDP user guide lists as required ("Required Configurations",
+docs/discussions/megatron-fsdp-user-guide); in 0.19.2 ``validate_args`` asserts
+``ckpt_format == "fsdp_dtensor"`` and forces the distributed optimizer, and only warns about
+gradient-accumulation fusion."""
+
+
+def layout_for(layers: tuple[int, ...]) -> str:
+    """``--pipeline-model-parallel-layout`` for a partition given per virtual stage in Megatron's
+    order (virtual stage ``v * pp + rank``, as ``PipelineParallelLayerLayout`` reads it): E
+    embedding, t decoder layer, L loss, stages separated by |, written out in full."""
+    stages = ["t" * n for n in layers]
+    stages[0] = "E" + stages[0]
+    stages[-1] = stages[-1] + "L"
+    return "|".join(stages)
+
+
+def partition_flags(c: ParallelConfig, model: ModelSpec) -> list[tuple[str, str | None]]:
+    """How the layer partition and the virtual stages map to Megatron.
+
+    Even split: ``--num-virtual-stages-per-pipeline-rank`` when vpp > 1, nothing else. Uneven
+    without virtual stages: first/last counts when every middle stage is equal and neither end is
+    empty, else an explicit layout (an embedding-only first or loss-only last stage is ``E|`` /
+    ``|L``). Uneven with virtual stages: always the layout (it fixes vpp itself; validate_args
+    forbids it beside ``--num-virtual-stages-per-pipeline-rank``)."""
+    layers = c.layers_per_stage
+    uneven = bool(layers) and len(set(layers)) > 1
+    if not uneven:
+        return [("--num-virtual-stages-per-pipeline-rank", str(c.vpp))] if c.vpp > 1 else []
+    if c.vpp > 1:
+        return [("--pipeline-model-parallel-layout", layout_for(layers))]
+    first, last, middle = layers[0], layers[-1], layers[1:-1]
+    if (not middle or len(set(middle)) == 1) and first and last:
+        # validate_args wants first/last counts > 0: an embedding- or loss-only stage is a layout.
+        out = []
+        if not middle or first != middle[0]:
+            out.append(("--decoder-first-pipeline-num-layers", str(first)))
+        if not middle or last != middle[0]:
+            out.append(("--decoder-last-pipeline-num-layers", str(last)))
+        return out
+    return [("--pipeline-model-parallel-layout", layout_for(layers))]
+
+
+def refuse_unlaunchable(inputs: PlanInputs) -> None:
+    """SpecError (one line) when Megatron-LM at the pinned release cannot run the plan as priced:
+    outside its capabilities (e.g. a zb-h1 plan searched with ``--framework any``), or a model
+    it has no flag for, or a mixed-GPU cluster torchrun cannot number in stage order."""
+    m, c = inputs.model, inputs.config
+    reasons = MEGATRON.violations(m, inputs.cluster, inputs.job, c)
+    if reasons:
+        raise SpecError(f"{reasons[0]}; re-run planner search with --framework megatron")
+    if m.activation == "relu":
+        raise SpecError("Megatron-LM has no plain ReLU MLP flag; this model cannot be exported")
+    if m.window_size and m.window_type == "chunked":
+        raise SpecError(
+            "Megatron-LM has no chunked attention (Llama 4's attention_chunk_size; only --window-size "
+            "sliding windows); this model cannot be exported"
+        )
+    if len({g.gpus_per_node for g in inputs.cluster.groups}) > 1:
+        raise SpecError(
+            "the cluster's node groups have different GPUs per node; torchrun numbers ranks as "
+            "node_rank x nproc_per_node, so no launch places every stage on the GPU type the plan chose"
+        )
+
+
+def model_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
+    """Model shape, position embedding, vocabulary and MoE flags."""
+    m, c, job = inputs.model, inputs.config, inputs.job
+    args: list[tuple[str, str | None]] = [
+        ("--num-layers", str(m.num_layers)),
+        ("--hidden-size", str(m.hidden_size)),
+        ("--ffn-hidden-size", str(m.ffn_hidden_size)),
+        ("--num-attention-heads", str(m.num_attention_heads)),
+    ]
+    if m.multi_latent_attention:
+        args += mla_args(m)
+    else:
+        if m.kv_channels != m.hidden_size // m.num_attention_heads:
+            args.append(("--kv-channels", str(m.kv_channels)))
+        if m.num_query_groups != m.num_attention_heads:
+            args += [("--group-query-attention", None), ("--num-query-groups", str(m.num_query_groups))]
+    args += local_attention_args(m)
+    if job.attention_impl == "unfused":
+        args.append(("--attention-backend", "unfused"))
+    if ACTIVATION_FLAGS.get(m.activation):
+        args.append((ACTIVATION_FLAGS[m.activation], None))
+    args.append(("--normalization", NORMALIZATION[m.normalization]))
+    if not m.add_bias_linear:
+        args.append(("--disable-bias-linear", None))
+        if m.add_qkv_bias:
+            args.append(("--add-qkv-bias", None))
+    if m.qk_layernorm:
+        args.append(("--qk-layernorm", None))
+    if m.untie_embeddings_and_output_weights:
+        args.append(("--untie-embeddings-and-output-weights", None))
+    # 0.19.2 spells RoPE --position-embedding-type rope (--use-rotary-position-embeddings is its
+    # deprecated alias); --rotary-base defaults to 10000.
+    args.append(("--position-embedding-type", m.position_embedding_type))
+    if m.position_embedding_type == "rope":
+        args.append(("--rotary-base", str(m.rotary_base)))
+    args += [
+        # validate_args asserts max_position_embeddings >= seq_length (for every embedding type).
+        ("--max-position-embeddings", str(max(m.max_position_embeddings, job.seq_length))),
+        ("--seq-length", str(job.seq_length)),
+        ("--vocab-size", str(m.vocab_size)),
+    ]
+    if m.is_moe:
+        args += [
+            ("--num-experts", str(m.num_experts)),
+            ("--moe-router-topk", str(m.moe_router_topk)),
+            ("--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size)),
+        ]
+        if m.moe_shared_expert_intermediate_size:
+            args.append(("--moe-shared-expert-intermediate-size", str(m.moe_shared_expert_intermediate_size)))
+        if m.moe_layer_pattern:
+            args.append(("--moe-layer-freq", pattern_text(m.moe_layer_pattern)))
+        elif m.moe_layer_freq != 1:
+            args.append(("--moe-layer-freq", str(m.moe_layer_freq)))
+        args += [
+            ("--expert-model-parallel-size", str(c.ep)),
+            ("--expert-tensor-parallel-size", str(c.expert_tp)),
+        ]
+        # The dispatcher the cost model priced (JobSpec.moe_dispatcher); Megatron's own default is
+        # allgather, so it is always written.
+        args.append(("--moe-token-dispatcher-type", job.moe_dispatcher))
+        if job.moe_a2a_overlap:
+            args.append(("--overlap-moe-expert-parallel-comm", None))
+        args.append(("--moe-grouped-gemm", None))
+    if m.mtp_num_layers:
+        args.append(("--mtp-num-layers", str(m.mtp_num_layers)))
+    return args
+
+
+def mla_args(m: ModelSpec) -> list[tuple[str, str | None]]:
+    """Multi-latent attention (megatron-core 0.19.2 TransformerConfig/MLATransformerConfig fields;
+    ``--q-lora-rank`` absent = no query compression, as ``q_lora_rank`` 0 here)."""
+    args: list[tuple[str, str | None]] = [("--multi-latent-attention", None)]
+    if m.q_lora_rank:
+        args.append(("--q-lora-rank", str(m.q_lora_rank)))
+    return args + [
+        ("--kv-lora-rank", str(m.kv_lora_rank)),
+        ("--qk-head-dim", str(m.qk_head_dim)),
+        ("--qk-pos-emb-head-dim", str(m.qk_pos_emb_head_dim)),
+        ("--v-head-dim", str(m.v_head_dim)),
+    ]
+
+
+def local_attention_args(m: ModelSpec) -> list[tuple[str, str | None]]:
+    """Sliding-window attention and sinks. ``--window-size`` is Transformer Engine's (left, right)
+    span: a query sees itself and ``left`` earlier tokens, so ``window_size`` w exports as
+    ``w-1,0``; ``--window-attn-skip-freq N`` makes every N-th layer global
+    (megatron/core/transformer/utils.py ``is_layer_window_attention``)."""
+    args: list[tuple[str, str | None]] = []
+    if m.window_size:
+        args.append(("--window-size", f"{m.window_size - 1},0"))
+        if m.window_attn_skip_freq:
+            args.append(("--window-attn-skip-freq", str(m.window_attn_skip_freq)))
+    if m.softmax_type != "vanilla":
+        args.append(("--softmax-type", m.softmax_type))
+    return args
+
+
+def parallel_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
+    """Parallel layout, batch, recompute, sharding, overlap and precision flags."""
+    m, c, job = inputs.model, inputs.config, inputs.job
+    args: list[tuple[str, str | None]] = [
+        ("--tensor-model-parallel-size", str(c.tp)),
+        ("--pipeline-model-parallel-size", str(c.pp)),
+    ]
+    if c.cp > 1:
+        args.append(("--context-parallel-size", str(c.cp)))
+    args += partition_flags(c, m)
+    if c.sp:
+        args.append(("--sequence-parallel", None))
+    args += [
+        ("--micro-batch-size", str(c.micro_batch_size)),
+        ("--global-batch-size", str(job.global_batch_size)),
+    ]
+    if c.recompute == "selective":
+        # validate_args: selective recompute takes no --recompute-method (and TransformerConfig
+        # no --recompute-num-layers).
+        args.append(("--recompute-granularity", "selective"))
+        if c.recompute_modules:
+            # TransformerConfig.recompute_modules (default core_attn alone).
+            args.append(("--recompute-modules", " ".join(c.recompute_modules)))
+    elif c.recompute == "full":
+        # TransformerConfig: full recompute needs a method and --recompute-num-layers; "block"
+        # recomputes the first k layers of each model chunk, k >= chunk size = all of them.
+        k = c.recompute_num_layers or max(c.stage_layers(m))
+        args += [
+            ("--recompute-granularity", "full"),
+            ("--recompute-method", "block"),
+            ("--recompute-num-layers", str(k)),
+        ]
+    if c.offload_layers:
+        # ModelParallelConfig.cpu_offloading_num_layers; arguments.py turns cpu_offloading on.
+        args.append(("--cpu-offloading-num-layers", str(c.offload_layers)))
+    if c.optimizer_sharding == "distributed":
+        args.append(("--use-distributed-optimizer", None))
+        if c.optimizer_instances > 1:
+            # DistributedDataParallelConfig.num_distributed_optimizer_instances (arguments.py).
+            args.append(("--num-distributed-optimizer-instances", str(c.optimizer_instances)))
+    elif c.optimizer_sharding in FSDP_STRATEGY:
+        args += [
+            ("--use-megatron-fsdp", None),
+            ("--data-parallel-sharding-strategy", FSDP_STRATEGY[c.optimizer_sharding]),
+            *FSDP_REQUIRED,
+        ]
+    if c.rank_order == PP_DP:
+        # initialize.py: order="tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping.
+        args.append(("--use-tp-pp-dp-mapping", None))
+    if not job.gradient_accumulation_fusion and c.optimizer_sharding not in SHARDED_GRADIENTS:
+        # Megatron-FSDP launches carry the flag already (FSDP_REQUIRED).
+        args.append(("--no-gradient-accumulation-fusion", None))
+    if job.overlap_grad_reduce and c.dp * c.cp > 1:
+        args.append(("--overlap-grad-reduce", None))
+        # validate_args: --overlap-param-gather only with the distributed optimizer or
+        # Megatron-FSDP, and only beside --overlap-grad-reduce.
+        if job.overlap_param_gather and c.optimizer_sharding != "none":
+            args.append(("--overlap-param-gather", None))
+    if c.sp and job.tp_comm_overlap:
+        # validate_args: --tp-comm-overlap only with sequence parallelism.
+        args.append(("--tp-comm-overlap", None))
+    args += cuda_graph_args(job.cuda_graph_scope)
+    args.append(("--bf16" if job.precision in ("bf16", "fp8") else "--fp16", None))
+    # Gradient reduction dtype where it differs from validate_args' default (fp16 grads for
+    # --fp16, fp32 for --bf16; planner.inputs.jobs.default_grad_dtype). The capabilities leave one
+    # alternative per precision: fp32 for fp16 training, bf16 otherwise.
+    if job.grad_dtype != default_grad_dtype(job.precision):
+        flag = "--accumulate-allreduce-grads-in-fp32" if job.precision == "fp16" else "--grad-reduce-in-bf16"
+        args.append((flag, None))
+    if job.precision == "fp8":
+        args += [("--fp8-format", FP8_FORMAT[job.fp8_recipe]), ("--fp8-recipe", job.fp8_recipe)]
+    args += optimizer_dtype_args(job)
+    return args
+
+
+def optimizer_dtype_args(job: JobSpec) -> list[tuple[str, str | None]]:
+    """The optimizer's dtypes where they are not fp32: Transformer Engine's ``FusedAdam`` through
+    ``--use-precision-aware-optimizer`` with ``--main-params-dtype`` (the master weights) and
+    ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` (Adam's moments); the capabilities admit them only
+    with the distributed optimizer, as OptimizerConfig does."""
+    if not job.optimizer_below_fp32:
+        return []
+    args: list[tuple[str, str | None]] = [("--use-precision-aware-optimizer", None)]
+    if job.master_dtype != "fp32":
+        args.append(("--main-params-dtype", job.master_dtype))
+    if job.optimizer_state_dtype != "fp32":
+        args += [
+            ("--exp-avg-dtype", job.optimizer_state_dtype),
+            ("--exp-avg-sq-dtype", job.optimizer_state_dtype),
+        ]
+    return args
+
+
+FP8_FORMAT = {"tensorwise": "hybrid", "delayed": "hybrid", "blockwise": "e4m3", "mxfp8": "e4m3"}
+"""``--fp8-format`` per recipe: E4M3 forward and E5M2 gradients (``hybrid``) for the per-tensor
+recipes, E4M3 throughout for the block-scaled ones, whose per-block scales give gradients the range
+E5M2 was for (Transformer Engine user guide, "FP8 Blockwise Scaling" and "MXFP8": "E4M3 is used by
+default for both forward and backward passes")."""
+
+
+def cuda_graph_args(scope: tuple[str, ...]) -> list[tuple[str, str | None]]:
+    """CUDA graph flags of megatron-core 0.19.2 (TransformerConfig ``cuda_graph_impl`` /
+    ``cuda_graph_modules``): ``full_iteration`` is its own implementation; otherwise Transformer
+    Engine's per-layer graphs over the listed modules (none listed: whole layers)."""
+    if not scope:
+        return []
+    if "full_iteration" in scope:
+        return [("--cuda-graph-impl", "full_iteration")]
+    modules = [s for s in scope if s != "full"]
+    args: list[tuple[str, str | None]] = [("--cuda-graph-impl", "transformer_engine")]
+    if modules:
+        args.append(("--cuda-graph-modules", " ".join(modules)))
+    return args
+
+
+def megatron_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
+    """The full ``pretrain_gpt.py`` argument list of a plan, as (flag, value or None); SpecError
+    when Megatron-LM cannot run it (:func:`refuse_unlaunchable`)."""
+    refuse_unlaunchable(inputs)
+    return model_args(inputs) + parallel_args(inputs)
+
+
+def words(flag: str, value: str | None) -> list[str]:
+    """A flag and its value as the argv words the launch passes: a ``values`` flag (argparse
+    ``nargs='+'``, e.g. ``--cuda-graph-modules``, ``--recompute-modules``) gets each of its
+    space-separated words on its own."""
+    if value is None:
+        return [flag]
+    if ACCEPTED.get(flag) == "values":
+        return [flag, *value.split()]
+    return [flag, value]
+
+
+def argv(args: list[tuple[str, str | None]]) -> list[str]:
+    """The argv words of an argument list (what ``megatron_args.txt`` gives the shell)."""
+    return [w for flag, value in args for w in words(flag, value)]
+
+
+def quoted(flag: str, value: str | None) -> str:
+    """A flag and its value as shell words (:func:`words`, each quoted)."""
+    return " ".join(shlex.quote(w) if i else w for i, w in enumerate(words(flag, value)))
+
+
+def args_text(args: list[tuple[str, str | None]]) -> str:
+    """``megatron_args.txt``: one flag (and its value) per line."""
+    return "".join(quoted(flag, value) + "\n" for flag, value in args)
+
+
+A2A_OVERLAP_CONNECTIONS = 8
+"""CUDA_DEVICE_MAX_CONNECTIONS for the MoE all-to-all overlap before Blackwell with tp or cp > 1:
+Megatron-Bridge's performance launcher sets 8 there (scripts/performance/perf_plugins.py
+``_set_num_cuda_device_max_connections``; 1 only without the overlap), and Megatron's validate_args
+only warns ("If you want to use both, you can set CUDA_DEVICE_MAX_CONNECTIONS to 1 or 32")."""
+
+
+def needs_single_connection(inputs: PlanInputs) -> bool:
+    """validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with tp > 1 or cp > 1 before Blackwell
+    (compute capability < 10), except with Megatron-FSDP, where it asserts the variable is *not* 1
+    (NVIDIA's Megatron-FSDP guide: unset it), and with the MoE all-to-all overlap, which wants
+    several queues (:data:`A2A_OVERLAP_CONNECTIONS`; the cost model prices the overlap and drops
+    the tensor-parallel overlap then, cost_models.layers)."""
+    c = inputs.config
+    if c.optimizer_sharding in FSDP_STRATEGY or a2a_overlap_connections(inputs):
+        return False
+    return (c.tp > 1 or c.cp > 1) and _pre_blackwell(inputs)
+
+
+def a2a_overlap_connections(inputs: PlanInputs) -> int:
+    """The CUDA_DEVICE_MAX_CONNECTIONS the launch sets for the MoE all-to-all overlap before
+    Blackwell with tp or cp > 1 (0 where the plan does not need one)."""
+    c = inputs.config
+    overlap = inputs.job.moe_a2a_overlap and inputs.model.is_moe and c.ep > 1
+    if (
+        overlap
+        and c.optimizer_sharding not in FSDP_STRATEGY
+        and (c.tp > 1 or c.cp > 1)
+        and _pre_blackwell(inputs)
+    ):
+        return A2A_OVERLAP_CONNECTIONS
+    return 0
+
+
+def _pre_blackwell(inputs: PlanInputs) -> bool:
+    return any(compute_capability_major(g.gpu.name) < 10 for g in inputs.cluster.groups)
+
+
+PLACEHOLDERS = """# --- PLACEHOLDERS: replace before launching --------------------------------------------
+MEGATRON_PATH=${{MEGATRON_PATH:-/workspace/Megatron-LM}}   # a Megatron-LM checkout (pretrain_gpt.py)
+DATA_ARGS=(--mock-data)                                 # e.g. (--data-path /data/my_text_document --split 99,1,0)
+# NullTokenizer takes its vocabulary from --vocab-size above (the plan's {vocab}). With a real
+# tokenizer, e.g. (--tokenizer-type HuggingFaceTokenizer --tokenizer-model /path), its vocabulary
+# must have {vocab} entries, or the plan's embedding and output-layer costs do not apply.
+TOKENIZER_ARGS=(--tokenizer-type NullTokenizer)
+TRAINING_ARGS=(--train-iters 1000 --lr 1.0e-4 --min-lr 1.0e-5 --lr-decay-style cosine --lr-warmup-iters 100)
+# -----------------------------------------------------------------------------------------
+"""
+
+
+def _script_parts(inputs: PlanInputs) -> tuple[str, str, str]:
+    """The environment lines, the placeholders and the indented argument array body."""
+    queues = a2a_overlap_connections(inputs)
+    if needs_single_connection(inputs):
+        env = "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+    elif queues:
+        env = f"export CUDA_DEVICE_MAX_CONNECTIONS={queues}\n"
+    else:
+        env = "unset CUDA_DEVICE_MAX_CONNECTIONS\n"
+    args = "\n".join(f"    {quoted(flag, value)}" for flag, value in megatron_args(inputs))
+    return env, PLACEHOLDERS.format(vocab=inputs.model.vocab_size), args
+
+
+def _node_map(inputs: PlanInputs) -> str:
+    """Comment lines naming which node ranks must be which GPU type (mixed clusters)."""
+    if len(inputs.cluster.groups) == 1:
+        return ""
+    lines, first = [], 0
+    for g in inputs.cluster.groups:
+        lines.append(f"#   node ranks {first}-{first + g.num_nodes - 1}: {g.num_nodes} x {g.gpu.name} nodes")
+        first += g.num_nodes
+    return "# Pipeline stages are placed in node-rank order; the plan needs:\n" + "\n".join(lines) + "\n"
+
+
+def torchrun_script(inputs: PlanInputs, gpus_per_node: int, nodes: int) -> str:
+    """A bash script that runs one torchrun per node (run it on every node with NODE_RANK set)."""
+    env, placeholders, args = _script_parts(inputs)
+    return f"""#!/bin/bash
+# Generated by planner: torchrun launch of Megatron-LM pretrain_gpt.py ({VERSION}).
+# World size {gpus_per_node * nodes} = {nodes} nodes x {gpus_per_node} GPUs; run on every node with NODE_RANK=0..{nodes - 1}.
+{_node_map(inputs)}set -euo pipefail
+{env}
+{placeholders}
+GPUS_PER_NODE={gpus_per_node}
+NUM_NODES={nodes}
+NODE_RANK=${{NODE_RANK:-0}}
+MASTER_ADDR=${{MASTER_ADDR:-localhost}}
+MASTER_PORT=${{MASTER_PORT:-29500}}
+
+DISTRIBUTED_ARGS=(--nproc-per-node "$GPUS_PER_NODE" --nnodes "$NUM_NODES" --node-rank "$NODE_RANK"
+                  --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT")
+MODEL_AND_PARALLEL_ARGS=(
+{args}
+)
+
+cd "$MEGATRON_PATH"
+torchrun "${{DISTRIBUTED_ARGS[@]}}" pretrain_gpt.py "${{MODEL_AND_PARALLEL_ARGS[@]}}" \\
+    "${{TOKENIZER_ARGS[@]}}" "${{DATA_ARGS[@]}}" "${{TRAINING_ARGS[@]}}"
+"""
+
+
+# One torchrun per node; the arguments travel as positional parameters of the inner bash ("$@"),
+# never re-parsed by it, so values such as a layout with | arrive intact. SLURM_PROCID is the
+# node's task number across the whole step (one task per node), also over hetjob components.
+_SRUN = """export MEGATRON_PATH GPUS_PER_NODE NUM_NODES MASTER_ADDR MASTER_PORT
+srun {het}--ntasks-per-node=1 bash -c 'cd "$MEGATRON_PATH" && exec torchrun --nproc-per-node "$GPUS_PER_NODE" \\
+    --nnodes "$NUM_NODES" --node-rank "$SLURM_PROCID" --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" \\
+    pretrain_gpt.py "$@"' bash "${{MODEL_AND_PARALLEL_ARGS[@]}}" "${{TOKENIZER_ARGS[@]}}" "${{DATA_ARGS[@]}}" \\
+    "${{TRAINING_ARGS[@]}}"
+"""
+
+
+def slurm_script(inputs: PlanInputs, gpus_per_node: int, nodes: int) -> str:
+    """A Slurm batch script: one torchrun per node (srun --ntasks-per-node=1), rendezvous on the
+    first host (``scontrol show hostnames | sed -n 1p``: sed reads every line, where ``head -n 1``
+    would exit early and fail the pipeline with SIGPIPE under ``set -o pipefail``). A cluster of
+    several node groups becomes a heterogeneous job (:func:`slurm_het_script`)."""
+    if len(inputs.cluster.groups) > 1:
+        return slurm_het_script(inputs)
+    env, placeholders, args = _script_parts(inputs)
+    return f"""#!/bin/bash
+# Generated by planner: Slurm launch of Megatron-LM pretrain_gpt.py ({VERSION}), one torchrun per node.
+#SBATCH --job-name=planner-megatron
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node={gpus_per_node}
+#SBATCH --exclusive
+set -euo pipefail
+{env}
+{placeholders}
+GPUS_PER_NODE={gpus_per_node}
+NUM_NODES=${{SLURM_NNODES:-{nodes}}}
+if [ "$NUM_NODES" -ne {nodes} ]; then echo "this plan needs {nodes} nodes, got $NUM_NODES" >&2; exit 1; fi
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
+MASTER_PORT=$((SLURM_JOB_ID % 4536 + 61000))
+
+MODEL_AND_PARALLEL_ARGS=(
+{args}
+)
+
+{_SRUN.format(het="")}"""
+
+
+def slurm_het_script(inputs: PlanInputs) -> str:
+    """A Slurm heterogeneous job (https://slurm.schedmd.com/heterogeneous_jobs.html): one
+    component per node group of the plan's cluster, in the plan's rank order (pipeline stage
+    order: Megatron's rank order tp-cp-dp-pp puts each stage on consecutive ranks), separated by
+    ``#SBATCH hetjob``; ``srun --het-group`` runs one step over all components, whose task ids
+    follow component order, so node rank k is the k-th node of the plan."""
+    groups = inputs.cluster.groups
+    env, placeholders, args = _script_parts(inputs)
+    gpn = groups[0].gpus_per_node
+    nodes = sum(g.num_nodes for g in groups)
+    header, checks = [], []
+    for i, g in enumerate(groups):
+        if i:
+            header.append("#SBATCH hetjob")
+        feature = g.gpu.name.lower()
+        header += [
+            f"#SBATCH --nodes={g.num_nodes} --ntasks-per-node=1 --gpus-per-node={g.gpus_per_node} --exclusive",
+            f"#SBATCH --constraint={feature}   # PLACEHOLDER: the node feature (or --partition) of your {g.gpu.name} nodes",
+        ]
+        checks.append(
+            f'if [ "${{SLURM_JOB_NUM_NODES_HET_GROUP_{i}:-{g.num_nodes}}}" -ne {g.num_nodes} ]; then '
+            f'echo "component {i} ({g.gpu.name}) needs {g.num_nodes} nodes" >&2; exit 1; fi'
+        )
+    return f"""#!/bin/bash
+# Generated by planner: Slurm heterogeneous job of Megatron-LM pretrain_gpt.py ({VERSION}), one torchrun per node.
+# Components in pipeline-stage order (https://slurm.schedmd.com/heterogeneous_jobs.html):
+{_node_map(inputs)}#SBATCH --job-name=planner-megatron
+{chr(10).join(header)}
+set -euo pipefail
+{env}
+{placeholders}
+GPUS_PER_NODE={gpn}
+NUM_NODES={nodes}
+{chr(10).join(checks)}
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST_HET_GROUP_0" | sed -n 1p)
+MASTER_PORT=$((SLURM_JOB_ID % 4536 + 61000))
+
+MODEL_AND_PARALLEL_ARGS=(
+{args}
+)
+
+{_SRUN.format(het=f"--het-group=0-{len(groups) - 1} ")}"""
+
+
+LAUNCHERS = ("torchrun", "slurm")
+
+
+def export_files(inputs: PlanInputs, launcher: str) -> dict[str, str]:
+    """Every file of a Megatron-LM export, by file name: ``megatron_args.txt`` and
+    ``launch_<launcher>.sh``. SpecError (one line) when Megatron-LM cannot run the plan."""
+    if launcher not in LAUNCHERS:
+        raise SpecError(f"launcher {launcher!r} is not allowed; allowed values: {', '.join(LAUNCHERS)}")
+    args = megatron_args(inputs)
+    groups = inputs.cluster.groups
+    gpn, nodes = groups[0].gpus_per_node, sum(g.num_nodes for g in groups)
+    script = (torchrun_script if launcher == "torchrun" else slurm_script)(inputs, gpn, nodes)
+    return {"megatron_args.txt": args_text(args), f"launch_{launcher}.sh": script}

@@ -1,0 +1,686 @@
+"""Megatron-LM import: read an arguments file or a launch script back into a model, a job and a
+configuration (see docs/megatron.md), with the line of every flag for annotations.
+
+Shell variables are resolved from the script's own assignments (:mod:`.shell`); the Megatron flags
+are the words after ``pretrain_gpt.py`` (or every word of a plain arguments file), each checked
+against the parser of the pinned release (:data:`.flags.ACCEPTED`): a word argparse would reject
+is recorded in :attr:`Imported.rejected`, a flag it accepts that planning does not need in
+:attr:`Imported.ignored`, one that could matter but planner does not model in
+:attr:`Imported.unknown`. What Megatron's ``validate_args`` would reject is judged by
+:mod:`.rules`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from cost_models.parallel import (
+    DEFAULT_RECOMPUTE_MODULES,
+    RANK_ORDERS,
+    RECOMPUTE_MODULES,
+    SHARDED_GRADIENTS,
+    ParallelConfig,
+    account_for_split,
+    canonical_modules,
+    first_last_split,
+)
+from planner.inputs.errors import ConfigError, SpecError
+from planner.inputs.jobs import cuda_graph_scope
+from planner.inputs.specs import DTYPES, FP8_RECIPES, MOE_DISPATCHERS, JobSpec, ModelSpec
+from planner.inputs.validation import check_number, limit
+from planner.launch.megatron.flags import ACCEPTED
+from planner.launch.megatron.shell import REDIRECT, SEPARATORS, read_script, unresolved_in
+
+
+@dataclass(frozen=True, slots=True)
+class Imported:
+    """A Megatron launch read back: model, job, configuration, and what was not understood."""
+
+    model: ModelSpec
+    job: JobSpec
+    config: ParallelConfig
+    world_size: int | None
+    ignored: tuple[str, ...]
+    """Flags Megatron accepts that do not matter for planning."""
+    unknown: tuple[str, ...]
+    """Flags Megatron accepts that planner does not interpret (warnings)."""
+    flag_lines: dict
+    """Line number (1-based) of each flag in the source, for annotations."""
+    flags: dict = field(default_factory=dict)
+    """Every Megatron flag given, with its value (None for switches)."""
+    rejected: tuple[str, ...] = ()
+    """``--`` words the pinned release's parser does not accept (argparse exits with an error)."""
+    env: dict = field(default_factory=dict)
+    """Environment the script sets (``export NAME=v``; None for ``unset NAME``)."""
+    is_script: bool = False
+    """Whether the source is a launch script (it runs pretrain_gpt.py), not an arguments file."""
+
+
+def _dispatcher(flags: dict, at) -> str:
+    """``--moe-token-dispatcher-type`` (Megatron's default: allgather)."""
+    value = flags.get("--moe-token-dispatcher-type") or "allgather"
+    if value not in MOE_DISPATCHERS:
+        raise SpecError(
+            f"{at('--moe-token-dispatcher-type')}: --moe-token-dispatcher-type {value!r}: allowed values: "
+            f"{', '.join(MOE_DISPATCHERS)}"
+        )
+    return value
+
+
+def _fp8_recipe(flags: dict, at) -> str:
+    """JobSpec.fp8_recipe from ``--fp8-recipe`` (absent: Megatron-Core's default ``delayed``,
+    TransformerConfig.fp8_recipe); ``custom`` (a user quantizer factory) has no price."""
+    recipe = flags.get("--fp8-recipe") or "delayed"
+    if recipe not in FP8_RECIPES:
+        raise SpecError(
+            f"{at('--fp8-recipe')}: --fp8-recipe {recipe!r}: planner prices {', '.join(FP8_RECIPES)}"
+        )
+    return recipe
+
+
+def _cuda_graphs(flags: dict, at) -> tuple[str, ...]:
+    """What CUDA graphs capture (JobSpec.cuda_graph_scope) from megatron-core 0.19.2's
+    ``--cuda-graph-impl {none,local,transformer_engine,full_iteration}`` and
+    ``--cuda-graph-modules`` (empty: whole layers), the deprecated ``--cuda-graph-scope`` (whose
+    ``full_iteration`` value means the full-iteration graph) and ``--enable-cuda-graph`` (whole layers,
+    TransformerConfig's migration)."""
+    impl = flags.get("--cuda-graph-impl") or (
+        "transformer_engine" if "--enable-cuda-graph" in flags else "none"
+    )
+    words = str(flags.get("--cuda-graph-modules") or flags.get("--cuda-graph-scope") or "").split()
+    if impl == "none":
+        return ()
+    if impl == "full_iteration" or "full_iteration" in words:
+        return ("full_iteration",)
+    words = [w for w in words if w not in ("full", "mamba")] or ["full"]
+    flag = "--cuda-graph-modules" if "--cuda-graph-modules" in flags else "--cuda-graph-scope"
+    return cuda_graph_scope(words, at(flag))
+
+
+IGNORED = {
+    "--train-iters",
+    "--train-samples",
+    "--lr",
+    "--min-lr",
+    "--lr-decay-style",
+    "--lr-warmup-iters",
+    "--lr-warmup-fraction",
+    "--lr-decay-iters",
+    "--lr-warmup-samples",
+    "--lr-decay-samples",
+    "--weight-decay",
+    "--clip-grad",
+    "--adam-beta1",
+    "--adam-beta2",
+    "--adam-eps",
+    "--init-method-std",
+    "--save",
+    "--load",
+    "--save-interval",
+    "--eval-interval",
+    "--eval-iters",
+    "--log-interval",
+    "--data-path",
+    "--split",
+    "--mock-data",
+    "--tokenizer-type",
+    "--tokenizer-model",
+    "--vocab-file",
+    "--merge-file",
+    "--tensorboard-dir",
+    "--wandb-project",
+    "--seed",
+    "--attention-dropout",
+    "--hidden-dropout",
+    "--ckpt-format",
+    "--distributed-timeout-minutes",
+    "--rotary-percent",
+    "--norm-epsilon",
+    "--make-vocab-size-divisible-by",
+    "--moe-grouped-gemm",
+    "--moe-aux-loss-coeff",
+    "--moe-router-load-balancing-type",
+    "--cross-entropy-loss-fusion",
+    "--manual-gc",
+    "--log-throughput",
+    "--fp8-amax-history-len",
+    "--fp8-amax-compute-algo",
+    "--data-parallel-sharding-strategy",
+    "--use-rope-scaling",
+    "--log-timers-to-tensorboard",
+    "--no-masked-softmax-fusion",
+    "--no-bias-swiglu-fusion",
+    "--no-rope-fusion",
+    "--eod-mask-loss",
+    "--timing-log-level",
+    "--exit-duration-in-mins",
+    "--num-workers",
+    "--recompute-method",
+    "--no-overlap-p2p-communication",
+    "--use-rotary-position-embeddings",
+}
+"""Accepted flags that change no planned cost (or that :mod:`.rules` reads by itself)."""
+
+MODELLED = {
+    "--moe-token-dispatcher-type",
+    "--overlap-moe-expert-parallel-comm",
+    "--cuda-graph-impl",
+    "--cuda-graph-modules",
+    "--cuda-graph-scope",
+    "--enable-cuda-graph",
+    "--num-layers",
+    "--hidden-size",
+    "--ffn-hidden-size",
+    "--num-attention-heads",
+    "--kv-channels",
+    "--group-query-attention",
+    "--num-query-groups",
+    "--swiglu",
+    "--squared-relu",
+    "--normalization",
+    "--disable-bias-linear",
+    "--add-qkv-bias",
+    "--qk-layernorm",
+    "--untie-embeddings-and-output-weights",
+    "--position-embedding-type",
+    "--rotary-base",
+    "--max-position-embeddings",
+    "--seq-length",
+    "--vocab-size",
+    "--padded-vocab-size",
+    "--num-experts",
+    "--moe-router-topk",
+    "--moe-ffn-hidden-size",
+    "--moe-shared-expert-intermediate-size",
+    "--moe-layer-freq",
+    "--expert-model-parallel-size",
+    "--expert-tensor-parallel-size",
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--context-parallel-size",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--num-layers-per-virtual-pipeline-stage",
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
+    "--pipeline-model-parallel-layout",
+    "--sequence-parallel",
+    "--micro-batch-size",
+    "--global-batch-size",
+    "--recompute-granularity",
+    "--recompute-activations",
+    "--recompute-num-layers",
+    "--recompute-modules",
+    "--moe-layer-recompute",
+    "--cpu-offloading-num-layers",
+    "--use-distributed-optimizer",
+    "--use-tp-pp-dp-mapping",
+    "--use-megatron-fsdp",
+    "--use-torch-fsdp2",
+    "--overlap-grad-reduce",
+    "--overlap-param-gather",
+    "--no-gradient-accumulation-fusion",
+    "--tp-comm-overlap",
+    "--bf16",
+    "--fp16",
+    "--fp8-format",
+    "--fp8-recipe",
+    "--accumulate-allreduce-grads-in-fp32",
+    "--grad-reduce-in-bf16",
+    "--use-precision-aware-optimizer",
+    "--main-params-dtype",
+    "--main-grads-dtype",
+    "--exp-avg-dtype",
+    "--exp-avg-sq-dtype",
+    "--transformer-impl",
+    "--attention-backend",
+}
+"""Flags the import turns into model, job or configuration fields."""
+
+
+UNFUSED_BACKENDS = ("unfused", "local")
+"""``--attention-backend`` values that materialise the score matrix (megatron/core/transformer/enums.py
+``AttnBackend``: ``unfused``, Transformer Engine's ``UnfusedDotProductAttention``; ``local``,
+Megatron-Core's own ``DotProductAttention``, baddbmm + fused softmax + bmm)."""
+
+
+def _attention_impl(flags: dict) -> str:
+    """``JobSpec.attention_impl`` of a launch: ``unfused`` with an :data:`UNFUSED_BACKENDS`
+    ``--attention-backend``, or with ``--transformer-impl local`` and no backend named (its layer
+    spec's core attention is ``DotProductAttention``); else ``fused``."""
+    backend = flags.get("--attention-backend")
+    if backend:
+        return "unfused" if backend in UNFUSED_BACKENDS else "fused"
+    return "unfused" if flags.get("--transformer-impl") == "local" else "fused"
+
+
+OPTIMIZER_DTYPE_FLAGS = ("--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype")
+"""Megatron's optimizer dtype flags, each fp32 unless given (OptimizerConfig)."""
+
+
+def below_fp32(flags: dict, flag: str) -> bool:
+    """Whether a launch sets one of :data:`OPTIMIZER_DTYPE_FLAGS` to a dtype other than fp32."""
+    return flags.get(flag) not in (None, "fp32")
+
+
+def _grad_dtype(flags: dict, precision: str) -> str:
+    """Gradient reduction dtype as validate_args settles it (megatron/training/arguments.py):
+    fp16 training reduces in fp16 unless ``--accumulate-allreduce-grads-in-fp32``; bf16 (and FP8,
+    which runs with ``--bf16``) in fp32 unless ``--grad-reduce-in-bf16``, or ``--main-grads-dtype``
+    below fp32 without ``--accumulate-allreduce-grads-in-fp32`` (validate_args then leaves
+    ``accumulate_allreduce_grads_in_fp32`` off; with it, it asserts, which the checker reports)."""
+    if precision == "fp16":
+        return "fp32" if "--accumulate-allreduce-grads-in-fp32" in flags else "fp16"
+    if "--grad-reduce-in-bf16" in flags:
+        return "bf16"
+    lowered = below_fp32(flags, "--main-grads-dtype")
+    return "bf16" if lowered and "--accumulate-allreduce-grads-in-fp32" not in flags else "fp32"
+
+
+def _optimizer_dtypes(flags: dict, at) -> tuple[str, str]:
+    """(``JobSpec.master_dtype``, ``JobSpec.optimizer_state_dtype``) of a launch: fp32 / fp32
+    unless ``--use-precision-aware-optimizer`` sets ``--main-params-dtype`` and ``--exp-avg-dtype``
+    / ``--exp-avg-sq-dtype`` (OptimizerConfig asserts every one fp32 without it, which the checker
+    reports; planner prices both moments in one dtype and not fp8 moments)."""
+    if "--use-precision-aware-optimizer" not in flags:
+        return "fp32", "fp32"
+    master = flags.get("--main-params-dtype") or "fp32"
+    avg = flags.get("--exp-avg-dtype") or "fp32"
+    avg_sq = flags.get("--exp-avg-sq-dtype") or "fp32"
+    if avg != avg_sq:
+        raise SpecError(
+            f"{at('--exp-avg-sq-dtype')}: --exp-avg-dtype {avg} with --exp-avg-sq-dtype {avg_sq}: "
+            "planner prices both Adam moments in one dtype (give both the same: fp32, bf16 or fp16)"
+        )
+    if avg not in DTYPES:
+        raise SpecError(
+            f"{at('--exp-avg-dtype')}: --exp-avg-dtype {avg!r}: planner prices Adam moments in "
+            f"{', '.join(DTYPES)}"
+        )
+    return master, avg
+
+
+def megatron_words(text: str) -> tuple[list[tuple[str, int]], dict, bool]:
+    """The Megatron argument words of a script or arguments file (with line numbers), the
+    environment it sets, and whether it is a launch script."""
+    script = read_script(text)
+    words = script.words
+    starts = [i for i, (w, _) in enumerate(words) if w.endswith(".py")]
+    if not starts:
+        return [(w, n) for w, n in words if w not in SEPARATORS], script.env, False
+    out: list[tuple[str, int]] = []
+    for start in starts:
+        for w, n in words[start + 1 :]:
+            if w in SEPARATORS or REDIRECT.match(w):
+                break
+            out.append((w, n))
+    return out, script.env, True
+
+
+def parse_megatron(text: str, where: str, world_size: int | None = None) -> Imported:
+    """Read Megatron flags from an args file or a launch script."""
+    try:
+        words, env, is_script = megatron_words(text)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    flags: dict[str, str | None] = {}
+    lines: dict[str, int] = {}
+    ignored, unknown, rejected = [], [], []
+    i = 0
+    while i < len(words):
+        w, line = words[i]
+        i += 1
+        if not w.startswith("--"):
+            continue
+        value: str | None = None
+        if "=" in w:
+            w, value = w.split("=", 1)
+        kind = ACCEPTED.get(w)
+        if kind is None:
+            rejected.append(w)
+            lines.setdefault(w, line)
+            continue
+        if kind == "value" and value is None:
+            if i < len(words) and not (words[i][0].startswith("--") and len(words[i][0]) > 2):
+                value = words[i][0]
+                i += 1
+        elif kind == "values" and value is None:
+            vals = []
+            while i < len(words) and not words[i][0].startswith("--"):
+                vals.append(words[i][0])
+                i += 1
+            value = " ".join(vals) if vals else None
+        if value is not None:
+            name = unresolved_in(value)
+            if name is not None:
+                if name.startswith("$"):
+                    raise SpecError(
+                        f"{where}: line {line}: {w} takes its value from {name}, which planner cannot "
+                        "evaluate from the script's own assignments; write the value"
+                    )
+                raise SpecError(
+                    f"{where}: line {line}: {w} takes its value from {name!r}, which the script never "
+                    f"sets; assign {name}=... in the script or write the value"
+                )
+        flags[w], lines[w] = value, line
+        if w in MODELLED:
+            continue
+        (ignored if w in IGNORED else unknown).append(w)
+
+    def num(flag: str, default: int | None = None) -> int | None:
+        """An integer flag: present with a value, finite, positive (zero only where the default is
+        0, e.g. --num-experts) and under the planner key's bound (planner.inputs.validation.LIMITS)."""
+        v = flags.get(flag)
+        if v is None:
+            if flag in flags:
+                raise SpecError(f"{where}: line {lines.get(flag, '?')}: {flag} is given without its value")
+            return default
+        try:
+            value = int(v)
+        except ValueError:
+            raise SpecError(
+                f"{where}: line {lines.get(flag, '?')}: {flag} expects an integer, got {v!r}"
+            ) from None
+        key = flag.lstrip("-").replace("-", "_")
+        check_number(
+            value,
+            f"{where}: line {lines.get(flag, '?')}",
+            flag,
+            integer=True,
+            positive=default != 0,
+            maximum=limit(key) or limit("tp"),
+        )
+        return value
+
+    def at(flag: str) -> str:
+        return f"{where}: line {lines.get(flag, '?')}"
+
+    for req in (
+        "--num-layers",
+        "--hidden-size",
+        "--num-attention-heads",
+        "--seq-length",
+        "--micro-batch-size",
+    ):
+        if flags.get(req) is None:
+            raise SpecError(f"{where}: missing {req} (needed to plan; Megatron requires it too)")
+    h, heads = num("--hidden-size"), num("--num-attention-heads")
+    gated = "--swiglu" in flags
+    ffn_default = int((4 * h * 2 / 3) / 64) * 64 if gated else 4 * h
+    groups = num("--num-query-groups", 1) if "--group-query-attention" in flags else heads
+    experts = num("--num-experts", 0) or 0
+    vocab = num("--padded-vocab-size") or num("--vocab-size")
+    if vocab is None:
+        tokenizer = flags.get("--tokenizer-type") or "GPT2BPETokenizer (the default)"
+        raise SpecError(
+            f"{where}: the vocabulary size cannot be known: the tokenizer ({tokenizer}) is read at "
+            "launch, not by planner; add --vocab-size N with the tokenizer's vocabulary size "
+            "(e.g. 128256 for Llama 3)"
+        )
+    seq = num("--seq-length")
+    position = flags.get("--position-embedding-type") or (
+        "rope" if "--use-rotary-position-embeddings" in flags else "learned_absolute"
+    )
+    if position not in ("learned_absolute", "rope", "none"):
+        raise SpecError(
+            f"{at('--position-embedding-type')}: --position-embedding-type {position!r}: planner models "
+            "learned_absolute, rope and none"
+        )
+    rotary = num("--rotary-base", 10000)
+    model = ModelSpec(
+        name=where,
+        num_layers=num("--num-layers"),
+        hidden_size=h,
+        ffn_hidden_size=num("--ffn-hidden-size", ffn_default),
+        num_attention_heads=heads,
+        num_query_groups=groups,
+        kv_channels=num("--kv-channels", h // heads),
+        vocab_size=vocab,
+        max_position_embeddings=num("--max-position-embeddings", seq),
+        activation="swiglu" if gated else ("squared_relu" if "--squared-relu" in flags else "gelu"),
+        normalization="rmsnorm" if flags.get("--normalization") == "RMSNorm" else "layernorm",
+        position_embedding_type=position,
+        rotary_base=rotary,
+        untie_embeddings_and_output_weights="--untie-embeddings-and-output-weights" in flags,
+        add_bias_linear="--disable-bias-linear" not in flags,
+        add_qkv_bias="--add-qkv-bias" in flags,
+        qk_layernorm="--qk-layernorm" in flags,
+        num_experts=experts,
+        moe_router_topk=num("--moe-router-topk", 2) if experts else 0,
+        moe_ffn_hidden_size=num("--moe-ffn-hidden-size", num("--ffn-hidden-size", ffn_default))
+        if experts
+        else 0,
+        moe_shared_expert_intermediate_size=num("--moe-shared-expert-intermediate-size", 0) if experts else 0,
+        moe_layer_freq=num("--moe-layer-freq", 1) if experts else 1,
+    )
+    tp, pp, cp = (
+        num("--tensor-model-parallel-size", 1),
+        num("--pipeline-model-parallel-size", 1),
+        num("--context-parallel-size", 1),
+    )
+    vpp, layers = _pipeline(flags, num, at, model.num_layers, pp)
+    granularity = flags.get("--recompute-granularity") or (
+        "selective" if "--recompute-activations" in flags else None
+    )
+    recompute = granularity or "none"
+    if recompute not in ("none", "selective", "full"):
+        raise SpecError(
+            f"{at('--recompute-granularity')}: --recompute-granularity {recompute!r}: allowed values: full, selective"
+        )
+    # TransformerConfig.__post_init__: recompute_modules defaults to ["core_attn"] and acts only
+    # with selective granularity; the deprecated --moe-layer-recompute turns selective on and adds
+    # "moe" (with full granularity it is refused: planner.launch.megatron.rules).
+    named = str(flags.get("--recompute-modules") or "").split() or list(DEFAULT_RECOMPUTE_MODULES)
+    if "--moe-layer-recompute" in flags and recompute != "full":
+        recompute, named = "selective", [*named, "moe"]
+    unpriced = [m for m in named if m not in RECOMPUTE_MODULES]
+    if unpriced and recompute == "selective":
+        raise SpecError(
+            f"{at('--recompute-modules')}: --recompute-modules {' '.join(unpriced)}: planner prices "
+            f"{', '.join(RECOMPUTE_MODULES)}"
+        )
+    modules = canonical_modules(named) if recompute == "selective" else ()
+    rnl = (num("--recompute-num-layers", 0) or 0) if recompute == "full" else 0
+    most = max(layers) if layers else -(-model.num_layers // (pp * vpp))
+    if recompute == "full" and rnl >= most:
+        rnl = 0  # every layer of every stage: planner's "all"
+    if "--use-megatron-fsdp" in flags or "--use-torch-fsdp2" in flags:
+        strategy = flags.get("--data-parallel-sharding-strategy") or "optim_grads_params"
+        sharding = {"optim_grads": "zero2", "optim": "distributed", "no_shard": "none"}.get(strategy, "full")
+    elif "--use-distributed-optimizer" in flags:
+        sharding = "distributed"
+    else:
+        sharding = "none"
+    gbs = num("--global-batch-size")
+    dp = world_size // (tp * pp * cp) if world_size and world_size % (tp * pp * cp) == 0 else 1
+    if gbs is None:
+        gbs = num("--micro-batch-size") * dp
+    precision = "fp8" if flags.get("--fp8-format") else ("fp16" if "--fp16" in flags else "bf16")
+    master_dtype, state_dtype = _optimizer_dtypes(flags, at)
+    job = JobSpec(
+        global_batch_size=gbs,
+        seq_length=seq,
+        precision=precision,
+        **({"fp8_recipe": _fp8_recipe(flags, at)} if precision == "fp8" else {}),
+        grad_dtype=_grad_dtype(flags, precision),
+        master_dtype=master_dtype,
+        optimizer_state_dtype=state_dtype,
+        overlap_grad_reduce="--overlap-grad-reduce" in flags,
+        overlap_param_gather="--overlap-param-gather" in flags,
+        # Megatron-FSDP requires the flag (FSDP_REQUIRED), so there it says nothing about the job:
+        # read as fused, the job prices the same and searches the non-FSDP layouts as fused.
+        gradient_accumulation_fusion="--no-gradient-accumulation-fusion" not in flags
+        or sharding in SHARDED_GRADIENTS,
+        tp_comm_overlap="--tp-comm-overlap" in flags,
+        # Megatron's default dispatcher is allgather (arguments.py --moe-token-dispatcher-type).
+        moe_dispatcher=_dispatcher(flags, at),
+        moe_a2a_overlap="--overlap-moe-expert-parallel-comm" in flags,
+        cuda_graph_scope=_cuda_graphs(flags, at),
+        attention_impl=_attention_impl(flags),
+    )
+    ep = num("--expert-model-parallel-size", 1)
+    etp = num("--expert-tensor-parallel-size", 0) or tp  # Megatron's default is tp (arguments.py)
+    # --num-distributed-optimizer-instances: the partial distributed optimizer. With Megatron-FSDP
+    # the same flag turns on its hybrid sharding (mcore_fsdp_adapter.py ``enable_hsdp``), which
+    # planner does not price: there it stays among the flags not interpreted.
+    instances = 1
+    if sharding not in ("zero2", "full"):
+        instances = num("--num-distributed-optimizer-instances", 1) or 1
+        unknown = [w for w in unknown if w != "--num-distributed-optimizer-instances"]
+    config = ParallelConfig(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        vpp=vpp,
+        micro_batch_size=num("--micro-batch-size"),
+        recompute=recompute,
+        recompute_num_layers=rnl,
+        recompute_modules=modules,
+        sequence_parallel="--sequence-parallel" in flags,
+        optimizer_sharding=sharding,
+        schedule="interleaved" if vpp > 1 else "1f1b",
+        layers_per_stage=() if len(set(layers)) <= 1 else layers,
+        offload_layers=num("--cpu-offloading-num-layers", 0) or 0,
+        optimizer_instances=instances,
+        rank_order=RANK_ORDERS[1] if "--use-tp-pp-dp-mapping" in flags else RANK_ORDERS[0],
+    )
+    return Imported(
+        model,
+        job,
+        config,
+        world_size,
+        tuple(ignored),
+        tuple(sorted(set(unknown))),
+        lines,
+        flags,
+        tuple(dict.fromkeys(rejected)),
+        env,
+        is_script,
+    )
+
+
+def parse_layout(text: str) -> list[str]:
+    """The stages of a ``--pipeline-model-parallel-layout`` string, as Megatron-LM unrolls it
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py ``parse_str_to_list``: commas
+    dropped, ``(...)*n`` and ``x*n`` repeated, stages split on |)."""
+    s = text.replace(",", "")
+    s = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * min(int(m.group(2)), 100_000), s)
+    s = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * min(int(m.group(2)), 100_000), s)
+    return s.split("|")
+
+
+def _pipeline(flags, num, at, num_layers: int, pp: int) -> tuple[int, tuple[int, ...]]:
+    """Virtual stages and the layers of each virtual stage, with validate_args' own rules and
+    messages naming the flags (megatron/training/arguments.py, "Uneven virtual pipeline
+    parallelism"; TransformerConfig for first/last)."""
+    given = [
+        f
+        for f in (
+            "--num-layers-per-virtual-pipeline-stage",
+            "--num-virtual-stages-per-pipeline-rank",
+            "--pipeline-model-parallel-layout",
+        )
+        if flags.get(f) is not None
+    ]
+    if len(given) > 1:
+        raise SpecError(
+            f"{at(given[1])}: {' and '.join(given)} exclude each other (Megatron accepts one of them)"
+        )
+    layout = flags.get("--pipeline-model-parallel-layout")
+    first_last = [
+        f for f in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers") if f in flags
+    ]
+    if layout is not None:
+        stages = parse_layout(layout)
+        bad = sorted(set("".join(stages)) - set("EtLm"))
+        if bad:
+            raise SpecError(
+                f"{at('--pipeline-model-parallel-layout')}: --pipeline-model-parallel-layout has {bad[0]!r}; "
+                "its letters are E (embedding), t (decoder layer), L (loss), m (MTP) and | between stages"
+            )
+        if len(stages) % pp:
+            raise SpecError(
+                f"{at('--pipeline-model-parallel-layout')}: --pipeline-model-parallel-layout has {len(stages)} "
+                f"stages, not a multiple of --pipeline-model-parallel-size {pp}"
+            )
+        layers = tuple(s.count("t") for s in stages)
+        if sum(layers) != num_layers:
+            raise SpecError(
+                f"{at('--pipeline-model-parallel-layout')}: --pipeline-model-parallel-layout holds "
+                f"{sum(layers)} decoder layers (t), --num-layers is {num_layers}"
+            )
+        if not stages[0].startswith("E") or not stages[-1].endswith("L"):
+            raise SpecError(
+                f"{at('--pipeline-model-parallel-layout')}: --pipeline-model-parallel-layout must start "
+                "with E (embedding) and end with L (loss)"
+            )
+        if 0 in layers[1:-1]:
+            raise SpecError(
+                f"{at('--pipeline-model-parallel-layout')}: planner models stages of at least one decoder "
+                "layer, except an embedding-only first and a loss-only last stage; stage "
+                f"{layers[1:-1].index(0) + 1} of the layout holds none"
+            )
+        return len(stages) // pp, layers
+    nlpvs = num("--num-layers-per-virtual-pipeline-stage")
+    if nlpvs is not None:
+        if first_last:
+            raise SpecError(
+                f"{at(first_last[0])}: {first_last[0]} with --num-layers-per-virtual-pipeline-stage: Megatron "
+                "asks for --num-virtual-stages-per-pipeline-rank with uneven stages"
+            )
+        if num_layers % pp:
+            raise SpecError(
+                f"{at('--pipeline-model-parallel-size')}: --num-layers {num_layers} is not divisible by "
+                f"--pipeline-model-parallel-size {pp}"
+            )
+        per_stage = num_layers // pp
+        if per_stage % nlpvs:
+            raise SpecError(
+                f"{at('--num-layers-per-virtual-pipeline-stage')}: --num-layers-per-virtual-pipeline-stage "
+                f"{nlpvs} does not divide the {per_stage} layers of each pipeline stage (--num-layers "
+                f"{num_layers} / --pipeline-model-parallel-size {pp})"
+            )
+        return per_stage // nlpvs, ()
+    vpp = num("--num-virtual-stages-per-pipeline-rank", 1) or 1
+    account = [
+        f
+        for f in ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")
+        if f in flags
+    ]
+    if account:
+        if first_last:
+            raise SpecError(
+                f"{at(account[0])}: {account[0]} with {first_last[0]}: Megatron accepts one way of "
+                "splitting uneven stages"
+            )
+        try:
+            return vpp, account_for_split(
+                num_layers,
+                pp * vpp,
+                "--account-for-embedding-in-pipeline-split" in flags,
+                "--account-for-loss-in-pipeline-split" in flags,
+            )
+        except ConfigError as exc:
+            raise SpecError(
+                f"{at(account[0])}: {' and '.join(account)}: {exc} (--num-layers {num_layers}, "
+                f"--pipeline-model-parallel-size {pp}, virtual stages per rank {vpp})"
+            ) from None
+    if first_last:
+        if vpp > 1:
+            raise SpecError(
+                f"{at(first_last[0])}: planner exports uneven stages with virtual stages as "
+                "--pipeline-model-parallel-layout; first/last counts with virtual stages are not modelled"
+            )
+        first = num("--decoder-first-pipeline-num-layers")
+        last = num("--decoder-last-pipeline-num-layers")
+        try:
+            return 1, first_last_split(num_layers, pp, first, last)
+        except ConfigError as exc:
+            named = " and ".join(f"{f} {flags[f]}" for f in first_last)
+            raise SpecError(
+                f"{at(first_last[0])}: {named}: {exc} (--num-layers {num_layers}, --pipeline-model-parallel-size {pp})"
+            ) from None
+    return vpp, ()
