@@ -2,7 +2,8 @@
 
 Flow: layer table per pipeline stage (its node group's GPU and links) -> per-virtual-stage F/B/W
 durations and activation bytes -> the schedule's :class:`Timeline` -> data-parallel
-synchronisation and optimizer step after the last backward -> :class:`Estimate`.
+synchronisation and optimizer step after the last backward (:mod:`cost_models.data_parallel`)
+-> :class:`Estimate`.
 
 Iteration time = max over ranks of (end of its last backward + its exposed gradient reduction)
 + the slowest optimizer step + the exposed parameter all-gather. The data-parallel reduction
@@ -23,6 +24,15 @@ from cost_models import communication as comm
 from cost_models import fsdp, schedules
 from cost_models import memory as mem
 from cost_models.compute import COMPUTE_DTYPE, memory_bound_s
+from cost_models.data_parallel import (
+    DDP_BUCKET_PARAMS,
+    DPSync,
+    adam_bytes_per_param,
+    ddp_bucket_params,
+    dp_sync,
+    unfused_accumulation_applies,
+    unfused_accumulation_bytes,
+)
 from cost_models.layers import (
     ZERO,
     LayerCost,
@@ -32,77 +42,28 @@ from cost_models.layers import (
     loss_transient_bytes,
     model_flop_per_iteration,
 )
-from cost_models.parallel import LAYER_RECOMPUTE, SHARDED_GRADIENTS, Group, ParallelConfig, group
+from cost_models.parallel import LAYER_RECOMPUTE, Group, ParallelConfig, group
 from cost_models.tensors import pipeline_transfer_s
 from planner.inputs.specs import DTYPE_BYTES, ClusterSpec, JobSpec, ModelSpec, NodeGroup
 
-DDP_BUCKET_PARAMS = 40_000_000
-"""Megatron's default gradient bucket size in parameters (``--ddp-bucket-size``) at small dp."""
-
-
-def ddp_bucket_params(dp_cp: int) -> int:
-    """Megatron-Core's default bucket size for a data-parallel group of ``dp_cp`` ranks:
-    max(40M, 1M x dp) parameters, "larger DP sizes need larger buckets to ensure collectives do not
-    become latency-bound" (megatron/core/distributed/distributed_data_parallel_config.py
-    ``bucket_size``; megatron/training/models/dist_utils.py sets it from the dp-cp group's size)."""
-    return max(DDP_BUCKET_PARAMS, 1_000_000 * dp_cp)
-
-
-def adam_bytes_per_param(job: JobSpec) -> float:
-    """HBM traffic of one optimizer step per optimizer-owned parameter, kernel by kernel as
-    Megatron-Core runs it (megatron/core/optimizer/optimizer.py ``step``: ``prepare_grads``,
-    ``clip_grad_norm``, the inner ``optimizer.step()``, ``_copy_main_params_to_model_params``;
-    megatron-core 0.19.2). With ``g`` the gradient's bytes (``JobSpec.grad_dtype``), ``m`` the
-    master weight's and ``s`` a moment's:
-
-    * the main gradient the step reads: the 16-bit gradient shard in place when the
-      precision-aware optimizer takes it (:func:`cost_models.memory.step_reads_16bit_grads`), else
-      an fp32 one; 16-bit gradients are first copied to it (``.float()`` in
-      ``_copy_model_grads_to_main_grads``: read ``g``, write 4);
-    * fp16 training unscales the main gradient and checks it for inf/NaN (read and write it,
-      ``_unscale_main_grads_and_check_for_nan``; bf16 has no loss scaler);
-    * the gradient norm for clipping reads it once (``get_grad_norm_fp32``, ``multi_tensor_l2norm``;
-      the data-dependent rescale when the norm exceeds ``clip_grad`` is not charged);
-    * Adam reads the main gradient, reads and writes the master weight (2 m) and the moments (4 s);
-    * the 16-bit weight is written from the master weight: a separate copy (read m, write 2) unless
-      the precision-aware optimizer's FusedAdam writes it inside its kernel (write 2, Transformer
-      Engine ``FusedAdam(master_weights=...)``). Megatron-FSDP copies too
-      (``copy_main_weights_to_model_weights``); PyTorch FSDP (torchtitan, Composer) keeps the
-      sharded fp32 parameter and casts it at the gather instead, a difference the cost model does
-      not know the framework to make (6 bytes per parameter and step, milliseconds).
-
-    fp32 everything under bf16: 4 + 28 + 6 = 38 bytes; the DeepSeek-V3 recipe's bf16 gradients
-    and moments, precision-aware: 2 + 2 + 8 + 8 + 2 = 22."""
-    grad = float(DTYPE_BYTES[job.grad_dtype])
-    master = float(DTYPE_BYTES[job.master_dtype])
-    state = float(DTYPE_BYTES[job.optimizer_state_dtype])
-    in_place = mem.step_reads_16bit_grads(job)
-    main = grad if in_place else 4.0
-    prepare = grad + 4.0 if not in_place and grad < 4.0 else 0.0
-    if job.precision == "fp16":
-        prepare += 2.0 * main
-    weight_copy = 2.0 if in_place else master + 2.0
-    return prepare + main + (main + 2.0 * master + 4.0 * state) + weight_copy
-
-
-def unfused_accumulation_bytes(job: JobSpec) -> float:
-    """HBM traffic per parameter per micro-batch of unfused gradient accumulation (Megatron-LM
-    ``--no-gradient-accumulation-fusion``): the weight-gradient GEMM writes a 16-bit gradient, which
-    the data-parallel wrapper's hook adds to the main gradient (``param.main_grad.add_(param.grad)``,
-    megatron/core/distributed/distributed_data_parallel.py ``_make_backward_post_hook``): a
-    memory-bound kernel that reads the 16-bit gradient and reads and writes the main gradient
-    (``JobSpec.grad_dtype``): 10 bytes with fp32 main gradients. The GEMM's own output traffic
-    (a 16-bit write unfused; a read-modify-write of the main gradient fused, beta = 1 in the
-    epilogue) stays inside a compute-bound kernel either way and is part of the calibrated GEMM
-    efficiency, so only the extra kernel is charged."""
-    main = float(DTYPE_BYTES[job.grad_dtype])
-    return 2.0 + 2.0 * main
-
-
-def unfused_accumulation_applies(job: JobSpec, c: ParallelConfig) -> bool:
-    """Whether the unfused accumulation pass is charged: only on the DDP / distributed-optimizer
-    path; Megatron-FSDP's sharded gradients (zero2, full) are priced by their own path."""
-    return not job.gradient_accumulation_fusion and c.optimizer_sharding not in SHARDED_GRADIENTS
+__all__ = [
+    # the data-parallel terms live in cost_models.data_parallel; they stay importable from here
+    "DDP_BUCKET_PARAMS",
+    "DPSync",
+    "Estimate",
+    "OffloadTerms",
+    "StageEstimate",
+    "adam_bytes_per_param",
+    "ddp_bucket_params",
+    "dp_sync",
+    "estimate",
+    "node_of_stage",
+    "offload_terms",
+    "table_for",
+    "table_key",
+    "unfused_accumulation_applies",
+    "unfused_accumulation_bytes",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,114 +336,6 @@ def _stage_link(cluster: ClusterSpec, c: ParallelConfig, r: int, to: int | None 
     b = node_of_stage(cluster, c, (r + 1) % c.pp if to is None else to)
     la, lb = comm.link_for(g, a), comm.link_for(g, b)
     return la if la.bandwidth_bytes_per_s <= lb.bandwidth_bytes_per_s else lb
-
-
-@dataclass(frozen=True, slots=True)
-class DPSync:
-    """Data-parallel synchronisation and optimizer step of one pipeline rank, per iteration."""
-
-    reduce_s: float
-    reduce_exposed_s: float
-    gather_s: float
-    gather_exposed_s: float
-    optimizer_s: float
-
-
-def _exposed(comm_s: float, window_s: float, node: NodeGroup, floor_s: float = 0.0) -> float:
-    """:func:`cost_models.communication.overlapped_s` with the node's GPU slowdown."""
-    return comm.overlapped_s(comm_s, window_s, node.gpu.efficiency.comm_overlap_slowdown, floor_s)
-
-
-def dp_sync(
-    job: JobSpec,
-    c: ParallelConfig,
-    node: NodeGroup,
-    dense_params: float,
-    expert_params: float,
-    m: int,
-    backward_window_s: float,
-    forward_window_s: float,
-) -> DPSync:
-    """Gradient reduction, parameter gather and optimizer step of a rank holding these parameters.
-
-    The reduction overlaps ``backward_window_s`` (the last micro-batch's backward), the gather
-    overlaps ``forward_window_s`` (the next iteration's first forward); the last bucket of each is
-    always exposed.
-    """
-    grad_b = float(DTYPE_BYTES[job.grad_dtype])
-    d_dense, d_exp = c.dp * c.cp, (c.tp * c.cp * c.dp) // (c.expert_tp * c.ep)
-    link_d = comm.link_for(group(c, "dpcp"), node)
-    link_e = comm.link_for(group(c, "edp"), node)
-    if c.optimizer_sharding == "none":
-        reduce_s = comm.all_reduce_s(dense_params * grad_b, d_dense, link_d) + comm.all_reduce_s(
-            expert_params * grad_b, d_exp, link_e
-        )
-        gather_s = 0.0
-    elif c.optimizer_sharding == "zero2" and m > 1:
-        # gradients were reduce-scattered per micro-batch; only the parameter all-gather remains
-        reduce_s = 0.0
-        gather_s = comm.all_gather_s(dense_params * 2.0, d_dense, link_d) + comm.all_gather_s(
-            expert_params * 2.0, d_exp, link_e
-        )
-    elif c.optimizer_sharding == "distributed" and job.sharded_grad_reduce == "all_reduce":
-        # The whole gradient all-reduced on every rank, then the updated shards all-gathered inside
-        # the sharding group (JobSpec.sharded_grad_reduce: DeepSpeed's pipeline BF16_Optimizer,
-        # Aleph Alpha's ZeRO).
-        reduce_s = comm.all_reduce_s(dense_params * grad_b, d_dense, link_d) + comm.all_reduce_s(
-            expert_params * grad_b, d_exp, link_e
-        )
-        gather_s = comm.all_gather_s(
-            dense_params * 2.0, c.shard_degree, comm.link_for(group(c, "shard"), node)
-        ) + comm.all_gather_s(
-            expert_params * 2.0, c.expert_shard_degree, comm.link_for(group(c, "eshard"), node)
-        )
-    elif c.optimizer_sharding == "distributed" and c.optimizer_instances > 1:
-        # Partial distributed optimizer: reduce-scatter inside the instance, all-reduce of the
-        # shard across instances (one stream, in that order), all-gather inside the instance
-        # (megatron/core/distributed/param_and_grad_buffer.py ``start_grad_sync`` /
-        # ``start_param_sync``).
-        reduce_s = gather_s = 0.0
-        for params, shard, n_shard, replicas in (
-            (dense_params, c.shard_degree, group(c, "shard"), group(c, "replicate")),
-            (expert_params, c.expert_shard_degree, group(c, "eshard"), group(c, "ereplicate")),
-        ):
-            inside, across = comm.link_for(n_shard, node), comm.link_for(replicas, node)
-            reduce_s += comm.reduce_scatter_s(params * grad_b, shard, inside) + comm.all_reduce_s(
-                params * grad_b / shard, replicas.size, across
-            )
-            gather_s += comm.all_gather_s(params * 2.0, shard, inside)
-    elif c.optimizer_sharding in ("distributed", "zero2"):
-        reduce_s = comm.reduce_scatter_s(dense_params * grad_b, d_dense, link_d) + comm.reduce_scatter_s(
-            expert_params * grad_b, d_exp, link_e
-        )
-        gather_s = comm.all_gather_s(dense_params * 2.0, d_dense, link_d) + comm.all_gather_s(
-            expert_params * 2.0, d_exp, link_e
-        )
-    else:  # full sharding: gathers and reduce-scatters are paid per micro-batch inside the pipeline
-        gather_s = 0.0
-        # HSDP: the shard group's gradient shard is all-reduced across the replicas (Zhao et al.
-        # 2023, arXiv:2304.11277, Sec. 3.2.2 "hybrid sharding"; torchtitan
-        # data_parallel_replicate_degree), once per iteration, overlapping the last backward.
-        replicas = group(c, "replicate")
-        reduce_s = comm.all_reduce_s(
-            dense_params * grad_b / c.shard_degree, replicas.size, comm.link_for(replicas, node)
-        )
-    last_bucket = min(1.0, ddp_bucket_params(d_dense) / max(dense_params + expert_params, 1.0))
-    reduce_exposed = (
-        _exposed(reduce_s, backward_window_s, node, reduce_s * last_bucket)
-        if job.overlap_grad_reduce
-        else reduce_s
-    )
-    gather_exposed = (
-        _exposed(gather_s, forward_window_s, node, gather_s * last_bucket)
-        if job.overlap_param_gather
-        else gather_s
-    )
-    shard, shard_e = mem.shard_degrees(c)
-    opt_s = memory_bound_s(
-        (dense_params / shard + expert_params / shard_e) * adam_bytes_per_param(job), node.gpu
-    )
-    return DPSync(reduce_s, reduce_exposed, gather_s, gather_exposed, opt_s)
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> Estimate:

@@ -40,14 +40,8 @@ from cost_models.compute import (
     gemm_s,
     memory_bound_s,
 )
-from cost_models.estimate import (
-    Estimate,
-    StageEstimate,
-    dp_sync,
-    table_for,
-    unfused_accumulation_applies,
-    unfused_accumulation_bytes,
-)
+from cost_models.data_parallel import dp_sync, unfused_accumulation_applies, unfused_accumulation_bytes
+from cost_models.estimate import Estimate, StageEstimate, table_for
 from cost_models.graph_schedule import depths, simulate_graph, topological_order
 from cost_models.layers import ZERO, LayerCost, loss_transient_bytes
 from cost_models.parallel import ParallelConfig, group
