@@ -137,7 +137,10 @@ def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
 
 
 def _case(run: dict) -> Case:
-    """One run mapping of the calibration file as a :class:`Case` (:func:`cases`)."""
+    """One run mapping of the calibration file as a :class:`Case` (:func:`cases`): the model, the
+    job, the cluster, the parallel configuration and its layer split, then the measured figure, each
+    read by its own function below. Every assumption made on the way is appended to the case's notes,
+    in that order."""
     rid, hw, par = run["id"], run["hardware"], run["parallel"]
     fam = gpu_family(hw["gpu"])
     origin = {
@@ -150,188 +153,9 @@ def _case(run: dict) -> Case:
         if par.get("tp") is None or par.get("pp") is None:
             raise PlannerError("parallel degrees not published")
         model = model_of(rid, run["model"], notes)
-        seq = run["model"].get("seq_length")
-        if seq is None:
-            seq = 8192
-            notes.append("seq 8192 assumed (torchtitan default)")
-        prec_text = str(par.get("precision") or "bf16").lower()
-        precision = (
-            "fp8"
-            if ("fp8" in prec_text or "float8" in prec_text)
-            else ("fp16" if "fp16" in prec_text and "bf16" not in prec_text else "bf16")
-        )
-        # Overlapped tensor-parallel collectives where the source or its recipe says so
-        # (`parallel.tp_comm_overlap`, cited under `source.recipe`; else the notes): Megatron-LM's
-        # --tp-comm-overlap, NeMo's ub_tp_comm_overlap, torchtitan's async TP (JobSpec.tp_comm_overlap).
-        par_notes = str(par.get("notes") or "")
-        tp_overlap = par.get("tp_comm_overlap")
-        if tp_overlap is None:
-            tp_overlap = "--tp-comm-overlap" in par_notes or "with async TP" in par_notes
-        if tp_overlap:
-            notes.append("tensor-parallel communication overlapped (source or recipe)")
-        overlap_reduce = overlapped_reduction(run)
-        # Gradients reduced in bf16 where the recipe says so (`parallel.grad_reduce_in_fp32: false`,
-        # cited under `source.recipe.grad_reduce`: Megatron-LM's --grad-reduce-in-bf16, NeMo's and
-        # Megatron-Bridge's grad_reduce_in_fp32=False); else the precision's default
-        # (planner.inputs.jobs.default_grad_dtype: fp32 gradients for bf16 and fp8 training).
-        grad_dtype = "bf16" if par.get("grad_reduce_in_fp32") is False else None
-        if grad_dtype:
-            notes.append("gradients reduced in bf16 (recipe)")
-        # Adam's moments in a lower dtype where the recipe says so (`parallel.optimizer_state_dtype`,
-        # cited under `source.recipe.optimizer`: Megatron's precision-aware optimizer with
-        # exp_avg_dtype / exp_avg_sq_dtype bf16); else fp32.
-        state_dtype = str(par.get("optimizer_state_dtype") or "fp32")
-        if state_dtype != "fp32":
-            notes.append(f"Adam moments in {state_dtype} (recipe)")
-        unfused = unfused_accumulation(run, precision, notes)
-        if not overlap_reduce:
-            notes.append("gradient reduction after the last backward (not overlapped)")
-        job = make_job(
-            global_batch_size=par["global_batch_size"],
-            seq_length=seq,
-            precision=precision,
-            fp8_recipe=fp8_recipe_of(run, prec_text, notes),
-            tp_comm_overlap=tp_overlap,
-            overlap_grad_reduce=overlap_reduce,
-            overlap_param_gather=overlap_reduce,
-            grad_dtype=grad_dtype,
-            optimizer_state_dtype=state_dtype,
-            gradient_accumulation_fusion=not unfused,
-            eager_ops=eager_ops_of(run, notes),
-            attention_impl=attention_impl_of(run, notes),
-            pipeline_scatter_gather=pipeline_scatter_gather(run, notes),
-            sharded_grad_reduce=sharded_grad_reduce_of(run, precision, notes),
-            **(moe_runtime_of(rid, par, notes) if model.is_moe else {}),
-            where=f"run {rid}",
-        )
+        job = _job_of(run, model, notes)
         cluster = cluster_of(hw, hw["total_gpus"], notes)
-        rec_text = str(par.get("recompute") or "none").lower()
-        modules = par.get("recompute_modules")
-        if modules is None and rec_text.startswith("selective"):
-            # Megatron module names in the source's words ("selective (layernorm, moe_act)")
-            named = [w for w in re.findall(r"[a-z_]+", rec_text) if w in MEGATRON_RECOMPUTE_MODULES]
-            modules = named or None
-        recompute_modules: tuple[str, ...] = ()
-        if modules is not None and "full" not in rec_text:
-            # Megatron's --recompute-modules (the recipes record them), active only under
-            # --recompute-granularity selective (a recipe that sets modules without it recomputes
-            # nothing: its record says "none").
-            active = rec_text.startswith("selective") and bool(modules)
-            rec_text = "selective" if active else "none"
-            if active:
-                notes.append(f"recompute modules {', '.join(modules)} (recipe)")
-                recompute_modules = canonical_modules(modules)
-        recompute_layers = 0
-        if "full" in rec_text or "unknown" in rec_text:
-            recompute = "full"
-        elif "selective op" in rec_text or "per-op" in rec_text:
-            # torchtitan selective_ac_option = "op" (cost_models.recompute)
-            recompute = "op"
-        elif "selective layer" in rec_text:
-            # torchtitan selective_ac_option = "2" (the default, config_manager.py): every second
-            # block fully checkpointed
-            stage_layers = model.num_layers // (par["pp"] * (par.get("vpp") or 1))
-            recompute, recompute_layers = "full", layer_sac_recomputed_layers(stage_layers, 2)
-            notes.append("selective layer read as full recompute of every second block")
-        else:
-            recompute = "selective" if "selective" in rec_text else "none"
-        if "unknown" in rec_text:
-            notes.append("full recompute assumed")
-        if "microbatch-level" in rec_text:
-            # Korthikanti et al. 2022 App. C skips checkpointing for some in-flight micro-batches;
-            # planner chooses recompute per layer, not per micro-batch.
-            notes.append("micro-batch-level recompute priced as selective (recompute for every micro-batch)")
-        tp, pp, cp = par["tp"], par["pp"], par.get("cp") or 1
-        zero = zero_stage_of(par)
-        if zero == 3 or par.get("fsdp") or "ZeRO-3" in rec_text or "zero-3" in rec_text:
-            sharding = "full"
-        elif par.get("distributed_optimizer") is True:
-            sharding = "distributed"
-        elif par.get("distributed_optimizer") is False:
-            sharding = "none"
-        else:
-            sharding = ""
-        if rid.startswith("torchtitan") or "fsdp" in str(par.get("notes", "")).lower():
-            # torchtitan shards with FSDP2 (its README); with pp > 1 planner models it as ZeRO-1.
-            sharding = "full" if pp == 1 else "distributed"
-            notes.append(f"FSDP2 modelled as '{sharding}' sharding")
-        elif zero == 1:
-            sharding = "distributed"
-        elif not sharding:
-            sharding = "distributed" if fam != "a100" else "none"
-            notes.append(f"optimizer sharding {sharding} assumed")
-        vpp = par.get("vpp") or 1
-        mbs = par.get("micro_batch_size")
-        if mbs is None:
-            mbs = 1
-            notes.append("micro-batch size 1 assumed")
-        sp = par.get("sequence_parallel")
-        if sp is None:
-            sp = tp > 1
-        config = ParallelConfig(
-            tp=tp,
-            pp=pp,
-            cp=cp,
-            ep=par.get("ep") or 1,
-            vpp=vpp,
-            micro_batch_size=mbs,
-            recompute=recompute,
-            recompute_num_layers=recompute_layers,
-            recompute_modules=recompute_modules if recompute == "selective" else (),
-            sequence_parallel=bool(sp),
-            optimizer_sharding=sharding,
-            # The source's schedule where it names one (`parallel.schedule`: Qi et al. 2024's
-            # zero-bubble runs), else Megatron's by vpp.
-            schedule=str(par.get("schedule") or ("interleaved" if vpp > 1 else "1f1b")),
-            # The recipe's activation CPU offloading (Megatron --cpu-offloading-num-layers).
-            offload_layers=int(par.get("cpu_offloading_num_layers") or 0),
-            # The partial distributed optimizer (Megatron --num-distributed-optimizer-instances).
-            optimizer_instances=int(par.get("num_distributed_optimizer_instances") or 1)
-            if sharding == "distributed"
-            else 1,
-            # The recipe's rank layout (Megatron --use-tp-pp-dp-mapping; NeMo's TP_PP_DP_MAPPING).
-            rank_order=RANK_ORDERS[1] if par.get("use_tp_pp_dp_mapping") else RANK_ORDERS[0],
-        )
-        n_virtual = pp * vpp
-        slots = embedding_slots(run)
-        emb_split = bool(par.get("account_for_embedding_in_pipeline_split")) or slots
-        loss_split = bool(par.get("account_for_loss_in_pipeline_split")) or slots
-        if par.get("layers_per_stage"):
-            # The split the source's framework made (e.g. torchtitan's generate_split_points).
-            config = config.with_(layers_per_stage=tuple(int(x) for x in par["layers_per_stage"]))
-        elif par.get("pipeline_layout"):
-            # The recipe's --pipeline-model-parallel-layout (Megatron-Bridge's DeepSeek-V3 and
-            # Kimi-K2 configs): decoder layers per virtual stage as Megatron unrolls it.
-            layout = tuple(stage.count("t") for stage in parse_layout(str(par["pipeline_layout"])))
-            if len(layout) != n_virtual or sum(layout) != model.num_layers:
-                raise PlannerError(
-                    f"pipeline_layout {par['pipeline_layout']!r} does not give {n_virtual} virtual "
-                    f"stages of {model.num_layers} layers in all"
-                )
-            config = config.with_(layers_per_stage=layout)
-            notes.append("pipeline layout from the recipe")
-        elif emb_split or loss_split:
-            # The recipe's --account-for-embedding/loss-in-pipeline-split (Megatron-Bridge's
-            # Llama 3.1 405B and Qwen3-235B pretrain configs).
-            config = config.with_(
-                layers_per_stage=account_for_split(model.num_layers, n_virtual, emb_split, loss_split)
-            )
-            notes.append(
-                "embedding layers given pipeline slots (DeepSpeed 'type:transformer|embedding')"
-                if slots
-                else "embedding and loss accounted in the pipeline split (recipe)"
-            )
-        elif model.num_layers < n_virtual and (model.num_layers + 2) % n_virtual == 0:
-            # More virtual stages than layers: Megatron's recipes account the embedding and the
-            # loss as one layer each (e.g. Qwen3-235B, 94 layers, pp 32 x vpp 3).
-            config = config.with_(layers_per_stage=account_for_split(model.num_layers, n_virtual, True, True))
-            notes.append("embedding and loss accounted in the pipeline split assumed")
-        elif model.num_layers % n_virtual:
-            base, extra = divmod(model.num_layers, n_virtual)
-            config = config.with_(
-                layers_per_stage=tuple(base + (1 if i < extra else 0) for i in range(n_virtual))
-            )
-            notes.append("balanced uneven layer split assumed")
+        config = _layer_split(run, model, _config_of(run, model, fam, notes), notes)
         measured, how = measured_of(run, model, job, cluster.num_gpus)
         if not measured:
             counting = (run["measured"].get("flops_counting") or "not stated").lower()
@@ -352,6 +176,245 @@ def _case(run: dict) -> Case:
         )
     except PlannerError as exc:
         return Case(rid, fam, skip_reason=str(exc), **origin)
+
+
+def _precision_of(prec_text: str) -> str:
+    """The training precision named by a run's ``parallel.precision`` text (lower case): fp8 where
+    it names fp8 / float8, fp16 where it names fp16 and not bf16, else bf16."""
+    if "fp8" in prec_text or "float8" in prec_text:
+        return "fp8"
+    return "fp16" if "fp16" in prec_text and "bf16" not in prec_text else "bf16"
+
+
+def _job_of(run: dict, model: ModelSpec, notes: list[str]) -> JobSpec:
+    """The run's job: batch, sequence, precision and the runtime options its source or recipe
+    records (overlaps, reduction and optimizer dtypes, fused kernels, MoE dispatch)."""
+    rid, par = run["id"], run["parallel"]
+    seq = run["model"].get("seq_length")
+    if seq is None:
+        seq = 8192
+        notes.append("seq 8192 assumed (torchtitan default)")
+    prec_text = str(par.get("precision") or "bf16").lower()
+    precision = _precision_of(prec_text)
+    # Overlapped tensor-parallel collectives where the source or its recipe says so
+    # (`parallel.tp_comm_overlap`, cited under `source.recipe`; else the notes): Megatron-LM's
+    # --tp-comm-overlap, NeMo's ub_tp_comm_overlap, torchtitan's async TP (JobSpec.tp_comm_overlap).
+    par_notes = str(par.get("notes") or "")
+    tp_overlap = par.get("tp_comm_overlap")
+    if tp_overlap is None:
+        tp_overlap = "--tp-comm-overlap" in par_notes or "with async TP" in par_notes
+    if tp_overlap:
+        notes.append("tensor-parallel communication overlapped (source or recipe)")
+    overlap_reduce = overlapped_reduction(run)
+    # Gradients reduced in bf16 where the recipe says so (`parallel.grad_reduce_in_fp32: false`,
+    # cited under `source.recipe.grad_reduce`: Megatron-LM's --grad-reduce-in-bf16, NeMo's and
+    # Megatron-Bridge's grad_reduce_in_fp32=False); else the precision's default
+    # (planner.inputs.jobs.default_grad_dtype: fp32 gradients for bf16 and fp8 training).
+    grad_dtype = "bf16" if par.get("grad_reduce_in_fp32") is False else None
+    if grad_dtype:
+        notes.append("gradients reduced in bf16 (recipe)")
+    # Adam's moments in a lower dtype where the recipe says so (`parallel.optimizer_state_dtype`,
+    # cited under `source.recipe.optimizer`: Megatron's precision-aware optimizer with
+    # exp_avg_dtype / exp_avg_sq_dtype bf16); else fp32.
+    state_dtype = str(par.get("optimizer_state_dtype") or "fp32")
+    if state_dtype != "fp32":
+        notes.append(f"Adam moments in {state_dtype} (recipe)")
+    unfused = unfused_accumulation(run, precision, notes)
+    if not overlap_reduce:
+        notes.append("gradient reduction after the last backward (not overlapped)")
+    return make_job(
+        global_batch_size=par["global_batch_size"],
+        seq_length=seq,
+        precision=precision,
+        fp8_recipe=fp8_recipe_of(run, prec_text, notes),
+        tp_comm_overlap=tp_overlap,
+        overlap_grad_reduce=overlap_reduce,
+        overlap_param_gather=overlap_reduce,
+        grad_dtype=grad_dtype,
+        optimizer_state_dtype=state_dtype,
+        gradient_accumulation_fusion=not unfused,
+        eager_ops=eager_ops_of(run, notes),
+        attention_impl=attention_impl_of(run, notes),
+        pipeline_scatter_gather=pipeline_scatter_gather(run, notes),
+        sharded_grad_reduce=sharded_grad_reduce_of(run, precision, notes),
+        **(moe_runtime_of(rid, par, notes) if model.is_moe else {}),
+        where=f"run {rid}",
+    )
+
+
+@dataclass(frozen=True)
+class _Recompute:
+    """A run's activation recompute as planner prices it (ParallelConfig's recompute fields)."""
+
+    mode: str
+    """'full', 'selective', 'op' or 'none' (ParallelConfig.recompute)."""
+    num_layers: int
+    """Layers per stage fully recomputed under 'full' (0 = all; ParallelConfig.recompute_num_layers)."""
+    modules: tuple[str, ...]
+    """Megatron recompute modules under 'selective' (ParallelConfig.recompute_modules)."""
+    text: str
+    """The run's ``parallel.recompute`` text, lower case, with recipe modules resolved to
+    'selective' or 'none' (read again for the sharding)."""
+
+
+def _recompute_of(par: dict, model: ModelSpec, notes: list[str]) -> _Recompute:
+    """The run's recompute from ``parallel.recompute`` (the source's words) and
+    ``parallel.recompute_modules`` (the recipe's)."""
+    rec_text = str(par.get("recompute") or "none").lower()
+    modules = par.get("recompute_modules")
+    if modules is None and rec_text.startswith("selective"):
+        # Megatron module names in the source's words ("selective (layernorm, moe_act)")
+        named = [w for w in re.findall(r"[a-z_]+", rec_text) if w in MEGATRON_RECOMPUTE_MODULES]
+        modules = named or None
+    recompute_modules: tuple[str, ...] = ()
+    if modules is not None and "full" not in rec_text:
+        # Megatron's --recompute-modules (the recipes record them), active only under
+        # --recompute-granularity selective (a recipe that sets modules without it recomputes
+        # nothing: its record says "none").
+        active = rec_text.startswith("selective") and bool(modules)
+        rec_text = "selective" if active else "none"
+        if active:
+            notes.append(f"recompute modules {', '.join(modules)} (recipe)")
+            recompute_modules = canonical_modules(modules)
+    recompute_layers = 0
+    if "full" in rec_text or "unknown" in rec_text:
+        recompute = "full"
+    elif "selective op" in rec_text or "per-op" in rec_text:
+        # torchtitan selective_ac_option = "op" (cost_models.recompute)
+        recompute = "op"
+    elif "selective layer" in rec_text:
+        # torchtitan selective_ac_option = "2" (the default, config_manager.py): every second
+        # block fully checkpointed
+        stage_layers = model.num_layers // (par["pp"] * (par.get("vpp") or 1))
+        recompute, recompute_layers = "full", layer_sac_recomputed_layers(stage_layers, 2)
+        notes.append("selective layer read as full recompute of every second block")
+    else:
+        recompute = "selective" if "selective" in rec_text else "none"
+    if "unknown" in rec_text:
+        notes.append("full recompute assumed")
+    if "microbatch-level" in rec_text:
+        # Korthikanti et al. 2022 App. C skips checkpointing for some in-flight micro-batches;
+        # planner chooses recompute per layer, not per micro-batch.
+        notes.append("micro-batch-level recompute priced as selective (recompute for every micro-batch)")
+    return _Recompute(recompute, recompute_layers, recompute_modules, rec_text)
+
+
+def _sharding_of(run: dict, rec_text: str, fam: str, notes: list[str]) -> str:
+    """The run's optimizer sharding (ParallelConfig.optimizer_sharding): 'full' for ZeRO-3 / FSDP,
+    'distributed' for Megatron's distributed optimizer or ZeRO-1, 'none'; ``rec_text`` is
+    :attr:`_Recompute.text` (some sources name ZeRO-3 there)."""
+    rid, par = run["id"], run["parallel"]
+    zero = zero_stage_of(par)
+    if zero == 3 or par.get("fsdp") or "ZeRO-3" in rec_text or "zero-3" in rec_text:
+        sharding = "full"
+    elif par.get("distributed_optimizer") is True:
+        sharding = "distributed"
+    elif par.get("distributed_optimizer") is False:
+        sharding = "none"
+    else:
+        sharding = ""
+    if rid.startswith("torchtitan") or "fsdp" in str(par.get("notes", "")).lower():
+        # torchtitan shards with FSDP2 (its README); with pp > 1 planner models it as ZeRO-1.
+        sharding = "full" if par["pp"] == 1 else "distributed"
+        notes.append(f"FSDP2 modelled as '{sharding}' sharding")
+    elif zero == 1:
+        sharding = "distributed"
+    elif not sharding:
+        sharding = "distributed" if fam != "a100" else "none"
+        notes.append(f"optimizer sharding {sharding} assumed")
+    return sharding
+
+
+def _config_of(run: dict, model: ModelSpec, fam: str, notes: list[str]) -> ParallelConfig:
+    """The run's parallel configuration as published (degrees, micro-batch, recompute, sharding,
+    schedule, offloading, rank order), before its layer split (:func:`_layer_split`)."""
+    par = run["parallel"]
+    rec = _recompute_of(par, model, notes)
+    tp, pp, cp = par["tp"], par["pp"], par.get("cp") or 1
+    sharding = _sharding_of(run, rec.text, fam, notes)
+    vpp = par.get("vpp") or 1
+    mbs = par.get("micro_batch_size")
+    if mbs is None:
+        mbs = 1
+        notes.append("micro-batch size 1 assumed")
+    sp = par.get("sequence_parallel")
+    if sp is None:
+        sp = tp > 1
+    return ParallelConfig(
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        ep=par.get("ep") or 1,
+        vpp=vpp,
+        micro_batch_size=mbs,
+        recompute=rec.mode,
+        recompute_num_layers=rec.num_layers,
+        recompute_modules=rec.modules if rec.mode == "selective" else (),
+        sequence_parallel=bool(sp),
+        optimizer_sharding=sharding,
+        # The source's schedule where it names one (`parallel.schedule`: Qi et al. 2024's
+        # zero-bubble runs), else Megatron's by vpp.
+        schedule=str(par.get("schedule") or ("interleaved" if vpp > 1 else "1f1b")),
+        # The recipe's activation CPU offloading (Megatron --cpu-offloading-num-layers).
+        offload_layers=int(par.get("cpu_offloading_num_layers") or 0),
+        # The partial distributed optimizer (Megatron --num-distributed-optimizer-instances).
+        optimizer_instances=int(par.get("num_distributed_optimizer_instances") or 1)
+        if sharding == "distributed"
+        else 1,
+        # The recipe's rank layout (Megatron --use-tp-pp-dp-mapping; NeMo's TP_PP_DP_MAPPING).
+        rank_order=RANK_ORDERS[1] if par.get("use_tp_pp_dp_mapping") else RANK_ORDERS[0],
+    )
+
+
+def _layer_split(run: dict, model: ModelSpec, config: ParallelConfig, notes: list[str]) -> ParallelConfig:
+    """``config`` with the run's decoder layers per virtual pipeline stage where they are not the
+    even split: the source's split, the recipe's layout or embedding / loss accounting, else a
+    balanced uneven split."""
+    par = run["parallel"]
+    n_virtual = config.num_virtual_stages
+    slots = embedding_slots(run)
+    emb_split = bool(par.get("account_for_embedding_in_pipeline_split")) or slots
+    loss_split = bool(par.get("account_for_loss_in_pipeline_split")) or slots
+    if par.get("layers_per_stage"):
+        # The split the source's framework made (e.g. torchtitan's generate_split_points).
+        return config.with_(layers_per_stage=tuple(int(x) for x in par["layers_per_stage"]))
+    if par.get("pipeline_layout"):
+        # The recipe's --pipeline-model-parallel-layout (Megatron-Bridge's DeepSeek-V3 and
+        # Kimi-K2 configs): decoder layers per virtual stage as Megatron unrolls it.
+        layout = tuple(stage.count("t") for stage in parse_layout(str(par["pipeline_layout"])))
+        if len(layout) != n_virtual or sum(layout) != model.num_layers:
+            raise PlannerError(
+                f"pipeline_layout {par['pipeline_layout']!r} does not give {n_virtual} virtual "
+                f"stages of {model.num_layers} layers in all"
+            )
+        config = config.with_(layers_per_stage=layout)
+        notes.append("pipeline layout from the recipe")
+        return config
+    if emb_split or loss_split:
+        # The recipe's --account-for-embedding/loss-in-pipeline-split (Megatron-Bridge's
+        # Llama 3.1 405B and Qwen3-235B pretrain configs).
+        config = config.with_(
+            layers_per_stage=account_for_split(model.num_layers, n_virtual, emb_split, loss_split)
+        )
+        notes.append(
+            "embedding layers given pipeline slots (DeepSpeed 'type:transformer|embedding')"
+            if slots
+            else "embedding and loss accounted in the pipeline split (recipe)"
+        )
+        return config
+    if model.num_layers < n_virtual and (model.num_layers + 2) % n_virtual == 0:
+        # More virtual stages than layers: Megatron's recipes account the embedding and the
+        # loss as one layer each (e.g. Qwen3-235B, 94 layers, pp 32 x vpp 3).
+        config = config.with_(layers_per_stage=account_for_split(model.num_layers, n_virtual, True, True))
+        notes.append("embedding and loss accounted in the pipeline split assumed")
+        return config
+    if model.num_layers % n_virtual:
+        base, extra = divmod(model.num_layers, n_virtual)
+        config = config.with_(
+            layers_per_stage=tuple(base + (1 if i < extra else 0) for i in range(n_virtual))
+        )
+        notes.append("balanced uneven layer split assumed")
+    return config
 
 
 def _with_software(cluster, name: str):
