@@ -1,11 +1,13 @@
-"""Hugging Face ``config.json`` import of the 2024-25 architectures: DeepSeek-V2/V3 and Kimi-K2
-(MLA, shared experts, leading dense layers, MTP), gpt-oss (sinks, alternating sliding windows),
-Llama 4 (``text_config``; interleaved MoE with a shared expert, chunked attention) and Phi-3.
+"""Hugging Face ``config.json`` import (:func:`load_hf_config`, no network): the classic decoders
+(Llama, Mistral, Mixtral, Qwen2/3 and their MoE variants, Gemma, Nemotron, GPT-2, GPT-NeoX) and the
+2024-25 architectures (:func:`load_frontier`): DeepSeek-V2/V3 and Kimi-K2 (MLA, shared experts,
+leading dense layers, MTP), gpt-oss (sinks, alternating sliding windows), Llama 4 (``text_config``;
+interleaved MoE with a shared expert, chunked attention) and Phi-3.
 
-Field meanings follow the ``transformers`` configuration classes (``DeepseekV3Config``,
-``GptOssConfig``, ``Llama4TextConfig``, ``Phi3Config``); Kimi-K2's ``kimi_k2`` config uses
-DeepSeek-V3's field names (its ``architectures`` is ``DeepseekV3ForCausalLM``). Called by
-:func:`planner.inputs.hf_config.load_hf_config`; errors are one-line :class:`~planner.inputs.errors.SpecError`.
+Field meanings follow the ``transformers`` configuration classes (``LlamaConfig``, ``GPT2Config``,
+``DeepseekV3Config``, ``GptOssConfig``, ``Llama4TextConfig``, ``Phi3Config``, ...); Kimi-K2's
+``kimi_k2`` config uses DeepSeek-V3's field names (its ``architectures`` is ``DeepseekV3ForCausalLM``).
+Errors are one-line :class:`~planner.inputs.errors.SpecError` naming the file and key.
 """
 
 from __future__ import annotations
@@ -16,9 +18,7 @@ from typing import Any
 from planner.inputs.documents import read_document
 from planner.inputs.errors import SpecError
 from planner.inputs.model_yaml import _rope_theta, validate_model
-from planner.inputs.specs import (
-    ModelSpec,
-)
+from planner.inputs.specs import ModelSpec
 from planner.inputs.validation import check_number, limit
 
 MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "gpt_oss", "kimi_k2", "llama4", "llama4_text", "phi3")
@@ -31,6 +31,7 @@ class _Fields:
         self.data, self.where, self.mt = data, where, model_type
 
     def need(self, key: str, *alts: str) -> int:
+        """A required positive integer field (the first of ``key`` and ``alts`` present)."""
         for k in (key, *alts):
             if self.data.get(k) is not None:
                 return check_number(
@@ -39,6 +40,7 @@ class _Fields:
         raise SpecError(f"{self.where}: missing required key '{key}' for model_type '{self.mt}'")
 
     def opt(self, key: str, default: int = 0) -> int:
+        """An optional positive integer field (``default`` when absent, null or 0)."""
         if not self.data.get(key):
             return default
         return check_number(
@@ -46,6 +48,7 @@ class _Fields:
         )
 
     def flag(self, key: str, default: bool) -> bool:
+        """A true/false field (``default`` when absent)."""
         value = self.data.get(key, default)
         if not isinstance(value, bool):
             raise SpecError(f"{self.where}: key '{key}': expected true/false, got {value!r}"[:300])
@@ -226,11 +229,26 @@ def _phi3(f: _Fields) -> dict[str, Any]:
     )
 
 
+_LLAMA_LIKE = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "gemma",
+    "gemma2",
+    "nemotron",
+)
+"""``model_type`` values of Llama-shaped decoders (gated MLP, RoPE, GQA), read by :func:`_llama_like`."""
+
+
 def load_hf_config(path: Path) -> ModelSpec:
     """Import a local Hugging Face ``config.json`` (no network).
 
     Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gpt2,
-    gpt_neox, gemma, gemma2, nemotron, and (:mod:`planner.inputs.hf_config`) deepseek_v2, deepseek_v3,
+    gpt_neox, gemma, gemma2, nemotron, and (:func:`load_frontier`) deepseek_v2, deepseek_v3,
     kimi_k2, gpt_oss, llama4 (its ``text_config``), llama4_text, phi3. Field meanings follow the
     ``transformers`` configuration classes of the same names.
     """
@@ -239,137 +257,147 @@ def load_hf_config(path: Path) -> ModelSpec:
     mt = data.get("model_type")
     if not isinstance(mt, str):
         raise SpecError(f"{where}: key 'model_type': expected a string, got {type(mt).__name__} {mt!r}"[:300])
-    name = path.parent.name or path.stem
-    if path.parent.parent.name == "snapshots" and path.parent.parent.parent.name.startswith("models--"):
-        name = path.parent.parent.parent.name.split("--")[-1]  # hub cache: models--org--name/snapshots/rev
-    from planner.inputs import hf_config as hf_frontier  # imports this module: resolved at call time
-
-    if mt in hf_frontier.MODEL_TYPES:
-        return hf_frontier.load_frontier(data, where, name)
-
-    def need(key: str, *alts: str) -> Any:
-        """A required positive integer field (the first of ``key`` and ``alts`` present)."""
-        for k in (key, *alts):
-            if data.get(k) is not None:
-                return check_number(data[k], where, k, integer=True, positive=True, maximum=_hf_limit(k))
-        raise SpecError(f"{where}: missing required key '{key}' for model_type '{mt}'")
-
-    def opt(key: str) -> Any:
-        """An optional positive integer field (None when absent, null or 0)."""
-        if not data.get(key):
-            return None
-        return check_number(data[key], where, key, integer=True, positive=True, maximum=_hf_limit(key))
-
-    llama_like = {
-        "llama",
-        "mistral",
-        "mixtral",
-        "qwen2",
-        "qwen2_moe",
-        "qwen3",
-        "qwen3_moe",
-        "gemma",
-        "gemma2",
-        "nemotron",
-    }
-    if mt in llama_like:
-        hidden = need("hidden_size")
-        heads = need("num_attention_heads")
-        act = data.get("hidden_act", data.get("hidden_activation", "silu"))
-        if mt == "nemotron":
-            activation = "squared_relu" if act in ("relu2", "squared_relu") else "gelu"
-        else:
-            # Llama-family MLPs are gated; Gemma's GeGLU has the cost and shape of SwiGLU.
-            activation = "swiglu"
-        kwargs: dict[str, Any] = dict(
-            name=name,
-            num_layers=need("num_hidden_layers"),
-            hidden_size=hidden,
-            ffn_hidden_size=need("intermediate_size"),
-            num_attention_heads=heads,
-            num_query_groups=opt("num_key_value_heads") or heads,
-            kv_channels=opt("head_dim") or hidden // heads,
-            vocab_size=need("vocab_size"),
-            max_position_embeddings=need("max_position_embeddings"),
-            activation=activation,
-            normalization="layernorm" if mt == "nemotron" else "rmsnorm",
-            position_embedding_type="rope",
-            rotary_base=_rope_theta(data, where),
-            untie_embeddings_and_output_weights=not data.get("tie_word_embeddings", mt.startswith("gemma")),
-            add_bias_linear=bool(data.get("mlp_bias", False)) and bool(data.get("attention_bias", False)),
-            add_qkv_bias=mt in ("qwen2", "qwen2_moe") or bool(data.get("attention_bias", False)),
-            qk_layernorm=mt in ("qwen3", "qwen3_moe"),
-        )
-        if mt == "mixtral":
-            kwargs.update(
-                num_experts=need("num_local_experts"),
-                moe_router_topk=need("num_experts_per_tok"),
-                moe_ffn_hidden_size=need("intermediate_size"),
-            )
-        elif mt in ("qwen2_moe", "qwen3_moe"):
-            kwargs.update(
-                num_experts=need("num_experts"),
-                moe_router_topk=need("num_experts_per_tok"),
-                moe_ffn_hidden_size=need("moe_intermediate_size"),
-                moe_layer_freq=opt("decoder_sparse_step") or 1,
-                moe_shared_expert_intermediate_size=opt("shared_expert_intermediate_size") or 0,
-            )
+    name = _model_name(path)
+    if mt in MODEL_TYPES:
+        return load_frontier(data, where, name)
+    f = _Fields(data, where, mt)
+    if mt in _LLAMA_LIKE:
+        kwargs = _llama_like(f, name)
     elif mt == "gpt2":
-        hidden = need("n_embd", "hidden_size")
-        kwargs = dict(
-            name=name,
-            num_layers=need("n_layer", "num_hidden_layers"),
-            hidden_size=hidden,
-            ffn_hidden_size=opt("n_inner") or 4 * hidden,
-            num_attention_heads=need("n_head"),
-            num_query_groups=need("n_head"),
-            kv_channels=hidden // need("n_head"),
-            vocab_size=need("vocab_size"),
-            max_position_embeddings=need("n_positions", "n_ctx"),
-            activation="gelu",
-            normalization="layernorm",
-            position_embedding_type="learned_absolute",
-            untie_embeddings_and_output_weights=False,
-            add_bias_linear=True,
-        )
+        kwargs = _gpt2(f, name)
     elif mt == "gpt_neox":
-        hidden = need("hidden_size")
-        heads = need("num_attention_heads")
-        kwargs = dict(
-            name=name,
-            num_layers=need("num_hidden_layers"),
-            hidden_size=hidden,
-            ffn_hidden_size=need("intermediate_size"),
-            num_attention_heads=heads,
-            num_query_groups=heads,
-            kv_channels=hidden // heads,
-            vocab_size=need("vocab_size"),
-            max_position_embeddings=need("max_position_embeddings"),
-            activation="gelu",
-            normalization="layernorm",
-            position_embedding_type="rope",
-            rotary_base=_rope_theta(data, where),
-            untie_embeddings_and_output_weights=not data.get("tie_word_embeddings", False),
-            add_bias_linear=True,
-        )
+        kwargs = _gpt_neox(f, name)
     else:
         supported = (
             "deepseek_v2, deepseek_v3, gemma, gemma2, gpt2, gpt_neox, gpt_oss, kimi_k2, llama, llama4, "
             "llama4_text, mistral, mixtral, nemotron, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe"
         )
         raise SpecError(f"{where}: key 'model_type': {mt!r} is not supported; allowed values: {supported}")
+    _check_fields(kwargs, data, where)
+    spec = ModelSpec(**kwargs)
+    validate_model(spec, where)
+    return spec
+
+
+def _model_name(path: Path) -> str:
+    """The model's name: the config's folder, or the repository name of a Hugging Face hub cache
+    path (``models--org--name/snapshots/<rev>/config.json``)."""
+    if path.parent.parent.name == "snapshots" and path.parent.parent.parent.name.startswith("models--"):
+        return path.parent.parent.parent.name.split("--")[-1]
+    return path.parent.name or path.stem
+
+
+def _llama_like(f: _Fields, name: str) -> dict[str, Any]:
+    """Llama-shaped decoders (``LlamaConfig``, ``MistralConfig``, ``Qwen2Config``, ``Qwen3Config``,
+    ``GemmaConfig``, ``NemotronConfig`` and their MoE variants, :func:`_moe_fields`)."""
+    data, mt = f.data, f.mt
+    hidden = f.need("hidden_size")
+    heads = f.need("num_attention_heads")
+    act = data.get("hidden_act", data.get("hidden_activation", "silu"))
+    if mt == "nemotron":
+        activation = "squared_relu" if act in ("relu2", "squared_relu") else "gelu"
+    else:
+        # Llama-family MLPs are gated; Gemma's GeGLU has the cost and shape of SwiGLU.
+        activation = "swiglu"
+    return dict(
+        name=name,
+        num_layers=f.need("num_hidden_layers"),
+        hidden_size=hidden,
+        ffn_hidden_size=f.need("intermediate_size"),
+        num_attention_heads=heads,
+        num_query_groups=f.opt("num_key_value_heads", heads),
+        kv_channels=f.opt("head_dim", hidden // heads),
+        vocab_size=f.need("vocab_size"),
+        max_position_embeddings=f.need("max_position_embeddings"),
+        activation=activation,
+        normalization="layernorm" if mt == "nemotron" else "rmsnorm",
+        position_embedding_type="rope",
+        rotary_base=_rope_theta(data, f.where),
+        untie_embeddings_and_output_weights=not data.get("tie_word_embeddings", mt.startswith("gemma")),
+        add_bias_linear=bool(data.get("mlp_bias", False)) and bool(data.get("attention_bias", False)),
+        add_qkv_bias=mt in ("qwen2", "qwen2_moe") or bool(data.get("attention_bias", False)),
+        qk_layernorm=mt in ("qwen3", "qwen3_moe"),
+        **_moe_fields(f),
+    )
+
+
+def _moe_fields(f: _Fields) -> dict[str, Any]:
+    """The expert fields of the Llama-shaped MoE decoders: Mixtral (``MixtralConfig``: every layer
+    MoE, experts of the dense width) and Qwen2/Qwen3-MoE (``Qwen3MoeConfig``: every
+    ``decoder_sparse_step``-th layer, optional shared expert); none for the dense ones."""
+    if f.mt == "mixtral":
+        return dict(
+            num_experts=f.need("num_local_experts"),
+            moe_router_topk=f.need("num_experts_per_tok"),
+            moe_ffn_hidden_size=f.need("intermediate_size"),
+        )
+    if f.mt in ("qwen2_moe", "qwen3_moe"):
+        return dict(
+            num_experts=f.need("num_experts"),
+            moe_router_topk=f.need("num_experts_per_tok"),
+            moe_ffn_hidden_size=f.need("moe_intermediate_size"),
+            moe_layer_freq=f.opt("decoder_sparse_step", 1),
+            moe_shared_expert_intermediate_size=f.opt("shared_expert_intermediate_size"),
+        )
+    return {}
+
+
+def _gpt2(f: _Fields, name: str) -> dict[str, Any]:
+    """GPT-2 (``GPT2Config``: ``n_*`` field names, learned absolute positions, tied embeddings,
+    biases, a 4 x hidden MLP unless ``n_inner``)."""
+    hidden = f.need("n_embd", "hidden_size")
+    return dict(
+        name=name,
+        num_layers=f.need("n_layer", "num_hidden_layers"),
+        hidden_size=hidden,
+        ffn_hidden_size=f.opt("n_inner", 4 * hidden),
+        num_attention_heads=f.need("n_head"),
+        num_query_groups=f.need("n_head"),
+        kv_channels=hidden // f.need("n_head"),
+        vocab_size=f.need("vocab_size"),
+        max_position_embeddings=f.need("n_positions", "n_ctx"),
+        activation="gelu",
+        normalization="layernorm",
+        position_embedding_type="learned_absolute",
+        untie_embeddings_and_output_weights=False,
+        add_bias_linear=True,
+    )
+
+
+def _gpt_neox(f: _Fields, name: str) -> dict[str, Any]:
+    """GPT-NeoX / Pythia (``GPTNeoXConfig``: multi-head attention, GELU MLP with biases, RoPE)."""
+    hidden = f.need("hidden_size")
+    heads = f.need("num_attention_heads")
+    return dict(
+        name=name,
+        num_layers=f.need("num_hidden_layers"),
+        hidden_size=hidden,
+        ffn_hidden_size=f.need("intermediate_size"),
+        num_attention_heads=heads,
+        num_query_groups=heads,
+        kv_channels=hidden // heads,
+        vocab_size=f.need("vocab_size"),
+        max_position_embeddings=f.need("max_position_embeddings"),
+        activation="gelu",
+        normalization="layernorm",
+        position_embedding_type="rope",
+        rotary_base=_rope_theta(f.data, f.where),
+        untie_embeddings_and_output_weights=not f.data.get("tie_word_embeddings", False),
+        add_bias_linear=True,
+    )
+
+
+def _check_fields(kwargs: dict[str, Any], data: dict, where: str) -> None:
+    """Check the planner fields read from ``data`` (derived ones such as hidden // heads and
+    4 x hidden get the planner key's bound too) and the config's true/false keys."""
     for key, value in kwargs.items():
         if isinstance(value, (bool, str)):
             continue
-        # Derived fields (hidden // heads, 4 * hidden) get the planner key's bound too.
         optional = key.startswith("moe_") or key == "num_experts"
         check_number(value, f"{where} (as planner's {key})", key, integer=True, positive=not optional)
     for key in ("tie_word_embeddings", "mlp_bias", "attention_bias"):
         if key in data and not isinstance(data[key], bool):
             raise SpecError(f"{where}: key '{key}': expected true/false, got {data[key]!r}"[:300])
-    spec = ModelSpec(**kwargs)
-    validate_model(spec, where)
-    return spec
 
 
 _HF_KEYS = {
