@@ -110,108 +110,23 @@ def chrome_trace(est: Estimate, title: str, point_to_point: bool = True) -> dict
     the sends of a chain pipeline (virtual stage ``vs`` feeds ``vs + 1``); graph pipelines pass
     False (their edges are not the chain's)."""
     tl = est.timeline
-    p, v = tl.num_stages, tl.num_chunks
+    p = tl.num_stages
     events: list[dict] = []
     meta: list[dict] = []
     ends = [float(tl.end_s[r][-1]) if len(tl.end_s[r]) else 0.0 for r in range(p)]
     sync = max(e + s.reduce_exposed_s for e, s in zip(ends, est.stages))
     opt_end = sync + max(s.optimizer_s for s in est.stages)
-    for r, s in enumerate(est.stages):
-        meta += [
-            _meta("process_name", r, 0, stage_label(est, r)),
-            _meta("process_sort_index", r, 0, r),
-            _meta("thread_name", r, COMPUTE_TID, "compute"),
-            _meta("thread_sort_index", r, COMPUTE_TID, COMPUTE_TID),
-            _meta("thread_name", r, COMM_TID, "communication (exposed)"),
-            _meta("thread_sort_index", r, COMM_TID, COMM_TID),
-        ]
-        passes = s.forward_s + s.backward_s + s.fsdp_exposed_s
-        fsdp_share = s.fsdp_exposed_s / passes if passes else 0.0
-        for i in range(len(tl.kind[r])):
-            k, c, j = int(tl.kind[r][i]), int(tl.chunk[r][i]), int(tl.mb[r][i])
-            t0, t1 = float(tl.start_s[r][i]), float(tl.end_s[r][i])
-            name = f"{KIND_NAMES[k]} mb {j}" + (f" chunk {c}" if v > 1 else "")
-            args = {
-                "op": KIND_NAMES[k],
-                "kind": KIND_LABELS[k],
-                "microbatch": j,
-                "chunk": c,
-                "virtual_stage": int(tl.vstage[r][i]) if tl.vstage else c * p + r,
-                "phase": "pipeline",
-            }
-            events.append(_event(name, "compute", r, COMPUTE_TID, t0, t1, args))
-            if fsdp_share > 0 and k != W:
-                # The estimate adds FSDP / ZeRO-2 exposure to the pass; this rank's share of it is
-                # drawn at the pass's start (where prefetching cannot hide the first gather).
-                events.append(
-                    _event(
-                        f"FSDP exposed mb {j}",
-                        "communication",
-                        r,
-                        COMM_TID,
-                        t0,
-                        t0 + (t1 - t0) * fsdp_share,
-                        {"microbatch": j, "chunk": c, "phase": "pipeline", "what": "FSDP / ZeRO-2 (exposed)"},
-                    )
-                )
-        if s.reduce_exposed_s > 0:
-            events.append(
-                _event(
-                    "data-parallel reduce (exposed)",
-                    "communication",
-                    r,
-                    COMM_TID,
-                    ends[r],
-                    ends[r] + s.reduce_exposed_s,
-                    {"phase": "data-parallel sync", "exposed_s": s.reduce_exposed_s},
-                )
-            )
-        events.append(
-            _event(
-                "optimizer step",
-                "compute",
-                r,
-                COMPUTE_TID,
-                sync,
-                sync + s.optimizer_s,
-                {"phase": "optimizer step", "duration_s": s.optimizer_s},
-            )
-        )
-        if s.gather_exposed_s > 0:
-            events.append(
-                _event(
-                    "parameter gather (exposed)",
-                    "communication",
-                    r,
-                    COMM_TID,
-                    opt_end,
-                    opt_end + s.gather_exposed_s,
-                    {"phase": "parameter gather", "exposed_s": s.gather_exposed_s},
-                )
-            )
+    for r in range(p):
+        meta += _stage_meta(est, r)
+        events += _pass_events(est, r)
+        events += _end_events(est, r, ends[r], sync, opt_end)
         if point_to_point and p > 1:
-            for lane, row in enumerate(_lanes(_sends(est, r))):
-                tid = P2P_TID + lane
-                meta += [
-                    _meta("thread_name", r, tid, "p2p send" + (f" {lane + 1}" if lane else "")),
-                    _meta("thread_sort_index", r, tid, tid),
-                ]
-                events += [_event(n, "p2p", r, tid, t0, t1, a) for t0, t1, n, a in row]
-    it = p
-    meta += [
-        _meta("process_name", it, 0, "iteration"),
-        _meta("process_sort_index", it, 0, it),
-        _meta("thread_name", it, 0, "phases"),
-    ]
-    phases = (
-        ("pipeline", 0.0, max(ends)),
-        ("data-parallel sync", max(ends), sync),
-        ("optimizer step", sync, opt_end),
-        ("parameter gather", opt_end, est.step_time_s),
-    )
-    for name, t0, t1 in phases:
-        if t1 - t0 > 0:
-            events.append(_event(name, "phase", it, 0, t0, t1, {"phase": name, "duration_s": t1 - t0}))
+            p2p_meta, p2p_events = _p2p_rows(est, r)
+            meta += p2p_meta
+            events += p2p_events
+    it_meta, it_events = _iteration_events(est, p, max(ends), sync, opt_end)
+    meta += it_meta
+    events += it_events
     events.sort(key=lambda e: (e["pid"], e["tid"], e["ts"], e["dur"], e["name"]))
     return {
         "traceEvents": meta + events,
@@ -226,6 +141,140 @@ def chrome_trace(est: Estimate, title: str, point_to_point: bool = True) -> dict
             "source": "planner analytic prediction",
         },
     }
+
+
+def _stage_meta(est: Estimate, r: int) -> list[dict]:
+    """Stage ``r``'s process (named by :func:`stage_label`) and its compute and communication threads."""
+    return [
+        _meta("process_name", r, 0, stage_label(est, r)),
+        _meta("process_sort_index", r, 0, r),
+        _meta("thread_name", r, COMPUTE_TID, "compute"),
+        _meta("thread_sort_index", r, COMPUTE_TID, COMPUTE_TID),
+        _meta("thread_name", r, COMM_TID, "communication (exposed)"),
+        _meta("thread_sort_index", r, COMM_TID, COMM_TID),
+    ]
+
+
+def _pass_events(est: Estimate, r: int) -> list[dict]:
+    """Stage ``r``'s F, B and W operations from the timeline, each F and B with its share of the
+    stage's FSDP / ZeRO-2 exposure on the communication thread."""
+    tl, s = est.timeline, est.stages[r]
+    p, v = tl.num_stages, tl.num_chunks
+    passes = s.forward_s + s.backward_s + s.fsdp_exposed_s
+    fsdp_share = s.fsdp_exposed_s / passes if passes else 0.0
+    events = []
+    for i in range(len(tl.kind[r])):
+        k, c, j = int(tl.kind[r][i]), int(tl.chunk[r][i]), int(tl.mb[r][i])
+        t0, t1 = float(tl.start_s[r][i]), float(tl.end_s[r][i])
+        name = f"{KIND_NAMES[k]} mb {j}" + (f" chunk {c}" if v > 1 else "")
+        args = {
+            "op": KIND_NAMES[k],
+            "kind": KIND_LABELS[k],
+            "microbatch": j,
+            "chunk": c,
+            "virtual_stage": int(tl.vstage[r][i]) if tl.vstage else c * p + r,
+            "phase": "pipeline",
+        }
+        events.append(_event(name, "compute", r, COMPUTE_TID, t0, t1, args))
+        if fsdp_share > 0 and k != W:
+            # The estimate adds FSDP / ZeRO-2 exposure to the pass; this rank's share of it is
+            # drawn at the pass's start (where prefetching cannot hide the first gather).
+            events.append(
+                _event(
+                    f"FSDP exposed mb {j}",
+                    "communication",
+                    r,
+                    COMM_TID,
+                    t0,
+                    t0 + (t1 - t0) * fsdp_share,
+                    {"microbatch": j, "chunk": c, "phase": "pipeline", "what": "FSDP / ZeRO-2 (exposed)"},
+                )
+            )
+    return events
+
+
+def _end_events(est: Estimate, r: int, end_s: float, sync_s: float, opt_end_s: float) -> list[dict]:
+    """Stage ``r``'s events after its pipeline (which ends at ``end_s``): the exposed data-parallel
+    reduction, the optimizer step from ``sync_s`` (the slowest stage's reduction end) and the exposed
+    parameter gather from ``opt_end_s`` (the slowest optimizer step's end)."""
+    s = est.stages[r]
+    events = []
+    if s.reduce_exposed_s > 0:
+        events.append(
+            _event(
+                "data-parallel reduce (exposed)",
+                "communication",
+                r,
+                COMM_TID,
+                end_s,
+                end_s + s.reduce_exposed_s,
+                {"phase": "data-parallel sync", "exposed_s": s.reduce_exposed_s},
+            )
+        )
+    events.append(
+        _event(
+            "optimizer step",
+            "compute",
+            r,
+            COMPUTE_TID,
+            sync_s,
+            sync_s + s.optimizer_s,
+            {"phase": "optimizer step", "duration_s": s.optimizer_s},
+        )
+    )
+    if s.gather_exposed_s > 0:
+        events.append(
+            _event(
+                "parameter gather (exposed)",
+                "communication",
+                r,
+                COMM_TID,
+                opt_end_s,
+                opt_end_s + s.gather_exposed_s,
+                {"phase": "parameter gather", "exposed_s": s.gather_exposed_s},
+            )
+        )
+    return events
+
+
+def _p2p_rows(est: Estimate, r: int) -> tuple[list[dict], list[dict]]:
+    """Stage ``r``'s point-to-point sends (:func:`_sends`), one thread per row of :func:`_lanes`:
+    the threads' metadata and the send events."""
+    meta: list[dict] = []
+    events: list[dict] = []
+    for lane, row in enumerate(_lanes(_sends(est, r))):
+        tid = P2P_TID + lane
+        meta += [
+            _meta("thread_name", r, tid, "p2p send" + (f" {lane + 1}" if lane else "")),
+            _meta("thread_sort_index", r, tid, tid),
+        ]
+        events += [_event(n, "p2p", r, tid, t0, t1, a) for t0, t1, n, a in row]
+    return meta, events
+
+
+def _iteration_events(
+    est: Estimate, pid: int, pipeline_end_s: float, sync_s: float, opt_end_s: float
+) -> tuple[list[dict], list[dict]]:
+    """The ``iteration`` process (``pid``, after the stages): its metadata and one event per
+    non-empty phase, pipeline, data-parallel sync, optimizer step, parameter gather, ending at the
+    step time."""
+    meta = [
+        _meta("process_name", pid, 0, "iteration"),
+        _meta("process_sort_index", pid, 0, pid),
+        _meta("thread_name", pid, 0, "phases"),
+    ]
+    phases = (
+        ("pipeline", 0.0, pipeline_end_s),
+        ("data-parallel sync", pipeline_end_s, sync_s),
+        ("optimizer step", sync_s, opt_end_s),
+        ("parameter gather", opt_end_s, est.step_time_s),
+    )
+    events = [
+        _event(name, "phase", pid, 0, t0, t1, {"phase": name, "duration_s": t1 - t0})
+        for name, t0, t1 in phases
+        if t1 - t0 > 0
+    ]
+    return meta, events
 
 
 def trace_json(est: Estimate, title: str, point_to_point: bool = True) -> str:
