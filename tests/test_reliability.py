@@ -522,6 +522,218 @@ def test_export_into_a_non_empty_directory_keeps_other_files(run_cli, tmp_path, 
 
 
 # ------------------------------------------------------------------------------------------------
+# Output targets planner did not write: never replaced (issue 55)
+
+
+def _special(tmp_path: Path, kind: str, name: str) -> Path:
+    """A target of ``kind`` at ``tmp_path / name``: a FIFO, a socket, a directory, a character
+    device of our own (the null device's numbers, made here, never a system path; skipped where
+    mknod is not permitted), or links to them."""
+    import socket
+    import stat as st_
+
+    path = tmp_path / name
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "socket":
+        if len(str(path)) > 100:
+            pytest.skip("socket path too long for AF_UNIX")
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sock.close()
+    elif kind == "char-device":
+        try:
+            os.mknod(path, st_.S_IFCHR | 0o600, os.makedev(1, 3))
+        except (PermissionError, OSError):
+            pytest.skip("mknod of a character device needs CAP_MKNOD")
+    elif kind == "link-to-fifo":
+        fifo = tmp_path / f"fifo-{name}"
+        os.mkfifo(fifo)
+        path.symlink_to(fifo)
+    else:
+        raise AssertionError(kind)
+    return path
+
+
+def _same_kind(path: Path, kind: str) -> bool:
+    import stat as st_
+
+    mode = os.lstat(path).st_mode
+    return {
+        "fifo": st_.S_ISFIFO,
+        "directory": st_.S_ISDIR,
+        "socket": st_.S_ISSOCK,
+        "char-device": st_.S_ISCHR,
+        "link-to-fifo": st_.S_ISLNK,
+    }[kind](mode) and (kind != "link-to-fifo" or st_.S_ISFIFO(os.stat(path).st_mode))
+
+
+SPECIAL_KINDS = ["fifo", "directory", "socket", "char-device", "link-to-fifo"]
+
+
+@pytest.mark.parametrize("kind", SPECIAL_KINDS)
+def test_write_text_atomic_refuses_what_it_did_not_write(tmp_path, kind):
+    """A device, FIFO, socket or directory, or a link to one, is refused with one line and left as
+    it was (before, the rename replaced it with a regular file: ``--svg /dev/full`` as root
+    replaced the system's ``/dev/full``)."""
+    target = _special(tmp_path, kind, "out.svg")
+    with pytest.raises(SpecError, match="not a regular file|is a directory") as exc:
+        write_text_atomic(target, "x")
+    assert "\n" not in str(exc.value) and str(target) in str(exc.value)
+    assert _same_kind(target, kind)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_write_text_atomic_follows_links_and_streams_stdout(tmp_path, capsys):
+    """A symbolic link is followed: the file it points to is replaced atomically and the link stays
+    a link; a dangling link creates its target, as a shell's ``>``; a loop of links is refused;
+    ``-`` and ``/dev/stdout`` stream to standard output."""
+    real = tmp_path / "real.svg"
+    real.write_text("old")
+    link = tmp_path / "link.svg"
+    link.symlink_to(real)
+    write_text_atomic(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+    dangling = tmp_path / "dangling.svg"
+    dangling.symlink_to(tmp_path / "made.svg")
+    write_text_atomic(dangling, "made")
+    assert dangling.is_symlink() and (tmp_path / "made.svg").read_text() == "made"
+    loop_a, loop_b = tmp_path / "a.svg", tmp_path / "b.svg"
+    loop_a.symlink_to(loop_b)
+    loop_b.symlink_to(loop_a)
+    with pytest.raises(SpecError, match="loop|cannot write"):
+        write_text_atomic(loop_a, "x")
+    assert loop_a.is_symlink() and loop_b.is_symlink()
+    capsys.readouterr()
+    write_text_atomic(Path("-"), "to stdout\n")
+    write_text_atomic("/dev/stdout", "again\n")
+    assert capsys.readouterr().out == "to stdout\nagain\n"
+    assert not Path("-").exists()
+
+
+@pytest.fixture(scope="module")
+def writer_plans(tmp_path_factory):
+    """A Megatron and a torchtitan plan of a small Llama with two pipeline stages."""
+    from planner.cli import main
+
+    folder = tmp_path_factory.mktemp("writer-plans")
+    plans = {}
+    for framework in ("megatron", "torchtitan"):
+        plans[framework] = folder / f"{framework}.yaml"
+        args = ["search", "-m", "llama3-8b", *SMALL_JOB, "--pp", "2", "--top", "1", "--framework", framework,
+                "--out", str(plans[framework]), "-q"]  # fmt: skip
+        with redirect_std():
+            assert main(args) == 0
+    return plans
+
+
+class redirect_std:
+    """Swallow stdout and stderr of an in-process command run by a module fixture."""
+
+    def __enter__(self):
+        import contextlib
+        import io
+
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        self._stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
+        return self
+
+    def __exit__(self, *exc):
+        self._stack.close()
+        return False
+
+
+_CALIBRATE_RUN = (
+    f"{CALIBRATE_DATA / 'megatron_llama3_8b.log'},{CALIBRATE_DATA / 'megatron_llama3_8b.args.txt'}"
+)
+WRITERS = {
+    "search --out": ["search", "-m", "gpt-1.7b", *SMALL_JOB, "--top", "1", "--out", "{target}.yaml"],
+    "search --csv": ["search", "-m", "gpt-1.7b", *SMALL_JOB, "--top", "1", "--csv", "{target}.csv"],
+    "timeline --svg": ["timeline", "{megatron}", "--svg", "{target}.svg"],
+    "timeline --trace": ["timeline", "{megatron}", "--trace", "{target}.json"],
+    "report --html": ["report", "{megatron}", "--html", "{target}.html"],
+    "sweep --svg": ["sweep", "-m", "gpt-1.7b", "-c", "dgx-h100", "-n", "1", "-b", "16", "-s", "1024", "-j", "1",
+                    "--svg", "{target}.svg"],
+    "sweep --csv": ["sweep", "-m", "gpt-1.7b", "-c", "dgx-h100", "-n", "1", "-b", "16", "-s", "1024", "-j", "1",
+                    "--csv", "{target}.csv"],
+    "calibrate --out": ["calibrate", _CALIBRATE_RUN, "-c", "dgx-h100", "-n", "4", "--out", "{target}.yaml"],
+    "export megatron": ["export", "megatron", "{megatron}", "--out", "{folder}", "--force"],
+    "export torchtitan": ["export", "torchtitan", "{torchtitan}", "--out", "{folder}", "--force"],
+}  # fmt: skip
+"""Every command that writes a file, with its target in the command (``{target}`` plus the
+suffix the writer needs; an export writes ``megatron_args.txt`` / ``torchtitan_job.toml`` into
+``{folder}``)."""
+EXPORT_FILES = {"export megatron": "megatron_args.txt", "export torchtitan": "torchtitan_job.toml"}
+
+
+def _writer_args(writer: str, tmp_path: Path, plans: dict, kind: str | None) -> tuple[list[str], Path]:
+    """The writer's command line and the path it writes; with ``kind``, that path is made a
+    special file of that kind first."""
+    folder = tmp_path / "export"
+    folder.mkdir()
+    name = EXPORT_FILES.get(writer)
+    command = WRITERS[writer]
+    if name is None:
+        suffix = next(a for a in command if "{target}" in a).replace("{target}", "")
+        target = tmp_path / f"target{suffix}"
+    else:
+        target = folder / name
+    if kind is not None:
+        _special(target.parent, kind, target.name)
+    subs = {"{target}": str(tmp_path / "target"), "{folder}": str(folder), "{megatron}": str(plans["megatron"]),
+            "{torchtitan}": str(plans["torchtitan"])}  # fmt: skip
+    args = []
+    for a in command:
+        for k, v in subs.items():
+            a = a.replace(k, v)
+        args.append(a)
+    return args, target
+
+
+@pytest.mark.parametrize("kind", ["fifo", "char-device", "link-to-fifo"])
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_no_writer_replaces_a_special_file(run_cli, tmp_path, writer_plans, writer, kind):
+    """Every writer refuses a FIFO, a character device (a null device made in the test's folder,
+    never a system one) and a link to a FIFO with one line and exit 1, and leaves it as it was."""
+    args, target = _writer_args(writer, tmp_path, writer_plans, kind)
+    res = run_cli(*args)
+    one_line_error(res, 1, "not a regular file")
+    assert _same_kind(target, kind), writer
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_every_writer_follows_a_link_to_a_regular_file(run_cli, tmp_path, writer_plans, writer):
+    """A symbolic link to a regular file is followed: the file is replaced, the link kept."""
+    args, target = _writer_args(writer, tmp_path, writer_plans, None)
+    real = tmp_path / f"real-{target.name}"
+    real.write_text("old")
+    target.symlink_to(real)
+    res = run_cli(*args)
+    assert res.exit_code == 0, res.stderr
+    assert target.is_symlink() and real.read_text() != "old" and real.stat().st_size > 0
+
+
+@pytest.mark.parametrize("writer", ["search --out", "timeline --svg", "calibrate --out"])
+def test_dash_and_dev_stdout_stream_to_stdout(run_cli, tmp_path, writer_plans, writer):
+    """``-`` and ``/dev/stdout`` write the file's text on standard output (no file named ``-``)."""
+    args, target = _writer_args(writer, tmp_path, writer_plans, None)
+    for name in ("-", "/dev/stdout"):
+        streamed = [name if a.startswith(str(tmp_path / "target")) else a for a in args]
+        res = run_cli(*streamed, "-q")
+        assert res.exit_code == 0, res.stderr
+        head = {
+            "search --out": "schema_version:",
+            "timeline --svg": "<svg",
+            "calibrate --out": "schema_version:",
+        }
+        assert head[writer] in res.stdout
+    assert not Path("-").exists() and not target.exists()
+
+
+# ------------------------------------------------------------------------------------------------
 # Search and check agree
 
 

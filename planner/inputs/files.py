@@ -6,6 +6,8 @@ from __future__ import annotations
 import glob
 import os
 import re
+import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -95,7 +97,64 @@ def _remove_stale_temporaries(path: Path) -> None:
             pass
 
 
-def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+STDOUT_NAMES = ("-", "/dev/stdout")
+"""Output names that mean standard output: the text is streamed there, no file is written."""
+
+
+def is_stdout(path: Path | str) -> bool:
+    """Whether an output name means standard output (:data:`STDOUT_NAMES`)."""
+    return str(path) in STDOUT_NAMES
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def output_target(path: Path) -> Path:
+    """The file writing ``path`` replaces: ``path`` itself when it is a regular file or absent, the
+    file a symbolic link points to (followed to its end; created when absent, as a shell's ``>``
+    does) when it is a link. Anything else planner did not write and must not replace, a
+    directory, device, FIFO or socket (``--svg /dev/full`` as root would otherwise replace the
+    device node with a regular file), or a link loop, is a one-line SpecError naming it."""
+    if path.name in ("", ".", ".."):
+        raise SpecError(f"{short_path(path)}: is a directory; give a file name (or - for standard output)")
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    except OSError as exc:
+        raise SpecError(f"{short_path(path)}: cannot write: {exc.strerror or exc}") from None
+    target = path
+    if stat.S_ISLNK(info.st_mode):
+        target = Path(os.path.realpath(path))
+        try:
+            info = os.lstat(target)
+        except FileNotFoundError:
+            return target
+        except OSError as exc:
+            raise SpecError(f"{short_path(path)}: cannot write: {exc.strerror or exc}") from None
+        if stat.S_ISLNK(info.st_mode):
+            raise SpecError(f"{short_path(path)}: a loop of symbolic links; give a file name")
+    if stat.S_ISREG(info.st_mode):
+        return target
+    via = "" if target == path else f" (a symbolic link to {short_path(target)})"
+    raise SpecError(
+        f"{short_path(path)}{via}: is {_kind(info.st_mode)}, not a regular file; planner writes only regular "
+        "files (give a file name, or - for standard output)"
+    )
+
+
+def write_text_atomic(path: Path | str, text: str, mode: int = 0o644) -> None:
     """Write ``text`` to ``path`` atomically: a unique temporary file beside the target, flushed to
     disk, then renamed over it (POSIX ``rename`` is atomic within a file system). A crash or
     ``SIGKILL`` at any moment leaves the old file or the new one, never a truncated one; concurrent
@@ -103,10 +162,16 @@ def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     A writer killed before its rename leaves its temporary file behind (``SIGKILL`` cannot be
     caught); the file's name carries the writer's process id, and the next write of the same
     target removes those of writers no longer running (:func:`_remove_stale_temporaries`). Only
-    ``path`` and such temporary files of ``path`` are touched."""
-    path = Path(path)
-    if path.name in ("", ".", "..") or path.is_dir():
-        raise SpecError(f"{short_path(path)}: is a directory; give a file name")
+    the target and such temporary files of it are touched.
+
+    The target is :func:`output_target`'s: a regular file is replaced, a symbolic link is followed
+    and the file it points to replaced, and a directory, device, FIFO or socket is refused (never
+    replaced). ``-`` and ``/dev/stdout`` stream ``text`` to standard output instead."""
+    if is_stdout(path):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    path = output_target(Path(path))
     tmp = None
     try:
         _remove_stale_temporaries(path)

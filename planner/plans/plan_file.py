@@ -30,7 +30,7 @@ from planner import __version__
 from planner.frameworks import FRAMEWORKS, get_framework
 from planner.inputs.documents import Reader, check_header, read_document
 from planner.inputs.errors import SpecError
-from planner.inputs.files import plan_yaml, write_text_atomic
+from planner.inputs.files import is_stdout, plan_yaml, write_text_atomic
 from planner.inputs.jobs import job_from_mapping
 from planner.inputs.model_yaml import model_from_mapping, model_to_mapping
 from planner.inputs.specs import ClusterSpec, JobSpec, ModelSpec
@@ -276,8 +276,9 @@ def check_framework(inputs: PlanInputs, where: str) -> None:
 
 
 def write_plan(path: Path, doc: dict) -> None:
-    """Write YAML (.yaml/.yml) or JSON (.json) atomically: a failed write never clobbers the file."""
-    suffix = path.suffix.lower()
+    """Write YAML (.yaml/.yml) or JSON (.json) atomically: a failed write never clobbers the file
+    (:func:`planner.inputs.files.write_text_atomic`); ``-`` or ``/dev/stdout``: YAML on stdout."""
+    suffix = ".yaml" if is_stdout(path) else path.suffix.lower()
     if suffix not in (".yaml", ".yml", ".json"):
         raise SpecError(f"{path}: plan files end in .yaml, .yml or .json")
     doc = clean(doc)  # finite, no round-off negatives (planner.inputs.validation)

@@ -159,10 +159,10 @@ def apply_profile(cluster: ClusterSpec, profile: Profile | None) -> ClusterSpec:
 
 
 def write_profile(path: Path, profile: Profile) -> None:
-    """Write the profile YAML atomically."""
-    from planner.inputs.files import plan_yaml, write_text_atomic
+    """Write the profile YAML atomically (``-`` or ``/dev/stdout``: on stdout)."""
+    from planner.inputs.files import is_stdout, plan_yaml, write_text_atomic
     from planner.inputs.validation import clean
 
-    if Path(path).suffix.lower() not in (".yaml", ".yml"):
+    if not is_stdout(path) and Path(path).suffix.lower() not in (".yaml", ".yml"):
         raise SpecError(f"{short_path(path)}: profile files end in .yaml or .yml")
     write_text_atomic(Path(path), plan_yaml(clean(profile_to_mapping(profile))))
