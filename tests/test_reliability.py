@@ -81,10 +81,80 @@ def test_binary_file_is_a_spec_error(run_cli, tmp_path):
 
 
 def test_deeply_nested_yaml_is_a_spec_error(run_cli, tmp_path):
-    p = write(tmp_path, "deep.yaml", "a: " * 5000 + "1\n")
-    one_line_error(run_cli("models", "show", str(p)), 1, "deep")
+    p = write(tmp_path, "model.yaml", "a: " * 5000 + "1\n")  # not YAML: a mapping value on one line
+    one_line_error(run_cli("models", "show", str(p)), 1, str(p))
+    p = write(tmp_path, "model.yaml", "a: " + "[" * 100 + "]" * 100 + "\n")
+    one_line_error(run_cli("models", "show", str(p)), 1, "nested more than 32 levels")
     q = write(tmp_path, "deep.json", "[" * 100000 + "]" * 100000)
     one_line_error(run_cli("models", "show", str(q)), 1, str(q))
+
+
+def _alias_bomb(levels: int = 10, width: int = 9, kind: str = "model") -> str:
+    """The issue's reproducer: ``levels`` lists of ``width`` aliases of the list before (under 500 bytes
+    standing for width**levels values)."""
+    lines = ["a0: &a0 [" + ",".join(["x"] * width) + "]"]
+    lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * width) + "]" for i in range(1, levels)]
+    lines.append(f"runs: *a{levels - 1}")  # what a runs file (planner calibrate) lists
+    return f"schema_version: 1\nkind: {kind}\n" + "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["models", "show", "{f}"],
+        [*EST[:-1], "-m", "{f}"],
+        ["estimate", "--plan", "{f}"],
+        ["check", "{f}", "-c", "dgx-h100", "-n", "1"],
+        ["report", "{f}", "--html", "{out}"],
+        ["bubbles", *EST[1:9], "-m", "gpt-1.7b", "--pp", "2", "--fill-job", "{f}"],
+        ["estimate", "-m", "gpt-1.7b", *EST[1:9], "--profile", "{f}"],
+        ["calibrate", "{f}", "-c", "dgx-h100", "-n", "1"],
+    ],
+    ids=["model", "estimate-model", "plan", "check", "report", "fill-job", "profile", "calibrate"],
+)
+def test_yaml_alias_bomb_is_refused_at_once(run_cli, tmp_path, command):
+    """Issue 55: a 350-byte YAML of ten levels of nine aliases (3.5e9 values) hung every command
+    reading YAML for more than 60 s of CPU (the depth check walked the aliased graph node by node);
+    the parser's event stream is now counted, aliases expanded, before anything is built."""
+    bomb = write(tmp_path, "bomb.yaml", _alias_bomb(kind="plan" if command[0] == "check" else "model"))
+    assert len(bomb.read_bytes()) < 500
+    args = [a.replace("{f}", str(bomb)).replace("{out}", str(tmp_path / "r.html")) for a in command]
+    started = time.process_time()
+    res = run_cli(*args)
+    assert time.process_time() - started < 5
+    assert res.exit_code == 1 and "Traceback" not in res.stderr + res.stdout
+    assert "more than 500,000 values" in res.stderr + res.stdout
+
+
+def test_yaml_aliases_within_the_budget_read_as_their_values(tmp_path):
+    """Aliases are YAML and stay allowed: counted as the values they stand for, within the budget."""
+    from planner.inputs.documents import read_document
+
+    p = write(tmp_path, "ok.yaml", "base: &b {x: 1, y: [1, 2]}\nother: *b\nmore: [*b, *b]\n")
+    assert read_document(p) == {"base": {"x": 1, "y": [1, 2]}, "other": {"x": 1, "y": [1, 2]},
+                                "more": [{"x": 1, "y": [1, 2]}] * 2}  # fmt: skip
+    deep = "a0: &a0 [1]\n" + "".join(f"a{i}: &a{i} [*a{i - 1}]\n" for i in range(1, 40))
+    with pytest.raises(SpecError, match="nested more than 32 levels"):
+        read_document(write(tmp_path, "deep-aliases.yaml", deep))
+    with pytest.raises(SpecError, match="refers to the mapping or list it is in"):
+        read_document(write(tmp_path, "recursive.yaml", "a: &a [1, *a]\n"))
+    with pytest.raises(SpecError, match="undefined alias"):
+        read_document(write(tmp_path, "undefined.yaml", "a: *nothing\n"))
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_large_documents_are_refused_by_value_count(run_cli, tmp_path, suffix):
+    """Issue 55: a 15 MiB YAML under the 16 MiB cap took 1.24 GB and a 2.6 MB file of 200k keys
+    15-28 s before its error. A document of more than 500,000 values is refused while it is read
+    (the event stream, constant memory), the calibration set's 98,000 values are far below."""
+    p = tmp_path / f"big{suffix}"
+    if suffix == ".json":
+        p.write_text("[" + ",".join(["0"] * 600_000) + "]")
+    else:
+        p.write_text("schema_version: 1\nlist:\n" + "- 12345678\n" * 600_000)
+    started = time.process_time()
+    one_line_error(run_cli("models", "show", str(p)), 1, "more than 500,000 values")
+    assert time.process_time() - started < 20
 
 
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero")

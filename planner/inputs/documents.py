@@ -113,42 +113,120 @@ def _names(kinds: tuple) -> str:
 
 
 def read_document(path: Path) -> dict:
-    """Parse a YAML or JSON file into a mapping, with a one-line error on failure."""
+    """Parse a YAML or JSON file into a mapping, with a one-line error on failure. The work is
+    bounded whatever the file holds: at most :data:`planner.inputs.validation.MAX_FILE_BYTES` read, at most
+    :data:`MAX_NODES` values (a YAML alias counted as all the values it stands for, checked on the
+    event stream before anything is built, so a 350-byte alias bomb is refused in microseconds)
+    and at most :data:`MAX_DEPTH` levels."""
     text = read_text_capped(path)
+    as_json = path.suffix == ".json"
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        if as_json:
+            data = json.loads(text)
+            _check_tree(data, path)
+        else:
+            _check_yaml_events(text, path)
+            data = yaml.load(text, Loader=YAML_LOADER)  # noqa: S506 (a safe loader: SafeLoader or its C twin)
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply to be a planner input") from None
     except (yaml.YAMLError, json.JSONDecodeError, ValueError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         detail = getattr(exc, "problem", None) or getattr(exc, "msg", None) or str(exc).splitlines()[0]
-        raise SpecError(
-            f"{path}: malformed {'JSON' if path.suffix == '.json' else 'YAML'}{where}: {detail}"
-        ) from None
-    if isinstance(data, dict) and _depth(data) > MAX_DEPTH:
-        raise SpecError(f"{path}: nested more than {MAX_DEPTH} levels deep; not a planner input")
+        raise SpecError(f"{path}: malformed {'JSON' if as_json else 'YAML'}{where}: {detail}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping at the top level")
     return data
 
 
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""The YAML loader of input files: PyYAML's safe loader, on libyaml when PyYAML was built with it
+(the same YAML 1.1 resolution; about 5x faster on the 2.7 MB calibration set)."""
+
 MAX_DEPTH = 32
 """Deepest nesting of an input (a graph plan nests about 6 levels); deeper data is refused before
 any recursive code walks it."""
 
+MAX_NODES = 500_000
+"""Most values (mappings, lists and scalars, each counted once; a YAML alias counts as every value
+it stands for) an input document may hold. The largest input planner reads, the calibration set
+tests/data/published_runs.yaml (2.7 MB, 701 runs), holds about 98,000 (five times fewer); a graph
+plan of thousands of blocks holds tens of thousands. Loading 500,000 values takes about 3 s and
+200 MB, the bound on the work any input file can cause: without it a 350-byte YAML of ten levels
+of nine aliases stands for 9**10 = 3.5e9 values and every reader of the document walks them."""
 
-def _depth(data: Any, level: int = 1) -> int:
-    """Nesting depth of ``data``, stopping just past :data:`MAX_DEPTH` (iterative: no recursion)."""
-    deepest, stack = level, [(data, level)]
+
+def _too_many(path: Path) -> SpecError:
+    return SpecError(
+        f"{path}: more than {MAX_NODES:,} values (a YAML alias counts as all it stands for); "
+        "not a planner input"
+    )
+
+
+def _too_deep(path: Path) -> SpecError:
+    return SpecError(f"{path}: nested more than {MAX_DEPTH} levels deep; not a planner input")
+
+
+def _check_yaml_events(text: str, path: Path) -> None:
+    """Refuse a YAML text that stands for more than :data:`MAX_NODES` values or nests more than
+    :data:`MAX_DEPTH` mappings and lists, aliases expanded, or whose alias refers to the mapping or
+    list it is in (a recursive document); read from the parser's event stream, in constant memory
+    and time proportional to the text, before any node is built."""
+    size: dict[str, int] = {}  # anchor -> values of its node (collections closed so far)
+    levels: dict[str, int] = {}  # anchor -> nesting levels of its node (0 for a scalar)
+    stack: list[list] = []  # open collections: [anchor, values before it, deepest level inside]
+    total = 0
+    for event in yaml.parse(text, Loader=YAML_LOADER):
+        if isinstance(event, yaml.AliasEvent):
+            anchor = event.anchor
+            if any(frame[0] == anchor for frame in stack):
+                raise SpecError(
+                    f"{path}: alias '*{anchor}' refers to the mapping or list it is in; not a planner input"
+                )
+            if anchor not in size:
+                continue  # an undefined alias: the loader reports it with its line
+            total += size[anchor]
+            depth = len(stack) + levels[anchor]
+        elif isinstance(event, yaml.ScalarEvent):
+            total += 1
+            depth = len(stack)
+            if event.anchor is not None:
+                size[event.anchor], levels[event.anchor] = 1, 0
+        elif isinstance(event, yaml.CollectionStartEvent):
+            stack.append([event.anchor, total, len(stack) + 1])
+            total += 1
+            depth = len(stack)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            anchor, before, deepest = stack.pop()
+            if anchor is not None:
+                size[anchor], levels[anchor] = total - before, deepest - len(stack)
+            if stack:
+                stack[-1][2] = max(stack[-1][2], deepest)
+            continue
+        else:
+            continue
+        if total > MAX_NODES:
+            raise _too_many(path)
+        if depth > MAX_DEPTH:
+            raise _too_deep(path)
+        if stack:
+            stack[-1][2] = max(stack[-1][2], depth)
+
+
+def _check_tree(data: Any, path: Path) -> None:
+    """Refuse parsed data (JSON: no aliases) of more than :data:`MAX_NODES` values or
+    :data:`MAX_DEPTH` levels (iterative: no recursion)."""
+    count, stack = 0, [(data, 1)]
     while stack:
-        item, d = stack.pop()
-        deepest = max(deepest, d)
-        if deepest > MAX_DEPTH:
-            return deepest
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        stack.extend((c, d + 1) for c in children if isinstance(c, (dict, list)))
-    return deepest
+        item, depth = stack.pop()
+        count += 1
+        if count > MAX_NODES:
+            raise _too_many(path)
+        if isinstance(item, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise _too_deep(path)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((c, depth + 1) for c in children)
 
 
 def check_header(r: Reader, kind: str) -> None:

@@ -41,6 +41,7 @@ from pathlib import Path
 import yaml
 
 from cost_models.parallel import ParallelConfig, resolve
+from planner.inputs.documents import YAML_LOADER
 from planner.inputs.errors import PlannerError, SpecError
 from planner.inputs.specs import ClusterSpec, JobSpec, ModelSpec
 from planner.inputs.validation import read_text_capped, short_path
@@ -200,7 +201,7 @@ def read_runs_yaml(path: Path, cluster: str, base: ClusterSpec) -> tuple[list[Ru
     # words its errors, so a runs file reads the same here as in the validation scripts.
     all_cases = cases(path)
     # Line numbers for the origins (the file is valid YAML by now).
-    doc = yaml.compose(read_text_capped(path))
+    doc = yaml.compose(read_text_capped(path), Loader=YAML_LOADER)
     runs_node = next((v for k, v in getattr(doc, "value", []) if getattr(k, "value", None) == "runs"), None)
     lines: dict[str, int] = {}
     for node in getattr(runs_node, "value", []):
