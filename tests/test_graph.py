@@ -219,9 +219,10 @@ def test_chain_shaped_model_gets_the_sequential_search_plan(name, nodes, gbs, se
         memory_headroom_bytes=HEADROOM,
     )
     seq_plans = search(m, cluster, job, r, top_k=3).plans
-    res = search_graph(chain_graph(m), cluster, job, r, top_k=6)
-    # The sequential search lists distinct choices (a plan within 0.1% of a better one's time with no
-    # less memory is folded under it, planner.search.candidates); fold the graph ranking the same way.
+    res = search_graph(chain_graph(m), cluster, job, r, top_k=40)
+    # The sequential search lists distinct choices (a plan that only varies a better one's vpp,
+    # micro-batch size, schedule or split is folded under it, planner.search.candidates); fold the
+    # graph ranking the same way.
     graph_plans: list = []
     for p in res.plans:
         if not any(equivalent(q, p) for q in graph_plans):

@@ -494,7 +494,7 @@ def search_tables(d: dict) -> list[Table]:
     for i, p in enumerate(d["plans"], 1):
         t.add_row(str(i), *_plan_cells(p), *(TRAINING_COLUMNS[k][1](p[k]) for k in training))
         for j, a in enumerate(p.get("alternatives", [])):
-            # an equivalent variant: same time within 0.1%, no less memory
+            # a variant: the same layout with other vpp, micro-batch size, schedule, split or rank order
             t.add_row(
                 f"{i}{_letter(j)}", *_plan_cells(a, alternative=True), *("" for _ in training), style="dim"
             )
@@ -505,7 +505,7 @@ def search_tables(d: dict) -> list[Table]:
     foot.add_row("shapes enumerated / simulated", f"{s['shapes_enumerated']} / {s['shapes_simulated']}")
     foot.add_row("pruned: memory / bound", f"{s['pruned_by_memory']} / {s['pruned_by_bound']}")
     if any(p.get("alternatives") for p in d["plans"]):
-        foot.add_row("1a, 1b, ...", "equivalent variants: same time within 0.1%, no less memory")
+        foot.add_row("1a, 1b, ...", "variants: the same layout with other vpp, micro-batch size, schedule or split")
     if _mfu_basis(d):
         foot.add_row("MFU", "of the dense BF16 peak, FP8 jobs included (Megatron's convention)")
     flagged = [p["plausibility"] for p in d["plans"] if p.get("plausibility", {}).get("above_best_published")]

@@ -5,10 +5,13 @@ distinct choices among the plans it ranked.
   left out with the reason (memory, lower bound, constraint). :func:`candidates_csv` writes them
   as CSV in a fixed order (``planner search --csv FILE``). The search collects them only when
   asked, so the normal path pays nothing.
-* :func:`fold_equivalent` turns a ranking into distinct choices: a plan whose predicted step time
-  is within :data:`EQUIVALENT_TIME_FRACTION` of a better-ranked plan and that needs no less memory
-  gives the user nothing to act on (the same plan with dp and cp swapped, or full recompute of one
-  layer at equal time and more memory), so it is listed under that plan as an alternative.
+* :func:`fold_equivalent` turns a ranking into distinct choices: plans that differ in a way a user
+  acts on (:func:`layout_key`: the parallel degrees tp, pp, dp, cp, ep, expert tp, the optimizer
+  sharding and its instances, the recompute and offload choices, sequence parallelism) are distinct;
+  a plan that only varies a better-ranked plan's virtual stages, micro-batch size, schedule, layer
+  split or rank order is listed under that plan as a variant, whatever its time. (Two different
+  layouts that merely run in the same predicted time are two choices: the model cannot tell which
+  is faster, and the user may prefer either.)
 """
 
 from __future__ import annotations
@@ -19,10 +22,6 @@ from dataclasses import dataclass, replace
 
 from cost_models.estimate import Estimate
 from cost_models.parallel import ParallelConfig
-
-EQUIVALENT_TIME_FRACTION = 1e-3
-"""Plans within 0.1% of predicted step time are equivalent in time (well inside the cost
-model's error, docs/calibration.md)."""
 
 STATUSES = ("simulated", "memory", "bound", "constraint")
 """``simulated``: partitioned and simulated; ``memory``: no layer partition fits; ``bound``: its
@@ -42,16 +41,36 @@ class Candidate:
     """The prediction of a simulated candidate (its config carries the chosen layer partition)."""
 
 
-def equivalent(a, b, fraction: float = EQUIVALENT_TIME_FRACTION) -> bool:
-    """Whether ranked plan ``b`` is an equivalent variant of the better-ranked plan ``a``: step
-    time within ``fraction`` of ``a``'s and peak memory no lower."""
-    ta, tb = a.estimate.step_time_s, b.estimate.step_time_s
-    return abs(tb - ta) <= fraction * ta and b.estimate.peak_memory_bytes >= a.estimate.peak_memory_bytes
+def layout_key(c: ParallelConfig) -> tuple:
+    """The choices of a plan a user acts on (module docstring); plans with one key are variants."""
+    return (
+        c.tp,
+        c.pp,
+        c.dp,
+        c.cp,
+        c.ep,
+        c.etp,
+        c.optimizer_sharding,
+        c.fsdp_shard,
+        c.optimizer_instances,
+        c.recompute,
+        c.recompute_num_layers,
+        c.recompute_modules,
+        c.offload_layers,
+        c.sequence_parallel,
+    )
+
+
+def equivalent(a, b) -> bool:
+    """Whether ranked plan ``b`` is a variant of the better-ranked plan ``a``: the same
+    :func:`layout_key` (it varies only virtual stages, micro-batch size, schedule, layer split or
+    rank order)."""
+    return layout_key(a.config) == layout_key(b.config)
 
 
 def fold_equivalent(plans: list, top_k: int | None = None) -> list:
-    """Ranked plans (best first) -> distinct plans, each carrying its equivalent variants in
-    ``alternatives`` (in rank order). Deterministic: follows the ranking. With ``top_k``, at most
+    """Ranked plans (best first) -> distinct plans, each carrying its variants (:func:`equivalent`)
+    in ``alternatives`` (in rank order). Deterministic: follows the ranking. With ``top_k``, at most
     that many distinct plans (later plans still fold into them)."""
     reps: list = []
     alternatives: list[list] = []

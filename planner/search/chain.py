@@ -18,8 +18,9 @@
    the best plan; the tests compare the result with an exhaustive brute force.
 Ties break on a fixed key of the configuration, so the same inputs give the same ranking.
 4. The ranking is folded into distinct choices (:func:`planner.search.candidates.fold_equivalent`:
-   a plan within 0.1% of a better one's time and with no less memory is listed under it as an
-   alternative); the search runs until it has ``top_k`` distinct plans.
+   a plan that only varies a better one's virtual stages, micro-batch size, schedule, layer split
+   or rank order is listed under it as a variant); the search runs until it has ``top_k`` distinct
+   plans.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ class RankedPlan:
     stage_groups: tuple[int, ...] = ()
     """For heterogeneous clusters: the input node group hosting each stage."""
     alternatives: tuple[RankedPlan, ...] = ()
-    """Equivalent variants folded into this plan (same time within 0.1%, no less memory)."""
+    """Variants folded into this plan: the same layout with other virtual stages, micro-batch size,
+    schedule, layer split or rank order (:func:`planner.search.candidates.equivalent`)."""
 
 
 @dataclass(frozen=True, slots=True)
