@@ -18,7 +18,9 @@ from cost_models.compute import (
 )
 from cost_models.parallel import ParallelConfig, group
 from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tokens_per_gpu, tp_collectives_s
-from planner.inputs.specs import GPUSpec, JobSpec, ModelSpec, NodeGroup, compute_capability_major
+from planner.inputs.cluster_spec import GPUSpec, NodeGroup, compute_capability_major
+from planner.inputs.job_spec import JobSpec
+from planner.inputs.model_spec import ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +101,7 @@ def kernel_speed(job: JobSpec, gpu: GPUSpec, local: bool = False) -> tuple[float
     """Speed of the job's core-attention kernels relative to the fused ones of the GPU's efficiency
     family (its ``attention_efficiency``), (forward, backward): for fused kernels the GPU's own
     ``attention_kernel_speed`` (``local_attention_kernel_speed`` for a sliding-window layer;
-    Blackwell Ultra's, measured with cuDNN, :class:`planner.inputs.specs.GPUSpec`); :func:`flash2_speed`
+    Blackwell Ultra's, measured with cuDNN, :class:`planner.inputs.cluster_spec.GPUSpec`); :func:`flash2_speed`
     for ``flash2`` (FlashAttention-2 on a Blackwell Ultra was not measured, so it is not credited
     with the fused kernels' gain)."""
     if job.attention_impl == "flash2":

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from cost_models.parallel import Group, span
-from planner.inputs.specs import NodeGroup, NVLinkMesh
+from planner.inputs.cluster_spec import NodeGroup, NVLinkMesh
 
 
 @dataclass(frozen=True, slots=True)

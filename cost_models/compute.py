@@ -24,7 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from planner.inputs.specs import COMPUTE_DTYPE, GPUSpec
+from planner.inputs.cluster_spec import GPUSpec
+from planner.inputs.job_spec import COMPUTE_DTYPE
 
 
 def gemm_efficiency(flop: float, gpu: GPUSpec) -> float:
@@ -124,7 +125,7 @@ no extra read."""
 
 def fp8_cast_bytes(recipe: str, behind_norm: bool = False) -> float:
     """HBM bytes per element of quantizing one 16-bit GEMM operand (row-wise and column-wise copies)
-    under FP8 ``recipe`` (:data:`planner.inputs.specs.FP8_RECIPES`); ``behind_norm``: the operand is the
+    under FP8 ``recipe`` (:data:`planner.inputs.job_spec.FP8_RECIPES`); ``behind_norm``: the operand is the
     output of a Transformer Engine fused norm (``LayerNormLinear`` / ``LayerNormMLP``).
 
     * ``delayed``: :data:`FP8_CAST_BYTES` (4), :data:`NORM_FUSED_CAST_BYTES` (2) behind a norm;

@@ -18,7 +18,8 @@ from cost_models import communication as comm
 from cost_models import memory as mem
 from cost_models.compute import memory_bound_s
 from cost_models.parallel import SHARDED_GRADIENTS, ParallelConfig, group
-from planner.inputs.specs import DTYPE_BYTES, JobSpec, NodeGroup
+from planner.inputs.cluster_spec import NodeGroup
+from planner.inputs.job_spec import DTYPE_BYTES, JobSpec
 
 DDP_BUCKET_PARAMS = 40_000_000
 """Megatron's default gradient bucket size in parameters (``--ddp-bucket-size``) at small dp."""

@@ -6,7 +6,7 @@ Inductor kernels), and its backward moves twice the forward's bytes (the convent
 :func:`cost_models.layers._decoder`, unchanged). An *eager* op is the model code's sequence of
 PyTorch ops, each its own kernel with its own HBM round trip (every intermediate is written out
 and read back, fp32 upcasts included), and in backward each op's autograd formula, again one
-kernel per op. :data:`planner.inputs.specs.EAGER_OPS` names the groups that differ:
+kernel per op. :data:`planner.inputs.job_spec.EAGER_OPS` names the groups that differ:
 
 * ``norm``: RMSNorm as torchtitan writes it, ``x.float()``, ``pow(2)``, ``mean``, ``rsqrt``, two
   ``mul``, ``type_as``: torchtitan ``torchtitan/models/norms.py`` ``RMSNorm`` at commit 9dec370
@@ -49,7 +49,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.inputs.specs import JobSpec, ModelSpec
+from planner.inputs.job_spec import JobSpec
+from planner.inputs.model_spec import ModelSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,9 @@ from cost_models.layers import (
 )
 from cost_models.parallel import LAYER_RECOMPUTE, Group, ParallelConfig, group
 from cost_models.tensors import pipeline_transfer_s
-from planner.inputs.specs import DTYPE_BYTES, ClusterSpec, JobSpec, ModelSpec, NodeGroup
+from planner.inputs.cluster_spec import ClusterSpec, NodeGroup
+from planner.inputs.job_spec import DTYPE_BYTES, JobSpec
+from planner.inputs.model_spec import ModelSpec
 
 __all__ = [
     # the data-parallel terms live in cost_models.data_parallel; they stay importable from here
@@ -304,7 +306,7 @@ def offload_terms(
     forward, and copied back one layer ahead of the backward. So each offloaded layer leaves the GPU
     except while in transit (one layer's worth), and a copy costs time only where it outlasts the
     neighbouring layer's pass: ``max(0, bytes / host_link - pass)`` per layer and direction, at the
-    GPU's per-direction host link (:attr:`planner.inputs.specs.GPUSpec.host_link_bytes_per_s`)."""
+    GPU's per-direction host link (:attr:`planner.inputs.cluster_spec.GPUSpec.host_link_bytes_per_s`)."""
     k = min(max(c.offload_layers - first_layer, 0), n_layers)
     if k == 0:
         return None

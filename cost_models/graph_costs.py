@@ -5,7 +5,7 @@ embedding, the last its output layer and loss) or one whole generic block. Units
 topological order of the blocks, consecutively within a block. Each unit's cost comes from the same
 per-layer table as chain models (:mod:`cost_models.layers`), computed with the block's own width
 and tokens per sample, so a one-block graph model costs exactly what the equivalent
-:class:`~planner.inputs.specs.ModelSpec` costs. Additions for graph models:
+:class:`~planner.inputs.model_spec.ModelSpec` costs. Additions for graph models:
 
 * bidirectional (encoder) attention executes the full ``4 T s q / t`` attention FLOPs, twice a
   causal layer's (Megatron ``num_floating_point_operations`` counts the full product for both);
@@ -46,15 +46,10 @@ from cost_models.graph_schedule import depths, simulate_graph, topological_order
 from cost_models.layers import ZERO, LayerCost, loss_transient_bytes
 from cost_models.parallel import ParallelConfig, group
 from cost_models.tensors import ACT_BYTES, p2p_activation_bytes, tp_collectives_s
+from planner.inputs.cluster_spec import ClusterSpec, NodeGroup
 from planner.inputs.errors import ConfigError
-from planner.inputs.specs import (
-    Block,
-    ClusterSpec,
-    GraphModelSpec,
-    JobSpec,
-    NodeGroup,
-    cross_attention_params,
-)
+from planner.inputs.graph_spec import Block, GraphModelSpec, cross_attention_params
+from planner.inputs.job_spec import JobSpec
 
 
 def block_order(g: GraphModelSpec) -> list[int]:

@@ -34,7 +34,9 @@ from cost_models.attention import attention_block
 from cost_models.compute import linear_s, memory_bound_s
 from cost_models.parallel import DEFAULT_RECOMPUTE_MODULES, ParallelConfig, group
 from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tokens_per_gpu, tp_collectives_s
-from planner.inputs.specs import JobSpec, ModelSpec, NodeGroup, compute_capability_major
+from planner.inputs.cluster_spec import NodeGroup, compute_capability_major
+from planner.inputs.job_spec import JobSpec
+from planner.inputs.model_spec import ModelSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_models.parallel import ParallelConfig
-from planner.inputs.specs import DTYPE_BYTES, JobSpec
+from planner.inputs.job_spec import DTYPE_BYTES, JobSpec
 
 FRAGMENTATION_FRACTION = 0.05
 """Share of activation memory lost to allocator fragmentation (planner's assumption; Megatron's

@@ -41,7 +41,9 @@ from cost_models.compute import (
 )
 from cost_models.parallel import ParallelConfig, group
 from cost_models.tensors import gemm_input_bytes
-from planner.inputs.specs import GPUSpec, JobSpec, ModelSpec, NodeGroup
+from planner.inputs.cluster_spec import GPUSpec, NodeGroup
+from planner.inputs.job_spec import JobSpec
+from planner.inputs.model_spec import ModelSpec
 
 GROUPED_GEMM_TILE_ROWS = 128
 """Rows per tile of a grouped GEMM (MegaBlocks' block size, Gale et al. 2022 Sec. 5.1)."""

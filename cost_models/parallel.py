@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from planner.inputs.cluster_spec import ClusterSpec, NodeGroup
 from planner.inputs.errors import ConfigError
-from planner.inputs.specs import ClusterSpec, JobSpec, ModelSpec, NodeGroup
+from planner.inputs.job_spec import JobSpec
+from planner.inputs.model_spec import ModelSpec
 
 RECOMPUTE = ("none", "selective", "op", "full")
 """Activation recomputation forms: none; selective (Megatron: core attention, Korthikanti et al.

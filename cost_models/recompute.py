@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from planner.inputs.specs import ModelSpec
+from planner.inputs.model_spec import ModelSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from cost_models import communication as comm
 from cost_models.parallel import ParallelConfig, group
-from planner.inputs.specs import JobSpec, ModelSpec, NodeGroup
+from planner.inputs.cluster_spec import NodeGroup
+from planner.inputs.job_spec import JobSpec
+from planner.inputs.model_spec import ModelSpec
 
 ACT_BYTES = 2
 """Bytes per activation element (16-bit activations, also under FP8 recipes)."""

@@ -29,9 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cost_models.attention import core_attention_s  # noqa: E402
 from cost_models.compute import attention_s  # noqa: E402
 from planner.calibration.fitting import MEASUREMENTS_DIR, median_by_pass  # noqa: E402
+from planner.inputs.cluster_spec import GPUSpec  # noqa: E402
 from planner.inputs.errors import PlannerError  # noqa: E402
 from planner.inputs.jobs import make_job  # noqa: E402
-from planner.inputs.specs import GPUSpec, local_attention_span  # noqa: E402
+from planner.inputs.model_spec import local_attention_span  # noqa: E402
 from planner.profiles.hardware import load_gpu  # noqa: E402
 
 DEFAULT_FILES = sorted(MEASUREMENTS_DIR.glob("*-cudnn-attention.json"))
@@ -39,7 +40,7 @@ DEFAULT_FILES = sorted(MEASUREMENTS_DIR.glob("*-cudnn-attention.json"))
 
 def span(seq: int, window: int | None) -> float:
     """Keys per query in the non-causal convention planner charges (the sequence for full causal
-    attention; :func:`planner.inputs.specs.local_attention_span` for a sliding window)."""
+    attention; :func:`planner.inputs.model_spec.local_attention_span` for a sliding window)."""
     return float(seq) if window is None else local_attention_span(seq, window)
 
 

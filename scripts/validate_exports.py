@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cost_models.parallel import group_ranks  # noqa: E402
 from planner.frameworks.torchtitan_models import model_from_flavor  # noqa: E402
+from planner.inputs.cluster_spec import compute_capability_major  # noqa: E402
 from planner.inputs.errors import PlannerError  # noqa: E402
 from planner.inputs.jobs import make_job  # noqa: E402
 from planner.inputs.models import load_model  # noqa: E402
-from planner.inputs.specs import compute_capability_major  # noqa: E402
 from planner.plans.plan_file import PlanInputs  # noqa: E402
 from planner.profiles.hardware import load_cluster  # noqa: E402
 from planner.search.chain import search  # noqa: E402

@@ -14,10 +14,10 @@ import pytest
 from cost_models.estimate import estimate, offload_terms, table_for
 from cost_models.parallel import ParallelConfig, resolve, violations
 from planner.frameworks.torchtitan import TORCHTITAN
+from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import ConfigError, SpecError
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model
-from planner.inputs.specs import ClusterSpec
 from planner.launch.megatron.export import megatron_args
 from planner.launch.megatron.importer import parse_megatron
 from planner.profiles.hardware import load_cluster

@@ -9,8 +9,8 @@ from cost_models.estimate import estimate
 from cost_models.layers import hardware_flop_per_iteration, layer_table, model_flop_per_iteration
 from cost_models.parallel import ParallelConfig, group, resolve
 from planner.inputs.jobs import make_job
+from planner.inputs.model_spec import ModelSpec
 from planner.inputs.models import load_model
-from planner.inputs.specs import ModelSpec
 from planner.profiles.hardware import load_cluster
 
 MiB = 2**20

@@ -18,9 +18,9 @@ from cost_models.estimate import estimate
 from cost_models.layers import layer_table
 from cost_models.parallel import ParallelConfig, resolve
 from planner.inputs.errors import SpecError
+from planner.inputs.job_spec import EAGER_OPS
 from planner.inputs.jobs import job_from_mapping, make_job
 from planner.inputs.models import load_model
-from planner.inputs.specs import EAGER_OPS
 from planner.profiles.hardware import load_cluster
 
 # Llama 3 8B: h 4096, Q width 4096, K width 1024 (8 groups x 128), FFN 14336 (SwiGLU).

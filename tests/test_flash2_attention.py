@@ -11,9 +11,9 @@ import pytest
 from cost_models.attention import FLASH2_SPEED, FUSED_BACKWARD_FORWARDS, attention_block, kernel_speed
 from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig, resolve
+from planner.inputs.cluster_spec import compute_capability_major
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model
-from planner.inputs.specs import compute_capability_major
 from planner.profiles.hardware import load_cluster
 
 

@@ -21,9 +21,9 @@ from cost_models.parallel import ParallelConfig, resolve
 from planner.calibration.cases import cases
 from planner.frameworks import get_framework
 from planner.inputs.errors import SpecError
+from planner.inputs.job_spec import FP8_RECIPES
 from planner.inputs.jobs import job_from_mapping, make_job
 from planner.inputs.models import load_model
-from planner.inputs.specs import FP8_RECIPES
 from planner.inputs.validation import require_precision
 from planner.launch.megatron.export import export_files, megatron_args
 from planner.launch.megatron.importer import parse_megatron

@@ -10,10 +10,10 @@ from cost_models import communication as comm
 from cost_models.estimate import estimate
 from cost_models.layers import layer_table
 from cost_models.parallel import Group, ParallelConfig, group
+from planner.inputs.cluster_spec import NVLinkMesh
 from planner.inputs.errors import SpecError
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model
-from planner.inputs.specs import NVLinkMesh
 from planner.profiles.hardware import cluster_from_mapping, cluster_to_mapping, load_cluster
 
 # nvidia-smi topo -m of an 8x V100-SXM2 DGX-1-style server (Oneflow-Inc/DLPerf Megatron-LM/README.md).

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from cost_models.estimate import estimate, node_of_stage
 from cost_models.parallel import ParallelConfig, resolve, violations
 from planner.inputs.jobs import make_job
+from planner.inputs.model_spec import ModelSpec
 from planner.inputs.models import load_model
-from planner.inputs.specs import ModelSpec
 from planner.profiles.hardware import load_cluster
 from planner.search.chain import search, sort_key
 from planner.search.partition import (

@@ -37,10 +37,12 @@ from planner.calibration.run_records import (
     zero_stage_of,
 )
 from planner.frameworks.torchtitan import layer_sac_recomputed_layers
+from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.documents import read_document
 from planner.inputs.errors import PlannerError, SpecError
+from planner.inputs.job_spec import JobSpec
 from planner.inputs.jobs import make_job
-from planner.inputs.specs import ClusterSpec, JobSpec, ModelSpec
+from planner.inputs.model_spec import ModelSpec
 from planner.inputs.validation import short_path
 from planner.launch.megatron.importer import parse_layout
 from planner.profiles.software import apply as apply_software

@@ -40,7 +40,7 @@ import numpy as np
 from cost_models.compute import ATTENTION_HALF_KEYS
 from cost_models.estimate import estimate
 from planner.calibration.cases import Case, Result, excluded_reason
-from planner.inputs.specs import EfficiencySpec, GPUSpec
+from planner.inputs.cluster_spec import EfficiencySpec, GPUSpec
 from planner.profiles.hardware import load_gpu
 from planner.profiles.software import MIN_RUNS, OVERRIDE_PARAMS, efficiency_family, profile_start, release_for
 

@@ -23,10 +23,10 @@ import yaml
 
 from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig
+from planner.inputs.cluster_spec import ClusterSpec, NodeGroup
 from planner.inputs.documents import SCHEMA_VERSION
 from planner.inputs.jobs import make_job
 from planner.inputs.model_yaml import model_from_mapping
-from planner.inputs.specs import ClusterSpec, NodeGroup
 from planner.profiles.hardware import load_gpu
 
 GIB = 2**30

@@ -9,8 +9,10 @@ import re
 from dataclasses import replace
 
 from cost_models.layers import model_flop_per_iteration
+from planner.inputs.cluster_spec import ClusterSpec, compute_capability_major
 from planner.inputs.errors import PlannerError
-from planner.inputs.specs import EAGER_OPS, ClusterSpec, JobSpec, ModelSpec, compute_capability_major
+from planner.inputs.job_spec import EAGER_OPS, JobSpec
+from planner.inputs.model_spec import ModelSpec
 from planner.profiles.hardware import load_cluster, load_gpu, load_template
 
 

@@ -14,7 +14,7 @@ import typer
 from planner.cli import render
 from planner.inputs.errors import SpecError, UsageError
 from planner.inputs.files import write_text_atomic
-from planner.inputs.specs import ATTENTION_IMPLS, DTYPES, EAGER_OPS, FP8_RECIPES
+from planner.inputs.job_spec import ATTENTION_IMPLS, DTYPES, EAGER_OPS, FP8_RECIPES
 from planner.inputs.validation import json_text
 
 
@@ -101,7 +101,7 @@ def _eager_ops(text: str | None) -> tuple[str, ...]:
 
 
 def _check_fp8_recipe(recipe: str | None, precision: str | None) -> None:
-    """``--fp8-recipe`` names a recipe of :data:`planner.inputs.specs.FP8_RECIPES` and comes with
+    """``--fp8-recipe`` names a recipe of :data:`planner.inputs.job_spec.FP8_RECIPES` and comes with
     ``--precision fp8`` (a usage error otherwise)."""
     if recipe is None:
         return

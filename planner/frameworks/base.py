@@ -17,16 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_models.parallel import OPTIMIZER_SHARDING, PP_DP, RANK_ORDERS, RECOMPUTE, SCHEDULES, ParallelConfig
+from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import SpecError, UsageError
-from planner.inputs.specs import (
+from planner.inputs.job_spec import (
     ATTENTION_IMPLS,
     FP8_RECIPES,
     MOE_DISPATCHERS,
     SHARDED_GRAD_REDUCES,
-    ClusterSpec,
     JobSpec,
-    ModelSpec,
 )
+from planner.inputs.model_spec import ModelSpec
 
 
 def stage_size(c: ParallelConfig, num_layers: int) -> int:

@@ -53,8 +53,10 @@ from dataclasses import dataclass
 from cost_models.parallel import ParallelConfig
 from planner.frameworks.base import Capabilities, Framework
 from planner.frameworks.torchtitan_models import VERSION, titan_model
+from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import SpecError
-from planner.inputs.specs import ClusterSpec, JobSpec, ModelSpec
+from planner.inputs.job_spec import JobSpec
+from planner.inputs.model_spec import ModelSpec
 
 EAGER_TORCHTITAN = ("rope", "activation")
 """``JobSpec.eager_ops`` of torchtitan 0.2.2 without ``compile.enable``: ``apply_rotary_emb``

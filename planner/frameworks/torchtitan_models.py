@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.inputs.errors import SpecError
-from planner.inputs.specs import ModelSpec
+from planner.inputs.model_spec import ModelSpec
 
 VERSION = "0.2.2"
 

@@ -47,8 +47,8 @@ import yaml
 
 from planner.inputs.documents import Reader, check_header, preset_files, read_document
 from planner.inputs.errors import SpecError
+from planner.inputs.graph_spec import BLOCK_TYPES, Block, Edge, GraphModelSpec, cross_attention_params
 from planner.inputs.model_yaml import model_from_mapping
-from planner.inputs.specs import BLOCK_TYPES, Block, Edge, GraphModelSpec, cross_attention_params
 from planner.inputs.validation import path_exists, short_path
 
 __all__ = [

@@ -17,8 +17,8 @@ from typing import Any
 
 from planner.inputs.documents import read_document
 from planner.inputs.errors import SpecError
+from planner.inputs.model_spec import ModelSpec
 from planner.inputs.model_yaml import _rope_theta, validate_model
-from planner.inputs.specs import ModelSpec
 from planner.inputs.validation import check_number, limit
 
 MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "gpt_oss", "kimi_k2", "llama4", "llama4_text", "phi3")

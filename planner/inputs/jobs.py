@@ -7,7 +7,7 @@ from typing import Any
 
 from planner.inputs.documents import Reader
 from planner.inputs.errors import SpecError
-from planner.inputs.specs import (
+from planner.inputs.job_spec import (
     ATTENTION_IMPLS,
     CUDA_GRAPH_SCOPES,
     DTYPES,
@@ -85,7 +85,7 @@ def default_grad_dtype(precision: str) -> str:
 
 
 def cuda_graph_scope(values: Any, where: str) -> tuple[str, ...]:
-    """Validated CUDA graph scopes (:data:`planner.inputs.specs.CUDA_GRAPH_SCOPES`), sorted and deduplicated
+    """Validated CUDA graph scopes (:data:`planner.inputs.job_spec.CUDA_GRAPH_SCOPES`), sorted and deduplicated
     so equal settings compare equal; ``none`` (alone) is the empty tuple."""
     items = [values] if isinstance(values, str) else list(values or ())
     items = [str(v).strip() for v in items if str(v).strip() and str(v).strip() != "none"]
@@ -104,7 +104,7 @@ def cuda_graph_scope(values: Any, where: str) -> tuple[str, ...]:
 
 
 def eager_ops_tuple(ops: Any, where: str, key: str = "eager_ops") -> tuple[str, ...]:
-    """``ops`` (names of :data:`planner.inputs.specs.EAGER_OPS`, any order, no repeats) in canonical order,
+    """``ops`` (names of :data:`planner.inputs.job_spec.EAGER_OPS`, any order, no repeats) in canonical order,
     or a SpecError naming ``where``, ``key`` and the allowed values."""
     if isinstance(ops, str) or not isinstance(ops, (list, tuple)):
         raise SpecError(f"{where}: {key}: expected a list of op groups ({', '.join(EAGER_OPS)})")

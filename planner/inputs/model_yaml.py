@@ -8,7 +8,7 @@ from typing import Any
 from planner.inputs.documents import SCHEMA_VERSION, Reader, check_header
 from planner.inputs.errors import SpecError
 from planner.inputs.layer_pattern import PatternError, parse_pattern, pattern_text
-from planner.inputs.specs import (
+from planner.inputs.model_spec import (
     ACTIVATIONS,
     NORMALIZATIONS,
     POSITION_EMBEDDINGS,

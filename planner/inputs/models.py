@@ -15,10 +15,8 @@ import yaml
 from planner.inputs.documents import did_you_mean, preset_files, preset_or_path, read_document
 from planner.inputs.errors import SpecError
 from planner.inputs.hf_config import load_hf_config
+from planner.inputs.model_spec import ModelSpec
 from planner.inputs.model_yaml import model_from_mapping
-from planner.inputs.specs import (
-    ModelSpec,
-)
 from planner.inputs.validation import path_exists, short_path
 
 # ---------------------------------------------------------------------------------------------

@@ -231,8 +231,9 @@ def json_text(data: Any, **kwargs: Any) -> str:
 
 def require_precision(cluster: Any, job: Any, where: str) -> None:
     """Every GPU of ``cluster`` has a tensor-core peak for the job's precision (a V100 has no bf16)
-    and runs its FP8 recipe (MXFP8 from Blackwell on: :data:`planner.inputs.specs.MXFP8_MIN_COMPUTE_CAPABILITY`)."""
-    from planner.inputs.specs import COMPUTE_DTYPE, MXFP8_MIN_COMPUTE_CAPABILITY, compute_capability_major
+    and runs its FP8 recipe (MXFP8 from Blackwell on: :data:`planner.inputs.job_spec.MXFP8_MIN_COMPUTE_CAPABILITY`)."""
+    from planner.inputs.cluster_spec import compute_capability_major
+    from planner.inputs.job_spec import COMPUTE_DTYPE, MXFP8_MIN_COMPUTE_CAPABILITY
 
     dtype = COMPUTE_DTYPE.get(job.precision, job.precision)
     for g in cluster.groups:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from cost_models.estimate import estimate
 from cost_models.parallel import violations
+from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import PlannerError, SpecError
-from planner.inputs.specs import ClusterSpec
 from planner.inputs.validation import read_text_capped, rounded
 from planner.launch.megatron.importer import parse_megatron
 from planner.launch.megatron.rules import megatron_findings

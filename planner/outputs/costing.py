@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import UsageError
-from planner.inputs.specs import ClusterSpec
 
 SECONDS_PER_DAY = 86_400.0
 SECONDS_PER_HOUR = 3_600.0

@@ -8,7 +8,7 @@ from cost_models.estimate import Estimate
 from cost_models.graph_costs import StageGraph
 from cost_models.parallel import ParallelConfig
 from planner.inputs.graph_model import GraphModelSpec
-from planner.inputs.specs import JobSpec
+from planner.inputs.job_spec import JobSpec
 
 
 def graph_model_dict(g: GraphModelSpec) -> dict:

@@ -10,8 +10,10 @@ from cost_models.estimate import Estimate
 from cost_models.memory import HOST_MEMORY_USABLE_FRACTION
 from cost_models.parallel import ParallelConfig
 from planner import __version__
+from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.graph_model import GraphModelSpec
-from planner.inputs.specs import ClusterSpec, JobSpec, ModelSpec
+from planner.inputs.job_spec import JobSpec
+from planner.inputs.model_spec import ModelSpec
 from planner.inputs.validation import rounded
 from planner.outputs.graph_views import graph_config_dict, graph_model_dict, stage_graph_dict
 from planner.plans.problem import Problem

@@ -23,11 +23,12 @@ from cost_models.graph_costs import (
 )
 from cost_models.parallel import ParallelConfig
 from planner import __version__
+from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.documents import SCHEMA_VERSION, Reader, read_document
 from planner.inputs.errors import SpecError
 from planner.inputs.graph_model import GraphModelSpec, graph_model_from_mapping, graph_model_to_mapping
+from planner.inputs.job_spec import JobSpec
 from planner.inputs.jobs import job_from_mapping
-from planner.inputs.specs import ClusterSpec, JobSpec
 from planner.inputs.validation import require_precision
 from planner.plans.plan_file import (
     PlanInputs,

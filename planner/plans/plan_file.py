@@ -28,12 +28,14 @@ from cost_models.parallel import (
 )
 from planner import __version__
 from planner.frameworks import FRAMEWORKS, get_framework
+from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.documents import Reader, check_header, read_document
 from planner.inputs.errors import SpecError
 from planner.inputs.files import is_stdout, plan_yaml, write_text_atomic
+from planner.inputs.job_spec import JobSpec
 from planner.inputs.jobs import job_from_mapping
+from planner.inputs.model_spec import ModelSpec
 from planner.inputs.model_yaml import model_from_mapping, model_to_mapping
-from planner.inputs.specs import ClusterSpec, JobSpec, ModelSpec
 from planner.inputs.validation import check_number, clean, json_text, limit, require_precision
 from planner.profiles.hardware import cluster_from_mapping, cluster_to_mapping
 

@@ -9,11 +9,13 @@ from dataclasses import dataclass
 from cost_models.estimate import Estimate, estimate
 from cost_models.graph_costs import StageGraph
 from cost_models.parallel import ParallelConfig, resolve
+from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import ConfigError
 from planner.inputs.graph_model import GraphModelSpec
+from planner.inputs.job_spec import JobSpec
 from planner.inputs.jobs import make_job
+from planner.inputs.model_spec import ModelSpec
 from planner.inputs.models import load_model
-from planner.inputs.specs import ClusterSpec, JobSpec, ModelSpec
 from planner.profiles.hardware import load_cluster
 from planner.profiles.software import BASE, SoftwareUse
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from planner import __version__
+from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.documents import Reader, check_header, read_document
 from planner.inputs.errors import SpecError
-from planner.inputs.specs import ClusterSpec
 from planner.inputs.validation import short_path
 from planner.profiles.params import BY_NAME, NAMES, apply_values
 

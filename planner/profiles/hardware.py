@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from cost_models.communication import mesh_problems
+from planner.inputs.cluster_spec import ClusterSpec, EfficiencySpec, GPUSpec, NodeGroup, NVLinkMesh
 from planner.inputs.documents import (
     GB,
     GIB,
@@ -24,7 +25,6 @@ from planner.inputs.documents import (
     read_document,
 )
 from planner.inputs.errors import SpecError
-from planner.inputs.specs import ClusterSpec, EfficiencySpec, GPUSpec, NodeGroup, NVLinkMesh
 from planner.inputs.validation import check_number, limit, path_exists
 
 
@@ -96,7 +96,7 @@ def _attention_kernel_speeds(r: Reader) -> tuple[tuple[float, float], tuple[floa
 
 def _gemm_tile(r: Reader, where: str) -> tuple[int, int] | None:
     """The ``gemm_tile: [rows, columns]`` of a GPU file (default 256 x 128; ``null``: no tile or
-    wave quantization, :attr:`planner.inputs.specs.GPUSpec.gemm_tile`)."""
+    wave quantization, :attr:`planner.inputs.cluster_spec.GPUSpec.gemm_tile`)."""
     if "gemm_tile" in r.data and r.data["gemm_tile"] is None:
         r.used.add("gemm_tile")
         return None

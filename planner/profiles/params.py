@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from planner.inputs.cluster_spec import ClusterSpec, NodeGroup
 from planner.inputs.errors import SpecError
-from planner.inputs.specs import ClusterSpec, NodeGroup
 
 GB = 1e9
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from planner.inputs.cluster_spec import ClusterSpec, EfficiencySpec
 from planner.inputs.errors import SpecError, UsageError
-from planner.inputs.specs import ClusterSpec, EfficiencySpec
 
 GPU_DIR = Path(__file__).resolve().parents[2] / "hardware_profiles" / "gpus"
 SOFTWARE_DIR = Path(__file__).resolve().parents[2] / "hardware_profiles" / "software"

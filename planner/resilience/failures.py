@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from cost_models.parallel import PP_DP, ParallelConfig
 from planner.inputs.errors import ConfigError
-from planner.inputs.specs import ModelSpec
+from planner.inputs.model_spec import ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

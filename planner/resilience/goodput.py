@@ -38,7 +38,8 @@ import math
 from dataclasses import dataclass
 
 from cost_models.memory import checkpoint_bytes_per_param
-from planner.inputs.specs import JobSpec, ModelSpec
+from planner.inputs.job_spec import JobSpec
+from planner.inputs.model_spec import ModelSpec
 
 LLAMA3_INTERRUPTIONS = 419
 """Unexpected interruptions of the Llama 3 405B run (Dubey et al. 2024, Table 5)."""

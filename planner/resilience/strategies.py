@@ -36,8 +36,9 @@ from dataclasses import dataclass, field, replace
 from cost_models import communication as comm
 from cost_models.estimate import Estimate, dp_sync, estimate
 from cost_models.parallel import group, resolve
+from planner.inputs.cluster_spec import ClusterSpec, NodeGroup
 from planner.inputs.errors import ConfigError
-from planner.inputs.specs import DTYPE_BYTES, ClusterSpec, NodeGroup
+from planner.inputs.job_spec import DTYPE_BYTES
 from planner.plans.plan_file import PlanInputs
 from planner.resilience.failures import Damage, FailureSpec, lower_tp, place
 

@@ -16,7 +16,9 @@ from cost_models.estimate import DDP_BUCKET_PARAMS, dp_sync, node_of_stage
 from cost_models.parallel import LAYER_RECOMPUTE, ParallelConfig, group
 from cost_models.schedules import POST_VALIDATION, SPLIT_W, V_SHAPE
 from cost_models.tensors import pipeline_transfer_s
-from planner.inputs.specs import DTYPE_BYTES, ClusterSpec, JobSpec, ModelSpec, NodeGroup
+from planner.inputs.cluster_spec import ClusterSpec, NodeGroup
+from planner.inputs.job_spec import DTYPE_BYTES, JobSpec
+from planner.inputs.model_spec import ModelSpec
 from planner.search.shape_partition import hetero_slots, solve_partition
 from planner.search.space import Restrictions
 from planner.search.stage_model import inflight_for, layer_of, stage_model

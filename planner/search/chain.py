@@ -33,8 +33,10 @@ from functools import lru_cache
 
 from cost_models.estimate import Estimate, estimate
 from cost_models.parallel import RANK_ORDERS, RECOMPUTE, ParallelConfig, resolve, violations
+from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import ConfigError
-from planner.inputs.specs import ClusterSpec, JobSpec, ModelSpec
+from planner.inputs.job_spec import JobSpec
+from planner.inputs.model_spec import ModelSpec
 from planner.search.bounds import cheap_bound, partition_bound, refined_bound
 from planner.search.candidates import Candidate, fold_equivalent
 from planner.search.shape_partition import fits_memory, memory_variants, partition_shape, restrict_for

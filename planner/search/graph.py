@@ -57,9 +57,10 @@ from cost_models.graph_costs import (
     unit_layout,
 )
 from cost_models.parallel import ParallelConfig
+from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import InfeasibleError, UsageError
 from planner.inputs.graph_model import GraphModelSpec
-from planner.inputs.specs import ClusterSpec, JobSpec
+from planner.inputs.job_spec import JobSpec
 from planner.search.chain import sort_key
 from planner.search.graph_partition import (
     StageLimits,

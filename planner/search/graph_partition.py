@@ -16,7 +16,7 @@ from cost_models.graph_costs import (
 )
 from cost_models.parallel import ParallelConfig
 from planner.inputs.graph_model import GraphModelSpec
-from planner.inputs.specs import JobSpec
+from planner.inputs.job_spec import JobSpec
 from planner.search.graph_structure import Branched, Chain, Series
 from planner.search.space import _divisors
 

@@ -23,8 +23,10 @@ from cost_models.parallel import (
     violations,
 )
 from planner.frameworks import DEFAULT_FRAMEWORK, Framework, get_framework
+from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import SpecError, UsageError
-from planner.inputs.specs import ClusterSpec, JobSpec, ModelSpec
+from planner.inputs.job_spec import JobSpec
+from planner.inputs.model_spec import ModelSpec
 
 
 @dataclass(frozen=True, slots=True)

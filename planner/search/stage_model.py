@@ -10,7 +10,9 @@ from cost_models import memory as mem
 from cost_models.estimate import offload_terms, table_for, table_key
 from cost_models.parallel import LAYER_RECOMPUTE, ParallelConfig
 from cost_models.schedules import SPLIT_W, peak_inflight, stage_rank
-from planner.inputs.specs import JobSpec, ModelSpec, NodeGroup
+from planner.inputs.cluster_spec import NodeGroup
+from planner.inputs.job_spec import JobSpec
+from planner.inputs.model_spec import ModelSpec
 from planner.search.partition import StageModel
 
 

@@ -42,7 +42,7 @@ from cost_models.communication import (
 from cost_models.estimate import estimate
 from cost_models.parallel import Group
 from planner.calibration.user.sources import NcclPoint, Run
-from planner.inputs.specs import ClusterSpec
+from planner.inputs.cluster_spec import ClusterSpec
 from planner.profiles.params import (
     BY_NAME,
     NAMES,

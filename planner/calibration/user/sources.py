@@ -41,9 +41,11 @@ from pathlib import Path
 import yaml
 
 from cost_models.parallel import ParallelConfig, resolve
+from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.documents import YAML_LOADER
 from planner.inputs.errors import PlannerError, SpecError
-from planner.inputs.specs import ClusterSpec, JobSpec, ModelSpec
+from planner.inputs.job_spec import JobSpec
+from planner.inputs.model_spec import ModelSpec
 from planner.inputs.validation import read_text_capped, short_path
 from planner.profiles.hardware import cluster_template_names, load_cluster
 

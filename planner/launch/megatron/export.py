@@ -16,10 +16,12 @@ import shlex
 
 from cost_models.parallel import PP_DP, SHARDED_GRADIENTS, ParallelConfig
 from planner.frameworks.megatron import MEGATRON
+from planner.inputs.cluster_spec import compute_capability_major
 from planner.inputs.errors import SpecError
+from planner.inputs.job_spec import JobSpec
 from planner.inputs.jobs import default_grad_dtype
 from planner.inputs.layer_pattern import pattern_text
-from planner.inputs.specs import JobSpec, ModelSpec, compute_capability_major
+from planner.inputs.model_spec import ModelSpec
 from planner.launch.megatron.flags import ACCEPTED
 from planner.plans.plan_file import PlanInputs
 

@@ -26,8 +26,9 @@ from cost_models.parallel import (
     first_last_split,
 )
 from planner.inputs.errors import ConfigError, SpecError
+from planner.inputs.job_spec import DTYPES, FP8_RECIPES, MOE_DISPATCHERS, JobSpec
 from planner.inputs.jobs import cuda_graph_scope
-from planner.inputs.specs import DTYPES, FP8_RECIPES, MOE_DISPATCHERS, JobSpec, ModelSpec
+from planner.inputs.model_spec import ModelSpec
 from planner.inputs.validation import check_number, limit
 from planner.launch.megatron.flags import ACCEPTED
 from planner.launch.megatron.shell import REDIRECT, SEPARATORS, read_script, unresolved_in

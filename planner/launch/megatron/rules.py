@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 
-from planner.inputs.specs import ClusterSpec, compute_capability_major
+from planner.inputs.cluster_spec import ClusterSpec, compute_capability_major
 from planner.launch.megatron.flags import ACCEPTED, VERSION
 from planner.launch.megatron.importer import OPTIMIZER_DTYPE_FLAGS, Imported, below_fp32
 

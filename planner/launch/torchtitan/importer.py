@@ -31,7 +31,8 @@ from cost_models.parallel import ParallelConfig
 from planner.frameworks.torchtitan import EAGER_TORCHTITAN, layer_sac_recomputed_layers
 from planner.frameworks.torchtitan_models import VERSION, model_from_custom, model_from_flavor
 from planner.inputs.errors import SpecError
-from planner.inputs.specs import JobSpec, ModelSpec
+from planner.inputs.job_spec import JobSpec
+from planner.inputs.model_spec import ModelSpec
 from planner.inputs.validation import read_text_capped
 
 try:  # Python >= 3.11; on 3.10 reading a TOML is an error naming the cause (no extra dependency)

@@ -1,0 +1,296 @@
+"""The model specification: :class:`ModelSpec`, a decoder-only transformer as one frozen,
+keyword-only value (STYLE.md lesson 1), and the vocabularies of its string fields.
+
+Built once by the loaders (:mod:`planner.inputs.model_yaml` for planner's YAML,
+:mod:`planner.inputs.hf_config` for Hugging Face ``config.json``) and never mutated. Field names
+follow Megatron-LM's argument names (``megatron/training/arguments.py``) so that import and export
+are one-to-one; parameter counts are methods of the spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ACTIVATIONS = ("gelu", "relu", "swiglu", "squared_relu")
+NORMALIZATIONS = ("layernorm", "rmsnorm")
+POSITION_EMBEDDINGS = ("learned_absolute", "rope", "none")
+WINDOW_TYPES = ("sliding", "chunked")
+SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
+GATED_ACTIVATIONS = frozenset({"swiglu"})
+
+
+def local_attention_span(seq_length: int, window: int, window_type: str = "sliding") -> float:
+    """Keys per query of a local-attention layer in the non-causal convention
+    (:meth:`ModelSpec.attention_span`): ``s x P_local / P_causal`` for a sliding window of ``window``
+    keys or, for ``window_type`` ``chunked``, chunks of ``window`` tokens."""
+    s, w = seq_length, window
+    if window_type == "chunked":
+        n, r = divmod(s, w)
+        pairs = n * w * (w + 1) / 2 + r * (r + 1) / 2
+    elif s >= w:
+        pairs = s * w - w * (w - 1) / 2
+    else:
+        pairs = s * (s + 1) / 2
+    return s * pairs / (s * (s + 1) / 2)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelSpec:
+    """A decoder-only transformer, described with Megatron-LM's argument names."""
+
+    name: str
+    """Preset or file name, for display only."""
+    num_layers: int
+    """Number of transformer (decoder) layers (``--num-layers``)."""
+    hidden_size: int
+    """Model width h (``--hidden-size``)."""
+    ffn_hidden_size: int
+    """Width of the dense MLP's intermediate projection (``--ffn-hidden-size``)."""
+    num_attention_heads: int
+    """Number of query heads a (``--num-attention-heads``)."""
+    num_query_groups: int
+    """Number of key/value heads (GQA); equal to ``num_attention_heads`` for MHA."""
+    kv_channels: int
+    """Head dimension d (``--kv-channels``); ``hidden_size // num_attention_heads`` by default."""
+    vocab_size: int
+    """Vocabulary size (padded size used for compute and memory)."""
+    max_position_embeddings: int
+    """Longest sequence the position embedding supports (``--max-position-embeddings``)."""
+    activation: str = "gelu"
+    """MLP activation: one of ``ACTIVATIONS``; ``swiglu`` uses three weight matrices."""
+    normalization: str = "layernorm"
+    """``layernorm`` (weight and bias) or ``rmsnorm`` (weight only)."""
+    position_embedding_type: str = "learned_absolute"
+    """``learned_absolute`` adds a ``max_position_embeddings x h`` table; ``rope`` adds none."""
+    rotary_base: int = 10000
+    """RoPE base theta (Megatron ``--rotary-base``, default 10000; Hugging Face ``rope_theta``).
+    It changes no cost; the export needs it for a faithful launch (Llama 3: 500000)."""
+    untie_embeddings_and_output_weights: bool = False
+    """When true the output layer has its own ``h x V`` weights."""
+    add_bias_linear: bool = True
+    """Biases on all linear layers (Megatron default; Llama-style models disable them)."""
+    add_qkv_bias: bool = False
+    """Bias only on the QKV projection (Qwen2 style)."""
+    qk_layernorm: bool = False
+    """Per-head normalisation of queries and keys (Qwen3 style)."""
+    num_experts: int = 0
+    """Routed experts per MoE layer; 0 means a dense model."""
+    moe_router_topk: int = 0
+    """Experts each token is routed to."""
+    moe_ffn_hidden_size: int = 0
+    """Intermediate width of each routed expert."""
+    moe_shared_expert_intermediate_size: int = 0
+    """Total intermediate width of the shared experts (0: none)."""
+    moe_layer_freq: int = 1
+    """Every ``moe_layer_freq``-th layer is MoE (layer i is MoE iff ``i % freq == 0``), as Megatron."""
+    moe_expert_capacity_factor: float = 0.0
+    """Expert capacity factor (0: dropless, no padding)."""
+    moe_layer_pattern: tuple[int, ...] = ()
+    """One 0/1 per layer, 1 = MoE (Megatron's list form of ``--moe-layer-freq``, e.g.
+    ``([0]*3+[1]*58)`` for DeepSeek-V3's three leading dense layers); empty: ``moe_layer_freq``."""
+    multi_latent_attention: bool = False
+    """Multi-head latent attention (``--multi-latent-attention``; DeepSeek-V2, arXiv:2405.04434
+    Sec. 2.1): low-rank joint K/V compression plus a decoupled RoPE key shared by all heads.
+    ``num_query_groups`` and ``kv_channels`` do not apply."""
+    q_lora_rank: int = 0
+    """Rank of the query compression (``--q-lora-rank``); 0: queries projected directly from h."""
+    kv_lora_rank: int = 0
+    """Rank of the joint key/value compression (``--kv-lora-rank``, d_c in DeepSeek-V2)."""
+    qk_head_dim: int = 0
+    """Per-head query/key width without position part (``--qk-head-dim``, d_h^nope)."""
+    qk_pos_emb_head_dim: int = 0
+    """Per-head width of the decoupled RoPE query/key (``--qk-pos-emb-head-dim``, d_h^R)."""
+    v_head_dim: int = 0
+    """Per-head value width (``--v-head-dim``)."""
+    window_size: int = 0
+    """Local attention span in tokens; 0: every layer attends to the whole (causal) sequence.
+    ``sliding``: each query sees itself and the ``window_size - 1`` previous tokens (Megatron
+    ``--window-size``; gpt-oss: 128); ``chunked``: the sequence is cut into chunks of this many
+    tokens and attention stays inside a chunk (Llama 4's chunked attention, 8192)."""
+    window_attn_skip_freq: int = 0
+    """Every N-th layer (1-based layer number divisible by N) attends globally, the others locally
+    (Megatron ``--window-attn-skip-freq``; gpt-oss 2, Llama 4 4); 0: every layer is local."""
+    window_type: str = "sliding"
+    """``sliding`` or ``chunked`` (see ``window_size``)."""
+    softmax_type: str = "vanilla"
+    """``learnable`` adds a learned per-head logit to the softmax denominator ("attention sinks",
+    gpt-oss; Megatron ``--softmax-type learnable``): one parameter per head per layer."""
+    mtp_num_layers: int = 0
+    """Multi-token prediction modules (``--mtp-num-layers``; DeepSeek-V3, arXiv:2412.19437
+    Sec. 2.2): each a projection of [norm(h); norm(embedding)] (2h x h), one transformer layer of
+    the last layer's kind, a final norm, and the shared embedding and output head. Megatron places
+    them on the last pipeline stage; they are not counted in ``params_total``."""
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether any layer has routed experts."""
+        return self.num_experts > 0
+
+    @property
+    def gated(self) -> bool:
+        """Whether the MLP is gated (two input projections)."""
+        return self.activation in GATED_ACTIVATIONS
+
+    @property
+    def query_projection_size(self) -> int:
+        """Width of the query (and attention output) projection: heads x head dim."""
+        return self.num_attention_heads * self.kv_channels
+
+    @property
+    def kv_projection_size(self) -> int:
+        """Width of each of the key and value projections: groups x head dim."""
+        return self.num_query_groups * self.kv_channels
+
+    @property
+    def qk_head_size(self) -> int:
+        """Per-head width of queries and keys (MLA: ``qk_head_dim + qk_pos_emb_head_dim``)."""
+        if self.multi_latent_attention:
+            return self.qk_head_dim + self.qk_pos_emb_head_dim
+        return self.kv_channels
+
+    @property
+    def v_head_size(self) -> int:
+        """Per-head width of values and of the attention output (MLA: ``v_head_dim``)."""
+        return self.v_head_dim if self.multi_latent_attention else self.kv_channels
+
+    @property
+    def core_attention_width(self) -> int:
+        """``heads x (qk width + v width)``: the two attention products cost
+        ``2 x keys x core_attention_width`` FLOPs per query (QK^T and PV); ``2 q`` for MHA/GQA."""
+        return self.num_attention_heads * (self.qk_head_size + self.v_head_size)
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether decoder layer ``index`` (0-based) is an MoE layer: ``moe_layer_pattern[index]``
+        when a pattern is given, else Megatron's ``moe_layer_freq`` (``index % freq == 0``)."""
+        if not self.is_moe:
+            return False
+        if self.moe_layer_pattern:
+            return bool(self.moe_layer_pattern[index])
+        return index % self.moe_layer_freq == 0
+
+    def is_local_attention_layer(self, index: int) -> bool:
+        """Whether layer ``index`` (0-based) attends locally (Megatron
+        ``megatron/core/transformer/utils.py: is_layer_window_attention``, 1-based layer numbers)."""
+        if not self.window_size:
+            return False
+        return not self.window_attn_skip_freq or (index + 1) % self.window_attn_skip_freq != 0
+
+    def attention_span(self, index: int, seq_length: int) -> float:
+        """Keys per query charged to layer ``index`` in the non-causal convention of model FLOPs.
+
+        Full attention is charged ``s`` keys per query (Narayanan et al. 2021: ``4 s q`` FLOPs
+        per token), twice the ``(s + 1) / 2`` a causal query sees on average. A local layer is
+        charged ``s x P_local / P_causal``, where P counts the (query, key) pairs the mask keeps:
+        ``P_causal = s (s + 1) / 2``; sliding window w: ``sum_i min(i + 1, w)``
+        ``= s w - w (w - 1) / 2`` for ``s >= w``; chunks of c: ``n c (c + 1) / 2 + r (r + 1) / 2``
+        for ``s = n c + r``. So a window far shorter than the sequence costs ``2 w`` (``c`` for
+        chunks) instead of ``s``. Exact pair counts: tiled kernels also compute the masked part of
+        the tiles on the window's edge (a lower bound for small windows).
+        """
+        if not self.is_local_attention_layer(index):
+            return float(seq_length)
+        return local_attention_span(seq_length, self.window_size, self.window_type)
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Number of MoE layers."""
+        return sum(1 for i in range(self.num_layers) if self.is_moe_layer(i))
+
+    # Parameter counts. Formulas follow Megatron-LM
+    # megatron/training/theoretical_memory_usage.py (compute_weight_and_optimizer_memory),
+    # extended with biases so that GPT-2/GPT-3/BLOOM counts match their papers.
+    def attention_params(self) -> int:
+        """Q, K, V and output projections (+ biases, + QK norm, + sinks) of one layer."""
+        sinks = self.num_attention_heads if self.softmax_type == "learnable" else 0
+        if self.multi_latent_attention:
+            return self.mla_params() + sinks
+        h, q, kv = self.hidden_size, self.query_projection_size, self.kv_projection_size
+        weights = h * (q + 2 * kv) + q * h
+        bias = (q + 2 * kv + h) if self.add_bias_linear else ((q + 2 * kv) if self.add_qkv_bias else 0)
+        qk_norm = 2 * self.kv_channels if self.qk_layernorm else 0
+        return weights + bias + qk_norm + sinks
+
+    def mla_params(self) -> int:
+        """Multi-head latent attention of one layer (DeepSeek-V2, arXiv:2405.04434 Sec. 2.1,
+        eqs. 9-10 and 12-15; Megatron-Core ``MLASelfAttention``):
+
+        * queries: ``h x r_q`` down (W^DQ) and ``r_q x a (d + d_R)`` up (W^UQ, W^QR), or ``h x
+          a (d + d_R)`` without compression (``q_lora_rank`` 0);
+        * keys/values: ``h x (r_kv + d_R)`` down (W^DKV and the shared RoPE key W^KR) and
+          ``r_kv x a (d + d_v)`` up (W^UK, W^UV);
+        * output ``a d_v x h`` (+ bias with ``add_bias_linear``);
+        * RMSNorms of the two latents (``r_q + r_kv``) when ``qk_layernorm`` (Megatron builds
+          ``q_layernorm``/``kv_layernorm`` only then; DeepSeek-V3 has them).
+        """
+        h, a, rq, rkv = self.hidden_size, self.num_attention_heads, self.q_lora_rank, self.kv_lora_rank
+        dqk, dr, dv = self.qk_head_size, self.qk_pos_emb_head_dim, self.v_head_dim
+        q = (h * rq + rq * a * dqk) if rq else h * a * dqk
+        kv = h * (rkv + dr) + rkv * a * (self.qk_head_dim + dv)
+        out = a * dv * h + (h if self.add_bias_linear else 0)
+        norms = (rq + rkv) if self.qk_layernorm else 0
+        return q + kv + out + norms
+
+    def mlp_params(self, ffn: int) -> int:
+        """One MLP (dense or one expert) of intermediate width ``ffn``."""
+        h = self.hidden_size
+        n_in = 2 if self.gated else 1
+        weights = n_in * h * ffn + ffn * h
+        bias = (n_in * ffn + h) if self.add_bias_linear else 0
+        return weights + bias
+
+    def norm_params(self) -> int:
+        """One normalisation layer (weight, and bias for LayerNorm)."""
+        return self.hidden_size * (2 if self.normalization == "layernorm" else 1)
+
+    def layer_params(self, index: int, *, active: bool = False) -> int:
+        """All parameters of decoder layer ``index``; ``active`` counts only top-k experts."""
+        total = self.attention_params() + 2 * self.norm_params()
+        if self.is_moe_layer(index):
+            n_routed = self.moe_router_topk if active else self.num_experts
+            total += n_routed * self.mlp_params(self.moe_ffn_hidden_size)
+            total += self.hidden_size * self.num_experts  # router
+            if self.moe_shared_expert_intermediate_size:
+                total += self.mlp_params(self.moe_shared_expert_intermediate_size)
+        else:
+            total += self.mlp_params(self.ffn_hidden_size)
+        return total
+
+    def embedding_params(self) -> int:
+        """Word embedding table plus learned position embeddings."""
+        pos = self.max_position_embeddings * self.hidden_size
+        return self.vocab_size * self.hidden_size + (
+            pos if self.position_embedding_type == "learned_absolute" else 0
+        )
+
+    def output_params(self) -> int:
+        """Final norm plus the output projection when untied (tied: shared with the embedding)."""
+        out = self.vocab_size * self.hidden_size if self.untie_embeddings_and_output_weights else 0
+        return self.norm_params() + out
+
+    @property
+    def params_total(self) -> int:
+        """Total parameter count."""
+        return (
+            self.embedding_params()
+            + sum(self.layer_params(i) for i in range(self.num_layers))
+            + self.output_params()
+        )
+
+    def mtp_params(self) -> int:
+        """Parameters of the multi-token prediction modules (DeepSeek-V3 Sec. 2.2; Megatron
+        ``MultiTokenPredictionLayer``): per module two input RMSNorms, the ``2h x h`` projection,
+        one transformer layer of the last decoder layer's kind and a final norm; the embedding and
+        output head are shared with the main model."""
+        if not self.mtp_num_layers:
+            return 0
+        per = 3 * self.norm_params() + 2 * self.hidden_size * self.hidden_size
+        return self.mtp_num_layers * (per + self.layer_params(self.num_layers - 1))
+
+    @property
+    def params_active(self) -> int:
+        """Parameters touched per token (top-k experts only); equals the total for dense models."""
+        return (
+            self.embedding_params()
+            + sum(self.layer_params(i, active=True) for i in range(self.num_layers))
+            + self.output_params()
+        )
