@@ -250,12 +250,48 @@ EXPLAIN_DIMENSIONS = (
 )
 
 
+EXPLAIN_TERMS = 3
+"""Terms of the time breakdown named per alternative (the rest summed as ``other_terms_s``)."""
+
+
+def _differing(a: ParallelConfig, b: ParallelConfig) -> int:
+    """How many of the explained dimensions two configurations differ in."""
+    return sum(getattr(a, d) != getattr(b, d) for d in EXPLAIN_DIMENSIONS)
+
+
+def explain_terms(best: Estimate, breakdown: tuple[tuple[str, float], ...]) -> dict:
+    """The net step-time difference of an alternative (its ``breakdown``, which sums to its step
+    time) against ``best``, and the :data:`EXPLAIN_TERMS` terms of :meth:`Estimate.time_breakdown`
+    that differ most; ``terms`` plus ``other_terms_s`` sum to ``difference_s``."""
+    base = dict(time_components(best))
+    mine = dict(breakdown)
+    deltas = sorted(
+        ((mine.get(k, 0.0) - base.get(k, 0.0), k) for k in sorted(set(base) | set(mine))),
+        key=lambda t: (-abs(t[0]), t[1]),
+    )
+    difference = sum(d for d, _ in deltas)
+    named = [{"term": k, "delta_s": d} for d, k in deltas[:EXPLAIN_TERMS] if d != 0.0]
+    return {
+        "difference_s": difference,
+        "terms": named,
+        "other_terms_s": difference - sum(t["delta_s"] for t in named),
+    }
+
+
+def _reason(terms: dict) -> str:
+    parts = ", ".join(f"{t['term']} {t['delta_s']:+.3f} s" for t in terms["terms"])
+    return f"{terms['difference_s']:+.3f} s net: {parts}" if parts else "same predicted time"
+
+
 def explain(result: SearchResult) -> list[dict]:
-    """For each dimension, the best alternative value and why it lost to the top plan."""
+    """For each dimension, the best alternative value and why it lost to the top plan: the
+    alternative that changes as few other dimensions as it can (then the fastest), never one shown
+    for an earlier dimension, with its net difference and the terms that make it
+    (:func:`explain_terms`, documented in docs/search.md "--explain")."""
     if not result.plans:
         return []
     best = result.plans[0]
-    base = dict(time_components(best.estimate))
+    shown: set[tuple] = set()
     out = []
     for dim in EXPLAIN_DIMENSIONS:
         mine = getattr(best.config, dim)
@@ -263,27 +299,27 @@ def explain(result: SearchResult) -> list[dict]:
         if not others:
             continue
         evaluated = sorted(
-            (o for o in others if o.step_time_s), key=lambda o: (o.step_time_s, sort_key(o.config))
+            (o for o in others if o.step_time_s and sort_key(o.config) not in shown),
+            key=lambda o: (_differing(o.config, best.config), o.step_time_s, sort_key(o.config)),
         )
         if evaluated:
             o = evaluated[0]
+            shown.add(sort_key(o.config))
             slower = o.step_time_s / best.estimate.step_time_s - 1
-            diffs = sorted(((v - base.get(k, 0.0), k) for k, v in o.breakdown), reverse=True)
-            if slower <= 1e-9:
-                cause = "same predicted time; the tie is broken by the fixed plan order"
-            else:
-                cause = (
-                    f"more {diffs[0][1]} (+{diffs[0][0]:.3f} s)"
-                    if diffs and diffs[0][0] > 0
-                    else "slower overall"
-                )
+            terms = explain_terms(best.estimate, o.breakdown)
             out.append(
                 {
                     "dimension": dim,
                     "value": getattr(o.config, dim),
                     "slower_fraction": slower,
                     "step_time_s": o.step_time_s,
-                    "reason": cause,
+                    **terms,
+                    "changes": [
+                        d for d in EXPLAIN_DIMENSIONS if getattr(o.config, d) != getattr(best.config, d)
+                    ],
+                    "reason": _reason(terms)
+                    if slower > 1e-9
+                    else "same predicted time; the tie is broken by the fixed plan order",
                 }
             )
             continue
