@@ -15,15 +15,13 @@ overlaps the next iteration's first forward (``--overlap-param-gather``).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from cost_models import communication as comm
 from cost_models import fsdp, schedules
 from cost_models import memory as mem
-from cost_models.compute import COMPUTE_DTYPE, memory_bound_s
+from cost_models.compute import COMPUTE_DTYPE
 from cost_models.data_parallel import (
     DDP_BUCKET_PARAMS,
     DPSync,
@@ -33,23 +31,32 @@ from cost_models.data_parallel import (
     unfused_accumulation_applies,
     unfused_accumulation_bytes,
 )
-from cost_models.layers import (
-    ZERO,
-    LayerCost,
-    LayerTable,
-    hardware_flop_per_iteration,
-    layer_table,
-    loss_transient_bytes,
-    model_flop_per_iteration,
+from cost_models.layers import hardware_flop_per_iteration, model_flop_per_iteration
+from cost_models.parallel import ParallelConfig
+from cost_models.stage_terms import (
+    ChunkTerms,
+    OffloadTerms,
+    RankTotals,
+    chunk_terms,
+    node_of_stage,
+    offload_terms,
+    pass_durations,
+    rank_totals,
+    recomputed_layers,
+    sharded_passes,
+    table_for,
+    table_key,
 )
-from cost_models.parallel import LAYER_RECOMPUTE, Group, ParallelConfig, group
-from cost_models.tensors import pipeline_transfer_s
+
+# the old private name of stage_link, still imported from here
+from cost_models.stage_terms import stage_link as _stage_link  # noqa: F401
 from planner.inputs.cluster_spec import ClusterSpec, NodeGroup
-from planner.inputs.job_spec import DTYPE_BYTES, JobSpec
+from planner.inputs.job_spec import JobSpec
 from planner.inputs.model_spec import ModelSpec
 
 __all__ = [
-    # the data-parallel terms live in cost_models.data_parallel; they stay importable from here
+    # the data-parallel terms (cost_models.data_parallel) and the per-chunk terms
+    # (cost_models.stage_terms) stay importable from here
     "DDP_BUCKET_PARAMS",
     "DPSync",
     "Estimate",
@@ -219,362 +226,126 @@ class Estimate:
         return min(self.stages, key=lambda s: (s.memory.headroom_bytes, s.stage))
 
 
-def node_of_stage(cluster: ClusterSpec, c: ParallelConfig, stage: int) -> NodeGroup:
-    """Node group of pipeline rank ``stage``: pp is outermost, so a stage is a block of ranks."""
-    per_stage = c.tp * c.cp * c.dp
-    first = cluster.group_of_rank(stage * per_stage)
-    last = cluster.group_of_rank((stage + 1) * per_stage - 1)
-    if first is last:
-        return first
-    # A stage straddling two node groups runs at the pace of the slower GPU.
-    return min((first, last), key=lambda g: g.gpu.peak("bf16") if g.gpu.supports("bf16") else 0.0)
-
-
-_TABLES: dict[tuple, LayerTable] = {}
-
-
-def table_key(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> tuple:
-    """What a configuration's layer table depends on (not the schedule, partition, recompute form
-    or sharding; the selective recompute modules change what a layer's selective terms hold):
-    the cache key of :func:`table_for`, and the start of every cache key built on the table."""
-    return (
-        model,
-        job,
-        node,
-        c.tp,
-        c.cp,
-        c.ep,
-        c.expert_tp,
-        c.micro_batch_size,
-        c.sp,
-        c.pp > 1,
-        c.recompute_modules,
-    )
-
-
-def table_for(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> LayerTable:
-    """Layer table of a configuration, cached on :func:`table_key`."""
-    key = table_key(model, job, c, node)
-    table = _TABLES.get(key)
-    if table is None:
-        if len(_TABLES) > 4096:
-            _TABLES.clear()
-        normalised = ParallelConfig(
-            tp=c.tp,
-            pp=1 if c.pp == 1 else 2,
-            dp=c.dp,
-            cp=c.cp,
-            ep=c.ep,
-            etp=c.etp,
-            micro_batch_size=c.micro_batch_size,
-            sequence_parallel=c.sequence_parallel,
-            recompute_modules=c.recompute_modules,
-        )
-        table = _TABLES[key] = layer_table(model, job, normalised, node)
-    return table
-
-
-def _virtual_stage_cost(model: ModelSpec, table: LayerTable, first_layer: int, n_layers: int) -> LayerCost:
-    if not model.is_moe and not model.window_size:
-        return table.dense.scaled(n_layers)
-    return table.layers(model, first_layer, n_layers)
-
-
-@dataclass(frozen=True, slots=True)
-class OffloadTerms:
-    """What activation offloading changes in one virtual stage, per micro-batch."""
-
-    layers: int
-    """Offloaded layers of the stage."""
-    resident_bytes_saved: float
-    """Activation bytes that leave the GPU after the forward of their layer."""
-    transit_bytes: float
-    """One offloaded layer's activations, held while they are copied (out in the forward, back in
-    the backward)."""
-    forward_exposed_s: float
-    backward_exposed_s: float
-
-
-def offload_terms(
-    model: ModelSpec, table: LayerTable, c: ParallelConfig, first_layer: int, n_layers: int, node: NodeGroup
-) -> OffloadTerms | None:
-    """Activation offloading of the stage holding layers ``[first_layer, first_layer + n_layers)``.
-
-    Megatron-LM's ``--cpu-offloading-num-layers N`` wraps the first N decoder layers in Transformer
-    Engine's CPU offload context (``get_cpu_offload_context``, activations only): a layer's saved
-    activations are copied to host memory on a side stream while the next layer computes its
-    forward, and copied back one layer ahead of the backward. So each offloaded layer leaves the GPU
-    except while in transit (one layer's worth), and a copy costs time only where it outlasts the
-    neighbouring layer's pass: ``max(0, bytes / host_link - pass)`` per layer and direction, at the
-    GPU's per-direction host link (:attr:`planner.inputs.cluster_spec.GPUSpec.host_link_bytes_per_s`)."""
-    k = min(max(c.offload_layers - first_layer, 0), n_layers)
-    if k == 0:
-        return None
-    off = _virtual_stage_cost(model, table, first_layer, k)
-    per_layer = off.activation_bytes / k
-    copy_s = per_layer / node.gpu.host_link_bytes_per_s
-    fwd = (off.forward_s + off.forward_comm_s) / k
-    bwd = (off.backward_input_s + off.backward_weight_s + off.backward_comm_s) / k
-    return OffloadTerms(
-        layers=k,
-        resident_bytes_saved=off.activation_bytes,
-        transit_bytes=per_layer,
-        forward_exposed_s=k * max(0.0, copy_s - fwd),
-        backward_exposed_s=k * max(0.0, copy_s - bwd),
-    )
-
-
-def _recomputed_layers(c: ParallelConfig, n_layers: int) -> int:
-    if c.recompute not in LAYER_RECOMPUTE:
-        return 0
-    return n_layers if c.recompute_num_layers == 0 else min(c.recompute_num_layers, n_layers)
-
-
-def _stage_link(cluster: ClusterSpec, c: ParallelConfig, r: int, to: int | None = None) -> comm.Link:
-    """Link from pipeline rank r to rank ``to`` (default r+1, wrapping for interleaving): the slower
-    side's."""
-    g: Group = group(c, "pp")
-    a = node_of_stage(cluster, c, r)
-    b = node_of_stage(cluster, c, (r + 1) % c.pp if to is None else to)
-    la, lb = comm.link_for(g, a), comm.link_for(g, b)
-    return la if la.bandwidth_bytes_per_s <= lb.bandwidth_bytes_per_s else lb
-
-
 def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> Estimate:
     """Predict one resolved configuration (see :func:`cost_models.parallel.resolve`)."""
     p, v = c.pp, c.vpp
-    n_virtual = p * v
     m = c.num_microbatches(job)
     layers = c.stage_layers(model)
-    first_layer = np.concatenate([[0], np.cumsum(layers)[:-1]]).astype(int).tolist()
     nodes = [node_of_stage(cluster, c, r) for r in range(p)]
-    split_w = c.schedule in schedules.SPLIT_W
-    unfused = unfused_accumulation_applies(job, c)
-
-    durations = np.zeros((n_virtual, 3))
-    act_units = np.zeros(n_virtual)
-    wfrac = np.zeros(n_virtual)
-    p2p = np.zeros(n_virtual)
-    per_rank: list[dict] = [
-        dict(
-            cost=ZERO,
-            recompute=0.0,
-            transient=0.0,
-            fsdp=0.0,
-            fsdp_comm=0.0,
-            offload=0.0,
-            host=0.0,
-            largest=0.0,
-            fwd=0.0,
-            bwd=0.0,
-            comm=0.0,
-            flop=0.0,
-        )
-        for _ in range(p)
-    ]
-    rank_of = [schedules.stage_rank(c.schedule, p, vs) for vs in range(n_virtual)]
-    for vs in range(n_virtual):
-        r = rank_of[vs]
-        node = nodes[r]
-        table = table_for(model, job, c, node)
-        n = layers[vs]
-        cost = _virtual_stage_cost(model, table, first_layer[vs], n)
-        k = _recomputed_layers(c, n)
-        layer_unit = _virtual_stage_cost(model, table, first_layer[vs], 1)
-        recompute = k * layer_unit.recompute_s(c.recompute)
-        act = cost.activation_bytes - k * (
-            layer_unit.activation_bytes - layer_unit.recomputed_bytes(c.recompute)
-        )
-        if c.recompute == "selective":
-            # Every layer re-runs its selective modules (Megatron --recompute-granularity selective;
-            # --recompute-modules, default core attention): none keeps what those modules drop
-            # (core attention: what it keeps for its backward, Korthikanti et al. 2022 Table 2).
-            recompute = cost.selective_recompute_s
-            act = cost.recomputed_bytes("selective")
-        wbytes = cost.weight_grad_bytes * (n - k) / n if n else 0.0
-        extra = ZERO
-        if vs == 0:
-            extra = extra + table.embedding
-        if vs == n_virtual - 1:
-            extra = extra + table.output
-        total = cost + extra
-        act += extra.activation_bytes
-        wbytes += extra.weight_grad_bytes
-        fwd = total.forward_s + total.forward_comm_s
-        b_in = total.backward_input_s + total.backward_comm_s + recompute
-        b_w = total.backward_weight_s
-        if unfused:
-            b_w += memory_bound_s(total.params * unfused_accumulation_bytes(job), node.gpu)
-        durations[vs] = (fwd, b_in, b_w) if split_w else (fwd, b_in + b_w, 0.0)
-        offload = offload_terms(model, table, c, first_layer[vs], n, node) if c.offload_layers else None
-        if offload is not None:
-            # The copies' exposed parts lengthen the passes (the timeline's durations), and are
-            # itemised apart from compute, as FSDP's exposed collectives are.
-            act -= offload.resident_bytes_saved
-            durations[vs, 0] += offload.forward_exposed_s
-            durations[vs, 1] += offload.backward_exposed_s
-            per_rank[r]["offload"] += offload.forward_exposed_s + offload.backward_exposed_s
-            per_rank[r]["host"] += offload.resident_bytes_saved / v
-            per_rank[r]["transient"] = max(per_rank[r]["transient"], offload.transit_bytes)
-        act_units[vs] = act
-        wfrac[vs] = min(1.0, wbytes / act) if act else 0.0
-        # to the next virtual stage's rank (none on the last; ZB-V's turn stays on rank p - 1)
-        to = rank_of[vs + 1] if vs + 1 < n_virtual else (r + 1) % p
-        p2p[vs] = (
-            pipeline_transfer_s(
-                model, job, c, _stage_link(cluster, c, r, to), comm.link_for(group(c, "tp"), nodes[to])
-            )
-            if p > 1 and to != r
-            else 0.0
-        )
-        acc = per_rank[r]
-        acc["cost"] = acc["cost"] + total
-        acc["recompute"] += recompute
-        acc["fwd"] += fwd
-        acc["bwd"] += b_in + b_w
-        acc["comm"] += total.forward_comm_s + total.backward_comm_s
-        acc["flop"] += total.model_flop
-        if k:
-            acc["transient"] = max(acc["transient"], layer_unit.activation_bytes)
-        elif c.recompute == "selective":
-            # one layer's recomputed modules live until its backward has used them
-            acc["transient"] = max(acc["transient"], layer_unit.selective_dropped_bytes)
-        if vs == n_virtual - 1:
-            acc["transient"] = max(acc["transient"], loss_transient_bytes(model, job, c))
-        acc["largest"] = max(acc["largest"], layer_unit.params * c.tp)
-
-    # Fully sharded data parallelism gathers weights per micro-batch (forward and backward) and
-    # reduce-scatters gradients; ZeRO-2 keeps only its gradient shard, so it reduce-scatters every
-    # micro-batch's gradients too (Rajbhandari et al. 2020, Sec. 5.2). Prefetching overlaps this with
-    # the neighbouring unit's compute, one unit ahead (cost_models/fsdp.py); what exceeds it is exposed.
-    if (
-        c.optimizer_sharding in ("full", "zero2")
-        and c.dp * c.cp > 1
-        and m > 1
-        or c.optimizer_sharding == "full"
-    ):
-        for vs in range(n_virtual):
-            r = rank_of[vs]
-            if c.shard_degree == 1:
-                continue
-            link = comm.link_for(group(c, "shard"), nodes[r])
-            params = per_rank[r]["cost"].params / v
-            grad_b = float(DTYPE_BYTES[job.grad_dtype])
-            # FSDP wraps each transformer layer as one unit: one gather (and one reduce-scatter) per
-            # layer, each paying the collective's latency; ZeRO-2 reduces in DDP-sized buckets.
-            units = (
-                max(1, layers[vs])
-                if c.optimizer_sharding == "full"
-                else max(1, math.ceil(params / DDP_BUCKET_PARAMS))
-            )
-            n = c.shard_degree
-            gather = (
-                comm.all_gather_s(params * 2.0 / units, n, link) if c.optimizer_sharding == "full" else 0.0
-            )
-            scatter = comm.reduce_scatter_s(params * grad_b / units, n, link)
-            px = fsdp.pass_exposure(
-                units,
-                gather,
-                scatter,
-                float(durations[vs, 0]),
-                float(durations[vs, 1] + durations[vs, 2]),
-                nodes[r].gpu.efficiency.comm_overlap_slowdown,
-            )
-            durations[vs, 0] += px.forward_s
-            durations[vs, 1] += px.backward_s
-            per_rank[r]["fsdp"] += px.forward_s + px.backward_s
-            per_rank[r]["fsdp_comm"] += px.comm_s
-
+    chunks = chunk_terms(model, cluster, job, c, layers, nodes)
+    totals = tuple(rank_totals(chunks, r) for r in range(p))
+    passes = sharded_passes(job, c, m, layers, chunks, totals, nodes)
+    durations = pass_durations(chunks, passes)
+    act_units = np.array([t.activation_bytes for t in chunks], dtype=float)
+    wfrac = np.array([t.weight_grad_fraction for t in chunks], dtype=float)
+    p2p = np.array([t.p2p_s for t in chunks], dtype=float)
     orders = schedules.generate(c.schedule, p, m, v)
     timeline = schedules.simulate(orders, durations, p2p, m, wfrac, act_units, (c.schedule, p, m, v))
     if c.schedule in schedules.POST_VALIDATION:
         timeline = timeline.aligned()
-
-    stages: list[StageEstimate] = []
-    ends = []
-    opt_times = []
-    gather_exposed = []
-    for r in range(p):
-        own = schedules.rank_stages(c.schedule, p, v, r)
-        acc, node, gpu = per_rank[r], nodes[r], nodes[r].gpu
-        cost: LayerCost = acc["cost"]
-        dense = cost.params_sharded + cost.params_replicated
-        static = mem.static_memory(dense, cost.params_expert, job, c, acc["largest"] / c.tp)
-        sync = dp_sync(
-            job,
-            c,
-            node,
-            dense,
-            cost.params_expert,
-            m,
-            backward_window_s=acc["bwd"] / v,
-            forward_window_s=float(durations[r, 0]),
+    stages = tuple(
+        _stage_estimate(
+            job, c, r, m, layers, nodes[r], totals[r], chunks, passes, timeline, durations, act_units, p2p
         )
-        reduce_s, reduce_exposed, gather_s, g_exposed, opt_s = (
-            sync.reduce_s,
-            sync.reduce_exposed_s,
-            sync.gather_s,
-            sync.gather_exposed_s,
-            sync.optimizer_s,
-        )
-        end_r = float(timeline.end_s[r][-1])
-        ends.append(end_r + reduce_exposed)
-        opt_times.append(opt_s)
-        gather_exposed.append(g_exposed)
-        peak_level = timeline.peak_inflight(r)
-        mean_unit = float(np.mean(act_units[own])) if v else 1.0
-        memory = mem.breakdown(
-            static,
-            peak_level,
-            acc["transient"],
-            gpu.memory_reserve_bytes,
-            gpu.memory_bytes,
-            peak_level / mean_unit if mean_unit else 0.0,
-        )
-        stages.append(
-            StageEstimate(
-                stage=r,
-                gpu=gpu.name,
-                layers=tuple(layers[vs] for vs in own),
-                forward_s=acc["fwd"],
-                backward_s=acc["bwd"],
-                recompute_s=acc["recompute"],
-                tp_cp_ep_comm_s=acc["comm"],
-                p2p_s=float(max(p2p[own])),
-                dp_comm_s=reduce_s + gather_s + acc["fsdp_comm"] * m,
-                dp_exposed_s=reduce_exposed + g_exposed,
-                optimizer_s=opt_s,
-                busy_s=timeline.busy_s(r),
-                idle_s=timeline.idle_s(r),
-                memory=memory,
-                model_flop_per_microbatch=acc["flop"],
-                fsdp_exposed_s=acc["fsdp"],
-                offload_exposed_s=acc["offload"],
-                host_bytes=acc["host"] * memory.peak_inflight_microbatches,
-                host_share_bytes=mem.host_share_bytes(nodes[r].host_memory_bytes, nodes[r].gpus_per_node),
-                reduce_exposed_s=reduce_exposed,
-                gather_exposed_s=g_exposed,
-                end_s=end_r,
-            )
-        )
-    pipeline_time = timeline.makespan_s
-    step = max(ends) + max(opt_times) + max(gather_exposed)
+        for r in range(p)
+    )
+    step = (
+        max(s.end_s + s.reduce_exposed_s for s in stages)
+        + max(s.optimizer_s for s in stages)
+        + max(s.gather_exposed_s for s in stages)
+    )
     tokens = job.tokens_per_step
     world = c.world_size
     peak_total = sum(g.num_gpus * g.gpu.peak(COMPUTE_DTYPE[job.precision]) for g in cluster.groups)
     model_flop = model_flop_per_iteration(model, job)
-    recomputed = sum(_recomputed_layers(c, n) for n in layers) / model.num_layers
+    recomputed = sum(recomputed_layers(c, n) for n in layers) / model.num_layers
     hardware_flop = hardware_flop_per_iteration(model, job, c.recompute, recomputed)
     return Estimate(
         config=c,
         num_microbatches=m,
         step_time_s=step,
-        pipeline_time_s=pipeline_time,
+        pipeline_time_s=timeline.makespan_s,
         tokens_per_s=tokens / step,
         tokens_per_s_per_gpu=tokens / step / world,
         mfu=model_flop / (step * peak_total),
         hfu=hardware_flop / (step * peak_total),
         bubble_fraction=timeline.bubble_fraction(),
-        stages=tuple(stages),
+        stages=stages,
         timeline=timeline,
+    )
+
+
+def _stage_estimate(
+    job: JobSpec,
+    c: ParallelConfig,
+    r: int,
+    m: int,
+    layers: tuple[int, ...],
+    node: NodeGroup,
+    acc: RankTotals,
+    chunks: tuple[ChunkTerms, ...],
+    passes: tuple[fsdp.PassExposure | None, ...],
+    timeline: schedules.Timeline,
+    durations: np.ndarray,
+    act_units: np.ndarray,
+    p2p: np.ndarray,
+) -> StageEstimate:
+    """Pipeline rank ``r`` after the timeline: its memory at the timeline's in-flight peak, its
+    data-parallel synchronisation and optimizer step (:func:`cost_models.data_parallel.dp_sync`),
+    and its totals per micro-batch (``durations``, ``act_units``, ``p2p``: the timeline's inputs,
+    indexed by virtual stage)."""
+    own = schedules.rank_stages(c.schedule, c.pp, c.vpp, r)
+    gpu = node.gpu
+    cost = acc.cost
+    dense = cost.params_sharded + cost.params_replicated
+    static = mem.static_memory(dense, cost.params_expert, job, c, acc.largest_layer_params / c.tp)
+    sync = dp_sync(
+        job,
+        c,
+        node,
+        dense,
+        cost.params_expert,
+        m,
+        backward_window_s=acc.backward_s / c.vpp,
+        forward_window_s=float(durations[r, 0]),
+    )
+    # FSDP / ZeRO-2 collectives inside the passes, summed in virtual-stage order
+    fsdp_exposed = fsdp_comm = 0.0
+    for t, px in zip(chunks, passes):
+        if t.rank == r and px is not None:
+            fsdp_exposed += px.forward_s + px.backward_s
+            fsdp_comm += px.comm_s
+    peak_level = timeline.peak_inflight(r)
+    mean_unit = float(np.mean(act_units[own])) if c.vpp else 1.0
+    memory = mem.breakdown(
+        static,
+        peak_level,
+        acc.transient_bytes,
+        gpu.memory_reserve_bytes,
+        gpu.memory_bytes,
+        peak_level / mean_unit if mean_unit else 0.0,
+    )
+    return StageEstimate(
+        stage=r,
+        gpu=gpu.name,
+        layers=tuple(layers[vs] for vs in own),
+        forward_s=acc.forward_s,
+        backward_s=acc.backward_s,
+        recompute_s=acc.recompute_s,
+        tp_cp_ep_comm_s=acc.comm_s,
+        p2p_s=float(max(p2p[own])),
+        dp_comm_s=sync.reduce_s + sync.gather_s + fsdp_comm * m,
+        dp_exposed_s=sync.reduce_exposed_s + sync.gather_exposed_s,
+        optimizer_s=sync.optimizer_s,
+        busy_s=timeline.busy_s(r),
+        idle_s=timeline.idle_s(r),
+        memory=memory,
+        model_flop_per_microbatch=acc.model_flop,
+        fsdp_exposed_s=fsdp_exposed,
+        offload_exposed_s=acc.offload_exposed_s,
+        host_bytes=acc.host_bytes * memory.peak_inflight_microbatches,
+        host_share_bytes=mem.host_share_bytes(node.host_memory_bytes, node.gpus_per_node),
+        reduce_exposed_s=sync.reduce_exposed_s,
+        gather_exposed_s=sync.gather_exposed_s,
+        end_s=float(timeline.end_s[r][-1]),
     )
