@@ -30,8 +30,8 @@ from cost_models import communication as comm
 from cost_models import elementwise
 from cost_models import moe as moe_terms
 from cost_models import recompute as op_sac
-from cost_models.attention import attention_block
-from cost_models.compute import linear_s, memory_bound_s
+from cost_models.attention import AttentionBlock, attention_block
+from cost_models.compute import LinearTimes, linear_s, memory_bound_s
 from cost_models.parallel import DEFAULT_RECOMPUTE_MODULES, ParallelConfig, group
 from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tokens_per_gpu, tp_collectives_s
 from planner.inputs.cluster_spec import NodeGroup, compute_capability_major
@@ -233,76 +233,82 @@ def loss_transient_bytes(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> f
     return 2 * tokens_per_gpu(job, c) * model.vocab_size / c.tp
 
 
-def _decoder(
-    model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, *, moe: bool, span: float
-) -> LayerCost:
+@dataclass(frozen=True, slots=True)
+class DenseMlp:
+    """The dense MLP of one decoder layer for one micro-batch on one GPU (the counterpart of
+    :class:`cost_models.moe.RoutedBlock`). Times in seconds, sizes in bytes."""
+
+    gemm: LinearTimes
+    """fc1 (behind the pre-MLP norm) and fc2: forward, input- and weight-gradient times."""
+    model_flop: float
+    elem_bytes: float
+    """Memory-bound forward bytes: the activation function's input and output."""
+    act_bytes: float
+    """Activations kept for backward: fc1's input, the activation's input, fc2's input."""
+    wgrad_bytes: float
+    """The part of ``act_bytes`` only the weight gradients need (the GEMMs' inputs)."""
+    params_sharded: float
+    ffn_elements: float
+    """Elements of the activation function's output on this GPU, for eager pricing."""
+    forward_s: float
+    """The MLP's forward again (what the ``mlp`` recompute module re-runs): GEMMs, activation
+    function, its tensor-parallel collectives."""
+
+
+def _dense_mlp(
+    model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, T: float, sp_div: int
+) -> DenseMlp:
+    """The MLP of a dense layer: ``T`` tokens per GPU, ``sp_div`` = tp with sequence parallelism."""
     gpu, prec = node.gpu, job.precision
     h, t = model.hidden_size, c.tp
-    T = tokens_per_gpu(job, c)
-    sp_div = t if c.sp else 1
     n_in = 2 if model.gated else 1
-
-    # --- attention block ---------------------------------------------------------------------
-    at = attention_block(model, job, c, node, span)
-    gemm = at.gemm
-    attn_fwd = at.attn_fwd_s
-    attn_bwd = at.attn_bwd_s
-    model_flop = at.model_flop
-
-    # Memory-bound work per layer forward (bytes): 2 norms (read+write), 2 residual adds (2 reads,
-    # 1 write); with SP the norm/residual work is split over tp; plus the attention's own.
-    elem = (4 * T * h + 6 * T * h) * ACT_BYTES / sp_div + at.elem_bytes
-
-    act = 2 * T * h * ACT_BYTES / sp_div  # 2 norm inputs
-    act += 2 * T * h * 1 / sp_div  # two dropout masks (1 byte), as Megatron's formula counts them
-    act += at.act_bytes
-    wgrad_act = at.wgrad_bytes
-
-    params_sharded = at.params_sharded
-    params_replicated = 2 * _norm_params(model) + at.params_replicated
-    params_expert = 0.0
-    ep_bytes = 0.0
-    ep_s_fwd = 0.0
-    moe_host = (0.0, 0.0)
-
-    # --- MLP / MoE -----------------------------------------------------------------------------
-    block = None
-    if not moe:
-        f = model.ffn_hidden_size
-        ffn_elements = T * f / t
-        # fc1's input is the pre-MLP norm's output (TELayerNormColumnParallelLinear: quantized by the norm)
-        mlp = linear_s(T, n_in * f / t, h, gpu, prec, recipe=job.fp8_recipe, behind_norm=True)
-        mlp += linear_s(T, h, f / t, gpu, prec, recipe=job.fp8_recipe)
-        gemm += mlp
-        model_flop += 3 * 2 * T * h * f * (n_in + 1) / t
-        mlp_elem = (n_in + 1) * T * f / t * ACT_BYTES
-        elem += mlp_elem
-        # fc1 in and act out (fc2 in) as the GEMMs keep them (FP8 under FP8 recipes); fc1 out, the
-        # activation function's input, in 16 bits
-        g_in = gemm_input_bytes(job)
-        mlp_act = T * h * g_in / sp_div + n_in * T * f / t * ACT_BYTES + T * f / t * g_in
-        act += mlp_act
-        wgrad_act += (T * h + T * f / t) * g_in
-        params_sharded += (n_in + 1) * h * f / t + ((n_in * f) / t + h if model.add_bias_linear else 0)
-        # The MLP's forward again (the `mlp` recompute module): GEMMs, activation, its TP collectives.
-        mlp_fwd = (
+    f = model.ffn_hidden_size
+    # fc1's input is the pre-MLP norm's output (TELayerNormColumnParallelLinear: quantized by the norm)
+    mlp = linear_s(T, n_in * f / t, h, gpu, prec, recipe=job.fp8_recipe, behind_norm=True)
+    mlp += linear_s(T, h, f / t, gpu, prec, recipe=job.fp8_recipe)
+    mlp_elem = (n_in + 1) * T * f / t * ACT_BYTES
+    # fc1 in and act out (fc2 in) as the GEMMs keep them (FP8 under FP8 recipes); fc1 out, the
+    # activation function's input, in 16 bits
+    g_in = gemm_input_bytes(job)
+    return DenseMlp(
+        gemm=mlp,
+        model_flop=3 * 2 * T * h * f * (n_in + 1) / t,
+        elem_bytes=mlp_elem,
+        act_bytes=T * h * g_in / sp_div + n_in * T * f / t * ACT_BYTES + T * f / t * g_in,
+        wgrad_bytes=(T * h + T * f / t) * g_in,
+        params_sharded=(n_in + 1) * h * f / t + ((n_in * f) / t + h if model.add_bias_linear else 0),
+        ffn_elements=T * f / t,
+        forward_s=(
             mlp.forward_s + memory_bound_s(mlp_elem, gpu) + tp_collectives_s(T * h * ACT_BYTES, c, node, 1)
-        )
-    else:
-        block = moe_terms.routed_block(model, job, c, node, T, sp_div, ACT_BYTES)
-        gemm += block.gemm
-        model_flop += block.model_flop
-        elem += block.elem_bytes
-        act += block.act_bytes
-        wgrad_act += block.wgrad_bytes
-        params_expert = block.params_expert
-        params_replicated += block.params_replicated
-        params_sharded += block.params_sharded
-        ffn_elements = block.ffn_elements
-        ep_s_fwd, ep_bytes = block.ep_fwd_s, block.ep_bytes
-        moe_host = block.host_launches
+        ),
+    )
 
-    # --- tensor / context parallel communication --------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class LayerComm:
+    """Exposed tensor- and context-parallel communication of one decoder layer per micro-batch
+    (seconds), and the bytes each GPU sends for it."""
+
+    tp_fwd_s: float
+    tp_bwd_s: float
+    tp_bytes: float
+    cp_fwd_s: float
+    cp_bwd_s: float
+    cp_bytes: float
+
+
+def _layer_comm(
+    model: ModelSpec,
+    job: JobSpec,
+    c: ParallelConfig,
+    node: NodeGroup,
+    at: AttentionBlock,
+    gemm_fwd_s: float,
+    T: float,
+) -> LayerComm:
+    """Tensor-parallel collectives of a layer (``gemm_fwd_s``: its GEMMs' forward time, which
+    ``--tp-comm-overlap`` hides them under) and the context-parallel K/V ring."""
+    gpu, h, t = node.gpu, model.hidden_size, c.tp
     # One all-reduce (AG + RS with SP) of the hidden states for the MLP per direction, plus the
     # attention block's own (Korthikanti et al. 2022 Sec. 4.2.2).
     tp_volume = T * h * ACT_BYTES
@@ -318,7 +324,7 @@ def _decoder(
     many_queues = bool(model.is_moe and job.moe_a2a_overlap and c.ep > 1)
     queue_order_lost = many_queues and compute_capability_major(gpu.name) < 10
     if job.tp_comm_overlap and c.sp and not queue_order_lost:
-        tp_fwd, tp_bwd = _tp_overlapped(tp_fwd, gemm.forward_s, t, gpu.efficiency.comm_overlap_slowdown)
+        tp_fwd, tp_bwd = _tp_overlapped(tp_fwd, gemm_fwd_s, t, gpu.efficiency.comm_overlap_slowdown)
     cp_fwd = cp_bwd = cp_bytes = 0.0
     if c.cp > 1:
         chunk = T * at.kv_width * ACT_BYTES  # this rank's K and V
@@ -330,9 +336,77 @@ def _decoder(
         # kernels (one fixed overhead each, as a layer's launch overhead).
         slowdown = gpu.efficiency.comm_overlap_slowdown
         steps = (c.cp - 1) * gpu.efficiency.kernel_overhead_s
-        cp_fwd = comm.overlapped_s(ring_fwd, attn_fwd * (c.cp - 1) / c.cp, slowdown) + steps
-        cp_bwd = comm.overlapped_s(ring_bwd, attn_bwd * (c.cp - 1) / c.cp, slowdown) + steps
+        cp_fwd = comm.overlapped_s(ring_fwd, at.attn_fwd_s * (c.cp - 1) / c.cp, slowdown) + steps
+        cp_bwd = comm.overlapped_s(ring_bwd, at.attn_bwd_s * (c.cp - 1) / c.cp, slowdown) + steps
         cp_bytes = (c.cp - 1) * 3 * chunk
+    return LayerComm(tp_fwd, tp_bwd, tp_bytes, cp_fwd, cp_bwd, cp_bytes)
+
+
+def _selective_modules(
+    c: ParallelConfig, at: AttentionBlock, block: moe_terms.RoutedBlock | None, mlp: DenseMlp | None
+) -> tuple[float, float]:
+    """Selective recompute by module (Megatron-Core --recompute-modules): the forward time re-run in
+    the backward and the activation bytes not kept, summed over the modules of
+    ``c.recompute_modules`` this layer has (cost_models.parallel.RECOMPUTE_MODULES)."""
+    parts = {"core_attn": (at.attn_fwd_s, at.core_kept_bytes)}
+    parts["mla_up_proj"] = (at.up_proj_s, at.up_proj_bytes)
+    norm_s, norm_bytes = at.separate_norm_s, at.separate_norm_bytes
+    if block is not None:
+        norm_s, norm_bytes = norm_s + block.norm_s, norm_bytes + block.input_bytes
+        parts["moe_act"] = (block.act_fn_s, block.act_fn_bytes)
+        parts["shared_experts"] = (block.shared_s, block.shared_bytes)
+        parts["moe"] = (block.forward_s, block.act_bytes - block.input_bytes)
+    else:
+        parts["mlp"] = (mlp.forward_s, mlp.act_bytes)
+    parts["layernorm"] = (norm_s, norm_bytes)
+    modules = [m for m in c.recompute_modules or DEFAULT_RECOMPUTE_MODULES if m in parts]
+    if "moe" in modules:
+        # The whole MoE layer is checkpointed: its inner modules are rebuilt with it.
+        modules = [m for m in modules if m not in ("moe_act", "shared_experts")]
+    return sum(parts[m][0] for m in modules), sum(parts[m][1] for m in modules)
+
+
+def _decoder(
+    model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, *, moe: bool, span: float
+) -> LayerCost:
+    """One decoder layer (dense or MoE MLP) attending over ``span`` keys: the attention block
+    (:func:`cost_models.attention.attention_block`), the MLP (:func:`_dense_mlp`,
+    :func:`cost_models.moe.routed_block`), norms and residuals, tensor/context-parallel
+    communication (:func:`_layer_comm`) and the recompute terms."""
+    gpu = node.gpu
+    h, t = model.hidden_size, c.tp
+    T = tokens_per_gpu(job, c)
+    sp_div = t if c.sp else 1
+
+    # --- attention block and MLP / MoE --------------------------------------------------------
+    at = attention_block(model, job, c, node, span)
+    block = moe_terms.routed_block(model, job, c, node, T, sp_div, ACT_BYTES) if moe else None
+    mlp = None if moe else _dense_mlp(model, job, c, node, T, sp_div)
+    ffn = block if block is not None else mlp
+    gemm = at.gemm + ffn.gemm
+    model_flop = at.model_flop + ffn.model_flop
+    # Memory-bound work per layer forward (bytes): 2 norms (read+write), 2 residual adds (2 reads,
+    # 1 write); with SP the norm/residual work is split over tp; plus the attention's and the MLP's.
+    elem = (4 * T * h + 6 * T * h) * ACT_BYTES / sp_div + at.elem_bytes + ffn.elem_bytes
+    act = (
+        2 * T * h * ACT_BYTES / sp_div  # 2 norm inputs
+        + 2 * T * h * 1 / sp_div  # two dropout masks (1 byte), as Megatron's formula counts them
+        + at.act_bytes
+        + ffn.act_bytes
+    )
+    wgrad_act = at.wgrad_bytes + ffn.wgrad_bytes
+    params_sharded = at.params_sharded + ffn.params_sharded
+    params_replicated = 2 * _norm_params(model) + at.params_replicated
+    params_expert = ep_bytes = ep_s_fwd = 0.0
+    moe_host = (0.0, 0.0)
+    if block is not None:
+        params_replicated += block.params_replicated
+        params_expert = block.params_expert
+        ep_s_fwd, ep_bytes = block.ep_fwd_s, block.ep_bytes
+        moe_host = block.host_launches
+
+    # --- tensor / context parallel communication --------------------------------------------------
+    lc = _layer_comm(model, job, c, node, at, gemm.forward_s, T)
 
     elem_fwd = memory_bound_s(elem, gpu)
     # Eager op groups move more bytes than the fused kernels counted in `elem` (two norms, the
@@ -342,15 +416,15 @@ def _decoder(
         job,
         norm_elements=2 * T * h / sp_div + at.norm_elements,
         rope_elements=at.rope_elements,
-        ffn_elements=ffn_elements,
+        ffn_elements=ffn.ffn_elements,
     )
     overhead = gpu.efficiency.kernel_overhead_s
-    forward = gemm.forward_s + attn_fwd + elem_fwd + memory_bound_s(eager.forward, gpu) + overhead
+    forward = gemm.forward_s + at.attn_fwd_s + elem_fwd + memory_bound_s(eager.forward, gpu) + overhead
     # Backward: input-gradient GEMMs (same FLOPs as forward, their own shapes), all attention
     # backward, and the elementwise backward (twice the forward bytes when fused; the autograd
     # kernels' bytes when eager) go to B; weight-gradient GEMMs go to W.
     backward_input = (
-        gemm.input_grad_s + attn_bwd + 2 * elem_fwd + memory_bound_s(eager.backward, gpu) + overhead
+        gemm.input_grad_s + at.attn_bwd_s + 2 * elem_fwd + memory_bound_s(eager.backward, gpu) + overhead
     )
     backward_weight = gemm.weight_grad_s
     ep_s_bwd = ep_s_fwd
@@ -358,14 +432,14 @@ def _decoder(
         # Each all-to-all runs under the other micro-batch's pass of the same layer (forward's under
         # a backward, backward's under a forward; Megatron-Core --overlap-moe-expert-parallel-comm).
         # Before Blackwell with tensor or context parallelism the launch gives it several hardware
-        # queues (CUDA_DEVICE_MAX_CONNECTIONS 8, validate_args only warns; see `many_queues`).
+        # queues (CUDA_DEVICE_MAX_CONNECTIONS 8, validate_args only warns; see _layer_comm).
         slow = gpu.efficiency.comm_overlap_slowdown
         ep_s_fwd, ep_s_bwd = (
             comm.overlapped_s(ep_s_fwd, backward_input + backward_weight, slow),
             comm.overlapped_s(ep_s_bwd, forward, slow),
         )
-    fwd_comm = tp_fwd + cp_fwd + ep_s_fwd
-    bwd_comm = tp_bwd + cp_bwd + ep_s_bwd
+    fwd_comm = lc.tp_fwd_s + lc.cp_fwd_s + ep_s_fwd
+    bwd_comm = lc.tp_bwd_s + lc.cp_bwd_s + ep_s_bwd
     # Per-op selective recompute (cost_models.recompute): the backward re-runs the GEMMs the policy
     # does not keep, every elementwise op, and the tensor-parallel all-gathers (all-reduces without
     # sequence parallelism); the attention kernel and the reduce-scatters are kept.
@@ -374,26 +448,9 @@ def _decoder(
         + elem_fwd
         + memory_bound_s(eager.forward, gpu)
         + overhead
-        + (tp_fwd / 2 if c.sp else tp_fwd)
+        + (lc.tp_fwd_s / 2 if c.sp else lc.tp_fwd_s)
     )
-    # Selective recompute by module (Megatron-Core --recompute-modules): (time re-run in the
-    # backward, activation bytes not kept) of each module this layer has; see
-    # cost_models.parallel.RECOMPUTE_MODULES.
-    parts = {"core_attn": (attn_fwd, at.core_kept_bytes)}
-    parts["mla_up_proj"] = (at.up_proj_s, at.up_proj_bytes)
-    norm_s, norm_bytes = at.separate_norm_s, at.separate_norm_bytes
-    if block is not None:
-        norm_s, norm_bytes = norm_s + block.norm_s, norm_bytes + block.input_bytes
-        parts["moe_act"] = (block.act_fn_s, block.act_fn_bytes)
-        parts["shared_experts"] = (block.shared_s, block.shared_bytes)
-        parts["moe"] = (block.forward_s, block.act_bytes - block.input_bytes)
-    else:
-        parts["mlp"] = (mlp_fwd, mlp_act)
-    parts["layernorm"] = (norm_s, norm_bytes)
-    modules = [m for m in c.recompute_modules or DEFAULT_RECOMPUTE_MODULES if m in parts]
-    if "moe" in modules:
-        # The whole MoE layer is checkpointed: its inner modules are rebuilt with it.
-        modules = [m for m in modules if m not in ("moe_act", "shared_experts")]
+    selective_s, selective_bytes = _selective_modules(c, at, block, mlp)
     if moe and gpu.efficiency.host_launch_s:
         # The dispatcher synchronises the host on the token counts every MoE layer, so the host
         # cannot run ahead by more than one layer: a pass takes at least the time to issue the
@@ -411,17 +468,17 @@ def _decoder(
         backward_weight_s=backward_weight,
         forward_comm_s=fwd_comm,
         backward_comm_s=bwd_comm,
-        selective_recompute_s=sum(parts[m][0] for m in modules),
+        selective_recompute_s=selective_s,
         op_recompute_s=op_recompute,
         op_kept_bytes=op_sac.op_sac_kept_bytes(
             model, moe, tokens=T, tp=t, sequence_parallel=c.sp, ep=c.ep, act_bytes=ACT_BYTES
         ),
         activation_bytes=act,
-        selective_dropped_bytes=sum(parts[m][1] for m in modules),
+        selective_dropped_bytes=selective_bytes,
         checkpoint_bytes=T * h * ACT_BYTES / sp_div,
         weight_grad_bytes=wgrad_act,
-        tp_comm_bytes=tp_bytes,
-        cp_comm_bytes=cp_bytes,
+        tp_comm_bytes=lc.tp_bytes,
+        cp_comm_bytes=lc.cp_bytes,
         ep_comm_bytes=ep_bytes,
     )
 
