@@ -31,7 +31,7 @@ from cost_models.data_parallel import (
     unfused_accumulation_applies,
     unfused_accumulation_bytes,
 )
-from cost_models.layers import hardware_flop_per_iteration, model_flop_per_iteration
+from cost_models.flops import hardware_flop_per_iteration, model_flop_per_iteration
 from cost_models.parallel import ParallelConfig
 from cost_models.stage_terms import (
     ChunkTerms,

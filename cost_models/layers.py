@@ -32,11 +32,35 @@ from cost_models import moe as moe_terms
 from cost_models import recompute as op_sac
 from cost_models.attention import AttentionBlock, attention_block
 from cost_models.compute import LinearTimes, linear_s, memory_bound_s
+from cost_models.flops import (
+    hardware_flop_per_iteration,
+    layer_flop_per_token,
+    model_flop_per_iteration,
+    model_flop_per_token,
+    mtp_flop_per_token,
+)
 from cost_models.parallel import DEFAULT_RECOMPUTE_MODULES, ParallelConfig, group
 from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tokens_per_gpu, tp_collectives_s
 from planner.inputs.cluster_spec import NodeGroup, compute_capability_major
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.model_spec import ModelSpec
+
+__all__ = [
+    # the FLOP counts live in cost_models.flops; they stay importable from here
+    "hardware_flop_per_iteration",
+    "layer_flop_per_token",
+    "model_flop_per_iteration",
+    "model_flop_per_token",
+    "mtp_flop_per_token",
+    # the layer table
+    "ZERO",
+    "DenseMlp",
+    "LayerComm",
+    "LayerCost",
+    "LayerTable",
+    "layer_table",
+    "loss_transient_bytes",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -576,89 +600,3 @@ def _mtp(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> 
     if c.pp > 1:  # the embedding copy on the last stage (shared with the first stage's)
         total = total + LayerCost(params_sharded=model.vocab_size * h / t)
     return total
-
-
-def layer_flop_per_token(model: ModelSpec, index: int, seq_length: int) -> float:
-    """Forward model FLOPs per token of decoder layer ``index`` (GEMMs and attention products,
-    non-causal convention; Narayanan et al. 2021 eq. 3, Megatron ``num_floating_point_operations``).
-
-    Attention: MHA/GQA ``2 h (q + 2 kv) + 2 q h``; MLA the projections of :meth:`ModelSpec.mla_params`
-    plus ``r_q + r_kv`` for the latent norms (Megatron's MLA branch); core ``2 x span x heads x
-    (qk width + v width)`` (= ``4 s q`` for full MHA). MLP: ``2 h f (n_in + 1)``; MoE layers the
-    router ``2 h E``, top-k routed experts and the shared experts.
-    """
-    h, a = model.hidden_size, model.num_attention_heads
-    n_in = 2 if model.gated else 1
-    if model.multi_latent_attention:
-        rq, rkv, dr = model.q_lora_rank, model.kv_lora_rank, model.qk_pos_emb_head_dim
-        dqk, dv = model.qk_head_size, model.v_head_dim
-        q_term = rq * (h + a * dqk + 1) if rq else h * a * dqk
-        flop = 2 * (q_term + rkv * (h + a * (model.qk_head_dim + dv) + 1) + h * dr + a * dv * h)
-    else:
-        q, kv = model.query_projection_size, model.kv_projection_size
-        flop = 2 * h * (q + 2 * kv) + 2 * q * h
-    flop += 2 * model.attention_span(index, seq_length) * model.core_attention_width
-    if model.is_moe_layer(index):
-        flop += 2 * h * model.num_experts
-        flop += model.moe_router_topk * 2 * h * model.moe_ffn_hidden_size * (n_in + 1)
-        flop += 2 * h * model.moe_shared_expert_intermediate_size * (n_in + 1)
-    else:
-        flop += 2 * h * model.ffn_hidden_size * (n_in + 1)
-    return flop
-
-
-def mtp_flop_per_token(model: ModelSpec, seq_length: int) -> float:
-    """Forward model FLOPs per token of the multi-token prediction modules: per module Megatron's
-    ``3h + 2h^2`` (norms, ``eh_proj``) times 2, one layer of the last layer's kind with full
-    attention, and the logits ``2 h V`` (Megatron ``num_floating_point_operations``)."""
-    if not model.mtp_num_layers:
-        return 0.0
-    h = model.hidden_size
-    last = model.num_layers - 1
-    layer = layer_flop_per_token(model, last, seq_length)
-    layer += 2 * (seq_length - model.attention_span(last, seq_length)) * model.core_attention_width
-    return model.mtp_num_layers * (2 * (3 * h + 2 * h * h) + layer + 2 * h * model.vocab_size)
-
-
-def model_flop_per_token(model: ModelSpec, seq_length: int) -> float:
-    """Forward model FLOPs per token: all decoder layers, the logits and the MTP modules."""
-    per_token = sum(layer_flop_per_token(model, i, seq_length) for i in range(model.num_layers))
-    return per_token + 2 * model.hidden_size * model.vocab_size + mtp_flop_per_token(model, seq_length)
-
-
-def model_flop_per_iteration(model: ModelSpec, job: JobSpec) -> float:
-    """Model FLOPs of one iteration (Megatron's ``num_floating_point_operations``; no recompute):
-    three times (forward, input and weight gradients) :func:`model_flop_per_token` per token.
-
-    For a GPT with ffn = 4h and MHA this is ``72 B s L h^2 (1 + s/(6h) + V/(12 L h))``
-    (Narayanan et al. 2021; Korthikanti et al. 2022 eq. 7).
-    """
-    return 3 * model_flop_per_token(model, job.seq_length) * job.tokens_per_step
-
-
-def hardware_flop_per_iteration(
-    model: ModelSpec, job: JobSpec, recompute: str, recomputed_fraction: float = 1.0
-) -> float:
-    """Model FLOPs plus the forward passes that recomputation repeats (hardware FLOPs, HFU).
-
-    Full recompute of every layer repeats each decoder layer's forward (a third of its model
-    FLOPs), giving Narayanan et al. 2021 eq. (3): ``96 B s L h^2 (1 + s/(6h) + V/(16 L h))`` for GPT.
-    Selective recompute repeats the attention score and value products, ``4 s q`` per token per
-    layer (Korthikanti et al. 2022 eq. 8). Per-op selective recompute repeats the GEMMs its policy
-    does not keep (:func:`cost_models.recompute.op_sac_recomputed_flop_per_token`).
-    """
-    model_flop = model_flop_per_iteration(model, job)
-    if recompute == "op":
-        redone = op_sac.op_sac_recomputed_flop_per_token(model)
-        return model_flop + recomputed_fraction * redone * job.tokens_per_step
-    if recompute == "full":
-        heads = (1 + model.mtp_num_layers) * 3 * 2 * model.hidden_size * model.vocab_size
-        logits = heads * job.tokens_per_step
-        return model_flop + recomputed_fraction * (model_flop - logits) / 3
-    if recompute == "selective":
-        s = job.seq_length
-        core = sum(
-            2 * model.attention_span(i, s) * model.core_attention_width for i in range(model.num_layers)
-        )
-        return model_flop + core * job.tokens_per_step
-    return model_flop
