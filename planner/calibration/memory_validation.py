@@ -27,13 +27,15 @@ from planner.inputs.cluster_spec import ClusterSpec, NodeGroup
 from planner.inputs.documents import SCHEMA_VERSION
 from planner.inputs.jobs import make_job
 from planner.inputs.model_yaml import model_from_mapping
+from planner.plans.problem import HEADROOM_GIB_DEFAULT as SEARCH_HEADROOM_GIB
 from planner.profiles.hardware import load_gpu
 
 GIB = 2**30
 
-HEADROOM_GIB_DEFAULT = 2.0
+HEADROOM_GIB_DEFAULT = SEARCH_HEADROOM_GIB
 """Default of ``--headroom-gib`` in ``planner search`` and ``planner check`` (GiB kept free per GPU
-beyond the modelled reserve): a launch that check passes fits as a searched plan must.
+beyond the modelled reserve; defined as :data:`planner.plans.problem.HEADROOM_GIB_DEFAULT`, the
+library's default): a launch that check passes fits as a searched plan must.
 
 Derived from the measured Megatron-Core peaks (:data:`MEASURED_ALLOCATED`, see docs/calibration.md
 "Memory") by :func:`derived_headroom_gib`: the 90th percentile of the excess of the caching

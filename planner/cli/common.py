@@ -1,5 +1,5 @@
 """Helpers the command modules share: the output edges (JSON on stdout, rich tables, notes and the
-progress bar on stderr, an export's files), parsing of list and number options, and the inputs every
+progress display on stderr, an export's files), parsing of list and number options, and the inputs every
 problem-loading command hands :func:`planner.plans.problem.load_problem` (profile, eager ops, runtime options).
 """
 
@@ -7,22 +7,38 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-
-import typer
 
 from planner.cli import render
 from planner.inputs.errors import SpecError, UsageError
-from planner.inputs.files import write_text_atomic
 from planner.inputs.job_spec import ATTENTION_IMPLS, DTYPES, EAGER_OPS, FP8_RECIPES
 from planner.inputs.validation import json_text
 
 
-def _progress(quiet: bool, as_json: bool, label: str = "searching", unit: str = "candidates"):
-    """A stderr progress callback for long runs, or None: with --quiet, --json, or stderr not a terminal."""
+@contextmanager
+def _progress(
+    quiet: bool, as_json: bool, label: str = "searching", unit: str = "candidates"
+) -> Iterator[render.ProgressDisplay | None]:
+    """A stderr progress display for a long run, shown from its start
+    (:func:`planner.cli.render.progress_callback`: a spinner naming the phase, then a bar), and
+    erased when the block ends, however it ends; None with --quiet, --json, or stderr not a
+    terminal. The display is the run's ``progress(done, total, best_s)`` callback."""
     if quiet or as_json or not _stderr_is_terminal():
-        return None
-    return render.progress_callback(label, unit)
+        yield None
+        return
+    display = render.progress_callback(label, unit)
+    try:
+        yield display
+    finally:
+        display.close()
+
+
+def _phase(progress, text: str) -> None:
+    """Say on the progress display (if any) what the command is doing now."""
+    if progress is not None:
+        progress.phase(text)
 
 
 def _stderr_is_terminal() -> bool:
@@ -30,9 +46,11 @@ def _stderr_is_terminal() -> bool:
 
 
 def _note(message: str, quiet: bool = False) -> None:
-    """A note on stderr (``wrote FILE``), silenced by --quiet."""
+    """A note on stderr (``wrote FILE``), silenced by --quiet. Written to ``sys.stderr`` itself, so
+    that while a progress display is up rich prints the note above it (click's echo would write
+    past rich's redirection, onto the display's line)."""
     if not quiet:
-        typer.echo(message, err=True)
+        print(message, file=sys.stderr, flush=True)
 
 
 def _emit_json(data: dict) -> None:
@@ -158,24 +176,6 @@ def _profile(opts: dict) -> str | None:
     return str(profile) if profile is not None else None
 
 
-def _write_export(out: Path, texts: dict[str, str], force: bool) -> list[Path]:
-    """Write an export's files into ``out`` atomically; never replaces an existing file unless
-    ``force`` (and never touches files the export does not write)."""
-    from planner.inputs.errors import SpecError
-
-    files = {out / name: text for name, text in texts.items()}
-    existing = [str(f) for f in files if f.exists()]
-    if existing and not force:
-        raise SpecError(f"{', '.join(existing)} already exist; pass --force to replace them")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SpecError(f"{out}: cannot create: {exc.strerror}") from None
-    for path, text in files.items():
-        write_text_atomic(path, text)
-    return list(files)
-
-
 def _finish_export(
     out: Path,
     texts: dict[str, str],
@@ -185,11 +185,12 @@ def _finish_export(
     payload: dict,
     quiet: bool = False,
 ) -> None:
-    """Write an export (:func:`_write_export`), make its ``launch_<launcher>.sh`` executable, and
-    report: ``{"files": [...], **payload}`` with ``--json``, else one ``wrote FILE`` line per file
-    on stderr (none with ``--quiet``)."""
-    files = _write_export(out, texts, force)
-    (out / f"launch_{launcher}.sh").chmod(0o755)
+    """Write an export (:func:`planner.api.write_export`: atomically, its ``launch_<launcher>.sh``
+    made executable like every ``.sh`` file, nothing replaced without ``force``) and report: ``{"files": [...], **payload}`` with
+    ``--json``, else one ``wrote FILE`` line per file on stderr (none with ``--quiet``)."""
+    from planner import api
+
+    files = api.write_export(out, texts, force)
     if as_json:
         _emit_json({"files": sorted(str(f) for f in files), **payload})
     else:

@@ -7,9 +7,13 @@ messages to stderr. Colour is used only when stdout is a terminal (rich's own de
 
 from __future__ import annotations
 
-from rich.console import Console
+import time
+
+from rich.console import Console, RenderableType
 from rich.markup import escape
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from cost_models.schedules import KIND_NAMES, Timeline
 from planner.inputs.jobs import default_grad_dtype
@@ -377,44 +381,76 @@ def budget_tables(d: dict) -> list[Table]:
     return tables
 
 
-PROGRESS_DELAY_S = 1.0
-"""A bar appears only once a search or sweep has run this long (short runs print nothing)."""
+PROGRESS_DELAY_S = 0.5
+"""The status line appears once a search or sweep has run this long (shorter runs print nothing),
+well within the first second of a long one."""
 
 
-def progress_callback(label: str = "searching", unit: str = "candidates"):
-    """A transient stderr progress bar for ``progress(done, total, best_step_time_s)`` callbacks:
-    candidates settled of the total and the best step time so far, shown after
-    :data:`PROGRESS_DELAY_S` (the caller decides whether to show one at all: a terminal, no --json,
-    no --quiet)."""
-    import time
+def progress_callback(label: str = "searching", unit: str = "candidates", console: Console | None = None):
+    """A :class:`ProgressDisplay` on stderr (or ``console``), started now (the caller decides whether
+    to show one at all: a terminal, no --json, no --quiet)."""
+    return ProgressDisplay(label, unit, console)
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    state: dict = {"start": time.monotonic()}
+class ProgressDisplay:
+    """A transient status line for a search or sweep, live from its start: a spinner and the phase
+    the command is in (:meth:`phase`: loading the model and cluster, enumerating and bounding
+    candidates, ...), then, once counts arrive as ``progress(done, total, best_step_time_s)``
+    calls (the search's :data:`planner.search.chain.ProgressFn`), a bar of candidates (or points)
+    settled of the total and the best step time so far. rich redraws it on its own thread, so the
+    spinner turns while the search computes; nothing shows in the first ``delay_s``, and
+    :meth:`close` erases it."""
 
-    def update(done: int, total: int, best_s: float | None = None) -> None:
+    def __init__(
+        self, label: str, unit: str, console: Console | None = None, delay_s: float = PROGRESS_DELAY_S
+    ) -> None:
+        self.label, self.unit = label, unit
+        self._bar = _DelayedProgress(
+            delay_s,
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[count]}"),
+            TextColumn("{task.fields[best]}"),
+            TimeElapsedColumn(),
+            console=console or Console(stderr=True),
+            transient=True,
+        )
+        self._task = self._bar.add_task(label, total=None, count="", best="")
+        self._bar.start()
+
+    def phase(self, text: str) -> None:
+        """Name what the command is doing now (shown beside the spinner until counts arrive; drawn
+        at once)."""
+        self._bar.update(self._task, description=f"{self.label}: {text}", refresh=True)
+
+    def __call__(self, done: int, total: int, best_s: float | None = None) -> None:
         best = f"best {best_s:.3f} s/step" if best_s is not None else "no plan yet"
-        if "bar" not in state:
-            if done >= total or time.monotonic() - state["start"] < PROGRESS_DELAY_S:
-                return
-            bar = Progress(
-                TextColumn("[progress.description]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn(unit),
-                TextColumn("{task.fields[best]}"),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                transient=True,
-            )
-            bar.start()
-            state["bar"] = bar
-            state["task"] = bar.add_task(label, total=max(total, 1), best=best)
-        state["bar"].update(state["task"], completed=done, total=max(total, 1), best=best)
-        if done >= total:
-            state["bar"].stop()
+        self._bar.update(
+            self._task,
+            description=self.label,
+            completed=done,
+            total=max(total, 1),
+            count=f"{done}/{total} {self.unit}",
+            best=best,
+        )
 
-    return update
+    def close(self) -> None:
+        """Stop and erase the display."""
+        self._bar.stop()
+
+
+class _DelayedProgress(Progress):
+    """rich's Progress, drawing nothing until ``delay_s`` after it was made."""
+
+    def __init__(self, delay_s: float, *columns, **kwargs) -> None:
+        self._shown_from = time.monotonic() + delay_s
+        super().__init__(*columns, **kwargs)
+
+    def get_renderable(self) -> RenderableType:
+        if time.monotonic() < self._shown_from:
+            return Text("")
+        return super().get_renderable()
 
 
 TRAINING_COLUMNS = {
@@ -505,7 +541,9 @@ def search_tables(d: dict) -> list[Table]:
     foot.add_row("shapes enumerated / simulated", f"{s['shapes_enumerated']} / {s['shapes_simulated']}")
     foot.add_row("pruned: memory / bound", f"{s['pruned_by_memory']} / {s['pruned_by_bound']}")
     if any(p.get("alternatives") for p in d["plans"]):
-        foot.add_row("1a, 1b, ...", "variants: the same layout with other vpp, micro-batch size, schedule or split")
+        foot.add_row(
+            "1a, 1b, ...", "variants: the same layout with other vpp, micro-batch size, schedule or split"
+        )
     if _mfu_basis(d):
         foot.add_row("MFU", "of the dense BF16 peak, FP8 jobs included (Megatron's convention)")
     flagged = [p["plausibility"] for p in d["plans"] if p.get("plausibility", {}).get("above_best_published")]

@@ -1,5 +1,8 @@
 """``planner search``: the fastest plans that fit in memory (the chain search, or graph pipelines on
-a graph model), ranked by time, cost or goodput, the best optionally written as a plan file."""
+a graph model), ranked by time, cost or goodput, the best optionally written as a plan file.
+
+Thin: the options are parsed into :func:`planner.api.restrictions` (the library's defaults are the
+command's), the problem is loaded and searched by :mod:`planner.api`, then rendered."""
 
 from __future__ import annotations
 
@@ -9,14 +12,13 @@ from typing import Annotated, Optional
 import typer
 
 from planner import __version__, api
-from planner.calibration.memory_validation import HEADROOM_GIB_DEFAULT
 from planner.cli import render
 from planner.cli.common import (
     _eager_ops,
     _emit_json,
-    _finite,
     _ints,
     _note,
+    _phase,
     _print,
     _profile,
     _progress,
@@ -66,6 +68,144 @@ from planner.outputs import graph_views as graph_api
 from planner.outputs import views
 from planner.outputs.costing import DEFAULT_NODE_POWER_OVERHEAD
 
+TopOpt = Annotated[
+    int, typer.Option("--top", "-k", help="How many distinct plans to return.", rich_help_panel=PANEL_OUTPUT)
+]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option("--out", "-o", help="Write the best plan (.yaml or .json).", rich_help_panel=PANEL_OUTPUT),
+]
+TpsOpt = Annotated[
+    ListOpt, typer.Option("--tp", help="Allowed tp degrees, e.g. 4,8.", rich_help_panel=PANEL_SPACE)
+]
+PpsOpt = Annotated[ListOpt, typer.Option("--pp", help="Allowed pp degrees.", rich_help_panel=PANEL_SPACE)]
+CpsOpt = Annotated[ListOpt, typer.Option("--cp", help="Allowed cp degrees.", rich_help_panel=PANEL_SPACE)]
+EpsOpt = Annotated[ListOpt, typer.Option("--ep", help="Allowed ep degrees.", rich_help_panel=PANEL_SPACE)]
+VppsOpt = Annotated[
+    ListOpt,
+    typer.Option("--vpp", help="Allowed virtual stages per rank (1 = none).", rich_help_panel=PANEL_SPACE),
+]
+MbsListOpt = Annotated[
+    ListOpt,
+    typer.Option("--micro-batch-size", help="Allowed micro-batch sizes.", rich_help_panel=PANEL_SPACE),
+]
+RecomputeListOpt = Annotated[
+    ListOpt,
+    typer.Option("--recompute", help="Allowed: none, selective, op, full.", rich_help_panel=PANEL_SPACE),
+]
+NoRecomputeOpt = Annotated[
+    bool, typer.Option("--no-recompute", help="Same as --recompute none.", rich_help_panel=PANEL_SPACE)
+]
+RecomputeModulesListOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--recompute-modules",
+        help="Module list of the selective variant searched (Megatron --recompute-modules: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts). Default: moe_act,layernorm (MoE) and mla_up_proj (MLA) besides core attention on request.",
+        rich_help_panel=PANEL_SPACE,
+    ),
+]
+ShardingListOpt = Annotated[
+    ListOpt,
+    typer.Option(
+        "--optimizer-sharding", help="Allowed: none, distributed, zero2, full.", rich_help_panel=PANEL_SPACE
+    ),
+]
+InstancesListOpt = Annotated[
+    ListOpt,
+    typer.Option(
+        "--optimizer-instances",
+        help="Also search the partial distributed optimizer with these instance counts, e.g. 1,8 (Megatron --num-distributed-optimizer-instances: optimizer states sharded over dp*cp/N ranks, N replicas). Default 1.",
+        rich_help_panel=PANEL_SPACE,
+    ),
+]
+RankOrderListOpt = Annotated[
+    ListOpt,
+    typer.Option(
+        "--rank-order",
+        help="Rank layouts to search, e.g. tp-cp-ep-dp-pp,tp-cp-ep-pp-dp (Megatron's default, and --use-tp-pp-dp-mapping: a pipeline's stages adjacent, inside an NVL72 rack when they fit). Default: Megatron's default only.",
+        rich_help_panel=PANEL_SPACE,
+    ),
+]
+OffloadListOpt = Annotated[
+    ListOpt,
+    typer.Option(
+        "--offload-layers",
+        help="Also search offloading the activations of this many first layers to host memory, e.g. 0,8,16 (Megatron --cpu-offloading-num-layers; pp 1, no recompute; 0 = none too). Off by default; plans must fit each node's host memory (host_memory_gb).",
+        rich_help_panel=PANEL_SPACE,
+    ),
+]
+ScheduleListOpt = Annotated[
+    ListOpt,
+    typer.Option(
+        "--schedule",
+        help="Allowed: 1f1b, interleaved, gpipe, zb-h1, zb-h2, zb-v.",
+        rich_help_panel=PANEL_SPACE,
+    ),
+]
+SequenceParallelOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--sequence-parallel/--no-sequence-parallel",
+        help="Only with (or only without) sequence parallelism (default: with, where tp > 1).",
+        rich_help_panel=PANEL_SPACE,
+    ),
+]
+MaxTpOpt = Annotated[
+    int | None, typer.Option("--max-tp", help="Largest tp degree.", rich_help_panel=PANEL_SPACE)
+]
+MaxPpOpt = Annotated[
+    int | None, typer.Option("--max-pp", help="Largest pp degree.", rich_help_panel=PANEL_SPACE)
+]
+MaxMbsOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-micro-batch-size",
+        help="Largest micro-batch searched, in sequences (with no --micro-batch-size list).",
+        min=1,
+        rich_help_panel=PANEL_SPACE,
+    ),
+]
+CrossNodeTpOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-cross-node-tp", help="Let tp groups leave the NVLink domain.", rich_help_panel=PANEL_SPACE
+    ),
+]
+EvenPartitionsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--even-partitions", help="Only Megatron's default even layer split.", rich_help_panel=PANEL_SPACE
+    ),
+]
+HeadroomOpt = Annotated[
+    float,
+    typer.Option(
+        "--headroom-gib",
+        help="Memory each GPU must keep free beyond the modelled reserve, in GiB.",
+        rich_help_panel=PANEL_MEMORY,
+    ),
+]
+ExplainOpt = Annotated[
+    bool,
+    typer.Option("--explain", help="Say why the leading alternatives lost.", rich_help_panel=PANEL_OUTPUT),
+]
+FailureAwareOpt = Annotated[
+    bool,
+    typer.Option(
+        "--failure-aware",
+        help="Rank by expected goodput over a run (failures, checkpoints, hot spares; see planner goodput).",
+        rich_help_panel=PANEL_COST,
+    ),
+]
+CsvOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--csv",
+        help="Write every enumerated configuration and what became of it (CSV).",
+        rich_help_panel=PANEL_OUTPUT,
+    ),
+]
+
 
 @app.command()
 def search(
@@ -75,166 +215,38 @@ def search(
     seq_len: SeqOpt,
     nodes: NodesOpt = None,
     precision: PrecisionOpt = "bf16",
-    top: Annotated[
-        int,
-        typer.Option("--top", "-k", help="How many distinct plans to return.", rich_help_panel=PANEL_OUTPUT),
-    ] = 5,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out", "-o", help="Write the best plan (.yaml or .json).", rich_help_panel=PANEL_OUTPUT
-        ),
-    ] = None,
-    tp: Annotated[
-        ListOpt, typer.Option("--tp", help="Allowed tp degrees, e.g. 4,8.", rich_help_panel=PANEL_SPACE)
-    ] = None,
-    pp: Annotated[
-        ListOpt, typer.Option("--pp", help="Allowed pp degrees.", rich_help_panel=PANEL_SPACE)
-    ] = None,
-    cp: Annotated[
-        ListOpt, typer.Option("--cp", help="Allowed cp degrees.", rich_help_panel=PANEL_SPACE)
-    ] = None,
-    ep: Annotated[
-        ListOpt, typer.Option("--ep", help="Allowed ep degrees.", rich_help_panel=PANEL_SPACE)
-    ] = None,
-    vpp: Annotated[
-        ListOpt,
-        typer.Option(
-            "--vpp", help="Allowed virtual stages per rank (1 = none).", rich_help_panel=PANEL_SPACE
-        ),
-    ] = None,
-    micro_batch_size: Annotated[
-        ListOpt,
-        typer.Option("--micro-batch-size", help="Allowed micro-batch sizes.", rich_help_panel=PANEL_SPACE),
-    ] = None,
-    recompute: Annotated[
-        ListOpt,
-        typer.Option("--recompute", help="Allowed: none, selective, op, full.", rich_help_panel=PANEL_SPACE),
-    ] = None,
-    no_recompute: Annotated[
-        bool, typer.Option("--no-recompute", help="Same as --recompute none.", rich_help_panel=PANEL_SPACE)
-    ] = False,
-    recompute_modules: Annotated[
-        str | None,
-        typer.Option(
-            "--recompute-modules",
-            help="Module list of the selective variant searched (Megatron --recompute-modules: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts). Default: moe_act,layernorm (MoE) and mla_up_proj (MLA) besides core attention on request.",
-            rich_help_panel=PANEL_SPACE,
-        ),
-    ] = None,
-    optimizer_sharding: Annotated[
-        ListOpt,
-        typer.Option(
-            "--optimizer-sharding",
-            help="Allowed: none, distributed, zero2, full.",
-            rich_help_panel=PANEL_SPACE,
-        ),
-    ] = None,
-    optimizer_instances: Annotated[
-        ListOpt,
-        typer.Option(
-            "--optimizer-instances",
-            help="Also search the partial distributed optimizer with these instance counts, e.g. 1,8 (Megatron --num-distributed-optimizer-instances: optimizer states sharded over dp*cp/N ranks, N replicas). Default 1.",
-            rich_help_panel=PANEL_SPACE,
-        ),
-    ] = None,
-    rank_order: Annotated[
-        ListOpt,
-        typer.Option(
-            "--rank-order",
-            help="Rank layouts to search, e.g. tp-cp-ep-dp-pp,tp-cp-ep-pp-dp (Megatron's default, and --use-tp-pp-dp-mapping: a pipeline's stages adjacent, inside an NVL72 rack when they fit). Default: Megatron's default only.",
-            rich_help_panel=PANEL_SPACE,
-        ),
-    ] = None,
-    offload_layers: Annotated[
-        ListOpt,
-        typer.Option(
-            "--offload-layers",
-            help="Also search offloading the activations of this many first layers to host memory, e.g. 0,8,16 (Megatron --cpu-offloading-num-layers; pp 1, no recompute; 0 = none too). Off by default; plans must fit each node's host memory (host_memory_gb).",
-            rich_help_panel=PANEL_SPACE,
-        ),
-    ] = None,
-    schedule: Annotated[
-        ListOpt,
-        typer.Option(
-            "--schedule",
-            help="Allowed: 1f1b, interleaved, gpipe, zb-h1, zb-h2, zb-v.",
-            rich_help_panel=PANEL_SPACE,
-        ),
-    ] = None,
-    sequence_parallel: Annotated[
-        Optional[bool],
-        typer.Option(
-            "--sequence-parallel/--no-sequence-parallel",
-            help="Only with (or only without) sequence parallelism (default: with, where tp > 1).",
-            rich_help_panel=PANEL_SPACE,
-        ),
-    ] = None,
-    max_tp: Annotated[
-        int | None, typer.Option("--max-tp", help="Largest tp degree.", rich_help_panel=PANEL_SPACE)
-    ] = None,
-    max_pp: Annotated[
-        int | None, typer.Option("--max-pp", help="Largest pp degree.", rich_help_panel=PANEL_SPACE)
-    ] = None,
-    max_micro_batch_size: Annotated[
-        int,
-        typer.Option(
-            "--max-micro-batch-size",
-            help="Largest micro-batch searched, in sequences (with no --micro-batch-size list).",
-            min=1,
-            rich_help_panel=PANEL_SPACE,
-        ),
-    ] = 16,
-    allow_cross_node_tp: Annotated[
-        bool,
-        typer.Option(
-            "--allow-cross-node-tp",
-            help="Let tp groups leave the NVLink domain.",
-            rich_help_panel=PANEL_SPACE,
-        ),
-    ] = False,
-    even_partitions: Annotated[
-        bool,
-        typer.Option(
-            "--even-partitions", help="Only Megatron's default even layer split.", rich_help_panel=PANEL_SPACE
-        ),
-    ] = False,
-    headroom_gib: Annotated[
-        float,
-        typer.Option(
-            "--headroom-gib",
-            help="Memory each GPU must keep free beyond the modelled reserve, in GiB.",
-            rich_help_panel=PANEL_MEMORY,
-        ),
-    ] = HEADROOM_GIB_DEFAULT,
-    explain_flag: Annotated[
-        bool,
-        typer.Option(
-            "--explain", help="Say why the leading alternatives lost.", rich_help_panel=PANEL_OUTPUT
-        ),
-    ] = False,
+    top: TopOpt = api.TOP_K_DEFAULT,
+    out: OutOpt = None,
+    tp: TpsOpt = None,
+    pp: PpsOpt = None,
+    cp: CpsOpt = None,
+    ep: EpsOpt = None,
+    vpp: VppsOpt = None,
+    micro_batch_size: MbsListOpt = None,
+    recompute: RecomputeListOpt = None,
+    no_recompute: NoRecomputeOpt = False,
+    recompute_modules: RecomputeModulesListOpt = None,
+    optimizer_sharding: ShardingListOpt = None,
+    optimizer_instances: InstancesListOpt = None,
+    rank_order: RankOrderListOpt = None,
+    offload_layers: OffloadListOpt = None,
+    schedule: ScheduleListOpt = None,
+    sequence_parallel: SequenceParallelOpt = None,
+    max_tp: MaxTpOpt = None,
+    max_pp: MaxPpOpt = None,
+    max_micro_batch_size: MaxMbsOpt = 16,
+    allow_cross_node_tp: CrossNodeTpOpt = False,
+    even_partitions: EvenPartitionsOpt = False,
+    headroom_gib: HeadroomOpt = api.HEADROOM_GIB_DEFAULT,
+    explain_flag: ExplainOpt = False,
     framework: FrameworkOpt = "megatron",
     tokens: TokensOpt = None,
     gpu_hour_price: PriceOpt = None,
     gpu_power_fraction: PowerFractionOpt = 1.0,
     node_power_overhead: NodeOverheadOpt = DEFAULT_NODE_POWER_OVERHEAD,
     objective: ObjectiveOpt = "time",
-    failure_aware: Annotated[
-        bool,
-        typer.Option(
-            "--failure-aware",
-            help="Rank by expected goodput over a run (failures, checkpoints, hot spares; see planner goodput).",
-            rich_help_panel=PANEL_COST,
-        ),
-    ] = False,
-    csv_out: Annotated[
-        Path | None,
-        typer.Option(
-            "--csv",
-            help="Write every enumerated configuration and what became of it (CSV).",
-            rich_help_panel=PANEL_OUTPUT,
-        ),
-    ] = None,
+    failure_aware: FailureAwareOpt = False,
+    csv_out: CsvOpt = None,
     profile: ProfileOpt = None,
     software: SoftwareOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
@@ -254,88 +266,123 @@ def search(
 
     On a graph model (a DAG of blocks, e.g. the vlm-two-tower-13b, mmt-4tower-4b and t5-11b presets), searches graph pipelines (GraphPipe: branches on their own stages, running concurrently) and reports the best sequential pipeline beside them (speedup_vs_sequential in --json).
     """
-    from cost_models.parallel import OPTIMIZER_SHARDING, RANK_ORDERS, RECOMPUTE, SCHEDULES
-    from planner.frameworks import get_framework
-    from planner.outputs import bubbles as bub
-    from planner.outputs.costing import check_objective, make_target, rank_by_cost
-    from planner.plans.plan_file import framework_to_mapping, plan_document, write_plan
-    from planner.resilience.spares import FAILURE_AWARE_POOL, failure_aware_rank
-    from planner.resilience.views import goodput_summary
-    from planner.search.candidates import candidates_csv
-    from planner.search.chain import explain
-    from planner.search.space import Restrictions
+    opts = dict(locals())
+    restrictions = _restrictions(opts)
+    with _progress(quiet, as_json) as progress:
+        problem, target = _load(opts, restrictions, progress)
+        if isinstance(problem.model, GraphModelSpec):
+            _check_graph_options(opts, target)
+            _phase(progress, "enumerating and partitioning graph pipelines")
+            result, goodputs = api.search(problem, restrictions, top, progress), None
+        else:
+            result, goodputs = _chain_search(problem, restrictions, opts, target, progress)
+    if isinstance(problem.model, GraphModelSpec):
+        _graph_outputs(problem, restrictions, result, opts)
+    else:
+        _chain_outputs(problem, restrictions, result, goodputs, target, opts)
 
-    if top < 1:
+
+def _restrictions(opts: dict):
+    """The search space of the command's options (:func:`planner.api.restrictions`); usage errors
+    name the flag."""
+    from cost_models.parallel import OPTIMIZER_SHARDING, RANK_ORDERS, RECOMPUTE, SCHEDULES
+
+    if opts["top"] < 1:
         raise UsageError("--top must be at least 1")
-    _finite(headroom_gib=headroom_gib)
-    if headroom_gib < 0:
-        raise UsageError("--headroom-gib must not be negative")
-    rec = _words(recompute, "--recompute", RECOMPUTE)
-    if no_recompute:
+    rec = _words(opts["recompute"], "--recompute", RECOMPUTE)
+    if opts["no_recompute"]:
         if rec not in (None, ("none",)):
             raise UsageError("--no-recompute contradicts --recompute")
         rec = ("none",)
-    restrictions = Restrictions(
-        tp=_ints(tp, "--tp"),
-        pp=_ints(pp, "--pp"),
-        cp=_ints(cp, "--cp"),
-        ep=_ints(ep, "--ep"),
-        vpp=_ints(vpp, "--vpp"),
-        micro_batch_size=_ints(micro_batch_size, "--micro-batch-size"),
+    return api.restrictions(
+        opts["framework"],
+        opts["headroom_gib"],
+        tp=_ints(opts["tp"], "--tp"),
+        pp=_ints(opts["pp"], "--pp"),
+        cp=_ints(opts["cp"], "--cp"),
+        ep=_ints(opts["ep"], "--ep"),
+        vpp=_ints(opts["vpp"], "--vpp"),
+        micro_batch_size=_ints(opts["micro_batch_size"], "--micro-batch-size"),
         recompute=rec,
-        recompute_modules=_recompute_modules(recompute_modules),
-        optimizer_sharding=_words(optimizer_sharding, "--optimizer-sharding", OPTIMIZER_SHARDING),
-        optimizer_instances=_ints(optimizer_instances, "--optimizer-instances"),
-        rank_order=_words(rank_order, "--rank-order", RANK_ORDERS),
-        offload_layers=_ints(offload_layers, "--offload-layers", minimum=0),
-        schedule=_words(schedule, "--schedule", SCHEDULES),
-        sequence_parallel=sequence_parallel,
-        max_tp=max_tp,
-        max_pp=max_pp,
-        max_micro_batch_size=max_micro_batch_size,
-        allow_cross_node_tp=allow_cross_node_tp,
-        uneven_partitions=not even_partitions,
-        memory_headroom_bytes=headroom_gib * 2**30,
-        framework=get_framework(framework).name,
+        recompute_modules=_recompute_modules(opts["recompute_modules"]),
+        optimizer_sharding=_words(opts["optimizer_sharding"], "--optimizer-sharding", OPTIMIZER_SHARDING),
+        optimizer_instances=_ints(opts["optimizer_instances"], "--optimizer-instances"),
+        rank_order=_words(opts["rank_order"], "--rank-order", RANK_ORDERS),
+        offload_layers=_ints(opts["offload_layers"], "--offload-layers", minimum=0),
+        schedule=_words(opts["schedule"], "--schedule", SCHEDULES),
+        sequence_parallel=opts["sequence_parallel"],
+        max_tp=opts["max_tp"],
+        max_pp=opts["max_pp"],
+        max_micro_batch_size=opts["max_micro_batch_size"],
+        allow_cross_node_tp=opts["allow_cross_node_tp"],
+        uneven_partitions=not opts["even_partitions"],
     )
+
+
+def _load(opts: dict, restrictions, progress):
+    """The problem (priced for the searched framework) and the training target of the options."""
+    from planner.outputs.costing import check_objective, make_target
+
+    _phase(progress, f"loading {opts['model']} on {opts['cluster']}")
     problem = api.load_problem(
-        model,
-        cluster,
-        nodes,
-        global_batch_size,
-        seq_len,
-        precision,
-        _profile({"profile": profile}),
-        tp_comm_overlap,
-        software,
+        opts["model"],
+        opts["cluster"],
+        opts["nodes"],
+        opts["global_batch_size"],
+        opts["seq_len"],
+        opts["precision"],
+        _profile(opts),
+        opts["tp_comm_overlap"],
+        opts["software"],
         restrictions.framework,
-        eager_ops=_eager_ops(eager_ops),
-        **_runtime(locals()),
+        eager_ops=_eager_ops(opts["eager_ops"]),
+        **_runtime(opts),
     )
-    _software_note(problem, quiet)
-    progress = _progress(quiet, as_json)
-    target = make_target(tokens, gpu_hour_price, problem.cluster, gpu_power_fraction, node_power_overhead)
-    check_objective(objective, target)
-    if isinstance(problem.model, GraphModelSpec):
-        if failure_aware:
-            raise UsageError("--failure-aware applies to sequential models, not graph models")
-        if csv_out is not None or target is not None:
-            raise UsageError(
-                "--csv, --tokens and --gpu-hour-price apply to sequential models, not graph models"
-            )
-        _search_graph(problem, restrictions, top, progress, out, explain_flag, as_json, quiet)
-        return
-    pool = max(top, FAILURE_AWARE_POOL) if failure_aware else top
-    result = api.run_search(problem, restrictions, pool, progress, collect=csv_out is not None)
-    if objective == "cost":
+    _software_note(problem, opts["quiet"])
+    target = make_target(
+        opts["tokens"],
+        opts["gpu_hour_price"],
+        problem.cluster,
+        opts["gpu_power_fraction"],
+        opts["node_power_overhead"],
+    )
+    check_objective(opts["objective"], target)
+    return problem, target
+
+
+def _check_graph_options(opts: dict, target) -> None:
+    """Usage errors for the options that apply to sequential models only."""
+    if opts["failure_aware"]:
+        raise UsageError("--failure-aware applies to sequential models, not graph models")
+    if opts["csv_out"] is not None or target is not None:
+        raise UsageError("--csv, --tokens and --gpu-hour-price apply to sequential models, not graph models")
+
+
+def _chain_search(problem, restrictions, opts: dict, target, progress):
+    """The chain search, ranked by the objective (time or cost) or by expected goodput
+    (``--failure-aware``): the result and the plans' goodput summaries (None without)."""
+    from planner.outputs.costing import rank_by_cost
+    from planner.resilience.spares import FAILURE_AWARE_POOL, failure_aware_rank
+    from planner.resilience.views import goodput_summary
+
+    top = opts["top"]
+    pool = max(top, FAILURE_AWARE_POOL) if opts["failure_aware"] else top
+    _phase(progress, "enumerating and bounding candidates")
+    result = api.search(problem, restrictions, pool, progress, collect=opts["csv_out"] is not None)
+    if opts["objective"] == "cost":
         result.plans = rank_by_cost(result.plans, target)
-    goodputs = None
-    if failure_aware:
-        result.plans, goodputs = failure_aware_rank(problem, result.plans, restrictions, top)
-        goodputs = [goodput_summary(g) for g in goodputs]
-    plans = [views.plan_summary(problem, p, target) for p in result.plans]
-    for row, g in zip(plans, goodputs or []):
-        row["goodput"] = g
+    if not opts["failure_aware"]:
+        return result, None
+    _phase(progress, "ranking by expected goodput")
+    result.plans, goodputs = failure_aware_rank(problem, result.plans, restrictions, top)
+    return result, [goodput_summary(g) for g in goodputs]
+
+
+def _search_dict(problem, restrictions, result, plans: list[dict], opts: dict) -> dict:
+    """The JSON of a chain search (``planner search --json``)."""
+    from planner.plans.plan_file import framework_to_mapping
+    from planner.search.chain import explain
+
     data = {
         "schema_version": views.SCHEMA_VERSION,
         "planner_version": __version__,
@@ -353,69 +400,48 @@ def search(
             "rejected": dict(sorted(result.rejections.counts.items())),
         },
     }
-    if objective != "time":
-        data["objective"] = objective
-    if explain_flag:
+    if opts["objective"] != "time":
+        data["objective"] = opts["objective"]
+    if opts["explain_flag"]:
         data["explain"] = explain(result)
+    return data
+
+
+def _chain_outputs(problem, restrictions, result, goodputs, target, opts: dict) -> None:
+    """Write the chain search's files (``--csv``, ``--out``), then print its JSON or tables."""
+    from planner.search.candidates import candidates_csv
+
+    plans = [views.plan_summary(problem, p, target) for p in result.plans]
+    for row, g in zip(plans, goodputs or []):
+        row["goodput"] = g
+    data = _search_dict(problem, restrictions, result, plans, opts)
+    quiet, csv_out, out = opts["quiet"], opts["csv_out"], opts["out"]
     if csv_out is not None:
         write_text_atomic(csv_out, candidates_csv(result.candidates or []))
         _note(f"wrote {csv_out} ({len(result.candidates or [])} configurations)", quiet)
     if out is not None:
-        best = result.plans[0]
-        budget = views.rounded(bub.budget_summary_dict(bub.budget(best.estimate)))
-        predictions = views.predictions_dict(best.estimate, views.training_dict(best, target))
-        inputs = api.plan_inputs(problem, best, restrictions.framework, restrictions.memory_headroom_bytes)
-        write_plan(out, plan_document(inputs, predictions, budget))
+        api.write_plan(out, problem, result, restrictions, target=target)
         _note(f"wrote {out}", quiet)
-    if as_json:
+    if opts["as_json"]:
         _emit_json(data)
-    else:
-        _print(*render.search_tables(data))
-        if failure_aware:
-            from planner.cli.render_whatif import failure_aware_table
+        return
+    _print(*render.search_tables(data))
+    if opts["failure_aware"]:
+        from planner.cli.render_whatif import failure_aware_table
 
-            _print(failure_aware_table(plans))
+        _print(failure_aware_table(plans))
 
 
-def _search_graph(problem, restrictions, top, progress, out, explain_flag, as_json, quiet) -> None:
-    """``planner search`` on a graph model: best graph plans beside the best sequential plan."""
-    from planner.outputs import bubbles as bub
-    from planner.plans.graph_plan import GraphPlanInputs, graph_plan_document
-    from planner.plans.plan_file import write_plan
-    from planner.search.graph import run_graph_search
-
-    result = run_graph_search(problem.model, problem.cluster, problem.job, restrictions, top, progress)
+def _graph_outputs(problem, restrictions, result, opts: dict) -> None:
+    """``planner search`` on a graph model: write the best graph plan (``--out``), then print the
+    graph plans beside the best sequential plan (JSON or tables)."""
     data = views.graph_search_dict(problem, result)
-    if explain_flag:
+    if opts["explain_flag"]:
         data["explain"] = graph_api.graph_explain(result)
-    if out is not None:
-        best = result.plans[0]
-        seq = result.sequential
-        gproblem = api.Problem(
-            problem.model, problem.cluster, problem.job, best.stage_graph, problem.profile, problem.software
-        )
-        est_dict = views.estimate_dict(gproblem, best.estimate)
-        predictions = {
-            k: v
-            for k, v in est_dict.items()
-            if k not in ("model", "cluster", "job", "config", "schema_version", "planner_version")
-        }
-        predictions["speedup_vs_sequential"] = result.speedup_vs_sequential
-        inputs = GraphPlanInputs(
-            problem.model,
-            problem.cluster,
-            problem.job,
-            best.config,
-            best.stage_graph,
-            best.modes,
-            (seq.config, seq.stage_graph) if seq is not None else None,
-            restrictions.memory_headroom_bytes,
-            problem.software.name,
-        )
-        budget = {**bub.budget_dict(bub.budget(best.estimate)), "schedule": "graph-1f1b"}
-        write_plan(out, graph_plan_document(inputs, predictions, budget))
-        _note(f"wrote {out}", quiet)
-    if as_json:
+    if opts["out"] is not None:
+        api.write_plan(opts["out"], problem, result, restrictions)
+        _note(f"wrote {opts['out']}", opts["quiet"])
+    if opts["as_json"]:
         _emit_json(data)
     else:
         _print(*render.graph_search_tables(data))

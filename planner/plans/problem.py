@@ -1,16 +1,22 @@
 """A planning problem: the resolved model, cluster and job (with software and calibrated profiles
 applied), and the steps every command takes on one: load it, estimate a configuration, search,
-turn a ranked plan into a plan file's inputs, re-estimate a plan file."""
+turn a ranked plan into a plan file's inputs, re-estimate a plan file.
+
+The defaults here are ``planner search``'s: the command and :mod:`planner.api` both call these
+functions (:func:`load_problem`, :func:`search_restrictions`, :func:`run_search`), so the plan the
+library finds for a job is the plan the command prints for it."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from cost_models.estimate import Estimate, estimate
 from cost_models.graph_costs import StageGraph
 from cost_models.parallel import ParallelConfig, resolve
+from planner.frameworks import DEFAULT_FRAMEWORK, get_framework
 from planner.inputs.cluster_spec import ClusterSpec
-from planner.inputs.errors import ConfigError
+from planner.inputs.errors import ConfigError, UsageError
 from planner.inputs.graph_model import GraphModelSpec
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.jobs import make_job
@@ -18,6 +24,19 @@ from planner.inputs.model_spec import ModelSpec
 from planner.inputs.models import load_model
 from planner.profiles.hardware import load_cluster
 from planner.profiles.software import BASE, SoftwareUse
+from planner.search.space import Restrictions
+
+HEADROOM_GIB_DEFAULT = 2.0
+"""Default of ``--headroom-gib`` in ``planner search``, ``planner sweep`` and ``planner check``, and
+of :func:`search_restrictions`: GiB kept free on every GPU beyond the modelled reserve, so that a
+launch check passes fits as a searched plan must. The 90th percentile of the caching allocator's
+reserved peak over planner's predicted allocated peak on 13 measured Megatron-Core steps (1.50 GiB),
+rounded up to a whole GiB: derived, and kept equal to the derivation by a test, in
+:mod:`planner.calibration.memory_validation` (``derived_headroom_gib``; docs/calibration.md
+"Memory")."""
+
+TOP_K_DEFAULT = 5
+"""How many distinct plans a search returns by default (``planner search --top``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +54,10 @@ class Problem:
     software: SoftwareUse | None = None
     """The software profile the cluster's efficiencies come from (``--software``, or the default of
     the framework; :mod:`planner.profiles.software`), recorded in plan files and ``--json``."""
+    framework: str = DEFAULT_FRAMEWORK
+    """The target framework the problem was loaded for (:data:`planner.frameworks.FRAMEWORKS`):
+    its newest software profile prices the cluster unless ``software`` names another, and
+    :func:`run_search` searches its space when given no restrictions."""
 
 
 def load_problem(
@@ -47,7 +70,7 @@ def load_problem(
     profile: str | None = None,
     tp_comm_overlap: bool = False,
     software: str | None = None,
-    framework: str = "any",
+    framework: str = DEFAULT_FRAMEWORK,
     moe_dispatcher: str = "alltoall",
     moe_a2a_overlap: bool = False,
     cuda_graph_scope: tuple[str, ...] = (),
@@ -60,8 +83,11 @@ def load_problem(
 ) -> Problem:
     """Load a model (preset, YAML or HF config.json), a cluster (template + nodes, or file) and a job;
     ``software``: a software profile name (None: the newest of ``framework`` fitted on the
-    cluster's GPU families, none for ``any``; :func:`planner.profiles.software.resolve_software`), then ``profile``: a calibrated profile file, applied
-    to the cluster (:func:`planner.profiles.software.configure`: the calibration wins);
+    cluster's GPU families, none for ``any``; :func:`planner.profiles.software.resolve_software`),
+    then ``profile``: a calibrated profile file, applied to the cluster
+    (:func:`planner.profiles.software.configure`: the calibration wins). ``framework`` defaults to
+    ``planner search``'s (``megatron``); ``planner estimate`` without ``--framework`` is
+    ``framework="any"`` (the GPU files' base values);
     ``tp_comm_overlap``, ``moe_dispatcher``, ``moe_a2a_overlap``, ``cuda_graph_scope``,
     ``eager_ops``, ``grad_dtype`` (None: the precision's default,
     :func:`planner.inputs.jobs.default_grad_dtype`), ``optimizer_state_dtype``, ``attention_impl``,
@@ -72,6 +98,7 @@ def load_problem(
     from planner.profiles.calibrated import read_profile
     from planner.profiles.software import cluster_families, configure, resolve_software
 
+    framework = get_framework(framework).name
     base_cluster = load_cluster(cluster, nodes)
     name = resolve_software(software, framework, cluster_families(base_cluster))
     prof = read_profile(profile) if profile is not None else None
@@ -97,38 +124,76 @@ def load_problem(
         ),
         profile=prof,
         software=use,
+        framework=framework,
     )
     require_precision(problem.cluster, problem.job, "--precision")
     return problem
 
 
-def run_search(problem: Problem, restrictions, top_k: int = 5, progress=None, collect: bool = False):
-    """The search (see :mod:`planner.search.chain`); raises InfeasibleError when nothing fits.
-    ``collect`` keeps every candidate (``result.candidates``)."""
+def search_restrictions(
+    framework: str = DEFAULT_FRAMEWORK, headroom_gib: float = HEADROOM_GIB_DEFAULT, **fields
+) -> Restrictions:
+    """The space ``planner search`` covers, with its defaults: ``framework``'s space
+    (:data:`planner.frameworks.FRAMEWORKS`; ``megatron``), ``headroom_gib`` GiB kept free on every
+    GPU beyond the modelled reserve (:data:`HEADROOM_GIB_DEFAULT`), and any other
+    :class:`planner.search.space.Restrictions` field given by name (``tp=(4, 8)``,
+    ``recompute=("none",)``, ``max_micro_batch_size=4``, ``uneven_partitions=False``...; each left
+    out is free, as when its flag is not given). Usage errors name the command's flag."""
+    if not math.isfinite(headroom_gib):
+        raise UsageError(f"--headroom-gib must be a finite number, got {headroom_gib}")
+    if headroom_gib < 0:
+        raise UsageError("--headroom-gib must not be negative")
+    return Restrictions(
+        memory_headroom_bytes=headroom_gib * 2**30, framework=get_framework(framework).name, **fields
+    )
+
+
+def run_search(
+    problem: Problem,
+    restrictions: Restrictions | None = None,
+    top_k: int = TOP_K_DEFAULT,
+    progress=None,
+    collect: bool = False,
+):
+    """The ``top_k`` fastest distinct plans for ``problem`` within ``restrictions`` (None:
+    :func:`search_restrictions` of the problem's framework, ``planner search``'s defaults): the
+    chain search (:func:`planner.search.chain.search`, a ``SearchResult``) or, on a graph model,
+    graph pipelines beside the best sequential one (:func:`planner.search.graph.run_graph_search`,
+    a ``GraphSearchResult``). Raises InfeasibleError when nothing fits. ``progress(done, total,
+    best_step_time_s)`` is called as candidates are settled; ``collect`` keeps every candidate
+    (``result.candidates``, chain models only)."""
     from planner.inputs.errors import InfeasibleError
     from planner.search.chain import search
+    from planner.search.graph import run_graph_search
 
-    result = search(
-        problem.model, problem.cluster, problem.job, restrictions, top_k, progress, collect=collect
-    )
+    if top_k < 1:
+        raise UsageError("--top must be at least 1")
+    r = restrictions if restrictions is not None else search_restrictions(problem.framework)
+    if isinstance(problem.model, GraphModelSpec):
+        if collect:
+            raise UsageError("--csv applies to sequential models, not graph models")
+        return run_graph_search(problem.model, problem.cluster, problem.job, r, top_k, progress)
+    result = search(problem.model, problem.cluster, problem.job, r, top_k, progress, collect=collect)
     if not result.plans:
         raise InfeasibleError(result.infeasible_reason)
     return result
 
 
-def plan_inputs(problem: Problem, ranked, framework: str = "any", memory_headroom_bytes: float = 0.0):
-    """The inputs of a plan file for one ranked plan searched for ``framework`` keeping
-    ``memory_headroom_bytes`` free per GPU."""
+def plan_inputs(problem: Problem, ranked, restrictions: Restrictions | None = None):
+    """The inputs of a plan file for one ranked plan of a chain search within ``restrictions``
+    (None: :func:`search_restrictions` of the problem's framework): the framework searched for and
+    the memory kept free per GPU are recorded with it."""
     from planner.plans.plan_file import PlanInputs
 
+    r = restrictions if restrictions is not None else search_restrictions(problem.framework)
     return PlanInputs(
         problem.model,
         ranked.cluster,
         problem.job,
         ranked.estimate.config,
         ranked.stage_groups,
-        framework,
-        memory_headroom_bytes,
+        r.framework,
+        r.memory_headroom_bytes,
         problem.profile,
         problem.software.name if problem.software is not None else BASE,
     )
@@ -154,7 +219,7 @@ def estimate_plan_file(path: str, profile: str | None = None, software: str | No
         return problem, estimate_graph(g.model, g.cluster, g.job, g.config, g.stage_graph)
     inputs = read_plan(path, name, prof)
     use = software_use((x.gpu.name for x in inputs.cluster.groups), inputs.software, _gpus_of(inputs.profile))
-    problem = Problem(inputs.model, inputs.cluster, inputs.job, None, inputs.profile, use)
+    problem = Problem(inputs.model, inputs.cluster, inputs.job, None, inputs.profile, use, inputs.framework)
     return problem, estimate_config(problem, inputs.config)
 
 
