@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Write hardware_profiles/published_mfu.yaml: the best measured MFU of each class of published run.
 
-A class is (GPU type, precision, dense or MoE). MFU is computed the way planner reports it: model
+A class is (GPU type, precision, dense or MoE), with its best run overall, per framework, per model
+size band (planner.calibration.plausibility.size_band: total parameters) and per both. MFU is computed the way planner reports it: model
 FLOPs per iteration (Megatron's formula, no recompute; cost_models.layers.model_flop_per_iteration)
 over the GPU's dense peak for the run's precision (cost_models.compute.COMPUTE_DTYPE: BF16 for BF16
 and FP8 runs, FP16 for FP16 runs, so V100s, which have no BF16 tensor cores, are counted too), from each run's measured tokens/s per GPU
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cost_models.compute import COMPUTE_DTYPE  # noqa: E402
 from cost_models.layers import model_flop_per_iteration  # noqa: E402
 from planner.calibration.cases import DEFAULT_RUNS, cases, excluded_reason  # noqa: E402
-from planner.calibration.plausibility import TABLE, class_key  # noqa: E402
+from planner.calibration.plausibility import TABLE, class_key, size_band  # noqa: E402
 from planner.profiles.software import CLASSES  # noqa: E402
 
 
@@ -41,12 +42,14 @@ def table(runs: Path) -> dict:
         mfu = c.measured_tokens_per_s_per_gpu * flop_per_token / gpu.peak(COMPUTE_DTYPE[c.job.precision])
         key = class_key(gpu.name, c.job.precision, c.model.is_moe)
         entry = {"mfu": round(mfu, 4), "run_id": c.run_id, "source": c.source}
-        cls = best.setdefault(key, {"by_framework": {}})
+        cls = best.setdefault(key, {"by_framework": {}, "by_size": {}, "by_framework_size": {}})
         if "mfu" not in cls or mfu > cls["mfu"]:
             cls.update(entry)
         fw = framework_of(c)
-        if fw not in cls["by_framework"] or mfu > cls["by_framework"][fw]["mfu"]:
-            cls["by_framework"][fw] = entry
+        band = size_band(c.model.params_total)
+        for table_, k in (("by_framework", fw), ("by_size", band), ("by_framework_size", f"{fw} {band}")):
+            if k not in cls[table_] or mfu > cls[table_][k]["mfu"]:
+                cls[table_][k] = entry
         if not excluded_reason(c.run_id):  # runs the model is not meant to match validate nothing
             _cover(cls.setdefault("coverage", {}), c)
     return {k: best[k] for k in sorted(best)}
@@ -109,7 +112,8 @@ def main() -> int:
         "# Written by scripts/published_mfu.py from tests/data/published_runs.yaml (each run_id's citation\n"
         "# is there): the best measured MFU (model FLOPs, Megatron's formula, over the dense BF16 peak;\n"
         "# FP16 peak for FP16 runs, as planner estimate reports MFU)\n"
-        "# of each class of run: GPU type, precision, dense or MoE, overall and per framework; and the\n"
+        "# of each class of run: GPU type, precision, dense or MoE, overall, per framework, per model size\n"
+        "# band (total parameters) and per framework and size band; and the\n"
         "# class's coverage: its largest run (GPUs) and largest fully sharded (FSDP) group, with the run;\n"
         "# for MoE classes, the token dispatchers, all-to-all overlap and CUDA graphs its runs used.\n"
         + yaml.safe_dump({"schema_version": 1, "classes": data}, sort_keys=True, width=100)

@@ -23,6 +23,15 @@ import yaml
 TABLE = Path(__file__).resolve().parents[2] / "hardware_profiles" / "published_mfu.yaml"
 
 
+SIZE_BANDS = ((20e9, "<20B"), (100e9, "20-100B"), (float("inf"), ">=100B"))
+"""Model size bands (total parameters): an 8B model's best MFU says little about a 70B job's."""
+
+
+def size_band(params: float) -> str:
+    """The size band of a model of ``params`` total parameters."""
+    return next(name for top, name in SIZE_BANDS if params < top)
+
+
 def class_key(gpu: str, precision: str, moe: bool) -> str:
     """The class of a run: GPU type, precision, dense or MoE."""
     return f"{gpu} {precision} {'moe' if moe else 'dense'}"
@@ -46,6 +55,29 @@ def _classes() -> dict[str, dict]:
     return yaml.safe_load(TABLE.read_text())["classes"]
 
 
+def _classes_for(gpu: str, precision: str, moe: bool) -> tuple[str, list[dict]]:
+    """The table classes a prediction on ``gpu`` is compared with: its GPU type's, else those of
+    the GPU types of its efficiency family (an H200 is held to H100 runs: the MFU is over each GPU's
+    own peak), with the name of what was used."""
+    from planner.profiles.software import efficiency_family
+
+    key = class_key(gpu, precision, moe)
+    if key in _classes():
+        return key, [_classes()[key]]
+    family = efficiency_family(gpu)
+    suffix = key[len(gpu) :]
+    same = [
+        k for k in sorted(_classes()) if k.endswith(suffix) and efficiency_family(k[: -len(suffix)]) == family
+    ]
+    return (f"{family} family{suffix}", [_classes()[k] for k in same]) if same else (key, [])
+
+
+def _best(classes: list[dict], table: str | None, k: str | None) -> dict | None:
+    entries = [c if table is None else c.get(table, {}).get(k) for c in classes]
+    entries = [e for e in entries if e]
+    return max(entries, key=lambda e: (float(e["mfu"]), str(e["run_id"]))) if entries else None
+
+
 def plausibility(
     gpu: str,
     precision: str,
@@ -56,27 +88,57 @@ def plausibility(
     gpus: int = 0,
     fsdp_shard: int = 0,
     moe_runtime: tuple[str, bool, bool] | None = None,
+    params: float = 0.0,
 ) -> Plausibility:
-    """Compare a predicted MFU with the best published one of its class: of the same framework
-    when runs of it are in the set, else of any framework; and say whether ``gpus`` (the plan's GPU
-    count) or ``fsdp_shard`` (its fully sharded group size; 0: not fully sharded) go beyond the
-    class's calibration runs; ``moe_runtime`` (dispatcher, all-to-all overlap, CUDA graphs on) says
-    whether an MoE plan runs a way none of the class's runs did."""
-    key = class_key(gpu, precision, moe)
-    cls = _classes().get(key)
-    if cls is None:
+    """Compare a predicted MFU with the best published one of its class (its GPU type's, else its
+    efficiency family's): of the same framework and model size band (``params``, total
+    parameters; 0: any size) when such runs are in the set, else of the size band, else of the
+    framework, else of the class; and say whether ``gpus`` (the plan's GPU count) or ``fsdp_shard``
+    (its fully sharded group size; 0: not fully sharded) go beyond the class's calibration runs;
+    ``moe_runtime`` (dispatcher, all-to-all overlap, CUDA graphs on) says whether an MoE plan runs a
+    way none of the class's runs did. The returned class names what was compared with."""
+    key, classes = _classes_for(gpu, precision, moe)
+    if not classes:
         return Plausibility(
             key, None, "", False, (f"no published run of class {key} in the calibration set",)
         )
-    extrapolation = _extrapolation(cls.get("coverage", {}), gpus, fsdp_shard, moe_runtime)
-    entry = cls.get("by_framework", {}).get(framework)
-    if entry is None:
-        entry = cls
-    else:
-        key = f"{key} {framework}"
-    return Plausibility(
-        key, float(entry["mfu"]), str(entry["run_id"]), mfu > float(entry["mfu"]), extrapolation
-    )
+    coverage = classes[0].get("coverage", {}) if len(classes) == 1 else _merged_coverage(classes)
+    extrapolation = _extrapolation(coverage, gpus, fsdp_shard, moe_runtime)
+    band = size_band(params) if params > 0 else None
+    levels = [("by_framework", framework, f" {framework}"), (None, None, "")]
+    if band is not None:
+        levels = [
+            ("by_framework_size", f"{framework} {band}", f" {framework} {band}"),
+            ("by_size", band, f" {band}"),
+        ] + levels
+    for table, k, label in levels:
+        entry = _best(classes, table, k)
+        if entry is not None:
+            return Plausibility(
+                key + label,
+                float(entry["mfu"]),
+                str(entry["run_id"]),
+                mfu > float(entry["mfu"]),
+                extrapolation,
+            )
+    raise AssertionError("a class always has an overall best")
+
+
+def _merged_coverage(classes: list[dict]) -> dict:
+    """The coverage of several classes together: the largest run and FSDP group of any, every MoE
+    runtime any of them used."""
+    out: dict = {}
+    for c in classes:
+        cov = c.get("coverage", {})
+        for k, size in (("largest_run", "gpus"), ("largest_fsdp_shard", "ranks")):
+            if k in cov and (k not in out or cov[k][size] > out[k][size]):
+                out[k] = cov[k]
+        for d, run in cov.get("moe_dispatchers", {}).items():
+            out.setdefault("moe_dispatchers", {}).setdefault(d, run)
+        for k in ("moe_a2a_overlap", "cuda_graphs"):
+            if k in cov:
+                out.setdefault(k, cov[k])
+    return out
 
 
 def _extrapolation(
