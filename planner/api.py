@@ -194,7 +194,8 @@ def export_torchtitan(plan: str | Path, launcher: str = "torchrun") -> dict[str,
 
 
 def write_export(out: str | Path, files: dict[str, str], force: bool = False) -> list[Path]:
-    """Write an export's ``files`` into the folder ``out`` (created), each atomically, the launch
+    """Write an export's ``files`` (relative paths) into the folder ``out`` (created, with the
+    sub-folders the paths name), each atomically, the launch
     scripts (``*.sh``) executable; never replaces an existing file unless ``force`` (a SpecError
     names them) and never touches files the export does not write. Returns the paths written."""
     from planner.inputs.errors import SpecError
@@ -210,6 +211,11 @@ def write_export(out: str | Path, files: dict[str, str], force: bool = False) ->
     except OSError as exc:
         raise SpecError(f"{out}: cannot create: {exc.strerror}") from None
     for path, text in paths.items():
+        if path.parent != out:  # a file of a sub-folder (a trial's plan-N/)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise SpecError(f"{path.parent}: cannot create: {exc.strerror}") from None
         write_text_atomic(path, text)
         if path.suffix == ".sh":
             path.chmod(0o755)

@@ -79,6 +79,7 @@ from planner.cli import export_torchtitan as _export_torchtitan  # noqa: E402,F4
 from planner.cli import report as _report  # noqa: E402,F401  (registers commands)
 from planner.cli import sweep as _sweep  # noqa: E402,F401  (registers commands)
 from planner.cli import whatif as _whatif  # noqa: E402,F401  (registers commands)
+from planner.cli import trial as _trial  # noqa: E402,F401  (registers commands)
 # isort: on
 
 

@@ -704,3 +704,35 @@ def _recompute_text(cfg: dict) -> str:
     """The recompute form, with its selective modules when they are not the default."""
     modules = cfg.get("recompute_modules")
     return f"{cfg['recompute']} ({', '.join(modules)})" if modules else cfg["recompute"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Trials
+
+
+def trial_table(d: dict) -> Table:
+    """``planner trial collect``: the plans fastest measured first, with the predictions before
+    and after the fit to the trial's logs."""
+    t = Table(title=f"Trial: {d['winner']} measured fastest")
+    for col in ("plan", "layout", "measured s/step", "predicted", "error", "fitted", "error", "log"):
+        t.add_column(col, justify="left" if col in ("plan", "layout", "log") else "right")
+
+    def secs(v):
+        return "-" if v is None else f"{v:.3f}"
+
+    def pct(v):
+        return "-" if v is None else f"{100 * v:+.1f}%"
+
+    for p in d["plans"]:
+        name = p["name"] + (" (tied)" if p["tied_with_best"] else "")
+        t.add_row(
+            escape(name),
+            escape(p["layout"]),
+            secs(p["measured_step_time_s"]),
+            secs(p["predicted_step_time_s"]),
+            pct(p["predicted_error"]),
+            secs(p["fitted_step_time_s"]),
+            pct(p["fitted_error"]),
+            escape(p.get("log") or p.get("note", "")),
+        )
+    return t
