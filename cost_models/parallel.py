@@ -241,13 +241,34 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Parall
 
 
 def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> list[str]:
-    """Every Megatron-LM constraint the configuration breaks (../shared/reference/megatron-args.md §2.6)."""
-    out: list[str] = []
-    for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size"):
-        if getattr(c, name) < 1:
-            out.append(f"{name} must be >= 1, got {getattr(c, name)}")
+    """Every Megatron-LM constraint the configuration breaks (../shared/reference/megatron-args.md §2.6),
+    in a fixed order: degrees, choices and divisibility, pipeline, experts, recompute and offload,
+    rank order, optimizer sharding."""
+    out = _degree_violations(c)
     if out:
         return out
+    out += _choice_violations(cluster, c)
+    out += _shape_violations(model, job, c)
+    out += _pipeline_violations(model, job, c, earlier=bool(out))
+    out += _expert_violations(model, c)
+    out += _memory_saving_violations(model, cluster, job, c)
+    out += _rank_order_violations(cluster, c)
+    out += _sharding_violations(model, job, c)
+    return out
+
+
+def _degree_violations(c: ParallelConfig) -> list[str]:
+    """Degrees and the micro-batch size below 1 (the other checks divide by them)."""
+    return [
+        f"{name} must be >= 1, got {getattr(c, name)}"
+        for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size")
+        if getattr(c, name) < 1
+    ]
+
+
+def _choice_violations(cluster: ClusterSpec, c: ParallelConfig) -> list[str]:
+    """Unknown recompute, sharding or schedule names; a world size other than the cluster's."""
+    out: list[str] = []
     if c.recompute not in RECOMPUTE:
         out.append(f"recompute {c.recompute!r} not in {', '.join(RECOMPUTE)}")
     if c.optimizer_sharding not in OPTIMIZER_SHARDING:
@@ -256,6 +277,13 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
         out.append(f"schedule {c.schedule!r} not in {', '.join(SCHEDULES)}")
     if c.world_size != cluster.num_gpus:
         out.append(f"tp*pp*cp*dp = {c.world_size} does not equal the cluster's {cluster.num_gpus} GPUs")
+    return out
+
+
+def _shape_violations(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> list[str]:
+    """Heads, query groups and MLP width over tp; the global batch over micro-batch x dp; the
+    sequence over context parallelism and the position table."""
+    out: list[str] = []
     if model.num_attention_heads % c.tp:
         out.append(f"num_attention_heads ({model.num_attention_heads}) is not divisible by tp ({c.tp})")
     g = model.num_query_groups
@@ -275,7 +303,13 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
         out.append(
             f"seq_length ({job.seq_length}) exceeds max_position_embeddings ({model.max_position_embeddings})"
         )
-    # Pipeline partition.
+    return out
+
+
+def _pipeline_violations(model: ModelSpec, job: JobSpec, c: ParallelConfig, *, earlier: bool) -> list[str]:
+    """The pipeline partition and schedule. ``earlier``: whether a check before this one failed
+    (the micro-batch count the interleaved schedule divides is only counted when none did)."""
+    out: list[str] = []
     n_virtual = c.num_virtual_stages
     if c.pp > model.num_layers + 2 * bool(c.layers_per_stage):
         # An explicit split may give the first stage only the embedding and the last only the output
@@ -318,14 +352,20 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
             )
         if c.pp < 2:
             out.append("virtual pipeline stages need pp > 1")
-        elif not out and c.schedule == "interleaved" and c.num_microbatches(job) % c.pp:
+        elif not earlier and not out and c.schedule == "interleaved" and c.num_microbatches(job) % c.pp:
             out.append(
                 f"interleaved schedule needs the number of micro-batches ({c.num_microbatches(job)}) "
                 f"divisible by pp ({c.pp})"
             )
     elif c.schedule == "interleaved":
         out.append("the interleaved schedule needs vpp > 1")
-    # Mixture of experts.
+    return out
+
+
+def _expert_violations(model: ModelSpec, c: ParallelConfig) -> list[str]:
+    """Mixture of experts: ep over the experts, expert tp x ep over the dense ranks, the expert
+    MLP width over expert tp."""
+    out: list[str] = []
     if c.ep > 1:
         if not model.is_moe:
             out.append(f"ep = {c.ep} needs an MoE model (num_experts > 0)")
@@ -343,6 +383,14 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
         out.append(
             f"moe_ffn_hidden_size ({model.moe_ffn_hidden_size}) is not divisible by expert tp ({c.expert_tp})"
         )
+    return out
+
+
+def _memory_saving_violations(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig
+) -> list[str]:
+    """Recompute (layer count, module list: :func:`module_violations`) and activation offloading."""
+    out: list[str] = []
     if c.recompute != "full" and c.recompute_num_layers:
         out.append("recompute_num_layers needs full recompute")
     out += module_violations(model, job, c)
@@ -367,6 +415,13 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
                 f"activation offloading needs the GPU's host link bandwidth: {', '.join(unknown)} "
                 "has no host_link_gb_per_s in its GPU file"
             )
+    return out
+
+
+def _rank_order_violations(cluster: ClusterSpec, c: ParallelConfig) -> list[str]:
+    """The rank order: a known one; ``tp-cp-ep-pp-dp`` only where it is priced (one node group of
+    NVSwitch nodes, sharded groups that tile cp)."""
+    out: list[str] = []
     if c.rank_order not in RANK_ORDERS:
         out.append(f"rank order {c.rank_order!r} not in {', '.join(RANK_ORDERS)}")
     elif c.rank_order == PP_DP:
@@ -387,6 +442,13 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
                     f"fsdp_shard = {c.shard_degree}) must be a multiple or a divisor of cp ({c.cp})"
                 )
                 break
+    return out
+
+
+def _sharding_violations(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> list[str]:
+    """Optimizer sharding: partial distributed-optimizer instances, the sharded gradient
+    reduction, the HSDP shard degree, FSDP without pipelining."""
+    out: list[str] = []
     if c.optimizer_instances < 1:
         out.append(f"optimizer_instances must be >= 1, got {c.optimizer_instances}")
     elif c.optimizer_instances > 1:
