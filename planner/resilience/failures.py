@@ -6,6 +6,12 @@ Ranks follow Megatron's order ``tp-cp-dp-pp`` (:mod:`cost_models.parallel`): ran
 first: a few failures among many replicas rarely share one, and it is the worst case for the
 strategies that give up whole replicas. Failing nodes are picked greedily, each one touching as
 few replicas already hit as possible (lowest node index on ties).
+
+``packed=True`` places the same failures as a scheduler restarting the job would arrange them for
+nonuniform tensor parallelism (Arfeen et al. 2025, arXiv:2504.06095): it chooses which nodes form
+which replica, so the hit tensor-parallel groups go to as few replicas as possible, one per
+pipeline stage (and context-parallel rank) of a replica before the next replica; a failed node
+joins the replicas already hit where it can.
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ class Damage:
     """Nodes holding a failed GPU (drained as a whole by the strategies that need whole nodes)."""
     survivors: tuple[tuple[int, int], ...]
     """(replica, fewest surviving GPUs in any of that replica's tensor-parallel groups)."""
+    stages: tuple[tuple[int, int, int], ...] = ()
+    """(replica, pipeline rank, fewest surviving GPUs of that rank's tensor-parallel groups) for
+    every hit stage, ascending."""
 
     @property
     def replicas(self) -> tuple[int, ...]:
@@ -61,8 +70,9 @@ def rank_of(c: ParallelConfig, tp_i: int, cp_i: int, dp_i: int, pp_i: int) -> in
     return tp_i + c.tp * (cp_i + c.cp * (dp_i + c.dp * pp_i))
 
 
-def place(c: ParallelConfig, gpus_per_node: int, failure: FailureSpec) -> Damage:
-    """Failed ranks and nodes for ``failure`` on the resolved configuration ``c``."""
+def place(c: ParallelConfig, gpus_per_node: int, failure: FailureSpec, packed: bool = False) -> Damage:
+    """Failed ranks and nodes for ``failure`` on the resolved configuration ``c``: spread over
+    replicas, or ``packed`` into as few as possible (see the module docstring)."""
     world = c.world_size
     if (failure.gpus > 0) == (failure.nodes > 0):
         raise ConfigError("give exactly one of --fail-gpus K or --fail-nodes K, with K >= 1")
@@ -71,9 +81,14 @@ def place(c: ParallelConfig, gpus_per_node: int, failure: FailureSpec) -> Damage
             raise ConfigError(f"--fail-gpus {failure.gpus}: the plan has only {world} GPUs")
         ranks = []
         for k in range(failure.gpus):
-            dp_i, rest = k % c.dp, k // c.dp
-            tp_i, rest = rest % c.tp, rest // c.tp
-            cp_i, pp_i = rest % c.cp, rest // c.cp
+            if packed:
+                pp_i, rest = k % c.pp, k // c.pp
+                cp_i, rest = rest % c.cp, rest // c.cp
+                dp_i, tp_i = rest % c.dp, rest // c.dp
+            else:
+                dp_i, rest = k % c.dp, k // c.dp
+                tp_i, rest = rest % c.tp, rest // c.tp
+                cp_i, pp_i = rest % c.cp, rest // c.cp
             ranks.append(rank_of(c, tp_i, cp_i, dp_i, pp_i))
     else:
         num_nodes = world // gpus_per_node
@@ -85,10 +100,17 @@ def place(c: ParallelConfig, gpus_per_node: int, failure: FailureSpec) -> Damage
         ]
         hits: Counter = Counter()
         chosen: set[int] = set()
+
+        def spread_key(n: int) -> tuple:
+            return (sum(hits[d] for d in replicas_of[n]), n)
+
+        def packed_key(n: int) -> tuple:
+            # replicas it would newly hit first; then the lowest replica, node index on ties
+            return (sum(1 for d in replicas_of[n] if not hits[d]), min(replicas_of[n]), n)
+
         for _ in range(failure.nodes):
             best = min(
-                (n for n in range(num_nodes) if n not in chosen),
-                key=lambda n: (sum(hits[d] for d in replicas_of[n]), n),
+                (n for n in range(num_nodes) if n not in chosen), key=packed_key if packed else spread_key
             )
             chosen.add(best)
             hits.update(replicas_of[best])
@@ -99,12 +121,15 @@ def place(c: ParallelConfig, gpus_per_node: int, failure: FailureSpec) -> Damage
         _, cp_i, dp_i, pp_i = coords(c, r)
         per_group[(dp_i, pp_i, cp_i)] += 1
     worst: dict[int, int] = {}
-    for (dp_i, _, _), n in per_group.items():
+    per_stage: dict[tuple[int, int], int] = {}
+    for (dp_i, pp_i, _), n in per_group.items():
         worst[dp_i] = max(worst.get(dp_i, 0), n)
+        per_stage[(dp_i, pp_i)] = max(per_stage.get((dp_i, pp_i), 0), n)
     return Damage(
         failed_ranks=tuple(ranks),
         failed_nodes=tuple(sorted({r // gpus_per_node for r in ranks})),
         survivors=tuple((d, c.tp - worst[d]) for d in sorted(worst)),
+        stages=tuple((d, r, c.tp - n) for (d, r), n in sorted(per_stage.items())),
     )
 
 

@@ -8,25 +8,25 @@ Every number comes from :func:`cost_models.estimate.estimate` on a shape derived
 * ``replan``: the search (:func:`planner.search.chain.search`, restricted to the plan's framework)
   on the surviving whole nodes (a node with a failed GPU is drained), global batch kept.
 * ``nonuniform-tp``: Nonuniform Tensor Parallelism (Arfeen et al. 2025, "Nonuniform-Tensor-
-  Parallelism: Mitigating GPU failure impact for Scaled-up LLM Training", arXiv:2504.06095): a hit
-  replica keeps running at a lower tensor-parallel degree ``tp'`` (the largest the model's shapes
-  allow among its surviving GPUs). As in the paper, the replica's share of the batch can be
-  rebalanced so it finishes with the others (``rebalanced-batch``), or kept (``same-batch``, the
-  whole step waits for the slow replica). Its GPUs hold ``tp / tp'`` times the gradients of a
-  healthy GPU, so in the data-parallel reduction each of them carries ``tp / tp'`` healthy ranks'
-  share (:func:`cost_models.estimate.dp_sync` with the larger shard, i.e. the ring collectives of
+  Parallelism: Mitigating GPU failure impact for Scaled-up LLM Training", arXiv:2504.06095), as
+  :mod:`.ntp` prices it: failures packed into as few replicas as possible, the hit pipeline stages
+  (only those) at the fastest degree ``tp'`` their surviving GPUs allow (padded where it does not
+  divide the heads), and the replica's share of the batch rebalanced so the global batch is kept
+  (``rebalanced-batch``), cut in proportion to its speed (``proportional-batch``), or kept
+  (``same-batch``, the whole step waits for the slow replica). The hit stages' GPUs hold larger
+  gradient shards, so in the data-parallel reduction each carries more than a healthy rank
+  (:func:`cost_models.estimate.dp_sync` with the larger shard, i.e. the ring collectives of
   :mod:`cost_models.communication`); when ``tp'`` does not divide ``tp`` the shards do not line up
   and the gradients (and the updated 16-bit weights) are resharded by an all-to-all among the
-  replica's ``tp'`` GPUs. Both extras are counted fully exposed. A replica left without a valid
-  ``tp'`` or whose ``tp'`` shape does not fit in memory is dropped.
+  ``tp'`` GPUs. Both extras are counted fully exposed. A replica left without a degree whose shape
+  fits in memory is dropped.
 * ``hot-spares``: the job holds as many spare nodes as the failure takes out, i.e. it runs the best
   plan for ``N - spares`` nodes all the time, and a failure swaps a spare in (after the restart the
   throughput is unchanged). Its steady throughput equals ``replan``'s on the same node count; the
   two differ in when they pay (always vs. after the failure), which :mod:`.goodput` weighs.
 
-The modelling choices that are ours: a hit replica runs ``tp'`` on all its stages (its pipeline is
-paced by the reduced stage anyway; only fill and drain grow, so this is conservative), and micro-batch
-counts under the interleaved schedule stay multiples of ``pp`` (Megatron's constraint).
+The modelling choice that is ours: micro-batch counts under the interleaved schedule stay
+multiples of ``pp`` (Megatron's constraint), for the slowed replicas too.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from planner.inputs.cluster_spec import ClusterSpec, NodeGroup
 from planner.inputs.errors import ConfigError
 from planner.inputs.job_spec import DTYPE_BYTES
 from planner.plans.plan_file import PlanInputs
-from planner.resilience.failures import Damage, FailureSpec, lower_tp, place
+from planner.resilience.failures import Damage, FailureSpec, place
+from planner.resilience.ntp import ReplicaTimer, padded_model, rank_params
 
 STRATEGIES = ("drop-replica", "replan", "nonuniform-tp", "hot-spares")
 DEFAULT_HEADROOM_BYTES = 2.0 * 2**30
@@ -76,6 +77,8 @@ class WhatIf:
     damage: Damage
     failure: FailureSpec
     strategies: tuple[StrategyResult, ...]
+    packed: Damage | None = None
+    """The failures as nonuniform-tp places them (packed into as few replicas as possible)."""
 
 
 def node_group(inputs: PlanInputs) -> NodeGroup:
@@ -207,39 +210,27 @@ def drop_replica(
     return out
 
 
-def _rank_params(inputs: PlanInputs, r: int) -> float:
-    """Dense parameters one GPU of pipeline rank ``r`` holds at the plan's tp."""
-    m, c = inputs.model, inputs.config
-    layers = c.stage_layers(m)
-    first = [sum(layers[:vs]) for vs in range(len(layers))]
-    total = 0.0
-    for vs in range(r, len(layers), c.pp):
-        total += sum(m.layer_params(i) for i in range(first[vs], first[vs] + layers[vs]))
-        if vs == 0:
-            total += m.embedding_params()
-        if vs == len(layers) - 1:
-            total += m.output_params()
-    return total / c.tp
-
-
-def ntp_sync_extra_s(inputs: PlanInputs, tp_low: int, microbatches: int) -> float:
-    """Extra data-parallel time per step when one replica runs at ``tp_low``: the slowest rank's
-    reduction and gather with a ``tp / tp_low`` times larger shard, minus the healthy one, plus the
-    resharding all-to-alls among the ``tp_low`` GPUs when ``tp_low`` does not divide ``tp``."""
+def ntp_sync_extra_s(
+    inputs: PlanInputs, timer: ReplicaTimer, tp_low: int, hit: tuple[int, ...], m: int
+) -> float:
+    """Extra data-parallel time per step when pipeline ranks ``hit`` of a replica run at
+    ``tp_low``: the slowest hit rank's reduction and gather with its larger shard (the padded
+    shape's parameters over ``tp_low`` GPUs instead of the plan's over ``tp``), minus the healthy
+    one, plus the resharding all-to-alls among the ``tp_low`` GPUs when ``tp_low`` does not divide
+    ``tp`` (the shards do not line up with the healthy replicas'). Counted fully exposed."""
     c, job = inputs.config, inputs.job
     node = node_group(inputs)
-    factor = c.tp / tp_low
-    low = c.with_(tp=tp_low)
-    link_tp = comm.link_for(group(low, "tp"), node)
+    d = timer.degraded(tp_low)
+    link_tp = comm.link_for(group(c.with_(tp=tp_low), "tp"), replace(node, nvlink_domain_size=tp_low))
     grad_b = float(DTYPE_BYTES[job.grad_dtype])
     worst = 0.0
-    for r in range(c.pp):
-        params = _rank_params(inputs, r)
-        base = dp_sync(job, c, node, params, 0.0, microbatches, 0.0, 0.0)
-        big = dp_sync(job, c, node, params * factor, 0.0, microbatches, 0.0, 0.0)
+    for r in hit:
+        params = rank_params(inputs.model, c, r)
+        shard = d.params_per_gpu[r] if d is not None else params * c.tp / tp_low
+        base = dp_sync(job, c, node, params, 0.0, m, 0.0, 0.0)
+        big = dp_sync(job, c, node, shard, 0.0, m, 0.0, 0.0)
         extra = (big.reduce_s + big.gather_s) - (base.reduce_s + base.gather_s)
         if c.tp % tp_low:
-            shard = params * factor
             extra += comm.all_to_all_s(shard * grad_b, tp_low, link_tp) + comm.all_to_all_s(
                 shard * 2.0, tp_low, link_tp
             )
@@ -247,94 +238,132 @@ def ntp_sync_extra_s(inputs: PlanInputs, tp_low: int, microbatches: int) -> floa
     return worst
 
 
-def _largest_within(est: ShapeEstimator, tp: int, dp: int, limit_s: float, m_max: int, q: int) -> int:
-    """Largest multiple of ``q`` in [0, m_max] whose pipeline time at ``tp`` is within ``limit_s``."""
+def _largest_within(
+    timer: ReplicaTimer, hit: tuple[int, ...], t: int, limit_s: float, m_max: int, q: int
+) -> int:
+    """Largest multiple of ``q`` in [0, m_max] whose pipeline time with ``hit`` at ``t`` is within
+    ``limit_s``."""
     lo, hi = 0, m_max // q
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        e = est(tp, dp, mid * q)
-        if e is not None and e.pipeline_time_s <= limit_s:
+        if timer.pipeline_s(hit, t, mid * q) <= limit_s:
             lo = mid
         else:
             hi = mid - 1
     return lo * q
 
 
+def _hit_replicas(damage: Damage) -> dict[int, tuple[tuple[int, ...], int]]:
+    """Per hit replica: its hit pipeline ranks and the fewest surviving GPUs of their groups."""
+    out: dict[int, tuple[tuple[int, ...], int]] = {}
+    for d, r, n in damage.stages:
+        hit, surv = out.get(d, ((), n))
+        out[d] = (hit + (r,), min(surv, n))
+    return out
+
+
 def nonuniform_tp(
-    inputs: PlanInputs, healthy: Estimate, damage: Damage, est: ShapeEstimator
+    inputs: PlanInputs, healthy: Estimate, damage: Damage, est: ShapeEstimator, timer: ReplicaTimer
 ) -> list[StrategyResult]:
-    """Hit replicas run at a lower tp, with their batch share rebalanced or kept."""
-    c, model = inputs.config, inputs.model
-    m = c.num_microbatches(inputs.job)
+    """Hit replicas run their hit stages at a lower tp (:mod:`.ntp`), with their batch share
+    rebalanced (global batch kept), in proportion to their speed, or kept. ``damage`` is the
+    packed placement (:func:`planner.resilience.failures.place`)."""
+    c, job = inputs.config, inputs.job
+    m = c.num_microbatches(job)
     q = micro_step(inputs)
-    classes: dict[int, int] = {}
-    dropped = 0
-    for _, survivors in damage.survivors:
-        t = lower_tp(model, c, survivors)
-        e = est(t, c.dp, m) if t else None
-        if e is None or not e.fits:
+    classes: dict[tuple[int, tuple[int, ...]], int] = {}
+    dropped = lost = 0
+    hits = _hit_replicas(damage)
+    for hit, survivors in hits.values():
+        d = timer.best_degree(hit, survivors) if survivors else None
+        lost += not survivors
+        if d is None:
             dropped += 1
         else:
-            classes[t] = classes.get(t, 0) + 1
-    healthy_count = c.dp - len(damage.replicas)
-    groups = ([(c.tp, healthy_count)] if healthy_count else []) + sorted(classes.items(), reverse=True)
+            classes[(d.tp, hit)] = classes.get((d.tp, hit), 0) + 1
+    healthy_count = c.dp - len(hits)
+    groups = ([(c.tp, (), healthy_count)] if healthy_count else []) + sorted(
+        ((t, hit, n) for (t, hit), n in classes.items()), key=lambda g: (-g[0], g[1])
+    )
+    variants = ("rebalanced-batch", "proportional-batch", "same-batch")
     if not groups:
         note = "no replica can run: every hit tensor-parallel group lost all its GPUs or does not fit"
-        return [_infeasible("nonuniform-tp", v, note) for v in ("rebalanced-batch", "same-batch")]
-    lead_tp, lead_n = groups[0]
-    total = inputs.job.global_batch_size // c.micro_batch_size
-    note = f"{dropped} hit replica(s) dropped (no valid lower tp or no fit)" if dropped else ""
-    extra = {t: ntp_sync_extra_s(inputs, t, m) for t in classes}
+        return [_infeasible("nonuniform-tp", v, note) for v in variants]
+    lead_tp, lead_hit, lead_n = groups[0]
+    total = job.global_batch_size // c.micro_batch_size
+    parts = [f"failures packed into {len(hits)} replica(s)"]
+    for t, hit, n in groups:
+        if hit:
+            ranks = ",".join(str(r) for r in hit)
+            padded = " (padded)" if padded_model(inputs.model, t) != inputs.model else ""
+            parts.append(f"{n} with pipeline rank(s) {ranks} at tp {t}{padded}")
+    if lost:
+        parts.append(f"{lost} dropped (a whole tensor-parallel group lost)")
+    if dropped - lost:
+        parts.append(f"{dropped - lost} dropped (no degree fits in memory)")
+    note = "; ".join(parts)
+    extra = {(t, hit): ntp_sync_extra_s(inputs, timer, t, hit, m) for t, hit, _ in groups if hit}
 
-    def assemble(variant: str, counts: list[int]) -> StrategyResult:
-        running = sum(n for (_, n), k in zip(groups, counts) if k)
-        ests = [est(t, running, k) if k else None for (t, _), k in zip(groups, counts)]
-        pipe = max((e.pipeline_time_s for e in ests if e is not None), default=0.0)
-        lead = ests[0]
+    def gpus_of(t: int, hit: tuple[int, ...]) -> int:
+        return c.cp * (c.tp * (c.pp - len(hit)) + t * len(hit))
+
+    def assemble(variant: str, counts: list[int], keep_batch: bool = False) -> StrategyResult:
+        running = sum(n for (_, _, n), k in zip(groups, counts) if k)
+        pipe = max((timer.pipeline_s(hit, t, k) for (t, hit, _), k in zip(groups, counts) if k), default=0.0)
+        lead = est(c.tp, running, counts[0] if counts[0] else m)
         tail = lead.step_time_s - lead.pipeline_time_s
-        sync = max((extra[t] for (t, _), k in zip(groups, counts) if k and t in extra), default=0.0)
-        layout = tuple((t, n, k) for (t, n), k in zip(groups, counts))
-        fits = all(e.fits for e in ests if e is not None)
-        gpus = sum(t * n for (t, n), k in zip(groups, counts) if k) * c.pp * c.cp
+        sync = max((extra[(t, hit)] for (t, hit, _), k in zip(groups, counts) if k and hit), default=0.0)
+        layout = tuple((t, n, k) for (t, _, n), k in zip(groups, counts))
+        fits = lead.fits and all(
+            timer.degraded(t).fits[r] for (t, hit, _), k in zip(groups, counts) if k for r in hit
+        )
+        gpus = sum(n * gpus_of(t, hit) for (t, hit, n), k in zip(groups, counts) if k)
+        batch = (
+            job.global_batch_size
+            if keep_batch
+            else sum(n * k for (_, _, n), k in zip(groups, counts)) * c.micro_batch_size
+        )
         return _result(
-            "nonuniform-tp", variant, healthy, inputs, pipe + tail + sync,
-            inputs.job.global_batch_size, gpus, fits, layout, note,
+            "nonuniform-tp", variant, healthy, inputs, pipe + tail + sync, batch, gpus, fits, layout, note,
         )  # fmt: skip
 
+    out = []
     # Rebalanced: the smallest leader count whose pipeline time lets every group together cover
     # the batch (each group can take the most micro-batches it finishes within that time); then the
     # reduced groups take only what the leaders leave over (none: they idle, as when dropped).
-    running = sum(n for _, n in groups)
+    running = sum(n for _, _, n in groups)
     lo, hi = round_up(-(-total // running), q) // q, round_up(-(-total // lead_n), q) // q
     best: list[int] = []
     while lo <= hi:
         mid = (lo + hi) // 2
-        e = est(lead_tp, running, mid * q)
-        if e is None:
-            lo = mid + 1
-            continue
-        caps = [_largest_within(est, t, running, e.pipeline_time_s, mid * q, q) for t, _ in groups[1:]]
-        if lead_n * mid * q + sum(n * k for (_, n), k in zip(groups[1:], caps)) >= total:
+        limit = timer.pipeline_s(lead_hit, lead_tp, mid * q)
+        caps = [_largest_within(timer, hit, t, limit, mid * q, q) for t, hit, _ in groups[1:]]
+        if lead_n * mid * q + sum(n * k for (_, _, n), k in zip(groups[1:], caps)) >= total:
             need = total - lead_n * mid * q
             counts = [mid * q]
-            for (_, n), cap in zip(groups[1:], caps):
+            for (_, _, n), cap in zip(groups[1:], caps):
                 k = min(cap, round_up(-(-max(need, 0) // n), q))
                 counts.append(k)
                 need -= n * k
             best, hi = counts, mid - 1
         else:
             lo = mid + 1
-    out = []
     if best:
-        out.append(assemble("rebalanced-batch", best))
+        out.append(assemble("rebalanced-batch", best, keep_batch=True))
     else:
         out.append(_infeasible("nonuniform-tp", "rebalanced-batch", "no micro-batch split covers the batch"))
+    # Proportional: every replica gets the most micro-batches it finishes in a healthy replica's
+    # time with the plan's count (the hit ones fewer; the global batch shrinks by what they drop).
+    limit = timer.pipeline_s((), c.tp, m)
+    out.append(
+        assemble("proportional-batch", [_largest_within(timer, hit, t, limit, m, q) for t, hit, _ in groups])
+    )
     if dropped:
         out.append(
             _infeasible("nonuniform-tp", "same-batch", "a hit replica cannot run, so the batch must move")
         )
     else:
-        out.append(assemble("same-batch", [m] * len(groups)))
+        out.append(assemble("same-batch", [m] * len(groups), keep_batch=True))
     return out
 
 
@@ -399,17 +428,19 @@ def whatif(
     """All four strategies for ``failure`` on the plan (``healthy`` is the plan's own estimate)."""
     node = node_group(inputs)
     damage = place(inputs.config, node.gpus_per_node, failure)
+    packed = place(inputs.config, node.gpus_per_node, failure, packed=True)
     est = ShapeEstimator(inputs)
+    timer = ReplicaTimer(inputs)
     out = drop_replica(inputs, healthy, damage, est)
     lost = len(damage.failed_nodes)
     planned = replan(inputs, healthy, lost, headroom_bytes)
     if isinstance(planned, str):
         out.append(_infeasible("replan", "", planned))
-        out += nonuniform_tp(inputs, healthy, damage, est)
+        out += nonuniform_tp(inputs, healthy, packed, est, timer)
         out.append(_infeasible("hot-spares", "", planned))
     else:
         out.append(planned)
-        out += nonuniform_tp(inputs, healthy, damage, est)
+        out += nonuniform_tp(inputs, healthy, packed, est, timer)
         out.append(
             replace(
                 planned,
@@ -418,7 +449,7 @@ def whatif(
                 "a spare in",
             )
         )
-    return WhatIf(healthy, damage, failure, tuple(out))
+    return WhatIf(healthy, damage, failure, tuple(out), packed)
 
 
 def check_never_faster(w: WhatIf) -> list[str]:

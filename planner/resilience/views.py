@@ -70,6 +70,11 @@ def whatif_dict(inputs: PlanInputs, w: WhatIf) -> dict:
             "failed_ranks": list(d.failed_ranks),
             "failed_nodes": list(d.failed_nodes),
             "hit_replicas": [{"replica": r, "surviving_tp_gpus": n} for r, n in d.survivors],
+            "packed_hit_stages": [
+                {"replica": r, "pipeline_rank": s, "surviving_tp_gpus": n} for r, s, n in w.packed.stages
+            ]
+            if w.packed is not None
+            else [],
         },
         "healthy": {
             "tokens_per_s": w.healthy.tokens_per_s,
