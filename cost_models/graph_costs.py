@@ -205,8 +205,8 @@ GRAPH_RECOMPUTE = ("none", "selective", "full")
 decoder layers only)."""
 
 
-def unit_costs(g: GraphModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> UnitCosts:
-    """Per-unit costs of shape ``c`` (tp, dp, micro-batch, recompute, sharding; cp = ep = 1)."""
+def _check_graph_shape(job: JobSpec, c: ParallelConfig) -> None:
+    """Refuse (ConfigError) the knobs priced for layer-chain models only."""
     if c.recompute not in GRAPH_RECOMPUTE:
         raise ConfigError(
             f"recompute {c.recompute!r} is not priced for graph models (allowed: {', '.join(GRAPH_RECOMPUTE)})"
@@ -226,6 +226,109 @@ def unit_costs(g: GraphModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGro
             "pipeline_scatter_gather (pipeline sends scattered over tensor-parallel ranks, older "
             "Megatron-LM and DeepSpeed) is priced for layer-chain models only"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    """One unit's cost under the shape's recompute form, per micro-batch."""
+
+    cost: LayerCost
+    """Its layer with the block's embedding / output layer folded in."""
+    recompute_s: float
+    act_bytes: float
+    """Activations kept per in-flight micro-batch (after recompute)."""
+    transient_bytes: float
+    """Working set while recomputing it (or running the loss)."""
+    recompute_flop: float
+    """FLOPs the recompute repeats."""
+
+
+def _generic_unit(block: Block, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> _Unit:
+    """A generic block: one unit, never recomputed."""
+    cost = _generic(block, job, c, node)
+    return _Unit(cost, 0.0, cost.activation_bytes, 0.0, 0.0)
+
+
+def _transformer_unit(
+    g: GraphModelSpec, block: Block, k: int, job: JobSpec, c: ParallelConfig, node: NodeGroup
+) -> _Unit:
+    """Layer ``k`` of a transformer block: the chain table's dense layer at the block's width and
+    tokens, with bidirectional and cross-attention extras, the block's embedding on its first layer
+    and output layer on its last, under the shape's recompute form."""
+    m = block.transformer
+    bjob = replace(job, seq_length=block.tokens(job.seq_length))
+    table = table_for(m, bjob, c, node)
+    layer = table.dense
+    if not block.causal:
+        layer = layer + _non_causal_extra(block, job, c, node)
+    source = g.cross_source(block)
+    if source is not None:
+        layer = layer + _cross_attention(block, source, job, c, node)
+    extra = ZERO
+    if k == 0 and block.embedding:
+        extra = extra + table.embedding
+    if k == m.num_layers - 1 and block.output_head:
+        output = table.output
+        if not block.embedding and output.params_sharded == 0.0:
+            # no tied embedding to share: the output layer owns its weights
+            output = replace(output, params_sharded=m.vocab_size * m.hidden_size / c.tp)
+        extra = extra + output
+    cost = layer + extra
+    recompute, a, transient, redo = 0.0, cost.activation_bytes, 0.0, 0.0
+    if c.recompute == "full":
+        # Narayanan et al. 2021 eq. (3): full recompute repeats each layer's forward
+        recompute, redo = layer.recompute_forward_s, layer.model_flop / 3
+        a = layer.checkpoint_bytes + extra.activation_bytes
+        transient = layer.activation_bytes
+    elif c.recompute == "selective":
+        # Korthikanti et al. 2022 eq. (8): the attention products again, 4 s q FLOPs per token;
+        # what core attention keeps for its backward is not kept (Table 2), one layer's at a time
+        recompute = layer.selective_recompute_s
+        a = cost.recomputed_bytes("selective")
+        transient = cost.selective_dropped_bytes
+        T = c.micro_batch_size * block.tokens(job.seq_length)
+        redo = 4 * T * block.tokens(job.seq_length) * m.query_projection_size / c.tp
+        if source is not None:
+            redo += 4 * T * source.tokens(job.seq_length) * m.query_projection_size / c.tp
+    if k == m.num_layers - 1 and block.output_head:
+        transient = max(transient, loss_transient_bytes(m, bjob, c))
+    return _Unit(cost, recompute, a, transient, redo)
+
+
+def _inner_bytes(g: GraphModelSpec, block: Block, job: JobSpec, c: ParallelConfig) -> float:
+    """Bytes one GPU sends per micro-batch between consecutive layers of a transformer block: its
+    hidden states, and the encoder output that travels with a cross-attending decoder's."""
+    bjob = replace(job, seq_length=block.tokens(job.seq_length))
+    out = p2p_activation_bytes(block.transformer, bjob, c)
+    source = g.cross_source(block)
+    if source is not None:
+        out += c.micro_batch_size * source.output_bytes(job.seq_length) / (c.tp if c.sp else 1)
+    return out
+
+
+def _edge_bytes(
+    g: GraphModelSpec, layout: UnitLayout, job: JobSpec, c: ParallelConfig
+) -> dict[tuple[int, int], float]:
+    """Bytes one GPU sends per micro-batch on each unit edge (inside a block: :func:`_inner_bytes`;
+    a graph edge: its tensor per sample)."""
+    inner = {
+        bi: _inner_bytes(g, g.blocks[bi], job, c)
+        for bi in sorted(set(layout.block))
+        if g.blocks[bi].transformer is not None
+    }
+    edge_bytes = {}
+    for u, v, ei in layout.edges:
+        if ei < 0:
+            edge_bytes[(u, v)] = inner.get(layout.block[u], 0.0)
+        else:
+            per_sample = g.edge_bytes(g.edges[ei], job.seq_length)
+            edge_bytes[(u, v)] = per_sample * c.micro_batch_size / (c.tp if c.sp else 1)
+    return edge_bytes
+
+
+def unit_costs(g: GraphModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> UnitCosts:
+    """Per-unit costs of shape ``c`` (tp, dp, micro-batch, recompute, sharding; cp = ep = 1)."""
+    _check_graph_shape(job, c)
     key = (g, job, node, c.tp, c.dp, c.micro_batch_size, c.sp, c.pp > 1, c.recompute, c.optimizer_sharding)
     hit = _COSTS.get(key)
     if hit is not None:
@@ -238,101 +341,48 @@ def unit_costs(g: GraphModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGro
     # unfused gradient accumulation: one add of the unit's weight gradients per micro-batch, as
     # cost_models.estimate charges it
     accumulate = unfused_accumulation_bytes(job) if unfused_accumulation_applies(job, c) else 0.0
-    costs, fwd, bwd, rec, act, trans, static, rflop = [], [], [], [], [], [], [], []
-    inner_bytes: dict[int, float] = {}
-    per_block: dict[int, tuple] = {}
+    units: list[_Unit] = []
+    per_block: dict[int, _Unit] = {}
     for bi, k in zip(layout.block, layout.layer):
         block = g.blocks[bi]
         plain = block.transformer is not None and not (
             (k == 0 and block.embedding) or (k == block.num_units - 1 and block.output_head)
         )
         if plain and bi in per_block:  # a layer without embedding/output: as the block's others
-            cost, recompute, a, transient, redo = per_block[bi]
+            unit = per_block[bi]
         elif block.transformer is None:
-            cost = _generic(block, job, c, node)
-            recompute = 0.0
-            a = cost.activation_bytes
-            transient = 0.0
-            redo = 0.0
+            unit = _generic_unit(block, job, c, node)
         else:
-            m = block.transformer
-            bjob = replace(job, seq_length=block.tokens(job.seq_length))
-            table = table_for(m, bjob, c, node)
-            layer = table.dense
-            if not block.causal:
-                layer = layer + _non_causal_extra(block, job, c, node)
-            source = g.cross_source(block)
-            if source is not None:
-                layer = layer + _cross_attention(block, source, job, c, node)
-            extra = ZERO
-            if k == 0 and block.embedding:
-                extra = extra + table.embedding
-            if k == m.num_layers - 1 and block.output_head:
-                output = table.output
-                if not block.embedding and output.params_sharded == 0.0:
-                    # no tied embedding to share: the output layer owns its weights
-                    output = replace(output, params_sharded=m.vocab_size * m.hidden_size / c.tp)
-                extra = extra + output
-            cost = layer + extra
-            recompute, a, transient, redo = 0.0, cost.activation_bytes, 0.0, 0.0
-            if c.recompute == "full":
-                # Narayanan et al. 2021 eq. (3): full recompute repeats each layer's forward
-                recompute, redo = layer.recompute_forward_s, layer.model_flop / 3
-                a = layer.checkpoint_bytes + extra.activation_bytes
-                transient = layer.activation_bytes
-            elif c.recompute == "selective":
-                # Korthikanti et al. 2022 eq. (8): the attention products again, 4 s q FLOPs per token;
-                # what core attention keeps for its backward is not kept (Table 2), one layer's at a time
-                recompute = layer.selective_recompute_s
-                a = cost.recomputed_bytes("selective")
-                transient = cost.selective_dropped_bytes
-                T = c.micro_batch_size * block.tokens(job.seq_length)
-                redo = 4 * T * block.tokens(job.seq_length) * m.query_projection_size / c.tp
-                if source is not None:
-                    redo += 4 * T * source.tokens(job.seq_length) * m.query_projection_size / c.tp
-            if k == m.num_layers - 1 and block.output_head:
-                transient = max(transient, loss_transient_bytes(m, bjob, c))
-            inner_bytes[bi] = p2p_activation_bytes(m, bjob, c)
-            if source is not None:  # the encoder output travels with the decoder's hidden states
-                inner_bytes[bi] += (
-                    c.micro_batch_size * source.output_bytes(job.seq_length) / (c.tp if c.sp else 1)
-                )
+            unit = _transformer_unit(g, block, k, job, c, node)
             if plain:
-                per_block[bi] = (cost, recompute, a, transient, redo)
-        costs.append(cost)
-        fwd.append(cost.forward_s + cost.forward_comm_s)
-        bwd.append(
-            cost.backward_input_s
-            + cost.backward_comm_s
-            + cost.backward_weight_s
-            + recompute
-            + (memory_bound_s(cost.params * accumulate, node.gpu) if accumulate else 0.0)
-        )
-        rec.append(recompute)
-        rflop.append(redo)
-        act.append(a)
-        trans.append(transient)
-        static.append((cost.params_sharded + cost.params_replicated + cost.params_expert) * per_param)
-    edge_bytes = {}
-    for u, v, ei in layout.edges:
-        if ei < 0:
-            edge_bytes[(u, v)] = inner_bytes.get(layout.block[u], 0.0)
-        else:
-            per_sample = g.edge_bytes(g.edges[ei], job.seq_length)
-            edge_bytes[(u, v)] = per_sample * c.micro_batch_size / (c.tp if c.sp else 1)
-    f, b = np.asarray(fwd), np.asarray(bwd)
+                per_block[bi] = unit
+        units.append(unit)
+    costs = [u.cost for u in units]
+    f = np.asarray([x.forward_s + x.forward_comm_s for x in costs])
+    b = np.asarray(
+        [
+            x.backward_input_s
+            + x.backward_comm_s
+            + x.backward_weight_s
+            + u.recompute_s
+            + (memory_bound_s(x.params * accumulate, node.gpu) if accumulate else 0.0)
+            for x, u in zip(costs, units)
+        ]
+    )
     out = UnitCosts(
         cost=tuple(costs),
         cost_matrix=np.array([x.astuple() for x in costs]),
         fwd_s=f,
         bwd_s=b,
-        recompute_s=np.asarray(rec),
-        recompute_flop=np.asarray(rflop),
+        recompute_s=np.asarray([u.recompute_s for u in units]),
+        recompute_flop=np.asarray([u.recompute_flop for u in units]),
         tau_s=f + b,
-        static_bytes=np.asarray(static),
-        act_bytes=np.asarray(act),
-        transient_bytes=np.asarray(trans),
-        edge_bytes=edge_bytes,
+        static_bytes=np.asarray(
+            [(x.params_sharded + x.params_replicated + x.params_expert) * per_param for x in costs]
+        ),
+        act_bytes=np.asarray([u.act_bytes for u in units]),
+        transient_bytes=np.asarray([u.transient_bytes for u in units]),
+        edge_bytes=_edge_bytes(g, layout, job, c),
     )
     _COSTS[key] = out
     return out
