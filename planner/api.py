@@ -10,7 +10,7 @@ search`` prints for the same job, and write its plan file byte for byte::
     from planner import api
 
     problem = api.load_problem("llama3-70b", "dgx-h100", 64, 1024, 8192)
-    best = api.search(problem).plans[0]  # tp 4 pp 2 cp 2, as planner search
+    best = api.search(problem).plans[0]  # tp 4 pp 4 cp 2, as planner search
     api.write_plan("plan.yaml", problem, best)
     api.write_export("launch", api.export_megatron("plan.yaml"))
     assert api.check("plan.yaml").passed
@@ -77,11 +77,14 @@ def search(
     top_k: int = TOP_K_DEFAULT,
     progress=None,
     collect: bool = False,
+    rank_ties: bool = True,
 ):
-    """``planner search``: the ``top_k`` fastest distinct plans that fit, best first in
-    ``result.plans`` (:func:`planner.plans.problem.run_search`; restrictions None: the command's
-    defaults for the problem's framework, 2 GiB headroom). InfeasibleError when nothing fits."""
-    return run_search(problem, restrictions, top_k, progress, collect)
+    """``planner search``: the ``top_k`` fastest distinct plans that fit, in ``result.plans``
+    (:func:`planner.plans.problem.run_search`; restrictions None: the command's defaults for the
+    problem's framework, 2 GiB headroom), those statistically tied with the fastest listed most
+    robust first (``result.ties``; docs/search.md "Ties"; ``rank_ties=False``: the point estimates'
+    order alone). InfeasibleError when nothing fits."""
+    return run_search(problem, restrictions, top_k, progress, collect, rank_ties)
 
 
 def plan_document(
@@ -109,6 +112,7 @@ def plan_document(
     best = result.plans[rank] if isinstance(result, SearchResult) else result
     budget = views.rounded(bub.budget_summary_dict(bub.budget(best.estimate)))
     predictions = views.predictions_dict(best.estimate, views.training_dict(best, target))
+    predictions["prediction_interval"] = views.prediction_interval_dict(problem, best.estimate, r.framework)
     return chain_document(plan_inputs(problem, best, r), predictions, budget)
 
 

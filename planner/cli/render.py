@@ -191,6 +191,23 @@ def _grad_rows(d: dict) -> list[tuple[str, str]]:
     return rows
 
 
+def _interval_rows(interval: dict | None) -> list[tuple[str, str]]:
+    """The prediction's interval, with the class whose held-out errors it comes from."""
+    if not interval:
+        return []
+    lo, hi = interval["tokens_per_s_per_gpu"]
+    slo, shi = interval["step_time_s"]
+    where = f"{interval['class']}, {interval['runs']} held-out runs"
+    if interval.get("outside_calibration"):
+        where += "; widened: outside the class's calibration runs"
+    return [
+        (
+            f"{100 * interval['level']:.0f}% interval: tokens/s per GPU, step",
+            f"{lo:,.0f}-{hi:,.0f}, {slo:.3f}-{shi:.3f} s ({escape(where)})",
+        )
+    ]
+
+
 def estimate_tables(d: dict) -> list[Table]:
     cfg = d["config"]
     head = Table(
@@ -225,6 +242,7 @@ def estimate_tables(d: dict) -> list[Table]:
         *_grad_rows(d),
         ("step time", f"{d['step_time_s']:.3f} s"),
         ("tokens/s (per GPU)", f"{d['tokens_per_s']:,.0f} ({d['tokens_per_s_per_gpu']:,.1f})"),
+        *_interval_rows(d.get("prediction_interval")),
         ("MFU / HFU" + _mfu_basis(d), f"{100 * d['mfu']:.1f}% / {100 * d['hfu']:.1f}%"),
         ("best published MFU of its class" + _mfu_basis(d), _plausibility_text(d.get("plausibility"))),
         *[
@@ -546,6 +564,23 @@ def search_tables(d: dict) -> list[Table]:
         )
     if _mfu_basis(d):
         foot.add_row("MFU", "of the dense BF16 peak, FP8 jobs included (Megatron's convention)")
+    ties = d.get("ties")
+    if ties and ties["tied_plans"] > 1:
+        shown = sum(1 for p in d["plans"] if p.get("tied_with_best"))
+        foot.add_row(
+            f"[bold]tied: plans 1-{shown}[/]" if shown > 1 else "[bold]tied[/]",
+            f"predicted within {100 * ties['gap_fraction']:.1f}% of the fastest: closer than the model can "
+            "resolve; listed most robust first (fewer special features, then memory headroom)",
+        )
+    interval = d["plans"][0].get("prediction_interval") if d["plans"] else None
+    if interval:
+        lo, hi = interval["tokens_per_s_per_gpu"]
+        slo, shi = interval["step_time_s"]
+        foot.add_row(
+            f"plan 1, {100 * interval['level']:.0f}% interval",
+            f"{lo:,.0f}-{hi:,.0f} tok/s/GPU, {slo:.3g}-{shi:.3g} s/step (held-out errors of "
+            f"{escape(interval['class'])}, {interval['runs']} runs)",
+        )
     flagged = [p["plausibility"] for p in d["plans"] if p.get("plausibility", {}).get("above_best_published")]
     if flagged:
         f = flagged[0]

@@ -369,6 +369,8 @@ def _chain_search(problem, restrictions, opts: dict, target, progress):
     pool = max(top, FAILURE_AWARE_POOL) if opts["failure_aware"] else top
     _phase(progress, "enumerating and bounding candidates")
     result = api.search(problem, restrictions, pool, progress, collect=opts["csv_out"] is not None)
+    if opts["objective"] == "cost" or opts["failure_aware"]:
+        result.ties = None  # ranked by cost or goodput: ties of step time say nothing of that order
     if opts["objective"] == "cost":
         result.plans = rank_by_cost(result.plans, target)
     if not opts["failure_aware"]:
@@ -414,7 +416,12 @@ def _chain_outputs(problem, restrictions, result, goodputs, target, opts: dict) 
     plans = [views.plan_summary(problem, p, target) for p in result.plans]
     for row, g in zip(plans, goodputs or []):
         row["goodput"] = g
+    ties = getattr(result, "ties", None)
+    for i, row in enumerate(plans):
+        row["tied_with_best"] = ties is not None and ties.count > 1 and i < ties.count
     data = _search_dict(problem, restrictions, result, plans, opts)
+    if ties is not None:
+        data["ties"] = views.rounded(ties.as_dict())
     quiet, csv_out, out = opts["quiet"], opts["csv_out"], opts["out"]
     if csv_out is not None:
         write_text_atomic(csv_out, candidates_csv(result.candidates or []))

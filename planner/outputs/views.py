@@ -33,6 +33,7 @@ def plan_summary(problem: Problem, ranked, target=None) -> dict:
         out["stage_groups"] = list(ranked.stage_groups)
     out.update(predictions_dict(ranked.estimate, training_dict(ranked, target)))
     out["plausibility"] = plausibility_dict(problem, ranked.estimate)
+    out["prediction_interval"] = prediction_interval_dict(problem, ranked.estimate)
     out["alternatives"] = [
         {
             **config_dict(a.estimate.config, problem.model, problem.job),
@@ -340,6 +341,7 @@ def estimate_dict(problem: Problem, est: Estimate, training: dict | None = None)
         else graph_config_dict(est.config, problem.job),
         **predictions_dict(est, training),
         "plausibility": plausibility_dict(problem, est),
+        "prediction_interval": prediction_interval_dict(problem, est),
     }
     if problem.stage_graph is not None:
         out["stage_graph"] = rounded(stage_graph_dict(problem.model, problem.stage_graph, est))
@@ -352,14 +354,13 @@ def software_dict(problem: Problem) -> dict:
     return {"software": problem.software.as_dict()} if problem.software is not None else {}
 
 
-def plausibility_dict(problem: Problem, est: Estimate, framework: str = "any") -> dict:
-    """The best published MFU of the estimate's class and whether the prediction exceeds it
-    (:mod:`planner.calibration.plausibility`)."""
+def _plausibility(problem: Problem, est: Estimate, framework: str = "any"):
+    """:func:`planner.calibration.plausibility.plausibility` of one estimate."""
     from planner.calibration.plausibility import plausibility
 
     is_moe = bool(getattr(problem.model, "is_moe", False))
     c = est.config
-    p = plausibility(
+    return plausibility(
         est.stages[0].gpu,
         problem.job.precision,
         is_moe,
@@ -372,7 +373,14 @@ def plausibility_dict(problem: Problem, est: Estimate, framework: str = "any") -
             if is_moe
             else None
         ),
+        params=float(getattr(problem.model, "params_total", 0) or 0),
     )
+
+
+def plausibility_dict(problem: Problem, est: Estimate, framework: str = "any") -> dict:
+    """The best published MFU of the estimate's class and whether the prediction exceeds it
+    (:mod:`planner.calibration.plausibility`)."""
+    p = _plausibility(problem, est, framework)
     return {
         "class": p.run_class,
         "best_published_mfu": p.best_published_mfu,
@@ -380,6 +388,32 @@ def plausibility_dict(problem: Problem, est: Estimate, framework: str = "any") -
         "above_best_published": p.above_best_published,
         "outside_calibration": list(p.extrapolation),
     }
+
+
+def prediction_interval_dict(problem: Problem, est: Estimate, framework: str | None = None) -> dict:
+    """The 80% interval of the estimate's step time and tokens/s per GPU, from the held-out errors
+    of its class (:mod:`planner.calibration.intervals`): GPU family (none for a cluster of several
+    families), precision, dense/MoE, framework (the software profile's, else ``framework``) and GPU
+    count; one class coarser when the plan is outside its class's calibration runs."""
+    from planner.profiles.software import CLASSES, efficiency_family
+    from planner.profiles.uncertainty import predict_interval
+
+    families = {efficiency_family(g.gpu.name) for g in problem.cluster.groups}
+    software = problem.software.name if problem.software is not None else ""
+    if framework is None:
+        framework = getattr(problem, "framework", "any")
+    fw = CLASSES[software][0] if software in CLASSES else framework
+    iv = predict_interval(
+        families.pop() if len(families) == 1 else None,
+        problem.job.precision,
+        bool(getattr(problem.model, "is_moe", False)),
+        fw,
+        problem.cluster.num_gpus,
+        est.tokens_per_s_per_gpu,
+        est.step_time_s,
+        bool(_plausibility(problem, est).extrapolation),
+    )
+    return rounded(iv.as_dict())
 
 
 # ------------------------------------------------------------------------------------------------

@@ -148,12 +148,18 @@ def search_restrictions(
     )
 
 
+TIE_POOL = 10
+"""Distinct plans searched for ties whatever ``top_k`` (so the first plan does not depend on how
+many are asked for): ties are ordered among the 10 fastest."""
+
+
 def run_search(
     problem: Problem,
     restrictions: Restrictions | None = None,
     top_k: int = TOP_K_DEFAULT,
     progress=None,
     collect: bool = False,
+    rank_ties: bool = False,
 ):
     """The ``top_k`` fastest distinct plans for ``problem`` within ``restrictions`` (None:
     :func:`search_restrictions` of the problem's framework, ``planner search``'s defaults): the
@@ -161,7 +167,13 @@ def run_search(
     graph pipelines beside the best sequential one (:func:`planner.search.graph.run_graph_search`,
     a ``GraphSearchResult``). Raises InfeasibleError when nothing fits. ``progress(done, total,
     best_step_time_s)`` is called as candidates are settled; ``collect`` keeps every candidate
-    (``result.candidates``, chain models only)."""
+    (``result.candidates``, chain models only). With ``rank_ties`` (as ``planner search`` and
+:func:`planner.api.search` rank), the chain plans
+    statistically tied with the fastest (closer than the model can resolve:
+    :func:`planner.profiles.uncertainty.resolution`) are listed most robust first
+    (:func:`planner.search.ties.order_ties`, among the :data:`TIE_POOL` fastest whatever
+    ``top_k``) and ``result.ties`` says how many; without (a sweep comparing points by their
+    fastest plans), the ranking is the point estimates' alone."""
     from planner.inputs.errors import InfeasibleError
     from planner.search.chain import search
     from planner.search.graph import run_graph_search
@@ -173,9 +185,16 @@ def run_search(
         if collect:
             raise UsageError("--csv applies to sequential models, not graph models")
         return run_graph_search(problem.model, problem.cluster, problem.job, r, top_k, progress)
-    result = search(problem.model, problem.cluster, problem.job, r, top_k, progress, collect=collect)
+    pool = max(top_k, TIE_POOL) if rank_ties else top_k
+    result = search(problem.model, problem.cluster, problem.job, r, pool, progress, collect=collect)
     if not result.plans:
         raise InfeasibleError(result.infeasible_reason)
+    if rank_ties:
+        from planner.profiles.uncertainty import resolution
+        from planner.search.ties import order_ties
+
+        plans, result.ties = order_ties(result.plans, resolution())
+        result.plans = plans[:top_k]
     return result
 
 

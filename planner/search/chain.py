@@ -41,6 +41,7 @@ from planner.search.bounds import cheap_bound, partition_bound, refined_bound
 from planner.search.candidates import Candidate, fold_equivalent
 from planner.search.shape_partition import fits_memory, memory_variants, partition_shape, restrict_for
 from planner.search.space import Rejections, Restrictions, enumerate_shapes
+from planner.search.ties import Ties
 
 ProgressFn = Callable[[int, int, "float | None"], None]
 """``progress(done, total, best_step_time_s)``: candidates settled of ``total`` (non-decreasing,
@@ -85,6 +86,9 @@ class SearchResult:
     infeasible_reason: str = ""
     candidates: list[Candidate] | None = None
     """Every enumerated configuration and what became of it (only with ``collect=True``)."""
+    ties: Ties | None = None
+    """How many leading plans are statistically tied with the fastest (set by
+    :func:`planner.plans.problem.run_search`, which orders them by robustness; None: not ranked so)."""
 
 
 def sort_key(c: ParallelConfig) -> tuple:

@@ -1,0 +1,183 @@
+"""How sure a prediction is: the interval its tokens/s (and step time) may lie in, and the gap
+between two plans' predictions the model can resolve, read from the held-out errors of the
+calibration set (``hardware_profiles/prediction_intervals.yaml``, built and validated by
+:mod:`planner.calibration.intervals`, whose docstring gives the method).
+
+A prediction belongs to a hierarchy of classes (:func:`class_keys`: GPU family x precision x
+dense/MoE x framework x scale band, then without the band, then without the framework, then
+precision x dense/MoE, then dense/MoE, then all runs) and takes the interval of the finest class
+the table has (one with at least :data:`MIN_RUNS` held-out residuals); a prediction outside what its
+class's calibration runs cover (more GPUs than its largest run, an MoE runtime none of them used:
+:mod:`planner.calibration.plausibility`) takes the next coarser one, which pools runs of more kinds
+and is wider. :func:`resolution` is the smallest gap between two layouts' predicted step times the
+model orders rightly four times in five (the paired errors of the calibration set's layout groups),
+below which two plans are statistically tied.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+from planner.inputs.errors import SpecError
+
+TABLE = Path(__file__).resolve().parents[2] / "hardware_profiles" / "prediction_intervals.yaml"
+
+LEVEL = 0.8
+"""The nominal coverage of every interval planner reports."""
+
+MIN_RUNS = 9
+"""The fewest held-out residuals a class of the table holds (with at least
+:data:`planner.calibration.intervals.MIN_SOURCES` sources): fewer, and its quantiles rest on a
+handful of runs."""
+
+FRAMEWORK_GROUPS = {
+    "megatron": "megatron",
+    "nemo": "megatron",
+    "torchtitan": "torchtitan",
+    "deepspeed": "deepspeed",
+    "composer": "composer",
+    "zero-bubble": "megatron",
+}
+"""A run's ``parallel.framework`` (or a plan's ``--framework``) -> the framework part of its class:
+NeMo and Megatron-Bridge run Megatron-Core, and the zero-bubble fork is Megatron-LM. Frameworks not
+listed (``other``, ``any``) leave the framework out of the class."""
+
+
+@dataclass(frozen=True, slots=True)
+class IntervalClass:
+    """The held-out errors of one class, as the bounds of its interval."""
+
+    key: str
+    runs: int
+    log_low: float
+    """``ln(measured / predicted)`` at the interval's low end (tokens/s per GPU)."""
+    log_high: float
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """A prediction's interval: tokens/s per GPU and step time, with the class it comes from."""
+
+    level: float
+    tokens_per_s_per_gpu: tuple[float, float]
+    step_time_s: tuple[float, float]
+    cls: str
+    runs: int
+    extrapolated: bool
+
+    def as_dict(self) -> dict:
+        return {
+            "level": self.level,
+            "step_time_s": list(self.step_time_s),
+            "tokens_per_s_per_gpu": list(self.tokens_per_s_per_gpu),
+            "class": self.cls,
+            "runs": self.runs,
+            "outside_calibration": self.extrapolated,
+        }
+
+
+def framework_group(framework: str | None) -> str:
+    """The framework part of a class ('' when the framework says nothing: other, any)."""
+    return FRAMEWORK_GROUPS.get(str(framework or ""), "")
+
+
+SCALE_BANDS = ((64, "1-64 gpus"), (1024, "65-1024 gpus"), (math.inf, ">1024 gpus"))
+"""GPU-count bands of the finest classes: one node to a few (8-64), a pod (up to 1,024), beyond."""
+
+
+def scale_band(gpus: int) -> str:
+    return next(name for top, name in SCALE_BANDS if gpus <= top)
+
+
+def class_keys(
+    family: str | None, precision: str, moe: bool, framework: str | None, gpus: int
+) -> tuple[str, ...]:
+    """The classes a prediction belongs to, finest first: GPU family x precision x dense/MoE x
+    framework x scale band, then coarser (``family`` None: a cluster of several GPU families, whose
+    classes start without one; a framework that says nothing leaves the framework levels out)."""
+    kind = "moe" if moe else "dense"
+    fw = framework_group(framework)
+    keys = []
+    if family:
+        if fw:
+            keys.append(f"{family} {precision} {kind} {fw} {scale_band(gpus)}")
+            keys.append(f"{family} {precision} {kind} {fw}")
+        keys.append(f"{family} {precision} {kind}")
+    keys += [f"{precision} {kind}", kind, "all"]
+    return tuple(keys)
+
+
+def lookup(
+    table: dict[str, IntervalClass], keys: tuple[str, ...], extrapolated: bool = False
+) -> IntervalClass:
+    """The finest class of ``keys`` in ``table``; one level coarser when ``extrapolated`` (and a
+    coarser class exists)."""
+    found = [k for k in keys if k in table]
+    if not found:
+        raise SpecError(
+            f"prediction intervals: no class of {list(keys)} in the table (it needs an 'all' class)"
+        )
+    return table[found[1] if extrapolated and len(found) > 1 else found[0]]
+
+
+def interval(
+    cls: IntervalClass, tokens_per_s_per_gpu: float, step_time_s: float, level: float, extrapolated: bool
+) -> Interval:
+    """The interval of one prediction from its class's bounds."""
+    lo, hi = math.exp(cls.log_low), math.exp(cls.log_high)
+    return Interval(
+        level,
+        (tokens_per_s_per_gpu * lo, tokens_per_s_per_gpu * hi),
+        (step_time_s / hi, step_time_s / lo),
+        cls.key,
+        cls.runs,
+        extrapolated,
+    )
+
+
+@cache
+def shipped_table(path: Path = TABLE) -> tuple[float, dict[str, IntervalClass]]:
+    """The shipped table: (level, classes)."""
+    try:
+        data = yaml.safe_load(path.read_text())
+        level = float(data["level"])
+        classes = {
+            str(k): IntervalClass(str(k), int(v["runs"]), float(v["log_low"]), float(v["log_high"]))
+            for k, v in data["classes"].items()
+        }
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+        raise SpecError(
+            f"{path.name}: not a prediction-interval table ({type(exc).__name__}: {exc})"
+        ) from None
+    return level, classes
+
+
+def predict_interval(
+    family: str | None,
+    precision: str,
+    moe: bool,
+    framework: str | None,
+    gpus: int,
+    tokens_per_s_per_gpu: float,
+    step_time_s: float,
+    extrapolated: bool = False,
+) -> Interval:
+    """The shipped interval of one prediction (see the module docstring)."""
+    level, table = shipped_table()
+    cls = lookup(table, class_keys(family, precision, moe, framework, gpus), extrapolated)
+    return interval(cls, tokens_per_s_per_gpu, step_time_s, level, extrapolated)
+
+
+@cache
+def resolution(path: Path = TABLE) -> float:
+    """The log gap between two plans' predicted step times below which they are statistically tied
+    (module docstring; the ``resolution`` section of the shipped table)."""
+    try:
+        return float(yaml.safe_load(path.read_text())["resolution"]["log_gap"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+        raise SpecError(f"{path.name}: no resolution in the prediction-interval table ({exc})") from None
