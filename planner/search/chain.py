@@ -287,6 +287,17 @@ def _reason(terms: dict) -> str:
     return f"{terms['difference_s']:+.3f} s net: {parts}" if parts else "same predicted time"
 
 
+def _faster_reason(terms: dict, slower: float) -> str:
+    """An alternative no slower than plan 1: a tie broken by the fixed order, or a faster point
+    estimate that plan 1 leads as statistically tied and more robust (planner.search.ties)."""
+    if slower >= -1e-9:
+        return "same predicted time; the tie is broken by the fixed plan order"
+    return (
+        f"{_reason(terms)}; faster by the point estimate, but statistically tied with plan 1, "
+        "which is listed first as more robust"
+    )
+
+
 def explain(result: SearchResult) -> list[dict]:
     """For each dimension, the best alternative value and why it lost to the top plan: the
     alternative that changes as few other dimensions as it can (then the fastest), never one shown
@@ -321,9 +332,7 @@ def explain(result: SearchResult) -> list[dict]:
                     "changes": [
                         d for d in EXPLAIN_DIMENSIONS if getattr(o.config, d) != getattr(best.config, d)
                     ],
-                    "reason": _reason(terms)
-                    if slower > 1e-9
-                    else "same predicted time; the tie is broken by the fixed plan order",
+                    "reason": _reason(terms) if slower > 1e-9 else _faster_reason(terms, slower),
                 }
             )
             continue
