@@ -2,19 +2,23 @@
 cost to train, and scaling efficiency against the smallest point.
 
 A point is a cluster: a node template with a node count (``--cluster dgx-h100 --nodes 8,16``) or a
-cluster file (its node counts are its own). Points are independent searches, so they run in
-parallel across local cores (:class:`concurrent.futures.ProcessPoolExecutor`); results come back
-in the order the points were given, whatever finishes first, so the output is deterministic.
+cluster file (its node counts are its own); a study file (:mod:`planner.outputs.sweep_study`)
+crosses clusters with models, global batches and sequence lengths. Points are independent
+searches, so they run in parallel, on local cores or on a Ray cluster
+(:mod:`planner.outputs.sweep_engines`), a failed or lost point retried once; results are stored in
+the order the points were given, whatever finishes first, so the output is deterministic and the
+same on every engine. A journal (:mod:`planner.outputs.sweep_journal`) lets an interrupted study
+resume with only its missing points.
 
 Scaling efficiency of a point is its tokens/s per GPU over that of the smallest point of the same
-cluster (fewest GPUs; the first given among equals): 1.0 is perfect weak scaling of the fixed global batch, as
-in Narayanan et al. 2021 (SC'21, Fig. 15, "weak scaling" reported as per-GPU throughput).
+series (the same model and job on the same cluster: fewest GPUs; the first given among equals): 1.0
+is perfect weak scaling of the fixed global batch, as in Narayanan et al. 2021 (SC'21, Fig. 15,
+"weak scaling" reported as per-GPU throughput).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from planner.inputs.errors import InfeasibleError, UsageError
@@ -122,46 +126,115 @@ def run_point(task: SweepTask) -> dict:
 
 
 def run_sweep(
-    tasks: list[SweepTask], jobs: int = 1, progress: Callable[[int, int, float | None], None] | None = None
+    tasks: list[SweepTask],
+    jobs: int = 1,
+    progress: Callable[[int, int, float | None], None] | None = None,
+    *,
+    engine: str = "local",
+    ray_address: str | None = None,
+    journal=None,
+    run: Callable[[SweepTask], dict] = run_point,
 ) -> list[dict]:
-    """Rows in the order of ``tasks``, searched on ``jobs`` processes, with scaling efficiency.
-    ``progress(done, total, best_step_time_s)`` is called as points finish (points done of all)."""
-    if jobs < 1:
-        raise UsageError("--jobs must be at least 1")
-    best: list[float] = []
+    """Rows in the order of ``tasks``, with scaling efficiency: each point searched by ``run`` on
+    ``engine`` (:func:`planner.outputs.sweep_engines.make_engine`: ``local``, ``jobs`` processes;
+    ``ray``, at most ``jobs`` points in flight, 0 for no cap), a failed or lost point retried once
+    and then given as :func:`failed_row`. With a :class:`planner.outputs.sweep_journal.Journal`,
+    the points it holds are taken from it and each point computed is recorded as it finishes.
+    ``progress(done, total, best_step_time_s)`` is called as points finish (points done of all,
+    those taken from the journal first)."""
+    from planner.outputs.sweep_engines import Failure, make_engine, schedule, window
+    from planner.outputs.sweep_journal import task_key
 
-    def report(done: int, row: dict) -> None:
+    keys = [task_key(t) for t in tasks] if journal is not None else []
+    rows: list[dict | None] = [None] * len(tasks)
+    if journal is not None:
+        rows = [journal.done.get(k) for k in keys]
+    pending = {i: t for i, t in enumerate(tasks) if rows[i] is None}
+    best: list[float] = []
+    done = 0
+
+    def report(row: dict) -> None:
+        nonlocal done
+        done += 1
         if row.get("step_time_s") is not None:
             best.append(row["step_time_s"])
         if progress:
             progress(done, len(tasks), min(best) if best else None)
 
-    if jobs == 1 or len(tasks) == 1:
-        rows = []
-        for t in tasks:
-            rows.append(run_point(t))
-            report(len(rows), rows[-1])
-    else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
-            futures = [pool.submit(run_point, t) for t in tasks]
-            for done, f in enumerate(as_completed(futures), 1):
-                report(done, f.result())
-            rows = [f.result() for f in futures]
-    return with_efficiency(rows)
+    def finished(index: int, outcome) -> None:
+        if isinstance(outcome, Failure):
+            outcome = failed_row(tasks[index], outcome.error)
+        elif journal is not None:
+            journal.record(keys[index], point_inputs(tasks[index]), outcome)
+        rows[index] = outcome
+        report(outcome)
+
+    for row in rows:
+        if row is not None:
+            report(row)
+    if pending:
+        runner = make_engine(engine, run, jobs, len(pending), ray_address)
+        schedule(runner, pending, window(runner, jobs, len(pending)), finished)
+    return with_efficiency(rows, [series_key(t) for t in tasks])
 
 
-def with_efficiency(rows: list[dict]) -> list[dict]:
-    """Add ``scaling_efficiency``: tokens/s per GPU over that of the same cluster's feasible point
-    with the fewest GPUs (the first given among equals)."""
-    base: dict[str, dict] = {}
-    for r in rows:
-        if r["feasible"] and (r["cluster"] not in base or r["num_gpus"] < base[r["cluster"]]["num_gpus"]):
-            base[r["cluster"]] = r
+def point_inputs(task: SweepTask) -> dict:
+    """What a point is, in a journal line (for a reader; the key decides what is reused)."""
+    return {
+        "model": task.model,
+        "cluster": task.point.cluster,
+        "nodes": task.point.nodes,
+        "global_batch_size": task.global_batch_size,
+        "seq_length": task.seq_length,
+    }
+
+
+def failed_row(task: SweepTask, error: str) -> dict:
+    """The row of a point that failed (or whose worker was lost) twice: its cluster, and its error
+    as the reason (``error`` holds it alone)."""
+    cluster = load_cluster(task.point.cluster, task.point.nodes)
+    return {
+        "cluster": task.point.cluster,
+        "nodes": task.point.nodes
+        if task.point.nodes is not None
+        else sum(g.num_nodes for g in cluster.groups),
+        "num_gpus": cluster.num_gpus,
+        "gpus": "+".join(sorted({g.gpu.name for g in cluster.groups})),
+        "feasible": False,
+        "reason": f"failed twice: {error}",
+        "error": error,
+    }
+
+
+def series_key(task: SweepTask) -> tuple:
+    """The series a point belongs to: the same question (model, job) on one cluster at its node
+    counts; scaling efficiency is measured within a series."""
+    return (task.model, task.global_batch_size, task.seq_length, task.precision, task.point.cluster)
+
+
+def with_inputs(tasks: list[SweepTask], rows: list[dict]) -> list[dict]:
+    """A study's rows, each with its model, global batch and sequence length (a sweep of flags has
+    one of each, given once at the top of its JSON)."""
     return [
-        {**r, "scaling_efficiency": r["tokens_per_s_per_gpu"] / base[r["cluster"]]["tokens_per_s_per_gpu"]}
+        {"model": t.model, "global_batch_size": t.global_batch_size, "seq_length": t.seq_length, **r}
+        for t, r in zip(tasks, rows, strict=True)
+    ]
+
+
+def with_efficiency(rows: list[dict], series: list | None = None) -> list[dict]:
+    """Add ``scaling_efficiency``: tokens/s per GPU over that of the feasible point of the same
+    series (``series[i]`` for row i; default: its cluster) with the fewest GPUs (the first given
+    among equals)."""
+    keys = series if series is not None else [r["cluster"] for r in rows]
+    base: dict = {}
+    for k, r in zip(keys, rows, strict=True):
+        if r["feasible"] and (k not in base or r["num_gpus"] < base[k]["num_gpus"]):
+            base[k] = r
+    return [
+        {**r, "scaling_efficiency": r["tokens_per_s_per_gpu"] / base[k]["tokens_per_s_per_gpu"]}
         if r["feasible"]
         else r
-        for r in rows
+        for k, r in zip(keys, rows, strict=True)
     ]
 
 
@@ -173,6 +246,20 @@ def best_point(rows: list[dict], objective: str) -> int | None:
     if objective == "cost":
         return min(feasible, key=lambda x: (x[1]["cost_usd"], x[0]))[0]
     return min(feasible, key=lambda x: (x[1]["step_time_s"], x[0]))[0]
+
+
+def best_points(rows: list[dict], objective: str) -> list[int]:
+    """A study's recommended points, one per question (model, global batch, sequence length: the
+    clusters and node counts that answer it compete), in the order of the rows."""
+    groups: dict[tuple, list[int]] = {}
+    for i, r in enumerate(rows):
+        groups.setdefault((r["model"], r["global_batch_size"], r["seq_length"]), []).append(i)
+    found = []
+    for indices in groups.values():
+        best = best_point([rows[i] for i in indices], objective)
+        if best is not None:
+            found.append(indices[best])
+    return sorted(found)
 
 
 CSV_COLUMNS = (
@@ -206,17 +293,63 @@ CSV_COLUMNS = (
 )
 
 
-def sweep_csv(rows: list[dict]) -> str:
-    """The rows as CSV (columns :data:`CSV_COLUMNS`; empty where a value does not apply)."""
+STUDY_COLUMNS = ("model", "global_batch_size", "seq_length", "tokens")
+"""A study's CSV starts with each point's question (:func:`with_inputs`) and token budget."""
+
+INTERVAL_COLUMNS = (
+    "tokens_per_s_low",
+    "tokens_per_s_high",
+    "days_to_train_low",
+    "days_to_train_high",
+    "interval_level",
+)
+"""The bounds of a row's ``prediction_interval`` (:func:`interval_cells`), after the point's
+figures, in a study's CSV whose rows carry one."""
+
+
+def sweep_csv(rows: list[dict], study: bool = False) -> str:
+    """The rows as CSV (columns :data:`CSV_COLUMNS`; empty where a value does not apply). A
+    study's CSV (``study``) leads with :data:`STUDY_COLUMNS` and, when any row carries a
+    ``prediction_interval``, ends with :data:`INTERVAL_COLUMNS`."""
     import csv
     import io
 
+    columns = (*STUDY_COLUMNS, *CSV_COLUMNS) if study else CSV_COLUMNS
+    intervals = study and any("prediction_interval" in r for r in rows)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CSV_COLUMNS)
+    w.writerow((*columns, *INTERVAL_COLUMNS) if intervals else columns)
     for r in rows:
-        w.writerow([_cell(r.get(k, "")) for k in CSV_COLUMNS])
+        cells = [_cell(r.get(k, "")) for k in columns]
+        if intervals:
+            bounds = interval_cells(r)
+            cells += [_cell(bounds.get(k, "")) for k in INTERVAL_COLUMNS]
+        w.writerow(cells)
     return buf.getvalue()
+
+
+def interval_cells(row: dict) -> dict:
+    """A row's :data:`INTERVAL_COLUMNS` from its ``prediction_interval`` (the shape of an
+    estimate's: ``level`` and ``tokens_per_s_per_gpu: [low, high]``), scaled to the whole cluster's
+    tokens/s and, with a token budget, to days (more tokens/s, fewer days); {} without one.
+
+    The extension point for prediction intervals: no row carries one yet. Once an estimate has a
+    ``prediction_interval`` (issue 53), :func:`run_point` copies it into its row (as it copies
+    the step time) and these columns fill, with no other change here."""
+    interval = row.get("prediction_interval")
+    if not interval or not row.get("feasible"):
+        return {}
+    low, high = interval["tokens_per_s_per_gpu"]
+    out = {
+        "tokens_per_s_low": low * row["num_gpus"],
+        "tokens_per_s_high": high * row["num_gpus"],
+        "interval_level": interval["level"],
+    }
+    if "days_to_train" in row and low > 0:
+        per_gpu = row["tokens_per_s_per_gpu"]
+        out["days_to_train_low"] = row["days_to_train"] * per_gpu / high
+        out["days_to_train_high"] = row["days_to_train"] * per_gpu / low
+    return out
 
 
 def _cell(v) -> str:
