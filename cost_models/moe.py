@@ -290,6 +290,103 @@ def host_launches(
 
 
 @dataclass(frozen=True, slots=True)
+class SharedExperts:
+    """The shared experts of one MoE layer (every token passes them; a dense MLP of width
+    ``moe_shared_expert_intermediate_size``, tensor-parallel like the dense MLP) for one
+    micro-batch on one GPU. Times in seconds, sizes in bytes."""
+
+    gemm: LinearTimes
+    model_flop: float
+    act_bytes: float
+    """Activations they keep (what the ``shared_experts`` recompute module discards)."""
+    forward_s: float
+    """Their forward time (what ``shared_experts`` re-runs)."""
+    params_sharded: float
+    ffn_elements: float
+    """Elements of their activation function's input, for the eager elementwise term."""
+
+
+def shared_experts(
+    model: ModelSpec,
+    job: JobSpec,
+    c: ParallelConfig,
+    node: NodeGroup,
+    tokens: float,
+    sp_div: int,
+    act_bytes: int,
+) -> SharedExperts | None:
+    """The shared experts of an MoE layer (None without them): ``tokens`` per GPU per micro-batch,
+    ``sp_div`` = tp with sequence parallelism, ``act_bytes`` per activation element."""
+    fs = model.moe_shared_expert_intermediate_size
+    if not fs:
+        return None
+    gpu, prec, recipe = node.gpu, job.precision, job.fp8_recipe
+    T, h, t = tokens, model.hidden_size, c.tp
+    n_in = 2 if model.gated else 1
+    g_in = gemm_input_bytes(job)
+    shared = linear_s(T, n_in * fs / t, h, gpu, prec, recipe=recipe)
+    shared += linear_s(T, h, fs / t, gpu, prec, recipe=recipe)
+    # fc1's input is the router's (counted there) in 16 bits; FP8 recipes keep an FP8 copy too
+    shared_bytes = n_in * T * fs / t * act_bytes + T * fs / t * g_in
+    if g_in != act_bytes:
+        shared_bytes += T * h / sp_div * g_in
+    return SharedExperts(
+        gemm=shared,
+        model_flop=3 * 2 * T * h * fs * (n_in + 1) / t,
+        act_bytes=shared_bytes,
+        forward_s=shared.forward_s + memory_bound_s((n_in + 1) * T * fs / t * act_bytes, gpu),
+        params_sharded=(n_in + 1) * h * fs / t,
+        ffn_elements=T * fs / t,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TokenDispatch:
+    """Expert-parallel communication of one MoE layer's pass (dispatch + combine), before any
+    overlap, on the busiest rank."""
+
+    pass_s: float
+    bytes_sent: float
+    """Bytes each GPU sends for it, forward + backward."""
+
+
+def token_dispatch(
+    model: ModelSpec,
+    job: JobSpec,
+    c: ParallelConfig,
+    node: NodeGroup,
+    tokens: float,
+    sp_div: int,
+    act_bytes: int,
+    load: float,
+) -> TokenDispatch:
+    """The all-to-all (or, for the allgather dispatcher, all-gather + reduce-scatter) that moves the
+    hidden states of ``tokens / sp_div`` tokens per GPU over the expert-parallel group, the busiest
+    rank receiving ``load`` times the mean (:func:`routed_load_factor`); nothing when ep = 1."""
+    ep = c.ep
+    if ep <= 1:
+        return TokenDispatch(0.0, 0.0)
+    T, h, k, E = tokens, model.hidden_size, model.moe_router_topk, model.num_experts
+    link = comm.link_for(group(c, "ep"), node)
+    if job.moe_dispatcher == "allgather":
+        # all-gather every rank's tokens, reduce-scatter the expert outputs back
+        # (Megatron-Core MoEAllGatherTokenDispatcher)
+        gathered = ep * (T / sp_div) * h * act_bytes
+        ep_s = comm.all_gather_s(gathered, ep, link) + comm.reduce_scatter_s(gathered, ep, link)
+        return TokenDispatch(ep_s, 4 * gathered * (ep - 1) / ep)
+    # dispatch + combine, each moving every routed token copy's hidden state
+    # (the busiest rank receives `load` times the mean)
+    volume = (T / sp_div) * k * load * h * act_bytes
+    if job.moe_dispatcher == "flex":
+        # DeepEP / HybridEP send a token once per remote domain and forward it over NVLink
+        remote = remote_domain_copies(E, k, ep, link.members_per_domain)
+        ep_s = 2 * comm.forwarded_all_to_all_s(volume, ep, link, remote / k)
+    else:
+        ep_s = 2 * comm.all_to_all_s(volume, ep, link)
+    return TokenDispatch(ep_s, 4 * volume * (ep - 1) / ep)
+
+
+@dataclass(frozen=True, slots=True)
 class RoutedBlock:
     """The MoE MLP of one decoder layer for one micro-batch on one GPU (router, routed experts,
     shared experts, token dispatch): what :func:`cost_models.layers._decoder` adds to the layer."""
@@ -348,7 +445,8 @@ def routed_block(
     rows in whole tiles (:func:`grouped_gemm_rows`), all local experts in one grouped call
     (:func:`grouped_linear_s`); the dispatcher's traffic is :func:`dispatch_traffic`; the
     all-to-all (or, for the allgather dispatcher, all-gather + reduce-scatter) moves the hidden
-    states over the expert-parallel group."""
+    states over the expert-parallel group (:func:`token_dispatch`); the shared experts are
+    :func:`shared_experts`."""
     gpu, prec = node.gpu, job.precision
     T, h, t = tokens, model.hidden_size, c.tp
     n_in = 2 if model.gated else 1
@@ -386,40 +484,16 @@ def routed_block(
     ffn_elements = P * fe / etp
     params_sharded = 0.0
     shared_bytes = shared_s = 0.0
-    if model.moe_shared_expert_intermediate_size:
-        fs = model.moe_shared_expert_intermediate_size
-        ffn_elements += T * fs / t
-        shared = linear_s(T, n_in * fs / t, h, gpu, prec, recipe=recipe)
-        shared += linear_s(T, h, fs / t, gpu, prec, recipe=recipe)
-        gemm += shared
-        model_flop += 3 * 2 * T * h * fs * (n_in + 1) / t
-        # fc1's input is the router's (counted there) in 16 bits; FP8 recipes keep an FP8 copy too
-        shared_bytes = n_in * T * fs / t * act_bytes + T * fs / t * g_in
-        if g_in != act_bytes:
-            shared_bytes += T * h / sp_div * g_in
-        shared_s = shared.forward_s + memory_bound_s((n_in + 1) * T * fs / t * act_bytes, gpu)
-        act += shared_bytes
-        params_sharded = (n_in + 1) * h * fs / t
-    ep_s = ep_bytes = 0.0
-    if ep > 1:
-        link = comm.link_for(group(c, "ep"), node)
-        if job.moe_dispatcher == "allgather":
-            # all-gather every rank's tokens, reduce-scatter the expert outputs back
-            # (Megatron-Core MoEAllGatherTokenDispatcher)
-            gathered = ep * (T / sp_div) * h * act_bytes
-            ep_s = comm.all_gather_s(gathered, ep, link) + comm.reduce_scatter_s(gathered, ep, link)
-            ep_bytes = 4 * gathered * (ep - 1) / ep
-        else:
-            # dispatch + combine, each moving every routed token copy's hidden state
-            # (the busiest rank receives `load` times the mean)
-            volume = (T / sp_div) * k * load * h * act_bytes
-            if job.moe_dispatcher == "flex":
-                # DeepEP / HybridEP send a token once per remote domain and forward it over NVLink
-                remote = remote_domain_copies(E, k, ep, link.members_per_domain)
-                ep_s = 2 * comm.forwarded_all_to_all_s(volume, ep, link, remote / k)
-            else:
-                ep_s = 2 * comm.all_to_all_s(volume, ep, link)
-            ep_bytes = 4 * volume * (ep - 1) / ep
+    shared = shared_experts(model, job, c, node, T, sp_div, act_bytes)
+    if shared is not None:
+        ffn_elements += shared.ffn_elements
+        gemm += shared.gemm
+        model_flop += shared.model_flop
+        act += shared.act_bytes
+        params_sharded = shared.params_sharded
+        shared_bytes, shared_s = shared.act_bytes, shared.forward_s
+    dispatch = token_dispatch(model, job, c, node, T, sp_div, act_bytes, load)
+    ep_s = dispatch.pass_s
     return RoutedBlock(
         gemm=gemm,
         model_flop=model_flop,
@@ -431,7 +505,7 @@ def routed_block(
         params_sharded=params_sharded,
         ffn_elements=ffn_elements,
         ep_fwd_s=ep_s,
-        ep_bytes=ep_bytes,
+        ep_bytes=dispatch.bytes_sent,
         host_launches=host_launches(
             local_experts, job.moe_dispatcher, job.cuda_graph_scope, attention_launches(model)
         ),
