@@ -1,12 +1,13 @@
 """Megatron-LM import: read an arguments file or a launch script back into a model, a job and a
 configuration (see docs/megatron.md), with the line of every flag for annotations.
 
-Shell variables are resolved from the script's own assignments (:mod:`.shell`); the Megatron flags
-are the words after ``pretrain_gpt.py`` (or every word of a plain arguments file), each checked
-against the parser of the pinned release (:data:`.flags.ACCEPTED`): a word argparse would reject
-is recorded in :attr:`Imported.rejected`, a flag it accepts that planning does not need in
+The words and flags of a launch are read by :mod:`.arguments` (shell variables resolved from the
+script's own assignments by :mod:`.shell`; every flag checked against the parser of the pinned
+release, :data:`.flags.ACCEPTED`): a word argparse would reject is recorded in
+:attr:`Imported.rejected`, a flag it accepts that planning does not need in
 :attr:`Imported.ignored`, one that could matter but planner does not model in
-:attr:`Imported.unknown`. What Megatron's ``validate_args`` would reject is judged by
+:attr:`Imported.unknown`. This module turns the flags into the model, the job and the
+configuration, section by section. What Megatron's ``validate_args`` would reject is judged by
 :mod:`.rules`.
 """
 
@@ -29,9 +30,7 @@ from planner.inputs.errors import ConfigError, SpecError
 from planner.inputs.job_spec import DTYPES, FP8_RECIPES, MOE_DISPATCHERS, JobSpec
 from planner.inputs.jobs import cuda_graph_scope
 from planner.inputs.model_spec import ModelSpec
-from planner.inputs.validation import check_number, limit
-from planner.launch.megatron.flags import ACCEPTED
-from planner.launch.megatron.shell import REDIRECT, SEPARATORS, read_script, unresolved_in
+from planner.launch.megatron.arguments import Arguments, megatron_words, read_arguments
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,146 +98,6 @@ def _cuda_graphs(flags: dict, at) -> tuple[str, ...]:
     return cuda_graph_scope(words, at(flag))
 
 
-IGNORED = {
-    "--train-iters",
-    "--train-samples",
-    "--lr",
-    "--min-lr",
-    "--lr-decay-style",
-    "--lr-warmup-iters",
-    "--lr-warmup-fraction",
-    "--lr-decay-iters",
-    "--lr-warmup-samples",
-    "--lr-decay-samples",
-    "--weight-decay",
-    "--clip-grad",
-    "--adam-beta1",
-    "--adam-beta2",
-    "--adam-eps",
-    "--init-method-std",
-    "--save",
-    "--load",
-    "--save-interval",
-    "--eval-interval",
-    "--eval-iters",
-    "--log-interval",
-    "--data-path",
-    "--split",
-    "--mock-data",
-    "--tokenizer-type",
-    "--tokenizer-model",
-    "--vocab-file",
-    "--merge-file",
-    "--tensorboard-dir",
-    "--wandb-project",
-    "--seed",
-    "--attention-dropout",
-    "--hidden-dropout",
-    "--ckpt-format",
-    "--distributed-timeout-minutes",
-    "--rotary-percent",
-    "--norm-epsilon",
-    "--make-vocab-size-divisible-by",
-    "--moe-grouped-gemm",
-    "--moe-aux-loss-coeff",
-    "--moe-router-load-balancing-type",
-    "--cross-entropy-loss-fusion",
-    "--manual-gc",
-    "--log-throughput",
-    "--fp8-amax-history-len",
-    "--fp8-amax-compute-algo",
-    "--data-parallel-sharding-strategy",
-    "--use-rope-scaling",
-    "--log-timers-to-tensorboard",
-    "--no-masked-softmax-fusion",
-    "--no-bias-swiglu-fusion",
-    "--no-rope-fusion",
-    "--eod-mask-loss",
-    "--timing-log-level",
-    "--exit-duration-in-mins",
-    "--num-workers",
-    "--recompute-method",
-    "--no-overlap-p2p-communication",
-    "--use-rotary-position-embeddings",
-}
-"""Accepted flags that change no planned cost (or that :mod:`.rules` reads by itself)."""
-
-MODELLED = {
-    "--moe-token-dispatcher-type",
-    "--overlap-moe-expert-parallel-comm",
-    "--cuda-graph-impl",
-    "--cuda-graph-modules",
-    "--cuda-graph-scope",
-    "--enable-cuda-graph",
-    "--num-layers",
-    "--hidden-size",
-    "--ffn-hidden-size",
-    "--num-attention-heads",
-    "--kv-channels",
-    "--group-query-attention",
-    "--num-query-groups",
-    "--swiglu",
-    "--squared-relu",
-    "--normalization",
-    "--disable-bias-linear",
-    "--add-qkv-bias",
-    "--qk-layernorm",
-    "--untie-embeddings-and-output-weights",
-    "--position-embedding-type",
-    "--rotary-base",
-    "--max-position-embeddings",
-    "--seq-length",
-    "--vocab-size",
-    "--padded-vocab-size",
-    "--num-experts",
-    "--moe-router-topk",
-    "--moe-ffn-hidden-size",
-    "--moe-shared-expert-intermediate-size",
-    "--moe-layer-freq",
-    "--expert-model-parallel-size",
-    "--expert-tensor-parallel-size",
-    "--tensor-model-parallel-size",
-    "--pipeline-model-parallel-size",
-    "--context-parallel-size",
-    "--num-virtual-stages-per-pipeline-rank",
-    "--num-layers-per-virtual-pipeline-stage",
-    "--decoder-first-pipeline-num-layers",
-    "--decoder-last-pipeline-num-layers",
-    "--pipeline-model-parallel-layout",
-    "--sequence-parallel",
-    "--micro-batch-size",
-    "--global-batch-size",
-    "--recompute-granularity",
-    "--recompute-activations",
-    "--recompute-num-layers",
-    "--recompute-modules",
-    "--moe-layer-recompute",
-    "--cpu-offloading-num-layers",
-    "--use-distributed-optimizer",
-    "--use-tp-pp-dp-mapping",
-    "--use-megatron-fsdp",
-    "--use-torch-fsdp2",
-    "--overlap-grad-reduce",
-    "--overlap-param-gather",
-    "--no-gradient-accumulation-fusion",
-    "--tp-comm-overlap",
-    "--bf16",
-    "--fp16",
-    "--fp8-format",
-    "--fp8-recipe",
-    "--accumulate-allreduce-grads-in-fp32",
-    "--grad-reduce-in-bf16",
-    "--use-precision-aware-optimizer",
-    "--main-params-dtype",
-    "--main-grads-dtype",
-    "--exp-avg-dtype",
-    "--exp-avg-sq-dtype",
-    "--transformer-impl",
-    "--attention-backend",
-}
-"""Flags the import turns into model, job or configuration fields."""
-
-
 UNFUSED_BACKENDS = ("unfused", "local")
 """``--attention-backend`` values that materialise the score matrix (megatron/core/transformer/enums.py
 ``AttnBackend``: ``unfused``, Transformer Engine's ``UnfusedDotProductAttention``; ``local``,
@@ -301,110 +160,78 @@ def _optimizer_dtypes(flags: dict, at) -> tuple[str, str]:
     return master, avg
 
 
-def megatron_words(text: str) -> tuple[list[tuple[str, int]], dict, bool]:
-    """The Megatron argument words of a script or arguments file (with line numbers), the
-    environment it sets, and whether it is a launch script."""
-    script = read_script(text)
-    words = script.words
-    starts = [i for i, (w, _) in enumerate(words) if w.endswith(".py")]
-    if not starts:
-        return [(w, n) for w, n in words if w not in SEPARATORS], script.env, False
-    out: list[tuple[str, int]] = []
-    for start in starts:
-        for w, n in words[start + 1 :]:
-            if w in SEPARATORS or REDIRECT.match(w):
-                break
-            out.append((w, n))
-    return out, script.env, True
-
-
 def parse_megatron(text: str, where: str, world_size: int | None = None) -> Imported:
     """Read Megatron flags from an args file or a launch script."""
     try:
         words, env, is_script = megatron_words(text)
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
-    flags: dict[str, str | None] = {}
-    lines: dict[str, int] = {}
-    ignored, unknown, rejected = [], [], []
-    i = 0
-    while i < len(words):
-        w, line = words[i]
-        i += 1
-        if not w.startswith("--"):
-            continue
-        value: str | None = None
-        if "=" in w:
-            w, value = w.split("=", 1)
-        kind = ACCEPTED.get(w)
-        if kind is None:
-            rejected.append(w)
-            lines.setdefault(w, line)
-            continue
-        if kind == "value" and value is None:
-            if i < len(words) and not (words[i][0].startswith("--") and len(words[i][0]) > 2):
-                value = words[i][0]
-                i += 1
-        elif kind == "values" and value is None:
-            vals = []
-            while i < len(words) and not words[i][0].startswith("--"):
-                vals.append(words[i][0])
-                i += 1
-            value = " ".join(vals) if vals else None
-        if value is not None:
-            name = unresolved_in(value)
-            if name is not None:
-                if name.startswith("$"):
-                    raise SpecError(
-                        f"{where}: line {line}: {w} takes its value from {name}, which planner cannot "
-                        "evaluate from the script's own assignments; write the value"
-                    )
-                raise SpecError(
-                    f"{where}: line {line}: {w} takes its value from {name!r}, which the script never "
-                    f"sets; assign {name}=... in the script or write the value"
-                )
-        flags[w], lines[w] = value, line
-        if w in MODELLED:
-            continue
-        (ignored if w in IGNORED else unknown).append(w)
+    args = read_arguments(words, where)
+    _require(args)
+    model = _model(args)
+    tp, pp, cp = (
+        args.num("--tensor-model-parallel-size", 1),
+        args.num("--pipeline-model-parallel-size", 1),
+        args.num("--context-parallel-size", 1),
+    )
+    vpp, layers = _pipeline(args, model.num_layers, pp)
+    recompute, modules, rnl = _recompute(args, model.num_layers, pp, vpp, layers)
+    sharding = _sharding(args.flags)
+    dp = world_size // (tp * pp * cp) if world_size and world_size % (tp * pp * cp) == 0 else 1
+    job = _job(args, dp, sharding)
+    ep = args.num("--expert-model-parallel-size", 1)
+    etp = args.num("--expert-tensor-parallel-size", 0) or tp  # Megatron's default is tp (arguments.py)
+    instances, unknown = _optimizer_instances(args, sharding)
+    config = ParallelConfig(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        vpp=vpp,
+        micro_batch_size=args.num("--micro-batch-size"),
+        recompute=recompute,
+        recompute_num_layers=rnl,
+        recompute_modules=modules,
+        sequence_parallel="--sequence-parallel" in args.flags,
+        optimizer_sharding=sharding,
+        schedule="interleaved" if vpp > 1 else "1f1b",
+        layers_per_stage=() if len(set(layers)) <= 1 else layers,
+        offload_layers=args.num("--cpu-offloading-num-layers", 0) or 0,
+        optimizer_instances=instances,
+        rank_order=RANK_ORDERS[1] if "--use-tp-pp-dp-mapping" in args.flags else RANK_ORDERS[0],
+    )
+    return Imported(
+        model,
+        job,
+        config,
+        world_size,
+        tuple(args.ignored),
+        tuple(sorted(set(unknown))),
+        args.lines,
+        args.flags,
+        tuple(dict.fromkeys(args.rejected)),
+        env,
+        is_script,
+    )
 
-    def num(flag: str, default: int | None = None) -> int | None:
-        """An integer flag: present with a value, finite, positive (zero only where the default is
-        0, e.g. --num-experts) and under the planner key's bound (planner.inputs.validation.LIMITS)."""
-        v = flags.get(flag)
-        if v is None:
-            if flag in flags:
-                raise SpecError(f"{where}: line {lines.get(flag, '?')}: {flag} is given without its value")
-            return default
-        try:
-            value = int(v)
-        except ValueError:
-            raise SpecError(
-                f"{where}: line {lines.get(flag, '?')}: {flag} expects an integer, got {v!r}"
-            ) from None
-        key = flag.lstrip("-").replace("-", "_")
-        check_number(
-            value,
-            f"{where}: line {lines.get(flag, '?')}",
-            flag,
-            integer=True,
-            positive=default != 0,
-            maximum=limit(key) or limit("tp"),
-        )
-        return value
 
-    def at(flag: str) -> str:
-        return f"{where}: line {lines.get(flag, '?')}"
+REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--micro-batch-size")
+"""Flags planning needs that Megatron requires too."""
 
-    for req in (
-        "--num-layers",
-        "--hidden-size",
-        "--num-attention-heads",
-        "--seq-length",
-        "--micro-batch-size",
-    ):
-        if flags.get(req) is None:
-            raise SpecError(f"{where}: missing {req} (needed to plan; Megatron requires it too)")
+
+def _require(args: Arguments) -> None:
+    """Every flag of :data:`REQUIRED` is given with a value."""
+    for req in REQUIRED:
+        if args.flags.get(req) is None:
+            raise SpecError(f"{args.where}: missing {req} (needed to plan; Megatron requires it too)")
+
+
+def _model(args: Arguments) -> ModelSpec:
+    """The model section: shape, attention, embeddings and experts, with Megatron's defaults (the
+    ffn size 4h, or 8h/3 rounded down to a multiple of 64 with --swiglu; arguments.py)."""
+    flags, num, at, where = args.flags, args.num, args.at, args.where
     h, heads = num("--hidden-size"), num("--num-attention-heads")
     gated = "--swiglu" in flags
     ffn_default = int((4 * h * 2 / 3) / 64) * 64 if gated else 4 * h
@@ -428,7 +255,7 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
             "learned_absolute, rope and none"
         )
     rotary = num("--rotary-base", 10000)
-    model = ModelSpec(
+    return ModelSpec(
         name=where,
         num_layers=num("--num-layers"),
         hidden_size=h,
@@ -454,12 +281,14 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
         moe_shared_expert_intermediate_size=num("--moe-shared-expert-intermediate-size", 0) if experts else 0,
         moe_layer_freq=num("--moe-layer-freq", 1) if experts else 1,
     )
-    tp, pp, cp = (
-        num("--tensor-model-parallel-size", 1),
-        num("--pipeline-model-parallel-size", 1),
-        num("--context-parallel-size", 1),
-    )
-    vpp, layers = _pipeline(flags, num, at, model.num_layers, pp)
+
+
+def _recompute(
+    args: Arguments, num_layers: int, pp: int, vpp: int, layers: tuple[int, ...]
+) -> tuple[str, tuple[str, ...], int]:
+    """(``ParallelConfig.recompute``, ``recompute_modules``, ``recompute_num_layers``) of a launch
+    whose (virtual) stages hold ``layers`` (empty: even stages of ``num_layers / (pp * vpp)``)."""
+    flags, at = args.flags, args.at
     granularity = flags.get("--recompute-granularity") or (
         "selective" if "--recompute-activations" in flags else None
     )
@@ -481,26 +310,37 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
             f"{', '.join(RECOMPUTE_MODULES)}"
         )
     modules = canonical_modules(named) if recompute == "selective" else ()
-    rnl = (num("--recompute-num-layers", 0) or 0) if recompute == "full" else 0
-    most = max(layers) if layers else -(-model.num_layers // (pp * vpp))
+    rnl = (args.num("--recompute-num-layers", 0) or 0) if recompute == "full" else 0
+    most = max(layers) if layers else -(-num_layers // (pp * vpp))
     if recompute == "full" and rnl >= most:
         rnl = 0  # every layer of every stage: planner's "all"
+    return recompute, modules, rnl
+
+
+def _sharding(flags: dict) -> str:
+    """``ParallelConfig.optimizer_sharding``: Megatron-FSDP's (or torch FSDP2's)
+    ``--data-parallel-sharding-strategy`` (default optim_grads_params, ZeRO-3), else the
+    distributed optimizer (ZeRO-1) or none."""
     if "--use-megatron-fsdp" in flags or "--use-torch-fsdp2" in flags:
         strategy = flags.get("--data-parallel-sharding-strategy") or "optim_grads_params"
-        sharding = {"optim_grads": "zero2", "optim": "distributed", "no_shard": "none"}.get(strategy, "full")
-    elif "--use-distributed-optimizer" in flags:
-        sharding = "distributed"
-    else:
-        sharding = "none"
-    gbs = num("--global-batch-size")
-    dp = world_size // (tp * pp * cp) if world_size and world_size % (tp * pp * cp) == 0 else 1
+        return {"optim_grads": "zero2", "optim": "distributed", "no_shard": "none"}.get(strategy, "full")
+    if "--use-distributed-optimizer" in flags:
+        return "distributed"
+    return "none"
+
+
+def _job(args: Arguments, dp: int, sharding: str) -> JobSpec:
+    """The job section: batch (``--global-batch-size``, else one micro-batch per data-parallel
+    rank), precision and dtypes, overlaps, MoE dispatch, CUDA graphs and attention."""
+    flags, at = args.flags, args.at
+    gbs = args.num("--global-batch-size")
     if gbs is None:
-        gbs = num("--micro-batch-size") * dp
+        gbs = args.num("--micro-batch-size") * dp
     precision = "fp8" if flags.get("--fp8-format") else ("fp16" if "--fp16" in flags else "bf16")
     master_dtype, state_dtype = _optimizer_dtypes(flags, at)
-    job = JobSpec(
+    return JobSpec(
         global_batch_size=gbs,
-        seq_length=seq,
+        seq_length=args.num("--seq-length"),
         precision=precision,
         **({"fp8_recipe": _fp8_recipe(flags, at)} if precision == "fp8" else {}),
         grad_dtype=_grad_dtype(flags, precision),
@@ -519,48 +359,18 @@ def parse_megatron(text: str, where: str, world_size: int | None = None) -> Impo
         cuda_graph_scope=_cuda_graphs(flags, at),
         attention_impl=_attention_impl(flags),
     )
-    ep = num("--expert-model-parallel-size", 1)
-    etp = num("--expert-tensor-parallel-size", 0) or tp  # Megatron's default is tp (arguments.py)
-    # --num-distributed-optimizer-instances: the partial distributed optimizer. With Megatron-FSDP
-    # the same flag turns on its hybrid sharding (mcore_fsdp_adapter.py ``enable_hsdp``), which
-    # planner does not price: there it stays among the flags not interpreted.
-    instances = 1
-    if sharding not in ("zero2", "full"):
-        instances = num("--num-distributed-optimizer-instances", 1) or 1
-        unknown = [w for w in unknown if w != "--num-distributed-optimizer-instances"]
-    config = ParallelConfig(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=cp,
-        ep=ep,
-        etp=etp,
-        vpp=vpp,
-        micro_batch_size=num("--micro-batch-size"),
-        recompute=recompute,
-        recompute_num_layers=rnl,
-        recompute_modules=modules,
-        sequence_parallel="--sequence-parallel" in flags,
-        optimizer_sharding=sharding,
-        schedule="interleaved" if vpp > 1 else "1f1b",
-        layers_per_stage=() if len(set(layers)) <= 1 else layers,
-        offload_layers=num("--cpu-offloading-num-layers", 0) or 0,
-        optimizer_instances=instances,
-        rank_order=RANK_ORDERS[1] if "--use-tp-pp-dp-mapping" in flags else RANK_ORDERS[0],
-    )
-    return Imported(
-        model,
-        job,
-        config,
-        world_size,
-        tuple(ignored),
-        tuple(sorted(set(unknown))),
-        lines,
-        flags,
-        tuple(dict.fromkeys(rejected)),
-        env,
-        is_script,
-    )
+
+
+def _optimizer_instances(args: Arguments, sharding: str) -> tuple[int, list[str]]:
+    """``ParallelConfig.optimizer_instances`` and the flags left not interpreted.
+
+    --num-distributed-optimizer-instances: the partial distributed optimizer. With Megatron-FSDP
+    the same flag turns on its hybrid sharding (mcore_fsdp_adapter.py ``enable_hsdp``), which
+    planner does not price: there it stays among the flags not interpreted."""
+    if sharding in ("zero2", "full"):
+        return 1, args.unknown
+    instances = args.num("--num-distributed-optimizer-instances", 1) or 1
+    return instances, [w for w in args.unknown if w != "--num-distributed-optimizer-instances"]
 
 
 def parse_layout(text: str) -> list[str]:
@@ -573,10 +383,11 @@ def parse_layout(text: str) -> list[str]:
     return s.split("|")
 
 
-def _pipeline(flags, num, at, num_layers: int, pp: int) -> tuple[int, tuple[int, ...]]:
+def _pipeline(args: Arguments, num_layers: int, pp: int) -> tuple[int, tuple[int, ...]]:
     """Virtual stages and the layers of each virtual stage, with validate_args' own rules and
     messages naming the flags (megatron/training/arguments.py, "Uneven virtual pipeline
     parallelism"; TransformerConfig for first/last)."""
+    flags, num, at = args.flags, args.num, args.at
     given = [
         f
         for f in (
@@ -590,41 +401,11 @@ def _pipeline(flags, num, at, num_layers: int, pp: int) -> tuple[int, tuple[int,
         raise SpecError(
             f"{at(given[1])}: {' and '.join(given)} exclude each other (Megatron accepts one of them)"
         )
-    layout = flags.get("--pipeline-model-parallel-layout")
     first_last = [
         f for f in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers") if f in flags
     ]
-    if layout is not None:
-        stages = parse_layout(layout)
-        bad = sorted(set("".join(stages)) - set("EtLm"))
-        if bad:
-            raise SpecError(
-                f"{at('--pipeline-model-parallel-layout')}: --pipeline-model-parallel-layout has {bad[0]!r}; "
-                "its letters are E (embedding), t (decoder layer), L (loss), m (MTP) and | between stages"
-            )
-        if len(stages) % pp:
-            raise SpecError(
-                f"{at('--pipeline-model-parallel-layout')}: --pipeline-model-parallel-layout has {len(stages)} "
-                f"stages, not a multiple of --pipeline-model-parallel-size {pp}"
-            )
-        layers = tuple(s.count("t") for s in stages)
-        if sum(layers) != num_layers:
-            raise SpecError(
-                f"{at('--pipeline-model-parallel-layout')}: --pipeline-model-parallel-layout holds "
-                f"{sum(layers)} decoder layers (t), --num-layers is {num_layers}"
-            )
-        if not stages[0].startswith("E") or not stages[-1].endswith("L"):
-            raise SpecError(
-                f"{at('--pipeline-model-parallel-layout')}: --pipeline-model-parallel-layout must start "
-                "with E (embedding) and end with L (loss)"
-            )
-        if 0 in layers[1:-1]:
-            raise SpecError(
-                f"{at('--pipeline-model-parallel-layout')}: planner models stages of at least one decoder "
-                "layer, except an embedding-only first and a loss-only last stage; stage "
-                f"{layers[1:-1].index(0) + 1} of the layout holds none"
-            )
-        return len(stages) // pp, layers
+    if flags.get("--pipeline-model-parallel-layout") is not None:
+        return _layout_stages(args, num_layers, pp)
     nlpvs = num("--num-layers-per-virtual-pipeline-stage")
     if nlpvs is not None:
         if first_last:
@@ -685,3 +466,39 @@ def _pipeline(flags, num, at, num_layers: int, pp: int) -> tuple[int, tuple[int,
                 f"{at(first_last[0])}: {named}: {exc} (--num-layers {num_layers}, --pipeline-model-parallel-size {pp})"
             ) from None
     return vpp, ()
+
+
+def _layout_stages(args: Arguments, num_layers: int, pp: int) -> tuple[int, tuple[int, ...]]:
+    """Virtual stages and layers per virtual stage of ``--pipeline-model-parallel-layout``
+    (:func:`parse_layout`), with the stages planner models: E first, L last, at least one decoder
+    layer in every stage between."""
+    at = args.at("--pipeline-model-parallel-layout")
+    stages = parse_layout(args.flags["--pipeline-model-parallel-layout"])
+    bad = sorted(set("".join(stages)) - set("EtLm"))
+    if bad:
+        raise SpecError(
+            f"{at}: --pipeline-model-parallel-layout has {bad[0]!r}; "
+            "its letters are E (embedding), t (decoder layer), L (loss), m (MTP) and | between stages"
+        )
+    if len(stages) % pp:
+        raise SpecError(
+            f"{at}: --pipeline-model-parallel-layout has {len(stages)} "
+            f"stages, not a multiple of --pipeline-model-parallel-size {pp}"
+        )
+    layers = tuple(s.count("t") for s in stages)
+    if sum(layers) != num_layers:
+        raise SpecError(
+            f"{at}: --pipeline-model-parallel-layout holds "
+            f"{sum(layers)} decoder layers (t), --num-layers is {num_layers}"
+        )
+    if not stages[0].startswith("E") or not stages[-1].endswith("L"):
+        raise SpecError(
+            f"{at}: --pipeline-model-parallel-layout must start with E (embedding) and end with L (loss)"
+        )
+    if 0 in layers[1:-1]:
+        raise SpecError(
+            f"{at}: planner models stages of at least one decoder "
+            "layer, except an embedding-only first and a loss-only last stage; stage "
+            f"{layers[1:-1].index(0) + 1} of the layout holds none"
+        )
+    return len(stages) // pp, layers

@@ -1,0 +1,274 @@
+"""The arguments of a Megatron-LM launch: the words of an arguments file or of the
+``pretrain_gpt.py`` command of a launch script (shell variables resolved by :mod:`.shell`), read
+the way the pinned release's argparse parser reads them (:data:`.flags.ACCEPTED`: a switch, a flag
+with one value, a flag with a list of values), each flag with its value and its line, and typed
+access to them for :mod:`.importer`. A word the parser would reject is recorded as rejected, a flag
+it accepts that planning does not need as ignored (:data:`IGNORED`), one that could matter but
+planner does not model as unknown (neither :data:`IGNORED` nor :data:`MODELLED`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.inputs.errors import SpecError
+from planner.inputs.validation import check_number, limit
+from planner.launch.megatron.flags import ACCEPTED
+from planner.launch.megatron.shell import REDIRECT, SEPARATORS, read_script, unresolved_in
+
+IGNORED = {
+    "--train-iters",
+    "--train-samples",
+    "--lr",
+    "--min-lr",
+    "--lr-decay-style",
+    "--lr-warmup-iters",
+    "--lr-warmup-fraction",
+    "--lr-decay-iters",
+    "--lr-warmup-samples",
+    "--lr-decay-samples",
+    "--weight-decay",
+    "--clip-grad",
+    "--adam-beta1",
+    "--adam-beta2",
+    "--adam-eps",
+    "--init-method-std",
+    "--save",
+    "--load",
+    "--save-interval",
+    "--eval-interval",
+    "--eval-iters",
+    "--log-interval",
+    "--data-path",
+    "--split",
+    "--mock-data",
+    "--tokenizer-type",
+    "--tokenizer-model",
+    "--vocab-file",
+    "--merge-file",
+    "--tensorboard-dir",
+    "--wandb-project",
+    "--seed",
+    "--attention-dropout",
+    "--hidden-dropout",
+    "--ckpt-format",
+    "--distributed-timeout-minutes",
+    "--rotary-percent",
+    "--norm-epsilon",
+    "--make-vocab-size-divisible-by",
+    "--moe-grouped-gemm",
+    "--moe-aux-loss-coeff",
+    "--moe-router-load-balancing-type",
+    "--cross-entropy-loss-fusion",
+    "--manual-gc",
+    "--log-throughput",
+    "--fp8-amax-history-len",
+    "--fp8-amax-compute-algo",
+    "--data-parallel-sharding-strategy",
+    "--use-rope-scaling",
+    "--log-timers-to-tensorboard",
+    "--no-masked-softmax-fusion",
+    "--no-bias-swiglu-fusion",
+    "--no-rope-fusion",
+    "--eod-mask-loss",
+    "--timing-log-level",
+    "--exit-duration-in-mins",
+    "--num-workers",
+    "--recompute-method",
+    "--no-overlap-p2p-communication",
+    "--use-rotary-position-embeddings",
+}
+"""Accepted flags that change no planned cost (or that :mod:`.rules` reads by itself)."""
+
+MODELLED = {
+    "--moe-token-dispatcher-type",
+    "--overlap-moe-expert-parallel-comm",
+    "--cuda-graph-impl",
+    "--cuda-graph-modules",
+    "--cuda-graph-scope",
+    "--enable-cuda-graph",
+    "--num-layers",
+    "--hidden-size",
+    "--ffn-hidden-size",
+    "--num-attention-heads",
+    "--kv-channels",
+    "--group-query-attention",
+    "--num-query-groups",
+    "--swiglu",
+    "--squared-relu",
+    "--normalization",
+    "--disable-bias-linear",
+    "--add-qkv-bias",
+    "--qk-layernorm",
+    "--untie-embeddings-and-output-weights",
+    "--position-embedding-type",
+    "--rotary-base",
+    "--max-position-embeddings",
+    "--seq-length",
+    "--vocab-size",
+    "--padded-vocab-size",
+    "--num-experts",
+    "--moe-router-topk",
+    "--moe-ffn-hidden-size",
+    "--moe-shared-expert-intermediate-size",
+    "--moe-layer-freq",
+    "--expert-model-parallel-size",
+    "--expert-tensor-parallel-size",
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--context-parallel-size",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--num-layers-per-virtual-pipeline-stage",
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
+    "--pipeline-model-parallel-layout",
+    "--sequence-parallel",
+    "--micro-batch-size",
+    "--global-batch-size",
+    "--recompute-granularity",
+    "--recompute-activations",
+    "--recompute-num-layers",
+    "--recompute-modules",
+    "--moe-layer-recompute",
+    "--cpu-offloading-num-layers",
+    "--use-distributed-optimizer",
+    "--use-tp-pp-dp-mapping",
+    "--use-megatron-fsdp",
+    "--use-torch-fsdp2",
+    "--overlap-grad-reduce",
+    "--overlap-param-gather",
+    "--no-gradient-accumulation-fusion",
+    "--tp-comm-overlap",
+    "--bf16",
+    "--fp16",
+    "--fp8-format",
+    "--fp8-recipe",
+    "--accumulate-allreduce-grads-in-fp32",
+    "--grad-reduce-in-bf16",
+    "--use-precision-aware-optimizer",
+    "--main-params-dtype",
+    "--main-grads-dtype",
+    "--exp-avg-dtype",
+    "--exp-avg-sq-dtype",
+    "--transformer-impl",
+    "--attention-backend",
+}
+"""Flags the import turns into model, job or configuration fields."""
+
+
+def megatron_words(text: str) -> tuple[list[tuple[str, int]], dict, bool]:
+    """The Megatron argument words of a script or arguments file (with line numbers), the
+    environment it sets, and whether it is a launch script."""
+    script = read_script(text)
+    words = script.words
+    starts = [i for i, (w, _) in enumerate(words) if w.endswith(".py")]
+    if not starts:
+        return [(w, n) for w, n in words if w not in SEPARATORS], script.env, False
+    out: list[tuple[str, int]] = []
+    for start in starts:
+        for w, n in words[start + 1 :]:
+            if w in SEPARATORS or REDIRECT.match(w):
+                break
+            out.append((w, n))
+    return out, script.env, True
+
+
+@dataclass(frozen=True, slots=True)
+class Arguments:
+    """The flags of one launch, as its parser reads them, with typed access naming file and line."""
+
+    where: str
+    """The file the flags come from, for messages."""
+    flags: dict
+    """Every accepted flag given, with its value (None for switches)."""
+    lines: dict
+    """Line number (1-based) of each flag (rejected words too)."""
+    ignored: list
+    """Accepted flags in :data:`IGNORED`, in the order given."""
+    unknown: list
+    """Accepted flags neither in :data:`IGNORED` nor in :data:`MODELLED`, in the order given."""
+    rejected: list
+    """``--`` words the parser does not accept, in the order given."""
+
+    def at(self, flag: str) -> str:
+        """``file: line N`` of a flag (``?`` when not given)."""
+        return f"{self.where}: line {self.lines.get(flag, '?')}"
+
+    def num(self, flag: str, default: int | None = None) -> int | None:
+        """An integer flag: present with a value, finite, positive (zero only where the default is
+        0, e.g. --num-experts) and under the planner key's bound (planner.inputs.validation.LIMITS)."""
+        v = self.flags.get(flag)
+        if v is None:
+            if flag in self.flags:
+                raise SpecError(f"{self.at(flag)}: {flag} is given without its value")
+            return default
+        try:
+            value = int(v)
+        except ValueError:
+            raise SpecError(f"{self.at(flag)}: {flag} expects an integer, got {v!r}") from None
+        key = flag.lstrip("-").replace("-", "_")
+        check_number(
+            value,
+            self.at(flag),
+            flag,
+            integer=True,
+            positive=default != 0,
+            maximum=limit(key) or limit("tp"),
+        )
+        return value
+
+
+def read_arguments(words: list[tuple[str, int]], where: str) -> Arguments:
+    """The flags of :func:`megatron_words`' words as argparse takes them: ``--flag value``,
+    ``--flag=value``, a list flag's values up to the next ``--`` word. A word that is neither a
+    flag nor a flag's value is skipped."""
+    flags: dict[str, str | None] = {}
+    lines: dict[str, int] = {}
+    ignored, unknown, rejected = [], [], []
+    i = 0
+    while i < len(words):
+        w, line = words[i]
+        i += 1
+        if not w.startswith("--"):
+            continue
+        value: str | None = None
+        if "=" in w:
+            w, value = w.split("=", 1)
+        kind = ACCEPTED.get(w)
+        if kind is None:
+            rejected.append(w)
+            lines.setdefault(w, line)
+            continue
+        if kind == "value" and value is None:
+            if i < len(words) and not (words[i][0].startswith("--") and len(words[i][0]) > 2):
+                value = words[i][0]
+                i += 1
+        elif kind == "values" and value is None:
+            vals = []
+            while i < len(words) and not words[i][0].startswith("--"):
+                vals.append(words[i][0])
+                i += 1
+            value = " ".join(vals) if vals else None
+        if value is not None:
+            _check_resolved(value, w, line, where)
+        flags[w], lines[w] = value, line
+        if w in MODELLED:
+            continue
+        (ignored if w in IGNORED else unknown).append(w)
+    return Arguments(where, flags, lines, ignored, unknown, rejected)
+
+
+def _check_resolved(value: str, flag: str, line: int, where: str) -> None:
+    """A flag's value must not need a variable the script's own assignments do not give."""
+    name = unresolved_in(value)
+    if name is None:
+        return
+    if name.startswith("$"):
+        raise SpecError(
+            f"{where}: line {line}: {flag} takes its value from {name}, which planner cannot "
+            "evaluate from the script's own assignments; write the value"
+        )
+    raise SpecError(
+        f"{where}: line {line}: {flag} takes its value from {name!r}, which the script never "
+        f"sets; assign {name}=... in the script or write the value"
+    )
