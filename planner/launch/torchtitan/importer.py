@@ -16,114 +16,25 @@ only. Without ``compile.enable`` (torchtitan's default: false) or with ``model``
 ``compile.components``, the job's RoPE and SwiGLU are eager PyTorch ops
 (``JobSpec.eager_ops``, :data:`~planner.frameworks.torchtitan.EAGER_TORCHTITAN`).
 What planner cannot model (HSDP with ZeRO-2 resharding, pure-bf16 or fp32 training, several pipeline flushes per step) is an
-error naming the key.
+error naming the key. The TOML itself (sections, keys, overrides, typed access) is read by
+:mod:`.job_config`; this module reads it section by section into planner's inputs.
 """
 
 from __future__ import annotations
 
 import ast
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cost_models.parallel import ParallelConfig
 from planner.frameworks.torchtitan import EAGER_TORCHTITAN, layer_sac_recomputed_layers
-from planner.frameworks.torchtitan_models import VERSION, model_from_custom, model_from_flavor
+from planner.frameworks.torchtitan_models import model_from_custom, model_from_flavor
 from planner.inputs.errors import SpecError
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.model_spec import ModelSpec
 from planner.inputs.validation import read_text_capped
-
-try:  # Python >= 3.11; on 3.10 reading a TOML is an error naming the cause (no extra dependency)
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - exercised on Python 3.10 only
-    tomllib = None
-
-SECTION_KEYS: dict[str, tuple[str, ...]] = {
-    "model": (
-        "name",
-        "flavor",
-        "hf_assets_path",
-        "tokenizer_path",
-        "converters",
-        "print_after_conversion",
-    ),
-    "training": (
-        "dataset",
-        "dataset_path",
-        "local_batch_size",
-        "global_batch_size",
-        "seq_len",
-        "max_norm",
-        "steps",
-        "enable_cpu_offload",
-        "dtype",
-        "mixed_precision_param",
-        "mixed_precision_reduce",
-        "gc_freq",
-        "gc_debug",
-        "dataloader",
-    ),
-    "parallelism": (
-        "data_parallel_replicate_degree",
-        "data_parallel_shard_degree",
-        "fsdp_reshard_after_forward",
-        "tensor_parallel_degree",
-        "disable_loss_parallel",
-        "enable_async_tensor_parallel",
-        "pipeline_parallel_degree",
-        "module_fqns_per_model_part",
-        "pipeline_parallel_first_stage_less_layers",
-        "pipeline_parallel_last_stage_less_layers",
-        "pipeline_parallel_layers_per_stage",
-        "pipeline_parallel_schedule",
-        "pipeline_parallel_schedule_csv",
-        "pipeline_parallel_microbatch_size",
-        "pipeline_parallel_expert_parallel_overlap",
-        "context_parallel_degree",
-        "context_parallel_load_balancer",
-        "context_parallel_rotate_method",
-        "expert_parallel_degree",
-        "expert_tensor_parallel_degree",
-        "expert_parallel_comm_backend",
-    ),
-    "compile": ("enable", "components", "backend"),
-    "activation_checkpoint": (
-        "mode",
-        "selective_ac_option",
-        "per_op_sac_force_recompute_mm_shapes_by_fqns",
-        "early_stop",
-        "memory_budget",
-        "visualize_memory_budget_pareto",
-        "preserve_rng_state",
-        "determinism_check",
-        "debug",
-    ),
-}
-"""Keys of the sections planner interprets (every field of those 0.2.2 dataclasses)."""
-
-SECTIONS = (
-    "job",
-    "profiling",
-    "metrics",
-    "model",
-    "optimizer",
-    "lr_scheduler",
-    "training",
-    "parallelism",
-    "checkpoint",
-    "activation_checkpoint",
-    "compile",
-    "quantize",
-    "comm",
-    "memory_estimation",
-    "fault_tolerance",
-    "experimental",
-    "validation",
-    "debug",
-)
-"""Top-level sections of ``JobConfig`` (0.2.2)."""
+from planner.launch.torchtitan.job_config import Document, key_lines, read_document
 
 SCHEDULES = {
     "1f1b": "1f1b",
@@ -165,81 +76,6 @@ class ImportedTitan:
     """How settings without an exact planner equivalent were read."""
 
 
-def apply_overrides(doc: dict, overrides: list[str] | tuple[str, ...], where: str) -> None:
-    """Apply ``--section.key value`` / ``--section.key=value`` overrides in place (typed as TOML
-    values where they parse, else strings; commas split ``converters``)."""
-    i, items = 0, list(overrides)
-    while i < len(items):
-        tok = items[i]
-        if not tok.startswith("--") or "." not in tok:
-            raise SpecError(f"{where}: override {tok!r}: expected --section.key value")
-        if "=" in tok:
-            key, raw = tok[2:].split("=", 1)
-        elif i + 1 < len(items):
-            key, raw = tok[2:], items[i + 1]
-            i += 1
-        else:
-            raise SpecError(f"{where}: override {tok!r} has no value")
-        i += 1
-        *path, last = key.replace("-", "_").split(".")
-        node = doc
-        for part in path:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise SpecError(f"{where}: override {tok!r}: {part!r} is not a section")
-        try:
-            value = tomllib.loads(f"v = {raw}")["v"]
-        except tomllib.TOMLDecodeError:
-            value = raw.split(",") if last == "converters" else raw
-        node[last] = value
-
-
-def key_lines(text: str) -> dict:
-    """``section.key`` -> line number of every assignment in a TOML text."""
-    out, section = {}, ""
-    for n, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        head = re.match(r"^\[([^\]]+)\]", s)
-        if head:
-            section = head.group(1).strip()
-            continue
-        m = re.match(r"^([A-Za-z0-9_\-]+)\s*=", s)
-        if m:
-            out[f"{section}.{m.group(1)}"] = n
-    return out
-
-
-class _Doc:
-    """Typed access to a TOML document with key paths in errors."""
-
-    def __init__(self, doc: dict, where: str) -> None:
-        self.doc, self.where = doc, where
-        for name, value in doc.items():
-            if name not in SECTIONS:
-                raise SpecError(f"{where}: key {name!r}: not a torchtitan {VERSION} section")
-            if not isinstance(value, dict):
-                raise SpecError(f"{where}: key {name!r}: expected a section")
-        for name, keys in SECTION_KEYS.items():
-            for key in doc.get(name, {}):
-                if key not in keys:
-                    raise SpecError(f"{where}: key '{name}.{key}': not a torchtitan {VERSION} key")
-
-    def get(self, section: str, key: str, kind: type | tuple, default):
-        value = self.doc.get(section, {}).get(key, default)
-        bad = isinstance(value, bool) and kind is int
-        if value is not None and (bad or not isinstance(value, kind)):
-            raise SpecError(
-                f"{self.where}: key '{section}.{key}': expected {getattr(kind, '__name__', kind)}"
-            )
-        return value
-
-    def positive(self, section: str, key: str, default: int, allow_minus_one: bool = False) -> int:
-        value = self.get(section, key, int, default)
-        if value < 1 and not (allow_minus_one and value == -1):
-            raise SpecError(f"{self.where}: key '{section}.{key}': must be >= 1, got {value}")
-        return value
-
-
 def default_layer_split(num_stages: int, num_layers: int, first_less: int, last_less: int) -> list[int]:
     """Layers per stage of torchtitan's ``generate_llm_fqn_per_model_part`` (the embedding and the
     output count as ``first_less`` and ``last_less`` layers)."""
@@ -277,7 +113,7 @@ def _split_from_fqns(parts: object, num_layers: int, where: str) -> list[int]:
     return counts
 
 
-def _custom_flavor(d: _Doc, path: Path | None, name: str, flavor: str) -> ModelSpec:
+def _custom_flavor(d: Document, path: Path | None, name: str, flavor: str) -> ModelSpec:
     """The model of a flavor registered by the ``[experimental] custom_import`` module next to the TOML."""
     module = d.get("experimental", "custom_import", str, "")
     where = d.where
@@ -320,20 +156,62 @@ def parse_torchtitan(
     path: Path | None = None,
 ) -> ImportedTitan:
     """A torchtitan job config (TOML text plus overrides) as planner inputs."""
-    if tomllib is None:
-        raise SpecError(f"{where}: reading torchtitan TOML files needs Python >= 3.11 (tomllib)")
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{where}: not valid TOML: {exc}") from None
-    apply_overrides(doc, overrides, where)
-    d = _Doc(doc, where)
+    d = read_document(text, where, overrides)
     notes: list[str] = []
     name = d.get("model", "name", str, "llama3")
     flavor = d.get("model", "flavor", str, "debugmodel")
     model = _custom_flavor(d, path, name, flavor)
-    L = model.num_layers
+    mesh = _mesh(d, world_size)
+    seq, gbs, mbs = _batch(d, mesh.pp, mesh.dp)
+    precision = _precision(d)
+    schedule, vpp, layers_per_stage = _stages(d, mesh.pp, model.num_layers)
+    recompute, recompute_layers = _activation_checkpoint(
+        d, model.num_layers, mesh.pp, vpp, layers_per_stage, notes
+    )
+    config = ParallelConfig(
+        tp=mesh.tp,
+        pp=mesh.pp,
+        dp=mesh.dp,
+        cp=mesh.cp,
+        ep=mesh.ep,
+        etp=mesh.etp if mesh.ep > 1 else 0,
+        vpp=vpp,
+        micro_batch_size=mbs,
+        recompute=recompute,
+        recompute_num_layers=recompute_layers,
+        sequence_parallel=True,
+        optimizer_sharding=mesh.sharding,
+        schedule="interleaved" if vpp > 1 and schedule == "interleaved" else schedule,
+        layers_per_stage=layers_per_stage,
+        fsdp_shard=mesh.fsdp_shard,
+    )
+    eager_ops = _eager_ops(d, notes)
+    job = JobSpec(global_batch_size=gbs, seq_length=seq, precision=precision, eager_ops=eager_ops)
+    return ImportedTitan(model, job, config, key_lines(text), tuple(notes))
 
+
+@dataclass(frozen=True, slots=True)
+class _Mesh:
+    """The ``[parallelism]`` degrees as torchtitan's ``ParallelDims`` takes them, with the data
+    parallelism resolved (``data_parallel_shard_degree = -1``: the leftover ranks) and the FSDP
+    sharding it implies."""
+
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    etp: int
+    dp: int
+    """dp_replicate x dp_shard."""
+    sharding: str
+    """``ParallelConfig.optimizer_sharding``: none, zero2 or full."""
+    fsdp_shard: int
+    """``ParallelConfig.fsdp_shard``: dp_shard x cp under HSDP, else 0."""
+
+
+def _mesh(d: Document, world_size: int | None) -> _Mesh:
+    """The parallel degrees, checked against the cluster's ``world_size`` GPUs (None: unknown)."""
+    where = d.where
     tp = d.positive("parallelism", "tensor_parallel_degree", 1)
     pp = d.positive("parallelism", "pipeline_parallel_degree", 1)
     cp = d.positive("parallelism", "context_parallel_degree", 1)
@@ -352,7 +230,6 @@ def parse_torchtitan(
             f"{where}: key 'parallelism.data_parallel_shard_degree': dp_replicate*dp_shard*cp*tp*pp = "
             f"{rep}*{shard}*{cp}*{tp}*{pp} = {rep * shard * cp * tp * pp} is not the cluster's {world_size} GPUs"
         )
-    dp = rep * shard
     policy = d.get("parallelism", "fsdp_reshard_after_forward", str, "default")
     if policy not in ("default", "always", "never"):
         raise SpecError(
@@ -369,7 +246,16 @@ def parse_torchtitan(
             f"{where}: key 'parallelism.data_parallel_replicate_degree': HSDP (replicate {rep} x shard {shard}) "
             "is modelled with full sharding only (fsdp_reshard_after_forward always, or default without pp)"
         )
+    return _Mesh(
+        tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, dp=rep * shard, sharding=sharding, fsdp_shard=fsdp_shard
+    )
 
+
+def _batch(d: Document, pp: int, dp: int) -> tuple[int, int, int]:
+    """(sequence length, global batch, micro-batch): ``global_batch_size`` -1 is one local batch
+    per data-parallel rank; with pipeline parallelism one flush per step, micro-batches of
+    ``pipeline_parallel_microbatch_size``; without, the local batch is the micro-batch."""
+    where = d.where
     seq = d.positive("training", "seq_len", 2048)
     local = d.positive("training", "local_batch_size", 8)
     gbs = d.get("training", "global_batch_size", int, -1)
@@ -380,23 +266,26 @@ def parse_torchtitan(
             f"{where}: key 'training.global_batch_size': {gbs} is not divisible by local_batch_size x dp = "
             f"{local} x {dp}"
         )
-    accumulation = gbs // (local * dp)
-    if pp > 1:
-        mbs = d.positive("parallelism", "pipeline_parallel_microbatch_size", 1)
-        if local % mbs:
-            raise SpecError(
-                f"{where}: key 'parallelism.pipeline_parallel_microbatch_size': {mbs} does not divide "
-                f"training.local_batch_size {local}"
-            )
-        if accumulation > 1:
-            raise SpecError(
-                f"{where}: key 'training.local_batch_size': with pipeline parallelism planner models one "
-                f"pipeline flush per step; set local_batch_size = global_batch_size / dp = {gbs // dp}"
-            )
-    else:
-        mbs = local
+    if pp == 1:
+        return seq, gbs, local
+    mbs = d.positive("parallelism", "pipeline_parallel_microbatch_size", 1)
+    if local % mbs:
+        raise SpecError(
+            f"{where}: key 'parallelism.pipeline_parallel_microbatch_size': {mbs} does not divide "
+            f"training.local_batch_size {local}"
+        )
+    if gbs // (local * dp) > 1:
+        raise SpecError(
+            f"{where}: key 'training.local_batch_size': with pipeline parallelism planner models one "
+            f"pipeline flush per step; set local_batch_size = global_batch_size / dp = {gbs // dp}"
+        )
+    return seq, gbs, mbs
 
-    precision = "bf16"
+
+def _precision(d: Document) -> str:
+    """``JobSpec.precision``: bf16 mixed precision, fp8 with torchao's float8 converter (tensorwise
+    recipe only)."""
+    where = d.where
     if d.get("training", "dtype", str, "float32") != "float32":
         raise SpecError(
             f"{where}: key 'training.dtype': planner models bf16 mixed precision (float32 master weights)"
@@ -404,126 +293,132 @@ def parse_torchtitan(
     if d.get("training", "mixed_precision_param", str, "bfloat16") != "bfloat16":
         raise SpecError(f"{where}: key 'training.mixed_precision_param': planner models bfloat16 only")
     converters = d.get("model", "converters", list, [])
-    if any(x in FLOAT8 for x in converters):
-        precision = "fp8"
-        float8 = ((d.doc.get("quantize") or {}).get("linear") or {}).get("float8") or {}
-        recipe = float8.get("recipe_name") or "tensorwise"
-        if recipe != "tensorwise":
-            raise SpecError(
-                f"{where}: key 'quantize.linear.float8.recipe_name': planner prices torchao's "
-                f"tensorwise recipe (per-tensor current scaling), not {recipe!r}"
-            )
+    if not any(x in FLOAT8 for x in converters):
+        return "bf16"
+    float8 = ((d.doc.get("quantize") or {}).get("linear") or {}).get("float8") or {}
+    recipe = float8.get("recipe_name") or "tensorwise"
+    if recipe != "tensorwise":
+        raise SpecError(
+            f"{where}: key 'quantize.linear.float8.recipe_name': planner prices torchao's "
+            f"tensorwise recipe (per-tensor current scaling), not {recipe!r}"
+        )
+    return "fp8"
 
-    schedule, vpp, layers_per_stage = "1f1b", 1, ()
-    if pp > 1:
-        raw = d.get("parallelism", "pipeline_parallel_schedule", str, "1F1B")
-        key = raw.lower()
-        if key not in SCHEDULES:
-            raise SpecError(
-                f"{where}: key 'parallelism.pipeline_parallel_schedule': {raw!r} is not modelled by planner "
-                "(allowed values: 1F1B, GPipe, Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble)"
-            )
-        schedule = SCHEDULES[key]
-        parts = d.doc.get("parallelism", {}).get("module_fqns_per_model_part")
-        per_stage = d.get("parallelism", "pipeline_parallel_layers_per_stage", int, None)
-        first_less = d.get("parallelism", "pipeline_parallel_first_stage_less_layers", int, 1)
-        last_less = d.get("parallelism", "pipeline_parallel_last_stage_less_layers", int, 1)
-        if parts is not None:
-            counts = _split_from_fqns(parts, L, where)
+
+def _stages(d: Document, pp: int, num_layers: int) -> tuple[str, int, tuple[int, ...]]:
+    """(schedule, virtual stages per rank, layers per stage: empty when even) of the pipeline, the
+    stages read from ``module_fqns_per_model_part``, else ``pipeline_parallel_layers_per_stage``,
+    else torchtitan's default split (:func:`default_layer_split`)."""
+    if pp == 1:
+        return "1f1b", 1, ()
+    where, L = d.where, num_layers
+    raw = d.get("parallelism", "pipeline_parallel_schedule", str, "1F1B")
+    key = raw.lower()
+    if key not in SCHEDULES:
+        raise SpecError(
+            f"{where}: key 'parallelism.pipeline_parallel_schedule': {raw!r} is not modelled by planner "
+            "(allowed values: 1F1B, GPipe, Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble)"
+        )
+    schedule = SCHEDULES[key]
+    parts = d.doc.get("parallelism", {}).get("module_fqns_per_model_part")
+    per_stage = d.get("parallelism", "pipeline_parallel_layers_per_stage", int, None)
+    first_less = d.get("parallelism", "pipeline_parallel_first_stage_less_layers", int, 1)
+    last_less = d.get("parallelism", "pipeline_parallel_last_stage_less_layers", int, 1)
+    if parts is not None:
+        counts = _split_from_fqns(parts, L, where)
+    else:
+        if per_stage is not None:
+            stages = math.ceil((L + first_less + last_less) / per_stage)
         else:
-            if per_stage is not None:
-                stages = math.ceil((L + first_less + last_less) / per_stage)
-            else:
-                stages = pp * (2 if key in LOOPED else 1)
-            try:
-                counts = default_layer_split(stages, L, first_less, last_less)
-            except ValueError as exc:
-                raise SpecError(f"{where}: key 'parallelism.pipeline_parallel_degree': {exc}") from None
-        if len(counts) % pp:
-            raise SpecError(
-                f"{where}: key 'parallelism.module_fqns_per_model_part': {len(counts)} stages do not divide "
-                f"over pp = {pp} ranks"
-            )
-        vpp = len(counts) // pp
-        if schedule == "zb-h1" and vpp > 1:
-            raise SpecError(
-                f"{where}: key 'parallelism.pipeline_parallel_schedule': InterleavedZeroBubble with {vpp} stages "
-                "per rank is not modelled by planner (one stage per rank is ZB-H1)"
-            )
-        if schedule in ("1f1b", "gpipe") and vpp > 1:
-            raise SpecError(
-                f"{where}: key 'parallelism.pipeline_parallel_schedule': {raw} runs one stage per rank"
-            )
-        if schedule == "zb-v" and vpp != 2:
-            raise SpecError(
-                f"{where}: key 'parallelism.pipeline_parallel_schedule': {raw} runs exactly 2 stages per rank "
-                f"(torchtitan's V placement), got {vpp}"
-            )
-        if schedule == "interleaved" and vpp < 2:
-            raise SpecError(
-                f"{where}: key 'parallelism.pipeline_parallel_schedule': {raw} needs 2+ stages per rank"
-            )
-        if len(set(counts)) > 1 or L % len(counts):
-            layers_per_stage = tuple(counts)
+            stages = pp * (2 if key in LOOPED else 1)
+        try:
+            counts = default_layer_split(stages, L, first_less, last_less)
+        except ValueError as exc:
+            raise SpecError(f"{where}: key 'parallelism.pipeline_parallel_degree': {exc}") from None
+    if len(counts) % pp:
+        raise SpecError(
+            f"{where}: key 'parallelism.module_fqns_per_model_part': {len(counts)} stages do not divide "
+            f"over pp = {pp} ranks"
+        )
+    vpp = len(counts) // pp
+    _check_stages_per_rank(where, schedule, raw, vpp)
+    return schedule, vpp, (tuple(counts) if len(set(counts)) > 1 or L % len(counts) else ())
 
+
+def _check_stages_per_rank(where: str, schedule: str, raw: str, vpp: int) -> None:
+    """The stages per rank each schedule runs: one for 1F1B, GPipe and (as ZB-H1)
+    InterleavedZeroBubble, two or more for Interleaved1F1B, exactly two for ZBVZeroBubble."""
+    if schedule == "zb-h1" and vpp > 1:
+        raise SpecError(
+            f"{where}: key 'parallelism.pipeline_parallel_schedule': InterleavedZeroBubble with {vpp} stages "
+            "per rank is not modelled by planner (one stage per rank is ZB-H1)"
+        )
+    if schedule in ("1f1b", "gpipe") and vpp > 1:
+        raise SpecError(
+            f"{where}: key 'parallelism.pipeline_parallel_schedule': {raw} runs one stage per rank"
+        )
+    if schedule == "zb-v" and vpp != 2:
+        raise SpecError(
+            f"{where}: key 'parallelism.pipeline_parallel_schedule': {raw} runs exactly 2 stages per rank "
+            f"(torchtitan's V placement), got {vpp}"
+        )
+    if schedule == "interleaved" and vpp < 2:
+        raise SpecError(
+            f"{where}: key 'parallelism.pipeline_parallel_schedule': {raw} needs 2+ stages per rank"
+        )
+
+
+def _activation_checkpoint(
+    d: Document, num_layers: int, pp: int, vpp: int, layers_per_stage: tuple[int, ...], notes: list[str]
+) -> tuple[str, int]:
+    """(``ParallelConfig.recompute``, ``recompute_num_layers``) of ``[activation_checkpoint]``:
+    ``selective_ac_option = "op"`` is recompute ``op``, ``"<n>"`` full recompute of every n-th block
+    of a stage (a note says how it was read)."""
+    where = d.where
     mode = d.get("activation_checkpoint", "mode", str, "selective")
-    recompute, recompute_layers = "none", 0
     if mode == "full":
-        recompute = "full"
-    elif mode == "selective":
-        option = d.get("activation_checkpoint", "selective_ac_option", str, "2")
-        if option == "op":
-            # per-op policy (distributed/activation_checkpoint.py _apply_op_sac): cost_models.recompute
-            recompute = "op"
-        elif not option.isdigit() or int(option) < 1:
-            raise SpecError(
-                f"{where}: key 'activation_checkpoint.selective_ac_option': {option!r}: allowed values: "
-                "op, or a positive integer n (checkpoint every n-th block)"
-            )
-        else:
-            every = int(option)
-            stage = max(layers_per_stage) if layers_per_stage else L // (pp * vpp)
-            if every == 1:
-                recompute = "full"
-            elif layer_sac_recomputed_layers(stage, every):
-                recompute, recompute_layers = "full", layer_sac_recomputed_layers(stage, every)
-                notes.append(
-                    f"activation_checkpoint: selective every {every} blocks read as full recompute of "
-                    f"{recompute_layers} of {stage} layers per stage"
-                )
-    elif mode != "none":
+        return "full", 0
+    if mode == "none":
+        return "none", 0
+    if mode != "selective":
         raise SpecError(
             f"{where}: key 'activation_checkpoint.mode': {mode!r} is not modelled by planner (allowed values: "
             "none, full, selective)"
         )
-
-    config = ParallelConfig(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=cp,
-        ep=ep,
-        etp=etp if ep > 1 else 0,
-        vpp=vpp,
-        micro_batch_size=mbs,
-        recompute=recompute,
-        recompute_num_layers=recompute_layers,
-        sequence_parallel=True,
-        optimizer_sharding=sharding,
-        schedule="interleaved" if vpp > 1 and schedule == "interleaved" else schedule,
-        layers_per_stage=layers_per_stage,
-        fsdp_shard=fsdp_shard,
-    )
-    eager_ops: tuple[str, ...] = ()
-    components = d.get("compile", "components", list, ["model", "loss"])
-    if not (d.get("compile", "enable", bool, False) and "model" in components):
-        eager_ops = EAGER_TORCHTITAN
-        notes.append(
-            "compile: the model is not compiled (compile.enable, compile.components): RoPE and SwiGLU "
-            "priced as eager PyTorch ops"
+    option = d.get("activation_checkpoint", "selective_ac_option", str, "2")
+    if option == "op":
+        # per-op policy (distributed/activation_checkpoint.py _apply_op_sac): cost_models.recompute
+        return "op", 0
+    if not option.isdigit() or int(option) < 1:
+        raise SpecError(
+            f"{where}: key 'activation_checkpoint.selective_ac_option': {option!r}: allowed values: "
+            "op, or a positive integer n (checkpoint every n-th block)"
         )
-    job = JobSpec(global_batch_size=gbs, seq_length=seq, precision=precision, eager_ops=eager_ops)
-    return ImportedTitan(model, job, config, key_lines(text), tuple(notes))
+    every = int(option)
+    stage = max(layers_per_stage) if layers_per_stage else num_layers // (pp * vpp)
+    if every == 1:
+        return "full", 0
+    recompute_layers = layer_sac_recomputed_layers(stage, every)
+    if not recompute_layers:
+        return "none", 0
+    notes.append(
+        f"activation_checkpoint: selective every {every} blocks read as full recompute of "
+        f"{recompute_layers} of {stage} layers per stage"
+    )
+    return "full", recompute_layers
+
+
+def _eager_ops(d: Document, notes: list[str]) -> tuple[str, ...]:
+    """``JobSpec.eager_ops``: without ``compile.enable`` (torchtitan's default: false) or with
+    ``model`` left out of ``compile.components``, RoPE and SwiGLU run as eager PyTorch ops."""
+    components = d.get("compile", "components", list, ["model", "loss"])
+    if d.get("compile", "enable", bool, False) and "model" in components:
+        return ()
+    notes.append(
+        "compile: the model is not compiled (compile.enable, compile.components): RoPE and SwiGLU "
+        "priced as eager PyTorch ops"
+    )
+    return EAGER_TORCHTITAN
 
 
 def read_torchtitan(
