@@ -7,13 +7,15 @@ annotations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cost_models.estimate import estimate
-from cost_models.parallel import violations
+from cost_models.parallel import ParallelConfig, violations
 from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import PlannerError, SpecError
+from planner.inputs.job_spec import JobSpec
+from planner.inputs.model_spec import ModelSpec
 from planner.inputs.validation import read_text_capped, rounded
 from planner.launch.megatron.importer import parse_megatron
 from planner.launch.megatron.rules import megatron_findings
@@ -114,28 +116,69 @@ def check_file(
     the newest of a launch file's framework) and then ``profile`` (a calibrated
     :class:`planner.profiles.calibrated.Profile`, replacing a plan's recorded one) are applied to the
     cluster the file is judged on (:func:`planner.profiles.software.configure`)."""
-    from planner.profiles.software import cluster_families, configure, default_software
-
     verdict = Verdict(path)
     try:
         text = read_text_capped(Path(path))  # size-capped, UTF-8 (planner.inputs.validation)
     except SpecError as exc:
         verdict.add(Finding("error", "read", str(exc)))
         return verdict
-    lines: dict = {}
     kind = _plan_kind(path, text)
     if kind == "graph_plan":
         return _check_graph_plan(path, cluster, headroom_bytes, max_slowdown, verdict, software, profile)
+    read = _read_config(verdict, path, text, kind, cluster, software, profile)
+    if read is None:
+        return verdict
+    config = _constrained(verdict, read)
+    if config is None:
+        return verdict
+    try:
+        est = estimate(read.model, read.cluster, read.job, config)
+    except (PlannerError, ValueError) as exc:
+        verdict.add(Finding("error", "estimate", str(exc)))
+        return verdict
+    _judge_estimate(verdict, est, headroom_bytes, read.lines)
+    verdict.metrics["framework"] = read.framework
+    verdict.metrics["software"] = read.software
+    if max_slowdown is not None:
+        _judge_against_best(verdict, read, est.step_time_s, headroom_bytes, max_slowdown)
+    return verdict
+
+
+@dataclass(frozen=True, slots=True)
+class _Config:
+    """A config file read for checking: what it trains, how, and on which cluster."""
+
+    model: ModelSpec
+    job: JobSpec
+    config: ParallelConfig
+    """As the file gives it (dp is set from the cluster by :func:`_constrained`)."""
+    framework: str
+    cluster: ClusterSpec
+    """The cluster it is judged on, with the software (and calibrated) profile applied."""
+    software: str | None
+    lines: dict = field(default_factory=dict)
+    """Line of each Megatron flag in the file (a torchtitan TOML: of the matching key)."""
+    searched_headroom: float = 0.0
+    """The memory headroom a plan file was searched under (0 for a launch file)."""
+
+
+def _read_config(
+    verdict: Verdict,
+    path: str,
+    text: str,
+    kind: str,
+    cluster: ClusterSpec | None,
+    software: str | None,
+    profile,
+) -> _Config | None:
+    """The plan, torchtitan TOML or Megatron-LM file read, its import notices and Megatron's own
+    refusals added to ``verdict``; None once an error finding says why it cannot be judged."""
+    from planner.profiles.software import cluster_families, configure, default_software
+
     try:
         if kind == "plan":
-            inputs = read_plan(path, software, profile)
-            model, job, config = inputs.model, inputs.job, inputs.config
-            framework = inputs.framework
-            searched_headroom = inputs.memory_headroom_bytes
-            if _world_mismatch(verdict, inputs.cluster, cluster):
-                return verdict
-            cluster, software = inputs.cluster, inputs.software
-        elif cluster is None:
+            return _read_plan_file(verdict, path, cluster, software, profile)
+        if cluster is None:
             verdict.add(
                 Finding(
                     "error",
@@ -144,52 +187,81 @@ def check_file(
                     "cluster (--cluster, --nodes): only plan files record their own",
                 )
             )
-            return verdict
-        elif Path(path).suffix == ".toml":
-            # A torchtitan job config; findings point at the TOML line of the matching key.
-            from planner.launch.torchtitan.importer import KEY_HINTS, read_torchtitan
-
-            titan = read_torchtitan(path, cluster.num_gpus)
-            model, job, config = titan.model, titan.job, titan.config
-            lines = {f: titan.key_lines[k] for f, k in KEY_HINTS.items() if k in titan.key_lines}
-            framework = "torchtitan"
-            searched_headroom = 0.0
-            for note in titan.notes:
-                verdict.add(Finding("notice", "import", note))
+            return None
+        if Path(path).suffix == ".toml":
+            read = _read_torchtitan_file(verdict, path, cluster)
         else:
-            imported = parse_megatron(text, path, cluster.num_gpus)
-            model, job, config, lines = imported.model, imported.job, imported.config, imported.flag_lines
-            framework = "megatron"
-            searched_headroom = 0.0
-            for flag in imported.unknown:
-                verdict.add(
-                    Finding(
-                        "warning",
-                        "import",
-                        f"flag {flag} is accepted by Megatron-LM but not interpreted by planner",
-                        (flag,),
-                        lines.get(flag),
-                    )
-                )
-            # What Megatron-LM's own validation rejects (planner/launch/megatron/rules.py).
-            for level, msg, flags in megatron_findings(imported, cluster):
-                verdict.add(
-                    Finding(
-                        level, "megatron", msg, flags, next((lines[f] for f in flags if f in lines), None)
-                    )
-                )
+            read = _read_megatron_file(verdict, path, text, cluster)
     except PlannerError as exc:
         verdict.add(Finding("error", "parse", str(exc)))
-        return verdict
-    if kind != "plan":
-        software = (
-            software if software is not None else default_software(framework, cluster_families(cluster))
+        return None
+    software = (
+        software if software is not None else default_software(read.framework, cluster_families(cluster))
+    )
+    try:
+        configured, _ = configure(cluster, software, profile)
+    except PlannerError as exc:
+        verdict.add(Finding("error", "profile", str(exc)))
+        return None
+    return replace(read, cluster=configured, software=software)
+
+
+def _read_plan_file(
+    verdict: Verdict, path: str, cluster: ClusterSpec | None, software: str | None, profile
+) -> _Config | None:
+    """A plan file under its recorded cluster and software (``software``, ``profile`` replace
+    them); None when ``cluster`` is given and its size differs."""
+    inputs = read_plan(path, software, profile)
+    if _world_mismatch(verdict, inputs.cluster, cluster):
+        return None
+    return _Config(
+        model=inputs.model,
+        job=inputs.job,
+        config=inputs.config,
+        framework=inputs.framework,
+        cluster=inputs.cluster,
+        software=inputs.software,
+        searched_headroom=inputs.memory_headroom_bytes,
+    )
+
+
+def _read_torchtitan_file(verdict: Verdict, path: str, cluster: ClusterSpec) -> _Config:
+    """A torchtitan job config; findings point at the TOML line of the matching key."""
+    from planner.launch.torchtitan.importer import KEY_HINTS, read_torchtitan
+
+    titan = read_torchtitan(path, cluster.num_gpus)
+    lines = {f: titan.key_lines[k] for f, k in KEY_HINTS.items() if k in titan.key_lines}
+    for note in titan.notes:
+        verdict.add(Finding("notice", "import", note))
+    return _Config(titan.model, titan.job, titan.config, "torchtitan", cluster, None, lines)
+
+
+def _read_megatron_file(verdict: Verdict, path: str, text: str, cluster: ClusterSpec) -> _Config:
+    """A Megatron-LM args or launch file, with a warning for each flag planner does not interpret
+    and what Megatron-LM's own validation rejects (planner/launch/megatron/rules.py)."""
+    imported = parse_megatron(text, path, cluster.num_gpus)
+    lines = imported.flag_lines
+    for flag in imported.unknown:
+        verdict.add(
+            Finding(
+                "warning",
+                "import",
+                f"flag {flag} is accepted by Megatron-LM but not interpreted by planner",
+                (flag,),
+                lines.get(flag),
+            )
         )
-        try:
-            cluster, _ = configure(cluster, software, profile)
-        except PlannerError as exc:
-            verdict.add(Finding("error", "profile", str(exc)))
-            return verdict
+    for level, msg, flags in megatron_findings(imported, cluster):
+        verdict.add(
+            Finding(level, "megatron", msg, flags, next((lines[f] for f in flags if f in lines), None))
+        )
+    return _Config(imported.model, imported.job, imported.config, "megatron", cluster, None, lines)
+
+
+def _constrained(verdict: Verdict, read: _Config) -> ParallelConfig | None:
+    """The configuration with dp filled in from the world size; None after an error finding for
+    each shape constraint it breaks (:func:`cost_models.parallel.violations`, first causes)."""
+    config, cluster = read.config, read.cluster
     mp = config.tp * config.pp * config.cp
     if cluster.num_gpus % mp:
         verdict.add(
@@ -201,47 +273,48 @@ def check_file(
                 _flags_for("world size"),
             )
         )
-        return verdict
+        return None
     config = config.with_(dp=cluster.num_gpus // mp)
-    problems = first_causes(violations(model, cluster, job, config))
+    problems = first_causes(violations(read.model, cluster, read.job, config))
     for msg in problems:
         flags = _flags_for(msg)
         verdict.add(
-            Finding("error", "constraints", msg, flags, next((lines[f] for f in flags if f in lines), None))
-        )
-    if problems:
-        return verdict
-    try:
-        est = estimate(model, cluster, job, config)
-    except (PlannerError, ValueError) as exc:
-        verdict.add(Finding("error", "estimate", str(exc)))
-        return verdict
-    _judge_estimate(verdict, est, headroom_bytes, lines)
-    verdict.metrics["framework"] = framework
-    verdict.metrics["software"] = software
-    if max_slowdown is not None:
-        from planner.search.chain import search
-        from planner.search.space import Restrictions
-
-        # The best plan the same framework can launch: a launch is never judged against plans its
-        # framework cannot run. The memory rule is the stricter of this check's and the one the
-        # plan was searched under, so a plan is never judged against one its own search refused.
-        rules = Restrictions(
-            framework=framework, memory_headroom_bytes=max(headroom_bytes, searched_headroom)
-        )
-        result = search(model, cluster, job, rules, top_k=1)
-        if result.plans:
-            best = result.plans[0]
-            b = best.config
-            _judge_slowdown(
-                verdict,
-                est.step_time_s,
-                best.estimate.step_time_s,
-                max_slowdown,
-                f"tp {b.tp} pp {b.pp} dp {b.dp} cp {b.cp} vpp {b.vpp} mbs {b.micro_batch_size} {b.schedule} "
-                f"recompute {b.recompute} {b.optimizer_sharding}: ",
+            Finding(
+                "error",
+                "constraints",
+                msg,
+                flags,
+                next((read.lines[f] for f in flags if f in read.lines), None),
             )
-    return verdict
+        )
+    return None if problems else config
+
+
+def _judge_against_best(
+    verdict: Verdict, read: _Config, step_s: float, headroom_bytes: float, max_slowdown: float
+) -> None:
+    """The slowdown check against the best plan the same framework can launch: a launch is never
+    judged against plans its framework cannot run. The memory rule is the stricter of this check's
+    and the one the plan was searched under, so a plan is never judged against one its own search
+    refused."""
+    from planner.search.chain import search
+    from planner.search.space import Restrictions
+
+    rules = Restrictions(
+        framework=read.framework, memory_headroom_bytes=max(headroom_bytes, read.searched_headroom)
+    )
+    result = search(read.model, read.cluster, read.job, rules, top_k=1)
+    if result.plans:
+        best = result.plans[0]
+        b = best.config
+        _judge_slowdown(
+            verdict,
+            step_s,
+            best.estimate.step_time_s,
+            max_slowdown,
+            f"tp {b.tp} pp {b.pp} dp {b.dp} cp {b.cp} vpp {b.vpp} mbs {b.micro_batch_size} {b.schedule} "
+            f"recompute {b.recompute} {b.optimizer_sharding}: ",
+        )
 
 
 def _world_mismatch(verdict: Verdict, planned: ClusterSpec, cluster: ClusterSpec | None) -> bool:
