@@ -14,6 +14,7 @@ research, never for export.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cost_models.parallel import OPTIMIZER_SHARDING, PP_DP, RANK_ORDERS, RECOMPUTE, SCHEDULES, ParallelConfig
@@ -164,126 +165,18 @@ class Framework:
         self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig
     ) -> list[str]:
         """Why the framework cannot run ``c`` (empty when it can). Each reason names the framework."""
-        cap, out = self.capabilities, []
-        who = self.title
-        if c.pp > 1 and c.schedule not in cap.schedules:
-            out.append(f"{who} has no {c.schedule!r} schedule (it runs {', '.join(cap.schedules)})")
-        if c.optimizer_sharding not in cap.optimizer_sharding:
-            out.append(
-                f"{who} has no {c.optimizer_sharding!r} sharding (it runs {', '.join(cap.optimizer_sharding)})"
-            )
-        elif c.pp > 1 and c.optimizer_sharding not in cap.sharding_with_pipeline:
-            out.append(f"{who} does not combine {c.optimizer_sharding!r} sharding with pipeline parallelism")
-        if c.recompute not in cap.recompute:
-            out.append(f"{who} has no {c.recompute!r} recompute (it runs {', '.join(cap.recompute)})")
-        if c.recompute == "full" and c.recompute_num_layers and not cap.partial_recompute:
-            k, stage = c.recompute_num_layers, stage_size(c, model.num_layers)
-            if not cap.every_nth_recompute:
-                out.append(f"{who} cannot recompute only {k} layers per stage")
-            elif not every_nth(k, stage):
-                out.append(
-                    f"{who} recomputes every n-th block of a stage: {k} of {stage} layers is no "
-                    f"{stage} // n (recompute {', '.join(map(str, every_nth_counts(stage)))} layers, or all)"
-                )
-        if c.recompute_modules and not cap.recompute_modules:
-            out.append(f"{who} has no recompute module list (Megatron --recompute-modules)")
-        if c.tp > 1 and not c.sequence_parallel and not cap.sequence_parallel_optional:
-            out.append(f"{who} always uses sequence parallelism with tensor parallelism")
-        if c.cp > 1 and not cap.context_parallel:
-            out.append(f"{who} has no context parallelism")
-        if c.ep > 1 and not cap.expert_parallel:
-            out.append(f"{who} has no expert parallelism")
-        if c.layers_per_stage and len(set(c.layers_per_stage)) > 1:
-            if not cap.uneven_layers:
-                out.append(f"{who} splits layers evenly over pipeline stages")
-            elif c.vpp > 1 and not cap.uneven_interleaved:
-                out.append(f"{who} has no uneven split with virtual pipeline stages")
-        if job.precision not in cap.precisions:
-            out.append(f"{who} has no {job.precision} training (it runs {', '.join(cap.precisions)})")
-        elif job.precision == "fp8" and job.fp8_recipe not in cap.fp8_recipes:
-            out.append(f"{who} has no {job.fp8_recipe!r} FP8 recipe (it runs {', '.join(cap.fp8_recipes)})")
-        if len({g.gpu.name for g in cluster.groups}) > 1 and not cap.heterogeneous_gpus:
-            out.append(f"{who} cannot place stages on different GPU types")
-        if c.rank_order not in cap.rank_orders:
-            out.append(f"{who} lays ranks out as {', '.join(cap.rank_orders)} only (not {c.rank_order})")
-        elif c.rank_order == PP_DP and c.pp > 1 and cap.pp_dp_order_same_expert_dp and c.expert_dp != c.dp:
-            out.append(
-                f"{who} refuses the tp-cp-ep-pp-dp rank order with pp > 1 when the expert grid's "
-                f"data-parallel degree ({c.expert_dp}) differs from dp ({c.dp}): expert tp x ep must "
-                "equal tp x cp (for a dense model: cp 1)"
-            )
-        if c.optimizer_instances > 1 and not cap.partial_distributed_optimizer:
-            out.append(
-                f"{who} shards the distributed optimizer over all data-parallel ranks "
-                "(no optimizer instances); use optimizer_instances 1"
-            )
-        if c.fsdp_shard and not cap.hsdp:
-            out.append(f"{who} is not planned with HSDP (fsdp_shard); use full sharding over all dp ranks")
-        if job.tp_comm_overlap and c.sp and not cap.tp_comm_overlap:
-            out.append(f"{who} launches no overlap of tensor-parallel communication with GEMMs")
-        moe = getattr(model, "is_moe", False)
-        if moe and job.moe_dispatcher not in cap.moe_dispatchers:
-            out.append(
-                f"{who} has no {job.moe_dispatcher!r} MoE dispatcher (it runs {', '.join(cap.moe_dispatchers)})"
-            )
-        if job.cuda_graph_scope and not cap.cuda_graphs:
-            out.append(f"{who} launches no CUDA graphs")
-        if job.moe_a2a_overlap and moe:
-            if not cap.moe_a2a_overlap:
-                out.append(f"{who} has no overlap of MoE all-to-alls with another micro-batch")
-            elif c.ep <= 1:
-                out.append(f"{who} overlaps MoE all-to-alls only with expert parallelism (ep > 1)")
-            elif job.moe_dispatcher not in ("alltoall", "flex"):
-                out.append(f"{who} overlaps MoE all-to-alls only with the alltoall or flex dispatcher")
-            elif c.pp > 1 and c.vpp <= 1:
-                out.append(
-                    f"{who} overlaps MoE all-to-alls with pipeline parallelism only with virtual stages"
-                )
-            elif c.recompute == "full":
-                out.append(f"{who} does not overlap MoE all-to-alls with full recompute")
-        if cap.grad_dtypes is not None and (job.precision, job.grad_dtype) not in cap.grad_dtypes:
-            allowed = sorted(g for p, g in cap.grad_dtypes if p == job.precision)
-            out.append(
-                f"{who} does not reduce {job.precision} gradients in {job.grad_dtype} "
-                f"(it reduces them in {' or '.join(allowed) or 'no dtype'})"
-            )
-        dtypes = (job.master_dtype, job.optimizer_state_dtype)
-        if cap.optimizer_dtypes is not None and dtypes not in cap.optimizer_dtypes:
-            out.append(
-                f"{who} keeps no {dtypes[0]} master weights with {dtypes[1]} Adam moments (it keeps "
-                + ", ".join(f"{m} / {s}" for m, s in cap.optimizer_dtypes)
-                + ")"
-            )
-        elif (
-            job.optimizer_below_fp32
-            and cap.optimizer_dtypes_sharding is not None
-            and c.optimizer_sharding not in cap.optimizer_dtypes_sharding
-        ):
-            out.append(
-                f"{who} keeps optimizer states below fp32 only with optimizer sharding "
-                f"{' or '.join(cap.optimizer_dtypes_sharding)}, not {c.optimizer_sharding!r}"
-            )
-        if cap.eager_ops is not None and job.eager_ops not in cap.eager_ops:
-            out.append(f"{who} runs {cap.eager_text()}, not {','.join(job.eager_ops) or 'every op fused'}")
-        if job.attention_impl not in cap.attention_impls:
-            out.append(
-                f"{who} runs {' or '.join(cap.attention_impls)} core attention, not {job.attention_impl}"
-            )
-        if not job.gradient_accumulation_fusion and not cap.unfused_grad_accumulation:
-            out.append(f"{who} has no switch for unfused gradient accumulation")
-        if c.offload_layers and not cap.activation_offload:
-            out.append(f"{who} has no activation offloading to host memory")
-        elif c.offload_layers and job.cuda_graph_scope and "full_iteration" not in job.cuda_graph_scope:
-            # Megatron-Core TransformerConfig: "CUDA graphs not supported with CPU offloading"
-            # unless cuda_graph_impl is full_iteration.
-            out.append(f"{who} captures CUDA graphs with activation offloading only over the full iteration")
-        if job.pipeline_scatter_gather and not cap.pipeline_scatter_gather:
-            out.append(f"{who} sends whole hidden states between pipeline stages (no scatter/gather over tp)")
-        if c.optimizer_sharding == "distributed" and job.sharded_grad_reduce not in cap.sharded_grad_reduces:
-            out.append(
-                f"{who}'s distributed optimizer reduce-scatters gradients, not {job.sharded_grad_reduce}"
-            )
-        return out
+        cap, who = self.capabilities, self.title
+        return [
+            *_schedule_and_sharding(cap, who, c),
+            *_recompute(cap, who, model, c),
+            *_parallelism(cap, who, c),
+            *_precision(cap, who, job),
+            *_placement(cap, who, cluster, c),
+            *_overlaps(cap, who, model, job, c),
+            *_dtypes(cap, who, job, c),
+            *_kernels(cap, who, job),
+            *_offload_and_transfers(cap, who, job, c),
+        ]
 
     def require(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> None:
         """Raise SpecError naming the first reason ``c`` cannot run here."""
@@ -302,6 +195,158 @@ class Framework:
                 f"{flag} {','.join(outside)}: {self.title} runs {', '.join(allowed)}; "
                 "pick another --framework (or --framework any for the whole space)"
             )
+
+
+Reasons = Iterator[str]
+"""The reasons of one family of :meth:`Framework.violations`, in a fixed order; each family takes
+the framework's :class:`Capabilities` and its title (``who``), which every reason names."""
+
+
+def _schedule_and_sharding(cap: Capabilities, who: str, c: ParallelConfig) -> Reasons:
+    """The pipeline schedule and the optimizer sharding (alone and with pipeline parallelism)."""
+    if c.pp > 1 and c.schedule not in cap.schedules:
+        yield f"{who} has no {c.schedule!r} schedule (it runs {', '.join(cap.schedules)})"
+    if c.optimizer_sharding not in cap.optimizer_sharding:
+        yield f"{who} has no {c.optimizer_sharding!r} sharding (it runs {', '.join(cap.optimizer_sharding)})"
+    elif c.pp > 1 and c.optimizer_sharding not in cap.sharding_with_pipeline:
+        yield f"{who} does not combine {c.optimizer_sharding!r} sharding with pipeline parallelism"
+
+
+def _recompute(cap: Capabilities, who: str, model: ModelSpec, c: ParallelConfig) -> Reasons:
+    """The recompute form, how many layers of a stage full recompute can cover, the module list."""
+    if c.recompute not in cap.recompute:
+        yield f"{who} has no {c.recompute!r} recompute (it runs {', '.join(cap.recompute)})"
+    if c.recompute == "full" and c.recompute_num_layers and not cap.partial_recompute:
+        k, stage = c.recompute_num_layers, stage_size(c, model.num_layers)
+        if not cap.every_nth_recompute:
+            yield f"{who} cannot recompute only {k} layers per stage"
+        elif not every_nth(k, stage):
+            yield (
+                f"{who} recomputes every n-th block of a stage: {k} of {stage} layers is no "
+                f"{stage} // n (recompute {', '.join(map(str, every_nth_counts(stage)))} layers, or all)"
+            )
+    if c.recompute_modules and not cap.recompute_modules:
+        yield f"{who} has no recompute module list (Megatron --recompute-modules)"
+
+
+def _parallelism(cap: Capabilities, who: str, c: ParallelConfig) -> Reasons:
+    """Sequence, context and expert parallelism; uneven layer splits over the pipeline stages."""
+    if c.tp > 1 and not c.sequence_parallel and not cap.sequence_parallel_optional:
+        yield f"{who} always uses sequence parallelism with tensor parallelism"
+    if c.cp > 1 and not cap.context_parallel:
+        yield f"{who} has no context parallelism"
+    if c.ep > 1 and not cap.expert_parallel:
+        yield f"{who} has no expert parallelism"
+    if c.layers_per_stage and len(set(c.layers_per_stage)) > 1:
+        if not cap.uneven_layers:
+            yield f"{who} splits layers evenly over pipeline stages"
+        elif c.vpp > 1 and not cap.uneven_interleaved:
+            yield f"{who} has no uneven split with virtual pipeline stages"
+
+
+def _precision(cap: Capabilities, who: str, job: JobSpec) -> Reasons:
+    """The training precision and, for FP8, the scaling recipe."""
+    if job.precision not in cap.precisions:
+        yield f"{who} has no {job.precision} training (it runs {', '.join(cap.precisions)})"
+    elif job.precision == "fp8" and job.fp8_recipe not in cap.fp8_recipes:
+        yield f"{who} has no {job.fp8_recipe!r} FP8 recipe (it runs {', '.join(cap.fp8_recipes)})"
+
+
+def _placement(cap: Capabilities, who: str, cluster: ClusterSpec, c: ParallelConfig) -> Reasons:
+    """Where ranks go: GPU types, the rank order, optimizer instances and hybrid sharding groups."""
+    if len({g.gpu.name for g in cluster.groups}) > 1 and not cap.heterogeneous_gpus:
+        yield f"{who} cannot place stages on different GPU types"
+    if c.rank_order not in cap.rank_orders:
+        yield f"{who} lays ranks out as {', '.join(cap.rank_orders)} only (not {c.rank_order})"
+    elif c.rank_order == PP_DP and c.pp > 1 and cap.pp_dp_order_same_expert_dp and c.expert_dp != c.dp:
+        yield (
+            f"{who} refuses the tp-cp-ep-pp-dp rank order with pp > 1 when the expert grid's "
+            f"data-parallel degree ({c.expert_dp}) differs from dp ({c.dp}): expert tp x ep must "
+            "equal tp x cp (for a dense model: cp 1)"
+        )
+    if c.optimizer_instances > 1 and not cap.partial_distributed_optimizer:
+        yield (
+            f"{who} shards the distributed optimizer over all data-parallel ranks "
+            "(no optimizer instances); use optimizer_instances 1"
+        )
+    if c.fsdp_shard and not cap.hsdp:
+        yield f"{who} is not planned with HSDP (fsdp_shard); use full sharding over all dp ranks"
+
+
+def _overlaps(cap: Capabilities, who: str, model: ModelSpec, job: JobSpec, c: ParallelConfig) -> Reasons:
+    """Tensor-parallel communication overlap, the MoE dispatcher, CUDA graphs and the MoE all-to-all
+    overlap under Megatron-Core's conditions (:attr:`Capabilities.moe_a2a_overlap`)."""
+    if job.tp_comm_overlap and c.sp and not cap.tp_comm_overlap:
+        yield f"{who} launches no overlap of tensor-parallel communication with GEMMs"
+    moe = getattr(model, "is_moe", False)
+    if moe and job.moe_dispatcher not in cap.moe_dispatchers:
+        yield f"{who} has no {job.moe_dispatcher!r} MoE dispatcher (it runs {', '.join(cap.moe_dispatchers)})"
+    if job.cuda_graph_scope and not cap.cuda_graphs:
+        yield f"{who} launches no CUDA graphs"
+    if job.moe_a2a_overlap and moe:
+        if not cap.moe_a2a_overlap:
+            yield f"{who} has no overlap of MoE all-to-alls with another micro-batch"
+        elif c.ep <= 1:
+            yield f"{who} overlaps MoE all-to-alls only with expert parallelism (ep > 1)"
+        elif job.moe_dispatcher not in ("alltoall", "flex"):
+            yield f"{who} overlaps MoE all-to-alls only with the alltoall or flex dispatcher"
+        elif c.pp > 1 and c.vpp <= 1:
+            yield f"{who} overlaps MoE all-to-alls with pipeline parallelism only with virtual stages"
+        elif c.recompute == "full":
+            yield f"{who} does not overlap MoE all-to-alls with full recompute"
+
+
+def _dtypes(cap: Capabilities, who: str, job: JobSpec, c: ParallelConfig) -> Reasons:
+    """The gradient reduction dtype, master weight and Adam moment dtypes, and the optimizer
+    sharding low-precision optimizer states need."""
+    if cap.grad_dtypes is not None and (job.precision, job.grad_dtype) not in cap.grad_dtypes:
+        allowed = sorted(g for p, g in cap.grad_dtypes if p == job.precision)
+        yield (
+            f"{who} does not reduce {job.precision} gradients in {job.grad_dtype} "
+            f"(it reduces them in {' or '.join(allowed) or 'no dtype'})"
+        )
+    dtypes = (job.master_dtype, job.optimizer_state_dtype)
+    if cap.optimizer_dtypes is not None and dtypes not in cap.optimizer_dtypes:
+        yield (
+            f"{who} keeps no {dtypes[0]} master weights with {dtypes[1]} Adam moments (it keeps "
+            + ", ".join(f"{m} / {s}" for m, s in cap.optimizer_dtypes)
+            + ")"
+        )
+    elif (
+        job.optimizer_below_fp32
+        and cap.optimizer_dtypes_sharding is not None
+        and c.optimizer_sharding not in cap.optimizer_dtypes_sharding
+    ):
+        yield (
+            f"{who} keeps optimizer states below fp32 only with optimizer sharding "
+            f"{' or '.join(cap.optimizer_dtypes_sharding)}, not {c.optimizer_sharding!r}"
+        )
+
+
+def _kernels(cap: Capabilities, who: str, job: JobSpec) -> Reasons:
+    """Eager or fused elementwise ops, the core attention implementation, fused weight-gradient
+    accumulation."""
+    if cap.eager_ops is not None and job.eager_ops not in cap.eager_ops:
+        yield f"{who} runs {cap.eager_text()}, not {','.join(job.eager_ops) or 'every op fused'}"
+    if job.attention_impl not in cap.attention_impls:
+        yield f"{who} runs {' or '.join(cap.attention_impls)} core attention, not {job.attention_impl}"
+    if not job.gradient_accumulation_fusion and not cap.unfused_grad_accumulation:
+        yield f"{who} has no switch for unfused gradient accumulation"
+
+
+def _offload_and_transfers(cap: Capabilities, who: str, job: JobSpec, c: ParallelConfig) -> Reasons:
+    """Activation offloading (and CUDA graphs with it), pipeline sends, the distributed optimizer's
+    gradient reduction."""
+    if c.offload_layers and not cap.activation_offload:
+        yield f"{who} has no activation offloading to host memory"
+    elif c.offload_layers and job.cuda_graph_scope and "full_iteration" not in job.cuda_graph_scope:
+        # Megatron-Core TransformerConfig: "CUDA graphs not supported with CPU offloading"
+        # unless cuda_graph_impl is full_iteration.
+        yield f"{who} captures CUDA graphs with activation offloading only over the full iteration"
+    if job.pipeline_scatter_gather and not cap.pipeline_scatter_gather:
+        yield f"{who} sends whole hidden states between pipeline stages (no scatter/gather over tp)"
+    if c.optimizer_sharding == "distributed" and job.sharded_grad_reduce not in cap.sharded_grad_reduces:
+        yield f"{who}'s distributed optimizer reduce-scatters gradients, not {job.sharded_grad_reduce}"
 
 
 ANY = Framework(
