@@ -82,6 +82,8 @@ class StageBudget:
     windows: tuple[Window, ...]
     pipeline_idle_s: float
     """Idle time inside the pipeline phase; equals the simulator's idle time of the stage."""
+    peak_bytes: float = 0.0
+    """The stage's peak memory (what a fill job's resident state must fit beside)."""
 
     @property
     def idle_s(self) -> float:
@@ -191,6 +193,7 @@ def budget(est: Estimate, assumptions: Assumptions | None = None) -> Budget:
                 static_bytes=static,
                 windows=tuple(windows),
                 pipeline_idle_s=tl.idle_s(r),
+                peak_bytes=mem.peak_bytes,
             )
         )
     return Budget(iteration_time_s=step, schedule=c.schedule, stages=tuple(stages), assumptions=a)
@@ -215,11 +218,20 @@ class FillJob:
     """Smallest number of units worth switching in for."""
 
 
-def load_fill_job(path: str) -> FillJob:
-    """Read a fill-job YAML (``kind: fill_job``)."""
+def load_fill_job(path: str):
+    """Read a fill-job YAML (``kind: fill_job``): measured units (``unit_time_s``, a
+    :class:`FillJob`) or a model priced by the cost model (``model``, ``mode``, a
+    :class:`planner.outputs.fill_jobs.ModelFillJob`)."""
     p = Path(path)
     r = Reader(read_document(p), str(p))
     check_header(r, "fill_job")
+    if "model" in r.data:
+        from planner.outputs.fill_jobs import load_model_fill_job
+
+        model_job = load_model_fill_job(r)
+        r.get("description", str, "")
+        r.done()
+        return model_job
     job = FillJob(
         name=r.get("name", str),
         unit_time_s=r.get("unit_time_s", float, positive=True),
@@ -247,10 +259,33 @@ class Fill:
     """Worst-case main-job slowdown if window durations are off by ``duration_error``."""
     reason: str = ""
     """Why no unit fits (empty when some do): the window, time or memory that limits it."""
+    tasks_per_s: float = 0.0
+    """Model fill jobs: whole tasks (inference batches, training steps) per second, all GPUs."""
+    memory_modes: tuple[str, ...] = ()
+    """Model fill jobs, per stage: ``resident``, ``offloaded`` or ``none``."""
 
 
-def fit_fill_job(b: Budget, job: FillJob, max_slowdown: float = 0.02) -> Fill:
-    """Pack ``job`` into every window of ``b``, keeping the slowdown bound under ``max_slowdown``."""
+def fit_fill_job(b: Budget, job, max_slowdown: float | None = 0.02) -> Fill:
+    """Pack ``job`` into every window of ``b``, keeping the slowdown bound under ``max_slowdown``
+    (None: no cap; the bound is only computed). A model fill job is packed piece by piece
+    (:func:`planner.outputs.fill_jobs.fit_model_fill_job`)."""
+    if not isinstance(job, FillJob):
+        from planner.outputs.fill_jobs import fit_model_fill_job
+
+        fit = fit_model_fill_job(b, job, max_slowdown)
+        idle = sum(st.idle_s * st.devices_per_stage for st in b.stages)
+        t = b.iteration_time_s
+        return Fill(
+            job=job,
+            units_per_window=fit.pieces_per_window,
+            units_per_iteration=fit.pieces,
+            fill_throughput_units_per_s=fit.pieces / t if t else 0.0,
+            bubble_time_used_fraction=min(1.0, fit.used_s / idle) if idle else 0.0,
+            slowdown_bound=fit.slowdown_bound,
+            reason=fit.reason,
+            tasks_per_s=fit.tasks / t if t else 0.0,
+            memory_modes=fit.memory_modes,
+        )
     a = b.assumptions
     placed: list[list[int]] = []
     for si, st in enumerate(b.stages):
@@ -275,7 +310,7 @@ def fit_fill_job(b: Budget, job: FillJob, max_slowdown: float = 0.02) -> Fill:
         return total / b.iteration_time_s if b.iteration_time_s else 0.0
 
     # Shrink the fullest windows first until the bound holds (deterministic order).
-    while bound() > max_slowdown:
+    while max_slowdown is not None and bound() > max_slowdown:
         candidates = [
             (placed[si][wi] * job.unit_time_s / b.stages[si].windows[wi].duration_s, si, wi)
             for si, st in enumerate(b.stages)
@@ -299,7 +334,7 @@ def fit_fill_job(b: Budget, job: FillJob, max_slowdown: float = 0.02) -> Fill:
         fill_throughput_units_per_s=units / b.iteration_time_s if b.iteration_time_s else 0.0,
         bubble_time_used_fraction=used / idle if idle else 0.0,
         slowdown_bound=bound(),
-        reason="" if units else no_fit_reason(b, job, max_slowdown),
+        reason="" if units else no_fit_reason(b, job, 0.0 if max_slowdown is None else max_slowdown),
     )
 
 
@@ -431,4 +466,9 @@ def fill_dict(f: Fill) -> dict:
         "slowdown_bound": f.slowdown_bound,
         "units_per_window": [list(row) for row in f.units_per_window],
         "reason": f.reason,
+        **(
+            {"tasks_per_s": f.tasks_per_s, "memory_modes": list(f.memory_modes)}
+            if not isinstance(f.job, FillJob)
+            else {}
+        ),
     }
