@@ -182,6 +182,17 @@ def test_a_study_on_the_command_line(run_cli, tmp_path):
     assert list(rows[0])[:5] == ["model", "global_batch_size", "seq_length", "tokens", "cluster"]
     assert [r["model"] for r in rows] == ["gpt-1.7b"] * 3 + ["llama2-7b"] * 3
     assert float(rows[3]["tokens"]) == 1e12 and rows[3]["tp"] == str(pts[3]["tp"])
+    # the best plan's prediction interval: whole in the JSON, its bounds in the CSV
+    for p, row in zip(pts, rows, strict=True):
+        assert p["prediction_interval"]["level"] == 0.8 and row["interval_level"] == "0.8"
+        low, high = float(row["tokens_per_s_low"]), float(row["tokens_per_s_high"])
+        assert low < float(row["tokens_per_s"]) < high
+        assert (
+            float(row["days_to_train_low"]) < float(row["days_to_train"]) < float(row["days_to_train_high"])
+        )
+        assert low == pytest.approx(
+            p["prediction_interval"]["tokens_per_s_per_gpu"][0] * p["num_gpus"], rel=1e-3
+        )
     svg = svg_path.read_text()
     assert svg.count("<polyline") == 4 and ">llama2-7b dgx-a100</text>" in svg
     # the table, from the journal kept beside the CSV (nothing recomputed)
@@ -396,7 +407,8 @@ def test_resume_after_a_killed_run(tmp_path):
 def test_the_local_engine_never_imports_ray(run_cli, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "ray", None)  # any "import ray" raises ImportError
     args = ("sweep", "-m", "gpt-1.7b", "-c", "dgx-h100", "-n", "1", "-b", "16", "-s", "1024")
-    assert run_cli(*args, "--engine", "local", "--json").exit_code == 0
+    r = run_cli(*args, "--engine", "local", "--json")
+    assert r.exit_code == 0 and "prediction_interval" not in r.stdout  # a sweep of flags: as before
     r = run_cli(*args, "--engine", "ray")
     assert r.exit_code == 1 and r.stdout == ""
     assert r.stderr == "error: --engine ray needs Ray, which is not installed: pip install 'planner[ray]'\n"

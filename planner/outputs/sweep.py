@@ -68,6 +68,10 @@ class SweepTask:
     """The software profile (:mod:`planner.profiles.software`; resolved, never None)."""
     fp8_recipe: str | None = None
     """``JobSpec.fp8_recipe`` (None: the default)."""
+    interval: bool = False
+    """Whether the row carries its best plan's ``prediction_interval``
+    (:func:`planner.outputs.views.prediction_interval_dict`); a study's rows do, a sweep of flags
+    keeps the rows it always had."""
 
 
 def run_point(task: SweepTask) -> dict:
@@ -122,6 +126,10 @@ def run_point(task: SweepTask) -> dict:
     )
     if task.target is not None:
         row.update(training_cost(est.tokens_per_s, best.cluster, task.target).as_dict())
+    if task.interval:
+        from planner.outputs.views import prediction_interval_dict
+
+        row["prediction_interval"] = prediction_interval_dict(problem, est, task.restrictions.framework)
     return row
 
 
@@ -304,7 +312,7 @@ INTERVAL_COLUMNS = (
     "interval_level",
 )
 """The bounds of a row's ``prediction_interval`` (:func:`interval_cells`), after the point's
-figures, in a study's CSV whose rows carry one."""
+figures, in a study's CSV (whose rows carry one, :attr:`SweepTask.interval`)."""
 
 
 def sweep_csv(rows: list[dict], study: bool = False) -> str:
@@ -329,13 +337,12 @@ def sweep_csv(rows: list[dict], study: bool = False) -> str:
 
 
 def interval_cells(row: dict) -> dict:
-    """A row's :data:`INTERVAL_COLUMNS` from its ``prediction_interval`` (the shape of an
-    estimate's: ``level`` and ``tokens_per_s_per_gpu: [low, high]``), scaled to the whole cluster's
-    tokens/s and, with a token budget, to days (more tokens/s, fewer days); {} without one.
+    """A row's :data:`INTERVAL_COLUMNS` from its ``prediction_interval`` (an estimate's: ``level``
+    and ``tokens_per_s_per_gpu: [low, high]``, :func:`planner.outputs.views.prediction_interval_dict`),
+    scaled to the whole cluster's tokens/s and, with a token budget, to days (more tokens/s, fewer
+    days), rounded as every prediction is; {} without one."""
+    from planner.inputs.validation import rounded
 
-    The extension point for prediction intervals: no row carries one yet. Once an estimate has a
-    ``prediction_interval`` (issue 53), :func:`run_point` copies it into its row (as it copies
-    the step time) and these columns fill, with no other change here."""
     interval = row.get("prediction_interval")
     if not interval or not row.get("feasible"):
         return {}
@@ -349,7 +356,7 @@ def interval_cells(row: dict) -> dict:
         per_gpu = row["tokens_per_s_per_gpu"]
         out["days_to_train_low"] = row["days_to_train"] * per_gpu / high
         out["days_to_train_high"] = row["days_to_train"] * per_gpu / low
-    return out
+    return rounded(out)
 
 
 def _cell(v) -> str:

@@ -325,6 +325,7 @@ def study_tasks(study: Study) -> list[SweepTask]:
                             target,
                             software,
                             study.fp8_recipe,
+                            interval=True,
                         )
                     )
     return tasks
