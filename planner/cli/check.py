@@ -50,6 +50,14 @@ def check(
         str,
         typer.Option("--format", help="text or github (Actions annotations).", rich_help_panel=PANEL_OUTPUT),
     ] = "text",
+    vocab_size: Annotated[
+        int | None,
+        typer.Option(
+            "--vocab-size",
+            help="Vocabulary of a Megatron-LM launch that gives no --vocab-size and names no known tokenizer.",
+            rich_help_panel="Checks",
+        ),
+    ] = None,
     profile: ProfileOpt = None,
     software: SoftwareOpt = None,
     as_json: JsonOpt = False,
@@ -66,6 +74,8 @@ def check(
     _finite(headroom_gib=headroom_gib, max_slowdown=max_slowdown or 0.0)
     if headroom_gib < 0 or (max_slowdown is not None and max_slowdown < 0):
         raise UsageError("--headroom-gib and --max-slowdown must not be negative")
+    if vocab_size is not None and vocab_size < 1:
+        raise UsageError(f"--vocab-size must be a positive integer, got {vocab_size}")
     from planner.profiles.calibrated import read_profile
     from planner.profiles.software import BASE, check_software, configure
 
@@ -85,7 +95,9 @@ def check(
     else:
         spec = load_cluster(cluster, nodes)
         configure(spec, name or BASE, prof)  # a profile for another GPU type: an error here, exit 1
-    verdicts = [check_file(str(p), spec, headroom_gib * 2**30, max_slowdown, prof, name) for p in configs]
+    verdicts = [
+        check_file(str(p), spec, headroom_gib * 2**30, max_slowdown, prof, name, vocab_size) for p in configs
+    ]
     if as_json:
         _emit_json(
             {

@@ -30,7 +30,9 @@ from planner.inputs.errors import ConfigError, SpecError
 from planner.inputs.job_spec import DTYPES, FP8_RECIPES, MOE_DISPATCHERS, JobSpec
 from planner.inputs.jobs import cuda_graph_scope
 from planner.inputs.model_spec import ModelSpec
+from planner.inputs.validation import check_number, limit
 from planner.launch.megatron.arguments import Arguments, megatron_words, read_arguments
+from planner.launch.megatron.tokenizers import TABLE, known_vocabulary, padded_vocabulary
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,15 +162,19 @@ def _optimizer_dtypes(flags: dict, at) -> tuple[str, str]:
     return master, avg
 
 
-def parse_megatron(text: str, where: str, world_size: int | None = None) -> Imported:
-    """Read Megatron flags from an args file or a launch script."""
+def parse_megatron(
+    text: str, where: str, world_size: int | None = None, vocab_size: int | None = None
+) -> Imported:
+    """Read Megatron flags from an args file or a launch script; ``vocab_size`` (``planner check
+    --vocab-size``) is the vocabulary of a launch that gives neither --vocab-size nor
+    --padded-vocab-size (see :func:`_vocabulary`)."""
     try:
         words, env, is_script = megatron_words(text)
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
     args = read_arguments(words, where)
     _require(args)
-    model = _model(args)
+    model = _model(args, vocab_size)
     tp, pp, cp = (
         args.num("--tensor-model-parallel-size", 1),
         args.num("--pipeline-model-parallel-size", 1),
@@ -228,7 +234,7 @@ def _require(args: Arguments) -> None:
             raise SpecError(f"{args.where}: missing {req} (needed to plan; Megatron requires it too)")
 
 
-def _model(args: Arguments) -> ModelSpec:
+def _model(args: Arguments, vocab_size: int | None = None) -> ModelSpec:
     """The model section: shape, attention, embeddings and experts, with Megatron's defaults (the
     ffn size 4h, or 8h/3 rounded down to a multiple of 64 with --swiglu; arguments.py)."""
     flags, num, at, where = args.flags, args.num, args.at, args.where
@@ -237,14 +243,7 @@ def _model(args: Arguments) -> ModelSpec:
     ffn_default = int((4 * h * 2 / 3) / 64) * 64 if gated else 4 * h
     groups = num("--num-query-groups", 1) if "--group-query-attention" in flags else heads
     experts = num("--num-experts", 0) or 0
-    vocab = num("--padded-vocab-size") or num("--vocab-size")
-    if vocab is None:
-        tokenizer = flags.get("--tokenizer-type") or "GPT2BPETokenizer (the default)"
-        raise SpecError(
-            f"{where}: the vocabulary size cannot be known: the tokenizer ({tokenizer}) is read at "
-            "launch, not by planner; add --vocab-size N with the tokenizer's vocabulary size "
-            "(e.g. 128256 for Llama 3)"
-        )
+    vocab = _vocabulary(args, vocab_size)
     seq = num("--seq-length")
     position = flags.get("--position-embedding-type") or (
         "rope" if "--use-rotary-position-embeddings" in flags else "learned_absolute"
@@ -381,6 +380,41 @@ def parse_layout(text: str) -> list[str]:
     s = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * min(int(m.group(2)), 100_000), s)
     s = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * min(int(m.group(2)), 100_000), s)
     return s.split("|")
+
+
+def _vocabulary(args: Arguments, given: int | None) -> int:
+    """The vocabulary the embedding is sized for: the launch's ``--padded-vocab-size`` or
+    ``--vocab-size`` (as given); else ``given`` (``planner check --vocab-size``, as given); else the
+    tokenizer the launch names, from the cited table (:mod:`.tokenizers`), padded as Megatron pads
+    it. A ``given`` size that disagrees with the launch's own is an error naming both."""
+    own_flag = "--padded-vocab-size" if args.flags.get("--padded-vocab-size") else "--vocab-size"
+    own = args.num(own_flag)
+    if own is not None:
+        if given is not None and given != own:
+            raise SpecError(
+                f"{args.at(own_flag)}: the launch sets {own_flag} {own}, but --vocab-size {given} was given "
+                "to check; drop one of them"
+            )
+        return own
+    if given is not None:
+        check_number(
+            given, args.where, "--vocab-size", integer=True, positive=True, maximum=limit("vocab_size")
+        )
+        return given
+    tokenizer, model = args.flags.get("--tokenizer-type"), args.flags.get("--tokenizer-model")
+    known = known_vocabulary(tokenizer, model)
+    if known is None:
+        named = " ".join(
+            f"{f} {v}" for f, v in (("--tokenizer-type", tokenizer), ("--tokenizer-model", model)) if v
+        )
+        raise SpecError(
+            f"{args.where}: the vocabulary size cannot be known: the tokenizer "
+            f"({named or 'none named'}) is not in planner's "
+            f"table ({TABLE.name}); add --vocab-size N with the tokenizer's vocabulary size to the "
+            "launch, or pass planner check --vocab-size N (e.g. 128256 for Llama 3)"
+        )
+    divisible = args.num("--make-vocab-size-divisible-by", 128)
+    return padded_vocabulary(known[0], divisible, args.num("--tensor-model-parallel-size", 1))
 
 
 def _pipeline(args: Arguments, num_layers: int, pp: int) -> tuple[int, tuple[int, ...]]:
