@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import inspect
 import sys
+import warnings
 
+import numpy
 import typer
 
 from planner.cli.root import _state, app
-from planner.inputs.errors import PlannerError
+from planner.inputs.errors import PlannerError, UsageError
+from planner.inputs.validation import printable
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,13 +31,19 @@ def main(argv: list[str] | None = None) -> int:
     typer may use its own vendored click, so click's exceptions are recognised by their shape
     (``exit_code`` and ``show``) rather than by class.
     """
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        result = app(args=argv, standalone_mode=False)
+        _refuse_empty_values(args)
+        # numpy's floating-point warnings never reach stderr ahead of the one-line error: a
+        # non-finite result is refused at the JSON edge (planner.inputs.validation.clean) instead.
+        with numpy.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            result = app(args=args, standalone_mode=False)
         return int(result or 0)
     except PlannerError as exc:
         if _state["debug"]:
             raise
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write(f"error: {printable(str(exc))}\n")
         return exc.exit_code
     except typer.Exit as exc:
         return int(getattr(exc, "exit_code", 0) or 0)
@@ -51,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         if code is not None and callable(getattr(exc, "show", None)):
             message = ""
             if callable(getattr(exc, "format_message", None)) and type(exc).__name__ != "NoArgsIsHelpError":
-                message = " ".join(str(exc.format_message()).split())
+                message = printable(" ".join(str(exc.format_message()).split()))
             if _state["debug"] or not message:
                 exc.show()  # help for a bare command
             else:
@@ -59,6 +68,27 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stderr.write(f"error: {message} (see --help)\n")
             return int(code)
         raise
+
+
+def _refuse_empty_values(args: list[str]) -> None:
+    """An empty value is an error, never "not given": ``--framework ''``, ``--out ''``, an empty
+    argument, or a comma-separated list with an empty item (``-c dgx-h100,,``). No planner option
+    or argument takes an empty value: names, paths, numbers and lists all have characters."""
+    for i, arg in enumerate(args):
+        flag, value = None, arg
+        if arg.startswith("--") and "=" in arg:
+            flag, value = arg.split("=", 1)
+        elif i > 0 and args[i - 1].startswith("-") and args[i - 1] != "-":
+            flag = args[i - 1]
+        what = f"{flag}" if flag else "an argument"
+        if not value.strip():
+            raise UsageError(
+                f"{printable(what)}: an empty value is not allowed; give a value or leave it out"
+            )
+        if "," in value and any(not item.strip() for item in value.split(",")):
+            raise UsageError(
+                f"{printable(what)} '{printable(value)}': an empty item in a comma-separated list is not allowed"
+            )
 
 
 def entry() -> None:

@@ -73,6 +73,7 @@ from planner.cli.root import app
 from planner.inputs.errors import UsageError
 from planner.inputs.files import write_text_atomic
 from planner.inputs.graph_model import GraphModelSpec
+from planner.inputs.validation import check_flag
 from planner.outputs import views
 
 
@@ -81,9 +82,23 @@ def _config(
 ):
     from cost_models.parallel import OPTIMIZER_SHARDING, RECOMPUTE, SCHEDULES, ParallelConfig
 
-    recompute = recompute or "none"
-    optimizer_sharding = optimizer_sharding or "distributed"
-    vpp = vpp or (2 if schedule == "zb-v" else 1)  # ZB-V runs exactly two chunks per rank
+    # A flag given 0 or -0 is an error, never "not given" (planner.inputs.validation.check_flag).
+    for value, flag, key in (
+        (tp, "--tp", "tp"),
+        (pp, "--pp", "pp"),
+        (cp, "--cp", "cp"),
+        (ep, "--ep", "ep"),
+        (vpp, "--vpp", "vpp"),
+        (mbs, "--micro-batch-size", "micro_batch_size"),
+    ):
+        check_flag(value, flag, key, integer=True)
+    check_flag(
+        recompute_num_layers, "--recompute-num-layers", "recompute_num_layers", integer=True, positive=False
+    )
+    recompute = "none" if recompute is None else recompute
+    optimizer_sharding = "distributed" if optimizer_sharding is None else optimizer_sharding
+    if vpp is None:
+        vpp = 2 if schedule == "zb-v" else 1  # ZB-V runs exactly two chunks per rank
     for value, allowed, flag in (
         (recompute, RECOMPUTE, "--recompute"),
         (optimizer_sharding, OPTIMIZER_SHARDING, "--optimizer-sharding"),
@@ -102,7 +117,7 @@ def _config(
         vpp=vpp,
         micro_batch_size=mbs or 1,
         recompute=recompute,
-        recompute_num_layers=recompute_num_layers or 0,
+        recompute_num_layers=recompute_num_layers or 0,  # None: not given (0 = every layer)
         sequence_parallel=True if sequence_parallel is None else sequence_parallel,
         optimizer_sharding=optimizer_sharding,
         schedule=schedule,
@@ -200,22 +215,21 @@ def _estimate(opts: dict):
         **_runtime(opts),
     )
     _software_note(problem, bool(opts.get("quiet")))
+    check_flag(split[1], "--decoder-first-pipeline-num-layers", "num_layers", integer=True, positive=False)
+    check_flag(split[2], "--decoder-last-pipeline-num-layers", "num_layers", integer=True, positive=False)
     config = _with_split(_config(*flags), problem.model, *split[:3])
     if split[3] is not None:
-        if split[3] < 1:
-            raise UsageError(f"--fsdp-shard must be >= 1, got {split[3]}")
+        check_flag(split[3], "--fsdp-shard", "fsdp_shard", integer=True)
         config = config.with_(fsdp_shard=split[3])
     if split[4] is not None:
-        if split[4] < 0:
-            raise UsageError(f"--offload-layers must be >= 0, got {split[4]}")
+        check_flag(split[4], "--offload-layers", "offload_layers", integer=True, positive=False)
         if isinstance(problem.model, GraphModelSpec):
             raise UsageError("--offload-layers applies to chain models (Megatron's decoder layers)")
         config = config.with_(offload_layers=split[4])
     if split[5] is not None:
         config = config.with_(recompute_modules=_selective_modules(split[5], config))
     if split[6] is not None:
-        if split[6] < 1:
-            raise UsageError(f"--optimizer-instances must be >= 1, got {split[6]}")
+        check_flag(split[6], "--optimizer-instances", "optimizer_instances", integer=True)
         config = config.with_(optimizer_instances=split[6])
     if split[7] is not None:
         from cost_models.parallel import RANK_ORDERS
@@ -398,6 +412,7 @@ def timeline(
     from planner.outputs.timeline_svg import timeline_svg
     from planner.outputs.trace import trace_json
 
+    check_flag(width, "--width", "width", integer=True)
     problem, est = _estimate(locals())
     tl = est.timeline
     schedule = "graph-1f1b" if problem.stage_graph is not None else est.config.schedule
@@ -527,6 +542,12 @@ def bubbles(
         raise UsageError(
             "--safety-margin must be in [0, 1); --switch-overhead-s, --min-slice-s and --max-slowdown must be >= 0"
         )
+    for value, flag, key in (
+        (switch_overhead, "--switch-overhead-s", "switch_overhead_s"),
+        (min_slice, "--min-slice-s", "min_slice_s"),
+        (max_slowdown, "--max-slowdown", "max_slowdown"),
+    ):
+        check_flag(value, flag, key, positive=False)
     problem, est = _estimate(locals())
     b = bub.budget(
         est,

@@ -64,6 +64,7 @@ from planner.cli.root import app
 from planner.inputs.errors import UsageError
 from planner.inputs.files import write_text_atomic
 from planner.inputs.graph_model import GraphModelSpec
+from planner.inputs.validation import check_flag
 from planner.outputs import graph_views as graph_api
 from planner.outputs import views
 from planner.outputs.costing import DEFAULT_NODE_POWER_OVERHEAD
@@ -287,8 +288,7 @@ def _restrictions(opts: dict):
     name the flag."""
     from cost_models.parallel import OPTIMIZER_SHARDING, RANK_ORDERS, RECOMPUTE, SCHEDULES
 
-    if opts["top"] < 1:
-        raise UsageError("--top must be at least 1")
+    check_flag(opts["top"], "--top", "top", integer=True)  # 1 to 100 (planner.inputs.validation)
     rec = _words(opts["recompute"], "--recompute", RECOMPUTE)
     if opts["no_recompute"]:
         if rec not in (None, ("none",)):

@@ -33,6 +33,7 @@ from planner.cli.options import (
 from planner.cli.root import app
 from planner.inputs.errors import PlannerError, UsageError
 from planner.inputs.files import write_text_atomic
+from planner.inputs.validation import check_flag
 from planner.outputs import views
 from planner.outputs.costing import DEFAULT_NODE_POWER_OVERHEAD
 
@@ -67,11 +68,11 @@ SweepFrameworkOpt = Annotated[
     typer.Option("--framework", help="Target framework (as planner search).", rich_help_panel=PANEL_SPACE),
 ]
 JobsOpt = Annotated[
-    int,
+    int | None,
     typer.Option(
         "--jobs",
         "-j",
-        help="Points searched in parallel (default: local cores).",
+        help="Points searched in parallel (default: local cores; with Ray, no cap).",
         rich_help_panel=PANEL_OUTPUT,
     ),
 ]
@@ -165,7 +166,7 @@ def sweep(
     headroom_gib: HeadroomOpt = api.HEADROOM_GIB_DEFAULT,
     framework: SweepFrameworkOpt = "megatron",
     software: SoftwareOpt = None,
-    jobs: JobsOpt = 0,
+    jobs: JobsOpt = None,
     engine: EngineOpt = "local",
     ray_address: RayAddressOpt = None,
     resume: ResumeOpt = False,
@@ -220,7 +221,7 @@ def _run(opts: dict, tasks: list, journal_path: Path | None, progress) -> list[d
             _phase(progress, _searching(left, engine, min(processes, left)))
         return run_sweep(
             tasks,
-            jobs if engine == "ray" else processes,
+            (jobs or 0) if engine == "ray" else processes,
             progress,
             engine=engine,
             ray_address=opts["ray_address"],
@@ -247,8 +248,7 @@ def _check_engine(opts: dict) -> Path | None:
         raise UsageError(f"--engine {opts['engine']!r} is not allowed; allowed values: {', '.join(ENGINES)}")
     if opts["ray_address"] is not None and opts["engine"] != "ray":
         raise UsageError("--ray-address needs --engine ray")
-    if opts["jobs"] < 0:
-        raise UsageError("--jobs must be at least 1")
+    check_flag(opts["jobs"], "--jobs", "jobs", integer=True)  # 1 to 1,024 (planner.inputs.validation)
     path = opts["journal"] if opts["journal"] is not None else default_journal(opts["csv_out"])
     if opts["resume"] and path is None:
         raise UsageError("--resume needs a journal: give --journal FILE, or the --csv FILE it is kept beside")

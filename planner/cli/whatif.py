@@ -6,7 +6,6 @@ at the bottom of :mod:`planner.cli.app`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
@@ -17,6 +16,7 @@ from planner.cli.common import _emit_json, _print
 from planner.cli.options import JsonOpt, SoftwareOpt
 from planner.cli.root import app
 from planner.inputs.errors import UsageError
+from planner.inputs.validation import check_flag
 
 PlanArg = Annotated[Path, typer.Argument(help="A plan file (from planner search --out).")]
 
@@ -31,11 +31,6 @@ def load_plan_inputs(path: Path, software: str | None = None):
     inputs = read_plan(path, check_software(software) if software is not None else None)
     healthy = api.estimate_config(api.Problem(inputs.model, inputs.cluster, inputs.job), inputs.config)
     return replace(inputs, config=healthy.config), healthy
-
-
-def _positive(value: float | None, flag: str) -> None:
-    if value is not None and (not math.isfinite(value) or value <= 0):
-        raise UsageError(f"{flag} must be a positive number, got {value}")
 
 
 @app.command()
@@ -62,10 +57,11 @@ def whatif(
     from planner.resilience.strategies import whatif as run_whatif
     from planner.resilience.views import whatif_dict
 
-    if (fail_gpus > 0) == (fail_nodes > 0) or fail_gpus < 0 or fail_nodes < 0:
+    check_flag(fail_gpus, "--fail-gpus", "fail_gpus", integer=True, positive=False)
+    check_flag(fail_nodes, "--fail-nodes", "fail_nodes", integer=True, positive=False)
+    if (fail_gpus > 0) == (fail_nodes > 0):
         raise UsageError("give exactly one of --fail-gpus K or --fail-nodes K, with K >= 1")
-    if headroom_gib is not None and (not math.isfinite(headroom_gib) or headroom_gib < 0):
-        raise UsageError("--headroom-gib must not be negative")
+    check_flag(headroom_gib, "--headroom-gib", "headroom_gib", positive=False)
     inputs, healthy = load_plan_inputs(plan, software)
     headroom = (
         headroom_gib * 2**30
@@ -127,19 +123,19 @@ def goodput(
     from planner.resilience.spares import plan_goodput
     from planner.resilience.views import goodput_dict
 
-    for value, flag in (
-        (run_days, "--run-days"),
-        (gpu_failure_rate, "--gpu-failure-rate"),
-        (storage_write_gbps, "--storage-write-gbps"),
-        (storage_read_gbps, "--storage-read-gbps"),
-        (repair_h, "--repair-hours"),
-        (checkpoint_interval_s, "--checkpoint-interval-s"),
+    # One rule for every quantity (planner.inputs.validation): finite, positive, within what a
+    # real run could have; --restart-s and --spares may be 0.
+    for value, flag, key in (
+        (run_days, "--run-days", "run_days"),
+        (gpu_failure_rate, "--gpu-failure-rate", "gpu_failure_rate_per_h"),
+        (storage_write_gbps, "--storage-write-gbps", "storage_gb_per_s"),
+        (storage_read_gbps, "--storage-read-gbps", "storage_gb_per_s"),
+        (repair_h, "--repair-hours", "repair_h"),
+        (checkpoint_interval_s, "--checkpoint-interval-s", "checkpoint_interval_s"),
     ):
-        _positive(value, flag)
-    if restart_s is not None and (not math.isfinite(restart_s) or restart_s < 0):
-        raise UsageError(f"--restart-s must not be negative, got {restart_s}")
-    if spares is not None and spares < 0:
-        raise UsageError(f"--spares must not be negative, got {spares}")
+        check_flag(value, flag, key)
+    check_flag(restart_s, "--restart-s", "restart_s", positive=False)
+    check_flag(spares, "--spares", "spares", integer=True, positive=False)
     fm = failure_model(
         run_days,
         gpu_failure_rate,
@@ -174,8 +170,8 @@ def failure_model(
     given = {
         "run_days": run_days,
         "gpu_failure_rate_per_h": gpu_failure_rate,
-        "checkpoint_write_bytes_per_s": storage_write_gbps * 1e9 if storage_write_gbps else None,
-        "checkpoint_read_bytes_per_s": storage_read_gbps * 1e9 if storage_read_gbps else None,
+        "checkpoint_write_bytes_per_s": storage_write_gbps * 1e9 if storage_write_gbps is not None else None,
+        "checkpoint_read_bytes_per_s": storage_read_gbps * 1e9 if storage_read_gbps is not None else None,
         "restart_s": restart_s,
         "repair_h": repair_h,
         "checkpoint_interval_s": checkpoint_interval_s,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -76,18 +77,20 @@ LIMITS: dict[str, tuple[float, str]] = {
     "num_nodes": (1_000_000, "the largest clusters built have about 100k GPUs, 10k-50k nodes"),
     "gpus_per_node": (100_000, "nodes hold 4-8 GPUs; rack-scale NVLink domains reach 72-576"),
     "nvlink_domain_size": (100_000, "NVLink domains reach 72 (GB200 NVL72) to 576 GPUs"),
-    "memory_gib": (1_000_000.0, "GPU memories are 16-288 GiB"),
+    "memory_gib": (10_000.0, "GPU memories are 16-288 GiB (B300: 288 GB)"),
     "memory_reserve_gib": (1_000_000.0, "at most memory_gib"),
-    "hbm_bandwidth_gb_per_s": (1e7, "HBM bandwidths are 0.9-8 TB/s"),
-    "intra_node_bandwidth_gb_per_s": (1e7, "NVLink 5 is 900 GB/s per direction per GPU"),
-    "inter_node_bandwidth_gb_per_s": (1e7, "NICs are 25-100 GB/s per GPU"),
+    "hbm_bandwidth_gb_per_s": (1e5, "HBM bandwidths are 0.9-8 TB/s"),
+    "gemm_stream_gb_per_s": (1e5, "as hbm_bandwidth_gb_per_s"),
+    "host_link_gb_per_s": (1e4, "PCIe 5 x16 carries 64 GB/s per direction, NVLink-C2C 450 GB/s"),
+    "intra_node_bandwidth_gb_per_s": (1e5, "NVLink 5 is 900 GB/s per direction per GPU"),
+    "inter_node_bandwidth_gb_per_s": (1e4, "NICs are 25-100 GB/s per GPU (800 Gb/s: 100 GB/s)"),
     "intra_node_latency_us": (1e6, "link latencies are microseconds; one second is a broken link"),
     "inter_node_latency_us": (1e6, "as intra_node_latency_us"),
     "intra_node_efficiency": (1.0, "a fraction of the link's bandwidth"),
     "link_bandwidth_gb_per_s": (1e4, "one NVLink link carries 20-50 GB/s per direction"),
     "nvlink_links": (18, "a GPU has at most 18 NVLink links (H100, B200)"),
     "inter_node_efficiency": (1.0, "a fraction of the link's bandwidth"),
-    "host_memory_gb": (1e6, "nodes hold 0.5-4 TB of system memory"),
+    "host_memory_gb": (1e5, "nodes hold 0.5-4 TB of system memory"),
     "gemm_efficiency_max": (1.0, "a fraction of the peak"),
     "attention_efficiency": (1.0, "a fraction of the peak"),
     "hbm_efficiency": (1.0, "a fraction of the peak bandwidth"),
@@ -96,7 +99,15 @@ LIMITS: dict[str, tuple[float, str]] = {
     "kernel_overhead_us": (1e6, "launch overheads are microseconds"),
     "host_launch_us": (1e6, "a kernel launch takes microseconds"),
     "grouped_gemm_efficiency": (1.0, "a fraction of a dense GEMM's speed"),
-    "bf16": (1e9, "TFLOP/s: the fastest GPUs are about 2.5-5 PFLOP/s dense"),
+    "comm_overlap_slowdown": (1.0, "compute time added per second of hidden communication: a fraction"),
+    "forward": (100.0, "a kernel's speed relative to the GPU's fused attention: fitted values are 0.5-2"),
+    "backward": (100.0, "as forward"),
+    "local_forward": (100.0, "as forward"),
+    "local_backward": (100.0, "as forward"),
+    "sm_count": (10_000, "GPUs have 80-304 SMs or CUs (V100: 80, H100 SXM: 132, MI300X: 304)"),
+    "tdp_w": (100_000.0, "GPUs draw 300-1,400 W (GB300: 1,400 W)"),
+    "gpu_hour_price_usd": (10_000.0, "cloud GPU-hours cost 1-15 USD"),
+    "bf16": (1e5, "TFLOP/s: the fastest GPUs are about 2.5-5 PFLOP/s dense"),
     "fp16": (1e9, "as bf16"),
     "fp8": (1e9, "as bf16"),
     "tf32": (1e9, "as bf16"),
@@ -106,6 +117,12 @@ LIMITS: dict[str, tuple[float, str]] = {
         for k in ("tp", "pp", "dp", "cp", "ep", "etp")
     },
     "vpp": (10_000, "at most num_layers"),
+    "fsdp_shard": (_WORLD, "at most the number of GPUs in the largest cluster"),
+    "optimizer_instances": (_WORLD, "at most the number of GPUs in the largest cluster"),
+    "pipelines": (_WORLD, "at most the number of GPUs in the largest cluster"),
+    "num_stages": (_WORLD, "at most the number of GPUs in the largest cluster"),
+    "replicas": (_WORLD, "at most the number of GPUs in the largest cluster"),
+    "first_layer": (10_000, "at most num_layers"),
     "recompute_num_layers": (10_000, "at most num_layers"),
     "offload_layers": (10_000, "fewer than num_layers"),
     # Graph-model generic blocks.
@@ -122,9 +139,106 @@ LIMITS: dict[str, tuple[float, str]] = {
 }
 
 
+# Profile parameters (planner.profiles.params) share the bounds of what they set.
+LIMITS.update(
+    {
+        "nvlink_bus_bandwidth_gb_per_s": LIMITS["intra_node_bandwidth_gb_per_s"],
+        "network_bus_bandwidth_gb_per_s": LIMITS["inter_node_bandwidth_gb_per_s"],
+        "nvlink_latency_us": LIMITS["intra_node_latency_us"],
+        "network_latency_us": LIMITS["inter_node_latency_us"],
+    }
+)
+
+# Command-line quantities without a file key (goodput, bubble fill, output sizes): (bound, why).
+LIMITS.update(
+    {
+        "run_days": (3650.0, "training runs last weeks to months (Llama 3 405B: 54 days); ten years"),
+        "gpu_failure_rate_per_h": (
+            0.01,
+            "500 times the Llama 3 run's 1.97e-5 per GPU-hour; a GPU failing every 100 hours is broken",
+        ),
+        "storage_gb_per_s": (
+            1e5,
+            "the fastest file systems sustain 2-10 TB/s (Llama 3's Tectonic: 2 TB/s, 7 TB/s peak)",
+        ),
+        "restart_s": (1e6, "relaunches take minutes; 1e6 s is 12 days"),
+        "repair_h": (8760.0, "a failed node is back within days; one year"),
+        "checkpoint_interval_s": (1e8, "intervals are minutes to hours; 1e8 s is three years"),
+        "spares": (1_000_000, "at most num_nodes"),
+        "switch_overhead_s": (1e3, "a context switch takes milliseconds; iterations take seconds"),
+        "min_slice_s": (1e3, "as switch_overhead_s"),
+        "safety_margin": (1.0, "a fraction of each window"),
+        "max_slowdown": (100.0, "a bound on the main job's relative slowdown (0.02 = 2%)"),
+        "headroom_gib": (10_000.0, "at most memory_gib"),
+        "width": (10_000, "characters per row of a terminal chart (terminals are 80-400 wide)"),
+        "top": (
+            100,
+            "distinct plans returned, each estimated and written out in full: 100 take about 6 s, "
+            "1,000 about 2 minutes (Llama 3 8B on 64 H100s)",
+        ),
+        "jobs": (1_024, "parallel worker processes; machines have at most a few hundred cores"),
+        "fail_gpus": (_WORLD, "at most the number of GPUs in the largest cluster"),
+        "fail_nodes": (1_000_000, "at most num_nodes"),
+    }
+)
+
+MINIMA: dict[str, tuple[float, str]] = {
+    "memory_gib": (1.0, "the smallest GPUs that train models hold 2-4 GB (Jetson Nano: 4 GB)"),
+    "bf16": (0.1, "TFLOP/s: a Jetson Nano (2019) reaches 0.47 TFLOP/s FP16; datacenter GPUs 100-5,000"),
+    "fp16": (0.1, "as bf16"),
+    "fp8": (0.1, "as bf16"),
+    "tf32": (0.1, "as bf16"),
+    "hbm_bandwidth_gb_per_s": (10.0, "a Jetson Nano's LPDDR4 carries 25.6 GB/s; HBM 0.9-8 TB/s"),
+    "gemm_stream_gb_per_s": (10.0, "as hbm_bandwidth_gb_per_s"),
+    "host_link_gb_per_s": (0.1, "PCIe 1.0 x1, the slowest link a GPU sits on, carries 0.25 GB/s"),
+    "intra_node_bandwidth_gb_per_s": (0.1, "as host_link_gb_per_s: PCIe 1.0 x1"),
+    "link_bandwidth_gb_per_s": (0.1, "NVLink 1 links carry 20 GB/s; PCIe 1.0 x1 0.25 GB/s"),
+    "inter_node_bandwidth_gb_per_s": (0.01, "100 Mb/s Ethernet carries 0.0125 GB/s"),
+    "nvlink_bus_bandwidth_gb_per_s": (0.01, "a bus bandwidth nccl-tests measures; 1% of PCIe 1.0 x1"),
+    "network_bus_bandwidth_gb_per_s": (0.001, "a bus bandwidth; 10% of 100 Mb/s Ethernet"),
+    "host_memory_gb": (1.0, "nodes hold 0.5-4 TB of system memory"),
+    **{
+        k: (0.001, "a fraction: 0.1% is no steady-state training kernel or link (fitted values 0.3-0.95)")
+        for k in (
+            "gemm_efficiency_max",
+            "attention_efficiency",
+            "hbm_efficiency",
+            "grouped_gemm_efficiency",
+            "intra_node_efficiency",
+            "inter_node_efficiency",
+        )
+    },
+    "gemm_half_efficiency_gflop": (1e-6, "a GEMM size (fitted values are 0.1-100 GFLOP)"),
+    "fp8_gemm_speedup": (0.1, "fp8 runs 1-2x as fast as bf16 on tensor cores"),
+    "forward": (0.01, "a relative kernel speed (fitted values 0.5-2)"),
+    "backward": (0.01, "as forward"),
+    "local_forward": (0.01, "as forward"),
+    "local_backward": (0.01, "as forward"),
+    "tdp_w": (1.0, "GPUs draw 10-1,400 W (Jetson Nano: 10 W)"),
+    "unit_time_s": (1e-6, "a fill unit is at least one kernel launch, microseconds"),
+    "run_days": (1 / 1440, "one minute"),
+    "gpu_failure_rate_per_h": (1e-9, "one failure per GPU per 100,000 years"),
+    "storage_gb_per_s": (0.01, "one hard disk writes 0.1-0.25 GB/s"),
+    "repair_h": (0.01, "36 seconds"),
+    "checkpoint_interval_s": (1.0, "a checkpoint takes seconds to write"),
+    "width": (10, "characters per row: a stage label and a few columns of chart"),
+}
+"""Lower bounds per key: (bound, why). A positive physical quantity (a bandwidth, a peak, a memory
+size, a rate, a time) below its bound is no real system: a GPU peak of 1e-300 TFLOP/s priced a
+step at 7.5e302 s, a bandwidth of 5e-324 GB/s divided by zero. Zero itself is an error where the
+key is positive; where a key's zero has a meaning (a peak of 0: the GPU has no such tensor core;
+``tdp_w: 0``: not given) zero is allowed, and any other value must be within the bounds."""
+
+
 def limit(key: str) -> float | None:
     """The upper bound of ``key`` (its last dotted component), or None when it has none."""
     entry = LIMITS.get(key.rsplit(".", 1)[-1])
+    return entry[0] if entry else None
+
+
+def minimum(key: str) -> float | None:
+    """The lower bound of ``key`` (its last dotted component) for non-zero values, or None."""
+    entry = MINIMA.get(key.rsplit(".", 1)[-1])
     return entry[0] if entry else None
 
 
@@ -136,26 +250,65 @@ def check_number(
     integer: bool = False,
     positive: bool = False,
     maximum: float | None = None,
+    least: float | None = None,
 ) -> int | float:
-    """``value`` as a checked number: not a boolean, finite, ``>= 0`` (``> 0`` when ``positive``)
-    and at most ``maximum`` (default: :func:`limit` of ``key``). Errors name ``where`` and ``key``."""
-    name = f"{where}: key '{key}'"
+    """``value`` as a checked number: not a boolean, finite, ``>= 0`` (``> 0`` when ``positive``),
+    at most ``maximum`` (default: :func:`limit` of ``key``) and, unless zero where zero is allowed,
+    at least ``least`` (default: :func:`minimum` of ``key``). Errors name ``where`` and ``key``."""
+    return _checked(value, f"{where}: key '{key}'", key, integer, positive, maximum, least)
+
+
+def check_flag(
+    value: Any,
+    flag: str,
+    key: str,
+    *,
+    integer: bool = False,
+    positive: bool = True,
+    maximum: float | None = None,
+    least: float | None = None,
+) -> Any:
+    """A command-line number checked by the rule of :func:`check_number` with the bounds of
+    ``key``, as a :class:`~planner.inputs.errors.UsageError` (exit 2) naming ``flag``; ``None``
+    (the option not given) passes. Positive by default: a flag given 0 or -0 is an error, never
+    "not given"."""
+    from planner.inputs.errors import UsageError
+
+    if value is None:
+        return None
+    try:
+        return _checked(value, flag, key, integer, positive, maximum, least)
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _checked(value, name: str, key: str, integer: bool, positive: bool, maximum, least):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         kind = "an integer" if integer else "a number"
         raise SpecError(f"{name}: expected {kind}, got {type(value).__name__} {value!r}"[:300])
     if integer and not isinstance(value, int):
         raise SpecError(f"{name}: expected an integer, got {value!r}")
-    if not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):
         raise SpecError(f"{name}: must be a finite number, got {value}")
     if positive and value <= 0:
         raise SpecError(f"{name}: must be positive, got {value}")
     if value < 0:
         raise SpecError(f"{name}: must not be negative, got {value}")
+    short = key.rsplit(".", 1)[-1]
     bound = limit(key) if maximum is None else maximum
     if bound is not None and value > bound:
-        why = LIMITS.get(key.rsplit(".", 1)[-1], (0, ""))[1]
+        why = LIMITS.get(short, (0, ""))[1] if maximum is None else ""
+        shown = (
+            f"a {len(str(value))}-digit integer" if isinstance(value, int) and value > 10**18 else str(value)
+        )
         raise SpecError(
-            f"{name}: {value} is above the largest allowed, {bound:g}" + (f" ({why})" if why else "")
+            f"{name}: {shown} is above the largest allowed, {bound:g}" + (f" ({why})" if why else "")
+        )
+    low = minimum(key) if least is None else least
+    if low is not None and value != 0 and value < low:
+        why = MINIMA.get(short, (0, ""))[1] if least is None else ""
+        raise SpecError(
+            f"{name}: {value:g} is below the smallest allowed, {low:g}" + (f" ({why})" if why else "")
         )
     return value
 
@@ -183,6 +336,29 @@ def read_text_capped(path: Path, limit_bytes: int = MAX_FILE_BYTES) -> str:
         raise SpecError(
             f"{short_path(path)}: not UTF-8 text (byte {exc.start}); expected YAML or JSON"
         ) from None
+
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """``text`` with control and format characters (a newline, an ANSI escape, a right-to-left
+    override) written as escapes (``\\n``, ``\\x1b``, ``\\u202e``), so that a name or path echoed in a
+    message stays on one line and prints what it is; other text (accents, CJK, spaces) unchanged."""
+    if text.isprintable():
+        return text
+    out = []
+    for c in text:
+        if c.isprintable() or unicodedata.category(c) == "Zs":
+            out.append(c)
+        elif c in _ESCAPES:
+            out.append(_ESCAPES[c])
+        else:
+            code = ord(c)
+            out.append(
+                f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+            )
+    return "".join(out)
 
 
 def short_path(path: Path | str) -> str:

@@ -6,9 +6,10 @@ the tests look for: ``summary`` (predictions), ``timeline`` (:func:`planner.outp
 ``time`` (the estimate's ``time`` section, which sums to the step time, as a table and a stacked
 bar), ``memory`` (memory per stage as a stacked bar chart against each GPU's capacity),
 ``configuration``, ``plausibility`` (the best published MFU of the plan's class),
-``alternatives`` (equivalent variants, when the plan file lists them) and ``budget`` (the plan
-file's compact bubble-fill budget, when it has one). Every number comes from
-:func:`planner.outputs.views.estimate_dict` of the re-estimated plan; nothing is recomputed here.
+``alternatives`` (equivalent variants, when the plan file lists them, checked as an input) and
+``budget`` (the compact bubble-fill budget a plan file records, re-computed from the re-estimate,
+never read from the file). Every other number comes from :func:`planner.outputs.views.estimate_dict`
+of the re-estimated plan.
 """
 
 from __future__ import annotations
@@ -282,7 +283,8 @@ def _budget(b: dict) -> str:
 
 def report_html(est, data: dict, title: str, plan_doc: dict | None = None, source: str = "") -> str:
     """The page for estimate ``est`` (its timeline) and ``data`` (:func:`planner.outputs.views.estimate_dict` of
-    it); ``plan_doc`` is the plan file as read (for its alternatives and budget), ``source`` its name."""
+    it); ``plan_doc`` holds the plan's ``alternatives`` (:func:`recorded_alternatives`) and
+    ``bubble_fill_budget`` (:func:`regenerated_budget`), ``source`` the plan file's name."""
     plan_doc = plan_doc or {}
     model, cluster, job = data["model"], data["cluster"], data["job"]
     gpus = ", ".join(f"{g['num_nodes']} x {g['gpus_per_node']} {g['gpu']}" for g in cluster.get("groups", []))
@@ -292,7 +294,7 @@ def report_html(est, data: dict, title: str, plan_doc: dict | None = None, sourc
         f"planner {escape(str(data.get('planner_version', '')))}"
         + (f"; plan file {escape(source)}" if source else "")
     )
-    alts = plan_doc.get("alternatives") or plan_doc.get("predictions", {}).get("alternatives") or []
+    alts = plan_doc.get("alternatives") or []
     sections = [
         _section("summary", "Predictions", _summary(data)),
         _section(
@@ -316,6 +318,77 @@ def report_html(est, data: dict, title: str, plan_doc: dict | None = None, sourc
         f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
         f'<h1>{escape(title)}</h1><p class="sub">{sub}</p>' + "".join(sections) + "</body></html>\n"
     )
+
+
+def regenerated_budget(est, graph: bool) -> dict:
+    """The plan file's ``bubble_fill_budget`` section as the search writes it, from the
+    re-estimate: a plan's recorded predictions and budget are outputs, re-computed on read and
+    never trusted (a hand-edited ``idle_s: x`` once raised a TypeError here)."""
+    from planner.outputs import bubbles as bub
+    from planner.outputs import views
+
+    b = bub.budget(est)
+    if graph:
+        return {**bub.budget_dict(b), "schedule": "graph-1f1b"}
+    return views.rounded(bub.budget_summary_dict(b))
+
+
+_ALT_DEGREES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "num_microbatches")
+_ALT_COUNTS = ("recompute_num_layers", "fsdp_shard", "offload_layers", "optimizer_instances")
+_ALT_NUMBERS = ("step_time_s", "tokens_per_s_per_gpu", "peak_memory_bytes")
+
+
+def recorded_alternatives(doc: dict, where: str) -> list[dict]:
+    """The equivalent alternatives a plan file lists under ``predictions.alternatives`` (``planner
+    search --json`` lists them; a plan file the search writes does not), read as strictly as an
+    input: each a mapping of configuration fields (:func:`planner.outputs.views.config_dict`'s
+    keys, each of its type, bounds and allowed values) and the three predictions shown (finite,
+    non-negative); unknown keys are errors. They cannot be re-computed without a search, so they
+    are checked instead."""
+    from cost_models.parallel import OPTIMIZER_SHARDING, RANK_ORDERS, RECOMPUTE, RECOMPUTE_MODULES, SCHEDULES
+    from planner.inputs.documents import Reader
+    from planner.inputs.errors import SpecError
+    from planner.inputs.validation import check_number
+
+    predictions = doc.get("predictions")
+    raw = predictions.get("alternatives", []) if isinstance(predictions, dict) else []
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise SpecError(f"{where}: key 'predictions.alternatives': expected a list, got {type(raw).__name__}")
+    words = {
+        "recompute": RECOMPUTE,
+        "optimizer_sharding": OPTIMIZER_SHARDING,
+        "schedule": SCHEDULES,
+        "rank_order": RANK_ORDERS,
+    }
+    out = []
+    for i, item in enumerate(raw):
+        r = Reader(item, where, f"predictions.alternatives[{i}]")
+        alt: dict = {}
+        for key in _ALT_DEGREES:
+            alt[key] = r.get(key, int, None, positive=True)
+        for key in _ALT_COUNTS:
+            alt[key] = r.get(key, int, None)
+        for key, allowed in words.items():
+            alt[key] = r.get(key, str, None, choices=allowed)
+        alt["sequence_parallel"] = r.get("sequence_parallel", bool, None)
+        modules = r.get("recompute_modules", list, None)
+        if modules is not None and any(m not in RECOMPUTE_MODULES for m in modules):
+            raise SpecError(
+                f"{where}: key 'predictions.alternatives[{i}].recompute_modules': allowed values: "
+                + ", ".join(RECOMPUTE_MODULES)
+            )
+        alt["recompute_modules"] = modules
+        layers = r.get("layers_per_stage", list, None)
+        for j, n in enumerate(layers or []):
+            check_number(n, where, f"predictions.alternatives[{i}].layers_per_stage[{j}]", integer=True)
+        alt["layers_per_stage"] = layers
+        for key in _ALT_NUMBERS:
+            alt[key] = r.get(key, float, None)
+        r.done()
+        out.append({k: v for k, v in alt.items() if v is not None})
+    return out
 
 
 SECTIONS = (
@@ -344,7 +417,11 @@ def plan_report(path: str) -> tuple[str, dict]:
     schedule = "graph-1f1b" if problem.stage_graph is not None else est.config.schedule
     title = f"{problem.model.name} {schedule} p={est.config.pp} m={est.num_microbatches}"
     doc = read_document(Path(path))
-    html = report_html(est, data, title, doc, Path(path).name)
+    recorded = {
+        "alternatives": recorded_alternatives(doc, str(path)),
+        "bubble_fill_budget": regenerated_budget(est, problem.stage_graph is not None),
+    }
+    html = report_html(est, data, title, recorded, Path(path).name)
     shown = [s for s in SECTIONS if f'<section id="{s}">' in html]
     summary = {
         "schema_version": views.SCHEMA_VERSION,

@@ -30,7 +30,7 @@ from planner import __version__
 from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.documents import Reader, check_header, read_document
 from planner.inputs.errors import SpecError
-from planner.inputs.validation import short_path
+from planner.inputs.validation import check_number, limit, minimum, short_path
 from planner.profiles.params import BY_NAME, NAMES, apply_values
 
 PROFILE_SCHEMA_VERSION = 1
@@ -116,20 +116,75 @@ def profile_from_mapping(data: dict, where: str) -> Profile:
     params = []
     for name in NAMES:
         q = pr.sub(name)
-        value = q.get("value", float, positive=BY_NAME[name].log, maximum=1.0 if name in FRACTIONS else 1e6)
+        value = _param_value(q, "value", name)
         entry = ProfileParam(
             value,
             q.get("uncertainty", float, 0.0, maximum=1e6),
-            q.get("prior", float, value, maximum=1e6),
+            _param_value(q, "prior", name, value),
             q.get("fitted", bool, False),
             q.get("note", str, ""),
         )
         q.done()
         params.append((name, entry))
     pr.done()
-    fit = r.get("fit", dict, {})
+    fit = fit_from_mapping(r.get("fit", dict, {}), where)
     r.done()
     return Profile(gpu, cluster, tuple(params), version, where, fit)
+
+
+def _param_value(q: Reader, key: str, name: str, default: float | None = None) -> float:
+    """A parameter's ``value`` (or ``prior``) under the bounds of the field it sets
+    (:data:`planner.inputs.validation.LIMITS` / ``MINIMA`` of ``name``; fractions at most 1)."""
+    from planner.inputs.documents import MISSING
+
+    raw = q.get(key, float, MISSING if default is None else default)
+    return check_number(
+        raw,
+        q.where,
+        q._key(key),
+        positive=BY_NAME[name].log,
+        maximum=1.0 if name in FRACTIONS else (limit(name) or 1e6),
+        least=minimum(name) or 0.0,
+    )
+
+
+_ERROR_KEYS = ("before", "after", "leave_one_run_out")
+
+
+def fit_from_mapping(data: dict, where: str) -> dict:
+    """A profile's ``fit`` section read as strictly as its parameters: ``runs`` (each a ``run_id``
+    and an ``origin``), ``nccl_tests`` (file names) and ``errors`` (``before``, ``after``,
+    ``leave_one_run_out``: a ``count`` and, when non-zero, the ``median`` and ``mean`` absolute
+    relative error, finite and at most 1e6); unknown keys, NaN and infinity are errors. The
+    section is informational (what the values were fitted on): nothing prices with it."""
+    if not data:
+        return {}
+    r = Reader(data, where, "fit")
+    runs = []
+    for i, raw in enumerate(r.get("runs", list, [])):
+        run = Reader(raw, where, f"fit.runs[{i}]")
+        runs.append({"run_id": run.get("run_id", str), "origin": run.get("origin", str, "")})
+        run.done()
+    files = r.get("nccl_tests", list, [])
+    for i, f in enumerate(files):
+        if not isinstance(f, str):
+            raise SpecError(f"{where}: key 'fit.nccl_tests[{i}]': expected a file name, got {f!r}"[:300])
+    errors = {}
+    e = r.optional_sub("errors")
+    if e is not None:
+        for part in _ERROR_KEYS:
+            s = e.optional_sub(part)
+            if s is None:
+                continue
+            stats = {"count": s.get("count", int, maximum=1_000_000)}
+            if stats["count"]:
+                stats["median"] = s.get("median", float, maximum=1e6)
+                stats["mean"] = s.get("mean", float, maximum=1e6)
+            s.done()
+            errors[part] = stats
+        e.done()
+    r.done()
+    return {"runs": runs, "nccl_tests": list(files), "errors": errors}
 
 
 def read_profile(path: str | Path) -> Profile:

@@ -102,8 +102,17 @@ def _gemm_tile(r: Reader, where: str) -> tuple[int, int] | None:
         return None
     value = r.get("gemm_tile", list, [256, 128])
     if len(value) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
-        raise SpecError(f"{where}: gemm_tile must be two positive integers [rows, columns], got {value!r}")
+        raise SpecError(
+            f"{where}: gemm_tile must be two positive integers [rows, columns], got {value!r}"[:300]
+        )
+    for i, v in enumerate(value):
+        check_number(v, where, f"gemm_tile[{i}]", integer=True, positive=True, maximum=GEMM_TILE_MAX)
     return (value[0], value[1])
+
+
+GEMM_TILE_MAX = 4096
+"""Largest side of a GEMM output tile: one thread block's tile is 64-256 elements a side (NVIDIA
+'Matrix Multiplication Background User's Guide': 256x128 on A100; CUTLASS tiles up to 256x256)."""
 
 
 def load_gpu(name_or_path: str) -> GPUSpec:

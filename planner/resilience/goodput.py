@@ -111,7 +111,17 @@ def useful_fraction(interval_s: float, save_s: float, restart_s: float, mtbf_s: 
     checkpoints every ``interval_s`` (save ``save_s``), restart ``restart_s`` and failures every
     ``mtbf_s`` on average."""
     m = mtbf_s
-    return interval_s / (m * math.exp(restart_s / m) * math.expm1((interval_s + save_s) / m))
+    a, b = restart_s / m, (interval_s + save_s) / m
+    if a < _EXP_MAX and b < _EXP_MAX:
+        return interval_s / (m * math.exp(a) * math.expm1(b))
+    # Failures far more often than a checkpoint cycle: the same formula in logarithms, since
+    # exp(a) overflows a float (log(expm1(b)) = b + log1p(-exp(-b))); the fraction underflows to 0.
+    log_fraction = math.log(interval_s) - math.log(m) - a - (b + math.log1p(-math.exp(-b)))
+    return math.exp(log_fraction)
+
+
+_EXP_MAX = 700.0
+"""Largest argument :func:`math.exp` takes with room to spare (it overflows above 709.78)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,16 +188,28 @@ def availability(
     replicas holding ``spares`` spare nodes, where each node down beyond the spares removes
     ``replicas_per_node`` replicas (the worst case: failures in different replicas)."""
     run_h = fm.run_days * 24.0
+    # Beyond spares + replicas / replicas_per_node nodes down no replica runs: those terms are 0.
+    k_none = spares + -(-replicas // max(1, replicas_per_node))
     total = 0.0
     for i in range(RUN_SAMPLES):
         t = (i + 0.5) * run_h / RUN_SAMPLES
         mu = nodes_down_mean(num_nodes, gpus_per_node, t, fm)
-        k_max = int(mu + 12.0 * math.sqrt(mu) + 20)
-        pmf = poisson_pmf(mu, k_max)
+        spread = 12.0 * math.sqrt(mu) + 20
+        k_max = min(int(mu + spread), k_none)
+        # Below mu - 12 sigma - 20 the Poisson mass is under 1e-30: skipped, so the work per sample
+        # is O(sqrt(mu)) however many nodes are down on average (0 for every mu under about 200).
+        k_min = max(0, int(mu - spread))
         expected = 0.0
-        for k, p in enumerate(pmf):
-            lost = max(0, k - spares) * replicas_per_node
-            expected += p * max(0, replicas - lost) / replicas
+        if k_min == 0:
+            for k, p in enumerate(poisson_pmf(mu, k_max)):
+                lost = max(0, k - spares) * replicas_per_node
+                expected += p * max(0, replicas - lost) / replicas
+        else:
+            log_mu = math.log(mu)
+            for k in range(k_min, k_max + 1):
+                p = math.exp(k * log_mu - mu - math.lgamma(k + 1))
+                lost = max(0, k - spares) * replicas_per_node
+                expected += p * max(0, replicas - lost) / replicas
         total += expected
     return total / RUN_SAMPLES
 

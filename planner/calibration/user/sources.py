@@ -33,6 +33,7 @@ error naming the file and line.
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from dataclasses import dataclass, replace
@@ -42,11 +43,11 @@ import yaml
 
 from cost_models.parallel import ParallelConfig, resolve
 from planner.inputs.cluster_spec import ClusterSpec
-from planner.inputs.documents import YAML_LOADER
+from planner.inputs.documents import YAML_LOADER, read_document
 from planner.inputs.errors import PlannerError, SpecError
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.model_spec import ModelSpec
-from planner.inputs.validation import read_text_capped, short_path
+from planner.inputs.validation import check_flag, check_number, limit, printable, read_text_capped, short_path
 from planner.profiles.hardware import cluster_template_names, load_cluster
 
 MB = 1024 * 1024
@@ -108,6 +109,7 @@ NCCL_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "s
 def read_sources(paths: list[str], cluster: str, nodes: int | None) -> Sources:
     """Read every input against the user's cluster (template name or file); ``nodes``: node count
     of runs whose files do not give their GPU count."""
+    check_flag(nodes, "--nodes", "num_nodes", integer=True)
     base = base_cluster(cluster)
     runs: list[Run] = []
     nccl: list[NcclPoint] = []
@@ -193,12 +195,79 @@ def _strip_ansi(text: str) -> str:
 # Runs YAML (schema of the calibration set)
 
 
+_RUN_NUMBERS = {
+    "model": (
+        ("num_layers", True),
+        ("hidden_size", True),
+        ("num_attention_heads", True),
+        ("ffn_hidden_size", False),
+        ("num_query_groups", False),
+        ("vocab_size", False),
+        ("seq_length", False),
+    ),
+    "hardware": (("total_gpus", True), ("gpus_per_node", False)),
+    "parallel": (
+        ("tp", False),
+        ("pp", False),
+        ("dp", False),
+        ("cp", False),
+        ("ep", False),
+        ("vpp", False),
+        ("micro_batch_size", False),
+        ("global_batch_size", False),
+    ),
+}
+"""The integer fields of a run record the case builder computes with (planner.calibration.cases):
+(key, required). Required ones must be given; the others may be null ("not published")."""
+
+_RUN_BOUNDS = {"total_gpus": "tp"}
+"""Keys bounded as another key of planner.inputs.validation.LIMITS (a GPU count as a degree)."""
+
+
+def check_run_records(doc: dict, where: str) -> None:
+    """Each record of a runs YAML has its sections as mappings and the integer fields the case
+    builder computes with (:data:`_RUN_NUMBERS`) as positive, bounded integers, required ones
+    given, with errors naming the run and the key: ``num_attention_heads: null`` was a
+    ``TypeError`` (``int // NoneType``) in the message before."""
+    runs = doc.get("runs")
+    if not isinstance(runs, list):
+        return  # planner.calibration.cases words a file without a runs list
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict):
+            continue
+        label = f"{where}: runs[{i}] (id {printable(str(run.get('id', '?')))!r})"
+        if not isinstance(run.get("id"), str):
+            raise SpecError(f"{label}: key 'id': expected a string naming the run")
+        hw = run.get("hardware")
+        if isinstance(hw, dict) and not isinstance(hw.get("gpu"), str):
+            raise SpecError(f"{label}: key 'hardware.gpu': expected a GPU name, got {hw.get('gpu')!r}"[:300])
+        for section, fields in _RUN_NUMBERS.items():
+            data = run.get(section)
+            if not isinstance(data, dict):
+                raise SpecError(f"{label}: key '{section}': expected a mapping, got {type(data).__name__}")
+            for key, required in fields:
+                value = data.get(key)
+                if value is None:
+                    if required:
+                        raise SpecError(f"{label}: key '{section}.{key}': required, got null or nothing")
+                    continue
+                check_number(
+                    value,
+                    label,
+                    f"{section}.{key}",
+                    integer=True,
+                    positive=True,
+                    maximum=limit(_RUN_BOUNDS.get(key, key)),
+                )
+
+
 def read_runs_yaml(path: Path, cluster: str, base: ClusterSpec) -> tuple[list[Run], list[tuple[str, str]]]:
     """Runs of a runs YAML measured on the cluster's GPU type, each on the user's cluster with the
     run's GPU count; the others are listed as skipped with why."""
     from planner.calibration.cases import cases, excluded_reason
 
     where = short_path(path)
+    check_run_records(read_document(path), where)
     # The calibration set's own reader checks the file (YAML, the runs list, each run's keys) and
     # words its errors, so a runs file reads the same here as in the validation scripts.
     all_cases = cases(path)
@@ -288,13 +357,18 @@ def parse_megatron_log(text: str, where: str) -> LogFigures:
                     f"{where}:{n}: iteration line without a readable 'iteration N/M |' and "
                     "'elapsed time per iteration (ms): X |' (Megatron-LM training_log format)"
                 )
-            ms = float(el.group(1))
-            if ms <= 0:
-                raise SpecError(f"{where}:{n}: elapsed time per iteration {ms} ms is not positive")
+            ms = _log_number(el.group(1), f"{where}:{n}", "elapsed time per iteration (ms)", MAX_LOGGED_MS)
             times.append(ms / 1e3)
             g = _GBS.search(line)
             if g and gbs is None:
-                gbs = (int(g.group(1)), n)
+                gbs = (
+                    int(
+                        _log_number(
+                            g.group(1), f"{where}:{n}", "global batch size", limit("global_batch_size")
+                        )
+                    ),
+                    n,
+                )
         elif "memory (MB)" in line and "[Rank" in line:
             m = _MEMORY.search(line)
             if not m:
@@ -302,15 +376,41 @@ def parse_megatron_log(text: str, where: str) -> LogFigures:
                     f"{where}:{n}: memory line not in report_memory's format "
                     "'[Rank R] (after N iterations) memory (MB) | allocated: .. | max allocated: .. | ...'"
                 )
-            peak = max(peak, float(m.group(4)) * MB)
+            peak = max(peak, _log_number(m.group(4), f"{where}:{n}", "max allocated (MB)", MAX_LOGGED_MB))
         elif world is None and (w := _WORLD.search(line)):
-            world = int(w.group(1))
+            world = int(_log_number(w.group(1), f"{where}:{n}", "world size", limit("tp")))
     if not times:
         raise SpecError(f"{where}: no Megatron-LM iteration line ('elapsed time per iteration (ms)') found")
+    peak *= MB
     steady = times[1:] or times
     return LogFigures(
         statistics.median(steady), 0.0, len(steady), peak, "max allocated" if peak else "", gbs, world
     )
+
+
+MAX_LOGGED_MB = limit("memory_gib") * 1024
+"""Largest peak memory a log line may report, MB (Megatron's MiB): a GPU's largest memory
+(planner.inputs.validation.LIMITS); a 40-digit figure is no measurement."""
+
+MAX_LOGGED_MS = 1e9
+"""Longest iteration a log line may report, ms (11.6 days; iterations take 0.1-100 s)."""
+
+MAX_LOGGED_TPS = 1e8
+"""Most tokens/s per GPU a log line may report (a 100M-parameter model on a B300 runs about 1e6)."""
+
+
+def _log_number(text: str, where: str, what: str, largest: float) -> float:
+    """A figure of a log line: a positive, finite number of at most ``largest`` (one-line error
+    naming the file and line otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError(f"{where}: {what} {printable(text)!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise SpecError(f"{where}: {what} {printable(text)} is not a positive number")
+    if value > largest:
+        raise SpecError(f"{where}: {what} {value:.4g} is above the largest a real run reports, {largest:g}")
+    return value
 
 
 _STEP = re.compile(r"\bstep:\s*(\d+)\s")
@@ -331,13 +431,12 @@ def parse_torchtitan_log(text: str, where: str) -> LogFigures:
             raise SpecError(
                 f"{where}:{n}: metrics line without a readable 'step: N' and 'tps: X' (torchtitan format)"
             )
-        value = float(t.group(1).replace(",", ""))
-        if value <= 0:
-            raise SpecError(f"{where}:{n}: tps {value} is not positive")
+        value = _log_number(t.group(1).replace(",", ""), f"{where}:{n}", "tps", MAX_LOGGED_TPS)
         if int(s.group(1)) > 1:  # step 1 includes compilation and warm-up
             tps.append(value)
         if m:
-            peak = max(peak, float(m.group(1)) * 2**30)
+            gib = _log_number(m.group(1), f"{where}:{n}", "memory (GiB)", limit("memory_gib"))
+            peak = max(peak, gib * 2**30)
     if not tps:
         raise SpecError(f"{where}: no torchtitan metrics line after step 1 ('step: N ... tps: X')")
     steady = tps[1:] if len(tps) > 2 else tps
