@@ -367,6 +367,13 @@ def test_names_with_control_characters_are_escaped(run_cli):
     one_line_error(res, 1, "evil\\nname\\x1b[2J.yaml")
 
 
+def test_notes_echo_paths_on_one_line(run_cli, tmp_path, plan):
+    target = tmp_path / "two\nlines.svg"
+    res = run_cli("timeline", str(plan), "--svg", str(target))
+    assert res.exit_code == 0 and target.exists()
+    assert res.stderr == f"wrote {tmp_path}/two\\nlines.svg\n"
+
+
 def test_numpy_warnings_never_reach_stderr_ahead_of_the_error(monkeypatch, capsys):
     """Issue 55: a numpy RuntimeWarning was printed ahead of the one-line error."""
     import importlib

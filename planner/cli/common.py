@@ -14,7 +14,7 @@ from pathlib import Path
 from planner.cli import render
 from planner.inputs.errors import SpecError, UsageError
 from planner.inputs.job_spec import ATTENTION_IMPLS, DTYPES, EAGER_OPS, FP8_RECIPES
-from planner.inputs.validation import json_text
+from planner.inputs.validation import json_text, printable
 
 
 @contextmanager
@@ -50,7 +50,7 @@ def _note(message: str, quiet: bool = False) -> None:
     that while a progress display is up rich prints the note above it (click's echo would write
     past rich's redirection, onto the display's line)."""
     if not quiet:
-        print(message, file=sys.stderr, flush=True)
+        print(printable(message), file=sys.stderr, flush=True)  # a path with a newline stays one line
 
 
 def _emit_json(data: dict) -> None:
