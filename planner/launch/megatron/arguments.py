@@ -218,10 +218,14 @@ class Arguments:
         return value
 
 
-def read_arguments(words: list[tuple[str, int]], where: str) -> Arguments:
+def read_arguments(words: list[tuple[str, int]], where: str, strict: bool = False) -> Arguments:
     """The flags of :func:`megatron_words`' words as argparse takes them: ``--flag value``,
     ``--flag=value``, a list flag's values up to the next ``--`` word. A word that is neither a
-    flag nor a flag's value is skipped."""
+    flag nor a flag's value is skipped, or with ``strict`` (the words bash passes to
+    ``pretrain_gpt.py``) recorded as rejected: Megatron's parser takes no positional argument and
+    ``parse_args`` exits on it ("unrecognized arguments"), as on the second half of a value bash
+    split at a space. A word still holding ``$`` (``"$@"``, the script's own arguments) or an
+    unresolved variable is not judged."""
     flags: dict[str, str | None] = {}
     lines: dict[str, int] = {}
     ignored, unknown, rejected = [], [], []
@@ -230,6 +234,9 @@ def read_arguments(words: list[tuple[str, int]], where: str) -> Arguments:
         w, line = words[i]
         i += 1
         if not w.startswith("--"):
+            if strict and not w.startswith("-") and "$" not in w and unresolved_in(w) is None:
+                rejected.append(w)
+                lines.setdefault(w, line)
             continue
         value: str | None = None
         if "=" in w:

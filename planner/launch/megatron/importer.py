@@ -172,7 +172,7 @@ def parse_megatron(
         words, env, is_script = megatron_words(text)
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
-    args = read_arguments(words, where)
+    args = read_arguments(words, where, strict=is_script)
     _require(args)
     model = _model(args, vocab_size)
     tp, pp, cp = (

@@ -77,9 +77,17 @@ def _granularity(f: dict) -> str | None:
 
 
 def _unrecognized(rejected: tuple[str, ...]) -> Findings:
-    """argparse (parse_args, allow_abbrev=False): any other -- word exits with "unrecognized
-    arguments"."""
+    """argparse (parse_args, allow_abbrev=False): any other -- word, and any word no flag takes
+    (the parser has no positional argument), exits with "unrecognized arguments"."""
     for flag in rejected:
+        if not flag.startswith("-"):
+            yield _error(
+                f"{flag!r} is a word no flag of {VERSION} takes (its parser exits: unrecognized "
+                "arguments); a value bash split at a space must reach Megatron as one word (quote it, "
+                'and expand an array holding it as "${ARR[@]}")',
+                flag,
+            )
+            continue
         close = difflib.get_close_matches(flag, ACCEPTED, n=1, cutoff=0.8)
         hint = f"; did you mean {close[0]}?" if close else ""
         yield _error(

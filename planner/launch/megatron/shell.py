@@ -23,6 +23,8 @@ from planner.inputs.errors import SpecError
 
 UNRESOLVED = "@@unresolved:{}@@"
 _UNRESOLVED_RE = re.compile(r"@@unresolved:([^@]*)@@")
+_FIELD = re.compile(r"(?:@@unresolved:[^@]*@@|\S)+")
+"""A field of an unquoted expansion: a run of non-whitespace, an unresolved marker kept whole."""
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 _PREFIXES = ("export", "declare", "readonly", "local", "typeset")
 SEPARATORS = {"|", "||", "&&", ";", "&", "|&"}
@@ -51,7 +53,8 @@ class Script:
 
 def _logical_lines(text: str) -> list[tuple[str, int]]:
     """Lines joined over backslash continuations, comments dropped (outside quotes), with the
-    number of their first line; an array assignment ``NAME=(`` runs to its closing ``)``."""
+    number of their first line; a quoted string runs to its closing quote and an array assignment
+    ``NAME=(`` to its closing ``)``, over several lines."""
     out: list[tuple[str, int]] = []
     buf, start, depth = "", 1, 0
     for number, raw in enumerate(text.splitlines(), 1):
@@ -62,6 +65,9 @@ def _logical_lines(text: str) -> list[tuple[str, int]]:
             buf += line.rstrip()[:-1] + " "
             continue
         buf += line
+        if _open_quote(buf):
+            buf += "\n"
+            continue
         depth = _paren_depth(buf)
         if depth > 0 and re.match(
             r"^\s*(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?\w+\+?=\(", buf
@@ -73,6 +79,24 @@ def _logical_lines(text: str) -> list[tuple[str, int]]:
     if buf:
         out.append((buf, start))
     return out
+
+
+def _open_quote(text: str) -> bool:
+    """Whether ``text`` ends inside a quoted string (bash(1) "Quoting": the string, newlines and all,
+    runs on to its closing quote; a backslash escapes the next character outside single quotes)."""
+    quote, i = None, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and quote != "'":
+            i += 2
+            continue
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        i += 1
+    return quote is not None
 
 
 def _strip_comment(line: str) -> str:
@@ -144,9 +168,16 @@ def _arith(expr: str, scalars: dict[str, str]) -> str | None:
         return None
 
 
-def expand(text: str, scalars: dict[str, str], arrays: dict[str, list[str]]) -> str:
+def expand(text: str, scalars: dict[str, str], arrays: dict[str, list[str]], split: bool = True) -> str:
     """``text`` with every parameter reference replaced by its value, re-quoted so that
-    :func:`shlex.split` yields the words bash would (unknown names become markers)."""
+    :func:`shlex.split` yields the words bash would (unknown names become markers).
+
+    Word splitting as bash(1) "Word Splitting" does it with the default IFS (space, tab,
+    newline): an unquoted expansion, ``$NAME`` or each element of ``${NAME[@]}`` / ``${NAME[*]}``,
+    is split into words at whitespace (an empty one gives no word); inside double quotes it is
+    not, and ``"${NAME[@]}"`` gives one word per element, whole. ``split=False`` is the right
+    side of an assignment, which bash does not split. A marker for an unresolved value stays one
+    word. Pathname expansion is not performed (a launch's flags hold no glob patterns)."""
     out: list[str] = []
     i, quote = 0, None
     n = len(text)
@@ -184,9 +215,9 @@ def expand(text: str, scalars: dict[str, str], arrays: dict[str, list[str]]) -> 
                     out.append(text[i : i + used])
                 elif isinstance(value, list):
                     joined = " ".join(value)
-                    out.append(_requote(joined, quote) if quote else " ".join(shlex.quote(e) for e in value))
+                    out.append(_requote(joined, quote) if quote else _unquoted(value, split))
                 else:
-                    out.append(_requote(value, quote) if quote else shlex.quote(value))
+                    out.append(_requote(value, quote) if quote else _unquoted([value], split))
                 i += used
                 continue
         out.append(ch)
@@ -194,9 +225,20 @@ def expand(text: str, scalars: dict[str, str], arrays: dict[str, list[str]]) -> 
     return "".join(out)
 
 
+def _unquoted(values: list[str], split: bool) -> str:
+    """The words of an unquoted expansion, re-quoted for :func:`shlex.split`: each value split at
+    IFS whitespace (bash(1) "Word Splitting"), a marker kept whole; ``split=False``: each value one
+    word."""
+    words: list[str] = []
+    for v in values:
+        words += _FIELD.findall(v) if split else [v]
+    return " ".join(shlex.quote(w) for w in words)
+
+
 def _requote(value: str, quote: str | None) -> str:
-    """``value`` escaped for the inside of a double-quoted string."""
-    return re.sub(r'(["\\$`])', r"\\\1", value)
+    """``value`` escaped for the inside of a double-quoted string as :func:`shlex.split` reads one
+    (posix: a backslash escapes only ``"`` and ``\\`` there; ``$`` and a backtick stay literal)."""
+    return re.sub(r'(["\\])', r"\\\1", value)
 
 
 def _array(name: str, scalars: dict[str, str], arrays: dict[str, list[str]]) -> list[str]:
@@ -335,7 +377,7 @@ def _assign(line: str, number: int, s: Script) -> bool:
         s.assigned_lines[name] = number
         return True
     try:
-        words = shlex.split(expand(text, s.scalars, s.arrays), posix=True)
+        words = shlex.split(expand(text, s.scalars, s.arrays, split=False), posix=True)
     except ValueError:
         return False
     if not words or not all(_ASSIGN.match(w) for w in words):
