@@ -1,5 +1,5 @@
 """scripts/reproduce_papers.py (issue 57): rows of the papers' claims with planner's figures; the
-quick sections run here (the GraphPipe searches take minutes and run only in the script)."""
+quick sections run here (GraphPipe's behaviour is tests/test_graphpipe.py's)."""
 
 from __future__ import annotations
 

@@ -232,18 +232,52 @@ class _Solver:
         self._memo[key] = out
         return out
 
+    def _signature(self, s: Series) -> tuple:
+        """What makes two branches interchangeable: the same chains (unit costs under every option
+        they may take) in the same order, recursively."""
+        out = []
+        for item in s.items:
+            if isinstance(item, Chain):
+                opts = self.options[id(item)]
+                out.append(("chain", tuple((o, self.chains[(id(item), o)].signature) for o in opts)))
+            else:
+                out.append(("branched", tuple(self._signature(b) for b in item.branches)))
+        return tuple(out)
+
+    def _classes(self, item: Branched) -> list[list[int]]:
+        """The branches of ``item`` grouped by :meth:`_signature`, in order of first appearance."""
+        key = ("classes", id(item))
+        if key not in self._memo:
+            groups: dict[tuple, list[int]] = {}
+            for i, br in enumerate(item.branches):
+                groups.setdefault(self._signature(br), []).append(i)
+            self._memo[key] = list(groups.values())
+        return self._memo[key]
+
     def _branched(self, item: Branched, depth: int, T: float) -> dict:
         """Groups given to the branches together -> least depth (the deepest branch), a knapsack.
-        Among equal (groups, depth), the first pair in (earlier groups, later groups) order wins."""
+
+        Identical branches (:meth:`_classes`: the same units at the same costs, four equal towers
+        say) take identical resources, as GraphPipe gives symmetric branches: a class of ``k`` takes
+        ``k x g`` groups, each branch ``g`` with the same stages. Among equal (groups, depth), the
+        first pair in (earlier groups, later groups) order wins."""
         acc: dict = {0: (depth, ())}
-        for br in item.branches:
-            opts = self._series(br, depth, T)
-            if not opts or not acc:
+        for members in self._classes(item):
+            per = [self._series(item.branches[i], depth, T) for i in members]
+            if not per[0] or not acc:
+                return {}
+            k = len(members)
+            opts = {
+                g * k: (per[0][g][0], tuple((i, p[g][1]) for i, p in zip(members, per)))
+                for g in sorted(per[0])
+                if g * k <= self.U and all(g in p for p in per)
+            }
+            if not opts:
                 return {}
             k1 = np.array(sorted(acc))
             k2 = np.array(sorted(opts))
-            d1 = np.array([acc[k][0] for k in k1])
-            d2 = np.array([opts[k][0] for k in k2])
+            d1 = np.array([acc[x][0] for x in k1])
+            d2 = np.array([opts[x][0] for x in k2])
             total = k1[:, None] + k2[None, :]
             dep = np.maximum(d1[:, None], d2[None, :])
             i1, i2 = np.nonzero(total <= self.U)  # row-major: earlier groups first
@@ -256,9 +290,13 @@ class _Solver:
             new: dict = {}
             for idx in order[first].tolist():
                 a, b = int(k1[i1[idx]]), int(k2[i2[idx]])
-                new[a + b] = (int(deps[idx]), (*acc[a][1], ("series", opts[b][1])))
+                new[a + b] = (int(deps[idx]), (*acc[a][1], *opts[b][1]))
             acc = new
-        return {k: (dep, ("branched", item, c)) for k, (dep, c) in acc.items() if k > 0}
+        return {
+            x: (dep, ("branched", item, tuple(("series", c) for _, c in sorted(chosen))))
+            for x, (dep, chosen) in acc.items()
+            if x > 0
+        }
 
 
 def _covers(reach: list[np.ndarray], j: int) -> bool:
