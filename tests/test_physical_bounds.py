@@ -260,6 +260,15 @@ def test_recorded_alternatives_are_shown(run_cli, tmp_path, plan):
         (["whatif", "{plan}", "--fail-gpus", "99999999999"], "--fail-gpus: 99999999999 is above"),
         (["search", "-m", "gpt-1.7b", *SMALL_JOB, "--top", "1000000000"], "--top: 1000000000 is above"),
         (["search", "-m", "gpt-1.7b", *SMALL_JOB, "--top", "0"], "--top: must be positive"),
+        (["search", "-m", "gpt-1.7b", *SMALL_JOB, "--max-tp", "0"], "--max-tp: must be positive"),
+        (
+            ["search", "-m", "gpt-1.7b", *SMALL_JOB, "--headroom-gib", "1e300"],
+            "--headroom-gib: 1e+300 is above",
+        ),
+        (
+            ["search", "-m", "gpt-1.7b", *SMALL_JOB, "--tokens", "1T", "--gpu-hour-price", "1e308"],
+            "--gpu-hour-price: 1e+308 is above",
+        ),
         (
             ["sweep", "-m", "gpt-1.7b", "-c", "dgx-h100", "-n", "1", "-b", "16", "-s", "1024", "--jobs", "0"],
             "--jobs: must be positive",

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import UsageError
+from planner.inputs.validation import check_flag
 
 SECONDS_PER_DAY = 86_400.0
 SECONDS_PER_HOUR = 3_600.0
@@ -138,6 +139,7 @@ def make_target(
     file; usage errors name the flag."""
     if not (0 < gpu_power_fraction <= 1.5) or not (1.0 <= node_power_overhead <= 5.0):
         raise UsageError("--gpu-power-fraction must be in (0, 1.5] and --node-power-overhead in [1, 5]")
+    check_flag(gpu_hour_price_usd, "--gpu-hour-price", "gpu_hour_price_usd", positive=False)  # <= 10,000 USD
     price = price_for(cluster, gpu_hour_price_usd)
     if tokens is None:
         if gpu_hour_price_usd is not None:

@@ -22,6 +22,7 @@ from planner.inputs.job_spec import JobSpec
 from planner.inputs.jobs import make_job
 from planner.inputs.model_spec import ModelSpec
 from planner.inputs.models import load_model
+from planner.inputs.validation import check_flag
 from planner.profiles.hardware import load_cluster
 from planner.profiles.software import BASE, SoftwareUse
 from planner.search.space import Restrictions
@@ -143,6 +144,9 @@ def search_restrictions(
         raise UsageError(f"--headroom-gib must be a finite number, got {headroom_gib}")
     if headroom_gib < 0:
         raise UsageError("--headroom-gib must not be negative")
+    check_flag(headroom_gib, "--headroom-gib", "headroom_gib", positive=False)  # <= 10,000 GiB
+    for key in ("max_tp", "max_pp"):  # given 0: an error, never "not given"
+        check_flag(fields.get(key), f"--{key.replace('_', '-')}", key[4:], integer=True)
     return Restrictions(
         memory_headroom_bytes=headroom_gib * 2**30, framework=get_framework(framework).name, **fields
     )
