@@ -135,3 +135,129 @@ def test_split_value_needing_an_unset_variable_names_it():
     text = f'#!/bin/bash\nPAR="--tensor-model-parallel-size $TP"\ntorchrun pretrain_gpt.py {SHAPE} $PAR\n'
     with pytest.raises(SpecError, match="'TP'"):
         parse_megatron(text, "x.sh", 8)
+
+
+# --- if/elif/else, command substitution, launchers ----------------------------------------------
+
+CHOOSE = """#!/bin/bash
+SIZE=${SIZE:-8b}
+if [ "$SIZE" == "8b" ]; then
+    LAYERS=32
+elif [[ $SIZE = 70b ]]; then
+    LAYERS=80
+else
+    LAYERS=16
+fi
+if [ "$SIZE" != "8b" ]; then echo "large" >&2; fi
+torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers $LAYERS --hidden-size 4096 \\
+    --num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 --vocab-size 32000
+"""
+
+
+@pytest.mark.parametrize("preset, layers", [(None, 32), ({"SIZE": "70b"}, 80), ({"SIZE": "1b"}, 16)])
+def test_if_elif_else_follows_the_branch_bash_runs(preset, layers):
+    assert parse_megatron(CHOOSE, "x.sh", 8, variables=preset).model.num_layers == layers
+
+
+@pytest.mark.skipif(BASH is None, reason="bash is not installed")
+@pytest.mark.parametrize("size, layers", [("8b", "32"), ("70b", "80"), ("1b", "16")])
+def test_if_branches_agree_with_bash(size, layers, tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text('#!/bin/bash\nprintf "%s\\0" "$@"\n')
+    (bin_dir / "torchrun").chmod(0o755)
+    (tmp_path / "x.sh").write_text(CHOOSE)
+    env = {"PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}", "SIZE": size}
+    proc = subprocess.run([BASH, str(tmp_path / "x.sh")], capture_output=True, text=True, env=env, timeout=60)
+    argv = proc.stdout.split("\0")
+    assert argv[argv.index("--num-layers") + 1] == layers
+
+
+def test_nested_if_and_integer_tests():
+    text = (
+        "#!/bin/bash\nNODES=4\nTP=1\n"
+        'if [ "$NODES" -ge 2 ]; then\n  if [ $NODES -lt 4 ]; then TP=2; else TP=8; fi\nfi\n'
+        f"torchrun pretrain_gpt.py {SHAPE} --vocab-size 32000 --tensor-model-parallel-size $TP\n"
+    )
+    assert parse_megatron(text, "x.sh", 32).config.tp == 8
+
+
+def test_undeterminable_branch_is_an_error_naming_the_variable():
+    text = CHOOSE.replace("SIZE=${SIZE:-8b}\n", "")
+    with pytest.raises(
+        SpecError,
+        match=r"--num-layers takes its value from a branch of the if on line 2.*'SIZE'.*--set SIZE=",
+    ):
+        parse_megatron(text, "x.sh", 8)
+
+
+def test_training_command_inside_an_undeterminable_branch_is_an_error():
+    text = f'#!/bin/bash\nif [ "$MODE" = train ]; then\n  torchrun pretrain_gpt.py {SHAPE} --vocab-size 32000\nfi\n'
+    with pytest.raises(
+        SpecError, match=r"line 3: the training command runs in a branch of the if on line 2.*MODE"
+    ):
+        parse_megatron(text, "x.sh", 8)
+    assert parse_megatron(text, "x.sh", 8, variables={"MODE": "train"}).model.num_layers == 32
+
+
+def test_undeterminable_if_that_sets_nothing_used_is_harmless():
+    text = (
+        '#!/bin/bash\nif [ -f "$HOME/.env" ]; then source "$HOME/.env"; fi\n'
+        f"torchrun pretrain_gpt.py {SHAPE} --vocab-size 32000\n"
+    )
+    assert parse_megatron(text, "x.sh", 8).model.num_layers == 32
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "MASTER_ADDR=`scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1`",
+    ],
+)
+def test_command_substitution_that_does_not_matter_is_harmless(line):
+    """Even passed through a bash -c string, whose inner shell would otherwise see its | and (."""
+    text = (
+        f'#!/bin/bash\n{line}\nDIST="--nnodes 2 --master-addr $MASTER_ADDR"\n'
+        f'srun bash -c "torchrun $DIST pretrain_gpt.py {SHAPE} --vocab-size 32000"\n'
+    )
+    back = parse_megatron(text, "x.sh", 16)
+    assert back.model.num_layers == 32 and back.rejected == ()
+
+
+def test_command_substitution_a_flag_needs_is_an_error_naming_it():
+    text = f"#!/bin/bash\nTP=$(nvidia-smi -L | wc -l)\ntorchrun pretrain_gpt.py {SHAPE} --vocab-size 32000 --tensor-model-parallel-size $TP\n"
+    with pytest.raises(
+        SpecError, match=r"takes its value from \$\(nvidia-smi -L \| wc -l\), which planner cannot evaluate"
+    ):
+        parse_megatron(text, "x.sh", 8)
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        "torchrun --nproc_per_node 8 --nnodes 1 --standalone --master-port=29500",
+        "python -m torch.distributed.run --nproc-per-node 8 --rdzv-backend c10d",
+    ],
+)
+def test_launcher_arguments_are_not_megatrons(launcher):
+    """A training script named by a variable the script never sets: torchrun's own options are
+    told from the script's by torchrun's parser's table."""
+    text = f"#!/bin/bash\n{launcher} $TRAIN_SCRIPT {SHAPE} --vocab-size 32000\n"
+    back = parse_megatron(text, "x.sh", 8)
+    assert back.rejected == () and back.is_script and "--nnodes" not in back.flags
+
+
+def test_check_cli_set(run_cli, tmp_path):
+    path = tmp_path / "choose.sh"
+    path.write_text(
+        "#!/bin/bash\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+        + CHOOSE.replace("#!/bin/bash\nSIZE=${SIZE:-8b}\n", "")
+    )
+    res = run_cli("check", str(path), "-c", "dgx-h100", "-n", "1")
+    assert res.exit_code == 1 and "--set SIZE=VALUE" in res.stdout
+    res = run_cli("check", str(path), "-c", "dgx-h100", "-n", "1", "--set", "SIZE=1b", "--json")
+    assert res.exit_code == 0 and '"passed": true' in res.stdout, res.stdout
+    res = run_cli("check", str(path), "-c", "dgx-h100", "-n", "1", "--set", "1SIZE")
+    assert res.exit_code == 2

@@ -3,6 +3,7 @@ throughput, distance from the best plan; :mod:`planner.launch.check`); exit 1 on
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -58,6 +59,14 @@ def check(
             rich_help_panel="Checks",
         ),
     ] = None,
+    set_vars: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="NAME=VALUE: a shell variable a launch script starts with (repeatable), as if exported.",
+            rich_help_panel="Checks",
+        ),
+    ] = None,
     profile: ProfileOpt = None,
     software: SoftwareOpt = None,
     as_json: JsonOpt = False,
@@ -74,6 +83,12 @@ def check(
     _finite(headroom_gib=headroom_gib, max_slowdown=max_slowdown or 0.0)
     if headroom_gib < 0 or (max_slowdown is not None and max_slowdown < 0):
         raise UsageError("--headroom-gib and --max-slowdown must not be negative")
+    variables = {}
+    for item in set_vars or []:
+        key, eq, value = item.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise UsageError(f"--set {item!r}: expected NAME=VALUE with NAME a shell variable name")
+        variables[key] = value
     if vocab_size is not None and vocab_size < 1:
         raise UsageError(f"--vocab-size must be a positive integer, got {vocab_size}")
     from planner.profiles.calibrated import read_profile
@@ -96,7 +111,8 @@ def check(
         spec = load_cluster(cluster, nodes)
         configure(spec, name or BASE, prof)  # a profile for another GPU type: an error here, exit 1
     verdicts = [
-        check_file(str(p), spec, headroom_gib * 2**30, max_slowdown, prof, name, vocab_size) for p in configs
+        check_file(str(p), spec, headroom_gib * 2**30, max_slowdown, prof, name, vocab_size, variables)
+        for p in configs
     ]
     if as_json:
         _emit_json(

@@ -156,12 +156,15 @@ MODELLED = {
 """Flags the import turns into model, job or configuration fields."""
 
 
-def megatron_words(text: str) -> tuple[list[tuple[str, int]], dict, bool]:
+def megatron_words(text: str, preset: dict | None = None) -> tuple[list[tuple[str, int]], dict, bool]:
     """The Megatron argument words of a script or arguments file (with line numbers), the
-    environment it sets, and whether it is a launch script."""
-    script = read_script(text)
+    environment it sets, and whether it is a launch script; ``preset``: the variables the script
+    starts with (``planner check --set``)."""
+    script = read_script(text, preset)
     words = script.words
     starts = [i for i, (w, _) in enumerate(words) if w.endswith(".py")]
+    if not starts:
+        starts = _after_launcher(words)
     if not starts:
         return [(w, n) for w, n in words if w not in SEPARATORS], script.env, False
     out: list[tuple[str, int]] = []
@@ -171,6 +174,55 @@ def megatron_words(text: str) -> tuple[list[tuple[str, int]], dict, bool]:
                 break
             out.append((w, n))
     return out, script.env, True
+
+
+_LAUNCHER_NAMES = (
+    "nnodes",
+    "nproc-per-node",
+    "rdzv-backend",
+    "rdzv-endpoint",
+    "rdzv-id",
+    "rdzv-conf",
+    "max-restarts",
+    "monitor-interval",
+    "start-method",
+    "role",
+    "log-dir",
+    "redirects",
+    "tee",
+    "local-ranks-filter",
+    "node-rank",
+    "master-addr",
+    "master-port",
+    "local-addr",
+    "logs-specs",
+)
+LAUNCHER_VALUES = (
+    {f"--{n}" for n in _LAUNCHER_NAMES} | {f"--{n.replace('-', '_')}" for n in _LAUNCHER_NAMES} | {"-r", "-t"}
+)
+"""torchrun's options that take a value, in both spellings (torch/distributed/run.py,
+``get_args_parser``; its switches, ``--standalone``, ``--no-python``, ``--run-path``, ``-m``, take
+none): a launch whose training script is a variable the script never sets has no ``.py`` word,
+and these separate torchrun's own arguments from the script's."""
+
+
+def _after_launcher(words: list[tuple[str, int]]) -> list[int]:
+    """The index of the training script of a ``torchrun`` (or ``python -m torch.distributed.run``)
+    command with no ``.py`` word: the first word after the launcher's options."""
+    out = []
+    for k, (w, _) in enumerate(words):
+        module = w in ("python", "python3") and [x for x, _ in words[k + 1 : k + 3]] in (
+            ["-m", "torch.distributed.run"],
+            ["-m", "torch.distributed.launch"],
+        )
+        if w.rsplit("/", 1)[-1] != "torchrun" and not module:
+            continue
+        i = k + (3 if module else 1)
+        while i < len(words) and words[i][0].startswith("-"):
+            i += 2 if words[i][0] in LAUNCHER_VALUES else 1
+        if i < len(words):
+            out.append(i)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +322,16 @@ def _check_resolved(value: str, flag: str, line: int, where: str) -> None:
     name = unresolved_in(value)
     if name is None:
         return
+    if name.startswith("if:"):
+        _, var, at = name.split(":")
+        why = (
+            f"depends on {var!r}, which the script never sets; pass planner check --set {var}=VALUE"
+            if var != "?"
+            else "has a condition planner cannot evaluate; write the value"
+        )
+        raise SpecError(
+            f"{where}: line {line}: {flag} takes its value from a branch of the if on line {at}, which {why}"
+        )
     if name.startswith("$"):
         raise SpecError(
             f"{where}: line {line}: {flag} takes its value from {name}, which planner cannot "
@@ -277,5 +339,5 @@ def _check_resolved(value: str, flag: str, line: int, where: str) -> None:
         )
     raise SpecError(
         f"{where}: line {line}: {flag} takes its value from {name!r}, which the script never "
-        f"sets; assign {name}=... in the script or write the value"
+        f"sets; assign {name}=... in the script, write the value or pass planner check --set {name}=VALUE"
     )

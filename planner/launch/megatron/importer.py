@@ -163,13 +163,18 @@ def _optimizer_dtypes(flags: dict, at) -> tuple[str, str]:
 
 
 def parse_megatron(
-    text: str, where: str, world_size: int | None = None, vocab_size: int | None = None
+    text: str,
+    where: str,
+    world_size: int | None = None,
+    vocab_size: int | None = None,
+    variables: dict | None = None,
 ) -> Imported:
     """Read Megatron flags from an args file or a launch script; ``vocab_size`` (``planner check
     --vocab-size``) is the vocabulary of a launch that gives neither --vocab-size nor
-    --padded-vocab-size (see :func:`_vocabulary`)."""
+    --padded-vocab-size (see :func:`_vocabulary`); ``variables`` (``planner check --set NAME=VALUE``)
+    the shell variables a script starts with, as if exported before it runs."""
     try:
-        words, env, is_script = megatron_words(text)
+        words, env, is_script = megatron_words(text, variables)
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
     args = read_arguments(words, where, strict=is_script)

@@ -27,6 +27,8 @@ _FIELD = re.compile(r"(?:@@unresolved:[^@]*@@|\S)+")
 """A field of an unquoted expansion: a run of non-whitespace, an unresolved marker kept whole."""
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 _PREFIXES = ("export", "declare", "readonly", "local", "typeset")
+_ASSIGN_LINE = re.compile(r"^(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?[A-Za-z_]\w*\+?=")
+"""A line that starts with an assignment (its words, expanded unsplit, decide: :func:`_assign`)."""
 SEPARATORS = {"|", "||", "&&", ";", "&", "|&"}
 """Words that end a simple command (bash(1) "Lists")."""
 REDIRECT = re.compile(r"^\d*(>|<|>>|>&|<&)")
@@ -34,9 +36,21 @@ REDIRECT = re.compile(r"^\d*(>|<|>>|>&|<&)")
 
 
 def unresolved_in(word: str) -> str | None:
-    """The variable a word needed but the script never set (None when resolved)."""
+    """The variable a word needed but the script never set (None when resolved): a name, a
+    command substitution or arithmetic as written (``$(scontrol ...)``), or ``if:NAME:LINE`` for
+    a value an undeterminable ``if`` on LINE (depending on NAME; ``?`` when no variable) sets."""
     m = _UNRESOLVED_RE.search(word)
-    return m.group(1) if m else None
+    if not m:
+        return None
+    name = m.group(1)
+    return bytes.fromhex(name[2:]).decode("utf-8") if name.startswith("$:") else name
+
+
+def _command_marker(text: str) -> str:
+    """The marker for a command substitution (or arithmetic) planner does not run: its text
+    hex-encoded, so that no character of it (``|``, ``(``, a space) reaches a word or an inner
+    ``bash -c`` lexer; :func:`unresolved_in` gives the text back for messages."""
+    return UNRESOLVED.format("$:" + text.encode("utf-8").hex())
 
 
 @dataclass
@@ -208,7 +222,7 @@ def expand(text: str, scalars: dict[str, str], arrays: dict[str, list[str]], spl
             out.append(ch)
             i += 1
             continue
-        if ch == "$":
+        if ch == "$" or ch == "`":
             value, used = _reference(text[i:], scalars, arrays)
             if used:
                 if value is None:
@@ -255,7 +269,12 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
     m = re.match(r"\$\(\((.*?)\)\)", s)
     if m:
         value = _arith(m.group(1), scalars)
-        return (value if value is not None else UNRESOLVED.format(f"$(({m.group(1)}))")), m.end()
+        return (value if value is not None else _command_marker(f"$(({m.group(1)}))")), m.end()
+    if s.startswith("`"):
+        end = s.find("`", 1)
+        if end > 0:
+            return _command_marker(s[: end + 1]), end + 1
+        return None, 0
     if s.startswith("$("):
         depth, j = 0, 1
         while j < len(s):
@@ -263,7 +282,7 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
             if depth == 0:
                 break
             j += 1
-        return UNRESOLVED.format(s[: j + 1]), j + 1
+        return _command_marker(s[: j + 1]), j + 1
     m = re.match(r"\$\{([A-Za-z_]\w*)\[([@*]|\d+)\]\}", s)
     if m:
         items = _array(m.group(1), scalars, arrays)
@@ -311,48 +330,237 @@ def expand_word(text: str, scalars: dict[str, str], arrays: dict[str, list[str]]
     return " ".join(parts)
 
 
-def read_script(text: str) -> Script:
+_NAME = re.compile(r"[A-Za-z_]\w*")
+_KEYWORDS = ("if", "elif", "else", "fi", "then")
+
+
+@dataclass
+class _Branch:
+    """One ``if`` being read: whether the branch being read runs, whether one already ran, and
+    (``if:NAME:LINE``) why it cannot be known when the condition is undeterminable."""
+
+    active: bool
+    taken: bool
+    unknown: str | None = None
+
+
+def read_script(text: str, preset: dict[str, str] | None = None) -> Script:
     """Read a bash script (or a plain arguments file): assignments are recorded, every other
-    line's words are expanded and kept for the flag parser."""
+    line's words are expanded and kept for the flag parser. ``preset`` is the environment the script
+    starts with (``planner check --set NAME=VALUE``); its own assignments override it, as bash's do.
+
+    ``if``/``elif``/``else``/``fi`` are followed on conditions the script (or ``preset``)
+    determines (:func:`_condition`): only the branch bash runs is read. A condition that cannot be
+    known makes every variable its branches assign a marker naming the condition's variable, and a
+    branch that runs the training script an error naming it."""
     s = Script()
+    s.scalars.update(preset or {})
+    stack: list[_Branch] = []
     for line, number in _logical_lines(text):
         stripped = line.strip()
         if not stripped:
             continue
-        try:
-            words = shlex.split(stripped.replace("\n", " "), posix=True) if "=(" not in stripped else None
-        except ValueError:
-            words = stripped.split()
-        if words is None or (words and _assignment_start(words)):
-            if _assign(stripped, number, s):
-                continue
-        if words and words[0] == "unset":
-            for name in words[1:]:
-                if not name.startswith("-"):
-                    s.scalars.pop(name, None)
-                    s.arrays.pop(name, None)
-                    s.env[name] = None
+        first = stripped.split(None, 1)[0].rstrip(";")
+        if first in _KEYWORDS or stack:
+            for statement in _statements(stripped) if first in _KEYWORDS else [stripped]:
+                _conditional(statement, number, s, stack)
             continue
-        expanded = expand(stripped.replace("\n", " "), s.scalars, s.arrays)
-        try:
-            parts = shlex.split(expanded, posix=True)
-        except ValueError:
-            parts = expanded.split()
-        # Leading NAME=value words set the command's environment (bash(1) "Simple Command Expansion").
-        while parts and _ASSIGN.match(parts[0]) and not parts[0].startswith("-"):
-            m = _ASSIGN.match(parts[0])
-            s.env[m.group(1)] = m.group(3)
-            s.scalars[m.group(1)] = m.group(3)
-            s.assigned_lines[m.group(1)] = number
-            parts = parts[1:]
-        s.words += [(w, number) for w in _inner_commands(parts)]
+        _statement(stripped, number, s)
+    if stack:
+        raise SpecError("the script ends inside an if (no closing fi)")
     return s
 
 
-def _assignment_start(words: list[str]) -> bool:
-    rest = words[1:] if words[0] in _PREFIXES else words
-    rest = [w for w in rest if not w.startswith("-")]
-    return bool(rest) and all(_ASSIGN.match(w) for w in rest)
+def _statements(line: str) -> list[str]:
+    """A line split at its unquoted ``;`` (outside ``$( )`` and ``[[ ]]``; ``;;`` kept), as bash
+    separates the commands of a list (bash(1) "Lists")."""
+    out, buf, quote, depth, i = [], "", None, 0, 0
+    while i < len(line):
+        ch = line[i]
+        if ch == "\\" and quote != "'":
+            buf += line[i : i + 2]
+            i += 2
+            continue
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == ";" and depth == 0 and not line.startswith(";", i + 1) and not buf.endswith(";"):
+            out.append(buf.strip())
+            buf, i = "", i + 1
+            continue
+        buf += ch
+        i += 1
+    out.append(buf.strip())
+    return [x for x in out if x]
+
+
+def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -> None:
+    """One statement inside (or opening or closing) an ``if``."""
+    first, _, rest = statement.partition(" ")
+    rest = rest.strip()
+    if first == "then":
+        if rest:
+            _conditional(rest, number, s, stack)
+        return
+    enclosing = all(b.active for b in stack)
+    if first == "if":
+        if not enclosing:
+            stack.append(_Branch(False, True))
+            return
+        known = _condition(rest, number, s)
+        if isinstance(known, str):
+            stack.append(_Branch(False, False, known))
+        else:
+            stack.append(_Branch(known, known))
+        return
+    if first in ("elif", "else", "fi") and not stack:
+        raise SpecError(f"line {number}: {first} without an if")
+    if first == "fi":
+        stack.pop()
+        return
+    top = stack[-1]
+    if first in ("elif", "else"):
+        if top.unknown or top.taken or not all(b.active for b in stack[:-1]):
+            top.active = False
+        elif first == "else":
+            top.active = top.taken = True
+        else:
+            known = _condition(rest, number, s)
+            if isinstance(known, str):
+                top.unknown, top.active = known, False
+            else:
+                top.active = top.taken = known
+        if first == "else" and rest:
+            _conditional(rest, number, s, stack)
+        return
+    unknown = next((b.unknown for b in stack if b.unknown), None)
+    if unknown and all(b.active or b.unknown for b in stack):
+        _undetermined(statement, number, s, unknown)
+    elif all(b.active for b in stack):
+        _statement(statement, number, s)
+
+
+def _undetermined(statement: str, number: int, s: Script, unknown: str) -> None:
+    """A statement in a branch of an ``if`` whose condition cannot be known (``unknown``,
+    ``if:NAME:LINE``): a variable it assigns becomes a marker naming the condition; running the
+    training script there is an error naming it; any other command (an echo, an exit) is not
+    read."""
+    m = re.match(
+        r"^(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?([A-Za-z_]\w*)\+?=", statement
+    )
+    if m:
+        s.scalars[m.group(1)] = UNRESOLVED.format(unknown)
+        s.arrays.pop(m.group(1), None)
+        s.assigned_lines[m.group(1)] = number
+        return
+    if re.search(r"\.py\b", statement):
+        _, name, line = unknown.split(":")
+        what = (
+            f"on {name}, which the script never sets"
+            if name != "?"
+            else "on a condition planner cannot evaluate"
+        )
+        raise SpecError(
+            f"line {number}: the training command runs in a branch of the if on line {line}, which depends "
+            f"{what}; pass planner check --set {name if name != '?' else 'NAME'}=VALUE or set it in the script"
+        )
+
+
+_TESTS = {
+    "=": lambda a, b: a == b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+}
+_INT_TESTS = {
+    "-eq": "__eq__",
+    "-ne": "__ne__",
+    "-lt": "__lt__",
+    "-le": "__le__",
+    "-gt": "__gt__",
+    "-ge": "__ge__",
+}
+
+
+def _condition(text: str, number: int, s: Script) -> bool | str:
+    """The value of an ``if`` condition (bash(1) "CONDITIONAL EXPRESSIONS", test(1)): ``[ A OP B ]``
+    or ``[[ A OP B ]]`` with ``=``, ``==``, ``!=``, ``-eq``, ``-ne``, ``-lt``, ``-le``, ``-gt``,
+    ``-ge``, ``-z A``, ``-n A``, ``A`` alone, each optionally negated by ``!``; ``true``/``false``.
+    Anything else, or an operand needing a variable nothing sets: ``if:NAME:LINE`` (``NAME`` ``?``
+    when no variable is to blame)."""
+    text = re.sub(r"\s*;?\s*then\s*$", "", text.strip())
+    try:
+        words = shlex.split(expand(text, s.scalars, s.arrays), posix=True)
+    except ValueError:
+        return f"if:?:{number}"
+    for w in words:
+        name = unresolved_in(w)
+        if name is not None:
+            blamed = name if _NAME.fullmatch(name) else "?"
+            return f"if:{blamed}:{number}"
+    if words in (["true"], [":"], ["false"]):
+        return words != ["false"]
+    bracket = words[0] if words else ""
+    if len(words) >= 2 and (words[0], words[-1]) in (("[", "]"), ("[[", "]]")):
+        words = words[1:-1]
+    else:
+        return f"if:?:{number}"
+    negate = bool(words) and words[0] == "!"
+    words = words[1:] if negate else words
+    if len(words) == 3 and words[1] in _TESTS:
+        if bracket == "[[" and re.search(r"[*?\[]", words[2]):
+            return f"if:?:{number}"  # a pattern match, not compared here
+        value = _TESTS[words[1]](words[0], words[2])
+    elif len(words) == 3 and words[1] in _INT_TESTS:
+        try:
+            a, b = int(words[0]), int(words[2])
+        except ValueError:
+            return f"if:?:{number}"
+        value = getattr(a, _INT_TESTS[words[1]])(b)
+    elif len(words) == 2 and words[0] in ("-z", "-n"):
+        value = (words[1] == "") == (words[0] == "-z")
+    elif len(words) == 1:
+        value = words[0] != ""
+    elif len(words) == 0:
+        value = False
+    else:
+        return f"if:?:{number}"
+    return value != negate
+
+
+def _statement(stripped: str, number: int, s: Script) -> None:
+    """One command or assignment of the script, read into ``s``."""
+    try:
+        words = shlex.split(stripped.replace("\n", " "), posix=True) if "=(" not in stripped else None
+    except ValueError:
+        words = stripped.split()
+    if words is None or _ASSIGN_LINE.match(stripped):
+        if _assign(stripped, number, s):
+            return
+    if words and words[0] == "unset":
+        for name in words[1:]:
+            if not name.startswith("-"):
+                s.scalars.pop(name, None)
+                s.arrays.pop(name, None)
+                s.env[name] = None
+        return
+    expanded = expand(stripped.replace("\n", " "), s.scalars, s.arrays)
+    try:
+        parts = shlex.split(expanded, posix=True)
+    except ValueError:
+        parts = expanded.split()
+    # Leading NAME=value words set the command's environment (bash(1) "Simple Command Expansion").
+    while parts and _ASSIGN.match(parts[0]) and not parts[0].startswith("-"):
+        m = _ASSIGN.match(parts[0])
+        s.env[m.group(1)] = m.group(3)
+        s.scalars[m.group(1)] = m.group(3)
+        s.assigned_lines[m.group(1)] = number
+        parts = parts[1:]
+    s.words += [(w, number) for w in _inner_commands(parts)]
 
 
 def _assign(line: str, number: int, s: Script) -> bool:
