@@ -1018,3 +1018,22 @@ def test_search_and_check_agree_on_random_chain_models(run_cli, tmp_path_factory
 @given(case=graph_cases())
 def test_search_and_check_agree_on_random_graph_models(run_cli, tmp_path_factory, case):
     _search_then_check(run_cli, tmp_path_factory.mktemp("graph"), *case)
+
+
+# ------------------------------------------------------------------------------------------------
+# Round trips: a search never returns a plan its own default export refuses (issue 55)
+
+
+@pytest.mark.parametrize(
+    "model, cluster, nodes, reason",
+    [
+        ("llama4-scout", "gb200-nvl72", "18", "no chunked attention"),
+        ("opt-175b", "dgx-h100", "16", "no plain ReLU MLP flag"),
+    ],
+)
+def test_default_search_leaves_out_what_megatron_cannot_export(run_cli, model, cluster, nodes, reason):
+    """Issue 55: the default search (``--framework megatron``) returned a llama4-scout plan on
+    gb200-nvl72 that ``export megatron`` refuses ('no chunked attention'). Megatron-LM's framework
+    now names the models it has no flags for, so the search leaves them out with the reason."""
+    res = run_cli("search", "-m", model, "-c", cluster, "-n", nodes, "-b", "256", "-s", "4096", "--top", "1")
+    one_line_error(res, 3, reason)

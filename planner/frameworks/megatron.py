@@ -24,12 +24,45 @@
   CUDA graphs only over the full iteration).
 * Mixed GPU types: Megatron places ranks in launch order; planner exports a Slurm heterogeneous job
   whose components are the plan's node groups in pipeline order.
+* Models it has no flags for (:func:`model_reasons`): chunked attention (Llama 4's
+  ``attention_chunk_size``; ``--window-size`` is a sliding window only) and a plain ReLU MLP
+  (``--squared-relu``, ``--swiglu`` and GeLU only). The search leaves such models out under
+  ``--framework megatron`` with the reason, so it never returns a plan its export refuses.
 """
 
-from cost_models.parallel import RANK_ORDERS
-from planner.frameworks.base import Capabilities, Framework
+from dataclasses import dataclass
 
-MEGATRON = Framework(
+from cost_models.parallel import RANK_ORDERS, ParallelConfig
+from planner.frameworks.base import Capabilities, Framework
+from planner.inputs.cluster_spec import ClusterSpec
+from planner.inputs.job_spec import JobSpec
+from planner.inputs.model_spec import ModelSpec
+
+
+def model_reasons(who: str, model: ModelSpec) -> list[str]:
+    """Why Megatron-LM (``who``, its title) has no model for ``model`` (empty when it has one)."""
+    out = []
+    if getattr(model, "window_size", 0) and getattr(model, "window_type", "") == "chunked":
+        out.append(
+            f"{who} has no chunked attention (Llama 4's attention_chunk_size; only --window-size "
+            "sliding windows)"
+        )
+    if getattr(model, "activation", "") == "relu":
+        out.append(f"{who} has no plain ReLU MLP flag (GeLU, --swiglu, --squared-relu)")
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MegatronFramework(Framework):
+    """Megatron-LM: the shared capabilities plus the models it has no flags for."""
+
+    def violations(
+        self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig
+    ) -> list[str]:
+        return [*Framework.violations(self, model, cluster, job, c), *model_reasons(self.title, model)]
+
+
+MEGATRON = MegatronFramework(
     name="megatron",
     title="Megatron-LM (megatron-core 0.19.2)",
     version="megatron-core 0.19.2",

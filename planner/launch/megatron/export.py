@@ -83,9 +83,6 @@ def refuse_unlaunchable(inputs: PlanInputs) -> None:
     outside its capabilities (e.g. a zb-h1 plan searched with ``--framework any``), or a model
     it has no flag for, or a mixed-GPU cluster torchrun cannot number in stage order."""
     m, c = inputs.model, inputs.config
-    reasons = MEGATRON.violations(m, inputs.cluster, inputs.job, c)
-    if reasons:
-        raise SpecError(f"{reasons[0]}; re-run planner search with --framework megatron")
     if m.activation == "relu":
         raise SpecError("Megatron-LM has no plain ReLU MLP flag; this model cannot be exported")
     if m.window_size and m.window_type == "chunked":
@@ -93,6 +90,9 @@ def refuse_unlaunchable(inputs: PlanInputs) -> None:
             "Megatron-LM has no chunked attention (Llama 4's attention_chunk_size; only --window-size "
             "sliding windows); this model cannot be exported"
         )
+    reasons = MEGATRON.violations(m, inputs.cluster, inputs.job, c)
+    if reasons:
+        raise SpecError(f"{reasons[0]}; re-run planner search with --framework megatron")
     if len({g.gpus_per_node for g in inputs.cluster.groups}) > 1:
         raise SpecError(
             "the cluster's node groups have different GPUs per node; torchrun numbers ranks as "
