@@ -110,7 +110,6 @@ def check_file(
     profile=None,
     software: str | None = None,
     vocab_size: int | None = None,
-    variables: dict | None = None,
 ) -> Verdict:
     """Every check on one config file against ``cluster`` (as loaded: no software or calibration
     profile applied; None: a plan file's own cluster, :func:`is_plan_file`, and an error finding
@@ -127,7 +126,7 @@ def check_file(
     kind = _plan_kind(path, text)
     if kind == "graph_plan":
         return _check_graph_plan(path, cluster, headroom_bytes, max_slowdown, verdict, software, profile)
-    read = _read_config(verdict, path, text, kind, cluster, software, profile, vocab_size, variables)
+    read = _read_config(verdict, path, text, kind, cluster, software, profile, vocab_size)
     if read is None:
         return verdict
     config = _constrained(verdict, read)
@@ -173,7 +172,6 @@ def _read_config(
     software: str | None,
     profile,
     vocab_size: int | None = None,
-    variables: dict | None = None,
 ) -> _Config | None:
     """The plan, torchtitan TOML or Megatron-LM file read, its import notices and Megatron's own
     refusals added to ``verdict``; None once an error finding says why it cannot be judged."""
@@ -195,7 +193,7 @@ def _read_config(
         if Path(path).suffix == ".toml":
             read = _read_torchtitan_file(verdict, path, cluster)
         else:
-            read = _read_megatron_file(verdict, path, text, cluster, vocab_size, variables)
+            read = _read_megatron_file(verdict, path, text, cluster, vocab_size)
     except PlannerError as exc:
         verdict.add(Finding("error", "parse", str(exc)))
         return None
@@ -241,16 +239,11 @@ def _read_torchtitan_file(verdict: Verdict, path: str, cluster: ClusterSpec) -> 
 
 
 def _read_megatron_file(
-    verdict: Verdict,
-    path: str,
-    text: str,
-    cluster: ClusterSpec,
-    vocab_size: int | None = None,
-    variables: dict | None = None,
+    verdict: Verdict, path: str, text: str, cluster: ClusterSpec, vocab_size: int | None = None
 ) -> _Config:
     """A Megatron-LM args or launch file, with a warning for each flag planner does not interpret
     and what Megatron-LM's own validation rejects (planner/launch/megatron/rules.py)."""
-    imported = parse_megatron(text, path, cluster.num_gpus, vocab_size, variables)
+    imported = parse_megatron(text, path, cluster.num_gpus, vocab_size)
     lines = imported.flag_lines
     for flag in imported.unknown:
         verdict.add(

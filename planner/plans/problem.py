@@ -9,7 +9,7 @@ library finds for a job is the plan the command prints for it."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cost_models.estimate import Estimate, estimate
 from cost_models.graph_costs import StageGraph
@@ -166,18 +166,18 @@ def run_search(
     rank_ties: bool = False,
 ):
     """The ``top_k`` fastest distinct plans for ``problem`` within ``restrictions`` (None:
-    :func:`search_restrictions` of the problem's framework, ``planner search``'s defaults): the
-    chain search (:func:`planner.search.chain.search`, a ``SearchResult``) or, on a graph model,
-    graph pipelines beside the best sequential one (:func:`planner.search.graph.run_graph_search`,
-    a ``GraphSearchResult``). Raises InfeasibleError when nothing fits. ``progress(done, total,
-    best_step_time_s)`` is called as candidates are settled; ``collect`` keeps every candidate
-    (``result.candidates``, chain models only). With ``rank_ties`` (as ``planner search`` and
-:func:`planner.api.search` rank), the chain plans
-    statistically tied with the fastest (closer than the model can resolve:
-    :func:`planner.profiles.uncertainty.resolution`) are listed most robust first
-    (:func:`planner.search.ties.order_ties`, among the :data:`TIE_POOL` fastest whatever
-    ``top_k``) and ``result.ties`` says how many; without (a sweep comparing points by their
-    fastest plans), the ranking is the point estimates' alone."""
+        :func:`search_restrictions` of the problem's framework, ``planner search``'s defaults): the
+        chain search (:func:`planner.search.chain.search`, a ``SearchResult``) or, on a graph model,
+        graph pipelines beside the best sequential one (:func:`planner.search.graph.run_graph_search`,
+        a ``GraphSearchResult``). Raises InfeasibleError when nothing fits. ``progress(done, total,
+        best_step_time_s)`` is called as candidates are settled; ``collect`` keeps every candidate
+        (``result.candidates``, chain models only). With ``rank_ties`` (as ``planner search`` and
+    :func:`planner.api.search` rank), the chain plans
+        statistically tied with the fastest (closer than the model can resolve:
+        :func:`planner.profiles.uncertainty.resolution`) are listed most robust first
+        (:func:`planner.search.ties.order_ties`, among the :data:`TIE_POOL` fastest whatever
+        ``top_k``) and ``result.ties`` says how many; without (a sweep comparing points by their
+        fastest plans), the ranking is the point estimates' alone."""
     from planner.inputs.errors import InfeasibleError
     from planner.search.chain import search
     from planner.search.graph import run_graph_search
@@ -190,7 +190,8 @@ def run_search(
             raise UsageError("--csv applies to sequential models, not graph models")
         return run_graph_search(problem.model, problem.cluster, problem.job, r, top_k, progress)
     pool = max(top_k, TIE_POOL) if rank_ties else top_k
-    result = search(problem.model, problem.cluster, problem.job, r, pool, progress, collect=collect)
+    # a copy: chain.search caches its results, and the caller may re-rank this one (ties, cost)
+    result = replace(search(problem.model, problem.cluster, problem.job, r, pool, progress, collect=collect))
     if not result.plans:
         raise InfeasibleError(result.infeasible_reason)
     if rank_ties:
