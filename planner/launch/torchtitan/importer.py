@@ -76,6 +76,19 @@ class ImportedTitan:
     """How settings without an exact planner equivalent were read."""
 
 
+def _decimal(text: str) -> bool:
+    """Whether ``text`` passes torchtitan's ``str.isdigit`` test and then its ``int``: isdigit
+    also accepts superscripts such as ``"²"``, on which ``int`` raises (torchtitan's own launch
+    fails there; planner refuses it with a one-line error)."""
+    if not text.isdigit():
+        return False
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
 def default_layer_split(num_stages: int, num_layers: int, first_less: int, last_less: int) -> list[int]:
     """Layers per stage of torchtitan's ``generate_llm_fqn_per_model_part`` (the embedding and the
     output count as ``first_less`` and ``last_less`` layers)."""
@@ -103,7 +116,7 @@ def _split_from_fqns(parts: object, num_layers: int, where: str) -> list[int]:
         raise SpecError(f"{key}: expected a list of lists of module names")
     counts, seen = [], []
     for p in parts:
-        layers = [int(x.split(".", 1)[1]) for x in p if x.startswith("layers.") and x[7:].isdigit()]
+        layers = [int(x.split(".", 1)[1]) for x in p if x.startswith("layers.") and _decimal(x[7:])]
         counts.append(len(layers))
         seen += layers
     if seen != list(range(num_layers)):
@@ -389,7 +402,7 @@ def _activation_checkpoint(
     if option == "op":
         # per-op policy (distributed/activation_checkpoint.py _apply_op_sac): cost_models.recompute
         return "op", 0
-    if not option.isdigit() or int(option) < 1:
+    if not _decimal(option) or int(option) < 1:
         raise SpecError(
             f"{where}: key 'activation_checkpoint.selective_ac_option': {option!r}: allowed values: "
             "op, or a positive integer n (checkpoint every n-th block)"
