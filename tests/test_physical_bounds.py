@@ -418,3 +418,14 @@ def test_gpu_file_cited_bounds_accept_every_shipped_profile(run_cli):
     for name in graph_preset_names():
         load_graph_model(name)
     assert yaml.safe_load(GPU_YAML.read_text())["sm_count"] <= LIMITS["sm_count"][0]
+
+
+@pytest.mark.parametrize("theta", ["Infinity", "-Infinity", "NaN", "1e400"])
+def test_hf_rope_theta_infinity_is_a_spec_error(run_cli, tmp_path, theta):
+    """Found by the issue-55 fuzz run: ``rope_theta: Infinity`` in a HF config.json raised
+    OverflowError (``int(inf)``)."""
+    config = json.loads((ROOT / "tests" / "data" / "hf" / "deepseek-v3" / "config.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config).replace('"rope_theta": 10000', f'"rope_theta": {theta}'))
+    assert theta in path.read_text()
+    one_line_error(run_cli("models", "show", str(path)), 1, "'rope_theta'")

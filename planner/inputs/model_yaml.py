@@ -133,7 +133,7 @@ def _rope_theta(data: dict, where: str) -> int:
     theta = data.get("rope_theta", nested.get("rope_theta") if isinstance(nested, dict) else None)
     if theta is None:
         return 10000
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta != theta or theta <= 0:
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 0 < theta < float("inf"):
         raise SpecError(f"{where}: key 'rope_theta': expected a positive number, got {theta!r}"[:300])
     if theta != int(theta) or theta > 10**12:
         raise SpecError(
