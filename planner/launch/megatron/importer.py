@@ -29,6 +29,7 @@ from cost_models.parallel import (
 from planner.inputs.errors import ConfigError, SpecError
 from planner.inputs.job_spec import DTYPES, FP8_RECIPES, MOE_DISPATCHERS, JobSpec
 from planner.inputs.jobs import cuda_graph_scope
+from planner.inputs.layer_pattern import PatternError, parse_pattern
 from planner.inputs.model_spec import ModelSpec
 from planner.inputs.validation import check_number, limit
 from planner.launch.megatron.arguments import Arguments, megatron_words, read_arguments
@@ -283,8 +284,34 @@ def _model(args: Arguments, vocab_size: int | None = None) -> ModelSpec:
         if experts
         else 0,
         moe_shared_expert_intermediate_size=num("--moe-shared-expert-intermediate-size", 0) if experts else 0,
-        moe_layer_freq=num("--moe-layer-freq", 1) if experts else 1,
+        **(_moe_layers(args, num("--num-layers")) if experts else {}),
     )
+
+
+def _moe_layers(args: Arguments, num_layers: int) -> dict:
+    """``moe_layer_freq`` or ``moe_layer_pattern`` from ``--moe-layer-freq``: an integer (every
+    n-th layer MoE), or Megatron's list form, e.g. ``([0]*3+[1]*58)``, which its ``moe_freq_type``
+    evaluates (megatron/training/arguments.py; read here without evaluating code,
+    :func:`planner.inputs.layer_pattern.parse_pattern`) and whose length must be ``--num-layers``
+    (megatron/core/models/gpt/gpt_layer_specs.py, get_gpt_decoder_block_spec, asserts it:
+    "Invalid length of moe_layer_pattern")."""
+    text = args.flags.get("--moe-layer-freq")
+    if text is None or "[" not in text:
+        return {"moe_layer_freq": args.num("--moe-layer-freq", 1)}
+    try:
+        pattern = parse_pattern(text)
+    except PatternError as exc:
+        raise SpecError(
+            f"{args.at('--moe-layer-freq')}: --moe-layer-freq {text!r}: {exc} (expected an integer or "
+            "a list pattern such as ([0]*3+[1]*58))"
+        ) from None
+    if len(pattern) != num_layers:
+        raise SpecError(
+            f"{args.at('--moe-layer-freq')}: --moe-layer-freq {text!r} gives {len(pattern)} layers, "
+            f"--num-layers is {num_layers}: Megatron asserts they are equal (Invalid length of "
+            "moe_layer_pattern)"
+        )
+    return {"moe_layer_pattern": pattern}
 
 
 def _recompute(
