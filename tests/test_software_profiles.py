@@ -262,8 +262,10 @@ def _json(r):
 def test_cli_software_selection_and_default(run_cli):
     # FP8: the profiles differ from the base values in their FP8 speed-up, which a bf16 estimate
     # of this size barely reads
-    base = _json(run_cli("estimate", *H100_FP8, *CONFIG, "--json"))
-    assert base["software"]["name"] == BASE  # estimate has no framework: base values
+    base = _json(run_cli("estimate", *H100_FP8, *CONFIG, "--framework", "any", "--json"))
+    assert base["software"]["name"] == BASE  # --framework any: base values
+    default = _json(run_cli("estimate", *H100_FP8, *CONFIG, "--json"))
+    assert default["software"]["name"] == "megatron-bridge-25.11"  # as search prices it
     # every shipped profile with an h100 entry: named as overriding the family, and moving this
     # estimate exactly when it changes a value the estimate reads by enough to show in --json's four
     # significant digits (fitted values move with each refit, and a regularised fit may keep the
@@ -300,7 +302,9 @@ def test_cli_software_selection_and_default(run_cli):
         assert (step != base_step) == changes  # full precision: moves exactly when a read value does
         shows = rounded(step) != rounded(base_step)
         assert (d["step_time_s"] != base["step_time_s"]) == shows and chosen.stderr == ""
-    none = _json(run_cli("estimate", *H100_FP8, *CONFIG, "--software", "none", "--json"))
+    none = _json(
+        run_cli("estimate", *H100_FP8, *CONFIG, "--software", "none", "--framework", "any", "--json")
+    )
     assert none == base
     inherits = run_cli("estimate", *H100_FP8, *CONFIG, "--software", "megatron-bridge-26.06", "--json")
     older = _json(run_cli("estimate", *H100_FP8, *CONFIG, "--software", "megatron-bridge-25.11", "--json"))
@@ -514,7 +518,8 @@ def test_estimate_framework_prices_a_searched_plan_as_the_search_did(run_cli, tm
     same = _json(run_cli("estimate", *H100, *flags, "--framework", "megatron", "--json"))
     assert same["software"]["name"] == found["software"]["name"] == default_software("megatron", ("h100",))
     assert same["step_time_s"] == pytest.approx(p["step_time_s"], rel=1e-3)
-    base = _json(run_cli("estimate", *H100, *flags, "--json"))
+    assert _json(run_cli("estimate", *H100, *flags, "--json")) == same  # estimate's default is search's
+    base = _json(run_cli("estimate", *H100, *flags, "--framework", "any", "--json"))
     assert base["software"]["name"] == BASE and base["step_time_s"] != same["step_time_s"]
     for command in ("timeline", "bubbles"):
         assert run_cli(command, *H100, *flags, "--framework", "megatron", "--json").exit_code == 0

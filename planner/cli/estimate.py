@@ -248,10 +248,13 @@ def _selective_modules(text: str, config) -> tuple[str, ...]:
 
 
 def _framework_name(name: str | None) -> str:
-    """A checked ``--framework`` of estimate/timeline/bubbles; ``any`` (base values) when not given."""
-    from planner.frameworks import get_framework
+    """A checked ``--framework`` of estimate/timeline/bubbles; when not given, search's default
+    (``megatron``: its newest software profile fitted on the cluster's GPUs prices the
+    configuration), so that ``planner estimate`` and ``planner search`` price one configuration
+    alike; ``any`` for the GPU files' base values."""
+    from planner.frameworks import DEFAULT_FRAMEWORK, get_framework
 
-    return get_framework(name).name if name else "any"
+    return get_framework(name or DEFAULT_FRAMEWORK).name
 
 
 def _with_split(config, model, layers: str | None, first: int | None, last: int | None):

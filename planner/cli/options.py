@@ -91,7 +91,7 @@ EstimateFrameworkOpt = Annotated[
     typer.Option(
         "--framework",
         help="Price as this framework runs it: its newest software profile fitted on the cluster's GPUs "
-        "applies, as in search (default: none, the GPU files' base values; --software overrides).",
+        "applies (default: megatron, as search prices it; any: the GPU files' base values; --software overrides).",
         rich_help_panel=PANEL_INPUTS,
     ),
 ]

@@ -87,8 +87,8 @@ def load_problem(
     cluster's GPU families, none for ``any``; :func:`planner.profiles.software.resolve_software`),
     then ``profile``: a calibrated profile file, applied to the cluster
     (:func:`planner.profiles.software.configure`: the calibration wins). ``framework`` defaults to
-    ``planner search``'s (``megatron``); ``planner estimate`` without ``--framework`` is
-    ``framework="any"`` (the GPU files' base values);
+    ``planner search``'s and ``planner estimate``'s (``megatron``); ``framework="any"`` prices with
+    the GPU files' base values (``--framework any``);
     ``tp_comm_overlap``, ``moe_dispatcher``, ``moe_a2a_overlap``, ``cuda_graph_scope``,
     ``eager_ops``, ``grad_dtype`` (None: the precision's default,
     :func:`planner.inputs.jobs.default_grad_dtype`), ``optimizer_state_dtype``, ``attention_impl``,
