@@ -435,7 +435,10 @@ def _rank_order_violations(cluster: ClusterSpec, c: ParallelConfig) -> list[str]
                 "the tp-cp-ep-pp-dp rank order is priced on NVSwitch nodes only (an NVLink mesh's rings "
                 "are counted for Megatron's default order)"
             )
-        for what in ("shard", "replicate"):
+        # Only a well-formed sharded group is placed: instances or a shard degree that do not
+        # divide dp*cp are reported by _sharding_violations (naming optimizer_instances or
+        # fsdp_shard), and their shard degree (dp*cp // instances) may be 0.
+        for what in ("shard", "replicate") if _shard_divides(c) else ():
             if _dpcp_subgroup(c, what) is None:
                 out.append(
                     f"with the tp-cp-ep-pp-dp rank order the sharded group (dp*cp / optimizer instances or "
@@ -443,6 +446,14 @@ def _rank_order_violations(cluster: ClusterSpec, c: ParallelConfig) -> list[str]
                 )
                 break
     return out
+
+
+def _shard_divides(c: ParallelConfig) -> bool:
+    """Whether the sharded group tiles the dp*cp ranks: the HSDP shard degree, or the
+    distributed-optimizer instances, at least 1 and dividing dp*cp (Megatron-Core parallel_state.py
+    asserts ``dp*cp % num_distributed_optimizer_instances == 0``)."""
+    n = c.fsdp_shard or c.optimizer_instances
+    return n >= 1 and (c.dp * c.cp) % n == 0
 
 
 def _sharding_violations(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> list[str]:
@@ -471,7 +482,9 @@ def _sharding_violations(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> l
             f"sharded_grad_reduce {job.sharded_grad_reduce!r} describes a distributed (ZeRO-1) optimizer; "
             f"optimizer sharding {c.optimizer_sharding!r} reduce-scatters gradients per micro-batch"
         )
-    if c.fsdp_shard and (c.optimizer_sharding != "full" or (c.dp * c.cp) % c.fsdp_shard):
+    if c.fsdp_shard < 0:
+        out.append(f"fsdp_shard must be >= 0 (0 = all of dp*cp), got {c.fsdp_shard}")
+    elif c.fsdp_shard and (c.optimizer_sharding != "full" or (c.dp * c.cp) % c.fsdp_shard):
         out.append(f"fsdp_shard ({c.fsdp_shard}) needs full sharding and must divide dp*cp ({c.dp * c.cp})")
     if c.optimizer_sharding == "full" and c.pp > 1:
         out.append(
@@ -568,6 +581,8 @@ def _dpcp_subgroup(c: ParallelConfig, what: str) -> Group | None:
     partial distributed optimizer and HSDP's shard groups are consecutive runs of it): ``shard`` the
     first ``shard_degree`` of them, ``replicate`` every ``shard_degree``-th; None when the run does
     not map onto (at most) two strides."""
+    if c.shard_degree < 1:  # instances above dp*cp (refused by violations())
+        return None
     step, count = (
         (1, c.shard_degree) if what == "shard" else (c.shard_degree, max(1, c.cp * c.dp // c.shard_degree))
     )

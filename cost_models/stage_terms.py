@@ -219,7 +219,10 @@ def chunk_terms(
         n = layers[vs]
         cost = _virtual_stage_cost(model, table, first_layer[vs], n)
         k = recomputed_layers(c, n)
-        layer_unit = _virtual_stage_cost(model, table, first_layer[vs], 1)
+        # One decoder layer of the chunk (what recompute re-runs, a prefetch gathers); none in an
+        # empty end chunk, which holds only the embedding or the output layer and loss
+        # (layers_per_stage 0 at an end: Megatron-LM --pipeline-model-parallel-layout "E|...|L").
+        layer_unit = _virtual_stage_cost(model, table, first_layer[vs], 1) if n else ZERO
         recompute = k * layer_unit.recompute_s(c.recompute)
         act = cost.activation_bytes - k * (
             layer_unit.activation_bytes - layer_unit.recomputed_bytes(c.recompute)
