@@ -261,3 +261,20 @@ def test_check_cli_set(run_cli, tmp_path):
     assert res.exit_code == 0 and '"passed": true' in res.stdout, res.stdout
     res = run_cli("check", str(path), "-c", "dgx-h100", "-n", "1", "--set", "1SIZE")
     assert res.exit_code == 2
+
+
+def test_nested_if_under_an_undeterminable_one_is_unknown_too():
+    text = (
+        '#!/bin/bash\nTP=1\nif [ "$BIG" = 1 ]; then\n  if [ 1 -eq 1 ]; then TP=8; fi\nfi\n'
+        f"torchrun pretrain_gpt.py {SHAPE} --vocab-size 32000 --tensor-model-parallel-size $TP\n"
+    )
+    with pytest.raises(SpecError, match="if on line 3, which depends on 'BIG'"):
+        parse_megatron(text, "x.sh", 8)
+    assert parse_megatron(text, "x.sh", 8, variables={"BIG": "1"}).config.tp == 8
+    assert parse_megatron(text, "x.sh", 8, variables={"BIG": "0"}).config.tp == 1
+
+
+def test_unbalanced_if_is_an_error_not_a_traceback():
+    for text in ("#!/bin/bash\nfi\n", "#!/bin/bash\nif [ 1 = 1 ]; then\nA=1\n", "#!/bin/bash\nelse\n"):
+        with pytest.raises(SpecError, match="x.sh: "):
+            parse_megatron(text + f"torchrun pretrain_gpt.py {SHAPE}\n", "x.sh", 8)

@@ -410,7 +410,10 @@ def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -
     enclosing = all(b.active for b in stack)
     if first == "if":
         if not enclosing:
-            stack.append(_Branch(False, True))
+            # inside a branch that does not run: none of this if runs; inside one that may: all may
+            outer = next((b.unknown for b in stack if b.unknown), None)
+            maybe = outer is not None and all(b.active or b.unknown for b in stack)
+            stack.append(_Branch(False, True, outer if maybe else None))
             return
         known = _condition(rest, number, s)
         if isinstance(known, str):
