@@ -35,6 +35,15 @@ def test_known_tokenizer_needs_no_vocab_size(tokenizer, tp, vocab):
     assert parse_megatron(text, "args.txt", 8).model.vocab_size == vocab
 
 
+def test_table_vocabulary_is_noted():
+    text = f"{SHAPE} --tokenizer-type GPT2BPETokenizer --tensor-model-parallel-size 8"
+    assert parse_megatron(text, "a", 8).notes == (
+        "vocabulary 51,200 from --tokenizer-type GPT2BPETokenizer (50,257 tokens in tokenizers.yaml, "
+        "padded as Megatron pads to a multiple of --make-vocab-size-divisible-by times tp)",
+    )
+    assert parse_megatron(f"{SHAPE} --vocab-size 32000", "a", 8).notes == ()
+
+
 def test_padding_is_megatrons():
     # megatron/training/tokenizer/tokenizer.py _vocab_size_with_padding: ceil to divisible_by * tp
     assert padded_vocabulary(50257, 128, 1) == 50304

@@ -110,6 +110,7 @@ def check_file(
     profile=None,
     software: str | None = None,
     vocab_size: int | None = None,
+    variables: dict | None = None,
 ) -> Verdict:
     """Every check on one config file against ``cluster`` (as loaded: no software or calibration
     profile applied; None: a plan file's own cluster, :func:`is_plan_file`, and an error finding
@@ -126,7 +127,7 @@ def check_file(
     kind = _plan_kind(path, text)
     if kind == "graph_plan":
         return _check_graph_plan(path, cluster, headroom_bytes, max_slowdown, verdict, software, profile)
-    read = _read_config(verdict, path, text, kind, cluster, software, profile, vocab_size)
+    read = _read_config(verdict, path, text, kind, cluster, software, profile, vocab_size, variables)
     if read is None:
         return verdict
     config = _constrained(verdict, read)
@@ -172,6 +173,7 @@ def _read_config(
     software: str | None,
     profile,
     vocab_size: int | None = None,
+    variables: dict | None = None,
 ) -> _Config | None:
     """The plan, torchtitan TOML or Megatron-LM file read, its import notices and Megatron's own
     refusals added to ``verdict``; None once an error finding says why it cannot be judged."""
@@ -193,7 +195,7 @@ def _read_config(
         if Path(path).suffix == ".toml":
             read = _read_torchtitan_file(verdict, path, cluster)
         else:
-            read = _read_megatron_file(verdict, path, text, cluster, vocab_size)
+            read = _read_megatron_file(verdict, path, text, cluster, vocab_size, variables)
     except PlannerError as exc:
         verdict.add(Finding("error", "parse", str(exc)))
         return None
@@ -239,12 +241,19 @@ def _read_torchtitan_file(verdict: Verdict, path: str, cluster: ClusterSpec) -> 
 
 
 def _read_megatron_file(
-    verdict: Verdict, path: str, text: str, cluster: ClusterSpec, vocab_size: int | None = None
+    verdict: Verdict,
+    path: str,
+    text: str,
+    cluster: ClusterSpec,
+    vocab_size: int | None = None,
+    variables: dict | None = None,
 ) -> _Config:
     """A Megatron-LM args or launch file, with a warning for each flag planner does not interpret
     and what Megatron-LM's own validation rejects (planner/launch/megatron/rules.py)."""
-    imported = parse_megatron(text, path, cluster.num_gpus, vocab_size)
+    imported = parse_megatron(text, path, cluster.num_gpus, vocab_size, variables)
     lines = imported.flag_lines
+    for note in imported.notes:
+        verdict.add(Finding("notice", "import", note))
     for flag in imported.unknown:
         verdict.add(
             Finding(

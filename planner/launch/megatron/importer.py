@@ -58,6 +58,8 @@ class Imported:
     """Environment the script sets (``export NAME=v``; None for ``unset NAME``)."""
     is_script: bool = False
     """Whether the source is a launch script (it runs pretrain_gpt.py), not an arguments file."""
+    notes: tuple[str, ...] = ()
+    """How something the launch does not state was found (the vocabulary from the tokenizer table)."""
 
 
 def _dispatcher(flags: dict, at) -> str:
@@ -226,6 +228,18 @@ def parse_megatron(
         tuple(dict.fromkeys(args.rejected)),
         env,
         is_script,
+        _vocabulary_note(args, vocab_size, model.vocab_size),
+    )
+
+
+def _vocabulary_note(args: Arguments, given: int | None, vocab: int) -> tuple[str, ...]:
+    """A note saying where the vocabulary came from when the launch does not give it."""
+    if given is not None or args.flags.get("--padded-vocab-size") or args.flags.get("--vocab-size"):
+        return ()
+    size, matched = known_vocabulary(args.flags.get("--tokenizer-type"), args.flags.get("--tokenizer-model"))
+    return (
+        f"vocabulary {vocab:,} from {matched} ({size:,} tokens in {TABLE.name}, padded as Megatron pads "
+        "to a multiple of --make-vocab-size-divisible-by times tp)",
     )
 
 
