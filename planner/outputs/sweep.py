@@ -68,10 +68,10 @@ class SweepTask:
     """The software profile (:mod:`planner.profiles.software`; resolved, never None)."""
     fp8_recipe: str | None = None
     """``JobSpec.fp8_recipe`` (None: the default)."""
-    interval: bool = False
+    interval: bool = True
     """Whether the row carries its best plan's ``prediction_interval``
-    (:func:`planner.outputs.views.prediction_interval_dict`); a study's rows do, a sweep of flags
-    keeps the rows it always had."""
+    (:func:`planner.outputs.views.prediction_interval_dict`; in ``--json`` for every sweep, and as
+    CSV columns in a study's CSV, :func:`csv_text`)."""
 
 
 def run_point(task: SweepTask) -> dict:
