@@ -278,3 +278,9 @@ def test_unbalanced_if_is_an_error_not_a_traceback():
     for text in ("#!/bin/bash\nfi\n", "#!/bin/bash\nif [ 1 = 1 ]; then\nA=1\n", "#!/bin/bash\nelse\n"):
         with pytest.raises(SpecError, match="x.sh: "):
             parse_megatron(text + f"torchrun pretrain_gpt.py {SHAPE}\n", "x.sh", 8)
+
+
+def test_unclosed_quote_is_an_error_naming_its_line():
+    text = f'#!/bin/bash\nTP=2\nX="never closed\ntorchrun pretrain_gpt.py {SHAPE}\n'
+    with pytest.raises(SpecError, match="x.sh: line 3: a quote opened here is never closed"):
+        parse_megatron(text, "x.sh", 8)

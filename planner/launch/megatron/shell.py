@@ -43,7 +43,12 @@ def unresolved_in(word: str) -> str | None:
     if not m:
         return None
     name = m.group(1)
-    return bytes.fromhex(name[2:]).decode("utf-8") if name.startswith("$:") else name
+    if name.startswith("$:"):
+        try:
+            return bytes.fromhex(name[2:]).decode("utf-8")
+        except ValueError:  # a script that writes a marker-like word itself
+            return name
+    return name
 
 
 def _command_marker(text: str) -> str:
@@ -90,6 +95,8 @@ def _logical_lines(text: str) -> list[tuple[str, int]]:
             continue
         out.append((buf, start))
         buf = ""
+    if buf and _open_quote(buf):
+        raise SpecError(f"line {start}: a quote opened here is never closed (bash: unexpected end of file)")
     if buf:
         out.append((buf, start))
     return out
