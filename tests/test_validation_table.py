@@ -1,6 +1,7 @@
 """scripts/validate_published.py's per-run table (``--table``), built from a finished run's JSON
 (``--from-json``): one row per predicted run in the runs file's order, signed errors, each run's
-class, and a JSON of another runs file refused in one line."""
+class, and a JSON of another runs file refused in one line. The committed table,
+docs/data/calibration_runs.csv, is of the calibration set as it is (docs/calibration.md)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+TABLE = ROOT / "docs" / "data" / "calibration_runs.csv"
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +110,15 @@ def test_a_json_of_another_runs_file_is_refused_in_one_line(script, all_cases, t
     err = capsys.readouterr().err
     assert err.startswith(f"validate_published: {source}: run ") and "another runs file" in err
     assert not out.exists()
+
+
+def test_the_committed_table_is_of_the_calibration_set(all_cases):
+    """Every predicted run of tests/data/published_runs.yaml has its row, with its measured figure,
+    and every counted run its held-out prediction: a run added or changed without regenerating the
+    table (docs/calibration.md says how) fails here."""
+    rows = list(csv.DictReader(TABLE.read_text().splitlines()))
+    predicted = [c for c in all_cases if not c.skip_reason]
+    assert [r["id"] for r in rows] == [c.run_id for c in predicted]
+    for r, c in zip(rows, predicted):
+        assert r["measured_tokens_per_s_per_gpu"] == f"{c.measured_tokens_per_s_per_gpu:.1f}", c.run_id
+        assert bool(r["held_out_error_pct"]) == (r["counted"] == "yes"), c.run_id
