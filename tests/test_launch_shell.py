@@ -186,7 +186,7 @@ def test_undeterminable_branch_is_an_error_naming_the_variable():
     text = CHOOSE.replace("SIZE=${SIZE:-8b}\n", "")
     with pytest.raises(
         SpecError,
-        match=r"--num-layers takes its value from a branch of the if on line 2.*'SIZE'.*--set SIZE=",
+        match=r"--num-layers takes its value from a branch of the if/case on line 2.*'SIZE'.*--set SIZE=",
     ):
         parse_megatron(text, "x.sh", 8)
 
@@ -194,7 +194,7 @@ def test_undeterminable_branch_is_an_error_naming_the_variable():
 def test_training_command_inside_an_undeterminable_branch_is_an_error():
     text = f'#!/bin/bash\nif [ "$MODE" = train ]; then\n  torchrun pretrain_gpt.py {SHAPE} --vocab-size 32000\nfi\n'
     with pytest.raises(
-        SpecError, match=r"line 3: the training command runs in a branch of the if on line 2.*MODE"
+        SpecError, match=r"line 3: the training command runs in a branch of the if/case on line 2.*MODE"
     ):
         parse_megatron(text, "x.sh", 8)
     assert parse_megatron(text, "x.sh", 8, variables={"MODE": "train"}).model.num_layers == 32
@@ -268,7 +268,7 @@ def test_nested_if_under_an_undeterminable_one_is_unknown_too():
         '#!/bin/bash\nTP=1\nif [ "$BIG" = 1 ]; then\n  if [ 1 -eq 1 ]; then TP=8; fi\nfi\n'
         f"torchrun pretrain_gpt.py {SHAPE} --vocab-size 32000 --tensor-model-parallel-size $TP\n"
     )
-    with pytest.raises(SpecError, match="if on line 3, which depends on 'BIG'"):
+    with pytest.raises(SpecError, match="if/case on line 3, which depends on 'BIG'"):
         parse_megatron(text, "x.sh", 8)
     assert parse_megatron(text, "x.sh", 8, variables={"BIG": "1"}).config.tp == 8
     assert parse_megatron(text, "x.sh", 8, variables={"BIG": "0"}).config.tp == 1
@@ -283,4 +283,44 @@ def test_unbalanced_if_is_an_error_not_a_traceback():
 def test_unclosed_quote_is_an_error_naming_its_line():
     text = f'#!/bin/bash\nTP=2\nX="never closed\ntorchrun pretrain_gpt.py {SHAPE}\n'
     with pytest.raises(SpecError, match="x.sh: line 3: a quote opened here is never closed"):
+        parse_megatron(text, "x.sh", 8)
+
+
+CASE = """#!/bin/bash
+case ${SIZE:-8b} in
+    8b|8B)
+        LAYERS=32
+        TP=1
+        ;;
+    70*) LAYERS=80; TP=8 ;;
+    *)
+        LAYERS=16; TP=2
+esac
+torchrun pretrain_gpt.py --num-layers $LAYERS --tensor-model-parallel-size $TP --hidden-size 4096 \\
+    --num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 \\
+    --vocab-size 32000
+"""
+
+
+@pytest.mark.parametrize("size, layers, tp", [(None, 32, 1), ("8B", 32, 1), ("70b", 80, 8), ("1b", 16, 2)])
+def test_case_runs_the_first_matching_arm(size, layers, tp, tmp_path):
+    back = parse_megatron(CASE, "x.sh", 8, variables={"SIZE": size} if size else None)
+    assert (back.model.num_layers, back.config.tp) == (layers, tp)
+    if BASH is None:
+        return
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text('#!/bin/bash\nprintf "%s\\0" "$@"\n')
+    (bin_dir / "torchrun").chmod(0o755)
+    (tmp_path / "x.sh").write_text(CASE)
+    env = {"PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}", **({"SIZE": size} if size else {})}
+    proc = subprocess.run([BASH, str(tmp_path / "x.sh")], capture_output=True, text=True, env=env, timeout=60)
+    argv = proc.stdout.split("\0")
+    assert argv[argv.index("--num-layers") + 1] == str(layers)
+    assert argv[argv.index("--tensor-model-parallel-size") + 1] == str(tp)
+
+
+def test_case_on_an_unset_variable_is_an_error_naming_it():
+    text = CASE.replace("${SIZE:-8b}", "$SIZE")
+    with pytest.raises(SpecError, match=r"if/case on line 2, which depends on 'SIZE'.*--set SIZE="):
         parse_megatron(text, "x.sh", 8)

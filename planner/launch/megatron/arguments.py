@@ -330,7 +330,7 @@ def _check_resolved(value: str, flag: str, line: int, where: str) -> None:
             else "has a condition planner cannot evaluate; write the value"
         )
         raise SpecError(
-            f"{where}: line {line}: {flag} takes its value from a branch of the if on line {at}, which {why}"
+            f"{where}: line {line}: {flag} takes its value from a branch of the if/case on line {at}, which {why}"
         )
     if name.startswith("$"):
         raise SpecError(

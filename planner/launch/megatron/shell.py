@@ -14,6 +14,7 @@ never run.
 from __future__ import annotations
 
 import ast
+import fnmatch
 import operator
 import re
 import shlex
@@ -338,7 +339,7 @@ def expand_word(text: str, scalars: dict[str, str], arrays: dict[str, list[str]]
 
 
 _NAME = re.compile(r"[A-Za-z_]\w*")
-_KEYWORDS = ("if", "elif", "else", "fi", "then")
+_KEYWORDS = ("if", "elif", "else", "fi", "then", "case", "esac")
 
 
 @dataclass
@@ -349,6 +350,10 @@ class _Branch:
     active: bool
     taken: bool
     unknown: str | None = None
+    case: str | None = None
+    """A ``case``: the word its patterns are matched against (None for an ``if``)."""
+    arm: bool = False
+    """Inside a ``case`` arm (after its ``PATTERN)``, before its ``;;``)."""
 
 
 def read_script(text: str, preset: dict[str, str] | None = None) -> Script:
@@ -369,7 +374,8 @@ def read_script(text: str, preset: dict[str, str] | None = None) -> Script:
             continue
         first = stripped.split(None, 1)[0].rstrip(";")
         if first in _KEYWORDS or stack:
-            for statement in _statements(stripped) if first in _KEYWORDS else [stripped]:
+            split = first in _KEYWORDS or (stack and stack[-1].case is not None)
+            for statement in _statements(stripped) if split else [stripped]:
                 _conditional(statement, number, s, stack)
             continue
         _statement(stripped, number, s)
@@ -395,7 +401,7 @@ def _statements(line: str) -> list[str]:
         elif ch == "(":
             depth += 1
         elif ch == ")":
-            depth -= 1
+            depth = max(0, depth - 1)  # a case pattern's ")" opens nothing
         elif ch == ";" and depth == 0 and not line.startswith(";", i + 1) and not buf.endswith(";"):
             out.append(buf.strip())
             buf, i = "", i + 1
@@ -407,9 +413,27 @@ def _statements(line: str) -> list[str]:
 
 
 def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -> None:
-    """One statement inside (or opening or closing) an ``if``."""
+    """One statement inside (or opening or closing) an ``if`` or a ``case``."""
     first, _, rest = statement.partition(" ")
     rest = rest.strip()
+    if stack and stack[-1].case is not None and _case_statement(statement, first, number, s, stack):
+        return
+    if first == "case":
+        m = re.match(r"^(.*\S)\s+in$", rest)
+        if not m:
+            raise SpecError(f"line {number}: expected 'case WORD in'")
+        word = expand_word(m.group(1), s.scalars, s.arrays)
+        name = unresolved_in(word)
+        outer = next((b.unknown for b in stack if b.unknown), None)
+        if not all(b.active for b in stack):
+            maybe = outer is not None and all(b.active or b.unknown for b in stack)
+            stack.append(_Branch(False, True, outer if maybe else None, case=word))
+        elif name is not None:
+            blamed = name if _NAME.fullmatch(name) else "?"
+            stack.append(_Branch(False, False, f"if:{blamed}:{number}", case=word))
+        else:
+            stack.append(_Branch(False, False, None, case=word))
+        return
     if first == "then":
         if rest:
             _conditional(rest, number, s, stack)
@@ -455,6 +479,37 @@ def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -
         _statement(statement, number, s)
 
 
+def _case_statement(statement: str, first: str, number: int, s: Script, stack: list[_Branch]) -> bool:
+    """A statement of a ``case`` (bash(1) "Compound Commands": ``PATTERN[|PATTERN]) list ;;``,
+    patterns matched as pathname patterns, the first arm that matches runs); False when it is an
+    ordinary statement of the arm being read."""
+    top = stack[-1]
+    if first == "esac":
+        stack.pop()
+        return True
+    if not top.arm:
+        m = re.match(r"^\(?\s*([^)]*?)\s*\)\s*(.*)$", statement, re.S)
+        if not m:
+            raise SpecError(f"line {number}: expected a case pattern 'PATTERN)' or esac, got {statement!r}")
+        patterns, body = m.groups()
+        top.arm = True
+        if top.unknown or top.taken or not all(b.active for b in stack[:-1]):
+            top.active = False
+        else:
+            words = [expand_word(p.strip(), s.scalars, s.arrays) for p in patterns.split("|")]
+            top.active = top.taken = any(fnmatch.fnmatchcase(top.case, w) for w in words)
+        if body:
+            _conditional(body, number, s, stack)
+        return True
+    if statement.endswith(";;"):
+        body = statement[:-2].strip()
+        if body:
+            _conditional(body, number, s, stack)
+        top.arm, top.active = False, False
+        return True
+    return False
+
+
 def _undetermined(statement: str, number: int, s: Script, unknown: str) -> None:
     """A statement in a branch of an ``if`` whose condition cannot be known (``unknown``,
     ``if:NAME:LINE``): a variable it assigns becomes a marker naming the condition; running the
@@ -476,7 +531,7 @@ def _undetermined(statement: str, number: int, s: Script, unknown: str) -> None:
             else "on a condition planner cannot evaluate"
         )
         raise SpecError(
-            f"line {number}: the training command runs in a branch of the if on line {line}, which depends "
+            f"line {number}: the training command runs in a branch of the if/case on line {line}, which depends "
             f"{what}; pass planner check --set {name if name != '?' else 'NAME'}=VALUE or set it in the script"
         )
 
