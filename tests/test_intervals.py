@@ -243,3 +243,16 @@ def test_ordered_rightly_counts_only_pairs_predicted_further_apart_than_the_gap(
     out = build.ordered_rightly(groups, math.log(1.05))
     # (100, 101) is inside the gap; (100, 150) and (101, 150) are ordered as measured
     assert out == {"pairs": 2, "ordered_rightly": 1.0}
+
+
+def test_check_reports_the_interval_of_what_it_checks(run_cli, tmp_path):
+    import json
+
+    plan = tmp_path / "plan.yaml"
+    job = ("-m", "llama3-8b", "-c", "dgx-h100", "-n", "2", "-b", "64", "-s", "4096")
+    assert run_cli("search", *job, "--top", "1", "--out", str(plan), "-q").exit_code == 0
+    res = run_cli("check", str(plan), "--json")
+    assert res.exit_code == 0, res.stderr
+    m = json.loads(res.stdout)["configs"][0]["metrics"]
+    lo, hi = m["prediction_interval"]["tokens_per_s_per_gpu"]
+    assert lo <= m["tokens_per_s_per_gpu"] <= hi and m["prediction_interval"]["level"] == 0.8

@@ -141,9 +141,29 @@ def check_file(
     _judge_estimate(verdict, est, headroom_bytes, read.lines)
     verdict.metrics["framework"] = read.framework
     verdict.metrics["software"] = read.software
+    verdict.metrics["prediction_interval"] = _interval(read, est)
     if max_slowdown is not None:
         _judge_against_best(verdict, read, est.step_time_s, headroom_bytes, max_slowdown)
     return verdict
+
+
+def _interval(read, est) -> dict:
+    """The estimate's 80% interval from the held-out errors of its class
+    (:func:`planner.profiles.uncertainty.predict_interval`; the framework the file is for)."""
+    from planner.profiles.software import efficiency_family
+    from planner.profiles.uncertainty import predict_interval
+
+    families = {efficiency_family(g.gpu.name) for g in read.cluster.groups}
+    iv = predict_interval(
+        families.pop() if len(families) == 1 else None,
+        read.job.precision,
+        read.model.is_moe,
+        read.framework,
+        read.cluster.num_gpus,
+        est.tokens_per_s_per_gpu,
+        est.step_time_s,
+    )
+    return iv.as_dict()
 
 
 @dataclass(frozen=True, slots=True)
