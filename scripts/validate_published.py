@@ -63,6 +63,7 @@ from planner.calibration.ranking import MEASUREMENT_NOISE, group_ranking  # noqa
 from planner.inputs.documents import read_document  # noqa: E402
 from planner.inputs.errors import PlannerError, SpecError  # noqa: E402
 from planner.inputs.files import write_text_atomic  # noqa: E402
+from planner.profiles.uncertainty import FRAMEWORK_GROUPS  # noqa: E402
 
 GIB = 1024**3
 
@@ -89,20 +90,6 @@ class (:func:`run_class`), whether it counts in the figures (``no``: planner.cal
 the measured tokens/s per GPU, then in-sample and held-out (leave-one-source-out) predictions with
 their signed errors in percent (100 x (predicted / measured - 1), + = predicted too fast); the
 held-out cells are empty for runs the folds leave out and when the folds did not run."""
-
-
-FRAMEWORK_GROUPS = {
-    "megatron": "megatron",
-    "nemo": "megatron",
-    "torchtitan": "torchtitan",
-    "deepspeed": "deepspeed",
-    "composer": "composer",
-    "zero-bubble": "megatron",
-}
-"""A record's ``parallel.framework`` -> the framework part of its class, as planner's prediction
-intervals group them: NeMo and Megatron-Bridge run Megatron-Core, and the zero-bubble fork is
-Megatron-LM; frameworks not listed (``other``: OneFlow, nanotron, Aleph Alpha's codebase) and
-records that name none leave the framework out of the class."""
 
 
 class _Error:
