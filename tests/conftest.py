@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import sys
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -11,6 +12,30 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).parent / "data"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_cmdline_main(config):
+    """The whole default run (``python -m pytest`` naming no test files, as the README and .ci/run
+    run it) goes to one worker per CPU core when pytest-xdist is installed (the ``test`` extra
+    installs it): on CI's two cores it takes about half the time of one process (docs/ci.md,
+    "The project's own CI"). A run that names files or tests, chooses ``-n`` (``-n 0``: one process),
+    disables the plugin (``-p no:xdist``), asks for ``--pdb`` or only collects stays as asked. Set
+    here, before pytest-xdist's own hook turns ``numprocesses`` into workers (a hook wrapper runs
+    before every plugin's implementation); never in a worker, which runs this hook too with
+    ``numprocesses`` unset and has ``config.workerinput`` (it would start workers of its own)."""
+    opt = config.option
+    if (
+        config.pluginmanager.hasplugin("xdist")
+        and not hasattr(config, "workerinput")
+        and "PYTEST_XDIST_WORKER" not in os.environ
+        and getattr(opt, "numprocesses", None) is None
+        and not opt.file_or_dir
+        and not getattr(opt, "usepdb", False)
+        and not getattr(opt, "collectonly", False)
+    ):
+        opt.numprocesses = "auto"
+    yield
 
 
 @dataclass

@@ -345,6 +345,7 @@ def test_estimate_search_check_timeline_bubbles_take_the_profile(profile_file, t
     assert rc == 0 and json.loads(out)["passed"]
 
 
+@pytest.mark.slow  # the whole calibration set read and split twice (15 s of CPU; docs/ci.md)
 def test_holdout_split_is_deterministic():
     sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
     from calibrate_holdout import split

@@ -64,6 +64,7 @@ def test_rows_and_tally_with_a_stub(ve, tmp_path):
     assert stub.gpu_arch == 10  # a B200 plan: Blackwell (no CUDA_DEVICE_MAX_CONNECTIONS rule)
 
 
+@pytest.mark.slow  # megatron-core's and torchtitan's own validation, where installed (docs/ci.md)
 def test_frameworks_accept_the_exports(ve):
     validators = ve.load_validators()
     if validators is None:

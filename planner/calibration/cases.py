@@ -11,6 +11,7 @@ model-FLOP counter).
 
 from __future__ import annotations
 
+import hashlib
 import re
 import statistics
 from dataclasses import dataclass, replace
@@ -43,7 +44,7 @@ from planner.inputs.errors import PlannerError, SpecError
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.jobs import make_job
 from planner.inputs.model_spec import ModelSpec
-from planner.inputs.validation import short_path
+from planner.inputs.validation import MAX_FILE_BYTES, short_path
 from planner.launch.megatron.importer import parse_layout
 from planner.profiles.software import apply as apply_software
 from planner.profiles.software import efficiency_family, software_class
@@ -121,10 +122,64 @@ class Case:
     """Software release class (planner.profiles.software.software_class; '' = the GPU's base values)."""
 
 
+_CASES: dict[tuple, tuple[Case, ...]] = {}
+"""Cases already built in this process, by :func:`_cache_key`. A case is a function of its run's
+mapping and of the package's data files (model presets, GPU, cluster and software profiles), and every
+value in it is frozen, so callers share them. Building the 700 runs takes seconds (each run's cluster
+is loaded from its GPU file); the validation scripts and the tests read the set many times."""
+
+DATA_FILES = (
+    Path(__file__).resolve().parents[2] / "hardware_profiles",
+    Path(__file__).resolve().parents[2] / "planner" / "presets",
+)
+"""Where the data files a case is built from live (:func:`_cache_key` fingerprints them)."""
+
+CACHED_FILES = 8
+"""At most this many runs files' cases are kept (the oldest read goes first): a long-lived process
+reading many users' files does not grow without bound."""
+
+
+def _cache_key(path: Path) -> tuple | None:
+    """:data:`_CASES`'s key of ``path``: its resolved name, the SHA-256 of its bytes and the size and
+    modification time of every data file under :data:`DATA_FILES` (a profile rewritten in the
+    process, as ``scripts/calibrate.py --write`` does, builds the cases anew). None (not cached) where
+    the file cannot be read or is over :data:`planner.inputs.validation.MAX_FILE_BYTES`
+    (:func:`read_document` then says why)."""
+    try:
+        resolved = path.resolve()
+        if resolved.stat().st_size > MAX_FILE_BYTES:
+            return None
+        digest = hashlib.sha256(resolved.read_bytes()).digest()
+        data = tuple(
+            (str(f), st.st_size, st.st_mtime_ns)
+            for d in DATA_FILES
+            for f in sorted(d.rglob("*.yaml"))
+            for st in (f.stat(),)
+        )
+    except (OSError, ValueError):
+        return None
+    return str(resolved), digest, data
+
+
 def cases(path: Path = DEFAULT_RUNS) -> list[Case]:
     """All runs of the calibration file as :class:`Case` values, in file order. A file that is not
     one (missing, not YAML, no ``runs`` list, a run without the keys a case is built from) is a
-    :class:`SpecError` naming the file, the run and the key."""
+    :class:`SpecError` naming the file, the run and the key. A file read before in this process, with
+    the same bytes, gives the same (frozen) cases again without rebuilding them (:data:`_CASES`), in a
+    new list."""
+    key = _cache_key(Path(path))
+    if key in _CASES:
+        return list(_CASES[key])
+    out = _build_cases(path)
+    if key is not None:
+        while len(_CASES) >= CACHED_FILES:
+            del _CASES[next(iter(_CASES))]
+        _CASES[key] = tuple(out)
+    return out
+
+
+def _build_cases(path: Path) -> list[Case]:
+    """:func:`cases` without the cache."""
     runs = read_document(Path(path)).get("runs")
     if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
         raise SpecError(f"{short_path(path)}: key 'runs': expected a list of runs, each a mapping")
