@@ -429,3 +429,14 @@ def test_hf_rope_theta_infinity_is_a_spec_error(run_cli, tmp_path, theta):
     path.write_text(json.dumps(config).replace('"rope_theta": 10000', f'"rope_theta": {theta}'))
     assert theta in path.read_text()
     one_line_error(run_cli("models", "show", str(path)), 1, "'rope_theta'")
+
+
+def test_a_failing_estimate_prints_its_error_alone(run_cli):
+    """Found by the issue-55 fuzz run: estimate printed its software note ('no efficiencies for
+    a100') ahead of the error of a configuration that cannot run. The note now comes with the
+    result, so a failing command's stderr is one line."""
+    cluster = str(ROOT / "examples" / "cluster-a100-h100.yaml")
+    job = ["-m", "gpt-1.7b", "-s", "1024", "-c", cluster, "--framework", "megatron"]
+    one_line_error(run_cli("estimate", *job, "-b", "16"), 1, "not divisible")
+    ok = run_cli("estimate", *job, "-b", "128", "--json")
+    assert ok.exit_code == 0 and ok.stderr.startswith("note: software profile")

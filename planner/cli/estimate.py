@@ -126,7 +126,9 @@ def _config(
 
 def _estimate(opts: dict):
     """Load and estimate what an estimate/timeline/bubbles command was given (its ``locals()``):
-    a plan file, or a model, cluster, job and configuration flags."""
+    a plan file, or a model, cluster, job and configuration flags. Prints nothing: the command
+    prints the software note (:func:`planner.cli.common._software_note`) once it has its result,
+    so a failing command's stderr is its one error line."""
     model, cluster, nodes, plan = opts["model"], opts["cluster"], opts["nodes"], opts["plan"]
     if opts.get("plan_file") is not None:
         if plan is not None and plan != opts["plan_file"]:
@@ -185,9 +187,7 @@ def _estimate(opts: dict):
                 "do not combine it with "
                 "--model/--cluster/--nodes/--global-batch-size/--seq-len or configuration flags"
             )
-        problem, est = api.estimate_plan_file(str(plan), _profile(opts), opts.get("software"))
-        _software_note(problem, bool(opts.get("quiet")))
-        return problem, est
+        return api.estimate_plan_file(str(plan), _profile(opts), opts.get("software"))
     missing = [
         flag
         for flag, v in (
@@ -214,7 +214,6 @@ def _estimate(opts: dict):
         eager_ops=_eager_ops(opts.get("eager_ops")),
         **_runtime(opts),
     )
-    _software_note(problem, bool(opts.get("quiet")))
     check_flag(split[1], "--decoder-first-pipeline-num-layers", "num_layers", integer=True, positive=False)
     check_flag(split[2], "--decoder-last-pipeline-num-layers", "num_layers", integer=True, positive=False)
     config = _with_split(_config(*flags), problem.model, *split[:3])
@@ -334,6 +333,7 @@ def estimate(
     """Predict step time, throughput, MFU and memory of one configuration."""
     problem, est = _estimate(locals())
     data = views.estimate_dict(problem, est)
+    _software_note(problem, quiet)
     if as_json:
         _emit_json(data)
     else:
@@ -426,6 +426,7 @@ def timeline(
     if trace is not None:
         write_text_atomic(trace, trace_json(est, title, point_to_point=problem.stage_graph is None))
         _note(f"wrote {trace}", quiet)
+    _software_note(problem, quiet)
     if as_json:
         _emit_json(
             {
@@ -563,6 +564,7 @@ def bubbles(
         data["schedule"] = "graph-1f1b"
     if fill_job is not None:
         data["fill"] = bub.fill_dict(bub.fit_fill_job(b, bub.load_fill_job(str(fill_job)), max_slowdown))
+    _software_note(problem, quiet)
     if as_json:
         _emit_json(data)
     else:
