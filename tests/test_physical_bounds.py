@@ -440,3 +440,9 @@ def test_a_failing_estimate_prints_its_error_alone(run_cli):
     one_line_error(run_cli("estimate", *job, "-b", "16"), 1, "not divisible")
     ok = run_cli("estimate", *job, "-b", "128", "--json")
     assert ok.exit_code == 0 and ok.stderr.startswith("note: software profile")
+
+
+def test_an_infeasible_search_prints_its_error_alone(run_cli):
+    cluster = str(ROOT / "examples" / "cluster-a100-h100.yaml")
+    res = run_cli("search", "-m", "gpt-1t", "-b", "8", "-s", "1024", "-c", cluster)
+    one_line_error(res, 3, "nothing fits")

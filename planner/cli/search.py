@@ -277,6 +277,7 @@ def search(
             result, goodputs = api.search(problem, restrictions, top, progress), None
         else:
             result, goodputs = _chain_search(problem, restrictions, opts, target, progress)
+    _software_note(problem, quiet)  # with the result: an infeasible search's stderr is its one error
     if isinstance(problem.model, GraphModelSpec):
         _graph_outputs(problem, restrictions, result, opts)
     else:
@@ -338,7 +339,6 @@ def _load(opts: dict, restrictions, progress):
         eager_ops=_eager_ops(opts["eager_ops"]),
         **_runtime(opts),
     )
-    _software_note(problem, opts["quiet"])
     target = make_target(
         opts["tokens"],
         opts["gpu_hour_price"],
