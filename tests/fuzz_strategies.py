@@ -114,7 +114,7 @@ def mutated(draw, doc):
         if op == "delete":
             del parent[key]
         elif op == "replace":
-            parent[key] = draw(values)
+            parent[key] = copy.deepcopy(draw(values))  # NASTY's lists and mappings are shared
         elif op == "scale":
             old = parent[key]
             if isinstance(old, (int, float)) and not isinstance(old, bool):
@@ -125,11 +125,11 @@ def mutated(draw, doc):
                     else old * factor
                 )
             else:
-                parent[key] = draw(values)
+                parent[key] = copy.deepcopy(draw(values))
         elif isinstance(parent, dict):
-            parent[draw(st.sampled_from(["width", "é", "num_layers_x", "0"]))] = draw(values)
+            parent[draw(st.sampled_from(["width", "é", "num_layers_x", "0"]))] = copy.deepcopy(draw(values))
         else:
-            parent.append(draw(values))
+            parent.append(copy.deepcopy(draw(values)))
     return doc
 
 
@@ -172,3 +172,132 @@ def megatron_text(draw):
         if not words:
             words = ["--bf16"]
     return "\n".join(words) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 55: alias bombs, special-file targets, extreme finite values, empty and zero values
+
+
+@st.composite
+def alias_bomb(draw):
+    """A YAML text whose aliases stand for ``width ** levels`` values (2..12 levels of 2..12
+    aliases of the list before), under a header of the drawn kind (model, plan, gpu, cluster,
+    fill job, profile or runs file), nested or flat."""
+    levels, width = draw(st.integers(2, 12)), draw(st.integers(2, 12))
+    kind = draw(st.sampled_from(["model", "plan", "gpu", "cluster", "fill_job", "profile"]))
+    lines = ["a0: &a0 [" + ",".join(["x"] * width) + "]"]
+    lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * width) + "]" for i in range(1, levels)]
+    use = draw(st.sampled_from(["runs", "groups", "blocks", "extra"]))
+    lines.append(f"{use}: *a{levels - 1}")
+    return kind, f"schema_version: {2 if kind == 'plan' else 1}\nkind: {kind}\n" + "\n".join(lines) + "\n"
+
+
+SPECIAL_KINDS = ("fifo", "directory", "socket", "char-device", "link-to-fifo", "link-to-directory")
+"""Targets a writer must never replace (tests/test_reliability.py makes them the same way)."""
+
+EXTREMES = [5e-324, 1e-320, 1e-300, 1e-30, 1e30, 1e300, 1.7976931348623157e308, 2**63, 10**40, 0.0, -0.0]
+"""Finite numbers no physical quantity of a real system takes (zero: only where it means none)."""
+
+PHYSICAL_FIELDS = {
+    "gpu": [
+        (("memory_gib",), False),
+        (("hbm_bandwidth_gb_per_s",), False),
+        (("host_link_gb_per_s",), False),
+        (("peak_tflops", "bf16"), True),
+        (("peak_tflops", "fp16"), True),
+        (("sm_count",), True),
+        (("tdp_w",), True),
+        (("efficiency", "gemm_efficiency_max"), False),
+        (("efficiency", "attention_efficiency"), False),
+        (("efficiency", "hbm_efficiency"), False),
+        (("efficiency", "gemm_half_efficiency_gflop"), False),
+        (("efficiency", "kernel_overhead_us"), True),
+        (("efficiency", "host_launch_us"), True),
+    ],
+    "cluster": [
+        (("groups", 0, "intra_node_bandwidth_gb_per_s"), False),
+        (("groups", 0, "inter_node_bandwidth_gb_per_s"), False),
+        (("groups", 0, "intra_node_latency_us"), True),
+        (("groups", 0, "inter_node_latency_us"), True),
+        (("groups", 0, "intra_node_efficiency"), False),
+        (("groups", 0, "inter_node_efficiency"), False),
+        (("groups", 0, "host_memory_gb"), False),
+    ],
+    "profile": [
+        (("parameters", "nvlink_bus_bandwidth_gb_per_s", "value"), False),
+        (("parameters", "network_bus_bandwidth_gb_per_s", "value"), False),
+        (("parameters", "gemm_efficiency_max", "value"), False),
+        (("parameters", "hbm_efficiency", "value"), False),
+        (("parameters", "nvlink_latency_us", "value"), False),
+    ],
+}
+"""(key path, zero allowed) of physical quantities per file kind. A value of :data:`EXTREMES` in
+any of them is no real system's (a latency of 1e-300 us aside, which prices as zero: latencies
+are left out below 1e-30), so a command given one must refuse it; zero is refused where the
+quantity is positive and allowed where it means "none" (a peak of 0: no such tensor core)."""
+
+TINY_OK = {"intra_node_latency_us", "inter_node_latency_us", "kernel_overhead_us", "host_launch_us",
+           "nvlink_latency_us"}  # fmt: skip
+"""Fields where a tiny positive value is merely zero to the cost model, not nonsense."""
+
+
+def must_refuse(path: tuple, zero_ok: bool, value) -> bool:
+    """Whether a command given ``value`` at ``path`` must fail (see :data:`PHYSICAL_FIELDS`)."""
+    if value == 0:
+        return not zero_ok
+    if path[-1] in TINY_OK or (path[-1] == "value" and path[-2] in TINY_OK):
+        return abs(value) > 1e20
+    return True
+
+
+FLAG_VALUES = {
+    "estimate": [
+        ("--tp", True),
+        ("--pp", True),
+        ("--cp", True),
+        ("--ep", True),
+        ("--vpp", True),
+        ("--micro-batch-size", True),
+        ("--recompute-num-layers", False),
+        ("--fsdp-shard", True),
+        ("--optimizer-instances", True),
+        ("--framework", True),
+        ("--recompute", True),
+        ("--optimizer-sharding", True),
+        ("--schedule", True),
+        ("--layers-per-stage", True),
+        ("--nodes", True),
+        ("--global-batch-size", True),
+        ("--seq-len", True),
+        ("--software", True),
+        ("--precision", True),
+        ("--moe-dispatcher", True),
+        ("--attention-impl", True),
+    ],
+    "timeline": [("--width", True), ("--svg", False), ("--trace", False)],
+    "goodput": [
+        ("--run-days", True),
+        ("--gpu-failure-rate", True),
+        ("--storage-write-gbps", True),
+        ("--storage-read-gbps", True),
+        ("--restart-s", False),
+        ("--repair-hours", True),
+        ("--checkpoint-interval-s", True),
+        ("--spares", False),
+    ],
+    "search": [("--top", True), ("--tp", True), ("--pp", True), ("--framework", True), ("--out", False)],
+    "sweep": [("--jobs", True), ("--cluster", True), ("--nodes", True)],
+    "export": [("--out", False), ("--launcher", True)],
+    "calibrate": [("--nodes", True), ("--out", False)],
+}
+"""(flag, zero refused) per command: every flag refuses an empty value and an empty list item;
+those marked also refuse 0 and -0 (the others document 0: every layer, no restart, no spares; or
+take a path, and ``0`` is a file name)."""
+
+EMPTY_AND_ZERO = ["", " ", "0", "-0", "0.0", "-0.0", ",", "1,,2", "x,"]
+"""Values a flag must refuse: empty ones always, zeros where :data:`FLAG_VALUES` says so."""
+
+
+def is_empty_value(value: str) -> bool:
+    """An empty value or a comma-separated list with an empty item (refused by every flag)."""
+    return not value.strip() or ("," in value and any(not item.strip() for item in value.split(",")))
