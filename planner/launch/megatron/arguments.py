@@ -81,6 +81,9 @@ IGNORED = {
 """Accepted flags that change no planned cost (or that :mod:`.rules` reads by itself)."""
 
 MODELLED = {
+    "--window-size",
+    "--window-attn-skip-freq",
+    "--softmax-type",
     "--moe-token-dispatcher-type",
     "--overlap-moe-expert-parallel-comm",
     "--cuda-graph-impl",

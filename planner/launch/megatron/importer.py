@@ -30,7 +30,7 @@ from planner.inputs.errors import ConfigError, SpecError
 from planner.inputs.job_spec import DTYPES, FP8_RECIPES, MOE_DISPATCHERS, JobSpec
 from planner.inputs.jobs import cuda_graph_scope
 from planner.inputs.layer_pattern import PatternError, parse_pattern
-from planner.inputs.model_spec import ModelSpec
+from planner.inputs.model_spec import SOFTMAX_TYPES, ModelSpec
 from planner.inputs.validation import check_number, limit
 from planner.launch.megatron.arguments import Arguments, megatron_words, read_arguments
 from planner.launch.megatron.tokenizers import TABLE, known_vocabulary, padded_vocabulary
@@ -299,7 +299,44 @@ def _model(args: Arguments, vocab_size: int | None = None) -> ModelSpec:
         else 0,
         moe_shared_expert_intermediate_size=num("--moe-shared-expert-intermediate-size", 0) if experts else 0,
         **(_moe_layers(args, num("--num-layers")) if experts else {}),
+        **_local_attention(args),
     )
+
+
+def _local_attention(args: Arguments) -> dict:
+    """Sliding-window attention and sinks, the inverse of the export's
+    (:func:`planner.launch.megatron.export.local_attention_args`): ``--window-size L,R`` is
+    Transformer Engine's (left, right) span, a query seeing itself and ``L`` earlier tokens, so
+    ``window_size`` is ``L + 1`` (causal: ``R`` is 0); ``--window-attn-skip-freq N`` makes every
+    N-th layer global (megatron/core/transformer/utils.py ``is_layer_window_attention``);
+    ``--softmax-type`` (vanilla, off-by-one, learnable: attention sinks)."""
+    out: dict = {}
+    text = args.flags.get("--window-size")
+    if text is not None:
+        parts = str(text).split(",")
+        try:
+            left, right = (int(x) for x in parts)
+        except ValueError:
+            raise SpecError(
+                f"{args.at('--window-size')}: --window-size {text!r}: expected LEFT,RIGHT token counts, e.g. 127,0"
+            ) from None
+        if left < 0 or right != 0:
+            raise SpecError(
+                f"{args.at('--window-size')}: --window-size {text!r}: planner models causal sliding windows "
+                "(LEFT >= 0, RIGHT 0)"
+            )
+        out["window_size"] = left + 1
+        if "--window-attn-skip-freq" in args.flags:
+            out["window_attn_skip_freq"] = args.num("--window-attn-skip-freq")
+    softmax = args.flags.get("--softmax-type")
+    if softmax is not None:
+        if softmax not in SOFTMAX_TYPES:
+            raise SpecError(
+                f"{args.at('--softmax-type')}: --softmax-type {softmax!r} is not allowed; allowed values: "
+                + ", ".join(SOFTMAX_TYPES)
+            )
+        out["softmax_type"] = softmax
+    return out
 
 
 def _moe_layers(args: Arguments, num_layers: int) -> dict:
