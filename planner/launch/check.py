@@ -150,16 +150,13 @@ def check_file(
 def _interval(read, est) -> dict:
     """The estimate's 80% interval from the held-out errors of its class
     (:func:`planner.profiles.uncertainty.predict_interval`; the framework the file is for)."""
-    from planner.profiles.software import efficiency_family
     from planner.profiles.uncertainty import predict_interval
 
-    families = {efficiency_family(g.gpu.name) for g in read.cluster.groups}
     iv = predict_interval(
-        families.pop() if len(families) == 1 else None,
+        read.cluster,
         read.job.precision,
         read.model.is_moe,
         read.framework,
-        read.cluster.num_gpus,
         est.tokens_per_s_per_gpu,
         est.step_time_s,
     )

@@ -395,20 +395,18 @@ def prediction_interval_dict(problem: Problem, est: Estimate, framework: str | N
     of its class (:mod:`planner.calibration.intervals`): GPU family (none for a cluster of several
     families), precision, dense/MoE, framework (the software profile's, else ``framework``) and GPU
     count; one class coarser when the plan is outside its class's calibration runs."""
-    from planner.profiles.software import CLASSES, efficiency_family
+    from planner.profiles.software import CLASSES
     from planner.profiles.uncertainty import predict_interval
 
-    families = {efficiency_family(g.gpu.name) for g in problem.cluster.groups}
     software = problem.software.name if problem.software is not None else ""
     if framework is None:
         framework = getattr(problem, "framework", "any")
     fw = CLASSES[software][0] if software in CLASSES else framework
     iv = predict_interval(
-        families.pop() if len(families) == 1 else None,
+        problem.cluster,
         problem.job.precision,
         bool(getattr(problem.model, "is_moe", False)),
         fw,
-        problem.cluster.num_gpus,
         est.tokens_per_s_per_gpu,
         est.step_time_s,
         bool(_plausibility(problem, est).extrapolation),

@@ -158,18 +158,22 @@ def shipped_table(path: Path = TABLE) -> tuple[float, dict[str, IntervalClass]]:
 
 
 def predict_interval(
-    family: str | None,
+    cluster,
     precision: str,
     moe: bool,
     framework: str | None,
-    gpus: int,
     tokens_per_s_per_gpu: float,
     step_time_s: float,
     extrapolated: bool = False,
 ) -> Interval:
-    """The shipped interval of one prediction (see the module docstring)."""
+    """The shipped interval of one prediction on ``cluster`` (a ``ClusterSpec``: its GPU family,
+    none for several families, and its GPU count; see the module docstring)."""
+    from planner.profiles.software import cluster_families
+
+    families = cluster_families(cluster)
+    family = families[0] if len(families) == 1 else None
     level, table = shipped_table()
-    cls = lookup(table, class_keys(family, precision, moe, framework, gpus), extrapolated)
+    cls = lookup(table, class_keys(family, precision, moe, framework, cluster.num_gpus), extrapolated)
     return interval(cls, tokens_per_s_per_gpu, step_time_s, level, extrapolated)
 
 
