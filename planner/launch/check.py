@@ -267,7 +267,7 @@ def _read_megatron_file(
 ) -> _Config:
     """A Megatron-LM args or launch file, with a warning for each flag planner does not interpret
     and what Megatron-LM's own validation rejects (planner/launch/megatron/rules.py)."""
-    imported = parse_megatron(text, path, cluster.num_gpus, vocab_size, variables)
+    imported = parse_megatron(text, path, cluster.num_gpus, vocab_size, variables, path=path)
     lines = imported.flag_lines
     for note in imported.notes:
         verdict.add(Finding("notice", "import", note))

@@ -463,7 +463,9 @@ def read_log_run(
     if kind == "megatron":
         from planner.launch.megatron.importer import parse_megatron
 
-        imported = parse_megatron(read_text_capped(config_path), short_path(config_path), gpus)
+        imported = parse_megatron(
+            read_text_capped(config_path), short_path(config_path), gpus, path=config_path
+        )
         model, job, config = imported.model, imported.job, imported.config
     else:
         from planner.launch.torchtitan.importer import read_torchtitan

@@ -10,6 +10,7 @@ planner does not model as unknown (neither :data:`IGNORED` nor :data:`MODELLED`)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from planner.inputs.errors import SpecError
 from planner.inputs.validation import check_number, limit
@@ -159,11 +160,14 @@ MODELLED = {
 """Flags the import turns into model, job or configuration fields."""
 
 
-def megatron_words(text: str, preset: dict | None = None) -> tuple[list[tuple[str, int]], dict, bool]:
+def megatron_words(
+    text: str, preset: dict | None = None, path: str | Path | None = None
+) -> tuple[list[tuple[str, int]], dict, bool]:
     """The Megatron argument words of a script or arguments file (with line numbers), the
     environment it sets, and whether it is a launch script; ``preset``: the variables the script
-    starts with (``planner check --set``)."""
-    script = read_script(text, preset)
+    starts with (``planner check --set``); ``path``: its file, where the files it sources are
+    (:func:`.shell.read_script`)."""
+    script = read_script(text, preset, path)
     words = script.words
     starts = [i for i, (w, _) in enumerate(words) if w.endswith(".py")]
     if not starts:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from cost_models.parallel import (
     DEFAULT_RECOMPUTE_MODULES,
@@ -171,13 +172,15 @@ def parse_megatron(
     world_size: int | None = None,
     vocab_size: int | None = None,
     variables: dict | None = None,
+    path: str | Path | None = None,
 ) -> Imported:
     """Read Megatron flags from an args file or a launch script; ``vocab_size`` (``planner check
     --vocab-size``) is the vocabulary of a launch that gives neither --vocab-size nor
     --padded-vocab-size (see :func:`_vocabulary`); ``variables`` (``planner check --set NAME=VALUE``)
-    the shell variables a script starts with, as if exported before it runs."""
+    the shell variables a script starts with, as if exported before it runs; ``path`` the file
+    ``text`` was read from, beside which the files the script sources are found."""
     try:
-        words, env, is_script = megatron_words(text, variables)
+        words, env, is_script = megatron_words(text, variables, path)
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
     args = read_arguments(words, where, strict=is_script)

@@ -5,10 +5,13 @@ Resolved (bash(1) "Parameter Expansion", "Arrays", "Arithmetic Expansion"): ``NA
 ``export NAME=value``, ``declare``/``readonly`` prefixes, ``NAME=( ... )`` and ``NAME+=( ... )``
 arrays over several lines, ``$NAME``, ``${NAME}``, ``${NAME:-default}``, ``${NAME-default}``,
 ``${NAME:=default}``, ``"${NAME[@]}"``/``${NAME[*]}``, integer ``$(( ... ))`` over resolved
-names, ``bash -c '...' name args`` (the string re-split with ``"$@"`` bound to the args) and
-``unset NAME``. A reference nothing in the script defines becomes a marker that names it, so a
-flag whose value needs it is an error naming the variable; command substitution ``$( ... )`` is
-never run.
+names, ``bash -c '...' name args`` (the string re-split with ``"$@"`` bound to the args),
+``unset NAME``, ``set -a`` (allexport), ``cd``/``pushd``/``popd`` and ``source FILE`` / ``. FILE``
+(bash(1) "SHELL BUILTIN COMMANDS": the file read and run in the same shell, its assignments the
+script's; :func:`_source`). A reference nothing in the script defines becomes a marker that names
+it, so a flag whose value needs it is an error naming the variable; command substitution
+``$( ... )`` is never run, except that the pure path commands of :func:`.paths.path_command`
+(``$(dirname "$0")``, ``$(cd DIR && pwd)``) give the path they print.
 """
 
 from __future__ import annotations
@@ -16,11 +19,15 @@ from __future__ import annotations
 import ast
 import fnmatch
 import operator
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from planner.inputs.errors import SpecError
+from planner.inputs.validation import MAX_FILE_BYTES, printable, read_text_capped
+from planner.launch.megatron.paths import PATH_TESTS, joined, path_command, path_test
 
 UNRESOLVED = "@@unresolved:{}@@"
 _UNRESOLVED_RE = re.compile(r"@@unresolved:([^@]*)@@")
@@ -34,6 +41,13 @@ SEPARATORS = {"|", "||", "&&", ";", "&", "|&"}
 """Words that end a simple command (bash(1) "Lists")."""
 REDIRECT = re.compile(r"^\d*(>|<|>>|>&|<&)")
 """A redirection word (bash(1) "Redirection"): ends the arguments of a command."""
+MAX_SOURCE_DEPTH = 16
+"""How deep ``source`` may nest. Bash itself has no bound but its memory (a file that sources
+itself recurses until the shell dies); no launch needs more than a few levels."""
+MAX_SOURCED_FILES = 100
+"""How many files one script may source in all (a file sourcing itself twice doubles per level)."""
+_BUILTINS = ("source", ".", "cd", "pushd", "popd", "set")
+"""Commands :func:`_builtin` runs on the script's state instead of keeping their words."""
 
 
 def unresolved_in(word: str) -> str | None:
@@ -69,6 +83,19 @@ class Script:
     env: dict[str, str | None] = field(default_factory=dict)
     """Environment assignments (``export NAME=v`` or ``NAME=v`` before a command); None = unset."""
     assigned_lines: dict[str, int] = field(default_factory=dict)
+    root: str | None = None
+    """The script's directory (links resolved), where ``if [ -f FILE ]`` is answered; None for a
+    text given without its file, where ``source`` is an error."""
+    allexport: bool = False
+    """``set -a``: every assignment is exported."""
+    dirs: list[str] = field(default_factory=list)
+    """``pushd``'s directory stack."""
+    depth: int = 0
+    """How many ``source`` commands are being run (bounded by :data:`MAX_SOURCE_DEPTH`)."""
+    sourced: int = 0
+    """Files sourced so far (bounded by :data:`MAX_SOURCED_FILES`)."""
+    sourced_bytes: int = 0
+    """Their size in all (bounded by MAX_FILE_BYTES, the largest input file planner reads)."""
 
 
 def _logical_lines(text: str) -> list[tuple[str, int]]:
@@ -290,7 +317,11 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
             if depth == 0:
                 break
             j += 1
-        return _command_marker(s[: j + 1]), j + 1
+        value = _path_output(s[2:j], scalars, arrays)
+        return (value if value is not None else _command_marker(s[: j + 1])), j + 1
+    m = re.match(r"\$(?:0|\{0\})", s)
+    if m:
+        return scalars.get("0"), m.end()  # the script's path when known (read_script), else kept
     m = re.match(r"\$\{([A-Za-z_]\w*)\[([@*]|\d+)\]\}", s)
     if m:
         items = _array(m.group(1), scalars, arrays)
@@ -329,6 +360,19 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
     return None, 0
 
 
+def _path_output(command: str, scalars: dict[str, str], arrays: dict[str, list[str]]) -> str | None:
+    """What a command substitution prints when it only computes a path (:func:`.paths.path_command`
+    on its expanded words, against ``$PWD``); None for any other command or an undetermined word."""
+    try:
+        words = shlex.split(expand(command, scalars, arrays), posix=True)
+    except ValueError:
+        return None
+    if not words or any(unresolved_in(w) is not None for w in words):
+        return None
+    pwd = scalars.get("PWD")
+    return path_command(words, pwd if pwd is not None and unresolved_in(pwd) is None else None)
+
+
 def expand_word(text: str, scalars: dict[str, str], arrays: dict[str, list[str]]) -> str:
     """One word (a default value, an assignment's right side) expanded and unquoted."""
     try:
@@ -356,10 +400,13 @@ class _Branch:
     """Inside a ``case`` arm (after its ``PATTERN)``, before its ``;;``)."""
 
 
-def read_script(text: str, preset: dict[str, str] | None = None) -> Script:
+def read_script(text: str, preset: dict[str, str] | None = None, path: str | Path | None = None) -> Script:
     """Read a bash script (or a plain arguments file): assignments are recorded, every other
     line's words are expanded and kept for the flag parser. ``preset`` is the environment the script
     starts with (``planner check --set NAME=VALUE``); its own assignments override it, as bash's do.
+    ``path`` is the script's file: ``$0`` and ``${BASH_SOURCE[0]}`` are its absolute path, ``$PWD``
+    (unless ``preset`` gives it) its directory, where a relative ``source FILE`` is found (see
+    :mod:`.paths`).
 
     ``if``/``elif``/``else``/``fi`` are followed on conditions the script (or ``preset``)
     determines (:func:`_condition`): only the branch bash runs is read. A condition that cannot be
@@ -367,6 +414,19 @@ def read_script(text: str, preset: dict[str, str] | None = None) -> Script:
     branch that runs the training script an error naming it."""
     s = Script()
     s.scalars.update(preset or {})
+    if path is not None:
+        full = os.path.abspath(path)
+        s.root = os.path.realpath(os.path.dirname(full))
+        s.scalars["0"] = full  # not a name an assignment can set
+        s.scalars.setdefault("PWD", os.path.dirname(full))
+        s.arrays["BASH_SOURCE"] = [full]
+    _read(text, s)
+    return s
+
+
+def _read(text: str, s: Script) -> None:
+    """The statements of one file (the script or a file it sources) read into ``s``; an ``if`` or
+    ``case`` opened in the file must close in it, as bash requires."""
     stack: list[_Branch] = []
     for line, number in _logical_lines(text):
         stripped = line.strip()
@@ -378,10 +438,10 @@ def read_script(text: str, preset: dict[str, str] | None = None) -> Script:
             for statement in _statements(stripped) if split else [stripped]:
                 _conditional(statement, number, s, stack)
             continue
-        _statement(stripped, number, s)
+        for statement in _statements(stripped) if ";" in stripped else [stripped]:
+            _statement(statement, number, s)
     if stack:
         raise SpecError("the script ends inside an if (no closing fi)")
-    return s
 
 
 def _statements(line: str) -> list[str]:
@@ -523,17 +583,65 @@ def _undetermined(statement: str, number: int, s: Script, unknown: str) -> None:
         s.arrays.pop(m.group(1), None)
         s.assigned_lines[m.group(1)] = number
         return
+    first = statement.split(None, 1)[0]
+    if first in ("cd", "pushd", "popd"):
+        s.scalars["PWD"] = UNRESOLVED.format(unknown)
+        return
+    if first in ("source", "."):
+        try:
+            words = shlex.split(expand(statement, s.scalars, s.arrays), posix=True)
+        except ValueError:
+            return
+        end = next((k for k, w in enumerate(words) if w in SEPARATORS), len(words))
+        _source_undetermined(words[1:end], number, s, unknown)
+        return
     if re.search(r"\.py\b", statement):
-        _, name, line = unknown.split(":")
-        what = (
-            f"on {name}, which the script never sets"
-            if name != "?"
-            else "on a condition planner cannot evaluate"
-        )
-        raise SpecError(
-            f"line {number}: the training command runs in a branch of the if/case on line {line}, which depends "
-            f"{what}; pass planner check --set {name if name != '?' else 'NAME'}=VALUE or set it in the script"
-        )
+        _training_in_unknown(number, unknown)
+
+
+def _training_in_unknown(number: int, unknown: str) -> None:
+    """The error for a training command in a branch that cannot be known (``if:NAME:LINE``)."""
+    _, name, line = unknown.split(":")
+    what = (
+        f"on {name}, which the script never sets" if name != "?" else "on a condition planner cannot evaluate"
+    )
+    raise SpecError(
+        f"line {number}: the training command runs in a branch of the if/case on line {line}, which depends "
+        f"{what}; pass planner check --set {name if name != '?' else 'NAME'}=VALUE or set it in the script"
+    )
+
+
+def _source_undetermined(args: list[str], number: int, s: Script, unknown: str) -> None:
+    """``source FILE`` in a branch that may or may not run: when FILE can be read, every variable
+    it sets becomes a marker naming the branch's condition (and a training command in it an error
+    naming it); a file that cannot be read there (``[ -f "$HOME/.env" ] && source``, the file on
+    the cluster) is not read, as another command of that branch is not."""
+    scratch = Script(
+        scalars=dict(s.scalars),
+        arrays={k: list(v) for k, v in s.arrays.items()},
+        env=dict(s.env),
+        root=s.root,
+        allexport=s.allexport,
+        dirs=list(s.dirs),
+        depth=s.depth,
+        sourced=s.sourced,
+        sourced_bytes=s.sourced_bytes,
+    )
+    try:
+        _source(args, number, scratch)
+    except SpecError:
+        return
+    if any(re.search(r"\.py\b", w) for w, _ in scratch.words):
+        _training_in_unknown(number, unknown)
+    marker = UNRESOLVED.format(unknown)
+    for name in set(scratch.scalars) | set(scratch.arrays):
+        if scratch.scalars.get(name) != s.scalars.get(name) or scratch.arrays.get(name) != s.arrays.get(name):
+            s.scalars[name] = marker
+            s.arrays.pop(name, None)
+            s.assigned_lines[name] = number
+            if name in scratch.env:
+                s.env[name] = marker
+    s.sourced, s.sourced_bytes = scratch.sourced, scratch.sourced_bytes
 
 
 _TESTS = {
@@ -554,7 +662,9 @@ _INT_TESTS = {
 def _condition(text: str, number: int, s: Script) -> bool | str:
     """The value of an ``if`` condition (bash(1) "CONDITIONAL EXPRESSIONS", test(1)): ``[ A OP B ]``
     or ``[[ A OP B ]]`` with ``=``, ``==``, ``!=``, ``-eq``, ``-ne``, ``-lt``, ``-le``, ``-gt``,
-    ``-ge``, ``-z A``, ``-n A``, ``A`` alone, each optionally negated by ``!``; ``true``/``false``.
+    ``-ge``, ``-z A``, ``-n A``, the file tests of :data:`.paths.PATH_TESTS` on a file in the
+    script's directory (:func:`.paths.path_test`), ``A`` alone, each optionally negated by ``!``;
+    ``true``/``false``.
     Anything else, or an operand needing a variable nothing sets: ``if:NAME:LINE`` (``NAME`` ``?``
     when no variable is to blame)."""
     text = re.sub(r"\s*;?\s*then\s*$", "", text.strip())
@@ -588,6 +698,12 @@ def _condition(text: str, number: int, s: Script) -> bool | str:
         value = getattr(a, _INT_TESTS[words[1]])(b)
     elif len(words) == 2 and words[0] in ("-z", "-n"):
         value = (words[1] == "") == (words[0] == "-z")
+    elif len(words) == 2 and words[0] in PATH_TESTS:
+        pwd = s.scalars.get("PWD")
+        known = path_test(words[0], words[1], pwd if pwd and unresolved_in(pwd) is None else None, s.root)
+        if known is None:
+            return f"if:?:{number}"  # a file outside the script's directory: on the cluster, not here
+        value = known
     elif len(words) == 1:
         value = words[0] != ""
     elif len(words) == 0:
@@ -625,7 +741,201 @@ def _statement(stripped: str, number: int, s: Script) -> None:
         s.scalars[m.group(1)] = m.group(3)
         s.assigned_lines[m.group(1)] = number
         parts = parts[1:]
-    s.words += [(w, number) for w in _inner_commands(parts)]
+    s.words += [(w, number) for w in _inner_commands(_run_builtins(parts, number, s))]
+
+
+def _run_builtins(parts: list[str], number: int, s: Script) -> list[str]:
+    """The words of a command list with its builtins (:data:`_BUILTINS`, each at the start of a
+    command of the list) run on ``s`` and left out, with the separator after them. A builtin after
+    ``&&`` (``||``) runs when the command before it succeeded (failed): a builtin planner ran
+    succeeded, a test (``[ ]``, ``[[ ]]``, ``test``, ``true``, ``false``) is evaluated as an ``if``
+    condition is (:func:`_condition`); after any other command it may or may not run
+    (:func:`_builtin_maybe`)."""
+    if not any(w in _BUILTINS for w in parts):
+        return parts
+    out, start, before = [], 0, None
+    status: bool | str = True
+    for k in range(len(parts) + 1):
+        if k < len(parts) and parts[k] not in SEPARATORS:
+            continue
+        command = parts[start:k]
+        if command and command[0] in _BUILTINS:
+            runs: bool | str = True
+            if before == "&&":
+                runs = status
+            elif before == "||":
+                runs = not status if isinstance(status, bool) else status
+            if runs is True:
+                _builtin(command, number, s)
+                status = True
+            elif runs is not False:
+                _builtin_maybe(command, number, s, runs)
+                status = runs
+        else:
+            out += parts[start : k + 1]
+            status = _status(command, number, s)
+        before, start = (parts[k] if k < len(parts) else None), k + 1
+    return out
+
+
+def _status(command: list[str], number: int, s: Script) -> bool | str:
+    """Whether a command (expanded words) succeeds, when it is a test planner evaluates;
+    ``if:NAME:LINE`` (unknown) otherwise."""
+    if command and command[0] == "test":
+        command = ["[", *command[1:], "]"]
+    if command and command[0] in ("[", "[[", "true", "false", ":"):
+        return _condition(" ".join(shlex.quote(w) for w in command), number, s)
+    return f"if:?:{number}"
+
+
+def _builtin_maybe(command: list[str], number: int, s: Script, unknown: str) -> None:
+    """A builtin that may or may not run (``unknown``, ``if:NAME:LINE``): what a sourced file sets
+    becomes unknown (:func:`_source_undetermined`), so does ``$PWD`` after a ``cd``."""
+    if command[0] in ("source", "."):
+        _source_undetermined(command[1:], number, s, unknown)
+    elif command[0] in ("cd", "pushd", "popd"):
+        s.scalars["PWD"] = UNRESOLVED.format(unknown)
+
+
+def _builtin(command: list[str], number: int, s: Script) -> None:
+    """``source``/``.``, ``cd``/``pushd``/``popd`` (``$PWD``, where relative paths are found) and
+    ``set -a``/``+a``/``-o allexport`` (bash(1) "SHELL BUILTIN COMMANDS") run on ``s``."""
+    name, args = command[0], command[1:]
+    if name in ("source", "."):
+        _source(args, number, s)
+    elif name == "set":
+        for k, a in enumerate(args):
+            if a[:1] in "-+" and a[1:] and a[1:].isalpha() and "a" in a[1:] and "o" not in a[1:]:
+                s.allexport = a[0] == "-"
+            elif a in ("-o", "+o") and args[k + 1 : k + 2] == ["allexport"]:
+                s.allexport = a == "-o"
+    else:
+        _change_directory(command, number, s)
+
+
+def _shown(word: str) -> str:
+    """A word for a message: each unresolved marker written back as ``$NAME`` (or its command)."""
+
+    def back(m: re.Match) -> str:
+        name = unresolved_in(m.group(0)) or ""
+        return f"${name}" if _NAME.fullmatch(name) else name
+
+    return printable(_UNRESOLVED_RE.sub(back, word))
+
+
+def _why(word: str) -> str:
+    """Why a word with an unresolved marker cannot be known, for a message."""
+    name = unresolved_in(word) or "?"
+    if name.startswith("if:"):
+        _, var, line = name.split(":")
+        return f"depends on the if/case on line {line}" + (
+            f" (on {var}, which the script never sets; pass planner check --set {var}=VALUE)"
+            if var != "?"
+            else ""
+        )
+    if _NAME.fullmatch(name):
+        return f"needs {name}, which the script never sets (set it, or pass planner check --set {name}=VALUE)"
+    return f"needs {name}, which planner does not run"
+
+
+def _change_directory(command: list[str], number: int, s: Script) -> None:
+    """``cd DIR`` / ``pushd DIR`` / ``popd``: ``$PWD`` (and ``$OLDPWD``) as bash sets them, DIR
+    taken against the old ``$PWD``; a directory that cannot be known makes ``$PWD`` a marker saying
+    which command on which line."""
+    name = command[0]
+    args = [a for a in command[1:] if a not in ("-L", "-P", "--", "-e", "-@", "-n")]
+    old = s.scalars.get("PWD")
+    if name == "popd":
+        new = s.dirs.pop() if s.dirs else None
+    else:
+        target = args[0] if args else s.scalars.get("HOME")
+        new = None
+        if target is not None and target != "-" and unresolved_in(target) is None:
+            new = joined(old if old is not None and unresolved_in(old) is None else None, target)
+        if name == "pushd" and old is not None:
+            s.dirs.append(old)
+    if new is None:
+        new = _command_marker(f"the {' '.join(_shown(w) for w in command)} on line {number}")
+    if old is not None:
+        s.scalars["OLDPWD"] = old
+    s.scalars["PWD"] = new
+
+
+class _SourceBound(SpecError):
+    """Sourcing past :data:`MAX_SOURCE_DEPTH` or :data:`MAX_SOURCED_FILES`: said once, at the
+    script's own ``source`` line, not once per nested file."""
+
+
+def _source(args: list[str], number: int, s: Script) -> None:
+    """``source FILE`` / ``. FILE`` (bash(1): "Read and execute commands from filename in the
+    current shell environment"): FILE's statements read into ``s`` with the same semantics, the
+    words it contributes to a command carrying the ``source`` line. A relative FILE is found from
+    ``$PWD`` (the script's directory until a ``cd``; bash would also search ``$PATH`` for a name
+    without a slash, which a launch does not rely on). An undeterminable path, a missing or
+    unreadable file, a text given without its file, nesting deeper than :data:`MAX_SOURCE_DEPTH` or
+    more than :data:`MAX_SOURCED_FILES` files are errors naming the line; an error inside FILE names
+    FILE and its line."""
+    if not args:
+        raise SpecError(f"line {number}: source without a file name (bash: filename argument required)")
+    target = args[0]
+    shown = _shown(target)
+    if unresolved_in(target) is not None:
+        raise SpecError(f"line {number}: source {shown}: the file's path {_why(target)}")
+    if s.root is None:
+        raise SpecError(
+            f"line {number}: source {shown}: planner reads the files a launch script sources beside the "
+            "script, and this text was given without its file"
+        )
+    pwd = s.scalars.get("PWD")
+    full = joined(pwd if pwd is not None and unresolved_in(pwd) is None else None, target)
+    if full is None:
+        raise SpecError(
+            f"line {number}: source {shown}: a relative path is found from the working directory, which "
+            f"{_shown(pwd or '')} leaves unknown"
+        )
+    if s.depth >= MAX_SOURCE_DEPTH or s.sourced >= MAX_SOURCED_FILES:
+        bound = (
+            f"sourced files nest deeper than {MAX_SOURCE_DEPTH}"
+            if s.depth >= MAX_SOURCE_DEPTH
+            else f"more than {MAX_SOURCED_FILES} files sourced in all"
+        )
+        here = (s.arrays.get("BASH_SOURCE") or [""])[0]
+        here = _shown(os.path.relpath(here, s.root)) if os.path.isabs(here) else "a sourced file"
+        raise _SourceBound(
+            f"{bound}: {here} sources {shown} on its line {number} (does a file source itself?)"
+        )
+    if not os.path.isfile(full):
+        what = "is not a file" if os.path.exists(full) else "does not exist"
+        raise SpecError(f"line {number}: source {shown}: {printable(full)} {what}")
+    try:
+        text = read_text_capped(Path(full))
+    except SpecError as exc:
+        raise SpecError(f"line {number}: source {shown}: {exc}") from None
+    s.sourced_bytes += len(text)
+    if s.sourced_bytes > MAX_FILE_BYTES:
+        raise SpecError(
+            f"line {number}: source {shown}: the sourced files hold more than "
+            f"{MAX_FILE_BYTES // 2**20} MiB in all; not a launch"
+        )
+    start, assigned = len(s.words), dict(s.assigned_lines)
+    s.depth += 1
+    s.sourced += 1
+    s.arrays["BASH_SOURCE"] = [full] + s.arrays.get("BASH_SOURCE", [])
+    try:
+        _read(text, s)
+    except _SourceBound as exc:
+        if s.depth > 1:
+            raise
+        raise SpecError(f"line {number}: source {shown}: {exc}") from None
+    except SpecError as exc:
+        raise SpecError(f"line {number}: {shown}: {exc}") from None
+    finally:
+        s.depth -= 1
+        s.arrays["BASH_SOURCE"] = s.arrays.get("BASH_SOURCE", [])[1:]
+    s.words[start:] = [(w, number) for w, _ in s.words[start:]]
+    for name, line in s.assigned_lines.items():
+        if assigned.get(name) != line:
+            s.assigned_lines[name] = number
 
 
 def _assign(line: str, number: int, s: Script) -> bool:
@@ -661,7 +971,7 @@ def _assign(line: str, number: int, s: Script) -> bool:
         s.scalars[name] = value
         s.arrays.pop(name, None)
         s.assigned_lines[name] = number
-        if exported or name in s.env:
+        if exported or s.allexport or name in s.env:
             s.env[name] = value
     return True
 
