@@ -125,6 +125,8 @@ MODELLED = {
     "--num-layers-per-virtual-pipeline-stage",
     "--decoder-first-pipeline-num-layers",
     "--decoder-last-pipeline-num-layers",
+    "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split",
     "--pipeline-model-parallel-layout",
     "--sequence-parallel",
     "--micro-batch-size",

@@ -524,8 +524,29 @@ def _pipeline(args: Arguments, num_layers: int, pp: int) -> tuple[int, tuple[int
     first_last = [
         f for f in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers") if f in flags
     ]
+    emb = "--account-for-embedding-in-pipeline-split" in flags
+    loss = "--account-for-loss-in-pipeline-split" in flags
+    account = [
+        f
+        for f, on in (
+            ("--account-for-embedding-in-pipeline-split", emb),
+            ("--account-for-loss-in-pipeline-split", loss),
+        )
+        if on
+    ]
     if flags.get("--pipeline-model-parallel-layout") is not None:
+        if account or first_last:
+            raise SpecError(
+                f"{at('--pipeline-model-parallel-layout')}: --pipeline-model-parallel-layout with "
+                f"{(account + first_last)[0]}: Megatron's TransformerConfig sets the layout with no other "
+                "pipeline layout argument"
+            )
         return _layout_stages(args, num_layers, pp)
+    if account and first_last:
+        raise SpecError(
+            f"{at(account[0])}: {account[0]} with {first_last[0]}: Megatron accepts one way of "
+            "splitting uneven stages"
+        )
     nlpvs = num("--num-layers-per-virtual-pipeline-stage")
     if nlpvs is not None:
         if first_last:
@@ -533,59 +554,63 @@ def _pipeline(args: Arguments, num_layers: int, pp: int) -> tuple[int, tuple[int
                 f"{at(first_last[0])}: {first_last[0]} with --num-layers-per-virtual-pipeline-stage: Megatron "
                 "asks for --num-virtual-stages-per-pipeline-rank with uneven stages"
             )
-        if num_layers % pp:
+        # validate_args: the embedding and the loss, when accounted, count as one layer each.
+        units = num_layers + emb + loss
+        counted = f"--num-layers {num_layers}" + "".join(f" + 1 ({f})" for f in account)
+        if units % pp:
             raise SpecError(
-                f"{at('--pipeline-model-parallel-size')}: --num-layers {num_layers} is not divisible by "
+                f"{at('--pipeline-model-parallel-size')}: {counted} is not divisible by "
                 f"--pipeline-model-parallel-size {pp}"
             )
-        per_stage = num_layers // pp
+        per_stage = units // pp
         if per_stage % nlpvs:
             raise SpecError(
                 f"{at('--num-layers-per-virtual-pipeline-stage')}: --num-layers-per-virtual-pipeline-stage "
-                f"{nlpvs} does not divide the {per_stage} layers of each pipeline stage (--num-layers "
-                f"{num_layers} / --pipeline-model-parallel-size {pp})"
+                f"{nlpvs} does not divide the {per_stage} layers of each pipeline stage ({counted} / "
+                f"--pipeline-model-parallel-size {pp})"
             )
-        return per_stage // nlpvs, ()
-    vpp = num("--num-virtual-stages-per-pipeline-rank", 1) or 1
-    account = [
-        f
-        for f in ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")
-        if f in flags
-    ]
+        vpp = per_stage // nlpvs
+    else:
+        vpp = num("--num-virtual-stages-per-pipeline-rank", 1) or 1
     if account:
-        if first_last:
-            raise SpecError(
-                f"{at(account[0])}: {account[0]} with {first_last[0]}: Megatron accepts one way of "
-                "splitting uneven stages"
-            )
         try:
-            return vpp, account_for_split(
-                num_layers,
-                pp * vpp,
-                "--account-for-embedding-in-pipeline-split" in flags,
-                "--account-for-loss-in-pipeline-split" in flags,
-            )
+            return vpp, account_for_split(num_layers, pp * vpp, emb, loss)
         except ConfigError as exc:
             raise SpecError(
                 f"{at(account[0])}: {' and '.join(account)}: {exc} (--num-layers {num_layers}, "
                 f"--pipeline-model-parallel-size {pp}, virtual stages per rank {vpp})"
             ) from None
     if first_last:
-        if vpp > 1:
-            raise SpecError(
-                f"{at(first_last[0])}: planner exports uneven stages with virtual stages as "
-                "--pipeline-model-parallel-layout; first/last counts with virtual stages are not modelled"
-            )
-        first = num("--decoder-first-pipeline-num-layers")
-        last = num("--decoder-last-pipeline-num-layers")
-        try:
-            return 1, first_last_split(num_layers, pp, first, last)
-        except ConfigError as exc:
-            named = " and ".join(f"{f} {flags[f]}" for f in first_last)
-            raise SpecError(
-                f"{at(first_last[0])}: {named}: {exc} (--num-layers {num_layers}, --pipeline-model-parallel-size {pp})"
-            ) from None
+        return vpp, _first_last_stages(args, num_layers, pp, vpp, first_last)
     return vpp, ()
+
+
+def _first_last_stages(args: Arguments, num_layers: int, pp: int, vpp: int, given: list) -> tuple[int, ...]:
+    """Layers of each virtual stage under --decoder-first/last-pipeline-num-layers, as Megatron
+    builds them (megatron/core/transformer/transformer_block.py ``get_num_layers_to_build``: a
+    rank's layers, first/last as given and the rest split evenly over the middle ranks, then divided
+    evenly over its ``vpp`` model chunks), in chunk-major order; TransformerConfig's checks: with
+    virtual stages, first, last and each middle rank's count divisible by ``vpp``."""
+    flags, num, at = args.flags, args.num, args.at
+    first = num("--decoder-first-pipeline-num-layers")
+    last = num("--decoder-last-pipeline-num-layers")
+    named = " and ".join(f"{f} {flags[f]}" for f in given)
+    try:
+        ranks = first_last_split(num_layers, pp, first, last)
+    except ConfigError as exc:
+        raise SpecError(
+            f"{at(given[0])}: {named}: {exc} (--num-layers {num_layers}, --pipeline-model-parallel-size {pp})"
+        ) from None
+    if vpp == 1:
+        return ranks
+    for rank, n in enumerate(ranks):
+        if n % vpp:
+            which = "first" if rank == 0 and first else "last" if rank == pp - 1 and last else "each middle"
+            raise SpecError(
+                f"{at(given[0])}: {named}: the {n} layers of the {which} pipeline stage are not divisible by "
+                f"--num-virtual-stages-per-pipeline-rank {vpp} (Megatron's TransformerConfig)"
+            )
+    return tuple(ranks[r] // vpp for _ in range(vpp) for r in range(pp))
 
 
 def _layout_stages(args: Arguments, num_layers: int, pp: int) -> tuple[int, tuple[int, ...]]:

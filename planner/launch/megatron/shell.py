@@ -190,7 +190,7 @@ _OPS = {
 
 def _arith(expr: str, scalars: dict[str, str]) -> str | None:
     """An integer ``$(( ))`` expression over resolved names (bash: bare names are variables)."""
-    text = re.sub(r"\$\{?([A-Za-z_]\w*)\}?", r"\1", expr)
+    text = re.sub(r"\$\{?([A-Za-z_]\w*)\}?", r"\1", expr).strip()  # "$(( (a + b) / c ))": no indent
 
     def value(node):
         if isinstance(node, ast.Expression):
