@@ -64,6 +64,11 @@ class AttentionBlock:
     ``MLASelfAttention.qkv_up_checkpoint``)."""
     up_proj_s: float = 0.0
     """Forward time of MLA's up projections and RoPE (what ``mla_up_proj`` re-runs)."""
+    cp_fwd_s: float = 0.0
+    """Context-parallel all-to-alls of a head-parallel mixer (Mamba-2, gated DeltaNet;
+    :mod:`cost_models.ssm`) per direction; softmax attention's K/V ring is priced from ``kv_width``."""
+    cp_bytes: float = 0.0
+    """Bytes sent for those all-to-alls, forward + backward."""
 
 
 FUSED_BACKWARD_FORWARDS = 2.5

@@ -25,22 +25,46 @@ def layer_flop_per_token(model: ModelSpec, index: int, seq_length: int) -> float
     """
     h, a = model.hidden_size, model.num_attention_heads
     n_in = 2 if model.gated else 1
-    if model.multi_latent_attention:
+    mixer, ffn = model.layer_parts(index)
+    if mixer != "attention":
+        flop = _mixer_flop_per_token(model, mixer)
+    elif model.multi_latent_attention:
         rq, rkv, dr = model.q_lora_rank, model.kv_lora_rank, model.qk_pos_emb_head_dim
         dqk, dv = model.qk_head_size, model.v_head_dim
         q_term = rq * (h + a * dqk + 1) if rq else h * a * dqk
         flop = 2 * (q_term + rkv * (h + a * (model.qk_head_dim + dv) + 1) + h * dr + a * dv * h)
     else:
         q, kv = model.query_projection_size, model.kv_projection_size
-        flop = 2 * h * (q + 2 * kv) + 2 * q * h
-    flop += 2 * model.attention_span(index, seq_length) * model.core_attention_width
-    if model.is_moe_layer(index):
+        flop = 2 * h * (q + 2 * kv) + 2 * q * h + (2 * h * q if model.attention_output_gate else 0)
+    if mixer == "attention":
+        flop += 2 * model.attention_span(index, seq_length) * model.core_attention_width
+    if not ffn:
+        return flop
+    if ffn == "moe":
         flop += 2 * h * model.num_experts
         flop += model.moe_router_topk * 2 * h * model.moe_ffn_hidden_size * (n_in + 1)
         flop += 2 * h * model.moe_shared_expert_intermediate_size * (n_in + 1)
     else:
         flop += 2 * h * model.ffn_hidden_size * (n_in + 1)
     return flop
+
+
+def _mixer_flop_per_token(model: ModelSpec, mixer: str) -> float:
+    """Forward model FLOPs per token of a Mamba-2 or gated DeltaNet mixer (0 for none), as Megatron's
+    ``num_floating_point_operations`` counts them (megatron/training/training.py, megatron-core
+    0.19.2: ``mamba_layer_flops``, ``gdn_layer_flops``): the projections, Mamba's scan as
+    ``7 d_inner N``, gated DeltaNet's conv and ``4 n_v d_v^2`` for its delta rule. Megatron's
+    formula takes ``d_inner = 2 h``; this one the model's ``H x P`` (equal for expand 2)."""
+    h = model.hidden_size
+    if mixer == "mamba":
+        di, n, g = model.mamba_inner_size, model.mamba_state_dim, model.mamba_num_groups
+        return 2 * h * (2 * di + 2 * g * n + model.mamba_num_heads) + 7 * di * n + 2 * di * h
+    if mixer == "gdn":
+        nv, dv = model.linear_num_value_heads, model.linear_value_head_dim
+        k, v = model.linear_num_key_heads * model.linear_key_head_dim, nv * dv
+        conv = model.linear_conv_kernel_dim * (2 * k + v)
+        return 2 * (h * (2 * k + 2 * v + 2 * nv) + conv + 4 * nv * dv * dv + h * v)
+    return 0.0
 
 
 def mtp_flop_per_token(model: ModelSpec, seq_length: int) -> float:
@@ -94,7 +118,9 @@ def hardware_flop_per_iteration(
     if recompute == "selective":
         s = job.seq_length
         core = sum(
-            2 * model.attention_span(i, s) * model.core_attention_width for i in range(model.num_layers)
+            2 * model.attention_span(i, s) * model.core_attention_width
+            for i in range(model.num_layers)
+            if model.layer_parts(i)[0] == "attention"
         )
         return model_flop + core * job.tokens_per_step
     return model_flop

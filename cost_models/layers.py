@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from cost_models import communication as comm
-from cost_models import elementwise
+from cost_models import elementwise, ssm
 from cost_models import moe as moe_terms
 from cost_models import recompute as op_sac
 from cost_models.attention import AttentionBlock, attention_block
@@ -165,9 +165,14 @@ class LayerTable:
     """An MoE decoder layer with local attention."""
     mtp: LayerCost = ZERO
     """The multi-token prediction modules alone (already included in ``output``)."""
+    parts: tuple[tuple[tuple[str, str], LayerCost], ...] = ()
+    """Layer costs by (token mixer, MLP) (:meth:`ModelSpec.layer_parts`) for models whose layers
+    are not all softmax attention + MLP (hybrid patterns, gated DeltaNet layers); empty otherwise."""
 
     def decoder(self, model: ModelSpec, index: int) -> LayerCost:
         """Cost of decoder layer ``index``."""
+        if self.parts:
+            return dict(self.parts)[model.layer_parts(index)]
         if model.is_local_attention_layer(index):
             return self.moe_local if model.is_moe_layer(index) else self.dense_local
         return self.moe if model.is_moe_layer(index) else self.dense
@@ -186,6 +191,11 @@ class LayerTable:
 
 def _kind_counts(t: LayerTable, model: ModelSpec, first: int, count: int) -> list[tuple[LayerCost, int]]:
     """(layer kind, how many) over a range of layers, in a fixed order (stable float sums)."""
+    if t.parts:
+        by_parts = {key: 0 for key, _ in t.parts}
+        for i in range(first, first + count):
+            by_parts[model.layer_parts(i)] += 1
+        return [(cost, by_parts[key]) for key, cost in t.parts if by_parts[key]]
     counts = {"dense": 0, "moe": 0, "dense_local": 0, "moe_local": 0}
     for i in range(first, first + count):
         local = "_local" if model.is_local_attention_layer(i) else ""
@@ -226,6 +236,16 @@ def layer_table(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGro
     moe = _decoder(model, job, c, node, moe=True, span=full) if model.is_moe else ZERO
     mtp = _mtp(model, job, c, node) if model.mtp_num_layers else ZERO
     output = _output(model, job, c, node) + mtp
+    parts = ()
+    if model.is_hybrid or model.linear_attention_freq:
+        kinds = sorted({model.layer_parts(i) for i in range(model.num_layers)})
+        parts = tuple(
+            (
+                (mixer, ffn),
+                _decoder(model, job, c, node, moe=ffn == "moe", span=full, mixer=mixer, mlp=bool(ffn)),
+            )
+            for mixer, ffn in kinds
+        )
     return LayerTable(
         embedding=embedding,
         dense=dense,
@@ -237,6 +257,7 @@ def layer_table(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGro
         if local_layers and model.is_moe
         else ZERO,
         mtp=mtp,
+        parts=parts,
     )
 
 
@@ -329,15 +350,20 @@ def _layer_comm(
     at: AttentionBlock,
     gemm_fwd_s: float,
     T: float,
+    mlp: bool = True,
 ) -> LayerComm:
     """Tensor-parallel collectives of a layer (``gemm_fwd_s``: its GEMMs' forward time, which
-    ``--tp-comm-overlap`` hides them under) and the context-parallel K/V ring."""
+    ``--tp-comm-overlap`` hides them under; ``mlp``: whether it has an MLP) and the context-parallel
+    K/V ring (or a head-parallel mixer's all-to-alls, ``at.cp_fwd_s``)."""
     gpu, h, t = node.gpu, model.hidden_size, c.tp
     # One all-reduce (AG + RS with SP) of the hidden states for the MLP per direction, plus the
     # attention block's own (Korthikanti et al. 2022 Sec. 4.2.2).
     tp_volume = T * h * ACT_BYTES
-    tp_fwd = tp_collectives_s(tp_volume, c, node, 1) + at.tp_fwd_s
-    tp_bytes = (4 * (t - 1) / t * tp_volume if t > 1 else 0.0) + at.tp_bytes
+    if mlp:
+        tp_fwd = tp_collectives_s(tp_volume, c, node, 1) + at.tp_fwd_s
+        tp_bytes = (4 * (t - 1) / t * tp_volume if t > 1 else 0.0) + at.tp_bytes
+    else:
+        tp_fwd, tp_bytes = at.tp_fwd_s, at.tp_bytes
     tp_bwd = tp_fwd
     # Before Blackwell, overlapping communication with a GEMM needs CUDA_DEVICE_MAX_CONNECTIONS=1
     # (one hardware queue keeps the launch order); the MoE all-to-all overlap needs more queues,
@@ -349,8 +375,9 @@ def _layer_comm(
     queue_order_lost = many_queues and compute_capability_major(gpu.name) < 10
     if job.tp_comm_overlap and c.sp and not queue_order_lost:
         tp_fwd, tp_bwd = _tp_overlapped(tp_fwd, gemm_fwd_s, t, gpu.efficiency.comm_overlap_slowdown)
-    cp_fwd = cp_bwd = cp_bytes = 0.0
-    if c.cp > 1:
+    cp_fwd = cp_bwd = at.cp_fwd_s
+    cp_bytes = at.cp_bytes
+    if c.cp > 1 and at.kv_width:
         chunk = T * at.kv_width * ACT_BYTES  # this rank's K and V
         link = comm.link_for(group(c, "cp"), node)
         ring_fwd = (c.cp - 1) * comm.p2p_s(chunk, link)
@@ -390,37 +417,67 @@ def _selective_modules(
     return sum(parts[m][0] for m in modules), sum(parts[m][1] for m in modules)
 
 
+_NO_MLP = DenseMlp(
+    gemm=LinearTimes(),
+    model_flop=0.0,
+    elem_bytes=0.0,
+    act_bytes=0.0,
+    wgrad_bytes=0.0,
+    params_sharded=0.0,
+    ffn_elements=0.0,
+    forward_s=0.0,
+)
+"""The MLP of a mixer-only layer of a hybrid pattern (``M``, ``G``, ``*``): none."""
+
+
 def _decoder(
-    model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, *, moe: bool, span: float
+    model: ModelSpec,
+    job: JobSpec,
+    c: ParallelConfig,
+    node: NodeGroup,
+    *,
+    moe: bool,
+    span: float,
+    mixer: str = "attention",
+    mlp: bool = True,
 ) -> LayerCost:
     """One decoder layer (dense or MoE MLP) attending over ``span`` keys: the attention block
     (:func:`cost_models.attention.attention_block`), the MLP (:func:`_dense_mlp`,
     :func:`cost_models.moe.routed_block`), norms and residuals, tensor/context-parallel
-    communication (:func:`_layer_comm`) and the recompute terms."""
+    communication (:func:`_layer_comm`) and the recompute terms. ``mixer`` (``mamba``, ``gdn``,
+    ``""``; :func:`cost_models.ssm.mixer_block`) replaces the attention block, and ``mlp=False``
+    leaves the MLP out: a layer of a hybrid pattern holds one of the two, with its own norm and
+    residual (Megatron-Core ``MambaLayer``, ``MLPLayer``, a ``TransformerLayer`` without MLP)."""
     gpu = node.gpu
     h, t = model.hidden_size, c.tp
     T = tokens_per_gpu(job, c)
     sp_div = t if c.sp else 1
+    norms = (mixer != "") + mlp  # one norm and one residual add per part
 
     # --- attention block and MLP / MoE --------------------------------------------------------
-    at = attention_block(model, job, c, node, span)
-    block = moe_terms.routed_block(model, job, c, node, T, sp_div, ACT_BYTES) if moe else None
-    mlp = None if moe else _dense_mlp(model, job, c, node, T, sp_div)
-    ffn = block if block is not None else mlp
+    at = (
+        attention_block(model, job, c, node, span)
+        if mixer == "attention"
+        else ssm.mixer_block(model, job, c, node, mixer)
+    )
+    block = moe_terms.routed_block(model, job, c, node, T, sp_div, ACT_BYTES) if moe and mlp else None
+    dense = _dense_mlp(model, job, c, node, T, sp_div) if not moe and mlp else None
+    mlp_block = None if block is not None else (dense if dense is not None else _NO_MLP)
+    ffn = block if block is not None else mlp_block
     gemm = at.gemm + ffn.gemm
     model_flop = at.model_flop + ffn.model_flop
     # Memory-bound work per layer forward (bytes): 2 norms (read+write), 2 residual adds (2 reads,
     # 1 write); with SP the norm/residual work is split over tp; plus the attention's and the MLP's.
-    elem = (4 * T * h + 6 * T * h) * ACT_BYTES / sp_div + at.elem_bytes + ffn.elem_bytes
+    elem = (2 * norms * T * h + 3 * norms * T * h) * ACT_BYTES / sp_div + at.elem_bytes + ffn.elem_bytes
     act = (
-        2 * T * h * ACT_BYTES / sp_div  # 2 norm inputs
-        + 2 * T * h * 1 / sp_div  # two dropout masks (1 byte), as Megatron's formula counts them
+        norms * T * h * ACT_BYTES / sp_div  # 2 norm inputs
+        + norms * T * h * 1 / sp_div  # two dropout masks (1 byte), as Megatron's formula counts them
         + at.act_bytes
         + ffn.act_bytes
     )
     wgrad_act = at.wgrad_bytes + ffn.wgrad_bytes
     params_sharded = at.params_sharded + ffn.params_sharded
-    params_replicated = 2 * _norm_params(model) + at.params_replicated
+    params_replicated = norms * _norm_params(model) + at.params_replicated
     params_expert = ep_bytes = ep_s_fwd = 0.0
     moe_host = (0.0, 0.0)
     if block is not None:
@@ -430,7 +487,7 @@ def _decoder(
         moe_host = block.host_launches
 
     # --- tensor / context parallel communication --------------------------------------------------
-    lc = _layer_comm(model, job, c, node, at, gemm.forward_s, T)
+    lc = _layer_comm(model, job, c, node, at, gemm.forward_s, T, mlp)
 
     elem_fwd = memory_bound_s(elem, gpu)
     # Eager op groups move more bytes than the fused kernels counted in `elem` (two norms, the
@@ -438,7 +495,7 @@ def _decoder(
     eager = elementwise.eager_extra(
         model,
         job,
-        norm_elements=2 * T * h / sp_div + at.norm_elements,
+        norm_elements=norms * T * h / sp_div + at.norm_elements,
         rope_elements=at.rope_elements,
         ffn_elements=ffn.ffn_elements,
     )
@@ -474,7 +531,7 @@ def _decoder(
         + overhead
         + (lc.tp_fwd_s / 2 if c.sp else lc.tp_fwd_s)
     )
-    selective_s, selective_bytes = _selective_modules(c, at, block, mlp)
+    selective_s, selective_bytes = _selective_modules(c, at, block, mlp_block)
     if moe and gpu.efficiency.host_launch_s:
         # The dispatcher synchronises the host on the token counts every MoE layer, so the host
         # cannot run ahead by more than one layer: a pass takes at least the time to issue the

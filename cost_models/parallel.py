@@ -249,6 +249,7 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
         return out
     out += _choice_violations(cluster, c)
     out += _shape_violations(model, job, c)
+    out += _mixer_violations(model, c)
     out += _pipeline_violations(model, job, c, earlier=bool(out))
     out += _expert_violations(model, c)
     out += _memory_saving_violations(model, cluster, job, c)
@@ -277,6 +278,29 @@ def _choice_violations(cluster: ClusterSpec, c: ParallelConfig) -> list[str]:
         out.append(f"schedule {c.schedule!r} not in {', '.join(SCHEDULES)}")
     if c.world_size != cluster.num_gpus:
         out.append(f"tp*pp*cp*dp = {c.world_size} does not equal the cluster's {cluster.num_gpus} GPUs")
+    return out
+
+
+def _mixer_violations(model: ModelSpec, c: ParallelConfig) -> list[str]:
+    """Mamba-2 and gated DeltaNet heads over tp and cp, as megatron-core 0.19.2 asserts them:
+    ``MambaMixer`` (nheads and ngroups divisible by tp), ``MambaContextParallel`` (nheads / tp
+    divisible by cp; ngroups / tp divisible by cp or dividing it) and ``TransformerConfig`` for
+    gated DeltaNet (key and value heads divisible by tp x cp)."""
+    out: list[str] = []
+    if "M" in model.hybrid_layer_pattern:
+        heads, groups = model.mamba_num_heads, model.mamba_num_groups
+        if heads % c.tp or groups % c.tp:
+            out.append(
+                f"mamba_num_heads ({heads}) and mamba_num_groups ({groups}) must be divisible by tp ({c.tp})"
+            )
+        elif (heads // c.tp) % c.cp:
+            out.append(f"mamba_num_heads / tp ({heads // c.tp}) is not divisible by cp ({c.cp})")
+        elif (groups // c.tp) % c.cp and c.cp % (groups // c.tp):
+            out.append(f"mamba_num_groups / tp ({groups // c.tp}) and cp ({c.cp}): one must divide the other")
+    if "G" in model.hybrid_layer_pattern or model.linear_attention_freq:
+        for name in ("linear_num_key_heads", "linear_num_value_heads"):
+            if getattr(model, name) % (c.tp * c.cp):
+                out.append(f"{name} ({getattr(model, name)}) is not divisible by tp x cp ({c.tp * c.cp})")
     return out
 
 

@@ -89,7 +89,7 @@ def table_for(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup
 
 
 def _virtual_stage_cost(model: ModelSpec, table: LayerTable, first_layer: int, n_layers: int) -> LayerCost:
-    if not model.is_moe and not model.window_size:
+    if not model.is_moe and not model.window_size and not table.parts:
         return table.dense.scaled(n_layers)
     return table.layers(model, first_layer, n_layers)
 

@@ -26,7 +26,10 @@
   whose components are the plan's node groups in pipeline order.
 * Models it has no flags for (:func:`model_reasons`): chunked attention (Llama 4's
   ``attention_chunk_size``; ``--window-size`` is a sliding window only) and a plain ReLU MLP
-  (``--squared-relu``, ``--swiglu`` and GeLU only). The search leaves such models out under
+  (``--squared-relu``, ``--swiglu`` and GeLU only); and models planner prices but does not export
+  yet: hybrid layer patterns (Mamba-2 / gated DeltaNet / MLP layers, ``pretrain_hybrid.py
+  --hybrid-layer-pattern``, megatron/core/models/hybrid/) and gated DeltaNet in a GPT
+  (``--experimental-attention-variant gated_delta_net``). The search leaves such models out under
   ``--framework megatron`` with the reason, so it never returns a plan its export refuses.
 """
 
@@ -49,6 +52,16 @@ def model_reasons(who: str, model: ModelSpec) -> list[str]:
         )
     if getattr(model, "activation", "") == "relu":
         out.append(f"{who} has no plain ReLU MLP flag (GeLU, --swiglu, --squared-relu)")
+    if getattr(model, "hybrid_layer_pattern", ""):
+        out.append(
+            f"{who}: planner's export writes pretrain_gpt.py arguments only; hybrid layer patterns "
+            "(Megatron's pretrain_hybrid.py --hybrid-layer-pattern) are priced but not exported yet"
+        )
+    if getattr(model, "linear_attention_freq", 0):
+        out.append(
+            f"{who}: planner's export does not write gated DeltaNet layers yet (Megatron's "
+            "--experimental-attention-variant gated_delta_net --linear-attention-freq)"
+        )
     return out
 
 

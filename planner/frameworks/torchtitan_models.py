@@ -138,6 +138,12 @@ def architecture_reason(m: ModelSpec) -> str | None:
         what.append("an expert capacity factor (torchtitan is dropless)")
     if m.is_moe and m.moe_shared_expert_intermediate_size % m.moe_ffn_hidden_size:
         what.append("shared experts not a multiple of the expert width")
+    if m.hybrid_layer_pattern:
+        what.append("a hybrid layer pattern (Mamba-2, attention and MLP layers)")
+    if m.linear_attention_freq:
+        what.append("gated DeltaNet (linear attention) layers")
+    if m.attention_output_gate:
+        what.append("gated attention")
     if not what:
         return None
     return (

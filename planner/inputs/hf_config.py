@@ -2,7 +2,9 @@
 (Llama, Mistral, Mixtral, Qwen2/3 and their MoE variants, Gemma, Nemotron, GPT-2, GPT-NeoX) and the
 2024-25 architectures (:func:`load_frontier`): DeepSeek-V2/V3 and Kimi-K2 (MLA, shared experts,
 leading dense layers, MTP), gpt-oss (sinks, alternating sliding windows), Llama 4 (``text_config``;
-interleaved MoE with a shared expert, chunked attention) and Phi-3.
+interleaved MoE with a shared expert, chunked attention), Phi-3, and the hybrid models of 2025:
+Nemotron-H / Nemotron 3 (Mamba-2, attention, MLP and MoE layers in a hybrid pattern) and Qwen3-Next
+(gated DeltaNet and gated attention, 512 experts).
 
 Field meanings follow the ``transformers`` configuration classes (``LlamaConfig``, ``GPT2Config``,
 ``DeepseekV3Config``, ``GptOssConfig``, ``Llama4TextConfig``, ``Phi3Config``, ...); Kimi-K2's
@@ -21,7 +23,17 @@ from planner.inputs.model_spec import ModelSpec
 from planner.inputs.model_yaml import _rope_theta, validate_model
 from planner.inputs.validation import check_number, limit
 
-MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "gpt_oss", "kimi_k2", "llama4", "llama4_text", "phi3")
+MODEL_TYPES = (
+    "deepseek_v2",
+    "deepseek_v3",
+    "gpt_oss",
+    "kimi_k2",
+    "llama4",
+    "llama4_text",
+    "nemotron_h",
+    "phi3",
+    "qwen3_next",
+)
 
 
 class _Fields:
@@ -72,19 +84,25 @@ def load_frontier(data: dict, where: str, name: str) -> ModelSpec:
         kwargs = _gpt_oss(f)
     elif mt in ("llama4", "llama4_text"):
         kwargs = _llama4(f)
+    elif mt == "nemotron_h":
+        kwargs = _nemotron_h(f)
+    elif mt == "qwen3_next":
+        kwargs = _qwen3_next(f)
     else:
         kwargs = _phi3(f)
     hidden, heads = f.need("hidden_size"), f.need("num_attention_heads")
+    shape = {"activation": "swiglu", "position_embedding_type": "rope", "num_layers": 0}
+    shape.update({k: kwargs.pop(k) for k in tuple(shape) if k in kwargs})
     spec = ModelSpec(
         name=name,
-        num_layers=f.need("num_hidden_layers"),
+        num_layers=shape["num_layers"] or f.need("num_hidden_layers"),
         hidden_size=hidden,
         num_attention_heads=heads,
         vocab_size=f.need("vocab_size"),
         max_position_embeddings=f.need("max_position_embeddings"),
-        activation="swiglu",
+        activation=shape["activation"],
         normalization="rmsnorm",
-        position_embedding_type="rope",
+        position_embedding_type=shape["position_embedding_type"],
         rotary_base=_rope_theta(data, where),
         untie_embeddings_and_output_weights=not f.flag("tie_word_embeddings", False),
         **kwargs,
@@ -212,6 +230,123 @@ def _llama4(f: _Fields) -> dict[str, Any]:
     )
 
 
+_NEMOTRON_H_TYPES = {
+    "mamba": "M",
+    "linear_attention": "M",
+    "attention": "*",
+    "full_attention": "*",
+    "mlp": "-",
+    "moe": "E",
+}
+"""Nemotron-H's per-layer type names (``NemotronHConfig._pattern_to_list``, and the older
+``mamba``/``attention`` spellings) as Megatron's hybrid layer symbols."""
+
+
+def _nemotron_h(f: _Fields) -> dict[str, Any]:
+    """Nemotron-H and Nemotron 3 (``NemotronHConfig``; Nemotron-H, arXiv:2504.03624): one layer per
+    character of ``hybrid_override_pattern`` (or entry of ``layers_block_type``), Mamba-2 mixers of
+    ``mamba_num_heads`` x ``mamba_head_dim`` with ``ssm_state_size`` and ``n_groups``, attention
+    layers without position embedding (Megatron-Bridge ``NemotronHModelProvider``:
+    ``position_embedding_type`` none), squared-ReLU MLPs (``mlp_hidden_act`` relu2) and, for
+    Nemotron 3, MoE layers with a shared expert. A latent MoE (``moe_latent_size``) and MTP layers
+    are not priced."""
+    data, where = f.data, f.where
+    pattern = data.get("hybrid_override_pattern")
+    types = data.get("layers_block_type", data.get("layer_types"))
+    if pattern is None and isinstance(types, list):
+        if not all(isinstance(t, str) and t in _NEMOTRON_H_TYPES for t in types):
+            raise SpecError(
+                f"{where}: key 'layers_block_type': entries must be one of {', '.join(sorted(_NEMOTRON_H_TYPES))}"
+            )
+        pattern = "".join(_NEMOTRON_H_TYPES[t] for t in types)
+    if not isinstance(pattern, str) or not pattern:
+        raise SpecError(f"{where}: key 'hybrid_override_pattern': expected a string of M, *, - and E symbols")
+    if data.get("num_hidden_layers") is not None and f.need("num_hidden_layers") != len(pattern):
+        raise SpecError(
+            f"{where}: key 'num_hidden_layers': {data['num_hidden_layers']} but hybrid_override_pattern has "
+            f"{len(pattern)} layers"
+        )
+    for key in ("moe_latent_size", "num_nextn_predict_layers"):
+        if data.get(key):
+            raise SpecError(
+                f"{where}: key '{key}': {data[key]!r} is not priced by planner (set it to null or 0)"
+            )
+    act = data.get("mlp_hidden_act", "relu2")
+    if act not in ("relu2", "squared_relu"):
+        raise SpecError(f"{where}: key 'mlp_hidden_act': {act!r} is not allowed; allowed values: relu2")
+    heads = f.need("num_attention_heads")
+    moe = "E" in pattern
+    moe_ffn = f.need("moe_intermediate_size") if moe else 0
+    bias = f.flag("use_bias", False) or f.flag("attention_bias", False) or f.flag("mlp_bias", False)
+    return dict(
+        num_layers=len(pattern),
+        activation="squared_relu",
+        position_embedding_type="none",
+        ffn_hidden_size=f.opt("intermediate_size", moe_ffn) or moe_ffn,
+        num_query_groups=f.opt("num_key_value_heads", heads),
+        kv_channels=f.opt("head_dim", f.opt("attention_head_dim", f.need("hidden_size") // heads)),
+        add_bias_linear=bias,
+        hybrid_layer_pattern=pattern,
+        mamba_state_dim=f.need("ssm_state_size"),
+        mamba_head_dim=f.need("mamba_head_dim"),
+        mamba_num_heads=f.need("mamba_num_heads"),
+        mamba_num_groups=f.need("n_groups"),
+        mamba_conv_kernel=f.opt("conv_kernel", 4),
+        mamba_chunk_size=f.opt("chunk_size", 128),
+        num_experts=f.need("n_routed_experts") if moe else 0,
+        moe_router_topk=f.need("num_experts_per_tok") if moe else 0,
+        moe_ffn_hidden_size=moe_ffn,
+        moe_shared_expert_intermediate_size=f.opt("moe_shared_expert_intermediate_size") if moe else 0,
+    )
+
+
+def _qwen3_next(f: _Fields) -> dict[str, Any]:
+    """Qwen3-Next (``Qwen3NextConfig``; Qwen team, "Qwen3-Next", 2025): ``layer_types``
+    (default: ``full_attention`` every ``full_attention_interval``-th layer, ``linear_attention``
+    elsewhere) of gated DeltaNet layers (``linear_*``) and gated softmax attention with QK norms
+    (``q_proj`` also yields the output gate), every layer an MoE of ``num_experts`` top
+    ``num_experts_per_tok`` plus a shared expert (``decoder_sparse_step`` 1, no ``mlp_only_layers``).
+    Megatron runs it as ``--experimental-attention-variant gated_delta_net --linear-attention-freq N``
+    (Megatron-Bridge's Qwen3-Next bridge), which the layer types must follow."""
+    layers, heads = f.need("num_hidden_layers"), f.need("num_attention_heads")
+    types = f.data.get("layer_types")
+    if types is None:
+        interval = f.opt("full_attention_interval", 4)
+        types = ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(layers)]
+    if (
+        not isinstance(types, list)
+        or len(types) != layers
+        or not set(types) <= {"linear_attention", "full_attention"}
+    ):
+        raise SpecError(
+            f"{f.where}: key 'layer_types': expected {layers} entries of linear_attention/full_attention"
+        )
+    freq = _skip_freq([t == "linear_attention" for t in types], f.where, "layer_types")
+    if f.data.get("mlp_only_layers") or f.opt("decoder_sparse_step", 1) != 1:
+        raise SpecError(
+            f"{f.where}: keys 'mlp_only_layers'/'decoder_sparse_step': dense layers in Qwen3-Next are not read "
+            "(allowed: [] and 1)"
+        )
+    return dict(
+        ffn_hidden_size=f.need("intermediate_size"),
+        num_query_groups=f.opt("num_key_value_heads", heads),
+        kv_channels=f.opt("head_dim", f.need("hidden_size") // heads),
+        add_bias_linear=f.flag("attention_bias", False),
+        qk_layernorm=True,
+        attention_output_gate=True,
+        linear_attention_freq=freq,
+        linear_num_key_heads=f.need("linear_num_key_heads"),
+        linear_num_value_heads=f.need("linear_num_value_heads"),
+        linear_key_head_dim=f.need("linear_key_head_dim"),
+        linear_value_head_dim=f.need("linear_value_head_dim"),
+        linear_conv_kernel_dim=f.opt("linear_conv_kernel_dim", 4),
+        num_experts=f.need("num_experts"),
+        moe_router_topk=f.need("num_experts_per_tok"),
+        moe_ffn_hidden_size=f.need("moe_intermediate_size"),
+        moe_shared_expert_intermediate_size=f.opt("shared_expert_intermediate_size"),
+    )
+
+
 def _phi3(f: _Fields) -> dict[str, Any]:
     """Phi-3 (arXiv:2404.14219): Llama-shaped (fused but equal-cost gate/up projection, no biases);
     ``sliding_window`` (when below the context) applies to every layer."""
@@ -249,7 +384,7 @@ def load_hf_config(path: Path) -> ModelSpec:
 
     Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gpt2,
     gpt_neox, gemma, gemma2, nemotron, and (:func:`load_frontier`) deepseek_v2, deepseek_v3,
-    kimi_k2, gpt_oss, llama4 (its ``text_config``), llama4_text, phi3. Field meanings follow the
+    kimi_k2, gpt_oss, llama4 (its ``text_config``), llama4_text, nemotron_h, phi3, qwen3_next. Field meanings follow the
     ``transformers`` configuration classes of the same names.
     """
     data = read_document(path)
@@ -270,7 +405,8 @@ def load_hf_config(path: Path) -> ModelSpec:
     else:
         supported = (
             "deepseek_v2, deepseek_v3, gemma, gemma2, gpt2, gpt_neox, gpt_oss, kimi_k2, llama, llama4, "
-            "llama4_text, mistral, mixtral, nemotron, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe"
+            "llama4_text, mistral, mixtral, nemotron, nemotron_h, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, "
+            "qwen3_next"
         )
         raise SpecError(f"{where}: key 'model_type': {mt!r} is not supported; allowed values: {supported}")
     _check_fields(kwargs, data, where)
@@ -427,6 +563,12 @@ _HF_KEYS = {
     "num_experts_per_tok": "moe_router_topk",
     "decoder_sparse_step": "moe_layer_freq",
     "n_positions": "max_position_embeddings",
+    "ssm_state_size": "mamba_state_dim",
+    "n_groups": "mamba_num_groups",
+    "conv_kernel": "mamba_conv_kernel",
+    "chunk_size": "mamba_chunk_size",
+    "attention_head_dim": "kv_channels",
+    "full_attention_interval": "linear_attention_freq",
     "n_ctx": "max_position_embeddings",
 }
 

@@ -17,6 +17,19 @@ POSITION_EMBEDDINGS = ("learned_absolute", "rope", "none")
 WINDOW_TYPES = ("sliding", "chunked")
 SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
 GATED_ACTIVATIONS = frozenset({"swiglu"})
+HYBRID_SYMBOLS = {
+    "M": ("mamba", ""),
+    "G": ("gdn", ""),
+    "*": ("attention", ""),
+    "-": ("", "dense"),
+    "E": ("", "moe"),
+}
+"""Layer symbols of Megatron-Core's hybrid layer pattern (``megatron/core/models/hybrid/
+hybrid_layer_allocation.py: Symbols``, megatron-core 0.19.2) that planner prices, as (token mixer,
+MLP) of the one layer each symbol is: ``M`` a Mamba-2 mixer layer (``MambaLayer``), ``G`` a gated
+DeltaNet layer, ``*`` a self-attention layer, ``-`` an MLP layer (``MLPLayer``), ``E`` an MoE layer.
+Megatron's ``D`` (DeepSeek sparse attention), ``+`` (MLA), ``|`` (pipeline stage boundaries, which
+planner's plans choose) and ``/`` (MTP) are not read."""
 
 
 def local_attention_span(seq_length: int, window: int, window_type: str = "sliding") -> float:
@@ -120,6 +133,64 @@ class ModelSpec:
     Sec. 2.2): each a projection of [norm(h); norm(embedding)] (2h x h), one transformer layer of
     the last layer's kind, a final norm, and the shared embedding and output head. Megatron places
     them on the last pipeline stage; they are not counted in ``params_total``."""
+    hybrid_layer_pattern: str = ""
+    """Megatron-Core's hybrid layer pattern (``--hybrid-layer-pattern``, formerly
+    ``--hybrid-override-pattern``; Hugging Face ``hybrid_override_pattern``): one symbol of
+    :data:`HYBRID_SYMBOLS` per layer, and each symbol is a whole layer (a Mamba mixer, an attention or
+    an MLP layer on its own, with its own norm and residual), so ``num_layers`` is its length. Empty:
+    every layer is a transformer layer (token mixer + MLP)."""
+    mamba_state_dim: int = 0
+    """Mamba-2 state size N per head (``--mamba-state-dim``; HF ``ssm_state_size``)."""
+    mamba_head_dim: int = 0
+    """Mamba-2 head dimension P (``--mamba-head-dim``)."""
+    mamba_num_heads: int = 0
+    """Mamba-2 heads H (``--mamba-num-heads``); the inner width is ``d_inner = H x P``."""
+    mamba_num_groups: int = 0
+    """Groups G sharing B and C (``--mamba-num-groups``; HF ``n_groups``)."""
+    mamba_conv_kernel: int = 4
+    """Width of the causal depthwise convolution (HF ``conv_kernel``; ``MambaMixer``'s ``d_conv``,
+    4, which no Megatron flag changes)."""
+    mamba_chunk_size: int = 128
+    """Chunk length Q of the SSD scan (HF ``chunk_size``; ``MambaMixer``'s ``chunk_size``, 128)."""
+    linear_attention_freq: int = 0
+    """Gated DeltaNet layers in a transformer (Megatron ``--experimental-attention-variant
+    gated_delta_net --linear-attention-freq N``; Qwen3-Next's ``full_attention_interval``): layer i
+    (0-based) attends with softmax attention iff ``(i + 1) % N == 0``, the others are gated
+    DeltaNet; 0: none."""
+    linear_num_key_heads: int = 0
+    """Gated DeltaNet query/key heads (``--linear-num-key-heads``)."""
+    linear_num_value_heads: int = 0
+    """Gated DeltaNet value heads (``--linear-num-value-heads``), a multiple of the key heads."""
+    linear_key_head_dim: int = 0
+    """Gated DeltaNet query/key head width d_k (``--linear-key-head-dim``)."""
+    linear_value_head_dim: int = 0
+    """Gated DeltaNet value head width d_v (``--linear-value-head-dim``); the state is d_k x d_v
+    per value head."""
+    linear_conv_kernel_dim: int = 4
+    """Gated DeltaNet causal convolution width (``--linear-conv-kernel-dim``, default 4)."""
+    attention_output_gate: bool = False
+    """A sigmoid output gate on softmax attention (``--attention-output-gate``; Qwen3-Next's gated
+    attention): the QKV projection also produces a gate of the query width."""
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Whether layers follow a hybrid layer pattern (:attr:`hybrid_layer_pattern`)."""
+        return bool(self.hybrid_layer_pattern)
+
+    @property
+    def mamba_inner_size(self) -> int:
+        """Mamba-2 inner width ``d_inner = H x P``."""
+        return self.mamba_num_heads * self.mamba_head_dim
+
+    def layer_parts(self, index: int) -> tuple[str, str]:
+        """(token mixer, MLP) of layer ``index``: mixer ``attention``, ``mamba``, ``gdn`` or ``""``,
+        MLP ``dense``, ``moe`` or ``""`` (a hybrid layer has one of the two, a transformer layer
+        both)."""
+        if self.hybrid_layer_pattern:
+            return HYBRID_SYMBOLS[self.hybrid_layer_pattern[index]]
+        freq = self.linear_attention_freq
+        mixer = "gdn" if freq and (index + 1) % freq else "attention"
+        return mixer, ("moe" if self.is_moe_layer(index) else "dense")
 
     @property
     def is_moe(self) -> bool:
@@ -164,6 +235,8 @@ class ModelSpec:
         when a pattern is given, else Megatron's ``moe_layer_freq`` (``index % freq == 0``)."""
         if not self.is_moe:
             return False
+        if self.hybrid_layer_pattern:
+            return self.hybrid_layer_pattern[index] == "E"
         if self.moe_layer_pattern:
             return bool(self.moe_layer_pattern[index])
         return index % self.moe_layer_freq == 0
@@ -205,7 +278,7 @@ class ModelSpec:
         if self.multi_latent_attention:
             return self.mla_params() + sinks
         h, q, kv = self.hidden_size, self.query_projection_size, self.kv_projection_size
-        weights = h * (q + 2 * kv) + q * h
+        weights = h * (q + 2 * kv) + q * h + (h * q if self.attention_output_gate else 0)
         bias = (q + 2 * kv + h) if self.add_bias_linear else ((q + 2 * kv) if self.add_qkv_bias else 0)
         qk_norm = 2 * self.kv_channels if self.qk_layernorm else 0
         return weights + bias + qk_norm + sinks
@@ -230,6 +303,30 @@ class ModelSpec:
         norms = (rq + rkv) if self.qk_layernorm else 0
         return q + kv + out + norms
 
+    def mamba_params(self) -> int:
+        """One Mamba-2 mixer (Dao & Gu 2024, arXiv:2405.21060 Sec. 7; Megatron-Core ``MambaMixer``,
+        megatron/core/ssm/mamba_mixer.py, whose layout Hugging Face's ``NemotronHMamba2Mixer``
+        shares): ``in_proj`` h -> ``2 d_inner + 2 G N + H`` (z, x, B, C, dt; no bias), the depthwise
+        ``conv1d`` over x, B, C (``d_conv`` weights and a bias per channel), ``dt_bias``, ``A_log``
+        and ``D`` per head, the gated RMSNorm over ``d_inner``, ``out_proj`` d_inner -> h."""
+        h, di, heads = self.hidden_size, self.mamba_inner_size, self.mamba_num_heads
+        bc = 2 * self.mamba_num_groups * self.mamba_state_dim
+        conv = (di + bc) * (self.mamba_conv_kernel + 1)
+        return h * (2 * di + bc + heads) + conv + 3 * heads + di + di * h
+
+    def gdn_params(self) -> int:
+        """One gated DeltaNet mixer (Yang et al. 2024, arXiv:2412.06464; Megatron-Core
+        ``GatedDeltaNet``, megatron/core/ssm/gated_delta_net/gdn.py; Hugging Face
+        ``Qwen3NextGatedDeltaNet``): ``in_proj`` h -> ``2 k + 2 v + 2 n_v`` (q, k, v, the output
+        gate z, beta and alpha; k = n_k d_k, v = n_v d_v), the depthwise ``conv1d`` over q, k, v
+        (no bias), ``dt_bias`` and ``A_log`` per value head, the gated RMSNorm over d_v,
+        ``out_proj`` v -> h."""
+        h, nv = self.hidden_size, self.linear_num_value_heads
+        k = self.linear_num_key_heads * self.linear_key_head_dim
+        v = nv * self.linear_value_head_dim
+        conv = (2 * k + v) * self.linear_conv_kernel_dim
+        return h * (2 * k + 2 * v + 2 * nv) + conv + 2 * nv + self.linear_value_head_dim + v * h
+
     def mlp_params(self, ffn: int) -> int:
         """One MLP (dense or one expert) of intermediate width ``ffn``."""
         h = self.hidden_size
@@ -243,9 +340,19 @@ class ModelSpec:
         return self.hidden_size * (2 if self.normalization == "layernorm" else 1)
 
     def layer_params(self, index: int, *, active: bool = False) -> int:
-        """All parameters of decoder layer ``index``; ``active`` counts only top-k experts."""
-        total = self.attention_params() + 2 * self.norm_params()
-        if self.is_moe_layer(index):
+        """All parameters of decoder layer ``index``; ``active`` counts only top-k experts. Each of
+        its parts (:meth:`layer_parts`) has its own input norm."""
+        mixer, ffn = self.layer_parts(index)
+        total = 0
+        if mixer:
+            total += self.norm_params()
+            total += {"attention": self.attention_params, "mamba": self.mamba_params, "gdn": self.gdn_params}[
+                mixer
+            ]()
+        if not ffn:
+            return total
+        total += self.norm_params()
+        if ffn == "moe":
             n_routed = self.moe_router_topk if active else self.num_experts
             total += n_routed * self.mlp_params(self.moe_ffn_hidden_size)
             total += self.hidden_size * self.num_experts  # router

@@ -10,6 +10,7 @@ from planner.inputs.errors import SpecError
 from planner.inputs.layer_pattern import PatternError, parse_pattern, pattern_text
 from planner.inputs.model_spec import (
     ACTIVATIONS,
+    HYBRID_SYMBOLS,
     NORMALIZATIONS,
     POSITION_EMBEDDINGS,
     SOFTMAX_TYPES,
@@ -56,6 +57,7 @@ def model_from_mapping(data: dict, where: str) -> ModelSpec:
         moe_layer_freq=r.get("moe_layer_freq", int, 1, positive=True),
         moe_expert_capacity_factor=r.get("moe_expert_capacity_factor", float, 0.0),
         **_frontier_fields(r),
+        **_hybrid_fields(r),
     )
     r.done()
     validate_model(spec, where)
@@ -90,8 +92,106 @@ def _frontier_fields(r: Reader) -> dict[str, Any]:
     )
 
 
+def _hybrid_fields(r: Reader) -> dict[str, Any]:
+    """Hybrid layer patterns, Mamba-2 and gated DeltaNet layers (all optional; docs/models.md).
+    ``hybrid_override_pattern`` (Megatron's deprecated flag, Hugging Face's key) is read as
+    ``hybrid_layer_pattern``."""
+    pattern = r.get("hybrid_layer_pattern", str, "")
+    old = r.get("hybrid_override_pattern", str, "")
+    if pattern and old:
+        raise SpecError(
+            f"{r.where}: keys 'hybrid_layer_pattern' and 'hybrid_override_pattern' are both set; "
+            "give one (hybrid_override_pattern is the deprecated name)"
+        )
+    out: dict[str, Any] = {"hybrid_layer_pattern": pattern or old}
+    for key in ("mamba_state_dim", "mamba_head_dim", "mamba_num_heads", "mamba_num_groups"):
+        out[key] = r.get(key, int, 0)
+    out["mamba_conv_kernel"] = r.get("mamba_conv_kernel", int, 4, positive=True)
+    out["mamba_chunk_size"] = r.get("mamba_chunk_size", int, 128, positive=True)
+    out["linear_attention_freq"] = r.get("linear_attention_freq", int, 0)
+    for key in (
+        "linear_num_key_heads",
+        "linear_num_value_heads",
+        "linear_key_head_dim",
+        "linear_value_head_dim",
+    ):
+        out[key] = r.get(key, int, 0)
+    out["linear_conv_kernel_dim"] = r.get("linear_conv_kernel_dim", int, 4, positive=True)
+    out["attention_output_gate"] = r.get("attention_output_gate", bool, False)
+    return out
+
+
+def _validate_hybrid(m: ModelSpec, where: str) -> None:
+    """Hybrid patterns, Mamba-2 and gated DeltaNet fields; each message names the fields."""
+    pattern = m.hybrid_layer_pattern
+    bad = sorted(set(pattern) - set(HYBRID_SYMBOLS))
+    if bad:
+        raise SpecError(
+            f"{where}: key 'hybrid_layer_pattern': symbol {bad[0]!r} is not allowed; allowed values: "
+            "M (Mamba-2), G (gated DeltaNet), * (attention), - (MLP), E (MoE)"
+        )
+    if pattern and len(pattern) != m.num_layers:
+        raise SpecError(
+            f"{where}: hybrid_layer_pattern has {len(pattern)} layers but num_layers is {m.num_layers} "
+            "(each symbol is one layer)"
+        )
+    if pattern and m.linear_attention_freq:
+        raise SpecError(
+            f"{where}: linear_attention_freq and hybrid_layer_pattern are both set; a hybrid pattern "
+            "places gated DeltaNet layers with G"
+        )
+    if pattern and (m.moe_layer_pattern or m.moe_layer_freq != 1):
+        raise SpecError(
+            f"{where}: moe_layer_pattern/moe_layer_freq do not apply with hybrid_layer_pattern (E)"
+        )
+    if pattern and ("E" in pattern) != m.is_moe:
+        raise SpecError(
+            f"{where}: hybrid_layer_pattern {'has E (MoE) layers but num_experts is 0' if 'E' in pattern else 'has no E layer but num_experts is set'}"
+        )
+    if pattern and (m.window_size or m.mtp_num_layers):
+        raise SpecError(f"{where}: window_size and mtp_num_layers are not priced with hybrid_layer_pattern")
+    mamba = (m.mamba_state_dim, m.mamba_head_dim, m.mamba_num_heads, m.mamba_num_groups)
+    if "M" in pattern and not all(mamba):
+        raise SpecError(
+            f"{where}: hybrid_layer_pattern has M (Mamba-2) layers: mamba_state_dim, mamba_head_dim, "
+            "mamba_num_heads and mamba_num_groups must be positive"
+        )
+    if "M" in pattern and m.mamba_num_heads % m.mamba_num_groups:
+        raise SpecError(
+            f"{where}: mamba_num_heads ({m.mamba_num_heads}) must be divisible by mamba_num_groups "
+            f"({m.mamba_num_groups})"
+        )
+    if "M" not in pattern and any(mamba):
+        raise SpecError(f"{where}: mamba_* fields are set but hybrid_layer_pattern has no M layer")
+    linear = (
+        m.linear_num_key_heads,
+        m.linear_num_value_heads,
+        m.linear_key_head_dim,
+        m.linear_value_head_dim,
+    )
+    has_gdn = "G" in pattern or m.linear_attention_freq > 1
+    if m.linear_attention_freq == 1:
+        raise SpecError(f"{where}: linear_attention_freq 1 makes every layer softmax attention; use 0")
+    if has_gdn and not all(linear):
+        raise SpecError(
+            f"{where}: gated DeltaNet layers need linear_num_key_heads, linear_num_value_heads, "
+            "linear_key_head_dim and linear_value_head_dim"
+        )
+    if has_gdn and m.linear_num_value_heads % m.linear_num_key_heads:
+        raise SpecError(
+            f"{where}: linear_num_value_heads ({m.linear_num_value_heads}) must be a multiple of "
+            f"linear_num_key_heads ({m.linear_num_key_heads})"
+        )
+    if not has_gdn and any(linear):
+        raise SpecError(
+            f"{where}: linear_* fields are set but no layer is gated DeltaNet (G in hybrid_layer_pattern "
+            "or linear_attention_freq)"
+        )
+
+
 def validate_model(m: ModelSpec, where: str) -> None:
     """Cross-field checks; each message names both fields."""
+    _validate_hybrid(m, where)
     if m.num_attention_heads % m.num_query_groups:
         raise SpecError(
             f"{where}: num_attention_heads ({m.num_attention_heads}) must be divisible by "
@@ -183,6 +283,20 @@ OPTIONAL_MODEL_FIELDS = (
     "window_type",
     "softmax_type",
     "mtp_num_layers",
+    "hybrid_layer_pattern",
+    "mamba_state_dim",
+    "mamba_head_dim",
+    "mamba_num_heads",
+    "mamba_num_groups",
+    "mamba_conv_kernel",
+    "mamba_chunk_size",
+    "linear_attention_freq",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "attention_output_gate",
 )
 """Model fields written only when they differ from the default (MLA, layer patterns, local
 attention, sinks, MTP), so plan files of models without them are unchanged."""

@@ -65,6 +65,18 @@ LIMITS: dict[str, tuple[float, str]] = {
     "window_size": (100_000_000, "as max_position_embeddings (gpt-oss: 128, Llama 4 chunks: 8192)"),
     "window_attn_skip_freq": (10_000, "at most num_layers"),
     "mtp_num_layers": (10_000, "at most num_layers (DeepSeek-V3: 1)"),
+    "mamba_state_dim": (100_000, "published Mamba-2 states are 64-256 per head (Nemotron-H: 128/256)"),
+    "mamba_head_dim": (100_000, "as kv_channels (Nemotron-H: 64)"),
+    "mamba_num_heads": (100_000, "as num_attention_heads (Nemotron-H: 128-256)"),
+    "mamba_num_groups": (100_000, "at most mamba_num_heads (Nemotron-H: 8)"),
+    "mamba_conv_kernel": (1_000, "published causal convolutions are 4 wide"),
+    "mamba_chunk_size": (1_000_000, "the SSD kernels use chunks of 64-256 tokens"),
+    "linear_attention_freq": (10_000, "at most num_layers (Qwen3-Next: 4)"),
+    "linear_num_key_heads": (100_000, "as num_attention_heads (Qwen3-Next: 16)"),
+    "linear_num_value_heads": (100_000, "as num_attention_heads (Qwen3-Next: 32)"),
+    "linear_key_head_dim": (100_000, "as kv_channels (Qwen3-Next: 128)"),
+    "linear_value_head_dim": (100_000, "as kv_channels (Qwen3-Next: 128)"),
+    "linear_conv_kernel_dim": (1_000, "published causal convolutions are 4 wide"),
     # Job.
     "seq_length": (10_000_000, "the longest published training contexts are about 1M-10M tokens"),
     "global_batch_size": (

@@ -156,11 +156,12 @@ def _stage_model(
 
 def layer_of(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup):
     """(cost table, the layer cost a stage is priced by) of ``c`` on ``node``: the MoE layer when
-    every layer is one, else the model's mean layer (mixed dense/MoE or local/global layers), else
-    the dense layer."""
+    every layer is one, else the model's mean layer (mixed dense/MoE, local/global or hybrid
+    layers), else the dense layer."""
     t = table_for(model, job, c, node)
-    if model.is_moe and model.moe_layer_freq == 1 and not model.moe_layer_pattern and not model.window_size:
+    uniform_moe = model.moe_layer_freq == 1 and not model.moe_layer_pattern and not model.window_size
+    if model.is_moe and uniform_moe and not t.parts:
         return t, t.moe
-    if model.is_moe or model.window_size:
+    if model.is_moe or model.window_size or t.parts:
         return t, t.mean_layer(model)
     return t, t.dense

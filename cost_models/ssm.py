@@ -1,0 +1,280 @@
+"""Token mixers that are not softmax attention, for one micro-batch on one GPU: the Mamba-2 mixer
+(Dao & Gu 2024, "Transformers are SSMs", arXiv:2405.21060, the SSD layer of Sec. 7 and its chunked
+algorithm of Sec. 6) as Megatron-Core's ``MambaMixer`` runs it, and gated DeltaNet (Yang et al. 2024,
+"Gated Delta Networks", arXiv:2412.06464, the chunkwise form of Sec. 3.3) as Megatron-Core's
+``GatedDeltaNet`` runs it. Each returns an :class:`cost_models.attention.AttentionBlock`, the
+shape :func:`cost_models.layers._decoder` combines with norms, residuals and an MLP (or, in a
+hybrid layer pattern, with nothing else).
+
+Sharding (megatron-core 0.19.2): ``MambaMixer`` (megatron/core/ssm/mamba_mixer.py) splits
+``d_inner``, the heads and the groups over tp (``in_proj`` column-parallel, ``out_proj``
+row-parallel: one all-gather + reduce-scatter per direction with sequence parallelism, as
+attention); context parallelism swaps the sequence split for a head split with all-to-alls before
+and after the scan (``MambaContextParallel``, megatron/core/ssm/mamba_context_parallel.py:
+``pre_conv_ssm`` moves z, x, B, C, dt; ``post_conv_ssm`` moves y back). ``GatedDeltaNet``
+(megatron/core/ssm/gated_delta_net/gdn.py) does the same with its q, k, v, z, beta, alpha and its
+output.
+
+Kernel times: the chunked scans are products of small matrices per chunk and head, priced as
+strided-batched GEMMs with :func:`cost_models.compute.batched_gemm_s` (the GPU's GEMM size curve
+on the call's FLOPs, never faster than the bytes the kernel moves through HBM at the GPU's
+memory bandwidth). No published measurement of the SSD or gated-delta-rule Triton kernels'
+efficiency per GPU exists in hardware_profiles/, so the roofline of each kernel's FLOPs and bytes
+is the derivation; the GPU's ``hbm_efficiency`` and GEMM curve are the only efficiencies used.
+"""
+
+from __future__ import annotations
+
+from cost_models import communication as comm
+from cost_models.attention import AttentionBlock
+from cost_models.compute import LinearTimes, batched_gemm_s, linear_s, memory_bound_s
+from cost_models.parallel import ParallelConfig, group
+from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tokens_per_gpu, tp_collectives_s
+from planner.inputs.cluster_spec import GPUSpec, NodeGroup
+from planner.inputs.job_spec import JobSpec
+from planner.inputs.model_spec import ModelSpec
+
+FP32_BYTES = 4
+GDN_CHUNK = 64
+"""Chunk length of the gated delta rule's chunked kernels: ``chunk_gated_delta_rule`` (flash-linear-
+attention, ``fla/ops/gated_delta_rule/chunk.py``, which Megatron-Core's ``GatedDeltaNet`` calls)
+tiles the sequence in blocks of ``BT = 64``."""
+BACKWARD_PRODUCTS = 2.0
+"""Backward products per forward product of a chunked scan: each product ``Y = A B`` has the two
+gradient products ``dA = dY B^T`` and ``dB = A^T dY`` of its FLOPs (the convention of Megatron's
+``num_floating_point_operations``: backward = 2 x forward)."""
+
+
+def _scan_bf16(job: JobSpec) -> str:
+    """The scans run in 16 bits under FP8 recipes (Transformer Engine quantizes the linear layers only)."""
+    return "bf16" if job.precision == "fp8" else job.precision
+
+
+def ssd_scan_s(
+    tokens: float, heads: float, groups: float, head_dim: int, state: int, chunk: int, gpu: GPUSpec, prec: str
+) -> tuple[float, float, float]:
+    """(forward s, backward s, forward FLOPs) of the SSD chunked scan (Dao & Gu 2024 Sec. 6, the
+    four steps of its Listing 1, as the Triton kernels of ``mamba_chunk_scan_combined`` run them) over
+    ``tokens`` tokens with ``heads`` heads of width P = ``head_dim`` and ``groups`` groups of state N:
+
+    1. ``bmm_chunk``: ``C B^T`` per chunk and group, a (Q x N) @ (N x Q) product, written in fp32;
+    2. ``chunk_state``: each chunk's final state ``B^T (decay * X)``, (N x Q) @ (Q x P) per head;
+    3. ``state_passing``: the recurrence over chunk states, memory-bound (read and write each state);
+    4. ``chunk_scan``: ``(L o C B^T) X``, (Q x Q) @ (Q x P), plus ``C h`` from the passed states,
+       (Q x N) @ (N x P), per head.
+
+    The backward (``_mamba_chunk_scan_combined_bwd``) recomputes the chunk states from the saved
+    inputs (steps 2-3 again, as ``MambaSplitConv1dScanCombinedFn`` saves only ``zxbcdt`` and the
+    scan's output) and runs :data:`BACKWARD_PRODUCTS` gradient products per forward product."""
+    q, n, p = chunk, state, head_dim
+    chunks = tokens / q
+    b = ACT_BYTES
+    xbc_bytes = tokens * (heads * p + 2 * groups * n) * b
+    states = chunks * heads * n * p * FP32_BYTES
+    cb = batched_gemm_s(
+        q, q, n, chunks * groups, gpu, prec, 2 * tokens * groups * n * b + tokens * q * groups * 4
+    )
+    chunk_state = batched_gemm_s(n, p, q, chunks * heads, gpu, prec, xbc_bytes + states)
+    passing = memory_bound_s(2 * states, gpu)
+    scan = batched_gemm_s(
+        q, p, q, chunks * heads, gpu, prec, tokens * q * heads * 4 + 2 * tokens * heads * p * b
+    )
+    scan += batched_gemm_s(q, p, n, chunks * heads, gpu, prec, tokens * groups * n * b + states)
+    forward = cb + chunk_state + passing + scan
+    flop = 2 * tokens * (groups * q * n + heads * (n * p + q * p + n * p))
+    return forward, BACKWARD_PRODUCTS * forward + chunk_state + passing, flop
+
+
+def gated_delta_s(
+    tokens: float, heads: float, key_dim: int, value_dim: int, gpu: GPUSpec, prec: str
+) -> tuple[float, float, float]:
+    """(forward s, backward s, forward FLOPs) of the chunked gated delta rule (Yang et al. 2024,
+    arXiv:2412.06464 Sec. 3.3, with DeltaNet's WY representation, Yang et al. 2024,
+    arXiv:2406.06484 Sec. 3.2) over ``tokens`` tokens and ``heads`` value heads (queries and keys
+    repeated to them, as ``GatedDeltaNet`` does), chunks of C = :data:`GDN_CHUNK`:
+
+    * intra-chunk ``K K^T`` and ``Q K^T``, (C x d_k) @ (d_k x C) each; the triangular solve for the
+      WY factor, (C x C) @ (C x C); ``W = A K`` and ``U = A V``, (C x C) @ (C x d_k|d_v);
+    * the state recurrence (``chunk_h``): ``U - W S`` and ``S += K^T (U - W S)``, d_k x d_v state
+      per head in fp32, written once per chunk;
+    * the output (``chunk_o``): ``Q S`` plus the masked intra-chunk ``(Q K^T) (U - W S)``.
+
+    The backward recomputes the states (``chunk_h`` again) and runs :data:`BACKWARD_PRODUCTS`
+    gradient products per forward product."""
+    c, dk, dv = GDN_CHUNK, key_dim, value_dim
+    chunks = tokens / c
+    count = chunks * heads
+    b = ACT_BYTES
+    qkv = tokens * heads * (2 * dk + dv) * b
+    states = count * dk * dv * FP32_BYTES
+    intra = batched_gemm_s(c, c, dk, 2 * count, gpu, prec, qkv + 2 * tokens * heads * c * b)
+    intra += batched_gemm_s(c, c, c, count, gpu, prec, 2 * tokens * heads * c * b)
+    wy = batched_gemm_s(c, dk + dv, c, count, gpu, prec, tokens * heads * (c + 2 * dk + 2 * dv) * b)
+    recurrence = batched_gemm_s(c, dv, dk, count, gpu, prec, tokens * heads * (dk + 2 * dv) * b + states)
+    recurrence += batched_gemm_s(dk, dv, c, count, gpu, prec, tokens * heads * (dk + dv) * b + states)
+    out = batched_gemm_s(c, dv, dk, count, gpu, prec, tokens * heads * dk * b + states)
+    out += batched_gemm_s(c, dv, c, count, gpu, prec, tokens * heads * (c + 2 * dv) * b)
+    forward = intra + wy + recurrence + out
+    flop = 2 * tokens * heads * (2 * c * dk + c * c + c * (dk + dv) + 2 * dk * dv + dk * dv + c * dv)
+    return forward, BACKWARD_PRODUCTS * forward + recurrence, flop
+
+
+def _cp_all_to_all(c: ParallelConfig, node: NodeGroup, before: float, after: float) -> tuple[float, float]:
+    """(seconds per direction, bytes sent forward + backward) of head-parallel context parallelism
+    around a scan: one all-to-all of ``before`` bytes (this rank's inputs of the scan) and one of
+    ``after`` (its output) per direction; each rank keeps 1/cp of what it holds."""
+    if c.cp == 1:
+        return 0.0, 0.0
+    link = comm.link_for(group(c, "cp"), node)
+    seconds = comm.all_to_all_s(before, c.cp, link) + comm.all_to_all_s(after, c.cp, link)
+    return seconds, 2 * (c.cp - 1) / c.cp * (before + after)
+
+
+def mamba_block(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> AttentionBlock:
+    """The Mamba-2 mixer of one layer (``MambaMixer``, training path ``_ssm_training``):
+
+    * ``in_proj`` (TE ``LayerNormColumnParallelLinear``: the layer's norm fused in) h ->
+      ``(2 d_inner + 2 G N + H) / tp``; ``out_proj`` (row-parallel) ``d_inner / tp`` -> h;
+    * the causal depthwise ``conv1d`` over x, B, C and the SSD scan, fused in
+      ``mamba_split_conv1d_scan_combined`` (conv: memory-bound, read and write its channels; scan:
+      :func:`ssd_scan_s`); the gated RMSNorm over ``d_inner`` (memory-bound);
+    * model FLOPs as Megatron's ``num_floating_point_operations`` (``mamba_layer_flops``: the two
+      projections, ``7 d_inner N`` per token for the scan), times 3;
+    * kept for backward: the in_proj input (the norm's output), ``zxbcdt`` (what the fused kernel
+      saves), the scan output ``out_x``, the gated norm's input and the out_proj input.
+    """
+    gpu, prec = node.gpu, job.precision
+    h, t = model.hidden_size, c.tp
+    di, heads, groups = model.mamba_inner_size, model.mamba_num_heads, model.mamba_num_groups
+    n, p = model.mamba_state_dim, model.mamba_head_dim
+    T = tokens_per_gpu(job, c)
+    sp_div = t if c.sp else 1
+    in_width = (2 * di + 2 * groups * n + heads) / t
+    conv_width = (di + 2 * groups * n) / t
+    recipe = job.fp8_recipe
+    gemm = linear_s(T, in_width, h, gpu, prec, recipe=recipe, behind_norm=True)
+    gemm += linear_s(T, h, di / t, gpu, prec, recipe=recipe)
+    # Under cp the scan runs on all s tokens of 1/cp of the heads (MambaContextParallel).
+    scan_fwd, scan_bwd, _ = ssd_scan_s(
+        T * c.cp,
+        heads / t / c.cp,
+        max(1.0, groups / t / c.cp),
+        p,
+        n,
+        model.mamba_chunk_size,
+        gpu,
+        _scan_bf16(job),
+    )
+    conv_bytes = 2 * T * conv_width * ACT_BYTES
+    norm_bytes = 3 * T * di / t * ACT_BYTES  # y and z read, the normalised output written
+    conv_s = memory_bound_s(conv_bytes, gpu)
+    model_flop = 3 * (2 * T * h * in_width * t + 7 * T * di * n + 2 * T * di * h) / t
+    g_in = gemm_input_bytes(job)
+    act = T * h * g_in / sp_div + T * in_width * ACT_BYTES + 2 * T * di / t * ACT_BYTES + T * di / t * g_in
+    wgrad = (T * h + T * di / t) * g_in
+    params_sharded = (h * in_width * t + di * h) / t + conv_width * (model.mamba_conv_kernel + 1)
+    params_sharded += 3 * heads / t + di / t  # dt_bias, A_log, D; the gated norm's weight
+    volume = T * h * ACT_BYTES
+    cp_s, cp_bytes = _cp_all_to_all(c, node, T * in_width * ACT_BYTES, T * di / t * ACT_BYTES)
+    return AttentionBlock(
+        gemm=gemm,
+        attn_fwd_s=scan_fwd + conv_s,
+        attn_bwd_s=scan_bwd + 3 * conv_s,  # the conv recomputed, then its input and weight gradients
+        model_flop=model_flop,
+        elem_bytes=norm_bytes,
+        act_bytes=act,
+        wgrad_bytes=wgrad,
+        params_sharded=params_sharded,
+        params_replicated=0.0,
+        tp_fwd_s=tp_collectives_s(volume, c, node, 1),
+        tp_bytes=4 * (t - 1) / t * volume if t > 1 else 0.0,
+        kv_width=0.0,
+        norm_elements=T * di / t,
+        cp_fwd_s=cp_s,
+        cp_bytes=cp_bytes,
+    )
+
+
+def gdn_block(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> AttentionBlock:
+    """The gated DeltaNet mixer of one layer (``GatedDeltaNet``):
+
+    * ``in_proj`` (norm fused) h -> ``(2 k + 2 v + 2 n_v) / tp`` (q, k, v, the gate z, beta, alpha);
+      ``out_proj`` ``v / tp`` -> h;
+    * the causal ``conv1d`` over q, k, v, the L2 norms of q and k and the gated RMSNorm of the output
+      (memory-bound), the chunked gated delta rule (:func:`gated_delta_s`);
+    * model FLOPs as Megatron's ``num_floating_point_operations`` (``gdn_layer_flops``: projections,
+      conv, ``4 n_v d_v^2`` per token for the delta rule), times 3;
+    * kept for backward: the in_proj input, its output, the conv output, q and k normalised and
+      repeated to the value heads, the core output, the gated norm's output (out_proj input).
+    """
+    gpu, prec = node.gpu, job.precision
+    h, t = model.hidden_size, c.tp
+    nv, dk, dv = model.linear_num_value_heads, model.linear_key_head_dim, model.linear_value_head_dim
+    k = model.linear_num_key_heads * dk
+    v = nv * dv
+    T = tokens_per_gpu(job, c)
+    sp_div = t if c.sp else 1
+    in_width = (2 * k + 2 * v + 2 * nv) / t
+    conv_width = (2 * k + v) / t
+    recipe = job.fp8_recipe
+    gemm = linear_s(T, in_width, h, gpu, prec, recipe=recipe, behind_norm=True)
+    gemm += linear_s(T, h, v / t, gpu, prec, recipe=recipe)
+    rule_fwd, rule_bwd, _ = gated_delta_s(T * c.cp, nv / t / c.cp, dk, dv, gpu, _scan_bf16(job))
+    conv_s = memory_bound_s(2 * T * conv_width * ACT_BYTES, gpu)
+    elem = 2 * T * 2 * k / t * ACT_BYTES + 3 * T * v / t * ACT_BYTES  # L2 norms of q, k; gated norm
+    kernel = model.linear_conv_kernel_dim
+    model_flop = (
+        3 * 2 * T * (h * (2 * k + 2 * v + 2 * nv) + kernel * (2 * k + v) + 4 * nv * dv * dv + h * v) / t
+    )
+    g_in = gemm_input_bytes(job)
+    act = T * h * g_in / sp_div + T * (in_width + conv_width) * ACT_BYTES
+    act += T * (2 * nv * dk + v) / t * ACT_BYTES + T * v / t * g_in
+    wgrad = (T * h + T * v / t) * g_in
+    params_sharded = (h * in_width * t + v * h) / t + conv_width * kernel + 2 * nv / t
+    volume = T * h * ACT_BYTES
+    cp_s, cp_bytes = _cp_all_to_all(c, node, T * in_width * ACT_BYTES, T * v / t * ACT_BYTES)
+    return AttentionBlock(
+        gemm=gemm,
+        attn_fwd_s=rule_fwd + conv_s,
+        attn_bwd_s=rule_bwd + 3 * conv_s,
+        model_flop=model_flop,
+        elem_bytes=elem,
+        act_bytes=act,
+        wgrad_bytes=wgrad,
+        params_sharded=params_sharded,
+        params_replicated=float(dv),  # the gated norm's weight (one head width, shared)
+        tp_fwd_s=tp_collectives_s(volume, c, node, 1),
+        tp_bytes=4 * (t - 1) / t * volume if t > 1 else 0.0,
+        kv_width=0.0,
+        norm_elements=T * (2 * k + v) / t,
+        cp_fwd_s=cp_s,
+        cp_bytes=cp_bytes,
+    )
+
+
+NO_MIXER = AttentionBlock(
+    gemm=LinearTimes(),
+    attn_fwd_s=0.0,
+    attn_bwd_s=0.0,
+    model_flop=0.0,
+    elem_bytes=0.0,
+    act_bytes=0.0,
+    wgrad_bytes=0.0,
+    params_sharded=0.0,
+    params_replicated=0.0,
+    tp_fwd_s=0.0,
+    tp_bytes=0.0,
+    kv_width=0.0,
+)
+"""The token mixer of an MLP-only layer of a hybrid pattern (``-``, ``E``): none."""
+
+
+def mixer_block(
+    model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, mixer: str
+) -> AttentionBlock:
+    """The non-attention token mixer ``mixer`` (``mamba``, ``gdn`` or ``""``) of a layer."""
+    if mixer == "mamba":
+        return mamba_block(model, job, c, node)
+    if mixer == "gdn":
+        return gdn_block(model, job, c, node)
+    return NO_MIXER
