@@ -17,6 +17,7 @@ from planner.inputs.errors import PlannerError, SpecError
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.model_spec import ModelSpec
 from planner.inputs.validation import read_text_capped, rounded
+from planner.launch.megatron.export import CLUSTER_FILE, planned_nodes
 from planner.launch.megatron.importer import parse_megatron
 from planner.launch.megatron.rules import megatron_findings
 from planner.plans.plan_file import read_plan
@@ -285,7 +286,44 @@ def _read_megatron_file(
         verdict.add(
             Finding(level, "megatron", msg, flags, next((lines[f] for f in flags if f in lines), None))
         )
+    _stage_order(verdict, text, cluster)
     return _Config(imported.model, imported.job, imported.config, "megatron", cluster, None, lines)
+
+
+def _stage_order(verdict: Verdict, text: str, cluster: ClusterSpec) -> None:
+    """A warning when a mixed-GPU export's node map (the GPU type of each node rank the plan needs,
+    :func:`planner.launch.megatron.export.planned_nodes`) disagrees with ``cluster``: ranks are
+    numbered in the cluster's group order, so its pipeline stages would run on other GPUs than the
+    plan placed them on (the search may reorder node groups; the export writes the cluster in stage
+    order beside the launch)."""
+    planned = planned_nodes(text)
+    if planned is None:
+        return
+    given = [g.gpu.name for g in cluster.groups for _ in range(g.num_nodes)]
+    if given == planned:
+        return
+
+    def blocks(nodes: list[str]) -> str:
+        out: list[list] = []
+        for gpu in nodes:
+            if out and out[-1][1] == gpu:
+                out[-1][0] += 1
+            else:
+                out.append([1, gpu])
+        return ", ".join(f"{n} x {gpu}" for n, gpu in out)
+
+    first = next((k for k, (a, b) in enumerate(zip(given, planned)) if a != b), min(len(given), len(planned)))
+    verdict.add(
+        Finding(
+            "warning",
+            "cluster",
+            f"the launch's plan places its pipeline stages on nodes {blocks(planned)} in node-rank order; "
+            f"the cluster given numbers them {blocks(given)}"
+            + (f" (node rank {first} differs)" if first < min(len(given), len(planned)) else "")
+            + f": this estimate runs stages on other GPUs than planned; check with the {CLUSTER_FILE} "
+            "written beside the launch",
+        )
+    )
 
 
 def _constrained(verdict: Verdict, read: _Config) -> ParallelConfig | None:
