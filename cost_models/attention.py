@@ -182,8 +182,9 @@ def unfused_core_attention(
 
 def kernel_keys(span: float, job: JobSpec, c: ParallelConfig) -> float:
     """Keys per query of one fused-attention call (its efficiency, cost_models.compute): the span, at
-    most the sequence chunk a context-parallel rank holds (the ring passes K/V in chunks of s / cp)."""
-    return min(span, job.seq_length / c.cp)
+    most the sequence chunk a context-parallel rank holds (the ring passes K/V in chunks of s / cp; a
+    packed document of length L in chunks of L / cp, as Megatron-Core splits each THD sequence)."""
+    return min(span, job.doc_length / c.cp)
 
 
 def attention_block(
@@ -213,7 +214,7 @@ def attention_block(
         kept = UNFUSED_KEPT_BYTES * scores  # softmax output, dropout mask and output
     else:
         fused = attention_s(T * span * model.core_attention_width / t, gpu, prec, kernel_keys(span, job, c))
-        attn_fwd, attn_bwd = core_attention_s(fused, job, gpu, local=span < job.seq_length)
+        attn_fwd, attn_bwd = core_attention_s(fused, job, gpu, local=span < job.doc_length)
         kept = 4 * T * model.num_attention_heads / t  # fp32 log-sum-exp of flash attention
     model_flop = (
         3 * (2 * T * h * (q + 2 * kv) + 2 * T * q * h + 2 * T * span * model.core_attention_width) / t
@@ -301,7 +302,7 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
     gemm += up
     gemm += linear_s(T, h, a * dv / t, gpu, prec, recipe=recipe)
     fused = attention_s(T * span * model.core_attention_width / t, gpu, prec, kernel_keys(span, job, c))
-    attn_fwd, attn_bwd = core_attention_s(fused, job, gpu, local=span < job.seq_length)
+    attn_fwd, attn_bwd = core_attention_s(fused, job, gpu, local=span < job.doc_length)
     q_term = rq * (h + a * dqk + 1) if rq else h * a * dqk
     linear = q_term + rkv * (h + a * (dn + dv) + 1) + h * dr + a * dv * h
     model_flop = 3 * (2 * T * linear + 2 * T * span * model.core_attention_width) / t

@@ -298,7 +298,9 @@ def _stage_estimate(
     gpu = node.gpu
     cost = acc.cost
     dense = cost.params_sharded + cost.params_replicated
-    static = mem.static_memory(dense, cost.params_expert, job, c, acc.largest_layer_params / c.tp)
+    static = mem.static_memory(
+        dense, cost.params_expert, job, c, acc.largest_layer_params / c.tp, cost.frozen_weight_bytes
+    )
     sync = dp_sync(
         job,
         c,

@@ -10,6 +10,7 @@ recompute. Hardware FLOPs add the forward work that recomputation repeats.
 from __future__ import annotations
 
 from cost_models import recompute as op_sac
+from cost_models.adapters import adapter_flop_per_token
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.model_spec import ModelSpec
 
@@ -91,9 +92,26 @@ def model_flop_per_iteration(model: ModelSpec, job: JobSpec) -> float:
     three times (forward, input and weight gradients) :func:`model_flop_per_token` per token.
 
     For a GPT with ffn = 4h and MHA this is ``72 B s L h^2 (1 + s/(6h) + V/(12 L h))``
-    (Narayanan et al. 2021; Korthikanti et al. 2022 eq. 7).
+    (Narayanan et al. 2021; Korthikanti et al. 2022 eq. 7). Packed sequences count core attention
+    over their documents (``JobSpec.doc_length``); a LoRA job :func:`lora_flop_per_token`.
     """
-    return 3 * model_flop_per_token(model, job.seq_length) * job.tokens_per_step
+    if job.is_lora:
+        return lora_flop_per_token(model, job) * job.tokens_per_step
+    return 3 * model_flop_per_token(model, job.doc_length) * job.tokens_per_step
+
+
+def lora_flop_per_token(model: ModelSpec, job: JobSpec) -> float:
+    """Model FLOPs per token of a LoRA iteration: Megatron-Bridge's count
+    (``src/megatron/bridge/training/utils/flop_utils.py``, ``transformer_flops``: the frozen GEMMs
+    and logits at 2/3 of training, forward and input gradient; core attention in full), plus the
+    adapters' forward, input- and weight-gradient GEMMs, which Bridge leaves out
+    (:func:`cost_models.adapters.adapter_flop_per_token`, under 0.1% at rank 16)."""
+    doc = job.doc_length
+    total = 2 * 2 * model.hidden_size * model.vocab_size
+    for i in range(model.num_layers):
+        core = 2 * model.attention_span(i, doc) * model.core_attention_width
+        total += 2 * (layer_flop_per_token(model, i, doc) - core) + 3 * core
+    return total + 3 * model.num_layers * adapter_flop_per_token(model, job)
 
 
 def hardware_flop_per_iteration(
@@ -113,10 +131,14 @@ def hardware_flop_per_iteration(
         return model_flop + recomputed_fraction * redone * job.tokens_per_step
     if recompute == "full":
         heads = (1 + model.mtp_num_layers) * 3 * 2 * model.hidden_size * model.vocab_size
+        if job.is_lora:  # the decoder layers' forward with their adapters, once more
+            forward = model_flop_per_token(model, job.doc_length) - heads / 3
+            forward += model.num_layers * adapter_flop_per_token(model, job)
+            return model_flop + recomputed_fraction * forward * job.tokens_per_step
         logits = heads * job.tokens_per_step
         return model_flop + recomputed_fraction * (model_flop - logits) / 3
     if recompute == "selective":
-        s = job.seq_length
+        s = job.doc_length
         core = sum(
             2 * model.attention_span(i, s) * model.core_attention_width
             for i in range(model.num_layers)

@@ -106,6 +106,9 @@ class LayerCost:
     """Bytes each GPU sends for context parallelism per micro-batch (forward + backward)."""
     ep_comm_bytes: float = 0.0
     """Bytes each GPU sends in expert all-to-alls per micro-batch (forward + backward)."""
+    frozen_weight_bytes: float = 0.0
+    """Bytes of frozen weights on this GPU (a LoRA job's base, :mod:`cost_models.finetune`): held, but
+    with no gradient and no optimizer state, and not counted in ``params_*`` (the trained ones)."""
 
     def __add__(self, other: LayerCost) -> LayerCost:
         return LayerCost(*(a + b for a, b in zip(self.astuple(), other.astuple())))
@@ -228,7 +231,7 @@ def _tp_overlapped(comm_s: float, gemm_fwd_s: float, tp: int, slowdown: float) -
 def layer_table(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> LayerTable:
     """Costs of all layer kinds for configuration ``c`` on GPUs of ``node``."""
     embedding = _embedding(model, job, c, node)
-    s = job.seq_length
+    s = job.doc_length  # the sequence, or its packed documents (JobSpec.packed_avg_doc_len)
     full = float(s)
     local_layers = [i for i in range(model.num_layers) if model.is_local_attention_layer(i)]
     local = model.attention_span(local_layers[0], s) if local_layers else full

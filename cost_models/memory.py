@@ -129,12 +129,15 @@ def static_memory(
     job: JobSpec,
     c: ParallelConfig,
     largest_layer_params: float = 0.0,
+    frozen_weight_bytes: float = 0.0,
 ) -> StaticMemory:
-    """Weights, gradients and optimizer states of one GPU holding the given parameters."""
+    """Weights, gradients and optimizer states of one GPU holding the given (trained) parameters, and
+    ``frozen_weight_bytes`` of frozen weights (a LoRA job's base, :mod:`cost_models.finetune`), which
+    have no gradient and no optimizer state."""
     d_dense, d_expert = shard_degrees(c)
     wd, gd, od = bytes_per_param(job, c.optimizer_sharding, d_dense)
     we, ge, oe = bytes_per_param(job, c.optimizer_sharding, d_expert)
-    weights = dense_params * wd + expert_params * we
+    weights = dense_params * wd + expert_params * we + frozen_weight_bytes
     if c.optimizer_sharding == "full":
         weights += PREFETCHED_LAYERS * largest_layer_params * 2.0
     return StaticMemory(

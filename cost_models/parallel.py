@@ -255,6 +255,26 @@ def violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Parallel
     out += _memory_saving_violations(model, cluster, job, c)
     out += _rank_order_violations(cluster, c)
     out += _sharding_violations(model, job, c)
+    out += _finetune_violations(job, c)
+    return out
+
+
+def _finetune_violations(job: JobSpec, c: ParallelConfig) -> list[str]:
+    """A LoRA job's adapter rank over tp (Megatron-Bridge's ``ParallelLinearAdapter`` builds
+    ``linear_in`` beside a column-parallel layer as a Megatron-Core ``ColumnParallelLinear`` of
+    ``dim`` outputs, which it splits with ``divide(output_size, world_size)``, asserting divisibility),
+    and its optimizer sharding: the frozen base is priced held whole on each data-parallel rank
+    (DDP or the distributed optimizer, which shard only trained parameters), not sharded by
+    Megatron-FSDP (zero2, full)."""
+    if not job.is_lora:
+        return []
+    out: list[str] = []
+    if job.lora_rank % c.tp:
+        out.append(f"lora_rank ({job.lora_rank}) must be divisible by tp ({c.tp})")
+    if c.optimizer_sharding in SHARDED_GRADIENTS:
+        out.append(
+            f"finetune lora is priced with optimizer sharding none or distributed, not {c.optimizer_sharding}"
+        )
     return out
 
 

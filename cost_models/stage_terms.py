@@ -25,6 +25,7 @@ from cost_models.data_parallel import (
     unfused_accumulation_applies,
     unfused_accumulation_bytes,
 )
+from cost_models.finetune import lora_table
 from cost_models.layers import ZERO, LayerCost, LayerTable, layer_table, loss_transient_bytes
 from cost_models.parallel import LAYER_RECOMPUTE, Group, ParallelConfig, group
 from cost_models.tensors import pipeline_transfer_s
@@ -84,7 +85,10 @@ def table_for(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup
             sequence_parallel=c.sequence_parallel,
             recompute_modules=c.recompute_modules,
         )
-        table = _TABLES[key] = layer_table(model, job, normalised, node)
+        # a LoRA job's frozen base and adapters (cost_models.finetune; the table itself otherwise)
+        table = _TABLES[key] = lora_table(
+            layer_table(model, job, normalised, node), model, job, normalised, node
+        )
     return table
 
 

@@ -13,8 +13,16 @@ from pathlib import Path
 
 from planner.cli import render
 from planner.inputs.errors import SpecError, UsageError
-from planner.inputs.job_spec import ATTENTION_IMPLS, DTYPES, EAGER_OPS, FP8_RECIPES
-from planner.inputs.validation import json_text, printable
+from planner.inputs.job_spec import (
+    ATTENTION_IMPLS,
+    DTYPES,
+    EAGER_OPS,
+    FINETUNES,
+    FP8_RECIPES,
+    FROZEN_WEIGHT_DTYPES,
+)
+from planner.inputs.jobs import lora_targets_tuple
+from planner.inputs.validation import check_flag, json_text, printable
 
 
 @contextmanager
@@ -151,6 +159,7 @@ def _runtime(opts: dict) -> dict:
         )
     _check_fp8_recipe(opts.get("fp8_recipe"), opts.get("precision"))
     return {
+        **_finetune(opts),
         "moe_dispatcher": opts.get("moe_dispatcher") or "alltoall",
         "grad_dtype": opts.get("grad_dtype"),
         "optimizer_state_dtype": _optimizer_state_dtype(opts.get("optimizer_state_dtype")),
@@ -160,6 +169,48 @@ def _runtime(opts: dict) -> dict:
         "moe_a2a_overlap": bool(opts.get("moe_a2a_overlap")),
         "cuda_graph_scope": tuple(w.strip() for w in scope.split(",")) if scope else (),
     }
+
+
+def _finetune(opts: dict) -> dict:
+    """``--finetune``, ``--lora-rank``, ``--lora-targets``, ``--frozen-weight-dtype`` and
+    ``--packed-avg-doc-len`` as :func:`planner.plans.problem.load_problem` keywords (only those given,
+    so a pre-training job is built as before); LoRA flags without ``--finetune lora`` are usage errors."""
+    out: dict = {}
+    finetune = opts.get("finetune")
+    if finetune is not None:
+        if finetune not in FINETUNES:
+            raise UsageError(
+                f"--finetune {finetune!r} is not allowed; allowed values: {', '.join(FINETUNES)}"
+            )
+        out["finetune"] = finetune
+    for flag, key in (
+        ("--lora-rank", "lora_rank"),
+        ("--lora-targets", "lora_targets"),
+        ("--frozen-weight-dtype", "frozen_weight_dtype"),
+    ):
+        if opts.get(key) is not None and finetune != "lora":
+            raise UsageError(f"{flag} needs --finetune lora")
+    if opts.get("lora_rank") is not None:
+        out["lora_rank"] = check_flag(opts["lora_rank"], "--lora-rank", "lora_rank", integer=True)
+    if opts.get("lora_targets") is not None:
+        try:
+            out["lora_targets"] = lora_targets_tuple(opts["lora_targets"], "--lora-targets")
+        except SpecError as exc:
+            raise UsageError(str(exc)) from None
+    dtype = opts.get("frozen_weight_dtype")
+    if dtype is not None:
+        if dtype not in FROZEN_WEIGHT_DTYPES:
+            raise UsageError(
+                f"--frozen-weight-dtype {dtype!r} is not allowed; allowed values: {', '.join(FROZEN_WEIGHT_DTYPES)}"
+            )
+        if dtype == "fp8" and opts.get("precision") != "fp8":
+            raise UsageError(f"--frozen-weight-dtype fp8 needs --precision fp8 (got {opts.get('precision')})")
+        out["frozen_weight_dtype"] = dtype
+    if opts.get("packed_avg_doc_len") is not None:
+        out["packed_avg_doc_len"] = check_flag(
+            opts["packed_avg_doc_len"], "--packed-avg-doc-len", "seq_length", integer=True
+        )
+    return out
 
 
 def _software_note(problem, quiet: bool = False) -> None:

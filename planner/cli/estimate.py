@@ -33,14 +33,18 @@ from planner.cli.options import (
     EagerOpsOpt,
     EpOpt,
     EstimateFrameworkOpt,
+    FinetuneOpt,
     FirstStageOpt,
     Fp8RecipeOpt,
+    FrozenWeightDtypeOpt,
     FsdpShardOpt,
     GbsOptional,
     GradDtypeOpt,
     JsonOpt,
     LastStageOpt,
     LayersPerStageOpt,
+    LoraRankOpt,
+    LoraTargetsOpt,
     MbsOpt,
     ModelOptional,
     MoeDispatcherOpt,
@@ -49,6 +53,7 @@ from planner.cli.options import (
     OffloadLayersOpt,
     OptimizerInstancesOpt,
     OptimizerStateDtypeOpt,
+    PackedDocLenOpt,
     PlanArgOptional,
     PlanOpt,
     PpOpt,
@@ -181,6 +186,7 @@ def _estimate(opts: dict):
             or opts.get("no_gradient_accumulation_fusion")
             or opts.get("fp8_recipe") is not None
             or opts.get("attention_impl") is not None
+            or any(opts.get(k) is not None for k in _FINETUNE_KEYS)
         ):
             raise UsageError(
                 "a plan file (the argument, or --plan) gives the model, cluster, job and configuration; "
@@ -237,6 +243,10 @@ def _estimate(opts: dict):
             raise UsageError(f"--rank-order {split[7]!r}: allowed values: {', '.join(RANK_ORDERS)}")
         config = config.with_(rank_order=split[7])
     return problem, api.estimate_config(problem, config)
+
+
+_FINETUNE_KEYS = ("finetune", "lora_rank", "lora_targets", "frozen_weight_dtype", "packed_avg_doc_len")
+"""The fine-tuning options (a plan file records the job's own)."""
 
 
 def _selective_modules(text: str, config) -> tuple[str, ...]:
@@ -327,6 +337,11 @@ def estimate(
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,
     eager_ops: EagerOpsOpt = None,
+    finetune: FinetuneOpt = None,
+    lora_rank: LoraRankOpt = None,
+    lora_targets: LoraTargetsOpt = None,
+    frozen_weight_dtype: FrozenWeightDtypeOpt = None,
+    packed_avg_doc_len: PackedDocLenOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -390,6 +405,11 @@ def timeline(
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,
     eager_ops: EagerOpsOpt = None,
+    finetune: FinetuneOpt = None,
+    lora_rank: LoraRankOpt = None,
+    lora_targets: LoraTargetsOpt = None,
+    frozen_weight_dtype: FrozenWeightDtypeOpt = None,
+    packed_avg_doc_len: PackedDocLenOpt = None,
     svg: Annotated[
         Path | None,
         typer.Option("--svg", help="Write the timeline as an SVG file.", rich_help_panel=PANEL_OUTPUT),
@@ -502,6 +522,11 @@ def bubbles(
     moe_a2a_overlap: MoeOverlapOpt = False,
     cuda_graph_scope: CudaGraphOpt = None,
     eager_ops: EagerOpsOpt = None,
+    finetune: FinetuneOpt = None,
+    lora_rank: LoraRankOpt = None,
+    lora_targets: LoraTargetsOpt = None,
+    frozen_weight_dtype: FrozenWeightDtypeOpt = None,
+    packed_avg_doc_len: PackedDocLenOpt = None,
     fill_job: Annotated[
         Path | None,
         typer.Option(

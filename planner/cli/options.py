@@ -402,3 +402,48 @@ ObjectiveOpt = Annotated[
         rich_help_panel=PANEL_COST,
     ),
 ]
+FinetuneOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--finetune",
+        help="full (every weight trained: pre-training and SFT; the default) or lora (a frozen base with "
+        "LoRA adapters, Megatron-Bridge PEFT; docs/finetune.md).",
+        rich_help_panel=PANEL_INPUTS,
+    ),
+]
+LoraRankOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--lora-rank",
+        help="LoRA adapter rank with --finetune lora (Megatron-Bridge LoRA dim; default 16, MLPerf's "
+        "Llama 2 70B LoRA).",
+        rich_help_panel=PANEL_INPUTS,
+    ),
+]
+LoraTargetsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--lora-targets",
+        help="Linear layers that get adapters with --finetune lora, comma-separated: linear_qkv, "
+        "linear_proj, linear_fc1, linear_fc2, or attention (qkv + proj; the default), mlp, all.",
+        rich_help_panel=PANEL_INPUTS,
+    ),
+]
+FrozenWeightDtypeOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--frozen-weight-dtype",
+        help="Storage of the frozen base weights with --finetune lora: bf16 (the default) or fp8 "
+        "(Transformer Engine FP8 parameters; needs --precision fp8).",
+        rich_help_panel=PANEL_INPUTS,
+    ),
+]
+PackedDocLenOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--packed-avg-doc-len",
+        help="Packed sequences (SFT, PEFT): the average document length in tokens; attention is priced "
+        "within documents of this length (THD packing). Default: one document per sequence.",
+        rich_help_panel=PANEL_INPUTS,
+    ),
+]

@@ -136,6 +136,9 @@ class Capabilities:
     """Full recompute of every n-th block (n >= 2) instead of any number of layers: a stage of S
     layers recomputes ``S // n`` (torchtitan ``selective_ac_option = "<n>"``; :func:`every_nth`)."""
 
+    lora: bool = False
+    """It trains LoRA adapters on a frozen base (``JobSpec.finetune`` lora)."""
+
     def eager_text(self) -> str:
         """The eager op sets it runs, in words (for refusals)."""
         if self.eager_ops is None:
@@ -167,6 +170,7 @@ class Framework:
         """Why the framework cannot run ``c`` (empty when it can). Each reason names the framework."""
         cap, who = self.capabilities, self.title
         return [
+            *_finetune(cap, who, job),  # first: no layout helps a framework that trains no adapters
             *_schedule_and_sharding(cap, who, c),
             *_recompute(cap, who, model, c),
             *_parallelism(cap, who, c),
@@ -349,6 +353,12 @@ def _offload_and_transfers(cap: Capabilities, who: str, job: JobSpec, c: Paralle
         yield f"{who}'s distributed optimizer reduce-scatters gradients, not {job.sharded_grad_reduce}"
 
 
+def _finetune(cap: Capabilities, who: str, job: JobSpec) -> Reasons:
+    """LoRA adapters on a frozen base."""
+    if job.is_lora and not cap.lora:
+        yield f"{who} trains no LoRA adapters (finetune lora)"
+
+
 ANY = Framework(
     name="any",
     title="any framework (the cost model's whole space)",
@@ -380,6 +390,7 @@ ANY = Framework(
         unfused_grad_accumulation=True,
         pipeline_scatter_gather=True,
         sharded_grad_reduces=SHARDED_GRAD_REDUCES,
+        lora=True,
     ),
     source="cost_models/parallel.py (SCHEDULES, OPTIMIZER_SHARDING, RECOMPUTE)",
     exportable=False,

@@ -141,6 +141,10 @@ MEGATRON = MegatronFramework(
         # when pp > 1.
         rank_orders=RANK_ORDERS,
         pp_dp_order_same_expert_dp=True,
+        # LoRA on megatron-core's model: Megatron-Bridge's PEFT (src/megatron/bridge/peft/lora.py)
+        # wraps the megatron-core layers; pretrain_gpt.py itself has no PEFT, so the Megatron-LM
+        # export refuses such plans (planner.launch.megatron.export).
+        lora=True,
     ),
     source="megatron/training/arguments.py, megatron/core/pipeline_parallel/schedules.py (megatron-core 0.19.2)",
 )

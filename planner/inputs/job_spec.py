@@ -35,6 +35,25 @@ CUDA_GRAPH_SCOPES = ("full", "attn", "mlp", "moe", "moe_router", "moe_preprocess
 (``megatron/training/arguments.py``; ``mamba`` left out: no Mamba layers here) and ``full``, every
 whole transformer layer (``--cuda-graph-impl`` with no scope)."""
 
+FINETUNES = ("full", "lora")
+"""Values of :attr:`JobSpec.finetune`: every weight trained (pre-training, SFT) or LoRA adapters on
+a frozen base."""
+LORA_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+"""Linear layers of a decoder layer that LoRA adapters can wrap (:attr:`JobSpec.lora_targets`), by the
+names Megatron-Bridge's ``LoRA.target_modules`` and NeMo's PEFT use (src/megatron/bridge/peft/lora.py:
+"'linear_qkv' ... query, key, and value projections", "'linear_proj' ... projecting the output of
+self-attention", "'linear_fc1'" and "'linear_fc2'" of the MLP)."""
+LORA_TARGET_GROUPS = {
+    "attention": ("linear_qkv", "linear_proj"),
+    "mlp": ("linear_fc1", "linear_fc2"),
+    "all": LORA_TARGETS,
+}
+"""Shorthands for :data:`LORA_TARGETS`: ``attention`` (NeMo's ``target_modules: ['attention']``, the
+adapters of MLPerf Training's Llama 2 70B LoRA benchmark), ``mlp``, ``all`` (Megatron-Bridge's
+default: "Defaults to all linear layers")."""
+FROZEN_WEIGHT_DTYPES = ("bf16", "fp8")
+"""Storage dtypes of a LoRA job's frozen base weights (:attr:`JobSpec.frozen_weight_dtype`)."""
+
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 """Bytes per element of each dtype."""
 
@@ -145,6 +164,41 @@ class JobSpec:
     ``allreduce_gradients`` before the sharded step). The all-reduce moves twice the bytes of the
     reduce-scatter. Priced by :func:`cost_models.estimate.dp_sync`; neither pinned framework runs
     it (their capabilities refuse it), so it describes published runs of other software."""
+
+    finetune: str = "full"
+    """:data:`FINETUNES`: ``full`` trains every weight (pre-training, and supervised fine-tuning);
+    ``lora`` freezes the base model and trains LoRA adapters of rank :attr:`lora_rank` beside the
+    linear layers of :attr:`lora_targets` (Hu et al. 2021, arXiv:2106.09685; Megatron-Bridge
+    ``src/megatron/bridge/peft/lora.py``, whose ``PEFT.freeze_model`` sets ``requires_grad = False``
+    on every base parameter). Priced by :mod:`cost_models.finetune`."""
+    lora_rank: int = 16
+    """Adapter rank r (Megatron-Bridge ``LoRA.dim``): 16 as MLPerf Training's Llama 2 70B LoRA
+    benchmark and Megatron-Bridge's Llama 3 70B PEFT recipe (``llama3_70b_peft_config``: "70B uses
+    dim=16"). Read only with ``finetune: lora``."""
+    lora_targets: tuple[str, ...] = ("linear_qkv", "linear_proj")
+    """The decoder layers' linear layers that get adapters (:data:`LORA_TARGETS`, in that order);
+    the attention projections by default, as MLPerf's LoRA benchmark. Read only with ``finetune: lora``."""
+    frozen_weight_dtype: str = "bf16"
+    """Storage of the frozen base weights (:data:`FROZEN_WEIGHT_DTYPES`): 16-bit, or FP8 (one byte, as
+    Transformer Engine's FP8 parameters keep them: Megatron-Bridge's ``fp8_param``, which its FP8
+    current-scaling precision sets, ``bf16_with_fp8_current_scaling_mixed``: ``fp8_param_gather = True``;
+    needs ``precision`` fp8). Read only with ``finetune: lora``."""
+    packed_avg_doc_len: int = 0
+    """Average length in tokens of the documents packed into each sequence (0: one document fills the
+    sequence, as pre-training data is priced). Packed sequences (THD layout, Megatron-Core
+    ``PackedSeqParams`` with ``cu_seqlens``; Megatron-Bridge's ``packed_sequence_specs`` for SFT and
+    PEFT) attend only within each document, so core attention is priced over documents of this
+    length (:attr:`doc_length`); every other FLOP is per token and unchanged."""
+
+    @property
+    def is_lora(self) -> bool:
+        """Whether the base model is frozen and LoRA adapters are trained."""
+        return self.finetune == "lora"
+
+    @property
+    def doc_length(self) -> int:
+        """Tokens one query can attend over: the packed documents' length, else the sequence."""
+        return min(self.packed_avg_doc_len, self.seq_length) if self.packed_avg_doc_len else self.seq_length
 
     @property
     def tokens_per_step(self) -> int:

@@ -12,13 +12,17 @@ from planner.inputs.job_spec import (
     CUDA_GRAPH_SCOPES,
     DTYPES,
     EAGER_OPS,
+    FINETUNES,
     FP8_RECIPES,
+    FROZEN_WEIGHT_DTYPES,
+    LORA_TARGET_GROUPS,
+    LORA_TARGETS,
     MOE_DISPATCHERS,
     PRECISIONS,
     SHARDED_GRAD_REDUCES,
     JobSpec,
 )
-from planner.inputs.validation import check_number
+from planner.inputs.validation import check_number, limit
 
 
 def make_job(
@@ -71,7 +75,87 @@ def make_job(
         if precision != "fp8":
             raise SpecError(f"{where}: fp8_recipe {recipe!r} needs precision fp8, not {precision}")
         kwargs["fp8_recipe"] = recipe
+    _check_finetune(kwargs, precision, seq_length, where)
     return JobSpec(global_batch_size=global_batch_size, seq_length=seq_length, precision=precision, **kwargs)
+
+
+def _check_finetune(kwargs: dict, precision: str, seq_length: int, where: str) -> None:
+    """Validate the fine-tuning fields of ``kwargs`` in place (lora_targets made canonical): the
+    LoRA fields only with ``finetune`` lora, FP8 base weights only with FP8 compute."""
+    finetune = kwargs.get("finetune", "full")
+    if finetune not in FINETUNES:
+        raise SpecError(
+            f"{where}: finetune {finetune!r} is not allowed; allowed values: {', '.join(FINETUNES)}"
+        )
+    if "lora_targets" in kwargs:
+        kwargs["lora_targets"] = lora_targets_tuple(kwargs["lora_targets"], where)
+    if "lora_rank" in kwargs:
+        check_number(kwargs["lora_rank"], where, "lora_rank", integer=True, positive=True, maximum=65536)
+    dtype = kwargs.get("frozen_weight_dtype", "bf16")
+    if dtype not in FROZEN_WEIGHT_DTYPES:
+        raise SpecError(
+            f"{where}: frozen_weight_dtype {dtype!r} is not allowed; allowed values: "
+            f"{', '.join(FROZEN_WEIGHT_DTYPES)}"
+        )
+    if finetune != "lora":
+        for key, default in (("lora_rank", 16), ("lora_targets", LORA_TARGET_GROUPS["attention"])):
+            if kwargs.get(key, default) != default:
+                raise SpecError(f"{where}: {key} needs finetune lora (got finetune {finetune})")
+        if dtype != "bf16":
+            raise SpecError(
+                f"{where}: frozen_weight_dtype {dtype} needs finetune lora (got finetune {finetune})"
+            )
+    if dtype == "fp8" and precision != "fp8":
+        raise SpecError(f"{where}: frozen_weight_dtype fp8 needs precision fp8, not {precision}")
+    if "packed_avg_doc_len" in kwargs:
+        check_number(
+            kwargs["packed_avg_doc_len"],
+            where,
+            "packed_avg_doc_len",
+            integer=True,
+            maximum=limit("seq_length"),
+        )
+        if kwargs["packed_avg_doc_len"] > seq_length:
+            raise SpecError(
+                f"{where}: packed_avg_doc_len {kwargs['packed_avg_doc_len']} exceeds seq_length {seq_length} "
+                "(documents are packed into a sequence)"
+            )
+
+
+def lora_targets_tuple(values: Any, where: str) -> tuple[str, ...]:
+    """LoRA target modules (names of :data:`planner.inputs.job_spec.LORA_TARGETS` or the shorthands of
+    :data:`planner.inputs.job_spec.LORA_TARGET_GROUPS`; a list or one comma-separated string) in
+    canonical order, or a SpecError naming ``where`` and the allowed values."""
+    items = values.split(",") if isinstance(values, str) else values
+    if not isinstance(items, (list, tuple)):
+        raise SpecError(f"{where}: lora_targets: expected a list of module names ({', '.join(LORA_TARGETS)})")
+    names: list[str] = []
+    for item in items:
+        word = str(item).strip()
+        if word in LORA_TARGET_GROUPS:
+            names.extend(LORA_TARGET_GROUPS[word])
+        elif word in LORA_TARGETS:
+            names.append(word)
+        else:
+            allowed = ", ".join((*LORA_TARGET_GROUPS, *LORA_TARGETS))
+            raise SpecError(f"{where}: lora_targets: {word!r} is not allowed; allowed values: {allowed}")
+    if not names:
+        raise SpecError(f"{where}: lora_targets: give at least one of {', '.join(LORA_TARGETS)}")
+    return tuple(t for t in LORA_TARGETS if t in names)
+
+
+def finetune_mapping(job: JobSpec) -> dict:
+    """The fine-tuning fields of ``job`` that differ from a pre-training job's, for plan files and
+    ``--json`` (nothing for a full fine-tune of unpacked sequences, so such outputs read as before)."""
+    out: dict = {}
+    if job.is_lora:
+        out["finetune"] = job.finetune
+        out["lora_rank"] = job.lora_rank
+        out["lora_targets"] = list(job.lora_targets)
+        out["frozen_weight_dtype"] = job.frozen_weight_dtype
+    if job.packed_avg_doc_len:
+        out["packed_avg_doc_len"] = job.packed_avg_doc_len
+    return out
 
 
 def default_grad_dtype(precision: str) -> str:
@@ -145,6 +229,11 @@ def job_from_mapping(data: dict, where: str) -> JobSpec:
         attention_impl=r.get("attention_impl", str, "fused", choices=ATTENTION_IMPLS),
         pipeline_scatter_gather=r.get("pipeline_scatter_gather", bool, False),
         sharded_grad_reduce=r.get("sharded_grad_reduce", str, "reduce_scatter", choices=SHARDED_GRAD_REDUCES),
+        finetune=r.get("finetune", str, "full", choices=FINETUNES),
+        lora_rank=r.get("lora_rank", int, 16, positive=True),
+        lora_targets=r.get("lora_targets", (list, str), list(LORA_TARGET_GROUPS["attention"])),
+        frozen_weight_dtype=r.get("frozen_weight_dtype", str, "bf16", choices=FROZEN_WEIGHT_DTYPES),
+        packed_avg_doc_len=r.get("packed_avg_doc_len", int, 0),
         where=where,
     )
     r.done()

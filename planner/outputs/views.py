@@ -13,6 +13,7 @@ from planner import __version__
 from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.graph_model import GraphModelSpec
 from planner.inputs.job_spec import JobSpec
+from planner.inputs.jobs import finetune_mapping
 from planner.inputs.model_spec import ModelSpec
 from planner.inputs.validation import rounded
 from planner.outputs.graph_views import graph_config_dict, graph_model_dict, stage_graph_dict
@@ -194,6 +195,7 @@ def job_dict(j: JobSpec) -> dict:
         "attention_impl": j.attention_impl,
         "pipeline_scatter_gather": j.pipeline_scatter_gather,
         "sharded_grad_reduce": j.sharded_grad_reduce,
+        **finetune_mapping(j),  # only when fine-tuning with LoRA or packed sequences
     }
 
 

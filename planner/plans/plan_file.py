@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from cost_models.finetune import check_model as check_finetune_model
 from cost_models.parallel import (
     OPTIMIZER_SHARDING,
     RANK_ORDERS,
@@ -33,7 +34,7 @@ from planner.inputs.documents import Reader, check_header, read_document
 from planner.inputs.errors import SpecError
 from planner.inputs.files import is_stdout, plan_yaml, write_text_atomic
 from planner.inputs.job_spec import JobSpec
-from planner.inputs.jobs import job_from_mapping
+from planner.inputs.jobs import finetune_mapping, job_from_mapping
 from planner.inputs.model_spec import ModelSpec
 from planner.inputs.model_yaml import model_from_mapping, model_to_mapping
 from planner.inputs.validation import check_number, clean, json_text, limit, require_precision
@@ -177,6 +178,8 @@ def job_to_mapping(job: JobSpec) -> dict:
             if job.sharded_grad_reduce != "reduce_scatter"
             else {}
         ),
+        # LoRA and packed sequences: written only when set (planner.inputs.jobs.finetune_mapping).
+        **finetune_mapping(job),
     }
 
 
@@ -351,6 +354,7 @@ def check_configuration(inputs: PlanInputs, where: str) -> None:
     (``etp: 64``, ``tp: 3``) is a one-line error naming the constraint, never a crash or a silent
     re-estimate."""
     require_precision(inputs.cluster, inputs.job, where)
+    check_finetune_model(inputs.model, inputs.job, where)
     reasons = violations(inputs.model, inputs.cluster, inputs.job, inputs.config)
     if reasons:
         raise SpecError(f"{where}: key 'config': {reasons[0]}")

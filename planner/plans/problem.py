@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, replace
 
 from cost_models.estimate import Estimate, estimate
+from cost_models.finetune import check_model as check_finetune_model
 from cost_models.graph_costs import StageGraph
 from cost_models.parallel import ParallelConfig, resolve
 from planner.frameworks import DEFAULT_FRAMEWORK, get_framework
@@ -81,6 +82,11 @@ def load_problem(
     attention_impl: str = "fused",
     gradient_accumulation_fusion: bool = True,
     fp8_recipe: str | None = None,
+    finetune: str = "full",
+    lora_rank: int = 16,
+    lora_targets: tuple[str, ...] | str = ("linear_qkv", "linear_proj"),
+    frozen_weight_dtype: str = "bf16",
+    packed_avg_doc_len: int = 0,
 ) -> Problem:
     """Load a model (preset, YAML or HF config.json), a cluster (template + nodes, or file) and a job;
     ``software``: a software profile name (None: the newest of ``framework`` fitted on the
@@ -93,7 +99,8 @@ def load_problem(
     ``eager_ops``, ``grad_dtype`` (None: the precision's default,
     :func:`planner.inputs.jobs.default_grad_dtype`), ``optimizer_state_dtype``, ``attention_impl``,
     ``gradient_accumulation_fusion``, ``fp8_recipe`` (None: the default, ``tensorwise``; given, it
-    needs ``precision`` fp8): the :class:`JobSpec` fields of those names."""
+    needs ``precision`` fp8), ``finetune``, ``lora_rank``, ``lora_targets``, ``frozen_weight_dtype``,
+    ``packed_avg_doc_len`` (docs/finetune.md): the :class:`JobSpec` fields of those names."""
     from planner.inputs.graph_model import is_graph_model, load_graph_model
     from planner.inputs.validation import require_precision
     from planner.profiles.calibrated import read_profile
@@ -121,6 +128,11 @@ def load_problem(
             attention_impl=attention_impl,
             gradient_accumulation_fusion=gradient_accumulation_fusion,
             fp8_recipe=fp8_recipe,
+            finetune=finetune,
+            lora_rank=lora_rank,
+            lora_targets=lora_targets,
+            frozen_weight_dtype=frozen_weight_dtype,
+            packed_avg_doc_len=packed_avg_doc_len,
             where="command line",
         ),
         profile=prof,
@@ -128,6 +140,7 @@ def load_problem(
         framework=framework,
     )
     require_precision(problem.cluster, problem.job, "--precision")
+    check_finetune_model(problem.model, problem.job, "--finetune")
     return problem
 
 

@@ -96,8 +96,10 @@ def _stage_model(
     we, ge, oe = mem.bytes_per_param(job, c.optimizer_sharding, d_exp)
 
     def state(cost) -> float:
-        return (cost.params_sharded + cost.params_replicated) * (wd + gd + od) + cost.params_expert * (
-            we + ge + oe
+        return (
+            (cost.params_sharded + cost.params_replicated) * (wd + gd + od)
+            + cost.params_expert * (we + ge + oe)
+            + cost.frozen_weight_bytes
         )
 
     extra_static = state(extra)

@@ -603,6 +603,12 @@ def export_files(inputs: PlanInputs, launcher: str, training_args: str = TRAININ
     when Megatron-LM cannot run the plan."""
     if launcher not in LAUNCHERS:
         raise SpecError(f"launcher {launcher!r} is not allowed; allowed values: {', '.join(LAUNCHERS)}")
+    if inputs.job.is_lora:
+        # pretrain_gpt.py has no PEFT: LoRA runs in Megatron-Bridge (src/megatron/bridge/peft/lora.py)
+        raise SpecError(
+            "a LoRA plan (finetune lora): Megatron-LM's pretrain_gpt.py trains no adapters; run its "
+            "layout with a Megatron-Bridge PEFT recipe (docs/finetune.md)"
+        )
     args = megatron_args(inputs)
     groups = inputs.cluster.groups
     gpn, nodes = groups[0].gpus_per_node, sum(g.num_nodes for g in groups)

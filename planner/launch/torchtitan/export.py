@@ -318,6 +318,9 @@ def export_files(inputs: PlanInputs, launcher: str, extra_args: str = "()") -> d
     ``planner_flavor.py``."""
     if launcher not in ("torchrun", "slurm"):
         raise SpecError(f"launcher {launcher!r}: allowed values are torchrun, slurm")
+    if inputs.job.is_lora:
+        # torchtitan/components/lora.py arrived after v0.2.2
+        raise SpecError("a LoRA plan (finetune lora): torchtitan 0.2.2 trains no adapters")
     groups = inputs.cluster.groups
     gpn = groups[0].gpus_per_node
     nodes = sum(g.num_nodes for g in groups)
