@@ -83,6 +83,13 @@ IGNORED = {
 
 MODELLED = {
     "--window-size",
+    "--multi-latent-attention",
+    "--q-lora-rank",
+    "--kv-lora-rank",
+    "--qk-head-dim",
+    "--qk-pos-emb-head-dim",
+    "--v-head-dim",
+    "--mtp-num-layers",
     "--window-attn-skip-freq",
     "--softmax-type",
     "--moe-token-dispatcher-type",

@@ -303,7 +303,33 @@ def _model(args: Arguments, vocab_size: int | None = None) -> ModelSpec:
         moe_shared_expert_intermediate_size=num("--moe-shared-expert-intermediate-size", 0) if experts else 0,
         **(_moe_layers(args, num("--num-layers")) if experts else {}),
         **_local_attention(args),
+        **_latent_attention(args),
+        mtp_num_layers=num("--mtp-num-layers", 0) or 0,
     )
+
+
+def _latent_attention(args: Arguments) -> dict:
+    """Multi-latent attention (DeepSeek-V2/V3, Kimi K2) with the parser's defaults
+    (megatron/training/arguments.py ``_add_mla_args``: --q-lora-rank None, i.e. no query
+    compression, 0 here; --kv-lora-rank 32, --qk-head-dim 128, --qk-pos-emb-head-dim 64,
+    --v-head-dim 128); validate_args asserts it excludes --group-query-attention. The MLA flags
+    without --multi-latent-attention change nothing in Megatron and are not read."""
+    flags, num, at = args.flags, args.num, args.at
+    if "--multi-latent-attention" not in flags:
+        return {}
+    if "--group-query-attention" in flags:
+        raise SpecError(
+            f"{at('--group-query-attention')}: --group-query-attention with --multi-latent-attention: "
+            "Megatron asserts they exclude each other"
+        )
+    return {
+        "multi_latent_attention": True,
+        "q_lora_rank": num("--q-lora-rank", 0) or 0,
+        "kv_lora_rank": num("--kv-lora-rank", 32),
+        "qk_head_dim": num("--qk-head-dim", 128),
+        "qk_pos_emb_head_dim": num("--qk-pos-emb-head-dim", 64),
+        "v_head_dim": num("--v-head-dim", 128),
+    }
 
 
 def _local_attention(args: Arguments) -> dict:
