@@ -10,10 +10,15 @@ Megatron-LM's ``parse_args``/``validate_args``, micro-batch calculator, parallel
 ``$PLANNER_FW_PYTHON``). A case a framework cannot search (e.g. zb-h1 for Megatron) is listed as
 such, not counted.
 
-    python scripts/validate_exports.py [--framework megatron|torchtitan] [--cases a,b] [--json]
+    python scripts/validate_exports.py [--framework megatron|torchtitan] [--cases a,b] [--launches] [--json]
 
-Exit 0 when no export is rejected or silently overridden, 1 otherwise, 2 when the validators are
-unavailable.
+``--launches`` adds the launch scripts of :data:`LAUNCHES` (bash arrays, if/case, ``source``, the
+MoE Model Zoo's accounting flags, ``srun bash -c``): each is run by bash with a stub torchrun that
+records the argv ``pretrain_gpt.py`` gets, Megatron validates that argv, and ``planner check`` reads
+the script; a row agrees when both accept or both refuse.
+
+Exit 0 when no export is rejected or silently overridden and no launch disagrees, 1 otherwise, 2
+when the validators are unavailable (megatron-core not installed: nothing is judged).
 """
 
 from __future__ import annotations
@@ -297,6 +302,173 @@ def validate(case: Case, framework: str, validators, workdir: Path) -> dict:
     }
 
 
+LAUNCH_SHAPE = (
+    "--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
+    "--group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm --disable-bias-linear "
+    "--position-embedding-type rope --rotary-base 500000 --untie-embeddings-and-output-weights "
+    "--vocab-size 128256 --max-position-embeddings 8192 --seq-length 4096"
+)
+LAUNCHES = {
+    # name: (files, the launch script among them, DGX H100 nodes). Launch scripts written in the
+    # patterns of public ones (issue 54): each is run by bash with a stub launcher recording the argv
+    # pretrain_gpt.py gets, which Megatron validates; planner check reads the script itself.
+    "nvidia-two-word-array-elements": (
+        {
+            "train.sh": "#!/bin/bash\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+            + "MODEL_ARGS=(\n"
+            + "".join(
+                f'    "{a} {b}"\n' for a, b in zip(LAUNCH_SHAPE.split()[0::2], LAUNCH_SHAPE.split()[1::2])
+            )
+            + ')\nPREC=("--fp8-format hybrid" "--fp8-recipe tensorwise" --bf16)\n'
+            "PAR=(--tensor-model-parallel-size 2 --sequence-parallel --micro-batch-size 1 --global-batch-size 64)\n"
+            "torchrun --nproc-per-node 8 pretrain_gpt.py ${MODEL_ARGS[@]} ${PREC[@]} ${PAR[@]}\n"
+        },
+        "train.sh",
+        1,
+    ),
+    "if-case-and-defaults": (
+        {
+            "train.sh": "#!/bin/bash\nSIZE=${SIZE:-8b}\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+            "case $SIZE in\n  8b) TP=2 ;;\n  70b) TP=8 ;;\nesac\n"
+            'if [ "$TP" -gt 4 ]; then PP=4; else PP=${PP:-2}; fi\n'
+            f"torchrun --nproc-per-node 8 pretrain_gpt.py {LAUNCH_SHAPE} --tensor-model-parallel-size $TP "
+            "--pipeline-model-parallel-size $PP --micro-batch-size 1 --global-batch-size $((16 * 4)) --bf16\n"
+        },
+        "train.sh",
+        1,
+    ),
+    "source-beside-the-script": (
+        {
+            "run.sh": '#!/bin/bash\nSCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
+            'source "${SCRIPT_DIR}/conf/model.sh"\n[ -f "$HOME/.site.env" ] && source "$HOME/.site.env"\n'
+            "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+            'torchrun --nproc-per-node 8 pretrain_gpt.py "${MODEL[@]}" --tensor-model-parallel-size 4 '
+            "--micro-batch-size 1 --global-batch-size 64 --bf16\n",
+            "conf/model.sh": f"MODEL=({LAUNCH_SHAPE})\n",
+        },
+        "run.sh",
+        1,
+    ),
+    "model-zoo-qwen3-235b-accounting": (
+        {
+            "run.sh": '#!/bin/bash\nexport WORKSPACE=$(dirname "$(readlink -f "$0")")\n'
+            'source "${WORKSPACE}/runtime.conf"\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n'
+            "torchrun --nproc-per-node 8 pretrain_gpt.py $MODEL_ARGS --tensor-model-parallel-size $TP "
+            "--pipeline-model-parallel-size $PP --num-layers-per-virtual-pipeline-stage $(( (94 + 2) / PP / VPP )) "
+            "--expert-model-parallel-size $EP --expert-tensor-parallel-size 1 --sequence-parallel "
+            "--use-distributed-optimizer --account-for-embedding-in-pipeline-split "
+            "--account-for-loss-in-pipeline-split --micro-batch-size 1 --global-batch-size 2048 --bf16 "
+            "--moe-token-dispatcher-type alltoall --moe-grouped-gemm\n",
+            "runtime.conf": "TP=${TP:-2}; PP=${PP:-8}; VPP=${VPP:-4}; EP=${EP:-32}\n"
+            'MODEL_ARGS="--num-layers 94 --hidden-size 4096 --ffn-hidden-size 12288 --num-attention-heads 64 '
+            "--kv-channels 128 --group-query-attention --num-query-groups 4 --qk-layernorm --swiglu "
+            "--normalization RMSNorm --disable-bias-linear --position-embedding-type rope --rotary-base 1000000 "
+            "--untie-embeddings-and-output-weights --seq-length 4096 --max-position-embeddings 40960 "
+            '--vocab-size 151936 --num-experts 128 --moe-ffn-hidden-size 1536 --moe-router-topk 8"\n',
+        },
+        "run.sh",
+        32,
+    ),
+    "srun-bash-c": (
+        {
+            "job.sbatch": "#!/bin/bash\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+            f"ARGS=({LAUNCH_SHAPE} --pipeline-model-parallel-size 2 --micro-batch-size 2 "
+            "--global-batch-size 64 --bf16 --pipeline-model-parallel-layout 'Ettttttttttttttt|tttttttttttttttttL')\n"
+            "srun --ntasks-per-node 1 bash -c 'torchrun --nproc-per-node 8 pretrain_gpt.py \"$@\"' bash "
+            '"${ARGS[@]}"\n'
+        },
+        "job.sbatch",
+        1,
+    ),
+    "bash-splits-a-quoted-value": (
+        {
+            "train.sh": "#!/bin/bash\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+            f'TRAIN=(--micro-batch-size 1 --step-batch-size-schedule "0:16 1M:64")\n'
+            f"torchrun --nproc-per-node 8 pretrain_gpt.py {LAUNCH_SHAPE} --bf16 ${{TRAIN[@]}}\n"
+        },
+        "train.sh",
+        1,
+    ),
+}
+"""Launches planner imports (``planner check``), checked against Megatron's own validation of the
+argv bash gives them; the last is refused by both (bash splits the schedule, Megatron's parser exits
+on the stray word)."""
+
+_STUBS = {
+    "torchrun": '#!/bin/bash\nwhile [[ "$1" != *.py ]]; do shift; done\nshift\n'
+    'printf "%s\\0" "$@" > "$PLANNER_ARGV"\nprintf "%s" "${CUDA_DEVICE_MAX_CONNECTIONS-}" > "$PLANNER_ARGV.env"\n',
+    "srun": '#!/bin/bash\nwhile [[ "$1" == -* ]]; do shift; [[ "$1" != -* && "$1" != bash ]] && shift; done\nexec "$@"\n',
+}
+"""A torchrun that records the training script's argv (and CUDA_DEVICE_MAX_CONNECTIONS), and an srun
+that runs its command on this machine."""
+
+
+def bash_argv(files: dict, script: str, workdir: Path) -> tuple[list[str], dict] | str:
+    """The argv and environment bash gives pretrain_gpt.py when ``script`` (of ``files``, written in
+    ``workdir``) is run from its directory with the stub launchers; an error string when it fails."""
+    import os
+    import shutil
+    import subprocess
+
+    bash = shutil.which("bash")
+    if bash is None:
+        return "bash is not installed"
+    for name, text in files.items():
+        (workdir / name).parent.mkdir(parents=True, exist_ok=True)
+        (workdir / name).write_text(text)
+    stubs = workdir / ".bin"
+    stubs.mkdir(exist_ok=True)
+    for name, text in _STUBS.items():
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    record = workdir / ".argv"
+    env = {"PATH": f"{stubs}:{os.environ.get('PATH', '/usr/bin:/bin')}", "PLANNER_ARGV": str(record)}
+    env["HOME"] = str(workdir / ".home")
+    proc = subprocess.run(
+        [bash, str(workdir / script)], cwd=workdir, env=env, capture_output=True, text=True, timeout=120
+    )
+    if proc.returncode or not record.exists():
+        return f"bash exited {proc.returncode}: {proc.stderr.strip()[-300:]}"
+    argv = record.read_text().split("\0")[:-1]
+    connections = Path(f"{record}.env").read_text()
+    return argv, ({"CUDA_DEVICE_MAX_CONNECTIONS": connections} if connections else {})
+
+
+def validate_launch(name: str, validators, workdir: Path) -> dict:
+    """One row of an imported launch: planner check's verdict on the script beside Megatron's on
+    the argv bash gives it; ``status`` "agreed" or "disagreed"."""
+    from planner.launch.check import check_file
+
+    files, script, nodes = LAUNCHES[name]
+    folder = workdir / name
+    folder.mkdir(parents=True, exist_ok=True)
+    got = bash_argv(files, script, folder)
+    row = {"case": name, "framework": "megatron-import"}
+    if isinstance(got, str):
+        return {**row, "status": "skipped", "error": got}
+    argv, env = got
+    from planner.launch.megatron.arguments import megatron_words
+
+    words = [w for w, _ in megatron_words((folder / script).read_text(), path=folder / script)[0]]
+    if words != argv:
+        return {**row, "status": "disagreed", "error": f"planner reads {words}, bash passes {argv}"}
+    env["WORLD_SIZE"] = str(8 * nodes)
+    megatron = validators.validate_megatron(argv, env, gpu_arch=9)
+    verdict = check_file(str(folder / script), load_cluster("dgx-h100", nodes))
+    # Megatron's validation judges the arguments, not whether the model fits the GPUs' memory.
+    errors = [
+        f"{f.check}: {f.message}" for f in verdict.findings if f.level == "error" and f.check != "memory"
+    ]
+    accepted = bool(megatron.get("accepted"))
+    return {
+        **row,
+        "status": "agreed" if accepted == (not errors) else "disagreed",
+        "plan": f"megatron {'accepts' if accepted else 'refuses'}, planner check "
+        + ("passes" if not errors else "refuses"),
+        "error": "; ".join(x for x in (megatron.get("error") or "", *errors[:1]) if x),
+    }
+
+
 def load_validators():
     """``scripts/_framework_validators.py``, or None when it (or its environment) is missing."""
     try:
@@ -311,8 +483,10 @@ def load_validators():
 def tally(rows: list[dict]) -> dict:
     out: dict = {}
     for r in rows:
+        kinds = ("agreed", "disagreed", "skipped") if r["framework"] == "megatron-import" else None
         t = out.setdefault(
-            r["framework"], {"accepted": 0, "rejected": 0, "overridden": 0, "export refused": 0, "skipped": 0}
+            r["framework"],
+            dict.fromkeys(kinds or ("accepted", "rejected", "overridden", "export refused", "skipped"), 0),
         )
         t[r["status"]] += 1
     return out
@@ -323,6 +497,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--framework", choices=("megatron", "torchtitan"), action="append")
     p.add_argument("--cases", help="comma-separated case names (default: all)")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--launches",
+        action="store_true",
+        help="also the launch scripts of LAUNCHES: planner check beside Megatron on the argv bash gives them",
+    )
     args = p.parse_args(argv)
     validators = load_validators()
     if validators is None:
@@ -345,8 +524,10 @@ def main(argv: list[str] | None = None) -> int:
     frameworks = args.framework or ["megatron", "torchtitan"]
     with tempfile.TemporaryDirectory() as tmp:
         rows = [validate(c, f, validators, Path(tmp)) for f in frameworks for c in cases]
+        if args.launches:
+            rows += [validate_launch(name, validators, Path(tmp)) for name in LAUNCHES]
     counts = tally(rows)
-    bad = [r for r in rows if r["status"] in ("rejected", "overridden", "export refused")]
+    bad = [r for r in rows if r["status"] in ("rejected", "overridden", "export refused", "disagreed")]
     if args.json:
         print(json.dumps({"tally": counts, "rows": rows}, indent=2, sort_keys=True))
     else:
@@ -354,6 +535,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{'framework':<11} {'accepted':>8} {'rejected':>8} {'overridden':>10} {'refused':>7} {'skipped':>7}"
         )
         for f, t in counts.items():
+            if f == "megatron-import":
+                print(f"{f:<11} agreed {t['agreed']}, disagreed {t['disagreed']}, skipped {t['skipped']}")
+                continue
             print(
                 f"{f:<11} {t['accepted']:>8} {t['rejected']:>8} {t['overridden']:>10} "
                 f"{t['export refused']:>7} {t['skipped']:>7}"

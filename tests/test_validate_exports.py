@@ -82,3 +82,27 @@ def test_a2a_overlap_case_launches_with_several_queues(ve):
     argv, env = ve.megatron_launch(inputs)
     assert "--overlap-moe-expert-parallel-comm" in argv
     assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"
+
+
+class _ParserStub:
+    """Refuses an argv holding a word no flag takes (as Megatron's parse_args exits), else accepts."""
+
+    def validate_megatron(self, argv, env, gpu_arch=9):
+        stray = [w for w in argv if w == "1M:64"]
+        return {
+            "accepted": not stray,
+            "stage": "parse_args",
+            "error": "unrecognized arguments" if stray else None,
+        }
+
+
+def test_imported_launches_agree_with_a_stand_in_parser(ve, tmp_path):
+    """Each launch of LAUNCHES run by bash (stub torchrun recording the argv): planner reads the argv
+    bash passes, and check's verdict matches the stand-in's; Megatron itself judges it where
+    megatron-core is installed (python scripts/validate_exports.py --launches)."""
+    if ve.bash_argv({"x.sh": "true\n"}, "x.sh", tmp_path) == "bash is not installed":
+        pytest.skip("bash is not installed")
+    rows = [ve.validate_launch(name, _ParserStub(), tmp_path) for name in ve.LAUNCHES]
+    assert [r["status"] for r in rows] == ["agreed"] * len(ve.LAUNCHES), rows
+    assert "planner check refuses" in rows[-1]["plan"] and "megatron refuses" in rows[-1]["plan"]
+    assert ve.tally(rows)["megatron-import"] == {"agreed": len(ve.LAUNCHES), "disagreed": 0, "skipped": 0}
