@@ -4,7 +4,7 @@
   the smooth form of Calculon's efficiency-by-size tables (Isaev et al., SC'23, "Calculon: a
   methodology and tool for high-level co-design of systems and large language models"). Tensor
   parallelism slices GEMMs, so ``F`` shrinks and efficiency drops. FP8 GEMMs run
-  ``fp8_gemm_speedup`` times faster.
+  ``fp8_gemm_speedup`` times faster, NVFP4 GEMMs :func:`nvfp4_speedup` times faster again.
 * GEMM shape: ``q`` is the useful fraction of the tile work the GPU issues (:func:`gemm_quantization`),
   NVIDIA's tile and wave quantization (Deep Learning Performance Documentation, "Matrix
   Multiplication Background User's Guide", Sec. "Dimension Quantization Effects"): the output is
@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from planner.inputs.cluster_spec import GPUSpec
-from planner.inputs.job_spec import COMPUTE_DTYPE
+from planner.inputs.job_spec import COMPUTE_DTYPE, QUANTIZED_PRECISIONS
 
 
 def gemm_efficiency(flop: float, gpu: GPUSpec) -> float:
@@ -40,8 +40,9 @@ GEMM_K_STEP_BYTES = 128
 FP16 dimensions are "most efficient with multiples of 8; on A100, multiples of 64" elements, i.e.
 128 bytes (32 TF32 or 128 FP8/INT8 elements)."""
 
-ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
-"""Bytes per GEMM input element by job precision."""
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": 0.5}
+"""Bytes per GEMM input element by job precision (NVFP4: two E2M1 values per byte; its E4M3 block
+scales are a sixteenth of a byte more, :data:`NVFP4_COPY_BYTES`)."""
 
 
 def _tiles(extent: float, tile: int) -> int:
@@ -66,7 +67,7 @@ def gemm_quantization(
     sms = gpu.sm_count
     if sms <= 0 or gpu.gemm_tile is None or m <= 0 or n <= 0 or k <= 0:
         return 1.0
-    k_step = GEMM_K_STEP_BYTES // ELEMENT_BYTES.get(precision, 2)
+    k_step = int(GEMM_K_STEP_BYTES / ELEMENT_BYTES.get(precision, 2))
     k_work = _tiles(k, k_step) * k_step
     a, b = gpu.gemm_tile
     best = 0.0
@@ -85,9 +86,29 @@ def gemm_s(m: float, n: float, k: float, gpu: GPUSpec, precision: str, count: fl
         return 0.0
     peak = gpu.peak(COMPUTE_DTYPE[precision])
     t = flop / (peak * gemm_efficiency(flop, gpu) * gemm_quantization(m, n, k, gpu, precision, count))
-    if precision == "fp8":
+    if precision in QUANTIZED_PRECISIONS:
         t /= gpu.efficiency.fp8_gemm_speedup
+    if precision == "nvfp4":
+        t /= nvfp4_speedup(gpu)
     return count * t
+
+
+def nvfp4_speedup(gpu: GPUSpec) -> float:
+    """NVFP4 GEMMs' speed-up over the GPU's FP8 GEMMs: its dense FP4:FP8 tensor-core peak ratio (2 on
+    B200 and GB200, 3 on GB300; the GPU files' ``peak_tflops``), i.e. NVFP4 kernels reach the same
+    fraction of their peak as FP8 kernels of theirs, with the quantization priced apart
+    (:data:`NVFP4_CAST_BYTES`).
+
+    Evidence, both ways. The published NVFP4 runs (Megatron-Bridge 26.04.01 and 26.06 tables, six
+    Llama 3 70B / 3.1 405B rows on GB200 and GB300) are predicted within 7% with this ratio
+    (docs/calibration.md, "NVFP4"); the choice between this form and the kernel measurement below was
+    made on them, so they are not held out for it. Transformer Engine's GEMM profiling tutorial
+    (NVIDIA/TransformerEngine ``docs/examples/gemm_profiling/gemm_profiling.rst``, "Autocast vs
+    Pre-quantized", B300 SXM6, the 12 GEMMs of a layer of hidden 4,096 and MLP 16,384 over 15,872
+    tokens, pre-quantized) measured 1.81x over FP8 current scaling and 1.90x over MXFP8, short of
+    the B300's 3:1; with that ratio the GB300 rows are 14-16% too slow while the GB200 rows move
+    by under 3%."""
+    return gpu.peak("fp4") / gpu.peak("fp8")
 
 
 FP8_CAST_BYTES = 4.0
@@ -140,6 +161,28 @@ def fp8_cast_bytes(recipe: str, behind_norm: bool = False) -> float:
     return FP8_CAST_BYTES + 2 * BLOCK_SCALE_BYTES[recipe]
 
 
+NVFP4_COPY_BYTES = 0.5 + 1.0 / 16
+"""HBM bytes per element of one NVFP4 copy: an E2M1 value (half a byte) and its share of the E4M3
+scale of each 16-element block (TE user guide, "NVFP4": "16-element blocks", "E4M3 scaling factor"
+per block and one FP32 scale per tensor; NVIDIA, arXiv:2509.25149, Sec. 2)."""
+
+NVFP4_CAST_BYTES = AMAX_READ_BYTES + 2.0 + 2 * NVFP4_COPY_BYTES
+"""HBM bytes per element of quantizing one 16-bit GEMM operand to NVFP4: a read for the per-tensor
+amax the FP32 global scale needs (TE's GEMM tutorial names "the extra memory pass for per-tensor
+amax computation" among NVFP4's costs), the read of the cast, and two copies written: row-wise for
+the forward or input-gradient GEMM and column-wise, after a 16-point random Hadamard transform, for
+the weight gradient (TE's ``NVFP4BlockScaling``: RHT on the weight-gradient GEMM's inputs, fused
+into the cast kernel; the Hadamard's 16 multiply-adds per element stay far below the GPU's
+memory-bound rate). 5.125 bytes; the norm before a linear is not fused with it, as for MXFP8."""
+
+
+def quantize_bytes(precision: str, recipe: str, behind_norm: bool = False) -> float:
+    """HBM bytes per element of quantizing one 16-bit GEMM operand under a quantized ``precision``
+    (:data:`planner.inputs.job_spec.QUANTIZED_PRECISIONS`): :func:`fp8_cast_bytes` of the FP8
+    ``recipe``, or :data:`NVFP4_CAST_BYTES`."""
+    return NVFP4_CAST_BYTES if precision == "nvfp4" else fp8_cast_bytes(recipe, behind_norm)
+
+
 def fp8_cast_s(elements: float, gpu: GPUSpec, bytes_per_element: float) -> float:
     """Time of quantizing ``elements`` 16-bit values to FP8 (``bytes_per_element``:
     :func:`fp8_cast_bytes`)."""
@@ -185,11 +228,11 @@ def linear_s(
         gemm_s(tokens, k_in, n_out, gpu, precision, count),
         gemm_s(k_in, n_out, tokens, gpu, precision, count),
     )
-    if precision != "fp8":
+    if precision not in QUANTIZED_PRECISIONS:
         return times
     return times + LinearTimes(
-        fp8_cast_s(count * tokens * k_in, gpu, fp8_cast_bytes(recipe, behind_norm)),
-        fp8_cast_s(count * tokens * n_out, gpu, fp8_cast_bytes(recipe)),
+        fp8_cast_s(count * tokens * k_in, gpu, quantize_bytes(precision, recipe, behind_norm)),
+        fp8_cast_s(count * tokens * n_out, gpu, quantize_bytes(precision, recipe)),
     )
 
 
@@ -235,7 +278,7 @@ def batched_gemm_s(
     if flop <= 0:
         return 0.0
     peak = gpu.peak(COMPUTE_DTYPE[precision])
-    prec = "bf16" if precision == "fp8" else precision
+    prec = "bf16" if precision in QUANTIZED_PRECISIONS else precision
     t = flop / (peak * gemm_efficiency(flop, gpu) * gemm_quantization(m, n, k, gpu, prec, count))
     return max(t, memory_bound_s(num_bytes, gpu))
 

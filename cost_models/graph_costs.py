@@ -34,11 +34,12 @@ from cost_models.attention import core_attention_s
 from cost_models.compute import (
     COMPUTE_DTYPE,
     attention_s,
-    fp8_cast_bytes,
     fp8_cast_s,
     gemm_efficiency,
     gemm_s,
     memory_bound_s,
+    nvfp4_speedup,
+    quantize_bytes,
 )
 from cost_models.data_parallel import dp_sync, unfused_accumulation_applies, unfused_accumulation_bytes
 from cost_models.estimate import Estimate, StageEstimate, table_for
@@ -49,7 +50,7 @@ from cost_models.tensors import ACT_BYTES, p2p_activation_bytes, tp_collectives_
 from planner.inputs.cluster_spec import ClusterSpec, NodeGroup
 from planner.inputs.errors import ConfigError
 from planner.inputs.graph_spec import Block, GraphModelSpec, cross_attention_params
-from planner.inputs.job_spec import JobSpec
+from planner.inputs.job_spec import QUANTIZED_PRECISIONS, JobSpec
 
 
 def block_order(g: GraphModelSpec) -> list[int]:
@@ -147,8 +148,8 @@ def _cross_attention(
     # FP8: the three projections' inputs forward and output gradients backward are quantized, as
     # cost_models.compute.linear_s charges a chain layer's linears
     cast_fwd = cast_bwd = 0.0
-    if prec == "fp8":
-        per_element = fp8_cast_bytes(job.fp8_recipe)
+    if prec in QUANTIZED_PRECISIONS:
+        per_element = quantize_bytes(prec, job.fp8_recipe)
         cast_fwd = fp8_cast_s(T * h + T_enc * h_enc + T * q / t, gpu, per_element)
         cast_bwd = fp8_cast_s(T * q / t + T_enc * 2 * kv_local + T * h, gpu, per_element)
     attn, attn_bwd = core_attention_s(attention_s(4 * T * s_enc * q / t, gpu, prec, s_enc), job, gpu)
@@ -178,8 +179,10 @@ def _generic(block: Block, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> 
     flop = block.forward_flop_per_sample * b / t
     peak = gpu.peak(COMPUTE_DTYPE[job.precision])
     fwd = flop / (peak * gemm_efficiency(flop, gpu)) if flop > 0 else 0.0
-    if job.precision == "fp8":
+    if job.precision in QUANTIZED_PRECISIONS:
         fwd /= gpu.efficiency.fp8_gemm_speedup
+    if job.precision == "nvfp4":
+        fwd /= nvfp4_speedup(gpu)
     out = block.output_bytes_per_sample * b
     tp = comm.all_reduce_s(out, t, comm.link_for(group(c, "tp"), node)) if t > 1 else 0.0
     act = block.activation_bytes_per_sample * b / t

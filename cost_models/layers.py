@@ -42,7 +42,7 @@ from cost_models.flops import (
 from cost_models.parallel import DEFAULT_RECOMPUTE_MODULES, ParallelConfig, group
 from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tokens_per_gpu, tp_collectives_s
 from planner.inputs.cluster_spec import NodeGroup, compute_capability_major
-from planner.inputs.job_spec import JobSpec
+from planner.inputs.job_spec import QUANTIZED_PRECISIONS, JobSpec
 from planner.inputs.model_spec import ModelSpec
 
 __all__ = [
@@ -594,7 +594,7 @@ def _output(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) 
     T, h, t, V = tokens_per_gpu(job, c), model.hidden_size, c.tp, model.vocab_size
     sp_div = t if c.sp else 1
     # The output GEMM stays in 16-bit under Transformer Engine's FP8 recipes.
-    logits = linear_s(T, V / t, h, gpu, "bf16" if prec == "fp8" else prec)
+    logits = linear_s(T, V / t, h, gpu, "bf16" if prec in QUANTIZED_PRECISIONS else prec)
     # Cross-entropy over fp32 logits: ~3 passes (max, exp-sum, gradient) over T x V/t floats.
     ce = memory_bound_s(3 * T * V / t * 4, gpu)
     norm = memory_bound_s(2 * T * h * ACT_BYTES / sp_div, gpu)

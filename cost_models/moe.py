@@ -33,16 +33,16 @@ from cost_models import communication as comm
 from cost_models.compute import (
     ELEMENT_BYTES,
     LinearTimes,
-    fp8_cast_bytes,
     fp8_cast_s,
     gemm_s,
     linear_s,
     memory_bound_s,
+    quantize_bytes,
 )
 from cost_models.parallel import ParallelConfig, group
 from cost_models.tensors import gemm_input_bytes
 from planner.inputs.cluster_spec import GPUSpec, NodeGroup
-from planner.inputs.job_spec import JobSpec
+from planner.inputs.job_spec import QUANTIZED_PRECISIONS, JobSpec
 from planner.inputs.model_spec import ModelSpec
 
 GROUPED_GEMM_TILE_ROWS = 128
@@ -151,10 +151,10 @@ def grouped_linear_s(
         gemm_s(k_in, n_out * local_experts, rows, gpu, precision),
     )
     times = LinearTimes(*(max(t / g, b / stream) for t, b in zip(flops, traffic, strict=True)))
-    if precision != "fp8":
+    if precision not in QUANTIZED_PRECISIONS:
         return times
     # every expert's input and output gradient quantized (TE GroupedLinear, multi-tensor cast)
-    per_element = fp8_cast_bytes(recipe)
+    per_element = quantize_bytes(precision, recipe)
     return times + LinearTimes(
         fp8_cast_s(m * k_in, gpu, per_element), fp8_cast_s(m * n_out, gpu, per_element)
     )

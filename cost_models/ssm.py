@@ -31,7 +31,7 @@ from cost_models.compute import LinearTimes, batched_gemm_s, linear_s, memory_bo
 from cost_models.parallel import ParallelConfig, group
 from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tokens_per_gpu, tp_collectives_s
 from planner.inputs.cluster_spec import GPUSpec, NodeGroup
-from planner.inputs.job_spec import JobSpec
+from planner.inputs.job_spec import QUANTIZED_PRECISIONS, JobSpec
 from planner.inputs.model_spec import ModelSpec
 
 FP32_BYTES = 4
@@ -46,8 +46,9 @@ gradient products ``dA = dY B^T`` and ``dB = A^T dY`` of its FLOPs (the conventi
 
 
 def _scan_bf16(job: JobSpec) -> str:
-    """The scans run in 16 bits under FP8 recipes (Transformer Engine quantizes the linear layers only)."""
-    return "bf16" if job.precision == "fp8" else job.precision
+    """The scans run in 16 bits under FP8 and NVFP4 recipes (Transformer Engine quantizes the linear
+    layers only)."""
+    return "bf16" if job.precision in QUANTIZED_PRECISIONS else job.precision
 
 
 def ssd_scan_s(

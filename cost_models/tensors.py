@@ -6,6 +6,7 @@ and the tensor-parallel collectives of a hidden-state tensor (:mod:`cost_models.
 from __future__ import annotations
 
 from cost_models import communication as comm
+from cost_models.compute import NVFP4_COPY_BYTES
 from cost_models.parallel import ParallelConfig, group
 from planner.inputs.cluster_spec import NodeGroup
 from planner.inputs.job_spec import JobSpec
@@ -15,13 +16,15 @@ ACT_BYTES = 2
 """Bytes per activation element (16-bit activations, also under FP8 recipes)."""
 
 
-def gemm_input_bytes(job: JobSpec) -> int:
+def gemm_input_bytes(job: JobSpec) -> float:
     """Bytes per element of the input a linear layer keeps for its weight gradient: under FP8
     recipes Transformer Engine keeps the quantized input (one byte; ``_Linear.forward``,
     ``transformer_engine/pytorch/module/linear.py``: "Cached input tensor", ``saved_inputmat =
     inputmat`` after the FP8 cast, only the column-wise data the wgrad GEMM reads), else the
-    16-bit input itself. Core attention's tensors and the activation function's input stay 16-bit."""
-    return 1 if job.precision == "fp8" else ACT_BYTES
+    16-bit input itself; under NVFP4 the column-wise NVFP4 copy, an E2M1 value and its block scale's
+    share (0.5625 bytes, :data:`cost_models.compute.NVFP4_COPY_BYTES`). Core attention's tensors and
+    the activation function's input stay 16-bit."""
+    return {"fp8": 1.0, "nvfp4": NVFP4_COPY_BYTES}.get(job.precision, ACT_BYTES)
 
 
 def tokens_per_gpu(job: JobSpec, c: ParallelConfig) -> float:

@@ -236,8 +236,11 @@ def _case(run: dict) -> Case:
 
 
 def _precision_of(prec_text: str) -> str:
-    """The training precision named by a run's ``parallel.precision`` text (lower case): fp8 where
-    it names fp8 / float8, fp16 where it names fp16 and not bf16, else bf16."""
+    """The training precision named by a run's ``parallel.precision`` text (lower case): nvfp4 where
+    it names nvfp4, fp8 where it names fp8 / float8, fp16 where it names fp16 and not bf16, else
+    bf16."""
+    if "nvfp4" in prec_text:
+        return "nvfp4"
     if "fp8" in prec_text or "float8" in prec_text:
         return "fp8"
     return "fp16" if "fp16" in prec_text and "bf16" not in prec_text else "bf16"
@@ -277,6 +280,8 @@ def _job_of(run: dict, model: ModelSpec, notes: list[str]) -> JobSpec:
     if state_dtype != "fp32":
         notes.append(f"Adam moments in {state_dtype} (recipe)")
     unfused = unfused_accumulation(run, precision, notes)
+    if par.get("overlap_param_gather") is False:
+        notes.append("parameter all-gather not overlapped (recipe)")
     if not overlap_reduce:
         notes.append("gradient reduction after the last backward (not overlapped)")
     return make_job(
@@ -286,7 +291,7 @@ def _job_of(run: dict, model: ModelSpec, notes: list[str]) -> JobSpec:
         fp8_recipe=fp8_recipe_of(run, prec_text, notes),
         tp_comm_overlap=tp_overlap,
         overlap_grad_reduce=overlap_reduce,
-        overlap_param_gather=overlap_reduce,
+        overlap_param_gather=overlap_reduce and par.get("overlap_param_gather") is not False,
         grad_dtype=grad_dtype,
         optimizer_state_dtype=state_dtype,
         gradient_accumulation_fusion=not unfused,

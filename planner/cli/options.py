@@ -50,7 +50,12 @@ SeqOpt = Annotated[
     int, typer.Option("--seq-len", "-s", help="Tokens per sequence.", rich_help_panel=PANEL_INPUTS)
 ]
 PrecisionOpt = Annotated[
-    str, typer.Option("--precision", help="bf16, fp16 or fp8.", rich_help_panel=PANEL_INPUTS)
+    str,
+    typer.Option(
+        "--precision",
+        help="bf16, fp16, fp8 or nvfp4 (NVFP4 GEMMs; Blackwell GPUs).",
+        rich_help_panel=PANEL_INPUTS,
+    ),
 ]
 ModelOptional = Annotated[
     str | None,

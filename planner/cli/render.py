@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cost_models.schedules import KIND_NAMES, Timeline
+from planner.inputs.job_spec import QUANTIZED_PRECISIONS
 from planner.inputs.jobs import default_grad_dtype
 
 GIB = 1024**3
@@ -76,7 +77,7 @@ def kv_table(title: str, data: dict) -> Table:
 
 def hardware_tables(gpus: list[dict], templates: list[dict]) -> list[Table]:
     g = Table(title="GPU types")
-    precisions = ("bf16", "fp16", "fp8")
+    precisions = ("bf16", "fp16", "fp8", "fp4")
     for col in ("name", "memory GiB", *(f"{p} TFLOP/s" for p in precisions), "HBM GB/s"):
         g.add_column(col, justify="left" if col == "name" else "right")
     for r in gpus:
@@ -141,10 +142,11 @@ def software_table(rows: list[dict], title: str = "Software profiles") -> Table:
 
 
 def _mfu_basis(d: dict) -> str:
-    """What an FP8 job's MFU is a fraction of, for its labels: MFU and HFU are over the dense
-    16-bit peak for every precision (``cost_models.estimate.Estimate.mfu``, the convention of
-    Megatron-LM's and NeMo's throughput logs), so an FP8 run's can pass 100%; '' otherwise."""
-    return " (of dense BF16 peak)" if (d.get("job") or {}).get("precision") == "fp8" else ""
+    """What an FP8 or NVFP4 job's MFU is a fraction of, for its labels: MFU and HFU are over the
+    dense 16-bit peak for every precision (``cost_models.estimate.Estimate.mfu``, the convention of
+    Megatron-LM's and NeMo's throughput logs), so such a run's can pass 100%; '' otherwise."""
+    quantized = (d.get("job") or {}).get("precision") in QUANTIZED_PRECISIONS
+    return " (of dense BF16 peak)" if quantized else ""
 
 
 def _plausibility_text(p: dict | None) -> str:

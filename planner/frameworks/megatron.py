@@ -91,7 +91,8 @@ MEGATRON = MegatronFramework(
         expert_parallel=True,
         uneven_layers=True,
         uneven_interleaved=True,
-        precisions=("bf16", "fp16", "fp8"),
+        # NVFP4: --fp4-format e2m1 --fp4-recipe nvfp4 (TransformerConfig.fp4 / fp4_recipe, run with --bf16).
+        precisions=("bf16", "fp16", "fp8", "nvfp4"),
         heterogeneous_gpus=True,
         # --tp-comm-overlap (arguments.py; Transformer Engine userbuffers, with --sequence-parallel).
         tp_comm_overlap=True,
@@ -110,6 +111,8 @@ MEGATRON = MegatronFramework(
             ("bf16", "bf16"),
             ("fp8", "fp32"),
             ("fp8", "bf16"),
+            ("nvfp4", "fp32"),
+            ("nvfp4", "bf16"),
         ),
         # --use-precision-aware-optimizer with --main-params-dtype {fp32,fp16} and --exp-avg-dtype /
         # --exp-avg-sq-dtype {fp32,fp16,bf16} (arguments.py; fp8 moments are not priced); without it

@@ -9,7 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PRECISIONS = ("bf16", "fp16", "fp8")
+PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4")
+QUANTIZED_PRECISIONS = ("fp8", "nvfp4")
+"""Precisions whose linear layers run quantized GEMMs behind Transformer Engine (BF16 elsewhere:
+core attention, the output layer's logits, norms): FP8 (``--fp8-format``) and NVFP4
+(``--fp4-format e2m1 --fp4-recipe nvfp4``, Megatron-Core ``TransformerConfig.fp4`` /
+``fp4_recipe``; Transformer Engine ``NVFP4BlockScaling``: E2M1 values with one E4M3 scale per 16
+and an FP32 scale per tensor, random Hadamard transforms on the weight-gradient GEMM's inputs,
+stochastic rounding of gradients, 2D 16x16 scaling of weights; NVIDIA, "Pretraining Large
+Language Models with NVFP4", arXiv:2509.25149, Sec. 4)."""
+NVFP4_MIN_COMPUTE_CAPABILITY = 10
+"""NVFP4 GEMMs run on Blackwell (SM 10.0) and later only (Transformer Engine user guide, "NVFP4":
+FP4 tensor cores of the Blackwell architecture; Megatron-Bridge's NVFP4 recipes are for B200,
+GB200, B300 and GB300)."""
 DTYPES = ("fp32", "bf16", "fp16")
 ATTENTION_IMPLS = ("fused", "unfused", "flash2")
 """How core attention runs (:attr:`JobSpec.attention_impl`)."""
@@ -57,8 +69,9 @@ FROZEN_WEIGHT_DTYPES = ("bf16", "fp8")
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 """Bytes per element of each dtype."""
 
-COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}
-"""Peak used as the base for each job precision (FP8 is BF16 peak times the calibrated FP8 speed-up)."""
+COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16", "nvfp4": "bf16"}
+"""Peak used as the base for each job precision (FP8 is BF16 peak times the calibrated FP8 speed-up,
+NVFP4 that times the NVFP4-over-FP8 kernel speed-up, cost_models.compute.nvfp4_speedup)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -70,7 +83,8 @@ class JobSpec:
     seq_length: int
     """Tokens per sequence."""
     precision: str = "bf16"
-    """Compute precision of GEMMs: bf16, fp16, or fp8 (FP8 GEMMs, BF16 elsewhere)."""
+    """Compute precision of GEMMs: bf16, fp16, fp8 or nvfp4 (:data:`QUANTIZED_PRECISIONS`: FP8 or
+    NVFP4 GEMMs in the linear layers, BF16 elsewhere)."""
     fp8_recipe: str = "tensorwise"
     """How FP8 tensors are scaled (:data:`FP8_RECIPES`; only read when ``precision`` is fp8):
     ``tensorwise`` (per-tensor current scaling, the default: the recipe both Megatron-Core and

@@ -122,6 +122,7 @@ LIMITS: dict[str, tuple[float, str]] = {
     "bf16": (1e5, "TFLOP/s: the fastest GPUs are about 2.5-5 PFLOP/s dense"),
     "fp16": (1e9, "as bf16"),
     "fp8": (1e9, "as bf16"),
+    "fp4": (1e9, "as bf16"),
     "tf32": (1e9, "as bf16"),
     # Parallel configuration: each degree is at most a world size.
     **{
@@ -199,6 +200,7 @@ MINIMA: dict[str, tuple[float, str]] = {
     "bf16": (0.1, "TFLOP/s: a Jetson Nano (2019) reaches 0.47 TFLOP/s FP16; datacenter GPUs 100-5,000"),
     "fp16": (0.1, "as bf16"),
     "fp8": (0.1, "as bf16"),
+    "fp4": (0.1, "as bf16"),
     "tf32": (0.1, "as bf16"),
     "hbm_bandwidth_gb_per_s": (10.0, "a Jetson Nano's LPDDR4 carries 25.6 GB/s; HBM 0.9-8 TB/s"),
     "gemm_stream_gb_per_s": (10.0, "as hbm_bandwidth_gb_per_s"),
@@ -419,7 +421,8 @@ def json_text(data: Any, **kwargs: Any) -> str:
 
 def require_precision(cluster: Any, job: Any, where: str) -> None:
     """Every GPU of ``cluster`` has a tensor-core peak for the job's precision (a V100 has no bf16)
-    and runs its FP8 recipe (MXFP8 from Blackwell on: :data:`planner.inputs.job_spec.MXFP8_MIN_COMPUTE_CAPABILITY`)."""
+    and runs its FP8 recipe (MXFP8 from Blackwell on: :data:`planner.inputs.job_spec.MXFP8_MIN_COMPUTE_CAPABILITY`)
+    or NVFP4 (a GPU file with an ``fp4`` peak: :data:`planner.inputs.job_spec.NVFP4_MIN_COMPUTE_CAPABILITY`)."""
     from planner.inputs.cluster_spec import compute_capability_major
     from planner.inputs.job_spec import COMPUTE_DTYPE, MXFP8_MIN_COMPUTE_CAPABILITY
 
@@ -439,6 +442,11 @@ def require_precision(cluster: Any, job: Any, where: str) -> None:
             raise SpecError(
                 f"{where}: fp8_recipe mxfp8: GPU {g.gpu.name} has no MXFP8 (it runs on Blackwell, compute "
                 "capability 10.0, and later); use tensorwise, delayed or blockwise"
+            )
+        if job.precision == "nvfp4" and not g.gpu.supports("fp4"):
+            raise SpecError(
+                f"{where}: GPU {g.gpu.name} has no FP4 tensor cores for --precision nvfp4 (NVFP4 runs on "
+                "Blackwell and later: B200, GB200, B300, GB300); use fp8 or bf16"
             )
 
 

@@ -42,7 +42,7 @@ def _gpu_from_mapping(data: dict, where: str) -> GPUSpec:
     r = Reader(data, where)
     check_header(r, "gpu")
     peaks_r = r.sub("peak_tflops")
-    peaks = tuple((k, peaks_r.get(k, float, 0.0) * 1e12) for k in ("bf16", "fp16", "fp8", "tf32"))
+    peaks = tuple((k, peaks_r.get(k, float, 0.0) * 1e12) for k in ("bf16", "fp16", "fp8", "fp4", "tf32"))
     peaks_r.done()
     e = r.sub("efficiency")
     eff = EfficiencySpec(

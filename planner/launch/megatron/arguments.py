@@ -156,6 +156,8 @@ MODELLED = {
     "--fp16",
     "--fp8-format",
     "--fp8-recipe",
+    "--fp4-format",
+    "--fp4-recipe",
     "--accumulate-allreduce-grads-in-fp32",
     "--grad-reduce-in-bf16",
     "--use-precision-aware-optimizer",

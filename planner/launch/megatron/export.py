@@ -263,7 +263,7 @@ def parallel_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
         # validate_args: --tp-comm-overlap only with sequence parallelism.
         args.append(("--tp-comm-overlap", None))
     args += cuda_graph_args(job.cuda_graph_scope)
-    args.append(("--bf16" if job.precision in ("bf16", "fp8") else "--fp16", None))
+    args.append(("--fp16" if job.precision == "fp16" else "--bf16", None))
     # Gradient reduction dtype where it differs from validate_args' default (fp16 grads for
     # --fp16, fp32 for --bf16; planner.inputs.jobs.default_grad_dtype). The capabilities leave one
     # alternative per precision: fp32 for fp16 training, bf16 otherwise.
@@ -272,6 +272,10 @@ def parallel_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
         args.append((flag, None))
     if job.precision == "fp8":
         args += [("--fp8-format", FP8_FORMAT[job.fp8_recipe]), ("--fp8-recipe", job.fp8_recipe)]
+    if job.precision == "nvfp4":
+        # TransformerConfig.fp4 ('e2m1', the only format) and fp4_recipe ('nvfp4', its default),
+        # run with --bf16 as Megatron-Bridge's bf16_with_nvfp4_mixed recipe does.
+        args += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
     args += optimizer_dtype_args(job)
     return args
 

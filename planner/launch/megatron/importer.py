@@ -85,6 +85,23 @@ def _fp8_recipe(flags: dict, at) -> str:
     return recipe
 
 
+def _fp4_precision(flags: dict, at) -> str:
+    """``nvfp4`` for ``--fp4-format e2m1`` with ``--fp4-recipe nvfp4`` (its default,
+    TransformerConfig.fp4_recipe), '' without ``--fp4-format``; a ``custom`` recipe (a user quantizer
+    factory) or another format has no price."""
+    fmt = flags.get("--fp4-format")
+    if not fmt:
+        return ""
+    recipe = flags.get("--fp4-recipe") or "nvfp4"
+    if fmt != "e2m1" or recipe != "nvfp4":
+        bad = "--fp4-format" if fmt != "e2m1" else "--fp4-recipe"
+        raise SpecError(
+            f"{at(bad)}: --fp4-format {fmt} --fp4-recipe {recipe}: planner prices FP4 as NVFP4 "
+            "(--fp4-format e2m1 --fp4-recipe nvfp4)"
+        )
+    return "nvfp4"
+
+
 def _cuda_graphs(flags: dict, at) -> tuple[str, ...]:
     """What CUDA graphs capture (JobSpec.cuda_graph_scope) from megatron-core 0.19.2's
     ``--cuda-graph-impl {none,local,transformer_engine,full_iteration}`` and
@@ -447,7 +464,9 @@ def _job(args: Arguments, dp: int, sharding: str) -> JobSpec:
     gbs = args.num("--global-batch-size")
     if gbs is None:
         gbs = args.num("--micro-batch-size") * dp
-    precision = "fp8" if flags.get("--fp8-format") else ("fp16" if "--fp16" in flags else "bf16")
+    precision = _fp4_precision(flags, at) or (
+        "fp8" if flags.get("--fp8-format") else ("fp16" if "--fp16" in flags else "bf16")
+    )
     master_dtype, state_dtype = _optimizer_dtypes(flags, at)
     return JobSpec(
         global_batch_size=gbs,
