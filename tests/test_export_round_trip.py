@@ -74,10 +74,6 @@ REFUSED_BY_MEGATRON = {
     "llama4-maverick": "has no chunked attention",
     "llama4-scout": "has no chunked attention",
     "opt-175b": "has no plain ReLU MLP flag",
-    "nemotron-h-8b": "hybrid",
-    "nemotron-h-47b": "hybrid",
-    "nemotron-h-56b": "hybrid",
-    "qwen3-next-80b-a3b": "gated DeltaNet",
 }
 """Presets planner search under --framework megatron refuses (exit 3) with the reason named: the
 export has no flags for them (Megatron-LM's framework capabilities, planner/frameworks/megatron.py).

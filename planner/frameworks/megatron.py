@@ -25,12 +25,20 @@
 * Mixed GPU types: Megatron places ranks in launch order; planner exports a Slurm heterogeneous job
   whose components are the plan's node groups in pipeline order.
 * Models it has no flags for (:func:`model_reasons`): chunked attention (Llama 4's
-  ``attention_chunk_size``; ``--window-size`` is a sliding window only) and a plain ReLU MLP
-  (``--squared-relu``, ``--swiglu`` and GeLU only); and models planner prices but does not export
-  yet: hybrid layer patterns (Mamba-2 / gated DeltaNet / MLP layers, ``pretrain_hybrid.py
-  --hybrid-layer-pattern``, megatron/core/models/hybrid/) and gated DeltaNet in a GPT
-  (``--experimental-attention-variant gated_delta_net``). The search leaves such models out under
+  ``attention_chunk_size``; ``--window-size`` is a sliding window only), a plain ReLU MLP
+  (``--squared-relu``, ``--swiglu`` and GeLU only), and Mamba-2 mixers of another convolution width
+  or scan chunk than ``MambaMixer``'s fixed ones. The search leaves such models out under
   ``--framework megatron`` with the reason, so it never returns a plan its export refuses.
+* Hybrid layer patterns (Mamba-2 / gated DeltaNet / attention / MLP / MoE layers) run in
+  ``pretrain_hybrid.py --hybrid-layer-pattern`` (megatron/core/models/hybrid/), gated DeltaNet in a
+  GPT with ``--experimental-attention-variant gated_delta_net`` (planner.launch.megatron.hybrid).
+  Their parallel forms (megatron-core 0.19.2): tensor parallelism over Mamba heads and groups
+  (``MambaMixer``) and gated DeltaNet heads (``TransformerConfig``: key and value heads divisible by
+  tp x cp), context parallelism over heads (``MambaContextParallel``), expert parallelism for the
+  ``E`` layers, any pipeline split and virtual stages as ``|`` segments of the pattern; those
+  divisibility rules hold for every framework (cost_models.parallel). What Megatron-Core adds for
+  hybrid stacks is :func:`hybrid_reasons`: no activation offloading, and FP8's width rule on the
+  Mamba input projection.
 """
 
 from dataclasses import dataclass
@@ -40,6 +48,10 @@ from planner.frameworks.base import Capabilities, Framework
 from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.model_spec import ModelSpec
+
+MAMBA_FIXED = {"mamba_conv_kernel": 4, "mamba_chunk_size": 128}
+"""``MambaMixer``'s ``d_conv`` and ``chunk_size`` (megatron/core/ssm/mamba_mixer.py ``__init__``
+defaults), which no flag and no field of the hybrid layer spec changes."""
 
 
 def model_reasons(who: str, model: ModelSpec) -> list[str]:
@@ -52,27 +64,56 @@ def model_reasons(who: str, model: ModelSpec) -> list[str]:
         )
     if getattr(model, "activation", "") == "relu":
         out.append(f"{who} has no plain ReLU MLP flag (GeLU, --swiglu, --squared-relu)")
-    if getattr(model, "hybrid_layer_pattern", ""):
+    if "M" in getattr(model, "hybrid_layer_pattern", ""):
+        out += [
+            f"{who} builds Mamba-2 mixers with {key} {fixed} (MambaMixer; no flag changes it), "
+            f"not {getattr(model, key)}"
+            for key, fixed in MAMBA_FIXED.items()
+            if getattr(model, key) != fixed
+        ]
+    return out
+
+
+def hybrid_reasons(who: str, model: ModelSpec, job: JobSpec, c: ParallelConfig) -> list[str]:
+    """What Megatron-Core refuses or does not do for a hybrid layer pattern beyond the shared rules:
+
+    * activation offloading: ``HybridStack`` (megatron/core/models/hybrid/hybrid_block.py) builds no
+      CPU-offload context, which ``TransformerBlock`` does (transformer_block.py
+      ``get_cpu_offload_context``), so ``--cpu-offloading-num-layers`` offloads nothing there;
+    * FP8: ``MambaMixer`` asserts the input projection's width ``2 d_inner + 2 G N + H`` is a
+      multiple of 16 ("For FP8, the innermost dimension of the Mamba layer input projection output
+      tensor must be a multiple of 16")."""
+    if not getattr(model, "hybrid_layer_pattern", ""):
+        return []
+    out = []
+    if c.offload_layers:
         out.append(
-            f"{who}: planner's export writes pretrain_gpt.py arguments only; hybrid layer patterns "
-            "(Megatron's pretrain_hybrid.py --hybrid-layer-pattern) are priced but not exported yet"
+            f"{who} offloads no activations of hybrid layer patterns (HybridStack has no CPU offloading)"
         )
-    if getattr(model, "linear_attention_freq", 0):
-        out.append(
-            f"{who}: planner's export does not write gated DeltaNet layers yet (Megatron's "
-            "--experimental-attention-variant gated_delta_net --linear-attention-freq)"
-        )
+    if job.precision == "fp8" and "M" in model.hybrid_layer_pattern:
+        width = 2 * model.mamba_inner_size + 2 * model.mamba_num_groups * model.mamba_state_dim
+        width += model.mamba_num_heads
+        if width % 16:
+            out.append(
+                f"{who} trains Mamba-2 in FP8 only when the input projection's width (2 d_inner + 2 G N "
+                f"+ H = {width}) is a multiple of 16 (MambaMixer)"
+            )
     return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MegatronFramework(Framework):
-    """Megatron-LM: the shared capabilities plus the models it has no flags for."""
+    """Megatron-LM: the shared capabilities plus the models it has no flags for and its limits on
+    hybrid layer patterns."""
 
     def violations(
         self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig
     ) -> list[str]:
-        return [*Framework.violations(self, model, cluster, job, c), *model_reasons(self.title, model)]
+        return [
+            *Framework.violations(self, model, cluster, job, c),
+            *model_reasons(self.title, model),
+            *hybrid_reasons(self.title, model, job, c),
+        ]
 
 
 MEGATRON = MegatronFramework(

@@ -78,6 +78,13 @@ IGNORED = {
     "--recompute-method",
     "--no-overlap-p2p-communication",
     "--use-rotary-position-embeddings",
+    # examples/mamba/train.sh's: the dataset cache directory, the process-group backend, the
+    # dataloader's attention mask (the fused kernels build the causal mask themselves) and
+    # --use-mcore-models ("DEPRECATED ... Now ignored", arguments.py).
+    "--data-cache-path",
+    "--distributed-backend",
+    "--no-create-attention-mask-in-dataloader",
+    "--use-mcore-models",
 }
 """Accepted flags that change no planned cost (or that :mod:`.rules` reads by itself)."""
 
@@ -167,6 +174,22 @@ MODELLED = {
     "--exp-avg-sq-dtype",
     "--transformer-impl",
     "--attention-backend",
+    # Hybrid and gated DeltaNet layers (planner.launch.megatron.hybrid); --spec counts as read only
+    # when it is the hybrid layer spec.
+    "--hybrid-layer-pattern",
+    "--hybrid-override-pattern",
+    "--mamba-state-dim",
+    "--mamba-head-dim",
+    "--mamba-num-heads",
+    "--mamba-num-groups",
+    "--experimental-attention-variant",
+    "--linear-attention-freq",
+    "--linear-conv-kernel-dim",
+    "--linear-key-head-dim",
+    "--linear-value-head-dim",
+    "--linear-num-key-heads",
+    "--linear-num-value-heads",
+    "--attention-output-gate",
 }
 """Flags the import turns into model, job or configuration fields."""
 

@@ -1,5 +1,6 @@
-"""Megatron-LM export: ``pretrain_gpt.py`` arguments and launch scripts (torchrun, Slurm, Slurm
-heterogeneous job) for the pinned release (:data:`~planner.frameworks.megatron.MEGATRON`).
+"""Megatron-LM export: ``pretrain_gpt.py`` arguments (``pretrain_hybrid.py`` for hybrid layer
+patterns, :mod:`.hybrid`) and launch scripts (torchrun, Slurm, Slurm heterogeneous job) for the
+pinned release (:data:`~planner.frameworks.megatron.MEGATRON`).
 
 Every flag and rule was checked against the installed megatron-core 0.19.2
 ``megatron/training/arguments.py`` (``validate_args``) and
@@ -25,6 +26,7 @@ from planner.inputs.jobs import default_grad_dtype
 from planner.inputs.layer_pattern import pattern_text
 from planner.inputs.model_spec import ModelSpec
 from planner.inputs.validation import limit
+from planner.launch.megatron import hybrid
 from planner.launch.megatron.flags import ACCEPTED
 from planner.plans.plan_file import PlanInputs
 from planner.profiles.hardware import cluster_to_mapping
@@ -63,7 +65,11 @@ def partition_flags(c: ParallelConfig, model: ModelSpec) -> list[tuple[str, str 
     without virtual stages: first/last counts when every middle stage is equal and neither end is
     empty, else an explicit layout (an embedding-only first or loss-only last stage is ``E|`` /
     ``|L``). Uneven with virtual stages: always the layout (it fixes vpp itself; validate_args
-    forbids it beside ``--num-virtual-stages-per-pipeline-rank``)."""
+    forbids it beside ``--num-virtual-stages-per-pipeline-rank``). A hybrid model's stages are the
+    ``|`` segments of its pattern (:func:`.hybrid.pattern_args`), beside which validate_args refuses
+    all of these."""
+    if model.is_hybrid:
+        return []
     layers = c.layers_per_stage
     uneven = bool(layers) and len(set(layers)) > 1
     if not uneven:
@@ -107,8 +113,9 @@ def refuse_unlaunchable(inputs: PlanInputs) -> None:
 def model_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
     """Model shape, position embedding, vocabulary and MoE flags."""
     m, c, job = inputs.model, inputs.config, inputs.job
-    args: list[tuple[str, str | None]] = [
-        ("--num-layers", str(m.num_layers)),
+    # A hybrid model's layer count is its pattern's (validate_args derives --num-layers from it).
+    args = hybrid.pattern_args(m, c) if m.is_hybrid else [("--num-layers", str(m.num_layers))]
+    args += [
         ("--hidden-size", str(m.hidden_size)),
         ("--ffn-hidden-size", str(m.ffn_hidden_size)),
         ("--num-attention-heads", str(m.num_attention_heads)),
@@ -121,6 +128,7 @@ def model_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
         if m.num_query_groups != m.num_attention_heads:
             args += [("--group-query-attention", None), ("--num-query-groups", str(m.num_query_groups))]
     args += local_attention_args(m)
+    args += hybrid.mixer_args(m)
     if job.attention_impl == "unfused":
         args.append(("--attention-backend", "unfused"))
     if ACTIVATION_FLAGS.get(m.activation):
@@ -321,8 +329,8 @@ def cuda_graph_args(scope: tuple[str, ...]) -> list[tuple[str, str | None]]:
 
 
 def megatron_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
-    """The full ``pretrain_gpt.py`` argument list of a plan, as (flag, value or None); SpecError
-    when Megatron-LM cannot run it (:func:`refuse_unlaunchable`)."""
+    """The full ``pretrain_gpt.py`` (or ``pretrain_hybrid.py``) argument list of a plan, as (flag,
+    value or None); SpecError when Megatron-LM cannot run it (:func:`refuse_unlaunchable`)."""
     refuse_unlaunchable(inputs)
     return model_args(inputs) + parallel_args(inputs)
 
@@ -406,7 +414,7 @@ def benchmark_training_args(steps: int) -> str:
 
 
 PLACEHOLDERS = """# --- PLACEHOLDERS: replace before launching --------------------------------------------
-MEGATRON_PATH=${{MEGATRON_PATH:-/workspace/Megatron-LM}}   # a Megatron-LM checkout (pretrain_gpt.py)
+MEGATRON_PATH=${{MEGATRON_PATH:-/workspace/Megatron-LM}}   # a Megatron-LM checkout ({script})
 DATA_ARGS=(--mock-data)                                 # e.g. (--data-path /data/my_text_document --split 99,1,0)
 # NullTokenizer takes its vocabulary from --vocab-size above (the plan's {vocab}). With a real
 # tokenizer, e.g. (--tokenizer-type HuggingFaceTokenizer --tokenizer-model /path), its vocabulary
@@ -426,8 +434,15 @@ def _script_parts(inputs: PlanInputs, training_args: str = TRAINING_ARGS) -> tup
         env = f"export CUDA_DEVICE_MAX_CONNECTIONS={queues}\n"
     else:
         env = "unset CUDA_DEVICE_MAX_CONNECTIONS\n"
+    if inputs.model.is_hybrid:
+        env += "".join(f"export {name}={value}\n" for name, value in hybrid.TRITON_ENV)
     args = "\n".join(f"    {quoted(flag, value)}" for flag, value in megatron_args(inputs))
-    return env, PLACEHOLDERS.format(vocab=inputs.model.vocab_size, training=training_args), args
+    script = hybrid.training_script(inputs.model)
+    return (
+        env,
+        PLACEHOLDERS.format(vocab=inputs.model.vocab_size, training=training_args, script=script),
+        args,
+    )
 
 
 NODE_MAP_HEADER = "# Pipeline stages are placed in node-rank order; the plan needs:"
@@ -486,8 +501,9 @@ def torchrun_script(
 ) -> str:
     """A bash script that runs one torchrun per node (run it on every node with NODE_RANK set)."""
     env, placeholders, args = _script_parts(inputs, training_args)
+    script = hybrid.training_script(inputs.model)
     return f"""#!/bin/bash
-# Generated by planner: torchrun launch of Megatron-LM pretrain_gpt.py ({VERSION}).
+# Generated by planner: torchrun launch of Megatron-LM {script} ({VERSION}).
 # World size {gpus_per_node * nodes} = {nodes} nodes x {gpus_per_node} GPUs; run on every node with NODE_RANK=0..{nodes - 1}.
 {_node_map(inputs)}set -euo pipefail
 {env}
@@ -505,7 +521,7 @@ MODEL_AND_PARALLEL_ARGS=(
 )
 
 cd "$MEGATRON_PATH"
-torchrun "${{DISTRIBUTED_ARGS[@]}}" pretrain_gpt.py "${{MODEL_AND_PARALLEL_ARGS[@]}}" \\
+torchrun "${{DISTRIBUTED_ARGS[@]}}" {script} "${{MODEL_AND_PARALLEL_ARGS[@]}}" \\
     "${{TOKENIZER_ARGS[@]}}" "${{DATA_ARGS[@]}}" "${{TRAINING_ARGS[@]}}"
 """
 
@@ -516,7 +532,7 @@ torchrun "${{DISTRIBUTED_ARGS[@]}}" pretrain_gpt.py "${{MODEL_AND_PARALLEL_ARGS[
 _SRUN = """export MEGATRON_PATH GPUS_PER_NODE NUM_NODES MASTER_ADDR MASTER_PORT
 srun {het}--ntasks-per-node=1 bash -c 'cd "$MEGATRON_PATH" && exec torchrun --nproc-per-node "$GPUS_PER_NODE" \\
     --nnodes "$NUM_NODES" --node-rank "$SLURM_PROCID" --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" \\
-    pretrain_gpt.py "$@"' bash "${{MODEL_AND_PARALLEL_ARGS[@]}}" "${{TOKENIZER_ARGS[@]}}" "${{DATA_ARGS[@]}}" \\
+    {script} "$@"' bash "${{MODEL_AND_PARALLEL_ARGS[@]}}" "${{TOKENIZER_ARGS[@]}}" "${{DATA_ARGS[@]}}" \\
     "${{TRAINING_ARGS[@]}}"
 """
 
@@ -531,8 +547,9 @@ def slurm_script(
     if len(inputs.cluster.groups) > 1:
         return slurm_het_script(inputs, training_args)
     env, placeholders, args = _script_parts(inputs, training_args)
+    script = hybrid.training_script(inputs.model)
     return f"""#!/bin/bash
-# Generated by planner: Slurm launch of Megatron-LM pretrain_gpt.py ({VERSION}), one torchrun per node.
+# Generated by planner: Slurm launch of Megatron-LM {script} ({VERSION}), one torchrun per node.
 #SBATCH --job-name=planner-megatron
 #SBATCH --nodes={nodes}
 #SBATCH --ntasks-per-node=1
@@ -551,7 +568,7 @@ MODEL_AND_PARALLEL_ARGS=(
 {args}
 )
 
-{_SRUN.format(het="")}"""
+{_SRUN.format(het="", script=script)}"""
 
 
 def slurm_het_script(inputs: PlanInputs, training_args: str = TRAINING_ARGS) -> str:
@@ -564,6 +581,7 @@ def slurm_het_script(inputs: PlanInputs, training_args: str = TRAINING_ARGS) -> 
     env, placeholders, args = _script_parts(inputs, training_args)
     gpn = groups[0].gpus_per_node
     nodes = sum(g.num_nodes for g in groups)
+    script = hybrid.training_script(inputs.model)
     header, checks = [], []
     for i, g in enumerate(groups):
         if i:
@@ -578,7 +596,7 @@ def slurm_het_script(inputs: PlanInputs, training_args: str = TRAINING_ARGS) -> 
             f'echo "component {i} ({g.gpu.name}) needs {g.num_nodes} nodes" >&2; exit 1; fi'
         )
     return f"""#!/bin/bash
-# Generated by planner: Slurm heterogeneous job of Megatron-LM pretrain_gpt.py ({VERSION}), one torchrun per node.
+# Generated by planner: Slurm heterogeneous job of Megatron-LM {script} ({VERSION}), one torchrun per node.
 # Components in pipeline-stage order (https://slurm.schedmd.com/heterogeneous_jobs.html):
 {_node_map(inputs)}#SBATCH --job-name=planner-megatron
 {chr(10).join(header)}
@@ -595,7 +613,7 @@ MODEL_AND_PARALLEL_ARGS=(
 {args}
 )
 
-{_SRUN.format(het=f"--het-group=0-{len(groups) - 1} ")}"""
+{_SRUN.format(het=f"--het-group=0-{len(groups) - 1} ", script=script)}"""
 
 
 LAUNCHERS = ("torchrun", "slurm")

@@ -32,7 +32,9 @@ from planner.inputs.job_spec import DTYPES, FP8_RECIPES, MOE_DISPATCHERS, JobSpe
 from planner.inputs.jobs import cuda_graph_scope
 from planner.inputs.layer_pattern import PatternError, parse_pattern
 from planner.inputs.model_spec import SOFTMAX_TYPES, ModelSpec
+from planner.inputs.model_yaml import validate_model
 from planner.inputs.validation import check_number, limit
+from planner.launch.megatron import hybrid
 from planner.launch.megatron.arguments import Arguments, megatron_words, read_arguments
 from planner.launch.megatron.tokenizers import TABLE, known_vocabulary, padded_vocabulary
 
@@ -58,7 +60,8 @@ class Imported:
     env: dict = field(default_factory=dict)
     """Environment the script sets (``export NAME=v``; None for ``unset NAME``)."""
     is_script: bool = False
-    """Whether the source is a launch script (it runs pretrain_gpt.py), not an arguments file."""
+    """Whether the source is a launch script (it runs pretrain_gpt.py or pretrain_hybrid.py), not an
+    arguments file."""
     notes: tuple[str, ...] = ()
     """How something the launch does not state was found (the vocabulary from the tokenizer table)."""
 
@@ -203,6 +206,10 @@ def parse_megatron(
     args = read_arguments(words, where, strict=is_script)
     _require(args)
     model = _model(args, vocab_size)
+    if model.is_hybrid or model.linear_attention_freq:
+        # The pattern's E layers against --num-experts, Mamba heads over groups, the gated DeltaNet
+        # shape: ModelSpec's own checks, as for a model file.
+        validate_model(model, where)
     tp, pp, cp = (
         args.num("--tensor-model-parallel-size", 1),
         args.num("--pipeline-model-parallel-size", 1),
@@ -216,6 +223,8 @@ def parse_megatron(
     ep = args.num("--expert-model-parallel-size", 1)
     etp = args.num("--expert-tensor-parallel-size", 0) or tp  # Megatron's default is tp (arguments.py)
     instances, unknown = _optimizer_instances(args, sharding)
+    if hybrid.known_spec(args):
+        unknown = [w for w in unknown if w != "--spec"]
     config = ParallelConfig(
         tp=tp,
         pp=pp,
@@ -268,8 +277,11 @@ REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads", "--seq-len
 
 
 def _require(args: Arguments) -> None:
-    """Every flag of :data:`REQUIRED` is given with a value."""
+    """Every flag of :data:`REQUIRED` is given with a value (a hybrid launch's layers are its
+    pattern's, :func:`.hybrid.layer_count`)."""
     for req in REQUIRED:
+        if req == "--num-layers" and hybrid.given_pattern(args):
+            continue
         if args.flags.get(req) is None:
             raise SpecError(f"{args.where}: missing {req} (needed to plan; Megatron requires it too)")
 
@@ -296,7 +308,7 @@ def _model(args: Arguments, vocab_size: int | None = None) -> ModelSpec:
     rotary = num("--rotary-base", 10000)
     return ModelSpec(
         name=where,
-        num_layers=num("--num-layers"),
+        num_layers=hybrid.layer_count(args) or num("--num-layers"),
         hidden_size=h,
         ffn_hidden_size=num("--ffn-hidden-size", ffn_default),
         num_attention_heads=heads,
@@ -318,8 +330,9 @@ def _model(args: Arguments, vocab_size: int | None = None) -> ModelSpec:
         if experts
         else 0,
         moe_shared_expert_intermediate_size=num("--moe-shared-expert-intermediate-size", 0) if experts else 0,
-        **(_moe_layers(args, num("--num-layers")) if experts else {}),
+        **(_moe_layers(args, num("--num-layers")) if experts and not hybrid.given_pattern(args) else {}),
         **_local_attention(args),
+        **hybrid.model_fields(args),
         **_latent_attention(args),
         mtp_num_layers=num("--mtp-num-layers", 0) or 0,
     )
@@ -553,6 +566,9 @@ def _pipeline(args: Arguments, num_layers: int, pp: int) -> tuple[int, tuple[int
     messages naming the flags (megatron/training/arguments.py, "Uneven virtual pipeline
     parallelism"; TransformerConfig for first/last)."""
     flags, num, at = args.flags, args.num, args.at
+    staged = hybrid.pipeline(args, num_layers, pp)
+    if staged is not None:
+        return staged
     given = [
         f
         for f in (
