@@ -244,6 +244,7 @@ def check(
     import math
 
     from planner.inputs.errors import UsageError
+    from planner.inputs.validation import check_flag
     from planner.launch.check import check_file
     from planner.profiles.calibrated import read_profile
     from planner.profiles.hardware import load_cluster
@@ -252,6 +253,7 @@ def check(
     for flag, value in (("headroom-gib", headroom_gib), ("max-slowdown", max_slowdown or 0.0)):
         if not math.isfinite(value) or value < 0:
             raise UsageError(f"--{flag} must be a finite, non-negative number, got {value}")
+    check_flag(headroom_gib, "--headroom-gib", "headroom_gib", positive=False)  # <= 10,000 GiB, as search
     name = check_software(software) if software is not None else None
     prof = read_profile(profile) if profile is not None else None
     spec = None

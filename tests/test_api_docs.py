@@ -132,6 +132,8 @@ def test_library_usage_errors_name_the_flag():
         api.restrictions(headroom_gib=-1)
     with pytest.raises(UsageError, match="--headroom-gib must be a finite number"):
         api.restrictions(headroom_gib=float("nan"))
+    with pytest.raises(UsageError, match="--headroom-gib: 1000000.0 is above the largest allowed"):
+        api.check("tests/data/plan_v1.yaml", headroom_gib=1e6)
     problem = api.load_problem("llama3-8b", "dgx-h100", 1, 32, 2048)
     with pytest.raises(UsageError, match="--top must be at least 1"):
         api.search(problem, top_k=0)

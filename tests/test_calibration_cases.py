@@ -407,3 +407,25 @@ def test_records_that_follow_their_recipe_say_so(run_id, mbs, ga):
     assert "follows the recipe" in rec["source"]["recipe"]["notes"]
     case = _by_id()[run_id]
     assert case.config.micro_batch_size == mbs
+
+
+@pytest.mark.parametrize(
+    "section, key", [("model", "hidden_size"), ("model", "num_layers"), ("hardware", "total_gpus")]
+)
+def test_a_record_with_a_null_required_number_is_one_line_naming_the_key(tmp_path, section, key):
+    """The validation scripts' reader checks each record as ``planner calibrate`` does
+    (planner.calibration.record_checks): a null the case builder would compute with is named, not a
+    TypeError."""
+    import copy
+
+    import yaml
+
+    from planner.calibration.cases import DEFAULT_RUNS, cases
+    from planner.inputs.errors import SpecError
+
+    run = copy.deepcopy(yaml.safe_load(DEFAULT_RUNS.read_text())["runs"][0])
+    run[section][key] = None
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"schema_version": 1, "run_count": 1, "runs": [run]}))
+    with pytest.raises(SpecError, match=rf"runs\[0\] \(id '{run['id']}'\): key '{section}.{key}': required"):
+        cases(path)

@@ -265,6 +265,7 @@ def test_recorded_alternatives_are_shown(run_cli, tmp_path, plan):
             ["search", "-m", "gpt-1.7b", *SMALL_JOB, "--headroom-gib", "1e300"],
             "--headroom-gib: 1e+300 is above",
         ),
+        (["check", "{plan}", "--headroom-gib", "1e6"], "--headroom-gib: 1000000.0 is above"),
         (
             ["search", "-m", "gpt-1.7b", *SMALL_JOB, "--tokens", "1T", "--gpu-hour-price", "1e308"],
             "--gpu-hour-price: 1e+308 is above",

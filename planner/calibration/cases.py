@@ -19,6 +19,7 @@ from pathlib import Path
 
 from cost_models.estimate import Estimate, estimate
 from cost_models.parallel import RANK_ORDERS, ParallelConfig, account_for_split, canonical_modules, resolve
+from planner.calibration.record_checks import check_run_records
 from planner.calibration.run_records import (
     MEGATRON_RECOMPUTE_MODULES,
     attention_impl_of,
@@ -183,6 +184,7 @@ def _build_cases(path: Path) -> list[Case]:
     runs = read_document(Path(path)).get("runs")
     if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
         raise SpecError(f"{short_path(path)}: key 'runs': expected a list of runs, each a mapping")
+    check_run_records({"runs": runs}, short_path(path))
     out = []
     for i, run in enumerate(runs):
         try:

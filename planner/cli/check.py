@@ -23,6 +23,7 @@ from planner.cli.options import (
 )
 from planner.cli.root import app
 from planner.inputs.errors import UsageError
+from planner.inputs.validation import check_flag
 from planner.outputs import views
 
 
@@ -83,6 +84,7 @@ def check(
     _finite(headroom_gib=headroom_gib, max_slowdown=max_slowdown or 0.0)
     if headroom_gib < 0 or (max_slowdown is not None and max_slowdown < 0):
         raise UsageError("--headroom-gib and --max-slowdown must not be negative")
+    check_flag(headroom_gib, "--headroom-gib", "headroom_gib", positive=False)  # <= 10,000 GiB, as search
     variables = {}
     for item in set_vars or []:
         key, eq, value = item.partition("=")

@@ -47,7 +47,7 @@ from planner.inputs.documents import YAML_LOADER, read_document
 from planner.inputs.errors import PlannerError, SpecError
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.model_spec import ModelSpec
-from planner.inputs.validation import check_flag, check_number, limit, printable, read_text_capped, short_path
+from planner.inputs.validation import check_flag, limit, printable, read_text_capped, short_path
 from planner.profiles.hardware import cluster_template_names, load_cluster
 
 MB = 1024 * 1024
@@ -195,80 +195,11 @@ def _strip_ansi(text: str) -> str:
 # Runs YAML (schema of the calibration set)
 
 
-_RUN_NUMBERS = {
-    "model": (
-        ("num_layers", True),
-        ("hidden_size", True),
-        ("num_attention_heads", True),
-        ("ffn_hidden_size", False),
-        ("num_query_groups", False),
-        ("vocab_size", False),
-        ("seq_length", False),
-    ),
-    "hardware": (("total_gpus", True), ("gpus_per_node", False)),
-    "parallel": (
-        ("tp", False),
-        ("pp", False),
-        ("dp", False),
-        ("cp", False),
-        ("ep", False),
-        ("vpp", False),
-        ("micro_batch_size", False),
-        ("global_batch_size", False),
-    ),
-}
-"""The integer fields of a run record the case builder computes with (planner.calibration.cases):
-(key, required). Required ones must be given; the others may be null ("not published")."""
-
-_RUN_BOUNDS = {"total_gpus": "tp"}
-"""Keys bounded as another key of planner.inputs.validation.LIMITS (a GPU count as a degree)."""
-
-
-def check_run_records(doc: dict, where: str) -> None:
-    """Each record of a runs YAML has its sections as mappings and the integer fields the case
-    builder computes with (:data:`_RUN_NUMBERS`) as positive, bounded integers, required ones
-    given, with errors naming the run and the key: ``num_attention_heads: null`` was a
-    ``TypeError`` (``int // NoneType``) in the message before."""
-    runs = doc.get("runs")
-    if not isinstance(runs, list):
-        return  # planner.calibration.cases words a file without a runs list
-    for i, run in enumerate(runs):
-        if not isinstance(run, dict):
-            continue
-        label = f"{where}: runs[{i}] (id {printable(str(run.get('id', '?')))!r})"
-        if not isinstance(run.get("id"), str):
-            raise SpecError(f"{label}: key 'id': expected a string naming the run")
-        hw = run.get("hardware")
-        if isinstance(hw, dict) and not isinstance(hw.get("gpu"), str):
-            raise SpecError(f"{label}: key 'hardware.gpu': expected a GPU name, got {hw.get('gpu')!r}"[:300])
-        for section, fields in _RUN_NUMBERS.items():
-            if section not in run:
-                continue  # a missing section: planner.calibration.cases words it, as for the scripts
-            data = run.get(section)
-            if not isinstance(data, dict):
-                raise SpecError(f"{label}: key '{section}': expected a mapping, got {type(data).__name__}")
-            for key, required in fields:
-                if key not in data:
-                    continue  # a missing key: planner.calibration.cases words it
-                value = data.get(key)
-                if value is None:
-                    if required:
-                        raise SpecError(f"{label}: key '{section}.{key}': required, got null or nothing")
-                    continue
-                check_number(
-                    value,
-                    label,
-                    f"{section}.{key}",
-                    integer=True,
-                    positive=True,
-                    maximum=limit(_RUN_BOUNDS.get(key, key)),
-                )
-
-
 def read_runs_yaml(path: Path, cluster: str, base: ClusterSpec) -> tuple[list[Run], list[tuple[str, str]]]:
     """Runs of a runs YAML measured on the cluster's GPU type, each on the user's cluster with the
     run's GPU count; the others are listed as skipped with why."""
     from planner.calibration.cases import cases, excluded_reason
+    from planner.calibration.record_checks import check_run_records
 
     where = short_path(path)
     check_run_records(read_document(path), where)
