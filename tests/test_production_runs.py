@@ -1,0 +1,57 @@
+"""tests/data/production_runs.yaml (unseen production benchmark runs) and scripts/validate_production.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from planner.calibration.cases import cases
+from planner.inputs.documents import read_document
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = ROOT / "tests" / "data" / "production_runs.yaml"
+SCRIPT = ROOT / "scripts" / "validate_production.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("validate_production", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_row_builds_and_is_cited():
+    doc = read_document(RUNS)
+    runs = doc["runs"]
+    assert doc["schema_version"] == 1
+    assert doc["run_count"] == len(runs)
+    ids = [r["id"] for r in runs]
+    assert len(ids) == len(set(ids))
+    for run in runs:
+        src = run["source"]
+        assert src.get("ref") and src.get("locator"), run["id"]
+        assert src["recipe"].get("ref") and src["recipe"].get("locator"), run["id"]
+    built = cases(RUNS)
+    assert [c.run_id for c in built] == ids
+    assert {c.run_id: c.skip_reason for c in built if c.skip_reason} == {}
+
+
+def test_script_json(capsys):
+    assert _script().main(["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["out_of_sample"] is True
+    assert out["skipped"] == {}
+    assert out["overall"]["count"] == len(read_document(RUNS)["runs"])
+    assert sum(s["count"] for s in out["by_class"].values()) == out["overall"]["count"]
+    for row in out["runs"]:
+        measured, predicted = row["measured_tokens_per_s_per_gpu"], row["predicted_tokens_per_s_per_gpu"]
+        assert row["signed_error"] == pytest.approx(predicted / measured - 1)
+
+
+def test_script_unreadable_file(tmp_path, capsys):
+    assert _script().main(["--runs", str(tmp_path / "missing.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
