@@ -74,6 +74,8 @@ REFUSED_BY_MEGATRON = {
     "llama4-maverick": "has no chunked attention",
     "llama4-scout": "has no chunked attention",
     "opt-175b": "has no plain ReLU MLP flag",
+    "gemma3-12b": "has no GeGLU flag",
+    "gemma3-27b": "has no GeGLU flag",
 }
 """Presets planner search under --framework megatron refuses (exit 3) with the reason named: the
 export has no flags for them (Megatron-LM's framework capabilities, planner/frameworks/megatron.py).

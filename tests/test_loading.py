@@ -38,7 +38,7 @@ def test_good_model_file_loads(tmp_path):
         (GOOD.replace("num_layers: 4\n", ""), "missing required key 'num_layers'"),
         (GOOD.replace("hidden_size: 256", "hidden_size: -256"), "'hidden_size': must be positive"),
         (GOOD.replace("hidden_size: 256", "hidden_size: big"), "'hidden_size': expected an integer"),
-        (GOOD + "activation: tanh\n", "allowed values: gelu, relu, swiglu, squared_relu"),
+        (GOOD + "activation: tanh\n", "allowed values: gelu, relu, swiglu, geglu, squared_relu"),
         (GOOD.replace("schema_version: 1", "schema_version: 7"), "schema_version 7 is not supported"),
         (GOOD + "num_query_groups: 3\n", "num_attention_heads (4) must be divisible by num_query_groups (3)"),
         ("schema_version: 1\nkind: model\n  name: [unclosed\n", "malformed YAML"),

@@ -2,7 +2,8 @@
 (Llama, Mistral, Mixtral, Qwen2/3 and their MoE variants, Gemma, Nemotron, GPT-2, GPT-NeoX) and the
 2024-25 architectures (:func:`load_frontier`): DeepSeek-V2/V3 and Kimi-K2 (MLA, shared experts,
 leading dense layers, MTP), gpt-oss (sinks, alternating sliding windows), Llama 4 (``text_config``;
-interleaved MoE with a shared expert, chunked attention), Phi-3, and the hybrid models of 2025:
+interleaved MoE with a shared expert, chunked attention), Phi-3, Gemma 3 (``gemma3``'s
+``text_config`` or ``gemma3_text``; 5 local : 1 global attention, GeGLU), and the hybrid models of 2025:
 Nemotron-H / Nemotron 3 (Mamba-2, attention, MLP and MoE layers in a hybrid pattern) and Qwen3-Next
 (gated DeltaNet and gated attention, 512 experts).
 
@@ -26,6 +27,8 @@ from planner.inputs.validation import check_number, limit
 MODEL_TYPES = (
     "deepseek_v2",
     "deepseek_v3",
+    "gemma3",
+    "gemma3_text",
     "gpt_oss",
     "kimi_k2",
     "llama4",
@@ -70,13 +73,13 @@ class _Fields:
 def load_frontier(data: dict, where: str, name: str) -> ModelSpec:
     """A :class:`ModelSpec` from the config mapping of one of :data:`MODEL_TYPES`."""
     mt = data["model_type"]
-    if mt == "llama4":
+    if mt in ("llama4", "gemma3"):
         text = data.get("text_config")
         if not isinstance(text, dict):
-            raise SpecError(
-                f"{where}: key 'text_config': model_type 'llama4' needs the text decoder's mapping"
-            )
+            raise SpecError(f"{where}: key 'text_config': model_type '{mt}' needs the text decoder's mapping")
         data, where = text, f"{where} (text_config)"
+    if mt in ("gemma3", "gemma3_text"):
+        data = {**GEMMA3_TEXT_DEFAULTS, **data}
     f = _Fields(data, where, mt)
     if mt in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
         kwargs = _deepseek(f)
@@ -88,6 +91,8 @@ def load_frontier(data: dict, where: str, name: str) -> ModelSpec:
         kwargs = _nemotron_h(f)
     elif mt == "qwen3_next":
         kwargs = _qwen3_next(f)
+    elif mt in ("gemma3", "gemma3_text"):
+        kwargs = _gemma3(f)
     else:
         kwargs = _phi3(f)
     hidden, heads = f.need("hidden_size"), f.need("num_attention_heads")
@@ -347,6 +352,73 @@ def _qwen3_next(f: _Fields) -> dict[str, Any]:
     )
 
 
+GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 262_208,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "max_position_embeddings": 131_072,
+    "tie_word_embeddings": True,
+    "rope_theta": 1_000_000,
+    "attention_bias": False,
+    "sliding_window": 4096,
+    "sliding_window_pattern": 6,
+}
+"""``Gemma3TextConfig``'s defaults for the keys planner reads (transformers
+models/gemma3/configuration_gemma3.py): the published multimodal configs (google/gemma-3-4b-pt,
+-12b-pt, -27b-pt) give only the keys that differ in their ``text_config``, so their vocabulary,
+context and tying are these."""
+GELU_ACTIVATIONS = ("gelu_pytorch_tanh", "gelu", "gelu_new", "gelu_fast")
+"""The GELU spellings of ``hidden_activation`` (transformers ``ACT2FN``), gated in Gemma's MLP."""
+
+
+def _gemma3(f: _Fields) -> dict[str, Any]:
+    """Gemma 3 text decoder (Gemma Team 2025, arXiv:2503.19786; ``Gemma3TextConfig`` /
+    ``Gemma3MLP``): GQA of ``head_dim`` heads with QK norms, a GeGLU MLP (``gate_proj``,
+    ``up_proj``, ``down_proj``, ``hidden_activation`` tanh-GELU), tied embeddings, no biases, and 5
+    local : 1 global attention: ``layer_types`` where given (newer configs), else layer i is global
+    iff ``(i + 1) % sliding_window_pattern == 0`` (transformers' own derivation of ``layer_types``),
+    the local ones over ``sliding_window`` tokens (a query sees itself and ``sliding_window - 1``
+    earlier tokens: ``sliding_window_mask_function``), as Megatron's ``--window-attn-skip-freq``
+    reads it. Not priced: ``query_pre_attn_scalar`` (the softmax scale), the embedding scale by
+    sqrt(h), the local layers' second RoPE base, logit soft-capping (null in Gemma 3), and the
+    post-attention and post-MLP norms (2h parameters per layer beside the two planner counts, under
+    0.01% of every Gemma 3 size)."""
+    layers = f.need("num_hidden_layers")
+    act = f.data.get("hidden_activation") or f.data.get("hidden_act")
+    if act not in GELU_ACTIVATIONS:
+        raise SpecError(
+            f"{f.where}: key 'hidden_activation': {act!r} is not read for Gemma 3; allowed values: "
+            + ", ".join(GELU_ACTIVATIONS)
+        )
+    types = f.data.get("layer_types")
+    if types is None:
+        n = f.need("sliding_window_pattern")
+        types = ["sliding_attention" if (i + 1) % n else "full_attention" for i in range(layers)]
+    if (
+        not isinstance(types, list)
+        or len(types) != layers
+        or not set(types) <= {"sliding_attention", "full_attention"}
+    ):
+        raise SpecError(
+            f"{f.where}: key 'layer_types': expected {layers} entries of sliding_attention/full_attention"
+        )
+    local = [t == "sliding_attention" for t in types]
+    window = f.need("sliding_window") if any(local) else 0
+    return dict(
+        activation="geglu",
+        ffn_hidden_size=f.need("intermediate_size"),
+        num_query_groups=f.need("num_key_value_heads"),
+        kv_channels=f.need("head_dim"),
+        add_bias_linear=f.flag("attention_bias", False),
+        qk_layernorm=True,
+        window_size=window,
+        window_attn_skip_freq=_skip_freq(local, f.where, "layer_types") if window else 0,
+        window_type="sliding",
+    )
+
+
 def _phi3(f: _Fields) -> dict[str, Any]:
     """Phi-3 (arXiv:2404.14219): Llama-shaped (fused but equal-cost gate/up projection, no biases);
     ``sliding_window`` (when below the context) applies to every layer."""
@@ -384,7 +456,8 @@ def load_hf_config(path: Path) -> ModelSpec:
 
     Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gpt2,
     gpt_neox, gemma, gemma2, nemotron, and (:func:`load_frontier`) deepseek_v2, deepseek_v3,
-    kimi_k2, gpt_oss, llama4 (its ``text_config``), llama4_text, nemotron_h, phi3, qwen3_next. Field meanings follow the
+    gemma3 (its ``text_config``), gemma3_text, kimi_k2, gpt_oss, llama4 (its ``text_config``),
+    llama4_text, nemotron_h, phi3, qwen3_next. Field meanings follow the
     ``transformers`` configuration classes of the same names.
     """
     data = read_document(path)
@@ -404,9 +477,9 @@ def load_hf_config(path: Path) -> ModelSpec:
         kwargs = _gpt_neox(f, name)
     else:
         supported = (
-            "deepseek_v2, deepseek_v3, gemma, gemma2, gpt2, gpt_neox, gpt_oss, kimi_k2, llama, llama4, "
-            "llama4_text, mistral, mixtral, nemotron, nemotron_h, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, "
-            "qwen3_next"
+            "deepseek_v2, deepseek_v3, gemma, gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, kimi_k2, "
+            "llama, llama4, llama4_text, mistral, mixtral, nemotron, nemotron_h, phi3, qwen2, qwen2_moe, "
+            "qwen3, qwen3_moe, qwen3_next"
         )
         raise SpecError(f"{where}: key 'model_type': {mt!r} is not supported; allowed values: {supported}")
     _check_fields(kwargs, data, where)
@@ -569,6 +642,7 @@ _HF_KEYS = {
     "chunk_size": "mamba_chunk_size",
     "attention_head_dim": "kv_channels",
     "full_attention_interval": "linear_attention_freq",
+    "sliding_window_pattern": "window_attn_skip_freq",
     "n_ctx": "max_position_embeddings",
 }
 

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ACTIVATIONS = ("gelu", "relu", "swiglu", "squared_relu")
+ACTIVATIONS = ("gelu", "relu", "swiglu", "geglu", "squared_relu")
 NORMALIZATIONS = ("layernorm", "rmsnorm")
 POSITION_EMBEDDINGS = ("learned_absolute", "rope", "none")
 WINDOW_TYPES = ("sliding", "chunked")
 SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
-GATED_ACTIVATIONS = frozenset({"swiglu"})
+GATED_ACTIVATIONS = frozenset({"swiglu", "geglu"})
+"""Gated MLPs, three weight matrices (gate, up, down; Shazeer 2020, "GLU Variants Improve
+Transformer", arXiv:2002.05202): ``swiglu`` gates with SiLU, ``geglu`` with GELU (Gemma's
+``gelu_pytorch_tanh``, the tanh approximation). Both cost the same FLOPs and bytes."""
 HYBRID_SYMBOLS = {
     "M": ("mamba", ""),
     "G": ("gdn", ""),
@@ -70,7 +73,8 @@ class ModelSpec:
     max_position_embeddings: int
     """Longest sequence the position embedding supports (``--max-position-embeddings``)."""
     activation: str = "gelu"
-    """MLP activation: one of ``ACTIVATIONS``; ``swiglu`` uses three weight matrices."""
+    """MLP activation: one of ``ACTIVATIONS``; the gated ones (``swiglu``, ``geglu``:
+    :data:`GATED_ACTIVATIONS`) use three weight matrices."""
     normalization: str = "layernorm"
     """``layernorm`` (weight and bias) or ``rmsnorm`` (weight only)."""
     position_embedding_type: str = "learned_absolute"

@@ -95,6 +95,12 @@ def refuse_unlaunchable(inputs: PlanInputs) -> None:
     m, c = inputs.model, inputs.config
     if m.activation == "relu":
         raise SpecError("Megatron-LM has no plain ReLU MLP flag; this model cannot be exported")
+    if m.activation == "geglu":
+        raise SpecError(
+            "Megatron-LM's pretrain_gpt.py has no GeGLU flag (--swiglu gates SiLU, --quick-geglu gates "
+            "quick-GELU); this model (Gemma's tanh-GELU gate) cannot be exported: Megatron-Bridge's "
+            "Gemma3ModelProvider runs it"
+        )
     if m.window_size and m.window_type == "chunked":
         raise SpecError(
             "Megatron-LM has no chunked attention (Llama 4's attention_chunk_size; only --window-size "
