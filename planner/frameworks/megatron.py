@@ -26,7 +26,8 @@
   whose components are the plan's node groups in pipeline order.
 * Models it has no flags for (:func:`model_reasons`): chunked attention (Llama 4's
   ``attention_chunk_size``; ``--window-size`` is a sliding window only), a plain ReLU MLP
-  (``--squared-relu``, ``--swiglu`` and GeLU only), and Mamba-2 mixers of another convolution width
+  (``--squared-relu``, ``--swiglu`` and GeLU only), a GeGLU MLP (Gemma's; ``--quick-geglu`` gates
+  another GELU), and Mamba-2 mixers of another convolution width
   or scan chunk than ``MambaMixer``'s fixed ones. The search leaves such models out under
   ``--framework megatron`` with the reason, so it never returns a plan its export refuses.
 * Hybrid layer patterns (Mamba-2 / gated DeltaNet / attention / MLP / MoE layers) run in
@@ -64,6 +65,13 @@ def model_reasons(who: str, model: ModelSpec) -> list[str]:
         )
     if getattr(model, "activation", "") == "relu":
         out.append(f"{who} has no plain ReLU MLP flag (GeLU, --swiglu, --squared-relu)")
+    if getattr(model, "activation", "") == "geglu":
+        # arguments.py: --swiglu gates F.silu and --quick-geglu gates quick_gelu (x * sigmoid(1.702 x));
+        # gated_linear_unit with GELU has no flag (TransformerConfig field excluded from the parser).
+        out.append(
+            f"{who} has no GeGLU flag (--swiglu gates SiLU, --quick-geglu gates quick-GELU; Gemma's "
+            "tanh-GELU gate runs in Megatron-Bridge's Gemma3ModelProvider)"
+        )
     if "M" in getattr(model, "hybrid_layer_pattern", ""):
         out += [
             f"{who} builds Mamba-2 mixers with {key} {fixed} (MambaMixer; no flag changes it), "
