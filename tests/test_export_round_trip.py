@@ -125,6 +125,23 @@ def test_every_presets_default_plan_re_checks_at_its_step_time(name, run_cli, tm
     assert not [f["message"] for c in configs for f in c["findings"] if "not interpreted" in f["message"]]
 
 
+@pytest.mark.parametrize("name", ["mmt-4tower-4b", "t5-11b", "vlm-two-tower-13b"])
+def test_graph_presets_default_plans_are_refused_with_the_reason(name, run_cli, tmp_path):
+    """The graph presets (multi-block DAGs: towers, encoder-decoder) have no pretrain_gpt.py model:
+    their default search returns a graph plan, and export megatron refuses it in one line that
+    names Megatron-LM, the blocks it cannot express and the best sequential plan's parallel flags
+    (planner/plans/graph_plan.py); no traceback, nothing written."""
+    plan, launch = tmp_path / "plan.yaml", tmp_path / "launch"
+    job = ["-m", name, "-c", "dgx-h100", "-n", "1", "-b", "256", "-s", "4096"]
+    assert run_cli("search", *job, "--top", "1", "--out", str(plan), "-q").exit_code == 0
+    res = run_cli("export", "megatron", str(plan), "--out", str(launch), "-q")
+    assert res.exit_code == 1 and res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Megatron-LM's pretrain_gpt.py cannot express" in lines[0], lines
+    assert "--tensor-model-parallel-size" in lines[0] and "Traceback" not in res.stderr
+    assert not launch.exists()
+
+
 @pytest.mark.parametrize("model", ["deepseek-v3", "kimi-k2"])
 def test_latent_attention_and_mtp_import_back(model):
     """The MLA and MTP flags the export writes are read back (they re-checked 11.9% and 5.0% off as
