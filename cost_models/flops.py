@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from cost_models import recompute as op_sac
 from cost_models.adapters import adapter_flop_per_token
+from cost_models.ssm import SELECTIVE_SCAN_FLOP_PER_STATE
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.model_spec import ModelSpec
 
@@ -55,8 +56,14 @@ def _mixer_flop_per_token(model: ModelSpec, mixer: str) -> float:
     ``num_floating_point_operations`` counts them (megatron/training/training.py, megatron-core
     0.19.2: ``mamba_layer_flops``, ``gdn_layer_flops``): the projections, Mamba's scan as
     ``7 d_inner N``, gated DeltaNet's conv and ``4 n_v d_v^2`` for its delta rule. Megatron's
-    formula takes ``d_inner = 2 h``; this one the model's ``H x P`` (equal for expand 2)."""
+    formula takes ``d_inner = 2 h``; this one the model's ``H x P`` (equal for expand 2). Megatron has
+    no Mamba-1: its four projections, conv and selective scan
+    (:data:`cost_models.ssm.SELECTIVE_SCAN_FLOP_PER_STATE` per state element) are counted alike."""
     h = model.hidden_size
+    if mixer == "mamba" and model.mamba_version == 1:
+        di, n, r = model.mamba_inner_size, model.mamba_state_dim, model.mamba_dt_rank
+        projections = 2 * (h * 2 * di + di * (r + 2 * n) + r * di + di * h)
+        return projections + di * (2 * model.mamba_conv_kernel + SELECTIVE_SCAN_FLOP_PER_STATE * n)
     if mixer == "mamba":
         di, n, g = model.mamba_inner_size, model.mamba_state_dim, model.mamba_num_groups
         return 2 * h * (2 * di + 2 * g * n + model.mamba_num_heads) + 7 * di * n + 2 * di * h

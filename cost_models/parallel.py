@@ -305,9 +305,20 @@ def _mixer_violations(model: ModelSpec, c: ParallelConfig) -> list[str]:
     """Mamba-2 and gated DeltaNet heads over tp and cp, as megatron-core 0.19.2 asserts them:
     ``MambaMixer`` (nheads and ngroups divisible by tp), ``MambaContextParallel`` (nheads / tp
     divisible by cp; ngroups / tp divisible by cp or dividing it) and ``TransformerConfig`` for
-    gated DeltaNet (key and value heads divisible by tp x cp)."""
+    gated DeltaNet (key and value heads divisible by tp x cp). Mamba-1 (Jamba's; no Megatron-Core
+    layer): channels over tp, and no context parallelism, which neither its Hugging Face model nor
+    Megatron's ``MambaContextParallel`` (Mamba-2 heads) provides."""
     out: list[str] = []
-    if "M" in model.hybrid_layer_pattern:
+    if "M" in model.hybrid_layer_pattern and model.mamba_version == 1:
+        di = model.mamba_inner_size
+        if di % c.tp:
+            out.append(f"Mamba-1 d_inner ({di}) must be divisible by tp ({c.tp})")
+        if c.cp > 1:
+            out.append(
+                f"Mamba-1 layers are not context-parallel (cp {c.cp}): no framework splits the selective "
+                "scan's sequence"
+            )
+    elif "M" in model.hybrid_layer_pattern:
         heads, groups = model.mamba_num_heads, model.mamba_num_groups
         if heads % c.tp or groups % c.tp:
             out.append(

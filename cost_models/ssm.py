@@ -2,7 +2,8 @@
 (Dao & Gu 2024, "Transformers are SSMs", arXiv:2405.21060, the SSD layer of Sec. 7 and its chunked
 algorithm of Sec. 6) as Megatron-Core's ``MambaMixer`` runs it, and gated DeltaNet (Yang et al. 2024,
 "Gated Delta Networks", arXiv:2412.06464, the chunkwise form of Sec. 3.3) as Megatron-Core's
-``GatedDeltaNet`` runs it. Each returns an :class:`cost_models.attention.AttentionBlock`, the
+``GatedDeltaNet`` runs it, and the Mamba-1 mixer (Gu & Dao 2023, "Mamba", arXiv:2312.00752, the
+selective SSM of Sec. 3) as Hugging Face's ``JambaMambaMixer`` runs it. Each returns an :class:`cost_models.attention.AttentionBlock`, the
 shape :func:`cost_models.layers._decoder` combines with norms, residuals and an MLP (or, in a
 hybrid layer pattern, with nothing else).
 
@@ -196,6 +197,95 @@ def mamba_block(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGro
     )
 
 
+SELECTIVE_SCAN_FLOP_PER_STATE = 9
+"""Forward FLOPs of Mamba-1's selective scan per token, channel and state element: discretizing
+(``exp(dt A)``, ``dt B x``), the recurrence and the output ``C h`` (the 9 B L D N of the Mamba
+authors' count, state-spaces/mamba issue #110, which fvcore FLOP counters of ``selective_scan_fn``
+use), plus the ``D`` skip and the z gate per channel."""
+
+
+def selective_scan_bytes(tokens: float, channels: float, state: int) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of Mamba-1's fused selective scan (Gu & Dao 2023,
+    arXiv:2312.00752 Sec. 3.3.2, "Hardware-aware algorithm"; ``selective_scan_cuda`` of
+    state-spaces/mamba, as ``JambaMambaMixer`` calls ``selective_scan_fn`` with the gate z): the
+    kernel reads u, dt, z (per channel) and B, C (per token) from HBM, keeps the N-wide states in
+    SRAM and writes y, so its time is these bytes, not its FLOPs (the paper: the scan is memory-bound
+    once fused; 9 FLOPs per state element over 2-byte channel inputs is near the ridge point of
+    non-tensor-core arithmetic only, :data:`SELECTIVE_SCAN_FLOP_PER_STATE`). The backward recomputes
+    the states in SRAM from the same inputs, reads dy and writes du, d(dt), dz and, in fp32, dB, dC."""
+    b = ACT_BYTES
+    forward = tokens * (4 * channels * b + 2 * state * b)
+    backward = tokens * (4 * channels * b + 2 * state * b) + tokens * (
+        4 * channels * b + 2 * state * FP32_BYTES
+    )
+    return forward, backward
+
+
+def mamba1_block(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> AttentionBlock:
+    """The Mamba-1 mixer of one layer (Gu & Dao 2023, arXiv:2312.00752, Sec. 3.4 and Fig. 3; Hugging
+    Face ``JambaMambaMixer.cuda_kernels_forward``, the training path):
+
+    * ``in_proj`` (norm fused) h -> ``2 d_inner / tp`` (x, z; column-parallel over channels);
+      ``x_proj`` ``d_inner / tp`` -> R + 2N, row-parallel, so its output (dt, B, C) is all-reduced
+      over tp in each direction; ``dt_proj`` R -> ``d_inner / tp``; ``out_proj`` ``d_inner / tp`` -> h;
+    * the causal depthwise conv1d over x (memory-bound) and the fused selective scan
+      (:func:`selective_scan_bytes`, memory-bound);
+    * model FLOPs: the four projections, the conv (``2 d_conv d_inner``) and the scan
+      (:data:`SELECTIVE_SCAN_FLOP_PER_STATE` ``d_inner N``), times 3;
+    * kept for backward: the in_proj input, its output (x, z), the conv output (x_proj's and the
+      scan's input), dt, B, C, dt_proj's output and the scan's output (out_proj's input).
+
+    No framework splits Mamba-1's sequence over context parallelism (:mod:`cost_models.parallel`
+    refuses cp > 1 for it)."""
+    gpu, prec = node.gpu, job.precision
+    h, t = model.hidden_size, c.tp
+    di, n, r = model.mamba_inner_size, model.mamba_state_dim, model.mamba_dt_rank
+    kernel = model.mamba_conv_kernel
+    T = tokens_per_gpu(job, c)
+    sp_div = t if c.sp else 1
+    recipe = job.fp8_recipe
+    gemm = linear_s(T, 2 * di / t, h, gpu, prec, recipe=recipe, behind_norm=True)
+    gemm += linear_s(T, r + 2 * n, di / t, gpu, prec, recipe=recipe)
+    gemm += linear_s(T, di / t, r, gpu, prec, recipe=recipe)
+    gemm += linear_s(T, h, di / t, gpu, prec, recipe=recipe)
+    scan_fwd_bytes, scan_bwd_bytes = selective_scan_bytes(T, di / t, n)
+    conv_s = memory_bound_s(2 * T * di / t * ACT_BYTES, gpu)
+    model_flop = (
+        3
+        * (
+            2 * T * (h * 2 * di + di * (r + 2 * n) + r * di + di * h)
+            + T * di * (2 * kernel + SELECTIVE_SCAN_FLOP_PER_STATE * n)
+        )
+        / t
+    )
+    g_in = gemm_input_bytes(job)
+    act = T * h * g_in / sp_div + T * 2 * di / t * ACT_BYTES + T * di / t * g_in
+    act += T * 2 * (r + 2 * n) * ACT_BYTES + T * di / t * ACT_BYTES + T * di / t * g_in
+    wgrad = (T * h + T * di / t + T * r + T * di / t) * g_in
+    params_sharded = (2 * h * di + di * (r + 2 * n) + r * di + di * h) / t
+    params_sharded += di / t * (kernel + 1) + di / t + di / t * n + di / t  # conv, dt bias, A_log, D
+    volume = T * h * ACT_BYTES
+    tp_s = tp_collectives_s(volume, c, node, 1)
+    small = T * (r + 2 * n) * ACT_BYTES  # x_proj's partial sums
+    if t > 1:
+        tp_s += comm.all_reduce_s(small, t, comm.link_for(group(c, "tp"), node))
+    return AttentionBlock(
+        gemm=gemm,
+        attn_fwd_s=memory_bound_s(scan_fwd_bytes, gpu) + conv_s,
+        attn_bwd_s=memory_bound_s(scan_bwd_bytes, gpu) + 3 * conv_s,
+        model_flop=model_flop,
+        elem_bytes=0.0,
+        act_bytes=act,
+        wgrad_bytes=wgrad,
+        params_sharded=params_sharded,
+        params_replicated=0.0,
+        tp_fwd_s=tp_s,
+        tp_bytes=(4 * volume + 4 * small) * (t - 1) / t if t > 1 else 0.0,
+        kv_width=0.0,
+        norm_elements=0.0,
+    )
+
+
 def gdn_block(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> AttentionBlock:
     """The gated DeltaNet mixer of one layer (``GatedDeltaNet``):
 
@@ -273,9 +363,14 @@ NO_MIXER = AttentionBlock(
 def mixer_block(
     model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, mixer: str
 ) -> AttentionBlock:
-    """The non-attention token mixer ``mixer`` (``mamba``, ``gdn`` or ``""``) of a layer."""
+    """The non-attention token mixer ``mixer`` (``mamba``: Mamba-2, or Mamba-1 with
+    ``mamba_version`` 1; ``gdn``; ``""``) of a layer."""
     if mixer == "mamba":
-        return mamba_block(model, job, c, node)
+        return (
+            mamba1_block(model, job, c, node)
+            if model.mamba_version == 1
+            else mamba_block(model, job, c, node)
+        )
     if mixer == "gdn":
         return gdn_block(model, job, c, node)
     return NO_MIXER

@@ -27,8 +27,9 @@
 * Models it has no flags for (:func:`model_reasons`): chunked attention (Llama 4's
   ``attention_chunk_size``; ``--window-size`` is a sliding window only), a plain ReLU MLP
   (``--squared-relu``, ``--swiglu`` and GeLU only), a GeGLU MLP (Gemma's; ``--quick-geglu`` gates
-  another GELU), and Mamba-2 mixers of another convolution width
-  or scan chunk than ``MambaMixer``'s fixed ones. The search leaves such models out under
+  another GELU), Mamba-2 mixers of another convolution width
+  or scan chunk than ``MambaMixer``'s fixed ones, and Mamba-1 mixers (Jamba's; megatron-core has
+  Mamba-2 only). The search leaves such models out under
   ``--framework megatron`` with the reason, so it never returns a plan its export refuses.
 * Hybrid layer patterns (Mamba-2 / gated DeltaNet / attention / MLP / MoE layers) run in
   ``pretrain_hybrid.py --hybrid-layer-pattern`` (megatron/core/models/hybrid/), gated DeltaNet in a
@@ -72,7 +73,13 @@ def model_reasons(who: str, model: ModelSpec) -> list[str]:
             f"{who} has no GeGLU flag (--swiglu gates SiLU, --quick-geglu gates quick-GELU; Gemma's "
             "tanh-GELU gate runs in Megatron-Bridge's Gemma3ModelProvider)"
         )
-    if "M" in getattr(model, "hybrid_layer_pattern", ""):
+    if "M" in getattr(model, "hybrid_layer_pattern", "") and getattr(model, "mamba_version", 2) == 1:
+        # megatron/core/ssm/: MambaMixer is Mamba-2 (SSD; heads, groups, no dt_rank / x_proj).
+        out.append(
+            f"{who} has no Mamba-1 layer (MambaMixer is Mamba-2; Jamba's selective-SSM layers with "
+            "dt_rank and x_proj are not in megatron-core)"
+        )
+    elif "M" in getattr(model, "hybrid_layer_pattern", ""):
         out += [
             f"{who} builds Mamba-2 mixers with {key} {fixed} (MambaMixer; no flag changes it), "
             f"not {getattr(model, key)}"
@@ -98,7 +105,7 @@ def hybrid_reasons(who: str, model: ModelSpec, job: JobSpec, c: ParallelConfig) 
         out.append(
             f"{who} offloads no activations of hybrid layer patterns (HybridStack has no CPU offloading)"
         )
-    if job.precision == "fp8" and "M" in model.hybrid_layer_pattern:
+    if job.precision == "fp8" and "M" in model.hybrid_layer_pattern and model.mamba_version == 2:
         width = 2 * model.mamba_inner_size + 2 * model.mamba_num_groups * model.mamba_state_dim
         width += model.mamba_num_heads
         if width % 16:

@@ -4,8 +4,9 @@
 leading dense layers, MTP), gpt-oss (sinks, alternating sliding windows), Llama 4 (``text_config``;
 interleaved MoE with a shared expert, chunked attention), Phi-3, Gemma 3 (``gemma3``'s
 ``text_config`` or ``gemma3_text``; 5 local : 1 global attention, GeGLU), and the hybrid models of 2025:
-Nemotron-H / Nemotron 3 (Mamba-2, attention, MLP and MoE layers in a hybrid pattern) and Qwen3-Next
-(gated DeltaNet and gated attention, 512 experts).
+Nemotron-H / Nemotron 3 (Mamba-2, attention, MLP and MoE layers in a hybrid pattern), Qwen3-Next
+(gated DeltaNet and gated attention, 512 experts) and Jamba (Mamba-1 and attention layers, each with
+an MLP or MoE). Falcon-H1 and Kimi Linear are refused with the reason (:data:`REFUSED`).
 
 Field meanings follow the ``transformers`` configuration classes (``LlamaConfig``, ``GPT2Config``,
 ``DeepseekV3Config``, ``GptOssConfig``, ``Llama4TextConfig``, ``Phi3Config``, ...); Kimi-K2's
@@ -30,6 +31,7 @@ MODEL_TYPES = (
     "gemma3",
     "gemma3_text",
     "gpt_oss",
+    "jamba",
     "kimi_k2",
     "llama4",
     "llama4_text",
@@ -91,6 +93,8 @@ def load_frontier(data: dict, where: str, name: str) -> ModelSpec:
         kwargs = _nemotron_h(f)
     elif mt == "qwen3_next":
         kwargs = _qwen3_next(f)
+    elif mt == "jamba":
+        kwargs = _jamba(f)
     elif mt in ("gemma3", "gemma3_text"):
         kwargs = _gemma3(f)
     else:
@@ -305,6 +309,88 @@ def _nemotron_h(f: _Fields) -> dict[str, Any]:
     )
 
 
+def _period(f: _Fields, period_key: str, offset_key: str, period: int, offset: int) -> tuple[int, int]:
+    """A (period, offset) pair of Jamba's layer schedule: layer i is selected iff
+    ``i % period == offset`` (``JambaConfig.layers_block_type`` / ``layers_num_experts``)."""
+    p = f.opt(period_key, period)
+    o = f.data.get(offset_key, offset)
+    o = check_number(o, f.where, offset_key, integer=True, maximum=10_000)
+    if o >= p:
+        raise SpecError(
+            f"{f.where}: key '{offset_key}': {o} selects no layer; it must be below {period_key} ({p})"
+        )
+    return p, int(o)
+
+
+def _jamba(f: _Fields) -> dict[str, Any]:
+    """Jamba (Lieber et al. 2024, arXiv:2403.19887; Jamba-1.5, arXiv:2408.12570; ``JambaConfig``,
+    ``JambaDecoderLayer``): each of ``num_hidden_layers`` layers is a token mixer and an FFN, each
+    behind its own RMSNorm; the mixer is attention iff ``i % attn_layer_period == attn_layer_offset``
+    (GQA, no position embedding: ``JambaAttention`` applies no RoPE), else a Mamba-1 mixer
+    (``JambaMambaMixer``: ``mamba_d_state``, ``mamba_d_conv``, ``mamba_expand``, ``mamba_dt_rank``,
+    "auto" = ceil(h / 16)); the FFN is an MoE of ``num_experts`` top ``num_experts_per_tok`` SwiGLU
+    experts of ``intermediate_size`` iff ``i % expert_layer_period == expert_layer_offset``, else one
+    such MLP. As a hybrid layer pattern each Jamba layer is two symbols (``M`` or ``*``, then ``-``
+    or ``E``), which are the same parameters, norms and residuals, so ``num_layers`` is twice
+    ``num_hidden_layers``."""
+    data, where = f.data, f.where
+    layers, heads = f.need("num_hidden_layers"), f.need("num_attention_heads")
+    hidden = f.need("hidden_size")
+    attn_period, attn_offset = _period(f, "attn_layer_period", "attn_layer_offset", 8, 4)
+    expert_period, expert_offset = _period(f, "expert_layer_period", "expert_layer_offset", 2, 1)
+    experts = f.opt("num_experts", 16)
+    act = data.get("hidden_act", "silu")
+    if act != "silu":
+        raise SpecError(f"{where}: key 'hidden_act': {act!r} is not read for Jamba; allowed values: silu")
+    for key, expected in (("mamba_conv_bias", True), ("mamba_proj_bias", False)):
+        if f.flag(key, expected) != expected:
+            raise SpecError(
+                f"{where}: key '{key}': only {str(expected).lower()} (Jamba's) is priced for Mamba-1 layers"
+            )
+    rank = data.get("mamba_dt_rank", "auto")
+    rank = -(-hidden // 16) if rank == "auto" else f.need("mamba_dt_rank")
+    pattern = "".join(
+        ("*" if i % attn_period == attn_offset else "M")
+        + ("E" if experts > 1 and i % expert_period == expert_offset else "-")
+        for i in range(layers)
+    )
+    moe = "E" in pattern
+    width = f.need("intermediate_size")
+    return dict(
+        num_layers=len(pattern),
+        position_embedding_type="none",
+        ffn_hidden_size=width,
+        num_query_groups=f.opt("num_key_value_heads", heads),
+        kv_channels=hidden // heads,
+        add_bias_linear=False,
+        hybrid_layer_pattern=pattern,
+        mamba_version=1,
+        mamba_state_dim=f.opt("mamba_d_state", 16),
+        mamba_conv_kernel=f.opt("mamba_d_conv", 4),
+        mamba_expand=f.opt("mamba_expand", 2),
+        mamba_dt_rank=rank,
+        num_experts=experts if moe else 0,
+        moe_router_topk=f.opt("num_experts_per_tok", 2) if moe else 0,
+        moe_ffn_hidden_size=width if moe else 0,
+    )
+
+
+REFUSED = {
+    "falcon_h1": (
+        "Falcon-H1 runs attention and a Mamba-2 mixer side by side on the same normalised input in every "
+        "layer and adds their outputs (transformers' FalconH1DecoderLayer), and planner's hybrid layer "
+        "pattern has one token mixer per layer"
+    ),
+    "kimi_linear": (
+        "Kimi Linear's KDA layers decay the state per key channel (a head_dim-wide gate per head, from "
+        "the low-rank f_a_proj / f_b_proj; arXiv:2510.26692) where gated DeltaNet decays it by one "
+        "scalar per head, so neither its parameters nor its chunked kernel are the gated DeltaNet "
+        "mixer planner prices"
+    ),
+}
+"""``model_type`` values planner reads but does not import, with why (docs/models.md)."""
+
+
 def _qwen3_next(f: _Fields) -> dict[str, Any]:
     """Qwen3-Next (``Qwen3NextConfig``; Qwen team, "Qwen3-Next", 2025): ``layer_types``
     (default: ``full_attention`` every ``full_attention_interval``-th layer, ``linear_attention``
@@ -456,7 +542,7 @@ def load_hf_config(path: Path) -> ModelSpec:
 
     Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gpt2,
     gpt_neox, gemma, gemma2, nemotron, and (:func:`load_frontier`) deepseek_v2, deepseek_v3,
-    gemma3 (its ``text_config``), gemma3_text, kimi_k2, gpt_oss, llama4 (its ``text_config``),
+    gemma3 (its ``text_config``), gemma3_text, jamba, kimi_k2, gpt_oss, llama4 (its ``text_config``),
     llama4_text, nemotron_h, phi3, qwen3_next. Field meanings follow the
     ``transformers`` configuration classes of the same names.
     """
@@ -466,6 +552,8 @@ def load_hf_config(path: Path) -> ModelSpec:
     if not isinstance(mt, str):
         raise SpecError(f"{where}: key 'model_type': expected a string, got {type(mt).__name__} {mt!r}"[:300])
     name = _model_name(path)
+    if mt in REFUSED:
+        raise SpecError(f"{where}: key 'model_type': {mt!r} is not imported: {REFUSED[mt]}")
     if mt in MODEL_TYPES:
         return load_frontier(data, where, name)
     f = _Fields(data, where, mt)
@@ -477,7 +565,7 @@ def load_hf_config(path: Path) -> ModelSpec:
         kwargs = _gpt_neox(f, name)
     else:
         supported = (
-            "deepseek_v2, deepseek_v3, gemma, gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, kimi_k2, "
+            "deepseek_v2, deepseek_v3, gemma, gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, jamba, kimi_k2, "
             "llama, llama4, llama4_text, mistral, mixtral, nemotron, nemotron_h, phi3, qwen2, qwen2_moe, "
             "qwen3, qwen3_moe, qwen3_next"
         )
@@ -644,6 +732,10 @@ _HF_KEYS = {
     "full_attention_interval": "linear_attention_freq",
     "sliding_window_pattern": "window_attn_skip_freq",
     "n_ctx": "max_position_embeddings",
+    "mamba_d_state": "mamba_state_dim",
+    "mamba_d_conv": "mamba_conv_kernel",
+    "attn_layer_period": "num_layers",
+    "expert_layer_period": "num_layers",
 }
 
 

@@ -29,7 +29,8 @@ HYBRID_SYMBOLS = {
 }
 """Layer symbols of Megatron-Core's hybrid layer pattern (``megatron/core/models/hybrid/
 hybrid_layer_allocation.py: Symbols``, megatron-core 0.19.2) that planner prices, as (token mixer,
-MLP) of the one layer each symbol is: ``M`` a Mamba-2 mixer layer (``MambaLayer``), ``G`` a gated
+MLP) of the one layer each symbol is: ``M`` a Mamba-2 mixer layer (``MambaLayer``; Mamba-1 with
+``ModelSpec.mamba_version`` 1), ``G`` a gated
 DeltaNet layer, ``*`` a self-attention layer, ``-`` an MLP layer (``MLPLayer``), ``E`` an MoE layer.
 Megatron's ``D`` (DeepSeek sparse attention), ``+`` (MLA), ``|`` (pipeline stage boundaries, which
 planner's plans choose) and ``/`` (MTP) are not read."""
@@ -156,6 +157,16 @@ class ModelSpec:
     4, which no Megatron flag changes)."""
     mamba_chunk_size: int = 128
     """Chunk length Q of the SSD scan (HF ``chunk_size``; ``MambaMixer``'s ``chunk_size``, 128)."""
+    mamba_version: int = 2
+    """2: the ``M`` layers are Mamba-2 (SSD) mixers; 1: Mamba-1 selective-SSM mixers (Gu & Dao 2023,
+    "Mamba", arXiv:2312.00752, Algorithm 2; Jamba's ``JambaMambaMixer``), which take
+    ``mamba_state_dim`` (N per channel), ``mamba_expand`` and ``mamba_dt_rank`` instead of heads
+    and groups."""
+    mamba_expand: int = 0
+    """Mamba-1 inner width over the hidden size, ``d_inner = expand x h`` (HF ``mamba_expand``)."""
+    mamba_dt_rank: int = 0
+    """Mamba-1 rank R of the time-step projection: ``x_proj`` d_inner -> R + 2N, ``dt_proj`` R ->
+    d_inner (HF ``mamba_dt_rank``)."""
     linear_attention_freq: int = 0
     """Gated DeltaNet layers in a transformer (Megatron ``--experimental-attention-variant
     gated_delta_net --linear-attention-freq N``; Qwen3-Next's ``full_attention_interval``): layer i
@@ -183,7 +194,9 @@ class ModelSpec:
 
     @property
     def mamba_inner_size(self) -> int:
-        """Mamba-2 inner width ``d_inner = H x P``."""
+        """Mamba inner width: ``d_inner = H x P`` (Mamba-2), ``expand x h`` (Mamba-1)."""
+        if self.mamba_version == 1:
+            return self.mamba_expand * self.hidden_size
         return self.mamba_num_heads * self.mamba_head_dim
 
     def layer_parts(self, index: int) -> tuple[str, str]:
@@ -313,10 +326,24 @@ class ModelSpec:
         shares): ``in_proj`` h -> ``2 d_inner + 2 G N + H`` (z, x, B, C, dt; no bias), the depthwise
         ``conv1d`` over x, B, C (``d_conv`` weights and a bias per channel), ``dt_bias``, ``A_log``
         and ``D`` per head, the gated RMSNorm over ``d_inner``, ``out_proj`` d_inner -> h."""
+        if self.mamba_version == 1:
+            return self.mamba1_params()
         h, di, heads = self.hidden_size, self.mamba_inner_size, self.mamba_num_heads
         bc = 2 * self.mamba_num_groups * self.mamba_state_dim
         conv = (di + bc) * (self.mamba_conv_kernel + 1)
         return h * (2 * di + bc + heads) + conv + 3 * heads + di + di * h
+
+    def mamba1_params(self) -> int:
+        """One Mamba-1 mixer (Gu & Dao 2023, arXiv:2312.00752 Sec. 3.4; Hugging Face
+        ``JambaMambaMixer``, models/jamba/modeling_jamba.py, with Jamba's ``mamba_conv_bias`` true and
+        ``mamba_proj_bias`` false): ``in_proj`` h -> 2 d_inner (x, z), the depthwise ``conv1d`` over x
+        (``d_conv`` weights and a bias per channel), ``x_proj`` d_inner -> R + 2N (dt, B, C; no bias),
+        ``dt_proj`` R -> d_inner with a bias, ``A_log`` d_inner x N, ``D`` per channel, ``out_proj``
+        d_inner -> h. Not counted: Jamba's RMSNorms over dt, B and C (R + 2N weights a layer, 288 in
+        Jamba-1.5-Mini, under 0.0001% of it)."""
+        h, di, n, r = self.hidden_size, self.mamba_inner_size, self.mamba_state_dim, self.mamba_dt_rank
+        conv = di * (self.mamba_conv_kernel + 1)
+        return h * 2 * di + conv + di * (r + 2 * n) + (r * di + di) + di * n + di + di * h
 
     def gdn_params(self) -> int:
         """One gated DeltaNet mixer (Yang et al. 2024, arXiv:2412.06464; Megatron-Core

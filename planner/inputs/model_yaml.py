@@ -108,6 +108,9 @@ def _hybrid_fields(r: Reader) -> dict[str, Any]:
         out[key] = r.get(key, int, 0)
     out["mamba_conv_kernel"] = r.get("mamba_conv_kernel", int, 4, positive=True)
     out["mamba_chunk_size"] = r.get("mamba_chunk_size", int, 128, positive=True)
+    out["mamba_version"] = r.get("mamba_version", int, 2, choices=(1, 2))
+    out["mamba_expand"] = r.get("mamba_expand", int, 0)
+    out["mamba_dt_rank"] = r.get("mamba_dt_rank", int, 0)
     out["linear_attention_freq"] = r.get("linear_attention_freq", int, 0)
     for key in (
         "linear_num_key_heads",
@@ -150,6 +153,12 @@ def _validate_hybrid(m: ModelSpec, where: str) -> None:
         )
     if pattern and (m.window_size or m.mtp_num_layers):
         raise SpecError(f"{where}: window_size and mtp_num_layers are not priced with hybrid_layer_pattern")
+    if m.mamba_version == 1:
+        _validate_mamba1(m, where)
+        _validate_linear(m, where)
+        return
+    if m.mamba_expand or m.mamba_dt_rank:
+        raise SpecError(f"{where}: mamba_expand and mamba_dt_rank are Mamba-1 fields; set mamba_version: 1")
     mamba = (m.mamba_state_dim, m.mamba_head_dim, m.mamba_num_heads, m.mamba_num_groups)
     if "M" in pattern and not all(mamba):
         raise SpecError(
@@ -163,6 +172,27 @@ def _validate_hybrid(m: ModelSpec, where: str) -> None:
         )
     if "M" not in pattern and any(mamba):
         raise SpecError(f"{where}: mamba_* fields are set but hybrid_layer_pattern has no M layer")
+    _validate_linear(m, where)
+
+
+def _validate_mamba1(m: ModelSpec, where: str) -> None:
+    """Mamba-1 layers (``mamba_version: 1``): state, expand and dt rank, no Mamba-2 heads or groups."""
+    if "M" not in m.hybrid_layer_pattern:
+        raise SpecError(f"{where}: mamba_version 1 is set but hybrid_layer_pattern has no M layer")
+    if not (m.mamba_state_dim and m.mamba_expand and m.mamba_dt_rank):
+        raise SpecError(
+            f"{where}: mamba_version 1 (Mamba-1) layers need mamba_state_dim, mamba_expand and mamba_dt_rank"
+        )
+    if m.mamba_head_dim or m.mamba_num_heads or m.mamba_num_groups:
+        raise SpecError(
+            f"{where}: mamba_head_dim, mamba_num_heads and mamba_num_groups are Mamba-2 fields; Mamba-1 "
+            "(mamba_version 1) has none"
+        )
+
+
+def _validate_linear(m: ModelSpec, where: str) -> None:
+    """Gated DeltaNet fields."""
+    pattern = m.hybrid_layer_pattern
     linear = (
         m.linear_num_key_heads,
         m.linear_num_value_heads,
@@ -290,6 +320,9 @@ OPTIONAL_MODEL_FIELDS = (
     "mamba_num_groups",
     "mamba_conv_kernel",
     "mamba_chunk_size",
+    "mamba_version",
+    "mamba_expand",
+    "mamba_dt_rank",
     "linear_attention_freq",
     "linear_num_key_heads",
     "linear_num_value_heads",
