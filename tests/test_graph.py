@@ -243,46 +243,67 @@ def test_chain_shaped_model_gets_the_sequential_search_plan(name, nodes, gbs, se
 # The partitioner is exact: brute force over every stage graph of the family
 
 
-def _brute_force_bottleneck(ucs, U, lim, branched, options, base_tp=1):
+def _chain_bottleneck(uc, units, k, offset, lim, tail_max=None):
+    """Least worst stage time over every cut of ``units`` into ``k`` stages (inf if none fits), the
+    stages ``offset`` stages upstream of the sink; ``tail_max``: the last stage starts at or before it."""
+    n = len(units)
+    best = np.inf
+    for cuts in itertools.combinations(range(1, n), k - 1):
+        bounds = (0, *cuts, n)
+        if tail_max is not None and bounds[-2] > tail_max:
+            continue
+        stage_worst = 0.0
+        for si, (a, b) in enumerate(zip(bounds, bounds[1:])):
+            idx = list(units[a:b])
+            inflight = min(offset + (k - si), lim.m)
+            memory = uc.static_bytes[idx].sum() + (1 + lim.fragmentation) * (
+                inflight * uc.act_bytes[idx].sum() + uc.transient_bytes[idx].max()
+            )
+            if memory > lim.capacity_bytes:
+                stage_worst = np.inf
+                break
+            stage_worst = max(stage_worst, uc.tau_s[idx].sum())
+        best = min(best, stage_worst)
+    return best
+
+
+def _brute_force_bottleneck(ucs, U, lim, branched, options, base_tp=1, merge_heads=False):
     """Min over every stage graph of a (towers || ...) ; fusion structure: stage count and option
     (tp, replicas) of every chain, taking ``stages x tp x replicas / base_tp`` of the U groups, and
-    every cut of each chain."""
+    every cut of each chain. With ``merge_heads``, also the fusion's first ``p`` units in tower
+    ``b``'s last stage (which keeps a tower unit): tower ``b`` runs them at its option, the rest
+    of the fusion is a chain of its own, the other towers feed the shared stage."""
     from planner.search.graph_structure import Chain
 
-    chains = []
+    towers, fusion = [], None
     for item in branched.items:
         if isinstance(item, Chain):
-            chains.append(item)
+            fusion = item.units
         else:
-            chains += [b.items[0] for b in item.branches]
-    last = len(chains) - 1  # the fusion chain follows every tower
-    choices = [(k, o) for k in range(1, U + 1) for o in options if k * o[0] * o[1] // base_tp <= U]
+            towers += [b.items[0].units for b in item.branches]
+    merges = [None] + [(b, p) for b in range(len(towers)) for p in range(1, len(fusion) + 1)] * merge_heads
+    groups = lambda k, o: k * o[0] * o[1] // base_tp  # noqa: E731
+    choices = [(k, o) for k in range(1, U + 1) for o in options if groups(k, o) <= U]
     best = np.inf
-    for assignment in itertools.product(choices, repeat=len(chains)):
-        if sum(k * o[0] * o[1] // base_tp for k, o in assignment) != U:
-            continue
-        worst = 0.0
-        for ci, (chain, (k, o)) in enumerate(zip(chains, assignment)):
-            uc = ucs[o]
-            offset = 0 if ci == last else assignment[last][0]
-            n = len(chain.units)
-            chain_best = np.inf
-            for cuts in itertools.combinations(range(1, n), k - 1):
-                bounds = (0, *cuts, n)
-                stage_worst = 0.0
-                for si, (a, b) in enumerate(zip(bounds, bounds[1:])):
-                    idx = list(chain.units[a:b])
-                    inflight = min(offset + (k - si), lim.m)
-                    memory = uc.static_bytes[idx].sum() + (1 + lim.fragmentation) * (
-                        inflight * uc.act_bytes[idx].sum() + uc.transient_bytes[idx].max()
-                    )
-                    if memory > lim.capacity_bytes:
-                        stage_worst = np.inf
-                        break
-                    stage_worst = max(stage_worst, uc.tau_s[idx].sum())
-                chain_best = min(chain_best, stage_worst)
-            worst = max(worst, chain_best)
-        best = min(best, worst)
+    for merge in merges:
+        chains = [list(t) for t in towers]
+        rest = list(fusion)
+        if merge is not None:
+            b, p = merge
+            chains[merge[0]] = list(towers[b]) + list(fusion[:p])
+            rest = list(fusion[p:])
+        rest_choices = choices if rest else [(0, None)]
+        for rest_k, rest_o in rest_choices:
+            for assignment in itertools.product(choices, repeat=len(chains)):
+                if sum(groups(k, o) for k, o in assignment) + (groups(rest_k, rest_o) if rest else 0) != U:
+                    continue
+                worst = _chain_bottleneck(ucs[rest_o], rest, rest_k, 0, lim) if rest else 0.0
+                for ci, (units, (k, o)) in enumerate(zip(chains, assignment)):
+                    shared = merge is not None and ci == merge[0]
+                    offset = rest_k + (merge is not None and not shared)
+                    tail = len(towers[ci]) - 1 if shared else None
+                    worst = max(worst, _chain_bottleneck(ucs[o], units, k, offset, lim, tail))
+                best = min(best, worst)
     return best
 
 
@@ -290,7 +311,8 @@ def _brute_force_bottleneck(ucs, U, lim, branched, options, base_tp=1):
 @pytest.mark.parametrize("U", [3, 4, 6])
 @pytest.mark.parametrize("recompute", ["none", "full"])
 @pytest.mark.parametrize("base_tp", [1, 2])
-def test_partition_is_exact_against_brute_force(U, capacity_gib, recompute, base_tp):
+@pytest.mark.parametrize("merge_heads", [False, True])
+def test_partition_is_exact_against_brute_force(U, capacity_gib, recompute, base_tp, merge_heads):
     from planner.search.graph_partition import stage_options, unit_config
 
     g = towers_model(2, tower_layers=5, fusion_layers=4, tower_hidden=(1024, 2048))
@@ -308,8 +330,8 @@ def test_partition_is_exact_against_brute_force(U, capacity_gib, recompute, base
     lim = StageLimits(capacity_bytes=capacity_gib * 2**30, fragmentation=0.05, m=16)
     root, _ = decompose(g)
     branched = structure(root, (True,), unit_layout(g))
-    expected = _brute_force_bottleneck(ucs, U, lim, branched, options, base_tp)
-    got = partition_graph(branched, ucs, U, lim, options, base_tp)
+    expected = _brute_force_bottleneck(ucs, U, lim, branched, options, base_tp, merge_heads)
+    got = partition_graph(branched, ucs, U, lim, options, base_tp, merge_heads=merge_heads)
     if not np.isfinite(expected):
         assert got is None
         return
@@ -321,6 +343,51 @@ def test_partition_is_exact_against_brute_force(U, capacity_gib, recompute, base
     for i, units in enumerate(sg.stages):
         option = (sg.tp_of(i, base_tp), sg.replicas_of(i))
         assert ucs[option].tau_s[list(units)].sum() <= T * (1 + 1e-9)
+
+
+def test_head_shares_a_branch_stage_when_that_is_faster():
+    """GraphPipe's stages are any convex subgraph (its case study puts the concat head in a branch's
+    last stage): two towers (5 layers of width 1024 and of 2048) and a 4-layer fusion on 4 GPUs.
+    Kept apart, the wide tower takes 2 GPUs (2 replicas), the narrow one 1 and the fusion 1; with
+    the wide tower in two stages, the second also holding the fusion's first 2 layers, and the last
+    2 on their own, the bottleneck is a fifth lower (the brute force above agrees on both)."""
+    from planner.search.graph_partition import stage_options, unit_config
+
+    g = towers_model(2, tower_layers=5, fusion_layers=4, tower_hidden=(1024, 2048))
+    cluster = load_cluster("dgx-h100", 2)
+    job = make_job(global_batch_size=64, seq_length=1024)
+    shape = ParallelConfig(tp=1, pp=4, dp=1, micro_batch_size=4, recompute="none", optimizer_sharding="none")
+    options = stage_options(shape, (True,))
+    ucs = {o: unit_costs(g, job, unit_config(shape, o), cluster.groups[0]) for o in options}
+    lim = StageLimits(capacity_bytes=80 * 2**30, fragmentation=0.05, m=16)
+    root, _ = decompose(g)
+    branched = structure(root, (True,), unit_layout(g))
+    apart = partition_graph(branched, ucs, 4, lim, options)
+    shared = partition_graph(branched, ucs, 4, lim, options, merge_heads=True)
+    assert shared[1] < 0.85 * apart[1]
+    layout = unit_layout(g)
+    sg = shared[0]
+    assert check_stage_graph(layout, sg) == ""
+    blocks = [{layout.block[u] for u in units} for units in sg.stages]
+    (both,) = [i for i, b in enumerate(blocks) if len(b) > 1]
+    tower = min(blocks[both])
+    other = [i for i, b in enumerate(blocks) if b == {1 - tower}]
+    assert other and all((i, both) in sg.edges for i in other[-1:])  # the other tower feeds it
+    assert all(not (b & {0, 1}) for b in blocks[both + 1 :] if 2 in b)  # the rest of the fusion after it
+    assert partition_graph(branched, ucs, 4, lim, options, merge_heads=True) == shared  # deterministic
+    plan = estimate_graph(g, cluster, job, shape.with_(pp=sg.num_stages), sg)
+    assert plan.stages[both].memory.peak_inflight_microbatches == min(sg.depths[both], lim.m)
+
+
+def test_shared_head_stages_in_the_search_never_slower():
+    g = load_graph_model("mmt-4tower-4b")
+    cluster = load_cluster("dgx-h100", 4)
+    job = make_job(global_batch_size=128, seq_length=2048)
+    r = Restrictions(pp=(8,), memory_headroom_bytes=HEADROOM)
+    apart = search_graph(g, cluster, job, r, top_k=1)
+    shared = search_graph(g, cluster, job, r, top_k=1, merge_heads=True)
+    assert shared.plans[0].estimate.step_time_s <= apart.plans[0].estimate.step_time_s * (1 + 1e-12)
+    assert check_stage_graph(unit_layout(g), shared.plans[0].stage_graph) == ""
 
 
 def test_stages_may_take_different_tp_and_round_trip(run_cli, tmp_path):

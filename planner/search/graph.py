@@ -210,8 +210,12 @@ def search_graph(
     top_k: int = 5,
     progress: Callable[[int, int, float | None], None] | None = None,
     exhaustive: bool = False,
+    merge_heads: bool = False,
 ) -> GraphSearchResult:
-    """Best graph plans and the best sequential plan; ``exhaustive`` disables pruning (tests)."""
+    """Best graph plans and the best sequential plan; ``exhaustive`` disables pruning (tests);
+    ``merge_heads``: the chain after a branched node may share one branch's last stage when that
+    lowers the bottleneck (exact, but each partition then also tries every split of the head:
+    several times slower on the presets, so off unless asked)."""
     r = restrictions or Restrictions()
     layout = unit_layout(g)
     root, linearised = decompose(g)
@@ -255,7 +259,9 @@ def search_graph(
             refined = c.num_microbatches(job) * options_bound(g, job, node, c, modes)
             heapq.heappush(heap, (max(bound, refined), tie, modes, index, 1, c))
             continue
-        plan = evaluate_graph(g, cluster, job, c, structures[modes], modes, r.memory_headroom_bytes, r.tp)
+        plan = evaluate_graph(
+            g, cluster, job, c, structures[modes], modes, r.memory_headroom_bytes, r.tp, merge_heads
+        )
         result.evaluated += 1
         if progress:
             done = max(done, min(total - len(heap), total))  # refined items re-enter the heap
@@ -335,6 +341,7 @@ def evaluate_graph(
     modes: tuple[bool, ...],
     headroom_bytes: float = 0.0,
     allowed_tp: tuple[int, ...] | None = None,
+    merge_heads: bool = False,
 ) -> GraphPlan | None:
     """Partition one (shape, modes) candidate and time it; None when no partition fits.
 
@@ -355,7 +362,7 @@ def evaluate_graph(
         fragmentation=mem.FRAGMENTATION_FRACTION,
         m=c.num_microbatches(job),
     )
-    part = partition_graph(root, ucs, c.pp, lim, options, c.tp, options_for)
+    part = partition_graph(root, ucs, c.pp, lim, options, c.tp, options_for, merge_heads)
     if part is None:
         return None
     sg, _ = part

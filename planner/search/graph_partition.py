@@ -37,9 +37,12 @@ class StageLimits:
 class _ChainData:
     """Prefix sums of one chain's units, and its cut-position sweeps."""
 
-    def __init__(self, chain: Chain, uc, lim: StageLimits) -> None:
+    def __init__(self, chain: Chain, uc, lim: StageLimits, tail_max: int | None = None) -> None:
         idx = list(chain.units)
         self.n = len(idx)
+        self.tail_max = tail_max
+        """When set, the last stage starts at or before this position (a branch's tail sharing its
+        last stage with the head after it: the stage keeps at least one of the branch's units)."""
         self.pt = np.concatenate([[0.0], np.cumsum(uc.tau_s[idx])])
         self.ps = np.concatenate([[0.0], np.cumsum(uc.static_bytes[idx])])
         self.pa = np.concatenate([[0.0], np.cumsum(uc.act_bytes[idx])])
@@ -60,9 +63,11 @@ class _ChainData:
         self._lo_mem: dict[int, np.ndarray] = {}
         self._lo: dict[tuple[float, int], np.ndarray] = {}
         self._sweeps: dict[tuple[float, int, int], list[np.ndarray]] = {}
-        self.signature = (self.pt.tobytes(), self.ps.tobytes(), self.pa.tobytes(), tr.tobytes())
+        self.signature = (self.pt.tobytes(), self.ps.tobytes(), self.pa.tobytes(), tr.tobytes(), tail_max)
 
     def segment_times(self) -> np.ndarray:
+        if self.tail_max is not None:  # the other segments are the branch chain's own
+            return self.pt[self.n] - self.pt[: self.tail_max + 1]
         d = self.pt[None, :] - self.pt[:, None]
         return d[np.triu_indices(self.n + 1, 1)]
 
@@ -98,29 +103,47 @@ class _ChainData:
         ``lo`` is non-decreasing in the end position, so a start ``a`` is reachable in j stages iff
         the first reachable end after it, b, has ``lo[b] <= a`` (a later end only starts later).
         """
-        depth = min(depth, self.lim.m)  # deeper than m: the same in-flight counts
+        n = self.n
+        free = self.lo_mem(self.lim.m)[n] == 0
+        # deeper than m: the same in-flight counts; memory never binding: no depth matters
+        depth = -1 if free else min(depth, self.lim.m)
         key = (T, depth, max_stages)
         hit = self._sweeps.get(key)
         if hit is not None:
             return hit
         if len(self._sweeps) > 4096:
             self._sweeps.clear()
-        n = self.n
         positions = self.b
-        if self.lo_mem(self.lim.m)[n] == 0:
+        if free:
             # Memory never binds (the whole chain fits at the most in-flight micro-batches): the
             # stage counts covering units a.. are exactly [fewest, n - a] (splitting a stage keeps
             # every part within T), the fewest by greedy longest stages.
             lo_t = self.lo(T, 0)
             furthest = np.searchsorted(lo_t, positions, side="right") - 1
-            fewest = np.full(n + 1, n + 1)
-            fewest[n] = 0
-            for a in range(n - 1, -1, -1):
-                b = furthest[a]
-                if b > a:
-                    fewest[a] = fewest[b] + 1
             js = np.arange(min(n, max_stages) + 1)[:, None]
-            rows = (fewest[None, :] <= js) & (js <= (n - positions)[None, :])
+            if self.tail_max is None:
+                fewest = np.full(n + 1, n + 1)
+                fewest[n] = 0
+                for a in range(n - 1, -1, -1):
+                    b = furthest[a]
+                    if b > a:
+                        fewest[a] = fewest[b] + 1
+                most = n - positions
+            else:
+                # The last stage starts at some s in [lo_t[n], tail_max]; the stages before it
+                # cover [a, s): from the fewest reaching lo_t[n] (greedy, cut back to end there) to
+                # one unit each up to tail_max, every count between (one more unit, one more stage).
+                s0, tail = int(lo_t[n]), self.tail_max
+                fewest = np.full(n + 1, n + 1)
+                fewest[n] = 0
+                if s0 <= tail:
+                    fewest[s0 : tail + 1] = 1
+                    for a in range(min(s0, tail + 1) - 1, -1, -1):
+                        b = furthest[a]
+                        if b > a:
+                            fewest[a] = (1 if b >= s0 else fewest[b]) + 1
+                most = np.where(positions <= tail, tail - positions + 1, 0)
+            rows = (fewest[None, :] <= js) & (js <= most[None, :])
             out = list(rows)
             self._sweeps[key] = out
             return out
@@ -134,6 +157,8 @@ class _ChainData:
             valid = nxt < ends.size
             nxt_end = ends[np.minimum(nxt, ends.size - 1)]
             row = valid & (lo[nxt_end] <= positions)
+            if j == 1 and self.tail_max is not None:
+                row &= positions <= self.tail_max
             if not row.any():
                 break
             out.append(row)
@@ -157,41 +182,117 @@ StageOption = tuple[int, int]
 """(tp, replicas) of a chain's stages: each stage runs on ``tp x replicas`` GPUs of a pipeline."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Merge:
+    """The head after a branched node sharing a stage with one branch's last stage: the head's first
+    ``p`` units join that branch's last chain (``branched``, the node with that branch extended; its
+    last stage keeps at least one unit of the branch), the rest of the head (``rest``, None when the
+    whole head joins) is a chain of its own after it."""
+
+    p: int
+    rest: Chain | None
+    branched: Branched
+    floor_s: float
+    """Least time of the shared stage (the head's units and the branch's last unit, best option)."""
+
+
 class _Solver:
     """Feasibility of a pipeline of exactly ``U`` groups of ``base_tp`` GPUs with every stage time
     <= T, over one structure. A chain's stages share one option (tp, replicas) from
-    ``options_for(chain)``; a stage takes ``tp * replicas / base_tp`` groups."""
+    ``options_for(chain)``; a stage takes ``tp * replicas / base_tp`` groups.
 
-    def __init__(self, root: Series, ucs: dict, U: int, lim: StageLimits, options_for, base_tp: int):
+    With ``merge_heads``, the chain after a branched node may start inside one branch's last stage
+    (GraphPipe's stages are any convex subgraph; its case study puts the concat head in a branch's
+    last stage): that stage then feeds the rest of the head and is fed by the sibling branches, which
+    see one more stage downstream."""
+
+    def __init__(
+        self, root: Series, ucs: dict, U: int, lim: StageLimits, options_for, base_tp: int, merge_heads=False
+    ):
         self.root, self.U, self.lim, self.base_tp = root, U, lim, base_tp
+        self.ucs, self._options_for = ucs, options_for
         self.options: dict[int, tuple[StageOption, ...]] = {}
         self.chains: dict[tuple[int, StageOption], _ChainData] = {}
-        self.chain_units: list[tuple[tuple[int, ...], tuple[StageOption, ...]]] = []
+        self.chain_units: dict[int, tuple[tuple[int, ...], tuple[StageOption, ...]]] = {}
+        """Per chain of the structure: its units and every option they may run under (the floor)."""
+        self.merges: dict[tuple[int, int], list[_Merge]] = {}
+        self.head_branch: dict[int, int] = {}
+        """Per extended branched node (:class:`_Merge`): the index of the branch holding the head."""
         self._shared: dict[tuple, _ChainData] = {}
-        self._collect(root, ucs, options_for)
+        self._memo: dict = {}
+        self._merging = False
+        self._collect(root)
+        self._base = list(self.chains)
+        if merge_heads:
+            self._collect_merges(root)
 
     def groups(self, option: StageOption) -> int:
         return option[0] * option[1] // self.base_tp
 
-    def _collect(self, s: Series, ucs, options_for) -> None:
+    def _add_chain(self, item: Chain, tail_max: int | None = None) -> tuple[StageOption, ...]:
+        opts = tuple(o for o in self._options_for(item) if self.groups(o) <= self.U)
+        self.options[id(item)] = opts
+        for o in opts:
+            data = _ChainData(item, self.ucs[o], self.lim, tail_max)
+            # identical chains (e.g. identical towers) share one object and its sweeps
+            self.chains[(id(item), o)] = self._shared.setdefault(data.signature, data)
+        return opts
+
+    def _collect(self, s: Series) -> None:
         for item in s.items:
             if isinstance(item, Chain):
-                opts = tuple(o for o in options_for(item) if self.groups(o) <= self.U)
-                self.options[id(item)] = opts
-                self.chain_units.append((item.units, opts))
-                for o in opts:
-                    data = _ChainData(item, ucs[o], self.lim)
-                    # identical chains (e.g. identical towers) share one object and its sweeps
-                    self.chains[(id(item), o)] = self._shared.setdefault(data.signature, data)
+                self.chain_units[id(item)] = (item.units, self._add_chain(item))
             else:
                 for b in item.branches:
-                    self._collect(b, ucs, options_for)
+                    self._collect(b)
 
-    def candidates(self) -> np.ndarray:
-        return np.unique(np.concatenate([c.segment_times() for c in self.chains.values()]))
+    def _widen(self, chain: Chain, opts: tuple[StageOption, ...]) -> None:
+        units, have = self.chain_units[id(chain)]
+        self.chain_units[id(chain)] = (units, have + tuple(o for o in opts if o not in have))
 
-    def solve(self, T: float):
-        self._memo: dict = {}
+    def _collect_merges(self, s: Series) -> None:
+        for item in s.items:
+            if isinstance(item, Branched):
+                for b in item.branches:
+                    self._collect_merges(b)
+        for B, C in zip(s.items, s.items[1:]):
+            if not (isinstance(B, Branched) and isinstance(C, Chain)):
+                continue
+            specs = []
+            for members in self._classes(B):  # identical branches: the first stands for its class
+                b = members[0]
+                last = B.branches[b].items[-1]
+                if not isinstance(last, Chain):
+                    continue
+                for p in range(1, len(C.units) + 1):
+                    ext = Chain(last.units + C.units[:p])
+                    opts = self._add_chain(ext, tail_max=len(last.units) - 1)
+                    rest = Chain(C.units[p:]) if p < len(C.units) else None
+                    if not opts or (rest is not None and not self._add_chain(rest)):
+                        continue
+                    self._widen(last, opts)
+                    self._widen(C, opts)
+                    branches = tuple(
+                        Series((*x.items[:-1], ext)) if k == b else x for k, x in enumerate(B.branches)
+                    )
+                    ext_branched = Branched(branches)
+                    self.head_branch[id(ext_branched)] = b
+                    shared = list(ext.units[len(last.units) - 1 :])
+                    floor = min(float(self.ucs[o].tau_s[shared].sum()) for o in opts)
+                    specs.append(_Merge(p, rest, ext_branched, floor))
+            if specs:
+                self.merges[(id(B), id(C))] = specs
+
+    def candidates(self, merging: bool) -> np.ndarray:
+        """Every stage time a plan may have as its bottleneck (with ``merging``, shared stages too)."""
+        chains = self.chains.values() if merging else [self.chains[k] for k in self._base]
+        return np.unique(np.concatenate([c.segment_times() for c in chains]))
+
+    def solve(self, T: float, merging: bool = False):
+        """(least depth, choice) of a plan of exactly ``U`` groups within ``T``, or None; with
+        ``merging``, heads may share a branch's last stage."""
+        self._memo = {}
+        self._merging = merging
         return self._series(self.root, 0, T).get(self.U)
 
     def _series(self, s: Series, depth: int, T: float) -> dict:
@@ -199,23 +300,44 @@ class _Solver:
         if key in self._memo:
             return self._memo[key]
         state = {0: (depth, ())}
-        for item in reversed(s.items):
-            new: dict = {}
-            for used in sorted(state):
-                dep, rest = state[used]
-                opts = self._chain(item, dep, T) if isinstance(item, Chain) else self._branched(item, dep, T)
-                for k in sorted(opts):
-                    total = used + k
-                    if total > self.U:
-                        break
-                    dep2, choice = opts[k]
-                    if total not in new or dep2 < new[total][0]:
-                        new[total] = (dep2, ((choice,) + rest))
-            state = new
-            if not state:
-                break
+        items = s.items
+        i = len(items) - 1
+        while i >= 0 and state:
+            item = items[i]
+            pair = (items[i - 1], item) if i > 0 else None
+            if self._merging and pair is not None and (id(pair[0]), id(item)) in self.merges:
+                # the branched node and the head after it: apart (first: it wins ties), or sharing
+                after = self._step(self._step(state, item, T), pair[0], T)
+                for k, v in self._step(state, pair, T).items():
+                    if k not in after or v[0] < after[k][0]:
+                        after[k] = v
+                state = after
+                i -= 2
+            else:
+                state = self._step(state, item, T)
+                i -= 1
         self._memo[key] = state
         return state
+
+    def _step(self, state: dict, item, T: float) -> dict:
+        """``state`` (groups used downstream -> least depth, choices) extended by ``item`` in front."""
+        new: dict = {}
+        for used in sorted(state):
+            dep, rest = state[used]
+            if isinstance(item, tuple):
+                opts = self._merged(item[0], item[1], dep, T)
+            elif isinstance(item, Chain):
+                opts = self._chain(item, dep, T)
+            else:
+                opts = self._branched(item, dep, T)
+            for k in sorted(opts):
+                total = used + k
+                if total > self.U:
+                    break
+                dep2, choice = opts[k]
+                if total not in new or dep2 < new[total][0]:
+                    new[total] = (dep2, ((choice,) + rest))
+        return new
 
     def _chain(self, item: Chain, depth: int, T: float) -> dict:
         key = (id(item), depth)
@@ -229,6 +351,29 @@ class _Solver:
                 used = j * per_stage
                 if reach[j][0] and (used not in out or depth + j < out[used][0]):
                     out[used] = (depth + j, ("chain", item, j, depth, o))
+        self._memo[key] = out
+        return out
+
+    def _merged(self, B: Branched, C: Chain, depth: int, T: float) -> dict:
+        """Groups -> least depth of ``B ; C`` with ``C``'s first units in one branch's last stage."""
+        key = ("merged", id(B), id(C), depth)
+        if key in self._memo:
+            return self._memo[key]
+        out: dict = {}
+        for spec in self.merges[(id(B), id(C))]:
+            if spec.floor_s > T * (1 + 1e-12):
+                continue
+            rest = {0: (depth, None)} if spec.rest is None else self._chain(spec.rest, depth, T)
+            for used in sorted(rest):
+                d0, rest_choice = rest[used]
+                inner = self._branched(spec.branched, d0, T)
+                for k in sorted(inner):
+                    total = used + k
+                    if total > self.U:
+                        break
+                    dep2, choice = inner[k]
+                    if total not in out or dep2 < out[total][0]:
+                        out[total] = (dep2, ("merged", choice, rest_choice))
         self._memo[key] = out
         return out
 
@@ -260,12 +405,19 @@ class _Solver:
         Identical branches (:meth:`_classes`: the same units at the same costs, four equal towers
         say) take identical resources, as GraphPipe gives symmetric branches: a class of ``k`` takes
         ``k x g`` groups, each branch ``g`` with the same stages. Among equal (groups, depth), the
-        first pair in (earlier groups, later groups) order wins."""
+        first pair in (earlier groups, later groups) order wins. In a node extended by a head
+        (:class:`_Merge`) the other branches feed the shared stage: one more stage downstream."""
+        key = ("branched", id(item), depth)
+        if key in self._memo:
+            return self._memo[key]
+        head = self.head_branch.get(id(item))
         acc: dict = {0: (depth, ())}
         for members in self._classes(item):
-            per = [self._series(item.branches[i], depth, T) for i in members]
+            below = depth + (head is not None and members[0] != head)
+            per = [self._series(item.branches[i], below, T) for i in members]
             if not per[0] or not acc:
-                return {}
+                acc = {}
+                break
             k = len(members)
             opts = {
                 g * k: (per[0][g][0], tuple((i, p[g][1]) for i, p in zip(members, per)))
@@ -273,7 +425,8 @@ class _Solver:
                 if g * k <= self.U and all(g in p for p in per)
             }
             if not opts:
-                return {}
+                acc = {}
+                break
             k1 = np.array(sorted(acc))
             k2 = np.array(sorted(opts))
             d1 = np.array([acc[x][0] for x in k1])
@@ -282,7 +435,8 @@ class _Solver:
             dep = np.maximum(d1[:, None], d2[None, :])
             i1, i2 = np.nonzero(total <= self.U)  # row-major: earlier groups first
             if not i1.size:
-                return {}
+                acc = {}
+                break
             sums, deps = total[i1, i2], dep[i1, i2]
             order = np.lexsort((np.arange(sums.size), deps, sums))
             first = np.ones(order.size, dtype=bool)
@@ -292,15 +446,42 @@ class _Solver:
                 a, b = int(k1[i1[idx]]), int(k2[i2[idx]])
                 new[a + b] = (int(deps[idx]), (*acc[a][1], *opts[b][1]))
             acc = new
-        return {
+        out = {
             x: (dep, ("branched", item, tuple(("series", c) for _, c in sorted(chosen))))
             for x, (dep, chosen) in acc.items()
             if x > 0
         }
+        self._memo[key] = out
+        return out
 
 
 def _covers(reach: list[np.ndarray], j: int) -> bool:
     return len(reach) > j and bool(reach[j][0])
+
+
+def _emit_chain(item: tuple, solver: _Solver, T: float, stages, edges, replicas) -> tuple[list, list]:
+    _, chain, j, depth, option = item
+    cd = solver.chains[(id(chain), option)]
+    # Balance the chain on its own: its least bottleneck with j stages (<= T, so the plan's
+    # bottleneck is unchanged), then the lexicographically smallest cuts under it.
+    local = cd.segment_times()
+    local = np.unique(local[local <= T * (1 + 1e-12)])
+    lo, hi = 0, len(local) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _covers(cd.sweep(float(local[mid]), depth, j), j):
+            hi = mid
+        else:
+            lo = mid + 1
+    t_chain = float(local[lo]) if len(local) and _covers(cd.sweep(float(local[lo]), depth, j), j) else T
+    reach = cd.sweep(t_chain, depth, j)
+    first = len(stages)
+    for a, b in cd.cuts(t_chain, depth, j, reach):
+        stages.append(list(chain.units[a:b]))
+        replicas.append(option)
+    ids = list(range(first, len(stages)))
+    edges += list(zip(ids, ids[1:]))
+    return [ids[0]], [ids[-1]]
 
 
 def _emit(
@@ -317,36 +498,27 @@ def _emit(
     exits: list[int] = []
     for item in choice:
         if item[0] == "chain":
-            _, chain, j, depth, option = item
-            cd = solver.chains[(id(chain), option)]
-            # Balance the chain on its own: its least bottleneck with j stages (<= T, so the plan's
-            # bottleneck is unchanged), then the lexicographically smallest cuts under it.
-            local = cd.segment_times()
-            local = np.unique(local[local <= T * (1 + 1e-12)])
-            lo, hi = 0, len(local) - 1
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if _covers(cd.sweep(float(local[mid]), depth, j), j):
-                    hi = mid
-                else:
-                    lo = mid + 1
-            t_chain = (
-                float(local[lo]) if len(local) and _covers(cd.sweep(float(local[lo]), depth, j), j) else T
-            )
-            reach = cd.sweep(t_chain, depth, j)
-            first = len(stages)
-            for a, b in cd.cuts(t_chain, depth, j, reach):
-                stages.append(list(chain.units[a:b]))
-                replicas.append(option)
-            ids = list(range(first, len(stages)))
-            edges += list(zip(ids, ids[1:]))
-            ins, outs = [ids[0]], [ids[-1]]
-        else:
+            ins, outs = _emit_chain(item, solver, T, stages, edges, replicas)
+        elif item[0] == "branched":
             ins, outs = [], []
             for _, series_choice in item[2]:
                 i2, o2 = _emit(series_choice, solver, T, stages, edges, replicas)
                 ins += i2
                 outs += o2
+        else:  # "merged": the head's first units in one branch's last stage
+            _, branched, rest = item
+            head = solver.head_branch[id(branched[1])]
+            ins, per_branch = [], []
+            for _, series_choice in branched[2]:
+                i2, o2 = _emit(series_choice, solver, T, stages, edges, replicas)
+                ins += i2
+                per_branch.append(o2)
+            (shared,) = per_branch[head]
+            edges += [(a, shared) for k, o2 in enumerate(per_branch) if k != head for a in o2]
+            outs = [shared]
+            if rest is not None:
+                i3, outs = _emit_chain(rest, solver, T, stages, edges, replicas)
+                edges += [(shared, b) for b in i3]
         if exits:
             edges += [(a, b) for a in exits for b in ins]
         else:
@@ -363,39 +535,40 @@ def partition_graph(
     options: tuple[StageOption, ...] = (),
     base_tp: int = 1,
     options_for=None,
+    merge_heads: bool = False,
 ) -> tuple[StageGraph, float] | None:
     """The stage graph minimising the bottleneck (exact), and that bottleneck; None if nothing fits.
 
     The pipeline has ``U`` groups of ``base_tp`` GPUs. ``ucs[(tp, replicas)]`` are the unit costs
     of a stage with that option (a :class:`UnitCosts` alone means ``{(base_tp, 1): ucs}``);
     ``options_for(chain)`` narrows the options per chain (default: all of ``options``).
+    ``merge_heads``: the chain after a branched node may share one branch's last stage
+    (:class:`_Solver`); False keeps every stage inside one chain.
     """
     if not isinstance(ucs, dict):
         ucs = {(base_tp, 1): ucs}
     options = options or tuple(ucs)
-    solver = _Solver(root, ucs, U, lim, options_for or (lambda chain: options), base_tp)
-    cand = solver.candidates()
-    if lim.m == 1:
-        cand = cand[-1:]  # one micro-batch: the bottleneck does not matter, any fitting plan ties
+    solver = _Solver(root, ucs, U, lim, options_for or (lambda chain: options), base_tp, merge_heads)
     floor = options_floor(ucs, solver, U) * (1 - 1e-9)
-    if not np.isfinite(floor) or not len(cand):
+    if not np.isfinite(floor):
         return None
-    lo, hi = int(np.searchsorted(cand, floor)), len(cand) - 1
-    if lo > hi or solver.solve(float(cand[hi])) is None:
+    base = solver.candidates(False)
+    if lim.m == 1:
+        base = base[-1:]  # one micro-batch: the bottleneck does not matter, any fitting plan ties
+    T = _least(solver, base, floor, False)
+    merging = False
+    if solver.merges and (T is None or lim.m > 1):
+        # A head shares a branch's stage only when that is faster: below the best without it.
+        every = solver.candidates(True)
+        every = every[every < T] if T is not None else every
+        if lim.m == 1:
+            every = every[-1:]
+        shared = _least(solver, every, floor, True)
+        if shared is not None:
+            T, merging = shared, True
+    if T is None:
         return None
-    # The optimum is usually close to the floor: gallop up from it, then bisect.
-    step = 1
-    while lo + step < hi and solver.solve(float(cand[lo + step])) is None:
-        lo, step = lo + step + 1, step * 2
-    hi = min(hi, lo + step)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if solver.solve(float(cand[mid])) is not None:
-            hi = mid
-        else:
-            lo = mid + 1
-    T = float(cand[lo])
-    _, choice = solver.solve(T)
+    _, choice = solver.solve(T, merging)
     stages: list[list[int]] = []
     edges: list[tuple[int, int]] = []
     chosen: list[StageOption] = []
@@ -411,11 +584,30 @@ def partition_graph(
     return sg, T
 
 
+def _least(solver: _Solver, cand: np.ndarray, floor: float, merging: bool) -> float | None:
+    """The least candidate bottleneck at which a plan fits (exact: feasibility only grows with T)."""
+    lo, hi = int(np.searchsorted(cand, floor)), len(cand) - 1
+    if lo > hi or solver.solve(float(cand[hi]), merging) is None:
+        return None
+    # The optimum is usually close to the floor: gallop up from it, then bisect.
+    step = 1
+    while lo + step < hi and solver.solve(float(cand[lo + step]), merging) is None:
+        lo, step = lo + step + 1, step * 2
+    hi = min(hi, lo + step)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if solver.solve(float(cand[mid]), merging) is not None:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(cand[lo])
+
+
 def options_floor(ucs: dict, solver: _Solver, U: int) -> float:
     """A lower bound of the bottleneck over the options each unit may take: every unit's least
     group-time spread over the ``U`` groups, and every unit's least time."""
     work = largest = 0.0
-    for units, opts in solver.chain_units:
+    for units, opts in solver.chain_units.values():
         if not opts:
             return float("inf")  # a chain with no option: nothing fits
         w, big = _least_times(ucs, opts, solver.groups, list(units))
