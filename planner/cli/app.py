@@ -106,6 +106,7 @@ from planner.cli import export_megatron as _export_megatron  # noqa: E402,F401  
 from planner.cli import check as _check  # noqa: E402,F401  (registers commands)
 from planner.cli import calibrate as _calibrate  # noqa: E402,F401  (registers commands)
 from planner.cli import export_torchtitan as _export_torchtitan  # noqa: E402,F401  (registers commands)
+from planner.cli import export_bridge as _export_bridge  # noqa: E402,F401  (registers commands)
 from planner.cli import report as _report  # noqa: E402,F401  (registers commands)
 from planner.cli import sweep as _sweep  # noqa: E402,F401  (registers commands)
 from planner.cli import whatif as _whatif  # noqa: E402,F401  (registers commands)

@@ -212,6 +212,8 @@ def _read_config(
             return None
         if Path(path).suffix == ".toml":
             read = _read_torchtitan_file(verdict, path, cluster)
+        elif _is_bridge_file(path, text):
+            read = _read_bridge_file(verdict, path, text, cluster, vocab_size)
         else:
             read = _read_megatron_file(verdict, path, text, cluster, vocab_size, variables)
     except PlannerError as exc:
@@ -287,6 +289,51 @@ def _read_megatron_file(
             Finding(level, "megatron", msg, flags, next((lines[f] for f in flags if f in lines), None))
         )
     _stage_order(verdict, text, cluster)
+    return _Config(imported.model, imported.job, imported.config, "megatron", cluster, None, lines)
+
+
+def _is_bridge_file(path: str, text: str) -> bool:
+    """A YAML file whose top level is a Megatron-Bridge ConfigContainer override
+    (:func:`planner.launch.bridge.importer.is_bridge_overrides`)."""
+    import yaml
+
+    from planner.launch.bridge.importer import is_bridge_overrides
+
+    if Path(path).suffix not in (".yaml", ".yml"):
+        return False
+    try:
+        return is_bridge_overrides(yaml.safe_load(text))
+    except yaml.YAMLError:
+        return False
+
+
+def _read_bridge_file(
+    verdict: Verdict, path: str, text: str, cluster: ClusterSpec, vocab_size: int | None = None
+) -> _Config:
+    """A Megatron-Bridge ConfigContainer override, judged as the Megatron-LM launch its fields stand
+    for (:mod:`planner.launch.bridge.importer`): a warning for each key planner does not interpret,
+    Megatron-core's own refusals, findings on the line of the key."""
+    from planner.launch.bridge.importer import read_bridge, renamed
+
+    read = read_bridge(text, path, cluster.num_gpus, vocab_size)
+    imported = read.imported
+    lines = {f: read.key_lines.get(k) for f, k in read.flag_keys.items() if read.key_lines.get(k)}
+    for note in (*read.notes, *imported.notes):
+        verdict.add(Finding("notice", "import", note))
+    for key in read.unknown:
+        verdict.add(
+            Finding(
+                "warning",
+                "import",
+                f"key {key} is a Megatron-Bridge field not interpreted by planner",
+                (key,),
+                read.key_lines.get(key),
+            )
+        )
+    for level, msg, flags in megatron_findings(imported, cluster):
+        keys = tuple(read.flag_keys.get(f, f) for f in flags)
+        line = next((lines[f] for f in flags if f in lines), None)
+        verdict.add(Finding(level, "megatron", renamed(msg, read.flag_keys), keys, line))
     return _Config(imported.model, imported.job, imported.config, "megatron", cluster, None, lines)
 
 
