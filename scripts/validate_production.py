@@ -11,6 +11,17 @@ that cannot be built and why, then the median and 90th percentile of the absolut
 signed median overall and per class (GPU efficiency family x precision x dense/MoE x framework, as
 validate_published.py classes them).
 
+Each run is priced with the software profile ``--profile`` names:
+
+* ``then`` (the default, the figures to quote): the profile a plan would have had the month the
+  run's table appeared, the newest shipped Megatron profile released by then with an entry for the
+  run's GPU family, else the base values: what planner would have predicted for a user that day;
+* ``today``: the profile ``planner search`` gives such a plan now
+  (planner.profiles.software.default_software), which may postdate the run;
+* ``base``: the GPU files' base values, no software profile.
+
+The overall figures under the other two stand beside.
+
 Exit code 1 when the --runs file cannot be read (one line, no traceback); 2 on bad flags.
 
 Usage: python scripts/validate_production.py [--runs FILE] [--json]
@@ -20,7 +31,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -28,8 +41,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from validate_published import _pairs, by_class, class_summary, run_frameworks, signed_error  # noqa: E402
 
-from planner.calibration.cases import cases, predict_all  # noqa: E402
+from cost_models.estimate import estimate  # noqa: E402
+from planner.calibration.cases import Result, cases  # noqa: E402
+from planner.inputs.documents import read_document  # noqa: E402
 from planner.inputs.errors import PlannerError  # noqa: E402
+from planner.profiles.software import (  # noqa: E402
+    BASE,
+    default_software,
+    efficiency_family,
+    load_profiles,
+)
+from planner.profiles.software import apply as apply_software  # noqa: E402
+
+PROFILES = ("then", "today", "base")
+"""How each run is priced (``--profile``; see the module docstring)."""
 
 DEFAULT_PRODUCTION_RUNS = Path(__file__).resolve().parent.parent / "tests" / "data" / "production_runs.yaml"
 
@@ -42,24 +67,85 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         default=DEFAULT_PRODUCTION_RUNS,
         help="production runs YAML (default: tests/data/production_runs.yaml)",
     )
+    ap.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default="then",
+        help="software profile: then (newest released by the run's table, the default), today, base",
+    )
     ap.add_argument("--json", action="store_true", help="print machine-readable results")
     return ap.parse_args(argv)
 
 
-def report(path: Path) -> dict:
-    """Every run of ``path`` predicted: per run, overall and per class."""
+def released_month(software_text: str) -> str:
+    """The month (YYYY-MM) of a record's ``parallel.software`` container ('NeMo 25.04 container',
+    'Megatron-Bridge / NeMo 26.02 container'); '' when it names none."""
+    found = re.search(r"\b(\d\d)\.(\d\d)\b", software_text)
+    return f"20{found.group(1)}-{found.group(2)}" if found else ""
+
+
+def profile_for(family: str, month: str, how: str) -> str:
+    """The software profile a run on GPU ``family`` is priced with (:data:`PROFILES`)."""
+    if how == "base":
+        return BASE
+    if how == "today":
+        return default_software("megatron", (family,))
+    fitted = [
+        (str(d.get("released", "")), name)
+        for name, d in load_profiles().items()
+        if d.get("framework") == "megatron"
+        and family in (d.get("families") or {})
+        and month
+        and str(d.get("released", "")) <= month
+    ]
+    return max(fitted)[1] if fitted else BASE
+
+
+def predict(path: Path, all_cases: list, how: str) -> tuple[list[Result], dict[str, str]]:
+    """Every buildable run of ``path`` predicted with its :func:`profile_for` profile, and the
+    profile each run got."""
+    texts = {
+        str(r.get("id")): str((r.get("parallel") or {}).get("software") or "")
+        for r in read_document(Path(path))["runs"]
+    }
+    results, used = [], {}
+    for c in all_cases:
+        if c.skip_reason:
+            continue
+        gpu = c.cluster.groups[0].gpu
+        family = efficiency_family(gpu.name)
+        name = profile_for(family, released_month(texts.get(c.run_id, "")), how)
+        cluster = c.cluster
+        if name != BASE:
+            eff = apply_software(gpu.efficiency, name, family)
+            groups = tuple(replace(g, gpu=replace(g.gpu, efficiency=eff)) for g in cluster.groups)
+            cluster = replace(cluster, groups=groups)
+        used[c.run_id] = name
+        results.append(Result(c, estimate(c.model, cluster, c.job, c.config)))
+    return results, used
+
+
+def report(path: Path, how: str = "then") -> dict:
+    """Every run of ``path`` predicted with profiles chosen by ``how``: per run, overall and per
+    class, and the overall figures under the other :data:`PROFILES` beside."""
     all_cases = cases(path)
     frameworks = run_frameworks(path)
-    results = predict_all(all_cases)
+    results, used = predict(path, all_cases, how)
+    others = {
+        other: class_summary(_pairs(predict(path, all_cases, other)[0])) for other in PROFILES if other != how
+    }
     return {
         "runs_file": str(path),
         "out_of_sample": True,
+        "profile": how,
+        "overall_with_other_profiles": others,
         "runs": [
             {
                 "id": r.case.run_id,
                 "class": cls,
                 "measured_tokens_per_s_per_gpu": r.case.measured_tokens_per_s_per_gpu,
                 "predicted_tokens_per_s_per_gpu": r.predicted,
+                "software": used[r.case.run_id],
                 "signed_error": signed_error(r.predicted, r.case.measured_tokens_per_s_per_gpu),
             }
             for cls, rs in by_class(results, frameworks).items()
@@ -72,11 +158,12 @@ def report(path: Path) -> dict:
 
 
 def print_report(out: dict) -> None:
-    print(f"{'run':48s} {'measured':>9s} {'predicted':>9s} {'signed':>7s}  class")
+    print(f"{'run':48s} {'measured':>9s} {'predicted':>9s} {'signed':>7s}  class, profile")
     for row in out["runs"]:
         print(
             f"{row['id']:48s} {row['measured_tokens_per_s_per_gpu']:9.0f} "
-            f"{row['predicted_tokens_per_s_per_gpu']:9.0f} {row['signed_error']:+7.1%}  {row['class']}"
+            f"{row['predicted_tokens_per_s_per_gpu']:9.0f} {row['signed_error']:+7.1%}  {row['class']}, "
+            f"{row['software']}"
         )
     for rid, why in out["skipped"].items():
         print(f"skipped {rid}: {why}")
@@ -84,7 +171,8 @@ def print_report(out: dict) -> None:
         "\nout-of-sample (no fit reads these runs); signed = predicted / measured - 1, + = predicted too fast"
     )
     print(f"{'':34s} {'runs':>4s}  {'median':>6s} {'p90':>6s} {'signed':>7s}")
-    rows = [("overall", out["overall"])] + list(out["by_class"].items())
+    rows = [(f"overall ({out['profile']})", out["overall"])] + list(out["by_class"].items())
+    rows += [(f"overall ({k})", v) for k, v in out["overall_with_other_profiles"].items()]
     for label, s in rows:
         print(f"{label:34s} {s['count']:4d}  {s['median']:6.1%} {s['p90']:6.1%} {s['signed_median']:+7.1%}")
 
@@ -92,7 +180,7 @@ def print_report(out: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
     try:
-        out = report(args.runs)
+        out = report(args.runs, args.profile)
     except (PlannerError, OSError) as exc:
         print(f"validate_production: {exc}", file=sys.stderr)
         return 1

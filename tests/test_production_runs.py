@@ -55,3 +55,24 @@ def test_script_unreadable_file(tmp_path, capsys):
     assert _script().main(["--runs", str(tmp_path / "missing.yaml")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_each_run_is_priced_with_the_profile_planner_had_when_its_table_appeared():
+    """``--profile then``: the newest shipped Megatron profile released by the run's container month
+    with an entry for its GPU family, else base; ``today`` the default a search gets now."""
+    script = _script()
+    assert script.released_month("Megatron-Bridge / NeMo 26.02 container") == "2026-02"
+    assert script.released_month("NeMo 25.04 container") == "2025-04"
+    assert script.released_month("") == ""
+    assert script.profile_for("h100", "2026-02", "then") == "megatron-bridge-25.11"
+    assert script.profile_for("h100", "2025-04", "then") == "base"  # before any fitted Megatron profile
+    assert script.profile_for("h100", "", "then") == "base"
+    assert script.profile_for("h100", "2025-04", "base") == "base"
+    from planner.profiles.software import default_software
+
+    assert script.profile_for("h100", "2025-04", "today") == default_software("megatron", ("h100",))
+    out = script.report(RUNS, "then")
+    used = {r["id"]: r["software"] for r in out["runs"]}
+    assert used["mbridge2602_h100_fp8cs_qwen3_30b_16gpu"] == "megatron-bridge-25.11"
+    assert used["nemo2504_gb200_fp8_llama3_70b_64gpu"] == "base"
+    assert set(out["overall_with_other_profiles"]) == {"today", "base"}
