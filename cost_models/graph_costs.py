@@ -11,7 +11,11 @@ and tokens per sample, so a one-block graph model costs exactly what the equival
   causal layer's (Megatron ``num_floating_point_operations`` counts the full product for both);
 * cross-attention (T5, Raffel et al. 2020, arXiv:1910.10683, Sec. 3.1): per decoder layer, Q and
   output projections at the decoder width, K and V projections of the encoder output, attention of
-  ``T`` queries over the encoder's ``s_enc`` keys, one more tensor-parallel all-reduce per pass;
+  ``T`` queries over the encoder's ``s_enc`` keys, one more tensor-parallel all-reduce per pass
+  (the source may be a generic block: a vision-language projector's output, its width
+  :attr:`~planner.inputs.graph_spec.Block.output_width`); a block's hybrid layer pattern prices
+  each layer as :meth:`~cost_models.layers.LayerTable.decoder` does (``-``: MLP only, so a ``-``
+  layer with cross-attention has no self-attention, as Llama 3.2 Vision's cross-attention layers);
 * generic blocks: ``F`` forward FLOPs as tensor-parallel GEMMs (time ``F/t`` at the GEMM efficiency
   of that size), backward twice the forward (input and weight gradients, Narayanan et al. 2021),
   parameters and activations split over ``t``, one all-reduce of the output per pass.
@@ -122,11 +126,17 @@ class UnitCosts:
     """Bytes one GPU sends per micro-batch on each unit edge."""
 
 
-def _non_causal_extra(block: Block, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> LayerCost:
-    """What bidirectional attention adds to a causal layer: the other half of the score matrix."""
+def _non_causal_extra(
+    block: Block, job: JobSpec, c: ParallelConfig, node: NodeGroup, local: bool = False
+) -> LayerCost:
+    """What bidirectional attention adds to a causal layer: the other half of the score matrix
+    (``local``: of a layer attending within windows of ``window_size`` keys, as Qwen2.5-VL's
+    windowed vision layers, so the other half of each window's)."""
     m = block.transformer
     T = c.micro_batch_size * block.tokens(job.seq_length)
     s = block.tokens(job.seq_length)
+    if local:
+        s = min(s, m.window_size)
     fused = attention_s(2 * T * s * m.query_projection_size / c.tp, node.gpu, job.precision, s)
     fwd, bwd = core_attention_s(fused, job, node.gpu)
     return LayerCost(forward_s=fwd, backward_input_s=bwd, selective_recompute_s=fwd)
@@ -135,12 +145,12 @@ def _non_causal_extra(block: Block, job: JobSpec, c: ParallelConfig, node: NodeG
 def _cross_attention(
     block: Block, source: Block, job: JobSpec, c: ParallelConfig, node: NodeGroup
 ) -> LayerCost:
-    m, src = block.transformer, source.transformer
+    m = block.transformer
     gpu, prec, t = node.gpu, job.precision, c.tp
     T = c.micro_batch_size * block.tokens(job.seq_length)
     s_enc = source.tokens(job.seq_length)
     T_enc = c.micro_batch_size * s_enc
-    h, q, kv, h_enc = m.hidden_size, m.query_projection_size, m.kv_projection_size, src.hidden_size
+    h, q, kv, h_enc = m.hidden_size, m.query_projection_size, m.kv_projection_size, source.output_width
     kv_local = max(kv / t, m.kv_channels)
     sp_div = t if c.sp else 1
     gemms = gemm_s(T, q / t, h, gpu, prec) + gemm_s(T_enc, 2 * kv_local, h_enc, gpu, prec)
@@ -261,9 +271,10 @@ def _transformer_unit(
     m = block.transformer
     bjob = replace(job, seq_length=block.tokens(job.seq_length))
     table = table_for(m, bjob, c, node)
-    layer = table.dense
-    if not block.causal:
-        layer = layer + _non_causal_extra(block, job, c, node)
+    layer = table.decoder(m, k)  # the dense layer, or a hybrid pattern's ("-": an MLP-only layer)
+    attends = m.layer_parts(k)[0] == "attention"
+    if not block.causal and attends:
+        layer = layer + _non_causal_extra(block, job, c, node, m.is_local_attention_layer(k))
     source = g.cross_source(block)
     if source is not None:
         layer = layer + _cross_attention(block, source, job, c, node)
@@ -290,7 +301,7 @@ def _transformer_unit(
         a = cost.recomputed_bytes("selective")
         transient = cost.selective_dropped_bytes
         T = c.micro_batch_size * block.tokens(job.seq_length)
-        redo = 4 * T * block.tokens(job.seq_length) * m.query_projection_size / c.tp
+        redo = 4 * T * block.tokens(job.seq_length) * m.query_projection_size / c.tp if attends else 0.0
         if source is not None:
             redo += 4 * T * source.tokens(job.seq_length) * m.query_projection_size / c.tp
     if k == m.num_layers - 1 and block.output_head:
@@ -345,20 +356,27 @@ def unit_costs(g: GraphModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGro
     # cost_models.estimate charges it
     accumulate = unfused_accumulation_bytes(job) if unfused_accumulation_applies(job, c) else 0.0
     units: list[_Unit] = []
-    per_block: dict[int, _Unit] = {}
+    per_block: dict[tuple, _Unit] = {}
     for bi, k in zip(layout.block, layout.layer):
         block = g.blocks[bi]
         plain = block.transformer is not None and not (
             (k == 0 and block.embedding) or (k == block.num_units - 1 and block.output_head)
         )
-        if plain and bi in per_block:  # a layer without embedding/output: as the block's others
-            unit = per_block[bi]
+        # a layer without embedding/output costs as the block's others of its kind (hybrid part,
+        # local or full attention)
+        kind = (
+            (bi, block.transformer.layer_parts(k), block.transformer.is_local_attention_layer(k))
+            if plain
+            else ()
+        )
+        if plain and kind in per_block:
+            unit = per_block[kind]
         elif block.transformer is None:
             unit = _generic_unit(block, job, c, node)
         else:
             unit = _transformer_unit(g, block, k, job, c, node)
             if plain:
-                per_block[bi] = unit
+                per_block[kind] = unit
         units.append(unit)
     costs = [u.cost for u in units]
     f = np.asarray([x.forward_s + x.forward_comm_s for x in costs])

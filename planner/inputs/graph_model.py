@@ -36,7 +36,12 @@ File format (YAML or JSON, ``kind: graph_model``)::
 
 A transformer block's output per sample is ``seq_length x hidden_size`` 16-bit values. A decoder
 block with ``cross_attention_from: encoder`` adds a cross-attention sub-layer to every layer
-(T5, Raffel et al. 2020, arXiv:1910.10683), attending over the named block's output.
+(T5, Raffel et al. 2020, arXiv:1910.10683), attending over the named block's output; the source
+may be a generic block with ``seq_length`` (a vision-language projector, whose width is then
+``output_bytes_per_sample / (seq_length x 2)``). A block's layers may follow Megatron-Core's hybrid
+layer pattern (``hybrid_layer_pattern``): ``-`` layers are MLP-only, so a one-layer ``-`` block
+with ``cross_attention_from`` is a cross-attention + MLP layer without self-attention (Llama 3.2
+Vision's cross-attention layers).
 """
 
 from __future__ import annotations
@@ -47,7 +52,14 @@ import yaml
 
 from planner.inputs.documents import Reader, check_header, preset_files, read_document
 from planner.inputs.errors import SpecError
-from planner.inputs.graph_spec import BLOCK_TYPES, Block, Edge, GraphModelSpec, cross_attention_params
+from planner.inputs.graph_spec import (
+    BLOCK_TYPES,
+    GRAPH_ACT_BYTES,
+    Block,
+    Edge,
+    GraphModelSpec,
+    cross_attention_params,
+)
 from planner.inputs.model_yaml import model_from_mapping
 from planner.inputs.validation import path_exists, short_path
 
@@ -184,9 +196,14 @@ def _validate(spec: GraphModelSpec, where: str) -> None:
                     f"{where}: block '{b.name}': key 'cross_attention_from': {b.cross_attention_from!r} is not "
                     f"another block; blocks: {', '.join(names)}"
                 )
-            if spec.block(b.cross_attention_from).transformer is None:
+            src = spec.block(b.cross_attention_from)
+            if src.transformer is None and (
+                not src.seq_length
+                or src.output_width * src.seq_length * GRAPH_ACT_BYTES != src.output_bytes_per_sample
+            ):
                 raise SpecError(
-                    f"{where}: block '{b.name}': key 'cross_attention_from': {b.cross_attention_from!r} is a generic block"
+                    f"{where}: block '{b.name}': key 'cross_attention_from': {b.cross_attention_from!r} is a generic "
+                    "block without seq_length, or whose output_bytes_per_sample is not seq_length x width x 2 bytes"
                 )
             if not any(e.src == b.cross_attention_from and e.dst == b.name for e in spec.edges):
                 raise SpecError(

@@ -33,7 +33,8 @@ class Block:
     output_head: bool = False
     """Whether the last layer carries the output projection and the loss."""
     cross_attention_from: str = ""
-    """Block whose output every layer cross-attends to (encoder-decoder); empty = none."""
+    """Block whose output every layer cross-attends to (encoder-decoder, or a vision-language
+    decoder's cross-attention layers attending to its projector's output); empty = none."""
     forward_flop_per_sample: float = 0.0
     """Generic block: forward FLOPs per sample (backward is twice this)."""
     params: int = 0
@@ -58,6 +59,16 @@ class Block:
             return float(self.tokens(job_seq_length) * self.transformer.hidden_size * GRAPH_ACT_BYTES)
         return self.output_bytes_per_sample
 
+    @property
+    def output_width(self) -> int:
+        """Elements per token of this block's output: a transformer's hidden size; a generic block's
+        ``output_bytes_per_sample / (seq_length x 2)`` (0 when it has no ``seq_length``)."""
+        if self.transformer:
+            return self.transformer.hidden_size
+        if not self.seq_length:
+            return 0
+        return round(self.output_bytes_per_sample / (self.seq_length * GRAPH_ACT_BYTES))
+
     def param_count(self, cross: Block | None = None) -> int:
         """Parameters of the block (with cross-attention projections when it has them)."""
         m = self.transformer
@@ -72,8 +83,8 @@ class Block:
             total += m.norm_params()
             if m.untie_embeddings_and_output_weights or not self.embedding:
                 total += m.vocab_size * m.hidden_size
-        if cross is not None and cross.transformer is not None:
-            total += m.num_layers * cross_attention_params(m, cross.transformer.hidden_size)
+        if cross is not None and cross.output_width:
+            total += m.num_layers * cross_attention_params(m, cross.output_width)
         return total
 
 
