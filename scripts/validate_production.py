@@ -33,7 +33,6 @@ import argparse
 import json
 import re
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -42,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from validate_published import _pairs, by_class, class_summary, run_frameworks, signed_error  # noqa: E402
 
 from cost_models.estimate import estimate  # noqa: E402
-from planner.calibration.cases import Result, cases  # noqa: E402
+from planner.calibration.cases import Result, cases, with_software  # noqa: E402
 from planner.inputs.documents import read_document  # noqa: E402
 from planner.inputs.errors import PlannerError  # noqa: E402
 from planner.profiles.software import (  # noqa: E402
@@ -51,7 +50,6 @@ from planner.profiles.software import (  # noqa: E402
     efficiency_family,
     load_profiles,
 )
-from planner.profiles.software import apply as apply_software  # noqa: E402
 
 PROFILES = ("then", "today", "base")
 """How each run is priced (``--profile``; see the module docstring)."""
@@ -115,13 +113,8 @@ def predict(path: Path, all_cases: list, how: str) -> tuple[list[Result], dict[s
         gpu = c.cluster.groups[0].gpu
         family = efficiency_family(gpu.name)
         name = profile_for(family, released_month(texts.get(c.run_id, "")), how)
-        cluster = c.cluster
-        if name != BASE:
-            eff = apply_software(gpu.efficiency, name, family)
-            groups = tuple(replace(g, gpu=replace(g.gpu, efficiency=eff)) for g in cluster.groups)
-            cluster = replace(cluster, groups=groups)
         used[c.run_id] = name
-        results.append(Result(c, estimate(c.model, cluster, c.job, c.config)))
+        results.append(Result(c, estimate(c.model, with_software(c.cluster, name), c.job, c.config)))
     return results, used
 
 

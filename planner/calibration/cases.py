@@ -47,8 +47,8 @@ from planner.inputs.jobs import make_job
 from planner.inputs.model_spec import ModelSpec
 from planner.inputs.validation import MAX_FILE_BYTES, short_path
 from planner.launch.megatron.importer import parse_layout
+from planner.profiles.software import BASE, efficiency_family, software_class
 from planner.profiles.software import apply as apply_software
-from planner.profiles.software import efficiency_family, software_class
 
 DEFAULT_RUNS = Path(__file__).resolve().parents[2] / "tests" / "data" / "published_runs.yaml"
 DEFAULT_MEMORY = Path(__file__).resolve().parents[2] / "tests" / "data" / "published_memory.yaml"
@@ -220,7 +220,7 @@ def _case(run: dict) -> Case:
             counting = (run["measured"].get("flops_counting") or "not stated").lower()
             raise PlannerError(f"no throughput figure comparable in tokens/s (FLOP counting {counting})")
         config = resolve(model, cluster, job, config)
-        cluster = _with_software(cluster, origin["software"])
+        cluster = with_software(cluster, origin["software"])
         return Case(
             rid,
             cluster.groups[0].gpu.name,
@@ -481,9 +481,10 @@ def _layer_split(run: dict, model: ModelSpec, config: ParallelConfig, notes: lis
     return config
 
 
-def _with_software(cluster, name: str):
-    """The cluster with its GPU's efficiency under software profile ``name`` (planner.profiles.software)."""
-    if not name:
+def with_software(cluster, name: str):
+    """The cluster with its GPU's efficiency under software profile ``name`` (planner.profiles.software;
+    '' or ``base``: the cluster as it is)."""
+    if not name or name == BASE:
         return cluster
     gpu = cluster.groups[0].gpu
     eff = apply_software(gpu.efficiency, name, efficiency_family(gpu.name))
