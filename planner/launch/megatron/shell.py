@@ -27,7 +27,8 @@ from pathlib import Path
 
 from planner.inputs.errors import SpecError
 from planner.inputs.validation import MAX_FILE_BYTES, printable, read_text_capped
-from planner.launch.megatron.paths import PATH_TESTS, joined, path_command, path_test
+from planner.launch.megatron import yq
+from planner.launch.megatron.paths import PATH_TESTS, inside, joined, path_command, path_test
 
 UNRESOLVED = "@@unresolved:{}@@"
 _UNRESOLVED_RE = re.compile(r"@@unresolved:([^@]*)@@")
@@ -46,7 +47,7 @@ MAX_SOURCE_DEPTH = 16
 itself recurses until the shell dies); no launch needs more than a few levels."""
 MAX_SOURCED_FILES = 100
 """How many files one script may source in all (a file sourcing itself twice doubles per level)."""
-_BUILTINS = ("source", ".", "cd", "pushd", "popd", "set")
+_BUILTINS = ("source", ".", "cd", "pushd", "popd", "set", "envsubst")
 """Commands :func:`_builtin` runs on the script's state instead of keeping their words."""
 
 
@@ -336,8 +337,18 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
             return str(len(_array(name, scalars, arrays))), m.end()
         return (str(len(scalars[name])) if name in scalars else UNRESOLVED.format(name)), m.end()
     m = re.match(r"\$\{([A-Za-z_]\w*)(?:(:?[-=+?])([^}]*))?\}", s)
-    if m:
-        name, op, default = m.group(1), m.group(2), m.group(3)
+    nested = re.match(r"\$\{([A-Za-z_]\w*)(:?[-=+?])", s) if m and "${" in (m.group(3) or "") else None
+    if nested:
+        # ${NAME:-"${OTHER}/x"}: the word runs to the brace that closes this one (bash(1): "word is
+        # subject to ... parameter expansion"), past the nested references and quoted braces.
+        end = _closing_brace(s, nested.end())
+        if end is not None:
+            name, op, default = nested.group(1), nested.group(2), s[nested.end() : end]
+            m = None
+    if m or nested:
+        if m:
+            name, op, default = m.group(1), m.group(2), m.group(3)
+        used = m.end() if m else end + 1
         value = scalars.get(name, arrays[name][0] if arrays.get(name) else None)
         if op in (":-", ":=") and not value:
             value = expand_word(default or "", scalars, arrays)
@@ -351,13 +362,38 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
             value = expand_word(default or "", scalars, arrays) if value else ""
         elif op == "+":
             value = expand_word(default or "", scalars, arrays) if value is not None else ""
-        return (value if value is not None else UNRESOLVED.format(name)), m.end()
+        return (value if value is not None else UNRESOLVED.format(name)), used
     m = re.match(r"\$([A-Za-z_]\w*)", s)
     if m:
         name = m.group(1)
         value = scalars.get(name, arrays[name][0] if arrays.get(name) else None)
         return (value if value is not None else UNRESOLVED.format(name)), m.end()
     return None, 0
+
+
+def _closing_brace(s: str, i: int) -> int | None:
+    """The index of the ``}`` that closes a ``${`` whose word starts at ``i`` (nested ``${ }``
+    counted, quoted text skipped); None when it never closes."""
+    depth, quote = 1, None
+    while i < len(s):
+        ch = s[i]
+        if ch == "\\" and quote != "'":
+            i += 2
+            continue
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif s.startswith("${", i):
+            depth += 1
+            i += 2
+            continue
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return None
 
 
 def _path_output(command: str, scalars: dict[str, str], arrays: dict[str, list[str]]) -> str | None:
@@ -370,7 +406,67 @@ def _path_output(command: str, scalars: dict[str, str], arrays: dict[str, list[s
     if not words or any(unresolved_in(w) is not None for w in words):
         return None
     pwd = scalars.get("PWD")
-    return path_command(words, pwd if pwd is not None and unresolved_in(pwd) is None else None)
+    pwd = pwd if pwd is not None and unresolved_in(pwd) is None else None
+    out = path_command(words, pwd)
+    return out if out is not None else _yq_output(words, pwd, scalars)
+
+
+ROOT_KEY = "@root"
+"""The script's directory (:attr:`Script.root`) among the scalars, where the expansion of a
+``$(yq ...)`` finds it (not a name an assignment can set)."""
+FILE_KEY = "@file:"
+"""The prefix of the scalars holding the files the script writes with ``envsubst < IN > OUT``
+(:func:`_envsubst`), by absolute path."""
+
+
+class YamlReadError(SpecError):
+    """A YAML file a ``$(yq ...)`` reads cannot be read as yq reads it; :func:`_read` adds the line."""
+
+
+def _yq_output(words: list[str], pwd: str | None, scalars: dict[str, str]) -> str | None:
+    """What ``$(yq PROGRAM FILE [| tr A B])`` prints (:mod:`.yq`), trailing newlines dropped as
+    command substitution drops them; None for any other command, a program not read, or a FILE
+    that is neither written by the script nor inside its directory (on the cluster)."""
+    commands, buf = [], []
+    for w in words + ["|"]:
+        if w == "|":
+            commands.append(buf)
+            buf = []
+        else:
+            buf.append(w)
+    got = yq.yq_command(commands[0])
+    if got is None or any(not c or c[0] != "tr" for c in commands[1:]):
+        return None
+    program, target = got
+    root = scalars.get(ROOT_KEY)
+    full = joined(pwd, target)
+    if full is None:
+        return None
+    text = scalars.get(FILE_KEY + full)
+    if text is None:
+        if root is None or not inside(full, root):
+            return None
+        if not os.path.isfile(full):
+            raise YamlReadError(f"yq reads {printable(target)}, and {printable(full)} does not exist")
+        text = read_text_capped(Path(full))
+    try:
+        lines = yq.evaluate(program, text)
+    except yq.Undetermined as exc:
+        name = unresolved_in(exc.marker) or "?"
+        raise YamlReadError(
+            f"yq: {printable(target)}: the value of {printable(exc.key)} needs {name}, which the script does "
+            f"not export; export it in the script or pass planner check --set {name}=VALUE"
+        ) from None
+    except SpecError as exc:
+        raise YamlReadError(f"{printable(target)}: {exc}") from None
+    if lines is None:
+        return None
+    out = "".join(line + "\n" for line in lines)
+    for c in commands[1:]:
+        out = yq.tr(out, c[1:])
+        if out is None:
+            return None
+    return out.rstrip("\n")
 
 
 def expand_word(text: str, scalars: dict[str, str], arrays: dict[str, list[str]]) -> str:
@@ -417,6 +513,7 @@ def read_script(text: str, preset: dict[str, str] | None = None, path: str | Pat
     if path is not None:
         full = os.path.abspath(path)
         s.root = os.path.realpath(os.path.dirname(full))
+        s.scalars[ROOT_KEY] = s.root
         s.scalars["0"] = full  # not a name an assignment can set
         s.scalars.setdefault("PWD", os.path.dirname(full))
         s.arrays["BASH_SOURCE"] = [full]
@@ -438,8 +535,11 @@ def _read(text: str, s: Script) -> None:
             for statement in _statements(stripped) if split else [stripped]:
                 _conditional(statement, number, s, stack)
             continue
-        for statement in _statements(stripped) if ";" in stripped else [stripped]:
-            _statement(statement, number, s)
+        try:
+            for statement in _statements(stripped) if ";" in stripped else [stripped]:
+                _statement(statement, number, s)
+        except YamlReadError as exc:
+            raise SpecError(f"line {number}: {exc}") from None
     if stack:
         raise SpecError("the script ends inside an if (no closing fi)")
 
@@ -803,6 +903,8 @@ def _builtin(command: list[str], number: int, s: Script) -> None:
     name, args = command[0], command[1:]
     if name in ("source", "."):
         _source(args, number, s)
+    elif name == "envsubst":
+        _envsubst(args, number, s)
     elif name == "set":
         for k, a in enumerate(args):
             if a[:1] in "-+" and a[1:] and a[1:].isalpha() and "a" in a[1:] and "o" not in a[1:]:
@@ -811,6 +913,48 @@ def _builtin(command: list[str], number: int, s: Script) -> None:
                 s.allexport = a == "-o"
     else:
         _change_directory(command, number, s)
+
+
+def _envsubst(args: list[str], number: int, s: Script) -> None:
+    """``envsubst < IN > OUT`` (the MoE Model Zoo's way to fill its model YAML from the
+    environment): OUT becomes IN with each ``$NAME`` / ``${NAME}`` replaced by its value in the
+    environment envsubst runs in: an exported variable, or one ``planner check --set`` gives; a
+    variable the script sets without exporting is empty there, as envsubst(1) writes an unset one;
+    one the script never sets is kept unknown (a flag read from it is an error naming it). OUT is
+    kept in memory (planner writes no file) for a later ``$(yq ... OUT)``. IN is a file the script
+    wrote so, or one inside the script's directory; any other IN, or any other form, leaves OUT
+    unknown (a yq on it is not evaluated)."""
+    if (
+        len(args) != 4
+        or args[0] != "<"
+        or args[2] != ">"
+        or any(unresolved_in(a) for a in (args[1], args[3]))
+    ):
+        return
+    pwd = s.scalars.get("PWD")
+    pwd = pwd if pwd is not None and unresolved_in(pwd) is None else None
+    source, target = joined(pwd, args[1]), joined(pwd, args[3])
+    if source is None or target is None:
+        return
+    text = s.scalars.get(FILE_KEY + source)
+    if text is None:
+        if s.root is None or not inside(source, s.root) or not os.path.isfile(source):
+            s.scalars.pop(FILE_KEY + target, None)
+            return
+        text = read_text_capped(Path(source))
+
+    def value_of(name: str) -> str:
+        if s.env.get(name) is not None:
+            value = s.env[name]
+        elif name in s.scalars and name not in s.assigned_lines and _NAME.fullmatch(name):
+            value = s.scalars[name]  # planner check --set: the environment the script starts in
+        elif name in s.scalars or name in s.env:
+            return ""
+        else:
+            return yq.placeholder(UNRESOLVED.format(name))
+        return value if unresolved_in(value) is None else yq.placeholder(value)
+
+    s.scalars[FILE_KEY + target] = yq.envsubst(text, value_of)
 
 
 def _shown(word: str) -> str:
