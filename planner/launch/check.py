@@ -18,7 +18,7 @@ from planner.inputs.job_spec import JobSpec
 from planner.inputs.model_spec import ModelSpec
 from planner.inputs.validation import read_text_capped, rounded
 from planner.launch.megatron.export import CLUSTER_FILE, planned_nodes
-from planner.launch.megatron.importer import parse_megatron
+from planner.launch.megatron.importer import keys_named, parse_megatron
 from planner.launch.megatron.rules import megatron_findings
 from planner.plans.plan_file import read_plan
 
@@ -274,7 +274,10 @@ def _read_megatron_file(
     lines = imported.flag_lines
     for note in imported.notes:
         verdict.add(Finding("notice", "import", note))
-    for flag in imported.unknown:
+    cfg = imported.yaml_cfg
+    if cfg is not None:
+        _yaml_cfg_findings(verdict, imported)
+    for flag in imported.unknown if cfg is None else ():
         verdict.add(
             Finding(
                 "warning",
@@ -285,11 +288,45 @@ def _read_megatron_file(
             )
         )
     for level, msg, flags in megatron_findings(imported, cluster):
+        if cfg is not None:
+            msg = keys_named(msg, cfg)
         verdict.add(
             Finding(level, "megatron", msg, flags, next((lines[f] for f in flags if f in lines), None))
         )
     _stage_order(verdict, text, cluster)
     return _Config(imported.model, imported.job, imported.config, "megatron", cluster, None, lines)
+
+
+def _yaml_cfg_findings(verdict: Verdict, imported) -> None:
+    """What a ``--yaml-cfg`` launch reads (:mod:`planner.launch.megatron.yaml_cfg`): a notice that
+    Megatron-LM ignores the command line's other flags, a warning for each key planner does not
+    interpret (naming the file and the key's line; annotated on the ``--yaml-cfg`` line)."""
+    cfg = imported.yaml_cfg
+    if cfg.overridden:
+        shown = ", ".join(cfg.overridden[:4]) + (
+            f" and {len(cfg.overridden) - 4} more" if len(cfg.overridden) > 4 else ""
+        )
+        verdict.add(
+            Finding(
+                "notice",
+                "import",
+                f"--yaml-cfg {cfg.file}: Megatron-LM loads the file in place of the command line "
+                f"(load_yaml: 'argparse arguments will be ignored'); not read: {shown}",
+                ("--yaml-cfg",),
+                cfg.line,
+            )
+        )
+    keys = list(cfg.unknown) + [cfg.flag_keys.get(f, f) for f in imported.unknown]
+    for key in dict.fromkeys(keys):
+        verdict.add(
+            Finding(
+                "warning",
+                "import",
+                f"{cfg.at(key)}: key {key} is not interpreted by planner",
+                (key,),
+                cfg.line,
+            )
+        )
 
 
 def _is_bridge_file(path: str, text: str) -> bool:

@@ -36,7 +36,9 @@ from planner.inputs.model_yaml import validate_model
 from planner.inputs.validation import check_number, limit
 from planner.launch.megatron import hybrid
 from planner.launch.megatron.arguments import Arguments, megatron_words, read_arguments
+from planner.launch.megatron.shell import read_script, unresolved_in
 from planner.launch.megatron.tokenizers import TABLE, known_vocabulary, padded_vocabulary
+from planner.launch.megatron.yaml_cfg import YamlConfig, read_yaml_cfg
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,9 @@ class Imported:
     arguments file."""
     notes: tuple[str, ...] = ()
     """How something the launch does not state was found (the vocabulary from the tokenizer table)."""
+    yaml_cfg: YamlConfig | None = None
+    """The launch's ``--yaml-cfg`` file, whose keys replace its flags (:mod:`.yaml_cfg`); None
+    without one. Its flags' lines in :attr:`flag_lines` are the ``--yaml-cfg`` line."""
 
 
 def _dispatcher(flags: dict, at) -> str:
@@ -204,12 +209,54 @@ def parse_megatron(
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
     args = read_arguments(words, where, strict=is_script)
+    cfg = None
+    if "--yaml-cfg" in args.flags:
+        cfg, args = _from_yaml_cfg(args, text, where, variables, path)
+        try:
+            return _imported(args, cfg, world_size, vocab_size, env, is_script)
+        except SpecError as exc:
+            raise SpecError(keys_named(str(exc), cfg)) from None
+    return _imported(args, cfg, world_size, vocab_size, env, is_script)
+
+
+def _from_yaml_cfg(args: Arguments, text: str, where: str, variables, path) -> tuple[YamlConfig, Arguments]:
+    """The flags of a launch's ``--yaml-cfg`` file in place of its command line's (Megatron's
+    ``load_yaml`` replaces the parsed namespace), the file found from the working directory the
+    script leaves (:func:`.yaml_cfg.read_yaml_cfg`)."""
+    value, line = args.flags["--yaml-cfg"], args.lines["--yaml-cfg"]
+    if value is None:
+        raise SpecError(f"{args.at('--yaml-cfg')}: --yaml-cfg is given without its file")
+    root = pwd = None
+    if path is not None:
+        script = read_script(text, variables, path)
+        root = script.root
+        pwd = script.scalars.get("PWD")
+        pwd = pwd if pwd is not None and unresolved_in(pwd) is None else None
+    others = tuple(f for f in args.flags if f != "--yaml-cfg")
+    cfg = read_yaml_cfg(value, line, where, pwd, root, others)
+    read = read_arguments(cfg.words, cfg.file)
+    read.rejected[:0] = args.rejected  # argparse still parses (and refuses) the command line first
+    read.lines.update({w: args.lines[w] for w in args.rejected})
+    return cfg, read
+
+
+def keys_named(message: str, cfg: YamlConfig) -> str:
+    """A message about a flag with the flag named by the ``--yaml-cfg`` key it came from."""
+    for flag, key in sorted(cfg.flag_keys.items(), key=lambda kv: -len(kv[0])):
+        message = re.sub(re.escape(flag) + r"(?![\w-])", key, message)
+    return message
+
+
+def _imported(
+    args: Arguments, cfg: YamlConfig | None, world_size, vocab_size, env: dict, is_script: bool
+) -> Imported:
+    """The model, job and configuration of a launch's flags (:func:`parse_megatron`)."""
     _require(args)
     model = _model(args, vocab_size)
     if model.is_hybrid or model.linear_attention_freq:
         # The pattern's E layers against --num-experts, Mamba heads over groups, the gated DeltaNet
         # shape: ModelSpec's own checks, as for a model file.
-        validate_model(model, where)
+        validate_model(model, args.where)
     tp, pp, cp = (
         args.num("--tensor-model-parallel-size", 1),
         args.num("--pipeline-model-parallel-size", 1),
@@ -245,6 +292,11 @@ def parse_megatron(
         optimizer_instances=instances,
         rank_order=RANK_ORDERS[1] if "--use-tp-pp-dp-mapping" in args.flags else RANK_ORDERS[0],
     )
+    lines = (
+        args.lines
+        if cfg is None
+        else {f: args.lines[f] if f in args.rejected else cfg.line for f in args.lines}
+    )
     return Imported(
         model,
         job,
@@ -252,12 +304,13 @@ def parse_megatron(
         world_size,
         tuple(args.ignored),
         tuple(sorted(set(unknown))),
-        args.lines,
+        lines,
         args.flags,
         tuple(dict.fromkeys(args.rejected)),
         env,
         is_script,
         _vocabulary_note(args, vocab_size, model.vocab_size),
+        cfg,
     )
 
 
