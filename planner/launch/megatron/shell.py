@@ -11,14 +11,13 @@ names, ``bash -c '...' name args`` (the string re-split with ``"$@"`` bound to t
 script's; :func:`_source`). A reference nothing in the script defines becomes a marker that names
 it, so a flag whose value needs it is an error naming the variable; command substitution
 ``$( ... )`` is never run, except that the pure path commands of :func:`.paths.path_command`
-(``$(dirname "$0")``, ``$(cd DIR && pwd)``) give the path they print.
+(``$(dirname "$0")``, ``$(cd DIR && pwd)``) give the path they print. The expansion of a word
+is :mod:`.expansion`'s; this module reads the statements (assignments, branches, builtins, sources).
 """
 
 from __future__ import annotations
 
-import ast
 import fnmatch
-import operator
 import os
 import re
 import shlex
@@ -28,12 +27,19 @@ from pathlib import Path
 from planner.inputs.errors import SpecError
 from planner.inputs.validation import MAX_FILE_BYTES, printable, read_text_capped
 from planner.launch.megatron import yq
-from planner.launch.megatron.paths import PATH_TESTS, inside, joined, path_command, path_test
+from planner.launch.megatron.expansion import (
+    FILE_KEY,
+    ROOT_KEY,
+    UNRESOLVED,
+    UNRESOLVED_RE,
+    YamlReadError,
+    command_marker,
+    expand,
+    expand_word,
+    unresolved_in,
+)
+from planner.launch.megatron.paths import PATH_TESTS, inside, joined, path_test
 
-UNRESOLVED = "@@unresolved:{}@@"
-_UNRESOLVED_RE = re.compile(r"@@unresolved:([^@]*)@@")
-_FIELD = re.compile(r"(?:@@unresolved:[^@]*@@|\S)+")
-"""A field of an unquoted expansion: a run of non-whitespace, an unresolved marker kept whole."""
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 _PREFIXES = ("export", "declare", "readonly", "local", "typeset")
 _ASSIGN_LINE = re.compile(r"^(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?[A-Za-z_]\w*\+?=")
@@ -49,29 +55,6 @@ MAX_SOURCED_FILES = 100
 """How many files one script may source in all (a file sourcing itself twice doubles per level)."""
 _BUILTINS = ("source", ".", "cd", "pushd", "popd", "set", "envsubst")
 """Commands :func:`_builtin` runs on the script's state instead of keeping their words."""
-
-
-def unresolved_in(word: str) -> str | None:
-    """The variable a word needed but the script never set (None when resolved): a name, a
-    command substitution or arithmetic as written (``$(scontrol ...)``), or ``if:NAME:LINE`` for
-    a value an undeterminable ``if`` on LINE (depending on NAME; ``?`` when no variable) sets."""
-    m = _UNRESOLVED_RE.search(word)
-    if not m:
-        return None
-    name = m.group(1)
-    if name.startswith("$:"):
-        try:
-            return bytes.fromhex(name[2:]).decode("utf-8")
-        except ValueError:  # a script that writes a marker-like word itself
-            return name
-    return name
-
-
-def _command_marker(text: str) -> str:
-    """The marker for a command substitution (or arithmetic) planner does not run: its text
-    hex-encoded, so that no character of it (``|``, ``(``, a space) reaches a word or an inner
-    ``bash -c`` lexer; :func:`unresolved_in` gives the text back for messages."""
-    return UNRESOLVED.format("$:" + text.encode("utf-8").hex())
 
 
 @dataclass
@@ -177,305 +160,6 @@ def _paren_depth(text: str) -> int:
         elif ch == ")":
             depth -= 1
     return depth
-
-
-_OPS = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.FloorDiv: operator.floordiv,
-    ast.Div: operator.floordiv,
-    ast.Mod: operator.mod,
-}
-
-
-def _arith(expr: str, scalars: dict[str, str]) -> str | None:
-    """An integer ``$(( ))`` expression over resolved names (bash: bare names are variables)."""
-    text = re.sub(r"\$\{?([A-Za-z_]\w*)\}?", r"\1", expr).strip()  # "$(( (a + b) / c ))": no indent
-
-    def value(node):
-        if isinstance(node, ast.Expression):
-            return value(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.Name):
-            v = scalars.get(node.id)
-            if v is None or not re.fullmatch(r"-?\d+", v.strip()):
-                raise ValueError(node.id)
-            return int(v)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -value(node.operand)
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            right = value(node.right)
-            if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and right == 0:
-                raise ValueError("division by zero")
-            return _OPS[type(node.op)](value(node.left), right)
-        raise ValueError(ast.dump(node))
-
-    try:
-        return str(value(ast.parse(text.replace("/", "//"), mode="eval")))
-    except (ValueError, SyntaxError, RecursionError):
-        return None
-
-
-def expand(text: str, scalars: dict[str, str], arrays: dict[str, list[str]], split: bool = True) -> str:
-    """``text`` with every parameter reference replaced by its value, re-quoted so that
-    :func:`shlex.split` yields the words bash would (unknown names become markers).
-
-    Word splitting as bash(1) "Word Splitting" does it with the default IFS (space, tab,
-    newline): an unquoted expansion, ``$NAME`` or each element of ``${NAME[@]}`` / ``${NAME[*]}``,
-    is split into words at whitespace (an empty one gives no word); inside double quotes it is
-    not, and ``"${NAME[@]}"`` gives one word per element, whole. ``split=False`` is the right
-    side of an assignment, which bash does not split. A marker for an unresolved value stays one
-    word. Pathname expansion is not performed (a launch's flags hold no glob patterns)."""
-    out: list[str] = []
-    i, quote = 0, None
-    n = len(text)
-    while i < n:
-        ch = text[i]
-        if quote == "'":
-            out.append(ch)
-            quote = None if ch == "'" else quote
-            i += 1
-            continue
-        if ch == "\\" and i + 1 < n:
-            out.append(text[i : i + 2])
-            i += 2
-            continue
-        if ch == "'" and quote is None:
-            quote = "'"
-            out.append(ch)
-            i += 1
-            continue
-        if ch == '"':
-            # "${NAME[@]}" as a whole word: one word per element.
-            m = re.match(r'"\$\{([A-Za-z_]\w*)\[@\]\}"', text[i:]) if quote is None else None
-            if m:
-                out.append(" ".join(shlex.quote(e) for e in _array(m.group(1), scalars, arrays)))
-                i += m.end()
-                continue
-            quote = None if quote == '"' else '"'
-            out.append(ch)
-            i += 1
-            continue
-        if ch == "$" or ch == "`":
-            value, used = _reference(text[i:], scalars, arrays)
-            if used:
-                if value is None:
-                    out.append(text[i : i + used])
-                elif isinstance(value, list):
-                    joined = " ".join(value)
-                    out.append(_requote(joined, quote) if quote else _unquoted(value, split))
-                else:
-                    out.append(_requote(value, quote) if quote else _unquoted([value], split))
-                i += used
-                continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
-
-
-def _unquoted(values: list[str], split: bool) -> str:
-    """The words of an unquoted expansion, re-quoted for :func:`shlex.split`: each value split at
-    IFS whitespace (bash(1) "Word Splitting"), a marker kept whole; ``split=False``: each value one
-    word."""
-    words: list[str] = []
-    for v in values:
-        words += _FIELD.findall(v) if split else [v]
-    return " ".join(shlex.quote(w) for w in words)
-
-
-def _requote(value: str, quote: str | None) -> str:
-    """``value`` escaped for the inside of a double-quoted string as :func:`shlex.split` reads one
-    (posix: a backslash escapes only ``"`` and ``\\`` there; ``$`` and a backtick stay literal)."""
-    return re.sub(r'(["\\])', r"\\\1", value)
-
-
-def _array(name: str, scalars: dict[str, str], arrays: dict[str, list[str]]) -> list[str]:
-    if name in arrays:
-        return arrays[name]
-    if name in scalars:
-        return [scalars[name]]
-    return [UNRESOLVED.format(name)]
-
-
-def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
-    """(value, characters consumed) of the reference at the start of ``s``; value None keeps
-    the text (``$`` alone, ``$@``, positional parameters)."""
-    m = re.match(r"\$\(\((.*?)\)\)", s)
-    if m:
-        value = _arith(m.group(1), scalars)
-        return (value if value is not None else _command_marker(f"$(({m.group(1)}))")), m.end()
-    if s.startswith("`"):
-        end = s.find("`", 1)
-        if end > 0:
-            return _command_marker(s[: end + 1]), end + 1
-        return None, 0
-    if s.startswith("$("):
-        depth, j = 0, 1
-        while j < len(s):
-            depth += {"(": 1, ")": -1}.get(s[j], 0)
-            if depth == 0:
-                break
-            j += 1
-        value = _path_output(s[2:j], scalars, arrays)
-        return (value if value is not None else _command_marker(s[: j + 1])), j + 1
-    m = re.match(r"\$(?:0|\{0\})", s)
-    if m:
-        return scalars.get("0"), m.end()  # the script's path when known (read_script), else kept
-    m = re.match(r"\$\{([A-Za-z_]\w*)\[([@*]|\d+)\]\}", s)
-    if m:
-        items = _array(m.group(1), scalars, arrays)
-        if m.group(2).isdigit():
-            k = int(m.group(2))
-            return (items[k] if k < len(items) else ""), m.end()
-        return items, m.end()
-    m = re.match(r"\$\{#([A-Za-z_]\w*)(\[[@*]\])?\}", s)
-    if m:
-        name = m.group(1)
-        if m.group(2):
-            return str(len(_array(name, scalars, arrays))), m.end()
-        return (str(len(scalars[name])) if name in scalars else UNRESOLVED.format(name)), m.end()
-    m = re.match(r"\$\{([A-Za-z_]\w*)(?:(:?[-=+?])([^}]*))?\}", s)
-    nested = re.match(r"\$\{([A-Za-z_]\w*)(:?[-=+?])", s) if m and "${" in (m.group(3) or "") else None
-    if nested:
-        # ${NAME:-"${OTHER}/x"}: the word runs to the brace that closes this one (bash(1): "word is
-        # subject to ... parameter expansion"), past the nested references and quoted braces.
-        end = _closing_brace(s, nested.end())
-        if end is not None:
-            name, op, default = nested.group(1), nested.group(2), s[nested.end() : end]
-            m = None
-    if m or nested:
-        if m:
-            name, op, default = m.group(1), m.group(2), m.group(3)
-        used = m.end() if m else end + 1
-        value = scalars.get(name, arrays[name][0] if arrays.get(name) else None)
-        if op in (":-", ":=") and not value:
-            value = expand_word(default or "", scalars, arrays)
-            if op == ":=":
-                scalars[name] = value
-        elif op in ("-", "=") and value is None:
-            value = expand_word(default or "", scalars, arrays)
-            if op == "=":
-                scalars[name] = value
-        elif op == ":+":
-            value = expand_word(default or "", scalars, arrays) if value else ""
-        elif op == "+":
-            value = expand_word(default or "", scalars, arrays) if value is not None else ""
-        return (value if value is not None else UNRESOLVED.format(name)), used
-    m = re.match(r"\$([A-Za-z_]\w*)", s)
-    if m:
-        name = m.group(1)
-        value = scalars.get(name, arrays[name][0] if arrays.get(name) else None)
-        return (value if value is not None else UNRESOLVED.format(name)), m.end()
-    return None, 0
-
-
-def _closing_brace(s: str, i: int) -> int | None:
-    """The index of the ``}`` that closes a ``${`` whose word starts at ``i`` (nested ``${ }``
-    counted, quoted text skipped); None when it never closes."""
-    depth, quote = 1, None
-    while i < len(s):
-        ch = s[i]
-        if ch == "\\" and quote != "'":
-            i += 2
-            continue
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif s.startswith("${", i):
-            depth += 1
-            i += 2
-            continue
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return None
-
-
-def _path_output(command: str, scalars: dict[str, str], arrays: dict[str, list[str]]) -> str | None:
-    """What a command substitution prints when it only computes a path (:func:`.paths.path_command`
-    on its expanded words, against ``$PWD``); None for any other command or an undetermined word."""
-    try:
-        words = shlex.split(expand(command, scalars, arrays), posix=True)
-    except ValueError:
-        return None
-    if not words or any(unresolved_in(w) is not None for w in words):
-        return None
-    pwd = scalars.get("PWD")
-    pwd = pwd if pwd is not None and unresolved_in(pwd) is None else None
-    out = path_command(words, pwd)
-    return out if out is not None else _yq_output(words, pwd, scalars)
-
-
-ROOT_KEY = "@root"
-"""The script's directory (:attr:`Script.root`) among the scalars, where the expansion of a
-``$(yq ...)`` finds it (not a name an assignment can set)."""
-FILE_KEY = "@file:"
-"""The prefix of the scalars holding the files the script writes with ``envsubst < IN > OUT``
-(:func:`_envsubst`), by absolute path."""
-
-
-class YamlReadError(SpecError):
-    """A YAML file a ``$(yq ...)`` reads cannot be read as yq reads it; :func:`_read` adds the line."""
-
-
-def _yq_output(words: list[str], pwd: str | None, scalars: dict[str, str]) -> str | None:
-    """What ``$(yq PROGRAM FILE [| tr A B])`` prints (:mod:`.yq`), trailing newlines dropped as
-    command substitution drops them; None for any other command, a program not read, or a FILE
-    that is neither written by the script nor inside its directory (on the cluster)."""
-    commands, buf = [], []
-    for w in words + ["|"]:
-        if w == "|":
-            commands.append(buf)
-            buf = []
-        else:
-            buf.append(w)
-    got = yq.yq_command(commands[0])
-    if got is None or any(not c or c[0] != "tr" for c in commands[1:]):
-        return None
-    program, target = got
-    root = scalars.get(ROOT_KEY)
-    full = joined(pwd, target)
-    if full is None:
-        return None
-    text = scalars.get(FILE_KEY + full)
-    if text is None:
-        if root is None or not inside(full, root):
-            return None
-        if not os.path.isfile(full):
-            raise YamlReadError(f"yq reads {printable(target)}, and {printable(full)} does not exist")
-        text = read_text_capped(Path(full))
-    try:
-        lines = yq.evaluate(program, text)
-    except yq.Undetermined as exc:
-        name = unresolved_in(exc.marker) or "?"
-        raise YamlReadError(
-            f"yq: {printable(target)}: the value of {printable(exc.key)} needs {name}, which the script does "
-            f"not export; export it in the script or pass planner check --set {name}=VALUE"
-        ) from None
-    except SpecError as exc:
-        raise YamlReadError(f"{printable(target)}: {exc}") from None
-    if lines is None:
-        return None
-    out = "".join(line + "\n" for line in lines)
-    for c in commands[1:]:
-        out = yq.tr(out, c[1:])
-        if out is None:
-            return None
-    return out.rstrip("\n")
-
-
-def expand_word(text: str, scalars: dict[str, str], arrays: dict[str, list[str]]) -> str:
-    """One word (a default value, an assignment's right side) expanded and unquoted."""
-    try:
-        parts = shlex.split(expand(text, scalars, arrays))
-    except ValueError:
-        return text
-    return " ".join(parts)
 
 
 _NAME = re.compile(r"[A-Za-z_]\w*")
@@ -964,7 +648,7 @@ def _shown(word: str) -> str:
         name = unresolved_in(m.group(0)) or ""
         return f"${name}" if _NAME.fullmatch(name) else name
 
-    return printable(_UNRESOLVED_RE.sub(back, word))
+    return printable(UNRESOLVED_RE.sub(back, word))
 
 
 def _why(word: str) -> str:
@@ -999,7 +683,7 @@ def _change_directory(command: list[str], number: int, s: Script) -> None:
         if name == "pushd" and old is not None:
             s.dirs.append(old)
     if new is None:
-        new = _command_marker(f"the {' '.join(_shown(w) for w in command)} on line {number}")
+        new = command_marker(f"the {' '.join(_shown(w) for w in command)} on line {number}")
     if old is not None:
         s.scalars["OLDPWD"] = old
     s.scalars["PWD"] = new
