@@ -16,6 +16,7 @@ Errors are one-line :class:`~planner.inputs.errors.SpecError` naming the file an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -164,14 +165,13 @@ def _skip_freq(local: list[bool], where: str, key: str) -> int:
     return n
 
 
-def _gpt_oss(f: _Fields) -> dict[str, Any]:
-    """gpt-oss (OpenAI gpt-oss model card, arXiv:2508.10925): GQA with biases and learned sinks,
-    ``layer_types`` alternating ``sliding_attention`` (``sliding_window`` tokens) and
-    ``full_attention``, every layer MoE with biased experts."""
-    layers = f.need("num_hidden_layers")
+def _sliding_layers(f: _Fields, layers: int, default: Callable[[], list[bool]]) -> tuple[list[bool], int]:
+    """Which layers attend locally (``layer_types``: ``sliding_attention`` / ``full_attention`` per
+    layer, as Hugging Face's gpt-oss and Gemma 3 configs write it; ``default()`` where the config
+    predates the key) and the window (``sliding_window``; 0 when no layer is local)."""
     types = f.data.get("layer_types")
     if types is None:
-        types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+        return _with_window(f, default())
     if (
         not isinstance(types, list)
         or len(types) != layers
@@ -180,8 +180,19 @@ def _gpt_oss(f: _Fields) -> dict[str, Any]:
         raise SpecError(
             f"{f.where}: key 'layer_types': expected {layers} entries of sliding_attention/full_attention"
         )
-    local = [t == "sliding_attention" for t in types]
-    window = f.need("sliding_window") if any(local) else 0
+    return _with_window(f, [t == "sliding_attention" for t in types])
+
+
+def _with_window(f: _Fields, local: list[bool]) -> tuple[list[bool], int]:
+    return local, (f.need("sliding_window") if any(local) else 0)
+
+
+def _gpt_oss(f: _Fields) -> dict[str, Any]:
+    """gpt-oss (OpenAI gpt-oss model card, arXiv:2508.10925): GQA with biases and learned sinks,
+    ``layer_types`` alternating ``sliding_attention`` (``sliding_window`` tokens) and
+    ``full_attention``, every layer MoE with biased experts."""
+    layers = f.need("num_hidden_layers")
+    local, window = _sliding_layers(f, layers, lambda: [i % 2 == 0 for i in range(layers)])
     width = f.need("intermediate_size")
     return dict(
         ffn_hidden_size=width,
@@ -478,20 +489,9 @@ def _gemma3(f: _Fields) -> dict[str, Any]:
             f"{f.where}: key 'hidden_activation': {act!r} is not read for Gemma 3; allowed values: "
             + ", ".join(GELU_ACTIVATIONS)
         )
-    types = f.data.get("layer_types")
-    if types is None:
-        n = f.need("sliding_window_pattern")
-        types = ["sliding_attention" if (i + 1) % n else "full_attention" for i in range(layers)]
-    if (
-        not isinstance(types, list)
-        or len(types) != layers
-        or not set(types) <= {"sliding_attention", "full_attention"}
-    ):
-        raise SpecError(
-            f"{f.where}: key 'layer_types': expected {layers} entries of sliding_attention/full_attention"
-        )
-    local = [t == "sliding_attention" for t in types]
-    window = f.need("sliding_window") if any(local) else 0
+    local, window = _sliding_layers(
+        f, layers, lambda: [(i + 1) % f.need("sliding_window_pattern") != 0 for i in range(layers)]
+    )
     return dict(
         activation="geglu",
         ffn_hidden_size=f.need("intermediate_size"),
