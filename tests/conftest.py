@@ -65,6 +65,25 @@ def run_cli():
 
 
 @pytest.fixture
+def readme_plan(run_cli, tmp_path):
+    """The README's main job searched as a user types it (its ``--out`` replaced): the plan file's
+    path, the cluster it was searched on (loaded) and the ``-c NAME -n NODES`` words naming it."""
+    from planner.profiles.hardware import load_cluster
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    line = next(x for x in readme.splitlines() if "planner search --model llama3-70b" in x)
+    argv = line[line.index("planner search") :].split()[1:]
+    if "--out" in argv:
+        del argv[argv.index("--out") : argv.index("--out") + 2]
+    plan = tmp_path / "plan.yaml"
+    assert run_cli(*argv, "--out", str(plan), "-q").exit_code == 0
+    option = next(f for f in ("--cluster", "-c") if f in argv)
+    nodes = next(argv[argv.index(f) + 1] for f in ("--nodes", "-n") if f in argv)
+    name = argv[argv.index(option) + 1]
+    return plan, load_cluster(name, int(nodes)), ("-c", name, "-n", nodes)
+
+
+@pytest.fixture
 def a100_h100_cluster(tmp_path):
     """A cluster file of 2 DGX A100 then 2 DGX H100 nodes (two GPU types, pipeline order), loaded."""
     from planner.profiles.hardware import load_cluster

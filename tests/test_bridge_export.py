@@ -16,7 +16,6 @@ from planner.launch.bridge import export as bx
 from planner.launch.bridge.importer import read_bridge
 from planner.launch.check import check_file
 from planner.plans.plan_file import plan_document, read_plan, write_plan
-from planner.profiles.hardware import load_cluster
 from planner.profiles.software import cluster_families, default_software
 from tests.test_megatron import CASES
 
@@ -63,17 +62,8 @@ def test_golden_case_exports_and_re_checks_at_the_plans_step_time(name, tmp_path
     assert bridge_s == pytest.approx(plan_s, rel=5e-3)
 
 
-def test_readme_main_job_exports_and_re_checks(run_cli, tmp_path):
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    line = next(x for x in readme.splitlines() if "planner search --model llama3-70b" in x)
-    argv = line[line.index("planner search") :].split()[1:]
-    if "--out" in argv:
-        del argv[argv.index("--out") : argv.index("--out") + 2]
-    plan = tmp_path / "plan.yaml"
-    assert run_cli(*argv, "--out", str(plan), "-q").exit_code == 0
-    option = next(f for f in ("--cluster", "-c") if f in argv)
-    nodes = next(argv[argv.index(f) + 1] for f in ("--nodes", "-n") if f in argv)
-    cluster = load_cluster(argv[argv.index(option) + 1], int(nodes))
+def test_readme_main_job_exports_and_re_checks(run_cli, tmp_path, readme_plan):
+    plan, cluster, cluster_args = readme_plan
     out = tmp_path / "bridge"
     result = run_cli("export", "megatron-bridge", str(plan), "--out", str(out), "-q")
     assert result.exit_code == 0, result.stdout + result.stderr
@@ -98,7 +88,7 @@ def test_readme_main_job_exports_and_re_checks(run_cli, tmp_path):
     plan_s = _verdict(plan).metrics["step_time_s"]
     bridge = _verdict(out / bx.OVERRIDES_FILE, cluster)
     assert bridge.metrics["step_time_s"] == pytest.approx(plan_s, rel=5e-3)
-    result = run_cli("check", str(out / bx.OVERRIDES_FILE), "-c", argv[argv.index(option) + 1], "-n", nodes)
+    result = run_cli("check", str(out / bx.OVERRIDES_FILE), *cluster_args)
     assert result.exit_code == 0 and result.stdout.startswith("PASS"), result.stdout + result.stderr
 
 

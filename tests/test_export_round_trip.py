@@ -17,7 +17,6 @@ import pytest
 from planner import api
 from planner.launch.check import check_file
 from planner.plans.plan_file import plan_document, write_plan
-from planner.profiles.hardware import load_cluster
 from planner.profiles.software import cluster_families, default_software
 from tests.test_megatron import CASES
 
@@ -54,17 +53,8 @@ def test_golden_export_re_checks_at_the_plans_step_time(name, tmp_path):
         assert t == pytest.approx(times["plan"], rel=5e-3), (name_, times)
 
 
-def test_readme_main_job_re_checks_at_the_plans_step_time(run_cli, tmp_path):
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    line = next(x for x in readme.splitlines() if "planner search --model llama3-70b" in x)
-    argv = line[line.index("planner search") :].split()[1:]
-    if "--out" in argv:
-        del argv[argv.index("--out") : argv.index("--out") + 2]
-    plan = tmp_path / "plan.yaml"
-    assert run_cli(*argv, "--out", str(plan), "-q").exit_code == 0
-    option = next(f for f in ("--cluster", "-c") if f in argv)
-    nodes = next(argv[argv.index(f) + 1] for f in ("--nodes", "-n") if f in argv)
-    cluster = load_cluster(argv[argv.index(option) + 1], int(nodes))
+def test_readme_main_job_re_checks_at_the_plans_step_time(tmp_path, readme_plan):
+    plan, cluster, _ = readme_plan
     times = _round_trip(plan, cluster, tmp_path / "launch")
     for name_, t in times.items():
         assert t == pytest.approx(times["plan"], rel=5e-3), (name_, times)
