@@ -7,8 +7,9 @@ release, :data:`.flags.ACCEPTED`): a word argparse would reject is recorded in
 :attr:`Imported.rejected`, a flag it accepts that planning does not need in
 :attr:`Imported.ignored`, one that could matter but planner does not model in
 :attr:`Imported.unknown`. This module turns the flags into the model, the job and the
-configuration, section by section. What Megatron's ``validate_args`` would reject is judged by
-:mod:`.rules`.
+configuration, section by section: the model in :mod:`.model_flags`, the pipeline split in
+:mod:`.pipeline_flags`, the job and the configuration here. What Megatron's ``validate_args``
+would reject is judged by :mod:`.rules`.
 """
 
 from __future__ import annotations
@@ -23,22 +24,22 @@ from cost_models.parallel import (
     RECOMPUTE_MODULES,
     SHARDED_GRADIENTS,
     ParallelConfig,
-    account_for_split,
     canonical_modules,
-    first_last_split,
 )
-from planner.inputs.errors import ConfigError, SpecError
+from planner.inputs.errors import SpecError
 from planner.inputs.job_spec import DTYPES, FP8_RECIPES, MOE_DISPATCHERS, JobSpec
 from planner.inputs.jobs import cuda_graph_scope
-from planner.inputs.layer_pattern import PatternError, parse_pattern
-from planner.inputs.model_spec import SOFTMAX_TYPES, ModelSpec
+from planner.inputs.model_spec import ModelSpec
 from planner.inputs.model_yaml import validate_model
-from planner.inputs.validation import check_number, limit
 from planner.launch.megatron import hybrid
 from planner.launch.megatron.arguments import Arguments, megatron_words, read_arguments
+from planner.launch.megatron.model_flags import read_model, require, vocabulary_note
+from planner.launch.megatron.pipeline_flags import parse_layout, pipeline_split
 from planner.launch.megatron.shell import read_script, unresolved_in
-from planner.launch.megatron.tokenizers import TABLE, known_vocabulary, padded_vocabulary
 from planner.launch.megatron.yaml_cfg import YamlConfig, read_yaml_cfg
+
+__all__ = ["OPTIMIZER_DTYPE_FLAGS", "Imported", "below_fp32", "keys_named", "parse_layout", "parse_megatron"]
+"""What other modules read from here (``parse_layout`` lives in :mod:`.pipeline_flags`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +202,7 @@ def parse_megatron(
 ) -> Imported:
     """Read Megatron flags from an args file or a launch script; ``vocab_size`` (``planner check
     --vocab-size``) is the vocabulary of a launch that gives neither --vocab-size nor
-    --padded-vocab-size (see :func:`_vocabulary`); ``variables`` (``planner check --set NAME=VALUE``)
+    --padded-vocab-size (see :func:`.model_flags.read_model`); ``variables`` (``planner check --set NAME=VALUE``)
     the shell variables a script starts with, as if exported before it runs; ``path`` the file
     ``text`` was read from, beside which the files the script sources are found."""
     try:
@@ -251,8 +252,8 @@ def _imported(
     args: Arguments, cfg: YamlConfig | None, world_size, vocab_size, env: dict, is_script: bool
 ) -> Imported:
     """The model, job and configuration of a launch's flags (:func:`parse_megatron`)."""
-    _require(args)
-    model = _model(args, vocab_size)
+    require(args)
+    model = read_model(args, vocab_size)
     if model.is_hybrid or model.linear_attention_freq:
         # The pattern's E layers against --num-experts, Mamba heads over groups, the gated DeltaNet
         # shape: ModelSpec's own checks, as for a model file.
@@ -262,7 +263,7 @@ def _imported(
         args.num("--pipeline-model-parallel-size", 1),
         args.num("--context-parallel-size", 1),
     )
-    vpp, layers = _pipeline(args, model.num_layers, pp)
+    vpp, layers = pipeline_split(args, model.num_layers, pp)
     recompute, modules, rnl = _recompute(args, model.num_layers, pp, vpp, layers)
     sharding = _sharding(args.flags)
     dp = world_size // (tp * pp * cp) if world_size and world_size % (tp * pp * cp) == 0 else 1
@@ -309,172 +310,9 @@ def _imported(
         tuple(dict.fromkeys(args.rejected)),
         env,
         is_script,
-        _vocabulary_note(args, vocab_size, model.vocab_size),
+        vocabulary_note(args, vocab_size, model.vocab_size),
         cfg,
     )
-
-
-def _vocabulary_note(args: Arguments, given: int | None, vocab: int) -> tuple[str, ...]:
-    """A note saying where the vocabulary came from when the launch does not give it."""
-    if given is not None or args.flags.get("--padded-vocab-size") or args.flags.get("--vocab-size"):
-        return ()
-    size, matched = known_vocabulary(args.flags.get("--tokenizer-type"), args.flags.get("--tokenizer-model"))
-    return (
-        f"vocabulary {vocab:,} from {matched} ({size:,} tokens in {TABLE.name}, padded as Megatron pads "
-        "to a multiple of --make-vocab-size-divisible-by times tp)",
-    )
-
-
-REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--micro-batch-size")
-"""Flags planning needs that Megatron requires too."""
-
-
-def _require(args: Arguments) -> None:
-    """Every flag of :data:`REQUIRED` is given with a value (a hybrid launch's layers are its
-    pattern's, :func:`.hybrid.layer_count`)."""
-    for req in REQUIRED:
-        if req == "--num-layers" and hybrid.given_pattern(args):
-            continue
-        if args.flags.get(req) is None:
-            raise SpecError(f"{args.where}: missing {req} (needed to plan; Megatron requires it too)")
-
-
-def _model(args: Arguments, vocab_size: int | None = None) -> ModelSpec:
-    """The model section: shape, attention, embeddings and experts, with Megatron's defaults (the
-    ffn size 4h, or 8h/3 rounded down to a multiple of 64 with --swiglu; arguments.py)."""
-    flags, num, at, where = args.flags, args.num, args.at, args.where
-    h, heads = num("--hidden-size"), num("--num-attention-heads")
-    gated = "--swiglu" in flags
-    ffn_default = int((4 * h * 2 / 3) / 64) * 64 if gated else 4 * h
-    groups = num("--num-query-groups", 1) if "--group-query-attention" in flags else heads
-    experts = num("--num-experts", 0) or 0
-    vocab = _vocabulary(args, vocab_size)
-    seq = num("--seq-length")
-    position = flags.get("--position-embedding-type") or (
-        "rope" if "--use-rotary-position-embeddings" in flags else "learned_absolute"
-    )
-    if position not in ("learned_absolute", "rope", "none"):
-        raise SpecError(
-            f"{at('--position-embedding-type')}: --position-embedding-type {position!r}: planner models "
-            "learned_absolute, rope and none"
-        )
-    rotary = num("--rotary-base", 10000)
-    return ModelSpec(
-        name=where,
-        num_layers=hybrid.layer_count(args) or num("--num-layers"),
-        hidden_size=h,
-        ffn_hidden_size=num("--ffn-hidden-size", ffn_default),
-        num_attention_heads=heads,
-        num_query_groups=groups,
-        kv_channels=num("--kv-channels", h // heads),
-        vocab_size=vocab,
-        max_position_embeddings=num("--max-position-embeddings", seq),
-        activation="swiglu" if gated else ("squared_relu" if "--squared-relu" in flags else "gelu"),
-        normalization="rmsnorm" if flags.get("--normalization") == "RMSNorm" else "layernorm",
-        position_embedding_type=position,
-        rotary_base=rotary,
-        untie_embeddings_and_output_weights="--untie-embeddings-and-output-weights" in flags,
-        add_bias_linear="--disable-bias-linear" not in flags,
-        add_qkv_bias="--add-qkv-bias" in flags,
-        qk_layernorm="--qk-layernorm" in flags,
-        num_experts=experts,
-        moe_router_topk=num("--moe-router-topk", 2) if experts else 0,
-        moe_ffn_hidden_size=num("--moe-ffn-hidden-size", num("--ffn-hidden-size", ffn_default))
-        if experts
-        else 0,
-        moe_shared_expert_intermediate_size=num("--moe-shared-expert-intermediate-size", 0) if experts else 0,
-        **(_moe_layers(args, num("--num-layers")) if experts and not hybrid.given_pattern(args) else {}),
-        **_local_attention(args),
-        **hybrid.model_fields(args),
-        **_latent_attention(args),
-        mtp_num_layers=num("--mtp-num-layers", 0) or 0,
-    )
-
-
-def _latent_attention(args: Arguments) -> dict:
-    """Multi-latent attention (DeepSeek-V2/V3, Kimi K2) with the parser's defaults
-    (megatron/training/arguments.py ``_add_mla_args``: --q-lora-rank None, i.e. no query
-    compression, 0 here; --kv-lora-rank 32, --qk-head-dim 128, --qk-pos-emb-head-dim 64,
-    --v-head-dim 128); validate_args asserts it excludes --group-query-attention. The MLA flags
-    without --multi-latent-attention change nothing in Megatron and are not read."""
-    flags, num, at = args.flags, args.num, args.at
-    if "--multi-latent-attention" not in flags:
-        return {}
-    if "--group-query-attention" in flags:
-        raise SpecError(
-            f"{at('--group-query-attention')}: --group-query-attention with --multi-latent-attention: "
-            "Megatron asserts they exclude each other"
-        )
-    return {
-        "multi_latent_attention": True,
-        "q_lora_rank": num("--q-lora-rank", 0) or 0,
-        "kv_lora_rank": num("--kv-lora-rank", 32),
-        "qk_head_dim": num("--qk-head-dim", 128),
-        "qk_pos_emb_head_dim": num("--qk-pos-emb-head-dim", 64),
-        "v_head_dim": num("--v-head-dim", 128),
-    }
-
-
-def _local_attention(args: Arguments) -> dict:
-    """Sliding-window attention and sinks, the inverse of the export's
-    (:func:`planner.launch.megatron.export.local_attention_args`): ``--window-size L,R`` is
-    Transformer Engine's (left, right) span, a query seeing itself and ``L`` earlier tokens, so
-    ``window_size`` is ``L + 1`` (causal: ``R`` is 0); ``--window-attn-skip-freq N`` makes every
-    N-th layer global (megatron/core/transformer/utils.py ``is_layer_window_attention``);
-    ``--softmax-type`` (vanilla, off-by-one, learnable: attention sinks)."""
-    out: dict = {}
-    text = args.flags.get("--window-size")
-    if text is not None:
-        parts = str(text).split(",")
-        try:
-            left, right = (int(x) for x in parts)
-        except ValueError:
-            raise SpecError(
-                f"{args.at('--window-size')}: --window-size {text!r}: expected LEFT,RIGHT token counts, e.g. 127,0"
-            ) from None
-        if left < 0 or right != 0:
-            raise SpecError(
-                f"{args.at('--window-size')}: --window-size {text!r}: planner models causal sliding windows "
-                "(LEFT >= 0, RIGHT 0)"
-            )
-        out["window_size"] = left + 1
-        if "--window-attn-skip-freq" in args.flags:
-            out["window_attn_skip_freq"] = args.num("--window-attn-skip-freq")
-    softmax = args.flags.get("--softmax-type")
-    if softmax is not None:
-        if softmax not in SOFTMAX_TYPES:
-            raise SpecError(
-                f"{args.at('--softmax-type')}: --softmax-type {softmax!r} is not allowed; allowed values: "
-                + ", ".join(SOFTMAX_TYPES)
-            )
-        out["softmax_type"] = softmax
-    return out
-
-
-def _moe_layers(args: Arguments, num_layers: int) -> dict:
-    """``moe_layer_freq`` or ``moe_layer_pattern`` from ``--moe-layer-freq``: an integer (every
-    n-th layer MoE), or Megatron's list form, e.g. ``([0]*3+[1]*58)``, which its ``moe_freq_type``
-    evaluates (megatron/training/arguments.py; read here without evaluating code,
-    :func:`planner.inputs.layer_pattern.parse_pattern`) and whose length must be ``--num-layers``
-    (megatron/core/models/gpt/gpt_layer_specs.py, get_gpt_decoder_block_spec, asserts it:
-    "Invalid length of moe_layer_pattern")."""
-    text = args.flags.get("--moe-layer-freq")
-    if text is None or "[" not in text:
-        return {"moe_layer_freq": args.num("--moe-layer-freq", 1)}
-    try:
-        pattern = parse_pattern(text)
-    except PatternError as exc:
-        raise SpecError(
-            f"{args.at('--moe-layer-freq')}: --moe-layer-freq {text!r}: {exc} (expected an integer or "
-            "a list pattern such as ([0]*3+[1]*58))"
-        ) from None
-    if len(pattern) != num_layers:
-        raise SpecError(
-            f"{args.at('--moe-layer-freq')}: --moe-layer-freq {text!r} gives {len(pattern)} layers, "
-            f"--num-layers is {num_layers}: Megatron asserts they are equal (Invalid length of "
-            "moe_layer_pattern)"
-        )
-    return {"moe_layer_pattern": pattern}
 
 
 def _recompute(
@@ -567,197 +405,3 @@ def _optimizer_instances(args: Arguments, sharding: str) -> tuple[int, list[str]
         return 1, args.unknown
     instances = args.num("--num-distributed-optimizer-instances", 1) or 1
     return instances, [w for w in args.unknown if w != "--num-distributed-optimizer-instances"]
-
-
-def parse_layout(text: str) -> list[str]:
-    """The stages of a ``--pipeline-model-parallel-layout`` string, as Megatron-LM unrolls it
-    (megatron/core/transformer/pipeline_parallel_layer_layout.py ``parse_str_to_list``: commas
-    dropped, ``(...)*n`` and ``x*n`` repeated, stages split on |)."""
-    s = text.replace(",", "")
-    s = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * min(int(m.group(2)), 100_000), s)
-    s = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * min(int(m.group(2)), 100_000), s)
-    return s.split("|")
-
-
-def _vocabulary(args: Arguments, given: int | None) -> int:
-    """The vocabulary the embedding is sized for: the launch's ``--padded-vocab-size`` or
-    ``--vocab-size`` (as given); else ``given`` (``planner check --vocab-size``, as given); else the
-    tokenizer the launch names, from the cited table (:mod:`.tokenizers`), padded as Megatron pads
-    it. A ``given`` size that disagrees with the launch's own is an error naming both."""
-    own_flag = "--padded-vocab-size" if args.flags.get("--padded-vocab-size") else "--vocab-size"
-    own = args.num(own_flag)
-    if own is not None:
-        if given is not None and given != own:
-            raise SpecError(
-                f"{args.at(own_flag)}: the launch sets {own_flag} {own}, but --vocab-size {given} was given "
-                "to check; drop one of them"
-            )
-        return own
-    if given is not None:
-        check_number(
-            given, args.where, "--vocab-size", integer=True, positive=True, maximum=limit("vocab_size")
-        )
-        return given
-    tokenizer, model = args.flags.get("--tokenizer-type"), args.flags.get("--tokenizer-model")
-    known = known_vocabulary(tokenizer, model)
-    if known is None:
-        named = " ".join(
-            f"{f} {v}" for f, v in (("--tokenizer-type", tokenizer), ("--tokenizer-model", model)) if v
-        )
-        raise SpecError(
-            f"{args.where}: the vocabulary size cannot be known: the tokenizer "
-            f"({named or 'none named'}) is not in planner's "
-            f"table ({TABLE.name}); add --vocab-size N with the tokenizer's vocabulary size to the "
-            "launch, or pass planner check --vocab-size N (e.g. 128256 for Llama 3)"
-        )
-    divisible = args.num("--make-vocab-size-divisible-by", 128)
-    return padded_vocabulary(known[0], divisible, args.num("--tensor-model-parallel-size", 1))
-
-
-def _pipeline(args: Arguments, num_layers: int, pp: int) -> tuple[int, tuple[int, ...]]:
-    """Virtual stages and the layers of each virtual stage, with validate_args' own rules and
-    messages naming the flags (megatron/training/arguments.py, "Uneven virtual pipeline
-    parallelism"; TransformerConfig for first/last)."""
-    flags, num, at = args.flags, args.num, args.at
-    staged = hybrid.pipeline(args, num_layers, pp)
-    if staged is not None:
-        return staged
-    given = [
-        f
-        for f in (
-            "--num-layers-per-virtual-pipeline-stage",
-            "--num-virtual-stages-per-pipeline-rank",
-            "--pipeline-model-parallel-layout",
-        )
-        if flags.get(f) is not None
-    ]
-    if len(given) > 1:
-        raise SpecError(
-            f"{at(given[1])}: {' and '.join(given)} exclude each other (Megatron accepts one of them)"
-        )
-    first_last = [
-        f for f in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers") if f in flags
-    ]
-    emb = "--account-for-embedding-in-pipeline-split" in flags
-    loss = "--account-for-loss-in-pipeline-split" in flags
-    account = [
-        f
-        for f, on in (
-            ("--account-for-embedding-in-pipeline-split", emb),
-            ("--account-for-loss-in-pipeline-split", loss),
-        )
-        if on
-    ]
-    if flags.get("--pipeline-model-parallel-layout") is not None:
-        if account or first_last:
-            raise SpecError(
-                f"{at('--pipeline-model-parallel-layout')}: --pipeline-model-parallel-layout with "
-                f"{(account + first_last)[0]}: Megatron's TransformerConfig sets the layout with no other "
-                "pipeline layout argument"
-            )
-        return _layout_stages(args, num_layers, pp)
-    if account and first_last:
-        raise SpecError(
-            f"{at(account[0])}: {account[0]} with {first_last[0]}: Megatron accepts one way of "
-            "splitting uneven stages"
-        )
-    nlpvs = num("--num-layers-per-virtual-pipeline-stage")
-    if nlpvs is not None:
-        if first_last:
-            raise SpecError(
-                f"{at(first_last[0])}: {first_last[0]} with --num-layers-per-virtual-pipeline-stage: Megatron "
-                "asks for --num-virtual-stages-per-pipeline-rank with uneven stages"
-            )
-        # validate_args: the embedding and the loss, when accounted, count as one layer each.
-        units = num_layers + emb + loss
-        counted = f"--num-layers {num_layers}" + "".join(f" + 1 ({f})" for f in account)
-        if units % pp:
-            raise SpecError(
-                f"{at('--pipeline-model-parallel-size')}: {counted} is not divisible by "
-                f"--pipeline-model-parallel-size {pp}"
-            )
-        per_stage = units // pp
-        if per_stage % nlpvs:
-            raise SpecError(
-                f"{at('--num-layers-per-virtual-pipeline-stage')}: --num-layers-per-virtual-pipeline-stage "
-                f"{nlpvs} does not divide the {per_stage} layers of each pipeline stage ({counted} / "
-                f"--pipeline-model-parallel-size {pp})"
-            )
-        vpp = per_stage // nlpvs
-    else:
-        vpp = num("--num-virtual-stages-per-pipeline-rank", 1) or 1
-    if account:
-        try:
-            return vpp, account_for_split(num_layers, pp * vpp, emb, loss)
-        except ConfigError as exc:
-            raise SpecError(
-                f"{at(account[0])}: {' and '.join(account)}: {exc} (--num-layers {num_layers}, "
-                f"--pipeline-model-parallel-size {pp}, virtual stages per rank {vpp})"
-            ) from None
-    if first_last:
-        return vpp, _first_last_stages(args, num_layers, pp, vpp, first_last)
-    return vpp, ()
-
-
-def _first_last_stages(args: Arguments, num_layers: int, pp: int, vpp: int, given: list) -> tuple[int, ...]:
-    """Layers of each virtual stage under --decoder-first/last-pipeline-num-layers, as Megatron
-    builds them (megatron/core/transformer/transformer_block.py ``get_num_layers_to_build``: a
-    rank's layers, first/last as given and the rest split evenly over the middle ranks, then divided
-    evenly over its ``vpp`` model chunks), in chunk-major order; TransformerConfig's checks: with
-    virtual stages, first, last and each middle rank's count divisible by ``vpp``."""
-    flags, num, at = args.flags, args.num, args.at
-    first = num("--decoder-first-pipeline-num-layers")
-    last = num("--decoder-last-pipeline-num-layers")
-    named = " and ".join(f"{f} {flags[f]}" for f in given)
-    try:
-        ranks = first_last_split(num_layers, pp, first, last)
-    except ConfigError as exc:
-        raise SpecError(
-            f"{at(given[0])}: {named}: {exc} (--num-layers {num_layers}, --pipeline-model-parallel-size {pp})"
-        ) from None
-    if vpp == 1:
-        return ranks
-    for rank, n in enumerate(ranks):
-        if n % vpp:
-            which = "first" if rank == 0 and first else "last" if rank == pp - 1 and last else "each middle"
-            raise SpecError(
-                f"{at(given[0])}: {named}: the {n} layers of the {which} pipeline stage are not divisible by "
-                f"--num-virtual-stages-per-pipeline-rank {vpp} (Megatron's TransformerConfig)"
-            )
-    return tuple(ranks[r] // vpp for _ in range(vpp) for r in range(pp))
-
-
-def _layout_stages(args: Arguments, num_layers: int, pp: int) -> tuple[int, tuple[int, ...]]:
-    """Virtual stages and layers per virtual stage of ``--pipeline-model-parallel-layout``
-    (:func:`parse_layout`), with the stages planner models: E first, L last, at least one decoder
-    layer in every stage between."""
-    at = args.at("--pipeline-model-parallel-layout")
-    stages = parse_layout(args.flags["--pipeline-model-parallel-layout"])
-    bad = sorted(set("".join(stages)) - set("EtLm"))
-    if bad:
-        raise SpecError(
-            f"{at}: --pipeline-model-parallel-layout has {bad[0]!r}; "
-            "its letters are E (embedding), t (decoder layer), L (loss), m (MTP) and | between stages"
-        )
-    if len(stages) % pp:
-        raise SpecError(
-            f"{at}: --pipeline-model-parallel-layout has {len(stages)} "
-            f"stages, not a multiple of --pipeline-model-parallel-size {pp}"
-        )
-    layers = tuple(s.count("t") for s in stages)
-    if sum(layers) != num_layers:
-        raise SpecError(
-            f"{at}: --pipeline-model-parallel-layout holds "
-            f"{sum(layers)} decoder layers (t), --num-layers is {num_layers}"
-        )
-    if not stages[0].startswith("E") or not stages[-1].endswith("L"):
-        raise SpecError(
-            f"{at}: --pipeline-model-parallel-layout must start with E (embedding) and end with L (loss)"
-        )
-    if 0 in layers[1:-1]:
-        raise SpecError(
-            f"{at}: planner models stages of at least one decoder "
-            "layer, except an embedding-only first and a loss-only last stage; stage "
-            f"{layers[1:-1].index(0) + 1} of the layout holds none"
-        )
-    return len(stages) // pp, layers
