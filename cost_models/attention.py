@@ -17,10 +17,11 @@ from cost_models.compute import (
     memory_bound_s,
 )
 from cost_models.parallel import ParallelConfig, group
+from cost_models.sparse_attention import indexer_block
 from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tokens_per_gpu, tp_collectives_s
 from planner.inputs.cluster_spec import GPUSpec, NodeGroup, compute_capability_major
 from planner.inputs.job_spec import JobSpec
-from planner.inputs.model_spec import ModelSpec
+from planner.inputs.model_spec import ModelSpec, sparse_attention_span
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +260,25 @@ def attention_block(
     )
 
 
+def _absorbed_products(
+    tokens: float, heads: float, dn: int, rkv: int, dv: int, gpu: GPUSpec, precision: str
+) -> LinearTimes:
+    """MLA's absorbed up projections (Megatron-Core ``AbsorbedMLASelfAttention``): ``q_nope @
+    W^UK`` (d -> r_kv) before core attention and the latent output ``@ W^UV`` (r_kv -> d_v) after
+    it, each an ``einsum`` over the local heads, so one strided-batched GEMM per pass
+    (:func:`cost_models.compute.batched_gemm_s`, 16-bit: Transformer Engine's FP8 does not reach an
+    einsum): forward, input gradient and weight gradient."""
+
+    def three(k_in: int, n_out: int) -> LinearTimes:
+        return LinearTimes(
+            batched_gemm_s(tokens, n_out, k_in, heads, gpu, precision, 0.0),
+            batched_gemm_s(tokens, k_in, n_out, heads, gpu, precision, 0.0),
+            batched_gemm_s(k_in, n_out, tokens, heads, gpu, precision, 0.0),
+        )
+
+    return three(dn, rkv) + three(rkv, dv)
+
+
 def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, span: float) -> AttentionBlock:
     """Multi-head latent attention (DeepSeek-V2 arXiv:2405.04434 Sec. 2.1) sharded as Megatron-Core
     ``MLASelfAttention`` (megatron/core/transformer/multi_latent_attention.py, TE spec):
@@ -277,6 +297,15 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
     FLOPs follow Megatron's ``num_floating_point_operations`` MLA branch (training.py): the
     projections, ``+ r_q + r_kv`` per token for the latent norms, and the core attention with
     query/key width ``d + d_R`` and value width ``d_v``.
+
+    DeepSeek sparse attention (``model.is_dsa``) changes three things, as Megatron-Core's
+    ``DSAttention`` over ``AbsorbedMLASelfAttention`` runs it: each query attends to its top-k keys
+    (:func:`~planner.inputs.model_spec.sparse_attention_span` instead of ``span``; dense below k),
+    in MLA's absorbed MQA form (W^UK applied to the queries and W^UV to the outputs, per head: the
+    same FLOPs as ``linear_kv_up_proj``; the heads share the latent ``r_kv + d_R`` as K and V,
+    :attr:`ModelSpec.core_attention_width`), and the lightning indexer
+    (:func:`cost_models.sparse_attention.indexer_block`) adds its projections, scores, top-k and
+    KL loss. Its scores and loss run beside the core attention (``attn_fwd_s`` / ``attn_bwd_s``).
     """
     gpu, prec = node.gpu, job.precision
     h, a, t = model.hidden_size, model.num_attention_heads, c.tp
@@ -298,11 +327,18 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
     if rq:
         gemm += linear_s(T_local, rq, h, gpu, prec, recipe=recipe)
     up = linear_s(T, a * dqk / t, q_in, gpu, prec, recipe=recipe)
-    up += linear_s(T, a * (dn + dv) / t, rkv, gpu, prec, recipe=recipe)
+    dsa = indexer_block(model, job, c, node, span) if model.is_dsa else None
+    if dsa is None:
+        up += linear_s(T, a * (dn + dv) / t, rkv, gpu, prec, recipe=recipe)
+        keys, local = kernel_keys(span, job, c), span < job.doc_length
+    else:
+        up += _absorbed_products(T, a / t, dn, rkv, dv, gpu, prec)
+        span = sparse_attention_span(span, model.dsa_indexer_topk)
+        keys, local = min(float(model.dsa_indexer_topk), float(job.doc_length)), False
     gemm += up
     gemm += linear_s(T, h, a * dv / t, gpu, prec, recipe=recipe)
-    fused = attention_s(T * span * model.core_attention_width / t, gpu, prec, kernel_keys(span, job, c))
-    attn_fwd, attn_bwd = core_attention_s(fused, job, gpu, local=span < job.doc_length)
+    fused = attention_s(T * span * model.core_attention_width / t, gpu, prec, keys)
+    attn_fwd, attn_bwd = core_attention_s(fused, job, gpu, local=local)
     q_term = rq * (h + a * dqk + 1) if rq else h * a * dqk
     linear = q_term + rkv * (h + a * (dn + dv) + 1) + h * dr + a * dv * h
     model_flop = 3 * (2 * T * linear + 2 * T * span * model.core_attention_width) / t
@@ -318,6 +354,10 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
     g_in = gemm_input_bytes(job)
     norm_out = T_local * h * g_in  # the input norm's output, kept by the down projections
     qkv = T * a * (2 * dqk + dv) / t * ACT_BYTES
+    if dsa is not None:
+        # Absorbed: the queries (a heads of r_kv + d_R) and q_nope (the W^UK product's input), the
+        # shared latent K/V (r_kv + d_R, all heads), the latent output (W^UV's input).
+        qkv = T * (a * (rkv + dr + dn + rkv) / t + rkv + dr) * ACT_BYTES
     act = norm_out
     act += T_local * (rq + rkv) * (ACT_BYTES + g_in) + T * dr * ACT_BYTES
     act += qkv + T * a * dv / t * ACT_BYTES
@@ -345,6 +385,17 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
         else:
             tp_fwd = comm.all_reduce_s(hidden, t, link)
         tp_bytes = 2 * (t - 1) / t * (latents + hidden)
+    kv_width = a * (dqk + dv) / t
+    if dsa is not None:
+        gemm += dsa.gemm
+        attn_fwd, attn_bwd = attn_fwd + dsa.score_fwd_s, attn_bwd + dsa.score_bwd_s
+        model_flop += dsa.model_flop
+        elem += dsa.elem_bytes
+        act += dsa.act_bytes
+        wgrad += dsa.wgrad_bytes
+        params_replicated += dsa.params
+        tp_fwd, tp_bytes = tp_fwd + dsa.gather_fwd_s, tp_bytes + 2 * dsa.gather_bytes
+        kv_width = rkv + dr + model.dsa_indexer_head_dim  # the shared latent and the indexer's key
     return AttentionBlock(
         gemm=gemm,
         attn_fwd_s=attn_fwd,
@@ -357,7 +408,7 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
         params_replicated=params_replicated,
         tp_fwd_s=tp_fwd,
         tp_bytes=tp_bytes,
-        kv_width=a * (dqk + dv) / t,
+        kv_width=kv_width,
         norm_elements=T_local * (rq + rkv),
         rope_elements=T * (a * dr / t + dr),
         core_kept_bytes=lse,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from cost_models import recompute as op_sac
 from cost_models.adapters import adapter_flop_per_token
+from cost_models.sparse_attention import indexer_flop_per_token
 from cost_models.ssm import SELECTIVE_SCAN_FLOP_PER_STATE
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.model_spec import ModelSpec
@@ -24,6 +25,13 @@ def layer_flop_per_token(model: ModelSpec, index: int, seq_length: int) -> float
     plus ``r_q + r_kv`` for the latent norms (Megatron's MLA branch); core ``2 x span x heads x
     (qk width + v width)`` (= ``4 s q`` for full MHA). MLP: ``2 h f (n_in + 1)``; MoE layers the
     router ``2 h E``, top-k routed experts and the shared experts.
+
+    DeepSeek sparse attention: the core products over the top-k keys in MLA's absorbed form
+    (:meth:`ModelSpec.attention_span`, :attr:`ModelSpec.core_attention_width`) and a third of the
+    indexer's forward + backward (:func:`cost_models.sparse_attention.indexer_flop_per_token`:
+    its backward is not twice its forward), so that three times this is the layer's model FLOPs.
+    Megatron's ``num_floating_point_operations`` has no DSA branch (it counts such a layer as dense
+    MLA).
     """
     h, a = model.hidden_size, model.num_attention_heads
     n_in = 2 if model.gated else 1
@@ -35,6 +43,8 @@ def layer_flop_per_token(model: ModelSpec, index: int, seq_length: int) -> float
         dqk, dv = model.qk_head_size, model.v_head_dim
         q_term = rq * (h + a * dqk + 1) if rq else h * a * dqk
         flop = 2 * (q_term + rkv * (h + a * (model.qk_head_dim + dv) + 1) + h * dr + a * dv * h)
+        if model.is_dsa:
+            flop += indexer_flop_per_token(model, seq_length) / 3
     else:
         q, kv = model.query_projection_size, model.kv_projection_size
         flop = 2 * h * (q + 2 * kv) + 2 * q * h + (2 * h * q if model.attention_output_gate else 0)
@@ -78,13 +88,15 @@ def _mixer_flop_per_token(model: ModelSpec, mixer: str) -> float:
 def mtp_flop_per_token(model: ModelSpec, seq_length: int) -> float:
     """Forward model FLOPs per token of the multi-token prediction modules: per module Megatron's
     ``3h + 2h^2`` (norms, ``eh_proj``) times 2, one layer of the last layer's kind with full
-    attention, and the logits ``2 h V`` (Megatron ``num_floating_point_operations``)."""
+    attention (a sparse-attention layer stays sparse), and the logits ``2 h V`` (Megatron
+    ``num_floating_point_operations``)."""
     if not model.mtp_num_layers:
         return 0.0
     h = model.hidden_size
     last = model.num_layers - 1
     layer = layer_flop_per_token(model, last, seq_length)
-    layer += 2 * (seq_length - model.attention_span(last, seq_length)) * model.core_attention_width
+    if model.is_local_attention_layer(last):
+        layer += 2 * (seq_length - model.attention_span(last, seq_length)) * model.core_attention_width
     return model.mtp_num_layers * (2 * (3 * h + 2 * h * h) + layer + 2 * h * model.vocab_size)
 
 

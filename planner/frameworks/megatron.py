@@ -116,6 +116,26 @@ def hybrid_reasons(who: str, model: ModelSpec, job: JobSpec, c: ParallelConfig) 
     return out
 
 
+def dsa_reasons(who: str, model: ModelSpec, c: ParallelConfig) -> list[str]:
+    """What Megatron-Core 0.19.2 refuses for DeepSeek sparse attention
+    (megatron/core/transformer/transformer_config.py ``__post_init__``): linear biases ("DSA uses
+    AbsorbedMLASelfAttention, which requires add_bias_linear=False"), and context parallelism other
+    than ``--cp-comm-type allgather`` ("DSAttention context parallelism currently supports
+    cp_comm_type=allgather only"), which planner does not price (its context parallelism is the
+    K/V ring)."""
+    if not getattr(model, "dsa_indexer_topk", 0):
+        return []
+    out = []
+    if model.add_bias_linear:
+        out.append(f"{who} builds DeepSeek sparse attention without linear biases (AbsorbedMLASelfAttention)")
+    if c.cp > 1:
+        out.append(
+            f"{who} runs DeepSeek sparse attention with context parallelism only as --cp-comm-type "
+            "allgather, which planner does not price (its context parallelism is the K/V ring): cp 1"
+        )
+    return out
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MegatronFramework(Framework):
     """Megatron-LM: the shared capabilities plus the models it has no flags for and its limits on
@@ -128,6 +148,7 @@ class MegatronFramework(Framework):
             *Framework.violations(self, model, cluster, job, c),
             *model_reasons(self.title, model),
             *hybrid_reasons(self.title, model, job, c),
+            *dsa_reasons(self.title, model, c),
         ]
 
 

@@ -144,6 +144,8 @@ def architecture_reason(m: ModelSpec) -> str | None:
         what.append("gated DeltaNet (linear attention) layers")
     if m.attention_output_gate:
         what.append("gated attention")
+    if m.is_dsa:
+        what.append("DeepSeek sparse attention (a lightning indexer)")
     if not what:
         return None
     return (

@@ -1,7 +1,7 @@
 """Hugging Face ``config.json`` import (:func:`load_hf_config`, no network): the classic decoders
 (Llama, Mistral, Mixtral, Qwen2/3 and their MoE variants, Gemma, Nemotron, GPT-2, GPT-NeoX) and the
-2024-25 architectures (:func:`load_frontier`): DeepSeek-V2/V3 and Kimi-K2 (MLA, shared experts,
-leading dense layers, MTP), gpt-oss (sinks, alternating sliding windows), Llama 4 (``text_config``;
+2024-25 architectures (:func:`load_frontier`): DeepSeek-V2/V3, DeepSeek-V3.2 (sparse attention) and
+Kimi-K2 (MLA, shared experts, leading dense layers, MTP), gpt-oss (sinks, alternating sliding windows), Llama 4 (``text_config``;
 interleaved MoE with a shared expert, chunked attention), Phi-3, Gemma 3 (``gemma3``'s
 ``text_config`` or ``gemma3_text``; 5 local : 1 global attention, GeGLU), and the hybrid models of 2025:
 Nemotron-H / Nemotron 3 (Mamba-2, attention, MLP and MoE layers in a hybrid pattern), Qwen3-Next
@@ -29,6 +29,7 @@ from planner.inputs.validation import check_number, limit
 MODEL_TYPES = (
     "deepseek_v2",
     "deepseek_v3",
+    "deepseek_v32",
     "gemma3",
     "gemma3_text",
     "gpt_oss",
@@ -84,7 +85,7 @@ def load_frontier(data: dict, where: str, name: str) -> ModelSpec:
     if mt in ("gemma3", "gemma3_text"):
         data = {**GEMMA3_TEXT_DEFAULTS, **data}
     f = _Fields(data, where, mt)
-    if mt in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
+    if mt in ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"):
         kwargs = _deepseek(f)
     elif mt == "gpt_oss":
         kwargs = _gpt_oss(f)
@@ -148,6 +149,20 @@ def _deepseek(f: _Fields) -> dict[str, Any]:
         moe_shared_expert_intermediate_size=f.opt("n_shared_experts") * moe_ffn,
         moe_layer_pattern=pattern if routed and not all(pattern) else (),
         mtp_num_layers=f.opt("num_nextn_predict_layers"),
+        **_dsa(f),
+    )
+
+
+def _dsa(f: _Fields) -> dict[str, Any]:
+    """DeepSeek-V3.2's sparse attention (``deepseek_v32``: DeepSeek-V3.2-Exp and DeepSeek-V3.2, the
+    DeepSeek-V3 shape plus the lightning indexer, report Sec. 2.1): ``index_n_heads``,
+    ``index_head_dim``, ``index_topk``; none for the other DeepSeek types."""
+    if f.mt != "deepseek_v32":
+        return {}
+    return dict(
+        dsa_indexer_n_heads=f.need("index_n_heads"),
+        dsa_indexer_head_dim=f.need("index_head_dim"),
+        dsa_indexer_topk=f.need("index_topk"),
     )
 
 
@@ -541,7 +556,7 @@ def load_hf_config(path: Path) -> ModelSpec:
     """Import a local Hugging Face ``config.json`` (no network).
 
     Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gpt2,
-    gpt_neox, gemma, gemma2, nemotron, and (:func:`load_frontier`) deepseek_v2, deepseek_v3,
+    gpt_neox, gemma, gemma2, nemotron, and (:func:`load_frontier`) deepseek_v2, deepseek_v3, deepseek_v32,
     gemma3 (its ``text_config``), gemma3_text, jamba, kimi_k2, gpt_oss, llama4 (its ``text_config``),
     llama4_text, nemotron_h, phi3, qwen3_next. Field meanings follow the
     ``transformers`` configuration classes of the same names.
@@ -565,7 +580,7 @@ def load_hf_config(path: Path) -> ModelSpec:
         kwargs = _gpt_neox(f, name)
     else:
         supported = (
-            "deepseek_v2, deepseek_v3, gemma, gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, jamba, kimi_k2, "
+            "deepseek_v2, deepseek_v3, deepseek_v32, gemma, gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, jamba, kimi_k2, "
             "llama, llama4, llama4_text, mistral, mixtral, nemotron, nemotron_h, phi3, qwen2, qwen2_moe, "
             "qwen3, qwen3_moe, qwen3_next"
         )
@@ -735,6 +750,9 @@ _HF_KEYS = {
     "mamba_d_state": "mamba_state_dim",
     "mamba_d_conv": "mamba_conv_kernel",
     "attn_layer_period": "num_layers",
+    "index_n_heads": "dsa_indexer_n_heads",
+    "index_head_dim": "dsa_indexer_head_dim",
+    "index_topk": "dsa_indexer_topk",
     "expert_layer_period": "num_layers",
 }
 

@@ -51,6 +51,14 @@ def local_attention_span(seq_length: int, window: int, window_type: str = "slidi
     return s * pairs / (s * (s + 1) / 2)
 
 
+def sparse_attention_span(seq_length: float, topk: int) -> float:
+    """Keys per query of DeepSeek sparse attention in the non-causal convention: query i (0-based)
+    sees the top-k of its ``i + 1`` causal keys, ``min(i + 1, k)`` pairs, which is the pair count of
+    a sliding window of ``k`` (:func:`local_attention_span`); a sequence no longer than ``k`` is
+    dense causal attention (``s``)."""
+    return local_attention_span(seq_length, topk) if seq_length > topk else float(seq_length)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ModelSpec:
     """A decoder-only transformer, described with Megatron-LM's argument names."""
@@ -186,6 +194,19 @@ class ModelSpec:
     attention_output_gate: bool = False
     """A sigmoid output gate on softmax attention (``--attention-output-gate``; Qwen3-Next's gated
     attention): the QKV projection also produces a gate of the query width."""
+    dsa_indexer_n_heads: int = 0
+    """Heads H^I of DeepSeek sparse attention's lightning indexer (``--dsa-indexer-n-heads``; HF
+    ``index_n_heads``, DeepSeek-V3.2: 64). DeepSeek-V3.2-Exp technical report (DeepSeek-AI 2025,
+    github.com/deepseek-ai/DeepSeek-V3.2-Exp, DeepSeek_V3_2.pdf) Sec. 2.1, eq. (1):
+    ``I_{t,s} = sum_j w_{t,j} ReLU(q_{t,j} . k_s)``."""
+    dsa_indexer_head_dim: int = 0
+    """Width d^I of the indexer's queries and its single key (``--dsa-indexer-head-dim``; HF
+    ``index_head_dim``, 128)."""
+    dsa_indexer_topk: int = 0
+    """Keys each query attends to under DeepSeek sparse attention (``--dsa-indexer-topk``; HF
+    ``index_topk``, 2048): the indexer's top-k, over which the main MLA attention runs (eq. 2);
+    0: no sparse attention. Megatron-Core runs it as ``--experimental-attention-variant dsa``
+    (``DSAttention`` over ``AbsorbedMLASelfAttention``), MLA only."""
 
     @property
     def is_hybrid(self) -> bool:
@@ -208,6 +229,11 @@ class ModelSpec:
         freq = self.linear_attention_freq
         mixer = "gdn" if freq and (index + 1) % freq else "attention"
         return mixer, ("moe" if self.is_moe_layer(index) else "dense")
+
+    @property
+    def is_dsa(self) -> bool:
+        """Whether attention is DeepSeek sparse attention (an indexer and top-k MLA)."""
+        return bool(self.dsa_indexer_topk)
 
     @property
     def is_moe(self) -> bool:
@@ -244,7 +270,16 @@ class ModelSpec:
     @property
     def core_attention_width(self) -> int:
         """``heads x (qk width + v width)``: the two attention products cost
-        ``2 x keys x core_attention_width`` FLOPs per query (QK^T and PV); ``2 q`` for MHA/GQA."""
+        ``2 x keys x core_attention_width`` FLOPs per query (QK^T and PV); ``2 q`` for MHA/GQA.
+
+        DeepSeek sparse attention runs MLA in its MQA ("absorbed") form: W^UK is folded into each
+        query and W^UV applied after attention, so every head attends over the shared latent
+        ``c_kv`` and RoPE key: qk width ``r_kv + d_R``, v width ``r_kv`` (DeepSeek-V3.2-Exp report
+        Sec. 2.1, "we implement DSA based on the MQA mode of MLA"; Megatron-Core
+        ``AbsorbedMLASelfAttention``, "core attention operates in MQA form with KV being
+        single-head")."""
+        if self.is_dsa:
+            return self.num_attention_heads * (2 * self.kv_lora_rank + self.qk_pos_emb_head_dim)
         return self.num_attention_heads * (self.qk_head_size + self.v_head_size)
 
     def is_moe_layer(self, index: int) -> bool:
@@ -275,8 +310,11 @@ class ModelSpec:
         ``= s w - w (w - 1) / 2`` for ``s >= w``; chunks of c: ``n c (c + 1) / 2 + r (r + 1) / 2``
         for ``s = n c + r``. So a window far shorter than the sequence costs ``2 w`` (``c`` for
         chunks) instead of ``s``. Exact pair counts: tiled kernels also compute the masked part of
-        the tiles on the window's edge (a lower bound for small windows).
+        the tiles on the window's edge (a lower bound for small windows). DeepSeek sparse
+        attention: :func:`sparse_attention_span`.
         """
+        if self.is_dsa:
+            return sparse_attention_span(seq_length, self.dsa_indexer_topk)
         if not self.is_local_attention_layer(index):
             return float(seq_length)
         return local_attention_span(seq_length, self.window_size, self.window_type)
@@ -293,7 +331,7 @@ class ModelSpec:
         """Q, K, V and output projections (+ biases, + QK norm, + sinks) of one layer."""
         sinks = self.num_attention_heads if self.softmax_type == "learnable" else 0
         if self.multi_latent_attention:
-            return self.mla_params() + sinks
+            return self.mla_params() + self.indexer_params() + sinks
         h, q, kv = self.hidden_size, self.query_projection_size, self.kv_projection_size
         weights = h * (q + 2 * kv) + q * h + (h * q if self.attention_output_gate else 0)
         bias = (q + 2 * kv + h) if self.add_bias_linear else ((q + 2 * kv) if self.add_qkv_bias else 0)
@@ -319,6 +357,16 @@ class ModelSpec:
         out = a * dv * h + (h if self.add_bias_linear else 0)
         norms = (rq + rkv) if self.qk_layernorm else 0
         return q + kv + out + norms
+
+    def indexer_params(self) -> int:
+        """The lightning indexer of one DeepSeek sparse attention layer (0 without one;
+        DeepSeek-V3.2-Exp inference/model.py ``Indexer``, Megatron-Core ``DSAIndexer``): ``wq_b``
+        r_q -> H^I d^I (from the query latent; h without query compression), ``wk`` h -> d^I, the
+        key's LayerNorm (weight and bias, 2 d^I) and ``weights_proj`` h -> H^I, no biases."""
+        if not self.is_dsa:
+            return 0
+        h, n, d = self.hidden_size, self.dsa_indexer_n_heads, self.dsa_indexer_head_dim
+        return (self.q_lora_rank or h) * n * d + h * d + 2 * d + h * n
 
     def mamba_params(self) -> int:
         """One Mamba-2 mixer (Dao & Gu 2024, arXiv:2405.21060 Sec. 7; Megatron-Core ``MambaMixer``,

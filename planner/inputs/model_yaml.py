@@ -89,6 +89,9 @@ def _frontier_fields(r: Reader) -> dict[str, Any]:
         window_type=r.get("window_type", str, "sliding", choices=WINDOW_TYPES),
         softmax_type=r.get("softmax_type", str, "vanilla", choices=SOFTMAX_TYPES),
         mtp_num_layers=r.get("mtp_num_layers", int, 0),
+        dsa_indexer_n_heads=r.get("dsa_indexer_n_heads", int, 0),
+        dsa_indexer_head_dim=r.get("dsa_indexer_head_dim", int, 0),
+        dsa_indexer_topk=r.get("dsa_indexer_topk", int, 0),
     )
 
 
@@ -254,6 +257,22 @@ def validate_model(m: ModelSpec, where: str) -> None:
         raise SpecError(f"{where}: window_attn_skip_freq is set but window_size is 0")
     if m.mtp_num_layers and m.mtp_num_layers > m.num_layers:
         raise SpecError(f"{where}: mtp_num_layers ({m.mtp_num_layers}) exceeds num_layers ({m.num_layers})")
+    dsa = (m.dsa_indexer_n_heads, m.dsa_indexer_head_dim, m.dsa_indexer_topk)
+    if any(dsa) and not all(dsa):
+        raise SpecError(
+            f"{where}: DeepSeek sparse attention needs dsa_indexer_n_heads, dsa_indexer_head_dim and "
+            "dsa_indexer_topk together"
+        )
+    if any(dsa) and not m.multi_latent_attention:
+        raise SpecError(
+            f"{where}: dsa_indexer_* fields are set but multi_latent_attention is false (DeepSeek "
+            "sparse attention is priced for MLA only)"
+        )
+    if any(dsa) and m.dsa_indexer_head_dim < m.qk_pos_emb_head_dim:
+        raise SpecError(
+            f"{where}: dsa_indexer_head_dim ({m.dsa_indexer_head_dim}) is below qk_pos_emb_head_dim "
+            f"({m.qk_pos_emb_head_dim}); the indexer rotates its first qk_pos_emb_head_dim channels"
+        )
 
 
 def _rope_theta(data: dict, where: str) -> int:
@@ -330,6 +349,9 @@ OPTIONAL_MODEL_FIELDS = (
     "linear_value_head_dim",
     "linear_conv_kernel_dim",
     "attention_output_gate",
+    "dsa_indexer_n_heads",
+    "dsa_indexer_head_dim",
+    "dsa_indexer_topk",
 )
 """Model fields written only when they differ from the default (MLA, layer patterns, local
 attention, sinks, MTP), so plan files of models without them are unchanged."""

@@ -80,6 +80,9 @@ LIMITS: dict[str, tuple[float, str]] = {
     "linear_key_head_dim": (100_000, "as kv_channels (Qwen3-Next: 128)"),
     "linear_value_head_dim": (100_000, "as kv_channels (Qwen3-Next: 128)"),
     "linear_conv_kernel_dim": (1_000, "published causal convolutions are 4 wide"),
+    "dsa_indexer_n_heads": (100_000, "as num_attention_heads (DeepSeek-V3.2: 64)"),
+    "dsa_indexer_head_dim": (100_000, "as kv_channels (DeepSeek-V3.2: 128)"),
+    "dsa_indexer_topk": (100_000_000, "as max_position_embeddings (DeepSeek-V3.2: 2048)"),
     # Job.
     "seq_length": (10_000_000, "the longest published training contexts are about 1M-10M tokens"),
     "global_batch_size": (

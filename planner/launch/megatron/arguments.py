@@ -190,6 +190,11 @@ MODELLED = {
     "--linear-num-key-heads",
     "--linear-num-value-heads",
     "--attention-output-gate",
+    "--dsa-indexer-n-heads",
+    "--dsa-indexer-head-dim",
+    "--dsa-indexer-topk",
+    "--dsa-indexer-loss-coeff",
+    "--dsa-indexer-use-sparse-loss",
 }
 """Flags the import turns into model, job or configuration fields."""
 

@@ -23,6 +23,12 @@ the arguments of Mamba-2 and gated DeltaNet layers, written by :mod:`.export` an
   megatron/core/models/gpt/experimental_attention_variant_module_specs.py
   ``get_linear_attention_pattern``) and the ``--linear-*`` shape; ``G`` layers of a hybrid pattern
   take the same ``--linear-*`` shape. The attention output gate is ``--attention-output-gate``.
+* DeepSeek sparse attention (``ModelSpec.is_dsa``, DeepSeek-V3.2) runs in ``pretrain_gpt.py`` with
+  ``--experimental-attention-variant dsa`` beside ``--multi-latent-attention``, the indexer's shape
+  (``--dsa-indexer-n-heads``, ``--dsa-indexer-head-dim``, ``--dsa-indexer-topk``; TransformerConfig
+  fields, None by default), ``--no-rope-fusion`` (TransformerConfig asserts "RoPE fusion is not
+  supported for DSAttention") and the indexer's KL loss that the cost model prices
+  (:data:`DSA_LOSS`).
 """
 
 from __future__ import annotations
@@ -55,6 +61,20 @@ LINEAR_FLAGS = {
     "linear_num_value_heads": ("--linear-num-value-heads", 32),
 }
 """The gated DeltaNet shape: ModelSpec field -> (flag, TransformerConfig default)."""
+DSA_FLAGS = {
+    "dsa_indexer_n_heads": "--dsa-indexer-n-heads",
+    "dsa_indexer_head_dim": "--dsa-indexer-head-dim",
+    "dsa_indexer_topk": "--dsa-indexer-topk",
+}
+"""The indexer's shape: ModelSpec field -> flag (TransformerConfig: no default, DSAIndexer needs all
+three)."""
+DSA_LOSS = (("--dsa-indexer-loss-coeff", "0.01"), ("--dsa-indexer-use-sparse-loss", None))
+"""The indexer's training: its KL loss over the selected keys (DeepSeek-V3.2-Exp report Sec. 2.1,
+the sparse training stage), at the coefficient of Megatron-Bridge's DeepSeek recipes
+(src/megatron/bridge/recipes/deepseek/gb200/deepseek_v4.py: ``dsa_indexer_loss_coeff = 0.01``,
+``dsa_indexer_use_sparse_loss = True``) and of Megatron-LM's DSA functional test
+(tests/functional_tests/test_cases/gpt/gpt3_mcore_te_tp2_pp2_dsa). Without it (TransformerConfig's
+None) the indexer gets no gradient: its inputs are detached and the top-k carries none."""
 PATTERN_FLAGS = ("--hybrid-layer-pattern", "--hybrid-override-pattern")
 """The pattern and its deprecated spelling (validate_args forwards the second to the first and
 asserts they are not both given)."""
@@ -115,6 +135,10 @@ def mixer_args(m: ModelSpec) -> list[tuple[str, str | None]]:
         ]
     if has_gdn(m):
         args += [(flag, str(getattr(m, key))) for key, (flag, _) in LINEAR_FLAGS.items()]
+    if m.is_dsa:
+        args.append(("--experimental-attention-variant", "dsa"))
+        args += [(flag, str(getattr(m, key))) for key, flag in DSA_FLAGS.items()]
+        args += [*DSA_LOSS, ("--no-rope-fusion", None)]
     if m.is_hybrid:
         args.append(("--spec", HYBRID_SPEC))
     return args
@@ -170,11 +194,13 @@ def model_fields(args: Arguments) -> dict:
     out: dict = {"attention_output_gate": "--attention-output-gate" in flags}
     seg = _segments(args)
     variant = flags.get("--experimental-attention-variant")
-    if variant not in (None, "gated_delta_net"):
+    if variant not in (None, "gated_delta_net", "dsa"):
         raise SpecError(
-            f"{at('--experimental-attention-variant')}: --experimental-attention-variant {variant!r}: "
-            "planner prices gated_delta_net (dsa, DeepSeek sparse attention, is not priced)"
+            f"{at('--experimental-attention-variant')}: --experimental-attention-variant {variant!r} is "
+            "not allowed; allowed values: gated_delta_net, dsa"
         )
+    if variant == "dsa":
+        return {**out, **_dsa_fields(args, seg is not None)}
     gdn = variant == "gated_delta_net"
     if gdn and seg is not None:
         raise SpecError(
@@ -198,6 +224,37 @@ def model_fields(args: Arguments) -> dict:
     if gdn or (seg is not None and "G" in out["hybrid_layer_pattern"]):
         out.update({key: num(flag, default) for key, (flag, default) in LINEAR_FLAGS.items()})
     return out
+
+
+def _dsa_fields(args: Arguments, hybrid: bool) -> dict:
+    """The indexer's shape of a ``--experimental-attention-variant dsa`` launch: the three flags
+    are required (TransformerConfig's None would fail in ``DSAIndexer``), beside MLA."""
+    at = args.at("--experimental-attention-variant")
+    if hybrid:
+        raise SpecError(
+            f"{at}: --experimental-attention-variant dsa with a hybrid layer pattern: planner prices "
+            "DeepSeek sparse attention in pretrain_gpt.py only (the pattern's D layers are not read)"
+        )
+    if "--multi-latent-attention" not in args.flags:
+        raise SpecError(
+            f"{at}: --experimental-attention-variant dsa without --multi-latent-attention (DSAttention "
+            "runs over absorbed MLA)"
+        )
+    missing = [flag for flag in DSA_FLAGS.values() if args.flags.get(flag) is None]
+    if missing:
+        raise SpecError(f"{at}: --experimental-attention-variant dsa without {missing[0]} (no default)")
+    coeff, sparse = DSA_LOSS[0][0], DSA_LOSS[1][0]
+    try:
+        trained = float(args.flags.get(coeff) or 0) > 0
+    except ValueError:
+        raise SpecError(f"{args.at(coeff)}: {coeff} expects a number, got {args.flags[coeff]!r}") from None
+    if not trained or sparse not in args.flags:
+        raise SpecError(
+            f"{args.at(coeff) if coeff in args.flags else at}: planner prices DeepSeek sparse attention "
+            f"with the indexer trained by its sparse KL loss ({coeff} above 0 and {sparse}); this "
+            "launch trains it otherwise"
+        )
+    return {key: args.num(flag) for key, flag in DSA_FLAGS.items()}
 
 
 def _linear_freq(args: Arguments) -> int:
