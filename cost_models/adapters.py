@@ -75,3 +75,9 @@ def adapter_shapes(model: ModelSpec, job: JobSpec, tp: int) -> tuple[AdapterShap
 def adapter_flop_per_token(model: ModelSpec, job: JobSpec) -> float:
     """Forward FLOPs per token of one decoder layer's adapters, over all tensor-parallel ranks."""
     return sum(a.forward_flop_per_token for a in adapter_shapes(model, job, 1))
+
+
+def adapter_params(model: ModelSpec, job: JobSpec) -> float:
+    """Parameters of every LoRA adapter of the model (all decoder layers, over all tensor-parallel
+    ranks): what a LoRA job trains, and all that its checkpoints save with optimizer state."""
+    return model.num_layers * sum(a.params for a in adapter_shapes(model, job, 1))

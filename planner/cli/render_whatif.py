@@ -66,6 +66,12 @@ def whatif_tables(d: dict) -> list[Table]:
     return [t]
 
 
+def _gigabytes(n: float) -> str:
+    """Bytes as GB: whole GB from 10 GB up, two decimals below (a LoRA job's adapters)."""
+    gb = n / 1e9
+    return f"{gb:,.0f}" if gb >= 10 else f"{gb:.2f}"
+
+
 def goodput_tables(d: dict) -> list[Table]:
     """Checkpointing figures and the spare-node scan."""
     ck, fm = d["checkpoint"], d["failure_model"]
@@ -75,7 +81,12 @@ def goodput_tables(d: dict) -> list[Table]:
     for name, value in (
         ("failures per day", f"{d['failures_per_day']:.2f}"),
         ("job MTBF (h)", f"{ck['mtbf_s'] / 3600:.2f}"),
-        ("checkpoint (GB)", f"{ck['bytes'] / 1e9:,.0f}"),
+        ("checkpoint (GB)", _gigabytes(ck["bytes"])),
+        *(
+            [("restore reads (GB)", _gigabytes(ck["restore_bytes"]))]
+            if ck["restore_bytes"] != ck["bytes"]
+            else []
+        ),
         ("save / restore (s)", f"{ck['save_s']:.1f} / {ck['restore_s']:.1f}"),
         ("restart incl. restore (s)", f"{ck['restart_s']:.0f}"),
         ("Young interval (min)", f"{ck['young_interval_s'] / 60:.1f}"),

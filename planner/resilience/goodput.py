@@ -7,11 +7,18 @@ Pure formulas (no estimate calls); :mod:`planner.resilience.strategies` supplies
   arXiv:2407.21783, Sec. 3.3.4 and Table 5), i.e. 419 / (54 x 24 h x 16,384) = 1.97e-5 per GPU-hour,
   one interruption every 3.1 hours for the whole job. Failures are a Poisson process, so a job of
   N GPUs has a mean time between failures ``M = 1 / (N * rate)``.
-* Checkpoint. Size = every parameter's 16-bit weight plus the optimizer's master weight and two
-  Adam moments at the job's dtypes (:func:`cost_models.memory.checkpoint_bytes_per_param`;
-  gradients, and the fp32 copy of 16-bit gradients the optimizer step reads, are not saved). Save
-  and restore times = size / storage bandwidth; the default bandwidth is the 2 TB/s sustained
-  throughput of the Tectonic file system the Llama 3 run checkpointed to (same paper, Sec. 3.3.1).
+* Checkpoint. Size = every trained parameter's 16-bit weight plus the optimizer's master weight and
+  two Adam moments at the job's dtypes (:func:`cost_models.memory.checkpoint_bytes_per_param`;
+  gradients, and the fp32 copy of 16-bit gradients the optimizer step reads, are not saved). A LoRA
+  job trains and saves its adapters only: Megatron-Bridge filters the model sections of every
+  checkpoint it saves to the adapters' weights (``save_checkpoint`` ->
+  ``apply_peft_adapter_filter_to_state_dict``, src/megatron/bridge/training/checkpointing.py at
+  067f987d), and on every start, restarts included, its PEFT hook first loads the base model's
+  weights from ``checkpoint.pretrained_checkpoint`` (``_create_peft_pre_wrap_hook``,
+  src/megatron/bridge/training/setup.py), so a restore reads the 16-bit base weights too
+  (:func:`restore_bytes`). Save and restore times = bytes / storage bandwidth; the default
+  bandwidth is the 2 TB/s sustained throughput of the Tectonic file system the Llama 3 run
+  checkpointed to (same paper, Sec. 3.3.1).
 * Checkpoint interval. Young (1974, "A first order approximation to the optimum checkpoint
   interval", CACM 17(9)): ``tau = sqrt(2 * delta * M)`` for a save time ``delta``. Daly (2006, "A
   higher order estimate of the optimum checkpoint interval for restart dumps", FGCS 22(3)):
@@ -37,6 +44,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from cost_models.adapters import adapter_params
 from cost_models.memory import checkpoint_bytes_per_param
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.model_spec import ModelSpec
@@ -82,10 +90,25 @@ class FailureModel:
     """Fixed checkpoint interval; 0 = Daly's optimum."""
 
 
+BASE_WEIGHT_BYTES = 2.0
+"""Bytes per parameter of the pretrained checkpoint a LoRA job restores its frozen base from: the
+16-bit weights Megatron and Hugging Face checkpoints store (an FP8 base, ``frozen_weight_dtype``
+fp8, is cast after loading)."""
+
+
 def checkpoint_bytes(model: ModelSpec, job: JobSpec) -> float:
-    """Bytes of one checkpoint: 16-bit weights plus the optimizer's master weights and Adam moments
-    (:func:`cost_models.memory.checkpoint_bytes_per_param`)."""
-    return float(model.params_total) * checkpoint_bytes_per_param(job)
+    """Bytes of one checkpoint: the trained parameters' 16-bit weights plus the optimizer's master
+    weights and Adam moments (:func:`cost_models.memory.checkpoint_bytes_per_param`); a LoRA job's
+    trained parameters are its adapters (:func:`cost_models.adapters.adapter_params`)."""
+    trained = adapter_params(model, job) if job.is_lora else float(model.params_total)
+    return trained * checkpoint_bytes_per_param(job)
+
+
+def restore_bytes(model: ModelSpec, job: JobSpec) -> float:
+    """Bytes a restart reads: the checkpoint, plus a LoRA job's frozen base weights from the
+    pretrained checkpoint (:data:`BASE_WEIGHT_BYTES` per parameter; see the module docstring)."""
+    base = float(model.params_total) * BASE_WEIGHT_BYTES if job.is_lora else 0.0
+    return checkpoint_bytes(model, job) + base
 
 
 def job_mtbf_s(num_gpus: int, fm: FailureModel) -> float:
@@ -129,6 +152,8 @@ class Checkpointing:
     """Checkpoint cost and the resulting useful fraction of one job."""
 
     checkpoint_bytes: float
+    restore_bytes: float
+    """What a restart reads (:func:`restore_bytes`): the checkpoint, and a LoRA job's base weights."""
     save_s: float
     restore_s: float
     restart_s: float
@@ -144,8 +169,9 @@ class Checkpointing:
 def checkpointing(model: ModelSpec, job: JobSpec, num_gpus: int, fm: FailureModel) -> Checkpointing:
     """Checkpoint size, save/restore times, Young and Daly intervals, useful fraction."""
     size = checkpoint_bytes(model, job)
+    read = restore_bytes(model, job)
     save = size / fm.checkpoint_write_bytes_per_s
-    restore = size / fm.checkpoint_read_bytes_per_s
+    restore = read / fm.checkpoint_read_bytes_per_s
     mtbf = job_mtbf_s(num_gpus, fm)
     young = young_interval_s(save, mtbf)
     daly = daly_interval_s(save, mtbf)
@@ -153,6 +179,7 @@ def checkpointing(model: ModelSpec, job: JobSpec, num_gpus: int, fm: FailureMode
     restart = fm.restart_s + restore
     return Checkpointing(
         checkpoint_bytes=size,
+        restore_bytes=read,
         save_s=save,
         restore_s=restore,
         restart_s=restart,

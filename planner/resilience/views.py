@@ -134,6 +134,7 @@ def goodput_dict(inputs: PlanInputs, fm: FailureModel, g: PlanGoodput) -> dict:
         "failures_per_day": g.failures_per_day,
         "checkpoint": {
             "bytes": ck.checkpoint_bytes,
+            "restore_bytes": ck.restore_bytes,
             "save_s": ck.save_s,
             "restore_s": ck.restore_s,
             "restart_s": ck.restart_s,
