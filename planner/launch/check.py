@@ -298,17 +298,23 @@ def _read_megatron_file(
 
 
 def _yaml_cfg_findings(verdict: Verdict, imported) -> None:
-    """What a ``--yaml-cfg`` launch reads (:mod:`planner.launch.megatron.yaml_cfg`): a notice that
-    Megatron-LM ignores the command line's other flags, a warning for each key planner does not
-    interpret (naming the file and the key's line; annotated on the ``--yaml-cfg`` line)."""
+    """What a ``--yaml-cfg`` launch reads (:mod:`planner.launch.megatron.yaml_cfg`): an error for the
+    first of Megatron's rules the file breaks (:mod:`planner.launch.megatron.yaml_rules`), a notice for
+    each value ``validate_yaml`` changed, a warning that Megatron-LM ignores the command line's
+    other flags (load_yaml prints one), a warning for each key planner does not interpret (naming
+    the file and the key's line; annotated on the ``--yaml-cfg`` line)."""
     cfg = imported.yaml_cfg
+    if cfg.stop:
+        verdict.add(Finding("error", "megatron", cfg.stop, ("--yaml-cfg",), cfg.line))
+    for note in cfg.notes:
+        verdict.add(Finding("notice", "import", note, ("--yaml-cfg",), cfg.line))
     if cfg.overridden:
         shown = ", ".join(cfg.overridden[:4]) + (
             f" and {len(cfg.overridden) - 4} more" if len(cfg.overridden) > 4 else ""
         )
         verdict.add(
             Finding(
-                "notice",
+                "warning",
                 "import",
                 f"--yaml-cfg {cfg.file}: Megatron-LM loads the file in place of the command line "
                 f"(load_yaml: 'argparse arguments will be ignored'); not read: {shown}",

@@ -212,7 +212,7 @@ def parse_megatron(
     args = read_arguments(words, where, strict=is_script)
     cfg = None
     if "--yaml-cfg" in args.flags:
-        cfg, args = _from_yaml_cfg(args, text, where, variables, path)
+        cfg, args = _from_yaml_cfg(args, text, where, variables, path, world_size, env if is_script else None)
         try:
             return _imported(args, cfg, world_size, vocab_size, env, is_script)
         except SpecError as exc:
@@ -220,10 +220,13 @@ def parse_megatron(
     return _imported(args, cfg, world_size, vocab_size, env, is_script)
 
 
-def _from_yaml_cfg(args: Arguments, text: str, where: str, variables, path) -> tuple[YamlConfig, Arguments]:
+def _from_yaml_cfg(
+    args: Arguments, text: str, where: str, variables, path, world_size, env
+) -> tuple[YamlConfig, Arguments]:
     """The flags of a launch's ``--yaml-cfg`` file in place of its command line's (Megatron's
     ``load_yaml`` replaces the parsed namespace), the file found from the working directory the
-    script leaves (:func:`.yaml_cfg.read_yaml_cfg`)."""
+    script leaves and judged on ``world_size`` GPUs with the script's environment ``env``
+    (:func:`.yaml_cfg.read_yaml_cfg`)."""
     value, line = args.flags["--yaml-cfg"], args.lines["--yaml-cfg"]
     if value is None:
         raise SpecError(f"{args.at('--yaml-cfg')}: --yaml-cfg is given without its file")
@@ -234,7 +237,7 @@ def _from_yaml_cfg(args: Arguments, text: str, where: str, variables, path) -> t
         pwd = script.scalars.get("PWD")
         pwd = pwd if pwd is not None and unresolved_in(pwd) is None else None
     others = tuple(f for f in args.flags if f != "--yaml-cfg")
-    cfg = read_yaml_cfg(value, line, where, pwd, root, others)
+    cfg = read_yaml_cfg(value, line, where, pwd, root, others, world_size, env)
     read = read_arguments(cfg.words, cfg.file)
     read.rejected[:0] = args.rejected  # argparse still parses (and refuses) the command line first
     read.lines.update({w: args.lines[w] for w in args.rejected})

@@ -29,17 +29,30 @@ Findings = Iterator[Finding]
 
 
 def megatron_findings(imp: Imported, cluster: ClusterSpec) -> list[Finding]:
-    """Every rejection (and warning) of Megatron's validation for this launch, first cause first."""
+    """Every rejection (and warning) of Megatron's validation for this launch, first cause first.
+
+    A ``--yaml-cfg`` launch is validated by ``validate_yaml`` instead of ``validate_args``
+    (megatron/training/arguments.py ``parse_and_validate_args``), whose rules the import has
+    applied (:mod:`.yaml_rules`): of these, only the parser's, OptimizerConfig's,
+    TransformerConfig's and the parallel state's apply to it."""
     f, sizes = imp.flags, _Sizes.of(imp.flags)
+    yaml = imp.yaml_cfg is not None
+    validate_args = (
+        ()
+        if yaml
+        else (
+            *_overlap(imp, sizes),
+            *_positions(f),
+            *_megatron_fsdp(f),
+            *_torch_fsdp2(f, sizes),
+            *_device_connections(imp, cluster, sizes),
+        )
+    )
     return [
         *_unrecognized(imp.rejected),
-        *_optimizer_dtypes(f),
+        *_optimizer_dtypes(f, yaml),
         *_recompute(f),
-        *_overlap(imp, sizes),
-        *_positions(f),
-        *_megatron_fsdp(f),
-        *_torch_fsdp2(f, sizes),
-        *_device_connections(imp, cluster, sizes),
+        *validate_args,
         *_moe_a2a_overlap(imp, sizes),
         *_cuda_graphs(f),
         *_expert_grid(imp),
@@ -95,12 +108,12 @@ def _unrecognized(rejected: tuple[str, ...]) -> Findings:
         )
 
 
-def _optimizer_dtypes(f: dict) -> Findings:
+def _optimizer_dtypes(f: dict, yaml: bool = False) -> Findings:
     """OptimizerConfig.__post_init__ (megatron/core/optimizer/optimizer_config.py): the optimizer's
     dtypes "can only be fp32 when not using precision-aware optimizer", and the precision-aware
     optimizer is "only supported with distributed optimizer"; validate_args under --bf16:
     "--main-grads-dtype can only be fp32 when --accumulate-allreduce-grads-in-fp32 is set"
-    (megatron/training/arguments.py)."""
+    (megatron/training/arguments.py; not validate_yaml's, ``yaml``)."""
     lowered = [g for g in OPTIMIZER_DTYPE_FLAGS if below_fp32(f, g)]
     if "--use-precision-aware-optimizer" in f:
         if "--use-distributed-optimizer" not in f:
@@ -116,7 +129,12 @@ def _optimizer_dtypes(f: dict) -> Findings:
             *lowered,
             "--use-precision-aware-optimizer",
         )
-    if "--bf16" in f and "--accumulate-allreduce-grads-in-fp32" in f and "--main-grads-dtype" in lowered:
+    if (
+        not yaml
+        and "--bf16" in f
+        and "--accumulate-allreduce-grads-in-fp32" in f
+        and "--main-grads-dtype" in lowered
+    ):
         yield _error(
             "--main-grads-dtype can only be fp32 when --accumulate-allreduce-grads-in-fp32 is set "
             "(validate_args, --bf16)",
