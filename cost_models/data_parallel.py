@@ -20,6 +20,7 @@ from cost_models.compute import memory_bound_s
 from cost_models.parallel import SHARDED_GRADIENTS, ParallelConfig, group
 from planner.inputs.cluster_spec import NodeGroup
 from planner.inputs.job_spec import DTYPE_BYTES, JobSpec
+from planner.inputs.model_spec import ModelSpec
 
 DDP_BUCKET_PARAMS = 40_000_000
 """Megatron's default gradient bucket size in parameters (``--ddp-bucket-size``) at small dp."""
@@ -196,3 +197,49 @@ def dp_sync(
         (dense_params / shard + expert_params / shard_e) * adam_bytes_per_param(job), node.gpu
     )
     return DPSync(reduce_s, reduce_exposed, gather_s, gather_exposed, opt_s)
+
+
+def synced_embedding_params(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> float:
+    """Parameters of the word-embedding gradient each rank of the embedding group all-reduces
+    (:func:`embedding_sync_s`), 0 where Megatron-Core skips it.
+
+    Megatron-Core's ``_allreduce_word_embedding_grads``
+    (megatron/core/distributed/finalize_model_grads.py) reduces the weight
+    ``_get_shared_word_embedding_weight`` returns: the word embedding on the first stage and its
+    copy on the last when the output layer shares its weights (``share_embeddings_and_output_weights``)
+    or when multi-token prediction needs the embedding on the last stage (``mtp_num_layers``, tied
+    or not); nothing when the embedding group has one rank (pp = 1, ``default_embedding_ranks``)
+    or the embedding is frozen (its gradient is ``None``: a LoRA job's base). The tensor is the
+    whole ``V x h / tp`` main gradient (``main_grad``), also under the distributed optimizer;
+    Megatron-FSDP's sharded gradients (:data:`~cost_models.parallel.SHARDED_GRADIENTS`) reduce
+    only the local shard (``orig_grad._local_tensor``)."""
+    if c.pp <= 1 or job.finetune != "full":
+        return 0.0
+    if model.untie_embeddings_and_output_weights and not model.mtp_num_layers:
+        return 0.0
+    shard = mem.shard_degrees(c)[0] if c.optimizer_sharding in SHARDED_GRADIENTS else 1
+    return model.vocab_size * model.hidden_size / c.tp / shard
+
+
+def embedding_sync_s(job: JobSpec, c: ParallelConfig, embedding_params: float, link: comm.Link) -> float:
+    """All-reduce of the shared word embedding's gradient between the first and the last pipeline
+    stage, per iteration, paid by both after their data-parallel reduction and before the
+    optimizer step (nothing overlaps it).
+
+    ``embedding_params``: what each rank reduces (:func:`synced_embedding_params`). The group is
+    the first and the last pipeline rank of every (tp, cp, dp) slice (Megatron-Core
+    ``parallel_state.default_embedding_ranks``, two ranks), and Megatron-Core's
+    ``finalize_model_grads`` calls ``_allreduce_word_embedding_grads`` after
+    ``finish_grad_sync`` has waited for the data-parallel reduction
+    (megatron/core/distributed/finalize_model_grads.py; Shoeybi et al. 2019, arXiv:1909.08053,
+    Sec. 3, for the shared embedding); DeepSpeed's pipeline engine likewise runs
+    ``ReduceTiedGrads`` after its last backward (deepspeed/runtime/pipe/engine.py
+    ``_exec_reduce_tied_grads``). The tensor is the main gradient, in the gradient-reduce dtype
+    (:attr:`JobSpec.grad_dtype`: fp32 under ``--accumulate-allreduce-grads-in-fp32``, the grad
+    buffer's ``torch.float if grad_reduce_in_fp32 else param.dtype`` in
+    megatron/core/distributed/param_and_grad_buffer.py). ``link``: the slower of the two stages'
+    links (:func:`cost_models.stage_terms.stage_link`); every slice's pair runs at once, which the
+    per-GPU share of the link already prices. 0 without pipelining."""
+    if c.pp <= 1 or embedding_params <= 0:
+        return 0.0
+    return comm.all_reduce_s(embedding_params * DTYPE_BYTES[job.grad_dtype], 2, link)

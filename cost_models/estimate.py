@@ -28,6 +28,8 @@ from cost_models.data_parallel import (
     adam_bytes_per_param,
     ddp_bucket_params,
     dp_sync,
+    embedding_sync_s,
+    synced_embedding_params,
     unfused_accumulation_applies,
     unfused_accumulation_bytes,
 )
@@ -44,6 +46,7 @@ from cost_models.stage_terms import (
     rank_totals,
     recomputed_layers,
     sharded_passes,
+    stage_link,
     table_for,
     table_key,
 )
@@ -243,9 +246,23 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
     timeline = schedules.simulate(orders, durations, p2p, m, wfrac, act_units, (c.schedule, p, m, v))
     if c.schedule in schedules.POST_VALIDATION:
         timeline = timeline.aligned()
+    embedding_s = _embedding_sync_s(model, cluster, job, c)
     stages = tuple(
         _stage_estimate(
-            job, c, r, m, layers, nodes[r], totals[r], chunks, passes, timeline, durations, act_units, p2p
+            job,
+            c,
+            r,
+            m,
+            layers,
+            nodes[r],
+            totals[r],
+            chunks,
+            passes,
+            timeline,
+            durations,
+            act_units,
+            p2p,
+            embedding_s=embedding_s if r in (0, p - 1) else 0.0,
         )
         for r in range(p)
     )
@@ -275,6 +292,16 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelCo
     )
 
 
+def _embedding_sync_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> float:
+    """The shared word embedding's gradient all-reduce between the first and the last pipeline
+    rank (:func:`cost_models.data_parallel.embedding_sync_s` of
+    :func:`~cost_models.data_parallel.synced_embedding_params`), over the slower of their links."""
+    params = synced_embedding_params(model, job, c)
+    if params <= 0:
+        return 0.0
+    return embedding_sync_s(job, c, params, stage_link(cluster, c, 0, c.pp - 1))
+
+
 def _stage_estimate(
     job: JobSpec,
     c: ParallelConfig,
@@ -289,11 +316,14 @@ def _stage_estimate(
     durations: np.ndarray,
     act_units: np.ndarray,
     p2p: np.ndarray,
+    embedding_s: float = 0.0,
 ) -> StageEstimate:
     """Pipeline rank ``r`` after the timeline: its memory at the timeline's in-flight peak, its
     data-parallel synchronisation and optimizer step (:func:`cost_models.data_parallel.dp_sync`),
     and its totals per micro-batch (``durations``, ``act_units``, ``p2p``: the timeline's inputs,
-    indexed by virtual stage)."""
+    indexed by virtual stage); ``embedding_s``: the shared embedding's gradient all-reduce this rank
+    pays after its reduction (:func:`cost_models.data_parallel.embedding_sync_s`; first and last
+    rank only)."""
     own = schedules.rank_stages(c.schedule, c.pp, c.vpp, r)
     gpu = node.gpu
     cost = acc.cost
@@ -336,8 +366,8 @@ def _stage_estimate(
         recompute_s=acc.recompute_s,
         tp_cp_ep_comm_s=acc.comm_s,
         p2p_s=float(max(p2p[own])),
-        dp_comm_s=sync.reduce_s + sync.gather_s + fsdp_comm * m,
-        dp_exposed_s=sync.reduce_exposed_s + sync.gather_exposed_s,
+        dp_comm_s=sync.reduce_s + sync.gather_s + fsdp_comm * m + embedding_s,
+        dp_exposed_s=sync.reduce_exposed_s + sync.gather_exposed_s + embedding_s,
         optimizer_s=sync.optimizer_s,
         busy_s=timeline.busy_s(r),
         idle_s=timeline.idle_s(r),
@@ -347,7 +377,7 @@ def _stage_estimate(
         offload_exposed_s=acc.offload_exposed_s,
         host_bytes=acc.host_bytes * memory.peak_inflight_microbatches,
         host_share_bytes=mem.host_share_bytes(node.host_memory_bytes, node.gpus_per_node),
-        reduce_exposed_s=sync.reduce_exposed_s,
+        reduce_exposed_s=sync.reduce_exposed_s + embedding_s,
         gather_exposed_s=sync.gather_exposed_s,
         end_s=float(timeline.end_s[r][-1]),
     )

@@ -45,7 +45,13 @@ from cost_models.compute import (
     nvfp4_speedup,
     quantize_bytes,
 )
-from cost_models.data_parallel import dp_sync, unfused_accumulation_applies, unfused_accumulation_bytes
+from cost_models.data_parallel import (
+    dp_sync,
+    embedding_sync_s,
+    synced_embedding_params,
+    unfused_accumulation_applies,
+    unfused_accumulation_bytes,
+)
 from cost_models.estimate import Estimate, StageEstimate, table_for
 from cost_models.graph_schedule import depths, simulate_graph, topological_order
 from cost_models.layers import ZERO, LayerCost, loss_transient_bytes
@@ -497,6 +503,40 @@ def replicated_config(
     )
 
 
+def _embedding_sync_s(
+    g: GraphModelSpec,
+    layout: UnitLayout,
+    owner: np.ndarray,
+    job: JobSpec,
+    configs: list[ParallelConfig],
+    link: comm.Link,
+) -> list[float]:
+    """Per stage, the shared word embedding's gradient all-reduce after its data-parallel reduction
+    (:func:`cost_models.data_parallel.embedding_sync_s`, as :func:`cost_models.estimate.estimate`
+    prices it for chains): for every transformer block whose first layer carries the embedding and
+    whose last the output head tied to it, paid by the two stages holding them when they differ,
+    each at the longer of the two stages' times (a stage with more replicas or a wider tensor
+    parallelism holds a smaller shard; the pair finishes together)."""
+    out = [0.0] * len(configs)
+    units = np.asarray(layout.block)
+    for bi, block in enumerate(g.blocks):
+        if block.transformer is None or not (block.embedding and block.output_head):
+            continue
+        at = np.flatnonzero(units == bi)
+        pair = {int(owner[at[0]]), int(owner[at[-1]])}
+        if len(pair) < 2:
+            continue
+        t = max(
+            embedding_sync_s(
+                job, configs[i], synced_embedding_params(block.transformer, job, configs[i]), link
+            )
+            for i in pair
+        )
+        for i in pair:
+            out[i] += t
+    return out
+
+
 def estimate_graph(
     g: GraphModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig, sg: StageGraph
 ) -> Estimate:
@@ -532,6 +572,7 @@ def estimate_graph(
                     stage_bytes[(x, y)] += max(ucs[x].edge_bytes[(u, v)], ucs[y].edge_bytes[(u, v)])
     lags = [comm.p2p_s(stage_bytes[e], link) for e in sg.edges]
     timeline = simulate_graph(S, list(sg.edges), durations, m, lags, acts)
+    embedding_s = _embedding_sync_s(g, layout, owner, job, configs, link)
 
     stages, ends, opt_times, gather_exposed = [], [], [], []
     flop_iter = hw_extra = 0.0
@@ -543,7 +584,8 @@ def estimate_graph(
         sync = dp_sync(
             job, ci, node, dense, cost.params_expert, m, float(durations[i, 1]), float(durations[i, 0])
         )
-        ends.append(float(timeline.end_s[i][-1]) + sync.reduce_exposed_s)
+        reduce_exposed = sync.reduce_exposed_s + embedding_s[i]
+        ends.append(float(timeline.end_s[i][-1]) + reduce_exposed)
         opt_times.append(sync.optimizer_s)
         gather_exposed.append(sync.gather_exposed_s)
         peak = float(timeline.peak_inflight(i))
@@ -570,15 +612,15 @@ def estimate_graph(
                 recompute_s=float(uc.recompute_s[idx].sum()),
                 tp_cp_ep_comm_s=cost.forward_comm_s + cost.backward_comm_s,
                 p2p_s=max(out_lags, default=0.0),
-                dp_comm_s=sync.reduce_s + sync.gather_s,
-                dp_exposed_s=sync.reduce_exposed_s + sync.gather_exposed_s,
+                dp_comm_s=sync.reduce_s + sync.gather_s + embedding_s[i],
+                dp_exposed_s=reduce_exposed + sync.gather_exposed_s,
                 optimizer_s=sync.optimizer_s,
                 busy_s=timeline.busy_s(i),
                 idle_s=timeline.idle_s(i),
                 memory=memory,
                 model_flop_per_microbatch=cost.model_flop,
                 devices=ci.tp * sg.replicas_of(i),
-                reduce_exposed_s=sync.reduce_exposed_s,
+                reduce_exposed_s=reduce_exposed,
                 gather_exposed_s=sync.gather_exposed_s,
                 end_s=float(timeline.end_s[i][-1]),
             )
