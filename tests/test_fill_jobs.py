@@ -148,3 +148,25 @@ def test_cli_bubbles_with_the_model_fill_job(run_cli):
     fill = json.loads(r.stdout)["fill"]
     assert fill["units_per_iteration"] > 0 and fill["tasks_per_s"] > 0
     assert len(fill["memory_modes"]) == 8
+
+
+def test_executor_fits_fill_work_to_measured_bubbles(readme_budget):
+    # Placed in the predicted windows, the work overruns windows 10% shorter; run as PipeFill's
+    # executor runs it (each piece only if it ends within the bubble as measured to within 1.9%,
+    # less the 5% margin), it overruns none and loses some fill work instead.
+    from planner.outputs.fill_jobs import fit_model_fill_job, run_time_limits
+
+    job = load_fill_job(str(EXAMPLES / "fill-job-llama3-8b-inference.yaml"))
+    b, a = readme_budget, readme_budget.assumptions
+    planned = fit_model_fill_job(b, job, max_slowdown=None)
+    run = fit_model_fill_job(b, job, max_slowdown=None, run_time_error=0.019)
+    assert planned.slowdown_bound > 0.0 and run.slowdown_bound == 0.0
+    assert 0 < run.tasks < planned.tasks
+    # the allowance: the window 10% shorter, measured 1.9% long, 5% margin, 2 ms switch
+    st = b.stages[0]
+    limits = run_time_limits(st, a, 0.019)
+    for w, lim in zip(st.windows, limits):
+        expect = w.duration_s * 0.9 * 1.019 * 0.95 - 0.002
+        assert lim == (pytest.approx(min(w.usable_s, expect)) if expect >= a.min_slice_s else 0.0)
+    # a measurement worse than the margin leaves overruns again
+    assert fit_model_fill_job(b, job, None, run_time_error=0.2).slowdown_bound > 0.0

@@ -31,7 +31,10 @@ model (``kind: fill_job`` with ``model:``, :func:`load_model_fill_job`):
   hidden-state copies when offloaded.
 * **Main-job slowdown** is computed, as for measured units (:func:`planner.outputs.bubbles.fit_fill_job`):
   the time fill work would overrun its windows if they were ``duration_error`` shorter than
-  predicted, over the iteration; with ``max_slowdown`` None nothing is removed to meet a cap.
+  predicted, over the iteration; with ``max_slowdown`` None nothing is removed to meet a cap. With
+  ``run_time_error`` the work runs as PipeFill's executor runs it, fitted to the bubbles it
+  measures (:func:`run_time_limits`): a piece that would outlast its window waits for the next, so
+  an error in the predicted windows costs fill work, not main-job time.
 """
 
 from __future__ import annotations
@@ -277,6 +280,21 @@ def place_stage(st, job: ModelFillJob, a, limits: tuple[float, ...] | None = Non
     return StagePlacement(tuple(placed), tuple(busy), mode, total / n_pieces)
 
 
+def run_time_limits(st, a, known_error: float) -> tuple[float, ...]:
+    """Per window, the fill time PipeFill's executor allows itself when the window turns out
+    ``duration_error`` shorter than predicted: it fits fill work "to measured bubble durations"
+    (arXiv:2410.07192, abstract), so it starts a piece only while the piece ends within the window
+    as measured, known to within ``known_error`` (the run-to-run noise of a measured step), less
+    the budget's safety margin and its switch out; a window whose allowance is under
+    ``min_slice_s`` is left unused, as :func:`planner.outputs.bubbles.budget` leaves it."""
+    out = []
+    for w in st.windows:
+        measured = w.duration_s * (1.0 - a.duration_error) * (1.0 + known_error)
+        usable = measured * (1.0 - a.safety_margin) - a.switch_overhead_s
+        out.append(min(w.usable_s, usable) if usable >= a.min_slice_s else 0.0)
+    return tuple(out)
+
+
 def overrun_s(st, placement: StagePlacement, a) -> tuple[float, ...]:
     """Per window, how long the fill work would delay the main job if the window were
     ``duration_error`` shorter than predicted."""
@@ -303,14 +321,26 @@ class ModelFit:
     reason: str
 
 
-def fit_model_fill_job(b, job: ModelFillJob, max_slowdown: float | None = 0.02) -> ModelFit:
+def fit_model_fill_job(
+    b, job: ModelFillJob, max_slowdown: float | None = 0.02, run_time_error: float | None = None
+) -> ModelFit:
     """Pack ``job`` into the budget ``b`` (a :class:`planner.outputs.bubbles.Budget`): per stage
     :func:`place_stage`; when ``max_slowdown`` is given, the window with the largest overrun is cut
     by it and the stage re-placed until the bound holds (None: no cap, the slowdown is only
-    computed)."""
+    computed).
+
+    ``run_time_error`` None: the fill work placed in the predicted windows runs as placed, and the
+    slowdown is what it overruns windows ``duration_error`` shorter. A number: the work runs as
+    PipeFill's executor runs it, each window cut to what the bubble measured at run time allows
+    (:func:`run_time_limits`, measurements off by ``run_time_error``); the task resumes in the next
+    window, so the prediction's error costs fill work instead of main-job time, and the slowdown
+    left is what the measurement's own error overruns."""
     a = b.assumptions
-    limits = [[w.usable_s for w in st.windows] for st in b.stages]
-    places = [place_stage(st, job, a) for st in b.stages]
+    if run_time_error is None:
+        limits = [[w.usable_s for w in st.windows] for st in b.stages]
+    else:
+        limits = [list(run_time_limits(st, a, run_time_error)) for st in b.stages]
+    places = [place_stage(st, job, a, tuple(lim)) for st, lim in zip(b.stages, limits)]
 
     def bound() -> float:
         total = sum(sum(overrun_s(st, p, a)) for st, p in zip(b.stages, places))
