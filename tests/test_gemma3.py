@@ -145,3 +145,35 @@ def test_frameworks_say_why_they_do_not_run_it():
     assert get_framework("any").violations(m, cluster, job, c) == []
     with pytest.raises(SpecError, match="has no GeGLU flag .* cannot be exported"):
         export_files(PlanInputs(m, cluster, job, c), "torchrun")
+
+
+def test_gemma_and_gemma2_mlps_are_geglu_and_gemma2_alternates_local_and_global_layers():
+    """Gemma and Gemma 2 gate a GELU (transformers GemmaMLP / Gemma2MLP), not a SiLU: imported as
+    GeGLU, so export megatron refuses them as it refuses Gemma 3 (pretrain_gpt.py has no GeGLU
+    flag) instead of launching a SwiGLU model. Gemma 2 9B: the report's 9,241,705,984 parameters
+    (arXiv:2408.00118 Table 1, 917,504,000 embedding), less the two post-norms per layer planner does
+    not count; local 4096-token windows on every other layer from layer 0."""
+    from tests.conftest import DATA
+
+    g1 = load_model(str(DATA / "hf" / "gemma-7b" / "config.json"))
+    assert g1.activation == "geglu" and g1.window_size == 0
+    g2 = load_model(str(DATA / "hf" / "gemma-2-9b" / "config.json"))
+    assert g2.activation == "geglu"
+    assert g2.params_total == 917_504_000 + 8_324_201_984 - 42 * 2 * 3584
+    assert (g2.window_size, g2.window_attn_skip_freq, g2.window_type) == (4096, 2, "sliding")
+    assert [g2.is_local_attention_layer(i) for i in range(4)] == [True, False, True, False]
+    cluster, job = load_cluster("dgx-h100", 1), JobSpec(global_batch_size=64, seq_length=8192)
+    c = ParallelConfig(tp=8, pp=1, dp=1)
+    assert any("has no GeGLU flag" in v for v in get_framework("megatron").violations(g2, cluster, job, c))
+
+
+def test_gemma_with_a_silu_activation_is_refused(tmp_path):
+    data = json.loads((Path(__file__).parent / "data" / "hf" / "gemma-2-9b" / "config.json").read_text())
+    data["hidden_activation"] = "silu"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(
+        SpecError,
+        match="key 'hidden_activation': 'silu' is not read for gemma2; allowed values: gelu_pytorch_tanh",
+    ):
+        load_model(str(path))

@@ -606,11 +606,14 @@ def _llama_like(f: _Fields, name: str) -> dict[str, Any]:
     hidden = f.need("hidden_size")
     heads = f.need("num_attention_heads")
     act = data.get("hidden_act", data.get("hidden_activation", "silu"))
+    window: dict[str, Any] = {}
     if mt == "nemotron":
         activation = "squared_relu" if act in ("relu2", "squared_relu") else "gelu"
+    elif mt in ("gemma", "gemma2"):
+        activation = "geglu"
+        window = _gemma_gelu_and_window(f)
     else:
-        # Llama-family MLPs are gated; Gemma's GeGLU has the cost and shape of SwiGLU.
-        activation = "swiglu"
+        activation = "swiglu"  # Llama-family MLPs gate with SiLU
     return dict(
         name=name,
         num_layers=f.need("num_hidden_layers"),
@@ -629,7 +632,37 @@ def _llama_like(f: _Fields, name: str) -> dict[str, Any]:
         add_bias_linear=bool(data.get("mlp_bias", False)) and bool(data.get("attention_bias", False)),
         add_qkv_bias=mt in ("qwen2", "qwen2_moe") or bool(data.get("attention_bias", False)),
         qk_layernorm=mt in ("qwen3", "qwen3_moe"),
+        **window,
         **_moe_fields(f),
+    )
+
+
+def _gemma_gelu_and_window(f: _Fields) -> dict[str, Any]:
+    """Gemma and Gemma 2's MLP gates a GELU (``GemmaMLP`` / ``Gemma2MLP``: ``act_fn(gate_proj(x)) *
+    up_proj(x)`` with ``hidden_activation``, tanh-GELU where the config leaves it null, as
+    transformers models/gemma/modeling_gemma.py does; Gemma Team 2024, arXiv:2403.08295 Sec. 2
+    "GeGLU activations"): a GeGLU, whatever ``hidden_act`` says. Gemma 2 (arXiv:2408.00118 Sec. 2,
+    "local sliding window and global attention ... in every other layer") alternates
+    ``sliding_window``-token local attention, from layer 0, with global layers: ``layer_types``
+    where the config gives it, else transformers' ``Gemma2Config`` derivation (layer i local iff
+    ``(i + 1) % 2``). Not priced: the attention and final logit soft-capping, the embedding scale
+    and Gemma 2's post-norms."""
+    act = f.data.get("hidden_activation") or f.data.get("hidden_act") or "gelu_pytorch_tanh"
+    if act not in GELU_ACTIVATIONS:
+        raise SpecError(
+            f"{f.where}: key 'hidden_activation': {act!r} is not read for {f.mt}; allowed values: "
+            + ", ".join(GELU_ACTIVATIONS)
+        )
+    if f.mt != "gemma2":
+        return {}
+    layers = f.need("num_hidden_layers")
+    local, window = _sliding_layers(f, layers, lambda: [bool((i + 1) % 2) for i in range(layers)])
+    if not window:
+        return {}
+    return dict(
+        window_size=window,
+        window_attn_skip_freq=_skip_freq(local, f.where, "layer_types"),
+        window_type="sliding",
     )
 
 
