@@ -290,7 +290,7 @@ ROOT_KEY = "@root"
 
 FILE_KEY = "@file:"
 """The prefix of the scalars holding the files the script writes with ``envsubst < IN > OUT``
-(:func:`.shell._envsubst`), by absolute path."""
+(:func:`.shell_builtins.envsubst`), by absolute path."""
 
 
 class YamlReadError(SpecError):

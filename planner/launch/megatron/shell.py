@@ -12,7 +12,9 @@ script's; :func:`_source`). A reference nothing in the script defines becomes a 
 it, so a flag whose value needs it is an error naming the variable; command substitution
 ``$( ... )`` is never run, except that the pure path commands of :func:`.paths.path_command`
 (``$(dirname "$0")``, ``$(cd DIR && pwd)``) give the path they print. The expansion of a word
-is :mod:`.expansion`'s; this module reads the statements (assignments, branches, builtins, sources).
+is :mod:`.expansion`'s; this module reads the statements (assignments, branches, builtins, sources),
+split from the text by :mod:`.shell_text`, into a :class:`.shell_state.Script`; :mod:`.conditions`
+evaluates the tests and :mod:`.shell_builtins` runs ``cd`` and ``envsubst``.
 """
 
 from __future__ import annotations
@@ -21,24 +23,26 @@ import fnmatch
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from planner.inputs.errors import SpecError
 from planner.inputs.validation import MAX_FILE_BYTES, printable, read_text_capped
-from planner.launch.megatron import yq
+from planner.launch.megatron.conditions import command_status, condition
 from planner.launch.megatron.expansion import (
-    FILE_KEY,
     ROOT_KEY,
     UNRESOLVED,
-    UNRESOLVED_RE,
     YamlReadError,
-    command_marker,
     expand,
     expand_word,
     unresolved_in,
 )
-from planner.launch.megatron.paths import PATH_TESTS, inside, joined, path_test
+from planner.launch.megatron.paths import joined
+from planner.launch.megatron.shell_builtins import change_directory, envsubst
+from planner.launch.megatron.shell_state import NAME, Script, display, why_unknown
+from planner.launch.megatron.shell_text import logical_lines, statements, strip_comment
+
+__all__ = ["MAX_SOURCE_DEPTH", "REDIRECT", "SEPARATORS", "Script", "read_script", "unresolved_in"]
 
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 _PREFIXES = ("export", "declare", "readonly", "local", "typeset")
@@ -57,112 +61,6 @@ _BUILTINS = ("source", ".", "cd", "pushd", "popd", "set", "envsubst")
 """Commands :func:`_builtin` runs on the script's state instead of keeping their words."""
 
 
-@dataclass
-class Script:
-    """A script read: its command words with line numbers, variables and exported environment."""
-
-    words: list[tuple[str, int]] = field(default_factory=list)
-    scalars: dict[str, str] = field(default_factory=dict)
-    arrays: dict[str, list[str]] = field(default_factory=dict)
-    env: dict[str, str | None] = field(default_factory=dict)
-    """Environment assignments (``export NAME=v`` or ``NAME=v`` before a command); None = unset."""
-    assigned_lines: dict[str, int] = field(default_factory=dict)
-    root: str | None = None
-    """The script's directory (links resolved), where ``if [ -f FILE ]`` is answered; None for a
-    text given without its file, where ``source`` is an error."""
-    allexport: bool = False
-    """``set -a``: every assignment is exported."""
-    dirs: list[str] = field(default_factory=list)
-    """``pushd``'s directory stack."""
-    depth: int = 0
-    """How many ``source`` commands are being run (bounded by :data:`MAX_SOURCE_DEPTH`)."""
-    sourced: int = 0
-    """Files sourced so far (bounded by :data:`MAX_SOURCED_FILES`)."""
-    sourced_bytes: int = 0
-    """Their size in all (bounded by MAX_FILE_BYTES, the largest input file planner reads)."""
-
-
-def _logical_lines(text: str) -> list[tuple[str, int]]:
-    """Lines joined over backslash continuations, comments dropped (outside quotes), with the
-    number of their first line; a quoted string runs to its closing quote and an array assignment
-    ``NAME=(`` to its closing ``)``, over several lines."""
-    out: list[tuple[str, int]] = []
-    buf, start, depth = "", 1, 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = _strip_comment(raw)
-        if not buf:
-            start = number
-        if line.rstrip().endswith("\\") and not line.rstrip().endswith("\\\\"):
-            buf += line.rstrip()[:-1] + " "
-            continue
-        buf += line
-        if _open_quote(buf):
-            buf += "\n"
-            continue
-        depth = _paren_depth(buf)
-        if depth > 0 and re.match(
-            r"^\s*(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?\w+\+?=\(", buf
-        ):
-            buf += "\n"
-            continue
-        out.append((buf, start))
-        buf = ""
-    if buf and _open_quote(buf):
-        raise SpecError(f"line {start}: a quote opened here is never closed (bash: unexpected end of file)")
-    if buf:
-        out.append((buf, start))
-    return out
-
-
-def _open_quote(text: str) -> bool:
-    """Whether ``text`` ends inside a quoted string (bash(1) "Quoting": the string, newlines and all,
-    runs on to its closing quote; a backslash escapes the next character outside single quotes)."""
-    quote, i = None, 0
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and quote != "'":
-            i += 2
-            continue
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        i += 1
-    return quote is not None
-
-
-def _strip_comment(line: str) -> str:
-    """The line without a ``#`` comment (a # that starts a word outside quotes)."""
-    quote, prev = None, " "
-    for i, ch in enumerate(line):
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "#" and prev in " \t(;":
-            return line[:i]
-        prev = ch
-    return line
-
-
-def _paren_depth(text: str) -> int:
-    depth, quote = 0, None
-    for ch in text:
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-    return depth
-
-
-_NAME = re.compile(r"[A-Za-z_]\w*")
 _KEYWORDS = ("if", "elif", "else", "fi", "then", "case", "esac")
 
 
@@ -189,7 +87,7 @@ def read_script(text: str, preset: dict[str, str] | None = None, path: str | Pat
     :mod:`.paths`).
 
     ``if``/``elif``/``else``/``fi`` are followed on conditions the script (or ``preset``)
-    determines (:func:`_condition`): only the branch bash runs is read. A condition that cannot be
+    determines (:func:`condition`): only the branch bash runs is read. A condition that cannot be
     known makes every variable its branches assign a marker naming the condition's variable, and a
     branch that runs the training script an error naming it."""
     s = Script()
@@ -209,51 +107,23 @@ def _read(text: str, s: Script) -> None:
     """The statements of one file (the script or a file it sources) read into ``s``; an ``if`` or
     ``case`` opened in the file must close in it, as bash requires."""
     stack: list[_Branch] = []
-    for line, number in _logical_lines(text):
+    for line, number in logical_lines(text):
         stripped = line.strip()
         if not stripped:
             continue
         first = stripped.split(None, 1)[0].rstrip(";")
         if first in _KEYWORDS or stack:
             split = first in _KEYWORDS or (stack and stack[-1].case is not None)
-            for statement in _statements(stripped) if split else [stripped]:
+            for statement in statements(stripped) if split else [stripped]:
                 _conditional(statement, number, s, stack)
             continue
         try:
-            for statement in _statements(stripped) if ";" in stripped else [stripped]:
+            for statement in statements(stripped) if ";" in stripped else [stripped]:
                 _statement(statement, number, s)
         except YamlReadError as exc:
             raise SpecError(f"line {number}: {exc}") from None
     if stack:
         raise SpecError("the script ends inside an if (no closing fi)")
-
-
-def _statements(line: str) -> list[str]:
-    """A line split at its unquoted ``;`` (outside ``$( )`` and ``[[ ]]``; ``;;`` kept), as bash
-    separates the commands of a list (bash(1) "Lists")."""
-    out, buf, quote, depth, i = [], "", None, 0, 0
-    while i < len(line):
-        ch = line[i]
-        if ch == "\\" and quote != "'":
-            buf += line[i : i + 2]
-            i += 2
-            continue
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth = max(0, depth - 1)  # a case pattern's ")" opens nothing
-        elif ch == ";" and depth == 0 and not line.startswith(";", i + 1) and not buf.endswith(";"):
-            out.append(buf.strip())
-            buf, i = "", i + 1
-            continue
-        buf += ch
-        i += 1
-    out.append(buf.strip())
-    return [x for x in out if x]
 
 
 def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -> None:
@@ -273,7 +143,7 @@ def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -
             maybe = outer is not None and all(b.active or b.unknown for b in stack)
             stack.append(_Branch(False, True, outer if maybe else None, case=word))
         elif name is not None:
-            blamed = name if _NAME.fullmatch(name) else "?"
+            blamed = name if NAME.fullmatch(name) else "?"
             stack.append(_Branch(False, False, f"if:{blamed}:{number}", case=word))
         else:
             stack.append(_Branch(False, False, None, case=word))
@@ -290,7 +160,7 @@ def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -
             maybe = outer is not None and all(b.active or b.unknown for b in stack)
             stack.append(_Branch(False, True, outer if maybe else None))
             return
-        known = _condition(rest, number, s)
+        known = condition(rest, number, s)
         if isinstance(known, str):
             stack.append(_Branch(False, False, known))
         else:
@@ -308,7 +178,7 @@ def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -
         elif first == "else":
             top.active = top.taken = True
         else:
-            known = _condition(rest, number, s)
+            known = condition(rest, number, s)
             if isinstance(known, str):
                 top.unknown, top.active = known, False
             else:
@@ -428,75 +298,6 @@ def _source_undetermined(args: list[str], number: int, s: Script, unknown: str) 
     s.sourced, s.sourced_bytes = scratch.sourced, scratch.sourced_bytes
 
 
-_TESTS = {
-    "=": lambda a, b: a == b,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-}
-_INT_TESTS = {
-    "-eq": "__eq__",
-    "-ne": "__ne__",
-    "-lt": "__lt__",
-    "-le": "__le__",
-    "-gt": "__gt__",
-    "-ge": "__ge__",
-}
-
-
-def _condition(text: str, number: int, s: Script) -> bool | str:
-    """The value of an ``if`` condition (bash(1) "CONDITIONAL EXPRESSIONS", test(1)): ``[ A OP B ]``
-    or ``[[ A OP B ]]`` with ``=``, ``==``, ``!=``, ``-eq``, ``-ne``, ``-lt``, ``-le``, ``-gt``,
-    ``-ge``, ``-z A``, ``-n A``, the file tests of :data:`.paths.PATH_TESTS` on a file in the
-    script's directory (:func:`.paths.path_test`), ``A`` alone, each optionally negated by ``!``;
-    ``true``/``false``.
-    Anything else, or an operand needing a variable nothing sets: ``if:NAME:LINE`` (``NAME`` ``?``
-    when no variable is to blame)."""
-    text = re.sub(r"\s*;?\s*then\s*$", "", text.strip())
-    try:
-        words = shlex.split(expand(text, s.scalars, s.arrays), posix=True)
-    except ValueError:
-        return f"if:?:{number}"
-    for w in words:
-        name = unresolved_in(w)
-        if name is not None:
-            blamed = name if _NAME.fullmatch(name) else "?"
-            return f"if:{blamed}:{number}"
-    if words in (["true"], [":"], ["false"]):
-        return words != ["false"]
-    bracket = words[0] if words else ""
-    if len(words) >= 2 and (words[0], words[-1]) in (("[", "]"), ("[[", "]]")):
-        words = words[1:-1]
-    else:
-        return f"if:?:{number}"
-    negate = bool(words) and words[0] == "!"
-    words = words[1:] if negate else words
-    if len(words) == 3 and words[1] in _TESTS:
-        if bracket == "[[" and re.search(r"[*?\[]", words[2]):
-            return f"if:?:{number}"  # a pattern match, not compared here
-        value = _TESTS[words[1]](words[0], words[2])
-    elif len(words) == 3 and words[1] in _INT_TESTS:
-        try:
-            a, b = int(words[0]), int(words[2])
-        except ValueError:
-            return f"if:?:{number}"
-        value = getattr(a, _INT_TESTS[words[1]])(b)
-    elif len(words) == 2 and words[0] in ("-z", "-n"):
-        value = (words[1] == "") == (words[0] == "-z")
-    elif len(words) == 2 and words[0] in PATH_TESTS:
-        pwd = s.scalars.get("PWD")
-        known = path_test(words[0], words[1], pwd if pwd and unresolved_in(pwd) is None else None, s.root)
-        if known is None:
-            return f"if:?:{number}"  # a file outside the script's directory: on the cluster, not here
-        value = known
-    elif len(words) == 1:
-        value = words[0] != ""
-    elif len(words) == 0:
-        value = False
-    else:
-        return f"if:?:{number}"
-    return value != negate
-
-
 def _statement(stripped: str, number: int, s: Script) -> None:
     """One command or assignment of the script, read into ``s``."""
     try:
@@ -533,7 +334,7 @@ def _run_builtins(parts: list[str], number: int, s: Script) -> list[str]:
     command of the list) run on ``s`` and left out, with the separator after them. A builtin after
     ``&&`` (``||``) runs when the command before it succeeded (failed): a builtin planner ran
     succeeded, a test (``[ ]``, ``[[ ]]``, ``test``, ``true``, ``false``) is evaluated as an ``if``
-    condition is (:func:`_condition`); after any other command it may or may not run
+    condition is (:func:`condition`); after any other command it may or may not run
     (:func:`_builtin_maybe`)."""
     if not any(w in _BUILTINS for w in parts):
         return parts
@@ -557,19 +358,9 @@ def _run_builtins(parts: list[str], number: int, s: Script) -> list[str]:
                 status = runs
         else:
             out += parts[start : k + 1]
-            status = _status(command, number, s)
+            status = command_status(command, number, s)
         before, start = (parts[k] if k < len(parts) else None), k + 1
     return out
-
-
-def _status(command: list[str], number: int, s: Script) -> bool | str:
-    """Whether a command (expanded words) succeeds, when it is a test planner evaluates;
-    ``if:NAME:LINE`` (unknown) otherwise."""
-    if command and command[0] == "test":
-        command = ["[", *command[1:], "]"]
-    if command and command[0] in ("[", "[[", "true", "false", ":"):
-        return _condition(" ".join(shlex.quote(w) for w in command), number, s)
-    return f"if:?:{number}"
 
 
 def _builtin_maybe(command: list[str], number: int, s: Script, unknown: str) -> None:
@@ -588,7 +379,7 @@ def _builtin(command: list[str], number: int, s: Script) -> None:
     if name in ("source", "."):
         _source(args, number, s)
     elif name == "envsubst":
-        _envsubst(args, number, s)
+        envsubst(args, number, s)
     elif name == "set":
         for k, a in enumerate(args):
             if a[:1] in "-+" and a[1:] and a[1:].isalpha() and "a" in a[1:] and "o" not in a[1:]:
@@ -596,97 +387,7 @@ def _builtin(command: list[str], number: int, s: Script) -> None:
             elif a in ("-o", "+o") and args[k + 1 : k + 2] == ["allexport"]:
                 s.allexport = a == "-o"
     else:
-        _change_directory(command, number, s)
-
-
-def _envsubst(args: list[str], number: int, s: Script) -> None:
-    """``envsubst < IN > OUT`` (the MoE Model Zoo's way to fill its model YAML from the
-    environment): OUT becomes IN with each ``$NAME`` / ``${NAME}`` replaced by its value in the
-    environment envsubst runs in: an exported variable, or one ``planner check --set`` gives; a
-    variable the script sets without exporting is empty there, as envsubst(1) writes an unset one;
-    one the script never sets is kept unknown (a flag read from it is an error naming it). OUT is
-    kept in memory (planner writes no file) for a later ``$(yq ... OUT)``. IN is a file the script
-    wrote so, or one inside the script's directory; any other IN, or any other form, leaves OUT
-    unknown (a yq on it is not evaluated)."""
-    if (
-        len(args) != 4
-        or args[0] != "<"
-        or args[2] != ">"
-        or any(unresolved_in(a) for a in (args[1], args[3]))
-    ):
-        return
-    pwd = s.scalars.get("PWD")
-    pwd = pwd if pwd is not None and unresolved_in(pwd) is None else None
-    source, target = joined(pwd, args[1]), joined(pwd, args[3])
-    if source is None or target is None:
-        return
-    text = s.scalars.get(FILE_KEY + source)
-    if text is None:
-        if s.root is None or not inside(source, s.root) or not os.path.isfile(source):
-            s.scalars.pop(FILE_KEY + target, None)
-            return
-        text = read_text_capped(Path(source))
-
-    def value_of(name: str) -> str:
-        if s.env.get(name) is not None:
-            value = s.env[name]
-        elif name in s.scalars and name not in s.assigned_lines and _NAME.fullmatch(name):
-            value = s.scalars[name]  # planner check --set: the environment the script starts in
-        elif name in s.scalars or name in s.env:
-            return ""
-        else:
-            return yq.placeholder(UNRESOLVED.format(name))
-        return value if unresolved_in(value) is None else yq.placeholder(value)
-
-    s.scalars[FILE_KEY + target] = yq.envsubst(text, value_of)
-
-
-def _shown(word: str) -> str:
-    """A word for a message: each unresolved marker written back as ``$NAME`` (or its command)."""
-
-    def back(m: re.Match) -> str:
-        name = unresolved_in(m.group(0)) or ""
-        return f"${name}" if _NAME.fullmatch(name) else name
-
-    return printable(UNRESOLVED_RE.sub(back, word))
-
-
-def _why(word: str) -> str:
-    """Why a word with an unresolved marker cannot be known, for a message."""
-    name = unresolved_in(word) or "?"
-    if name.startswith("if:"):
-        _, var, line = name.split(":")
-        return f"depends on the if/case on line {line}" + (
-            f" (on {var}, which the script never sets; pass planner check --set {var}=VALUE)"
-            if var != "?"
-            else ""
-        )
-    if _NAME.fullmatch(name):
-        return f"needs {name}, which the script never sets (set it, or pass planner check --set {name}=VALUE)"
-    return f"needs {name}, which planner does not run"
-
-
-def _change_directory(command: list[str], number: int, s: Script) -> None:
-    """``cd DIR`` / ``pushd DIR`` / ``popd``: ``$PWD`` (and ``$OLDPWD``) as bash sets them, DIR
-    taken against the old ``$PWD``; a directory that cannot be known makes ``$PWD`` a marker saying
-    which command on which line."""
-    name = command[0]
-    args = [a for a in command[1:] if a not in ("-L", "-P", "--", "-e", "-@", "-n")]
-    old = s.scalars.get("PWD")
-    if name == "popd":
-        new = s.dirs.pop() if s.dirs else None
-    else:
-        target = args[0] if args else s.scalars.get("HOME")
-        new = None
-        if target is not None and target != "-" and unresolved_in(target) is None:
-            new = joined(old if old is not None and unresolved_in(old) is None else None, target)
-        if name == "pushd" and old is not None:
-            s.dirs.append(old)
-    if new is None:
-        new = command_marker(f"the {' '.join(_shown(w) for w in command)} on line {number}")
-    if old is not None:
-        s.scalars["OLDPWD"] = old
-    s.scalars["PWD"] = new
+        change_directory(command, number, s)
 
 
 class _SourceBound(SpecError):
@@ -706,9 +407,9 @@ def _source(args: list[str], number: int, s: Script) -> None:
     if not args:
         raise SpecError(f"line {number}: source without a file name (bash: filename argument required)")
     target = args[0]
-    shown = _shown(target)
+    shown = display(target)
     if unresolved_in(target) is not None:
-        raise SpecError(f"line {number}: source {shown}: the file's path {_why(target)}")
+        raise SpecError(f"line {number}: source {shown}: the file's path {why_unknown(target)}")
     if s.root is None:
         raise SpecError(
             f"line {number}: source {shown}: planner reads the files a launch script sources beside the "
@@ -719,7 +420,7 @@ def _source(args: list[str], number: int, s: Script) -> None:
     if full is None:
         raise SpecError(
             f"line {number}: source {shown}: a relative path is found from the working directory, which "
-            f"{_shown(pwd or '')} leaves unknown"
+            f"{display(pwd or '')} leaves unknown"
         )
     if s.depth >= MAX_SOURCE_DEPTH or s.sourced >= MAX_SOURCED_FILES:
         bound = (
@@ -728,7 +429,7 @@ def _source(args: list[str], number: int, s: Script) -> None:
             else f"more than {MAX_SOURCED_FILES} files sourced in all"
         )
         here = (s.arrays.get("BASH_SOURCE") or [""])[0]
-        here = _shown(os.path.relpath(here, s.root)) if os.path.isabs(here) else "a sourced file"
+        here = display(os.path.relpath(here, s.root)) if os.path.isabs(here) else "a sourced file"
         raise _SourceBound(
             f"{bound}: {here} sources {shown} on its line {number} (does a file source itself?)"
         )
@@ -779,7 +480,7 @@ def _assign(line: str, number: int, s: Script) -> bool:
     m = re.match(r"^([A-Za-z_]\w*)(\+?)=\((.*)\)\s*$", text, re.S)
     if m:
         name, append, body = m.groups()
-        body = " ".join(_strip_comment(x) for x in body.splitlines())
+        body = " ".join(strip_comment(x) for x in body.splitlines())
         try:
             items = shlex.split(expand(body, s.scalars, s.arrays), posix=True)
         except ValueError:

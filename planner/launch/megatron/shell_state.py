@@ -1,0 +1,63 @@
+"""The state of a launch script being read (:class:`Script`: its words, variables, environment and
+where it runs) and the words of the messages about it. :mod:`.shell` reads statements into it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from planner.inputs.validation import printable
+from planner.launch.megatron.expansion import UNRESOLVED_RE, unresolved_in
+
+NAME = re.compile(r"[A-Za-z_]\w*")
+"""A shell variable name (bash(1) "DEFINITIONS": name)."""
+
+
+@dataclass
+class Script:
+    """A script read: its command words with line numbers, variables and exported environment."""
+
+    words: list[tuple[str, int]] = field(default_factory=list)
+    scalars: dict[str, str] = field(default_factory=dict)
+    arrays: dict[str, list[str]] = field(default_factory=dict)
+    env: dict[str, str | None] = field(default_factory=dict)
+    """Environment assignments (``export NAME=v`` or ``NAME=v`` before a command); None = unset."""
+    assigned_lines: dict[str, int] = field(default_factory=dict)
+    root: str | None = None
+    """The script's directory (links resolved), where ``if [ -f FILE ]`` is answered; None for a
+    text given without its file, where ``source`` is an error."""
+    allexport: bool = False
+    """``set -a``: every assignment is exported."""
+    dirs: list[str] = field(default_factory=list)
+    """``pushd``'s directory stack."""
+    depth: int = 0
+    """How many ``source`` commands are being run (bounded by :data:`MAX_SOURCE_DEPTH`)."""
+    sourced: int = 0
+    """Files sourced so far (bounded by :data:`MAX_SOURCED_FILES`)."""
+    sourced_bytes: int = 0
+    """Their size in all (bounded by MAX_FILE_BYTES, the largest input file planner reads)."""
+
+
+def display(word: str) -> str:
+    """A word for a message: each unresolved marker written back as ``$NAME`` (or its command)."""
+
+    def back(m: re.Match) -> str:
+        name = unresolved_in(m.group(0)) or ""
+        return f"${name}" if NAME.fullmatch(name) else name
+
+    return printable(UNRESOLVED_RE.sub(back, word))
+
+
+def why_unknown(word: str) -> str:
+    """Why a word with an unresolved marker cannot be known, for a message."""
+    name = unresolved_in(word) or "?"
+    if name.startswith("if:"):
+        _, var, line = name.split(":")
+        return f"depends on the if/case on line {line}" + (
+            f" (on {var}, which the script never sets; pass planner check --set {var}=VALUE)"
+            if var != "?"
+            else ""
+        )
+    if NAME.fullmatch(name):
+        return f"needs {name}, which the script never sets (set it, or pass planner check --set {name}=VALUE)"
+    return f"needs {name}, which planner does not run"
