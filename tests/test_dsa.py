@@ -153,6 +153,9 @@ def test_megatron_export_and_import_round_trip():
     assert "--no-rope-fusion" in flags and "--disable-bias-linear" in flags
     back = parse_megatron(args_text(args), "a.txt", plan.cluster.num_gpus)
     assert back.unknown == () and back.rejected == ()
+    from planner.launch.megatron.rules import megatron_findings
+
+    assert not [m for level, m, _ in megatron_findings(back, plan.cluster) if "sparse attention" in m]
     a, b = model_to_mapping(back.model), model_to_mapping(plan.model)
     for d in (a, b):  # kv_channels does not apply to MLA (the export writes no --kv-channels)
         d.pop("name"), d.pop("source", None), d.pop("kv_channels")
@@ -214,3 +217,33 @@ def test_model_file_and_config_json_errors_name_the_key(tmp_path):
     path.write_text(json.dumps(config))
     with pytest.raises(SpecError, match="missing required key 'index_topk' for model_type 'deepseek_v32'"):
         load_hf_config(path)
+
+
+@pytest.mark.parametrize(
+    ("drop", "add", "message"),
+    [
+        ("--disable-bias-linear ", "", "needs --disable-bias-linear"),
+        ("--no-rope-fusion", "", "add --no-rope-fusion"),
+        ("", " --context-parallel-size 2", "--cp-comm-type allgather only (got p2p"),
+        ("", " --context-parallel-size 2 --cp-comm-type a2a", "allgather only (got a2a"),
+    ],
+)
+def test_check_names_what_transformer_config_refuses_in_a_dsa_launch(drop, add, message):
+    """TransformerConfig.__post_init__'s DSA checks (megatron-core at d98e8a64): no linear biases, no
+    RoPE fusion, context parallelism only with the all-gather communication."""
+    from planner.launch.megatron.rules import megatron_findings
+
+    ok = SHAPE + MLA + DSA + LOSS + " --no-rope-fusion"
+    errors = lambda text: [  # noqa: E731
+        m
+        for level, m, _ in megatron_findings(parse_megatron(text, "a.txt", 8), load_cluster("dgx-h100", 1))
+        if level == "error"
+    ]
+    assert not [e for e in errors(ok) if "sparse attention" in e]
+    assert not [
+        e
+        for e in errors(ok + " --context-parallel-size 2 --cp-comm-type allgather")
+        if "sparse attention" in e
+    ]
+    found = errors(ok.replace(drop, "") + add) if drop else errors(ok + add)
+    assert any(message in e for e in found), found

@@ -55,6 +55,7 @@ def megatron_findings(imp: Imported, cluster: ClusterSpec) -> list[Finding]:
         *validate_args,
         *_moe_a2a_overlap(imp, sizes),
         *_cuda_graphs(f),
+        *_sparse_attention(f, sizes),
         *_expert_grid(imp),
     ]
 
@@ -367,6 +368,34 @@ def _cuda_graphs(f: dict) -> Findings:
     if "moe_preprocess" in modules and "moe_router" not in modules:
         yield _error(
             "--cuda-graph-modules moe_preprocess needs moe_router (TransformerConfig)", "--cuda-graph-modules"
+        )
+
+
+def _sparse_attention(f: dict, sizes: _Sizes) -> Findings:
+    """DeepSeek sparse attention (``--experimental-attention-variant dsa``), TransformerConfig's
+    checks (megatron/core/transformer/transformer_config.py at d98e8a64): ``__post_init__`` "DSA uses
+    AbsorbedMLASelfAttention, which requires add_bias_linear=False" (linear biases are on unless
+    ``--disable-bias-linear``), then "RoPE fusion is not supported for DSAttention" (fusion is on
+    unless ``--no-rope-fusion``) and, with context parallelism, "supports cp_comm_type=allgather
+    only" (``--cp-comm-type`` defaults to p2p)."""
+    if f.get("--experimental-attention-variant") != "dsa":
+        return
+    if "--disable-bias-linear" not in f:
+        yield _error(
+            "DeepSeek sparse attention (AbsorbedMLASelfAttention) needs --disable-bias-linear (TransformerConfig)",
+            "--disable-bias-linear",
+        )
+    if "--no-rope-fusion" not in f:
+        yield _error(
+            "DeepSeek sparse attention does not support RoPE fusion: add --no-rope-fusion (TransformerConfig)",
+            "--no-rope-fusion",
+        )
+    comm = str(f.get("--cp-comm-type") or "p2p").split()
+    if sizes.cp > 1 and any(t.replace("_", "").lower() != "allgather" for t in comm):
+        yield _error(
+            "DeepSeek sparse attention with context parallelism supports --cp-comm-type allgather only "
+            f"(got {' '.join(comm)}; TransformerConfig)",
+            "--cp-comm-type",
         )
 
 
