@@ -313,7 +313,7 @@ def _brute_force_bottleneck(ucs, U, lim, branched, options, base_tp=1, merge_hea
 @pytest.mark.parametrize("base_tp", [1, 2])
 @pytest.mark.parametrize("merge_heads", [False, True])
 def test_partition_is_exact_against_brute_force(U, capacity_gib, recompute, base_tp, merge_heads):
-    from planner.search.graph_partition import stage_options, unit_config
+    from planner.search.graph_options import stage_options, unit_config
 
     g = towers_model(2, tower_layers=5, fusion_layers=4, tower_hidden=(1024, 2048))
     cluster = load_cluster("dgx-h100", 2)
@@ -351,7 +351,7 @@ def test_head_shares_a_branch_stage_when_that_is_faster():
     Kept apart, the wide tower takes 2 GPUs (2 replicas), the narrow one 1 and the fusion 1; with
     the wide tower in two stages, the second also holding the fusion's first 2 layers, and the last
     2 on their own, the bottleneck is a fifth lower (the brute force above agrees on both)."""
-    from planner.search.graph_partition import stage_options, unit_config
+    from planner.search.graph_options import stage_options, unit_config
 
     g = towers_model(2, tower_layers=5, fusion_layers=4, tower_hidden=(1024, 2048))
     cluster = load_cluster("dgx-h100", 2)

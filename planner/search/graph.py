@@ -36,7 +36,8 @@ forming a DAG, a 1F1B-like schedule whose warm-up depends on a stage's distance 
    bound of the bottleneck stage's busy time (refined with every option's unit times before a
    candidate is partitioned) and pruned once the bound cannot beat the plans found.
 
-Steps 1-2 are :mod:`planner.search.graph_structure`'s, 3-5 :mod:`planner.search.graph_partition`'s;
+Steps 1-2 are :mod:`planner.search.graph_structure`'s, 3-5 :mod:`planner.search.graph_partition`'s (with
+:mod:`planner.search.graph_chain` and :mod:`planner.search.graph_options`);
 this module searches the shapes and modes (step 6) and describes the plans.
 """
 
@@ -62,15 +63,15 @@ from planner.inputs.errors import InfeasibleError, UsageError
 from planner.inputs.graph_model import GraphModelSpec
 from planner.inputs.job_spec import JobSpec
 from planner.search.chain import sort_key
-from planner.search.graph_partition import (
-    StageLimits,
+from planner.search.graph_chain import StageLimits
+from planner.search.graph_options import (
     StageOption,
     options_bound,
-    partition_graph,
     shape_floor,
     stage_options,
     unit_config,
 )
+from planner.search.graph_partition import partition_graph
 from planner.search.graph_structure import (
     Chain,
     Series,
