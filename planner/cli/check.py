@@ -29,7 +29,10 @@ from planner.outputs import views
 
 @app.command()
 def check(
-    configs: Annotated[list[Path], typer.Argument(help="Plan files or Megatron-LM args/launch files.")],
+    configs: Annotated[
+        list[Path],
+        typer.Argument(help="Plan files, Megatron-LM args/launch files or Megatron-Bridge recipes."),
+    ],
     cluster: ClusterOptional = None,
     nodes: NodesOpt = None,
     headroom_gib: Annotated[
@@ -64,7 +67,17 @@ def check(
         list[str] | None,
         typer.Option(
             "--set",
-            help="NAME=VALUE: a shell variable a launch script starts with (repeatable), as if exported.",
+            help="NAME=VALUE: a shell variable a launch script starts with (repeatable), as if exported; "
+            "for a Megatron-Bridge recipe (.py), section.field=VALUE overrides a field after the recipe "
+            "and NAME=VALUE sets a parameter of the recipe function.",
+            rich_help_panel="Checks",
+        ),
+    ] = None,
+    recipe: Annotated[
+        str | None,
+        typer.Option(
+            "--recipe",
+            help="The recipe function of a Megatron-Bridge recipe file (.py); default: its only *_config.",
             rich_help_panel="Checks",
         ),
     ] = None,
@@ -74,7 +87,7 @@ def check(
 ) -> None:
     """Check configs for CI: constraints, memory, throughput, distance from the best plan. Exit 1 on failure.
 
-    Plan files record their cluster: --cluster then only confirms the world size. Megatron-LM args or launch files and torchtitan TOMLs need --cluster (and --nodes with a template).
+    Plan files record their cluster: --cluster then only confirms the world size. Megatron-LM args or launch files, torchtitan TOMLs and Megatron-Bridge recipes (.py, read without running them) need --cluster (and --nodes with a template).
     """
     from planner.launch.check import check_file, github_lines, is_plan_file, verdict_dict
     from planner.profiles.hardware import load_cluster
@@ -85,9 +98,16 @@ def check(
     if headroom_gib < 0 or (max_slowdown is not None and max_slowdown < 0):
         raise UsageError("--headroom-gib and --max-slowdown must not be negative")
     check_flag(headroom_gib, "--headroom-gib", "headroom_gib", positive=False)  # <= 10,000 GiB, as search
+    from planner.launch.bridge.recipe import is_recipe_file
+
+    recipes = {str(p) for p in configs if is_recipe_file(str(p))}
+    if recipe is not None and not recipes:
+        raise UsageError("--recipe names the function of a Megatron-Bridge recipe file (.py); none is given")
     variables = {}
     for item in set_vars or []:
         key, eq, value = item.partition("=")
+        if recipes and "." in key:
+            continue  # a Bridge override, read with the recipe
         if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             raise UsageError(f"--set {item!r}: expected NAME=VALUE with NAME a shell variable name")
         variables[key] = value
@@ -112,8 +132,13 @@ def check(
     else:
         spec = load_cluster(cluster, nodes)
         configure(spec, name or BASE, prof)  # a profile for another GPU type: an error here, exit 1
+    from planner.launch.bridge.check import check_recipe
+
+    headroom = headroom_gib * 2**30
     verdicts = [
-        check_file(str(p), spec, headroom_gib * 2**30, max_slowdown, prof, name, vocab_size, variables)
+        check_recipe(str(p), spec, headroom, max_slowdown, prof, name, vocab_size, recipe, set_vars or [])
+        if str(p) in recipes and spec is not None
+        else check_file(str(p), spec, headroom, max_slowdown, prof, name, vocab_size, variables)
         for p in configs
     ]
     if as_json:

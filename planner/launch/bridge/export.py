@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import yaml
 
+from cost_models.parallel import ParallelConfig
 from planner.inputs.errors import SpecError
+from planner.inputs.job_spec import JobSpec
 from planner.inputs.layer_pattern import parse_pattern
+from planner.inputs.model_spec import ModelSpec
 from planner.launch.megatron import export as mx
 from planner.plans.plan_file import PlanInputs
 
@@ -175,36 +178,13 @@ def overrides(inputs: PlanInputs) -> dict:
     flags = dict(args)
     m, c, job = inputs.model, inputs.config, inputs.job
     doc: dict = {s: {} for s in ("model", "train", "dataset", "ddp", "optimizer", "dist")}
-    for path, flag, kind in FIELDS:
+    for path, value in _field_values(flags).items():
         section, key = path.split(".")
-        if kind == "switch":
-            value = flag in flags
-        elif kind == "negated":
-            value = flag not in flags
-        elif flag not in flags:
-            continue
-        elif kind == "int":
-            value = int(flags[flag])
-        elif kind == "list":
-            value = _words(flags[flag])
-        else:
-            value = flags[flag]
         doc.setdefault(section, {})[key] = value
     model = doc["model"]
-    model["num_query_groups"] = m.num_query_groups
-    model["kv_channels"] = m.kv_channels
-    model["gated_linear_unit"] = m.activation == "swiglu"
-    model["activation_func"] = {"swiglu": "silu", "squared_relu": "squared_relu"}.get(m.activation, "gelu")
-    model["window_size"] = [m.window_size - 1, 0] if m.window_size else None
-    model.setdefault("softmax_type", "vanilla")
+    _architecture(model, m, flags)
     model["seq_length"] = job.seq_length
     doc["dataset"]["seq_length"] = job.seq_length
-    model["should_pad_vocab"] = False  # the plan's vocabulary is the embedding's, as priced
-    if m.is_moe and "--moe-layer-freq" in flags:
-        text = flags["--moe-layer-freq"]
-        model["moe_layer_freq"] = parse_pattern(text) if "[" in text else int(text)
-    elif m.is_moe:
-        model["moe_layer_freq"] = 1
     model.setdefault("context_parallel_size", 1)
     # Virtual stages: a layout fixes them itself (validate_args forbids both); else the count.
     model["virtual_pipeline_model_parallel_size"] = (
@@ -245,6 +225,94 @@ def overrides(inputs: PlanInputs) -> dict:
     if "--ckpt-format" not in flags:
         doc.pop("checkpoint", None)
     return doc
+
+
+def _field_values(flags: dict) -> dict:
+    """``{section.field: value}`` of every :data:`FIELDS` entry the Megatron flags ``flags`` give
+    (switches both ways)."""
+    out: dict = {}
+    for path, flag, kind in FIELDS:
+        if kind == "switch":
+            out[path] = flag in flags
+        elif kind == "negated":
+            out[path] = flag not in flags
+        elif flag not in flags:
+            continue
+        elif kind == "int":
+            out[path] = int(flags[flag])
+        elif kind == "list":
+            out[path] = _words(flags[flag])
+        else:
+            out[path] = flags[flag]
+    return out
+
+
+def _architecture(model: dict, m: ModelSpec, flags: dict) -> None:
+    """The model fields :data:`FIELDS` does not carry: query groups, head width, the activation,
+    the window, the softmax, the vocabulary's padding and the MoE layer pattern."""
+    model["num_query_groups"] = m.num_query_groups
+    model["kv_channels"] = m.kv_channels
+    model["gated_linear_unit"] = m.activation == "swiglu"
+    model["activation_func"] = {"swiglu": "silu", "squared_relu": "squared_relu"}.get(m.activation, "gelu")
+    model["window_size"] = [m.window_size - 1, 0] if m.window_size else None
+    model.setdefault("softmax_type", "vanilla")
+    model["should_pad_vocab"] = False  # the plan's vocabulary is the embedding's, as priced
+    if m.is_moe and "--moe-layer-freq" in flags:
+        text = flags["--moe-layer-freq"]
+        model["moe_layer_freq"] = parse_pattern(text) if "[" in text else int(text)
+    elif m.is_moe:
+        model["moe_layer_freq"] = 1
+
+
+ARCHITECTURE = (
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "kv_channels",
+    "window_attn_skip_freq",
+    "softmax_type",
+    "normalization",
+    "add_bias_linear",
+    "add_qkv_bias",
+    "qk_layernorm",
+    "share_embeddings_and_output_weights",
+    "position_embedding_type",
+    "rotary_base",
+    "vocab_size",
+    "num_moe_experts",
+    "moe_router_topk",
+    "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size",
+    "moe_grouped_gemm",
+    "mtp_num_layers",
+)
+"""The model fields of :data:`FIELDS` that :func:`.megatron.export.model_args` writes for the model
+itself (not the job's degrees, dispatcher or sequence length)."""
+
+
+def architecture_fields(m: ModelSpec) -> dict:
+    """The model section's architecture fields for ``m`` (``{field: value}``), as :func:`overrides`
+    writes them: what a Bridge model provider fixes for a model (the recipe import,
+    :mod:`.recipe`, starts a provider named by a Hugging Face id from its preset with these).
+    SpecError for what this export refuses (hybrid, multi-latent attention)."""
+    if m.is_hybrid or m.linear_attention_freq or m.multi_latent_attention:
+        raise SpecError(
+            f"model {m.name}: hybrid and multi-latent-attention models are built by other Megatron-Bridge "
+            "model providers, whose fields planner does not read"
+        )
+    job = JobSpec(global_batch_size=1, seq_length=m.max_position_embeddings)
+    # model_args reads the model, the job's sequence length and attention and the expert degrees
+    # (here 1); the cluster is not read.
+    plan = PlanInputs(model=m, cluster=None, job=job, config=ParallelConfig())  # type: ignore[arg-type]
+    flags = dict(mx.model_args(plan))
+    model = {
+        p.split(".")[1]: v
+        for p, v in _field_values(flags).items()
+        if p.startswith("model.") and p.split(".")[1] in ARCHITECTURE
+    }
+    _architecture(model, m, flags)
+    return model
 
 
 def recipe_for(inputs: PlanInputs) -> str:

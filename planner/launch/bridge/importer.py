@@ -220,7 +220,25 @@ def read_bridge(
         raise SpecError(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not is_bridge_overrides(doc):
         raise SpecError(f"{where}: not a Megatron-Bridge ConfigContainer override (no model section)")
-    key_lines = _key_lines(text)
+    note = (
+        "fields this file does not set take megatron-core's defaults, not the recipe's (planner does not "
+        "run the recipe's Python)"
+    )
+    return read_sections(doc, where, _key_lines(text), world_size, vocab_size, note)
+
+
+def read_sections(
+    doc: dict,
+    where: str,
+    key_lines: dict,
+    world_size: int | None = None,
+    vocab_size: int | None = None,
+    note: str = "",
+) -> BridgeImported:
+    """A ConfigContainer's sections (``{section: {field: value}}``, ``mixed_precision`` a recipe
+    name) as the Megatron launch they stand for: the override file's mapping, shared with the
+    recipe import (:mod:`.recipe`); ``key_lines`` the line of each ``section.field``, ``note`` how
+    unset fields are found."""
     values: dict = {}
     unknown: list[str] = []
     for section, body in doc.items():
@@ -263,10 +281,7 @@ def read_bridge(
         # TransformerConfig offloads only with cpu_offloading on (the Megatron-LM parser sets it
         # from --cpu-offloading-num-layers; Bridge takes the field as written).
         args = [(f, v) for f, v in args if f != "--cpu-offloading-num-layers"]
-    notes = [
-        "fields this file does not set take megatron-core's defaults, not the recipe's (planner does not "
-        "run the recipe's Python)"
-    ]
+    notes = [note] if note else []
     text_args = "".join(f"{f}\n" if v is None else f"{f} {_quoted(v)}\n" for f, v in args)
     try:
         imported = parse_megatron(text_args, where, world_size, vocab_size)
