@@ -10,6 +10,7 @@ import shlex
 from planner.launch.megatron.expansion import expand, unresolved_in
 from planner.launch.megatron.paths import PATH_TESTS, path_test
 from planner.launch.megatron.shell_state import NAME, Script
+from planner.launch.megatron.variables import resolve, subscripted
 
 _TESTS = {
     "=": lambda a, b: a == b,
@@ -28,17 +29,73 @@ _INT_TESTS = {
 
 def condition(text: str, number: int, s: Script) -> bool | str:
     """The value of an ``if`` condition (bash(1) "CONDITIONAL EXPRESSIONS", test(1)): ``[ A OP B ]``
-    or ``[[ A OP B ]]`` with ``=``, ``==``, ``!=``, ``-eq``, ``-ne``, ``-lt``, ``-le``, ``-gt``,
-    ``-ge``, ``-z A``, ``-n A``, the file tests of :data:`.paths.PATH_TESTS` on a file in the
-    script's directory (:func:`.paths.path_test`), ``A`` alone, each optionally negated by ``!``;
-    ``true``/``false``.
-    Anything else, or an operand needing a variable nothing sets: ``if:NAME:LINE`` (``NAME`` ``?``
-    when no variable is to blame)."""
+        or ``[[ A OP B ]]`` with ``=``, ``==``, ``!=``, ``-eq``, ``-ne``, ``-lt``, ``-le``, ``-gt``,
+        ``-ge``, ``A =~ PATTERN`` (when PATTERN holds no character special in a regular expression, which
+    makes it a substring test whether it was quoted or not), ``-z A``, ``-n A``, ``-v NAME`` / ``-v NAME[KEY]`` (:func:`_is_set`), the file tests of
+        :data:`.paths.PATH_TESTS` on a file in the script's directory (:func:`.paths.path_test`), ``A``
+        alone, each optionally negated by ``!``; ``true``/``false``; tests joined by ``&&`` and ``||``
+        (bash(1) "Lists": equal precedence, left to right; inside ``[[ ]]`` ``&&`` binds tighter).
+        Anything else, or an operand needing a variable nothing sets: ``if:NAME:LINE`` (``NAME`` ``?``
+        when no variable is to blame); an unknown operand that cannot change the result (``false &&
+        ...``) does not make the list unknown."""
     text = re.sub(r"\s*;?\s*then\s*$", "", text.strip())
     try:
         words = shlex.split(expand(text, s.scalars, s.arrays), posix=True)
     except ValueError:
         return f"if:?:{number}"
+    return _list(words, number, s, inner=False)
+
+
+def _list(words: list[str], number: int, s: Script, inner: bool) -> bool | str:
+    """Tests joined by ``&&`` / ``||`` (outside ``[[ ]]`` when not ``inner``), in three values: an
+    unknown (``if:...``) side decides nothing unless the other side decides alone."""
+    groups: list[list[str]] = [[]]
+    ops: list[str] = []
+    depth = 0
+    for w in words:
+        depth += {"[[": 1, "]]": -1}.get(w, 0) if not inner else 0
+        if w in ("&&", "||") and depth == 0:
+            ops.append(w)
+            groups.append([])
+        else:
+            groups[-1].append(w)
+    if not ops:
+        return _test(words, number, s) if not inner else _test(["[[", *words, "]]"], number, s)
+    if inner and "||" in ops and "&&" in ops:
+        k = ops.index("||")  # && binds tighter inside [[ ]]: split at the first ||
+        left, right = _join(groups[: k + 1], ops[:k]), _join(groups[k + 1 :], ops[k + 1 :])
+        return _or(_list(left, number, s, inner), _list(right, number, s, inner))
+    one = (lambda g: _test(["[[", *g, "]]"], number, s)) if inner else (lambda g: _test(g, number, s))
+    value = one(groups[0])
+    for op, group in zip(ops, groups[1:]):
+        value = _and(value, one(group)) if op == "&&" else _or(value, one(group))
+    return value
+
+
+def _join(groups: list[list[str]], ops: list[str]) -> list[str]:
+    out = list(groups[0])
+    for op, group in zip(ops, groups[1:]):
+        out += [op, *group]
+    return out
+
+
+def _and(a: bool | str, b: bool | str) -> bool | str:
+    if a is False or b is False:
+        return False
+    return b if a is True else a
+
+
+def _or(a: bool | str, b: bool | str) -> bool | str:
+    if a is True or b is True:
+        return True
+    return b if a is False else a
+
+
+def _test(words: list[str], number: int, s: Script) -> bool | str:
+    """One test command (expanded words)."""
+    if words[:1] == ["!"]:
+        value = _test(words[1:], number, s)
+        return (not value) if isinstance(value, bool) else value
     for w in words:
         name = unresolved_in(w)
         if name is not None:
@@ -51,12 +108,18 @@ def condition(text: str, number: int, s: Script) -> bool | str:
         words = words[1:-1]
     else:
         return f"if:?:{number}"
+    if bracket == "[[" and any(w in ("&&", "||") for w in words):
+        return _list(words, number, s, inner=True)
     negate = bool(words) and words[0] == "!"
     words = words[1:] if negate else words
     if len(words) == 3 and words[1] in _TESTS:
         if bracket == "[[" and re.search(r"[*?\[]", words[2]):
             return f"if:?:{number}"  # a pattern match, not compared here
         value = _TESTS[words[1]](words[0], words[2])
+    elif len(words) == 3 and words[1] == "=~" and bracket == "[[":
+        if re.search(r"[\\^$.|?*+()\[\]{}]", words[2]):
+            return f"if:?:{number}"  # a regular expression, not matched here
+        value = words[2] in words[0]  # no special character: quoted or not, a substring match
     elif len(words) == 3 and words[1] in _INT_TESTS:
         try:
             a, b = int(words[0]), int(words[2])
@@ -65,6 +128,11 @@ def condition(text: str, number: int, s: Script) -> bool | str:
         value = getattr(a, _INT_TESTS[words[1]])(b)
     elif len(words) == 2 and words[0] in ("-z", "-n"):
         value = (words[1] == "") == (words[0] == "-z")
+    elif len(words) == 2 and words[0] == "-v":
+        known = _is_set(words[1], number, s)
+        if isinstance(known, str):
+            return known
+        value = known
     elif len(words) == 2 and words[0] in PATH_TESTS:
         pwd = s.scalars.get("PWD")
         known = path_test(words[0], words[1], pwd if pwd and unresolved_in(pwd) is None else None, s.root)
@@ -78,6 +146,34 @@ def condition(text: str, number: int, s: Script) -> bool | str:
     else:
         return f"if:?:{number}"
     return value != negate
+
+
+def _is_set(word: str, number: int, s: Script) -> bool | str:
+    """``-v NAME`` / ``-v NAME[KEY]`` (bash(1) "CONDITIONAL EXPRESSIONS": "True if the shell variable
+    varname is set (has been assigned a value)"; an array name alone tests its element 0, a
+    nameref its target). Determined for the script's own arrays and variables, and for one it
+    unset; a name it never sets may be in the environment it starts with: unknown."""
+    parts = subscripted(word)
+    name, sub = parts if parts else (word, None)
+    if name.isdigit():
+        return int(name) <= int(s.scalars.get("#", "0")) and int(name) > 0
+    if not NAME.fullmatch(name):
+        return f"if:?:{number}"
+    name = resolve(name, s.scalars)
+    value = s.arrays.get(name)
+    if value is None and name in s.scalars:
+        value = [s.scalars[name]]
+    if value is None:
+        return False if name in s.env and s.env[name] is None else f"if:{name}:{number}"
+    if sub in ("@", "*"):
+        return len(value) > 0
+    if isinstance(value, dict):
+        return (sub if sub is not None else "0") in value
+    index = "0" if sub is None else (sub if re.fullmatch(r"-?\d+", sub.strip()) else None)
+    if index is None:
+        return f"if:?:{number}"
+    k = int(index) + (len(value) if int(index) < 0 else 0)
+    return 0 <= k < len(value)
 
 
 def command_status(command: list[str], number: int, s: Script) -> bool | str:

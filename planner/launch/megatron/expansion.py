@@ -20,6 +20,7 @@ from planner.inputs.errors import SpecError
 from planner.inputs.validation import printable, read_text_capped
 from planner.launch.megatron import yq
 from planner.launch.megatron.paths import inside, joined, path_command
+from planner.launch.megatron.variables import elements, indices, resolve
 
 UNRESOLVED = "@@unresolved:{}@@"
 
@@ -62,7 +63,7 @@ _OPS = {
 }
 
 
-def _arith(expr: str, scalars: dict[str, str]) -> str | None:
+def arith(expr: str, scalars: dict[str, str]) -> str | None:
     """An integer ``$(( ))`` expression over resolved names (bash: bare names are variables)."""
     text = re.sub(r"\$\{?([A-Za-z_]\w*)\}?", r"\1", expr).strip()  # "$(( (a + b) / c ))": no indent
 
@@ -122,10 +123,16 @@ def expand(text: str, scalars: dict[str, str], arrays: dict[str, list[str]], spl
             continue
         if ch == '"':
             # "${NAME[@]}" as a whole word: one word per element.
-            m = re.match(r'"\$\{([A-Za-z_]\w*)\[@\]\}"', text[i:]) if quote is None else None
+            m = _QUOTED_ALL.match(text, i) if quote is None else None
             if m:
-                out.append(" ".join(shlex.quote(e) for e in _array(m.group(1), scalars, arrays)))
-                i += m.end()
+                if m.group(3) or m.group(4):  # "$@" (bash(1) "Special Parameters")
+                    items = arrays.get("@", [])
+                elif m.group(1):
+                    items = _indices(m.group(2), scalars, arrays)
+                else:
+                    items = _array(m.group(2), scalars, arrays)
+                out.append(" ".join(shlex.quote(e) for e in items))
+                i = m.end()
                 continue
             quote = None if quote == '"' else '"'
             out.append(ch)
@@ -164,11 +171,27 @@ def _requote(value: str, quote: str | None) -> str:
     return re.sub(r'(["\\])', r"\\\1", value)
 
 
-def _array(name: str, scalars: dict[str, str], arrays: dict[str, list[str]]) -> list[str]:
+_QUOTED_ALL = re.compile(r'"(?:\$\{(!?)([A-Za-z_]\w*)\[@\]\}|\$(@)|\$\{(@)\})"')
+"""A double-quoted word that is all of ``${NAME[@]}``, ``${!NAME[@]}`` or ``$@``: one word per element."""
+
+
+def _array(name: str, scalars: dict[str, str], arrays: dict) -> list[str]:
+    """The elements of ``${NAME[@]}`` (a scalar is an array of one, bash(1) "Arrays")."""
+    name = resolve(name, scalars)
     if name in arrays:
-        return arrays[name]
+        return elements(arrays[name])
     if name in scalars:
         return [scalars[name]]
+    return [UNRESOLVED.format(name)]
+
+
+def _indices(name: str, scalars: dict[str, str], arrays: dict) -> list[str]:
+    """``${!NAME[@]}``: an array's keys or indices (``0`` for a set scalar)."""
+    name = resolve(name, scalars)
+    if name in arrays:
+        return indices(arrays[name])
+    if name in scalars:
+        return ["0"]
     return [UNRESOLVED.format(name)]
 
 
@@ -177,7 +200,7 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
     the text (``$`` alone, ``$@``, positional parameters)."""
     m = re.match(r"\$\(\((.*?)\)\)", s)
     if m:
-        value = _arith(m.group(1), scalars)
+        value = arith(m.group(1), scalars)
         return (value if value is not None else command_marker(f"$(({m.group(1)}))")), m.end()
     if s.startswith("`"):
         end = s.find("`", 1)
@@ -196,21 +219,29 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
     m = re.match(r"\$(?:0|\{0\})", s)
     if m:
         return scalars.get("0"), m.end()  # the script's path when known (read_script), else kept
-    m = re.match(r"\$\{([A-Za-z_]\w*)\[([@*]|\d+)\]\}", s)
+    m = re.match(r"\$(?:([#@*])|\{([#@*])\})", s)
+    if m:  # bash(1) "Special Parameters": $# the count, $@ and $* the positional parameters
+        which = m.group(1) or m.group(2)
+        if which == "#":
+            return scalars.get("#"), m.end()
+        return (list(arrays["@"]) if "@" in arrays else None), m.end()
+    m = re.match(r"\$([1-9])", s)
     if m:
-        items = _array(m.group(1), scalars, arrays)
-        if m.group(2).isdigit():
-            k = int(m.group(2))
-            return (items[k] if k < len(items) else ""), m.end()
-        return items, m.end()
-    m = re.match(r"\$\{#([A-Za-z_]\w*)(\[[@*]\])?\}", s)
+        return _positional(m.group(1), scalars), m.end()
+    m = re.match(r"\$\{!([A-Za-z_]\w*)\[[@*]\]\}", s)
     if m:
-        name = m.group(1)
-        if m.group(2):
-            return str(len(_array(name, scalars, arrays))), m.end()
-        return (str(len(scalars[name])) if name in scalars else UNRESOLVED.format(name)), m.end()
-    m = re.match(r"\$\{([A-Za-z_]\w*)(?:(:?[-=+?])([^}]*))?\}", s)
-    nested = re.match(r"\$\{([A-Za-z_]\w*)(:?[-=+?])", s) if m and "${" in (m.group(3) or "") else None
+        return _indices(m.group(1), scalars, arrays), m.end()
+    m = re.match(r"\$\{(#?)([A-Za-z_]\w*)\[", s)
+    if m:
+        return _subscripted(s, m, scalars, arrays)
+    m = re.match(r"\$\{#([A-Za-z_]\w*)\}", s)
+    if m:
+        name = resolve(m.group(1), scalars)
+        value = _scalar(name, scalars, arrays)
+        return (str(len(value)) if value is not None else UNRESOLVED.format(name)), m.end()
+    m = re.match(r"\$\{([A-Za-z_]\w*|\d+)(?:(:?[-=+?])([^}]*))?\}", s)
+    nested = re.match(r"\$\{([A-Za-z_]\w*|\d+)(:?[-=+?])", s) if m and "${" in (m.group(3) or "") else None
+    end = None
     if nested:
         # ${NAME:-"${OTHER}/x"}: the word runs to the brace that closes this one (bash(1): "word is
         # subject to ... parameter expansion"), past the nested references and quoted braces.
@@ -218,36 +249,115 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
         if end is not None:
             name, op, default = nested.group(1), nested.group(2), s[nested.end() : end]
             m = None
-    if m or nested:
+    if m or end is not None:
         if m:
             name, op, default = m.group(1), m.group(2), m.group(3)
         used = m.end() if m else end + 1
-        value = scalars.get(name, arrays[name][0] if arrays.get(name) else None)
-        if op in (":-", ":=") and not value:
-            value = expand_word(default or "", scalars, arrays)
-            if op == ":=":
-                scalars[name] = value
-        elif op in ("-", "=") and value is None:
-            value = expand_word(default or "", scalars, arrays)
-            if op == "=":
-                scalars[name] = value
-        elif op == ":+":
-            value = expand_word(default or "", scalars, arrays) if value else ""
-        elif op == "+":
-            value = expand_word(default or "", scalars, arrays) if value is not None else ""
+        if name.isdigit():
+            if "#" not in scalars:
+                return None, 0
+            value = _operate(op, scalars.get(str(int(name))), default, scalars, arrays)
+            return (value if value is not None else ""), used
+        name = resolve(name, scalars)
+        value = _operate(op, _scalar(name, scalars, arrays), default, scalars, arrays)
+        if op in (":=", "=") and value is not None:
+            scalars[name] = value
         return (value if value is not None else UNRESOLVED.format(name)), used
     m = re.match(r"\$([A-Za-z_]\w*)", s)
     if m:
-        name = m.group(1)
-        value = scalars.get(name, arrays[name][0] if arrays.get(name) else None)
+        name = resolve(m.group(1), scalars)
+        value = _scalar(name, scalars, arrays)
         return (value if value is not None else UNRESOLVED.format(name)), m.end()
     return None, 0
 
 
-def _closing_brace(s: str, i: int) -> int | None:
-    """The index of the ``}`` that closes a ``${`` whose word starts at ``i`` (nested ``${ }``
-    counted, quoted text skipped); None when it never closes."""
-    depth, quote = 1, None
+def _positional(n: str, scalars: dict[str, str]) -> str | None:
+    """``$N``: the Nth positional parameter, empty when there are fewer (bash(1) "Positional
+    Parameters"); None (the text kept) where no positional parameters are bound."""
+    if "#" not in scalars:
+        return None
+    return scalars.get(str(int(n)), "")
+
+
+def _scalar(name: str, scalars: dict[str, str], arrays: dict) -> str | None:
+    """``$NAME``: a scalar's value, or an array's element 0 (bash(1) "Arrays": "Referencing an array
+    variable without a subscript is equivalent to referencing the array with a subscript of 0");
+    None when unset."""
+    if name in scalars:
+        return scalars[name]
+    value = arrays.get(name)
+    if isinstance(value, dict):
+        return value.get("0")
+    return value[0] if value else None
+
+
+def _operate(op: str | None, value: str | None, word: str | None, scalars: dict[str, str], arrays: dict):
+    """``${NAME:-word}``, ``-``, ``:=``, ``=``, ``:+``, ``+`` applied to NAME's value (None: unset;
+    bash(1) "Parameter Expansion"); word is expanded only when it is used."""
+    if op in (":-", ":=") and not value:
+        return expand_word(word or "", scalars, arrays)
+    if op in ("-", "=") and value is None:
+        return expand_word(word or "", scalars, arrays)
+    if op == ":+":
+        return expand_word(word or "", scalars, arrays) if value else ""
+    if op == "+":
+        return expand_word(word or "", scalars, arrays) if value is not None else ""
+    return value
+
+
+def _subscripted(s: str, m: re.Match, scalars: dict[str, str], arrays: dict):
+    """``${NAME[SUBSCRIPT]}``, ``${NAME[SUBSCRIPT]:-word}`` (and the other operators) and
+    ``${#NAME[...]}``: an associative array's SUBSCRIPT is a key, expanded (bash(1) "Arrays"); an
+    indexed array's is arithmetic, a negative one counted from the end; ``@``/``*`` are every
+    element. An element the script's array does not hold is unset; an array nothing sets is a
+    marker naming it."""
+    close = _closing_brace(s, m.end(), "]")
+    if close is None:
+        return None, 0
+    count, name, sub = m.group(1) == "#", resolve(m.group(2), scalars), s[m.end() : close]
+    rest = re.match(r"(?:(:?[-=+?])([^}]*))?\}", s[close + 1 :])
+    end = _closing_brace(s, close + 1) if rest is None or (rest.group(2) and "${" in rest.group(2)) else None
+    if end is not None:
+        op, word, used = re.match(r"(:?[-=+?])?", s[close + 1 :]).group(1), None, end + 1
+        word = s[close + 1 + len(op or "") : end] if op else None
+    elif rest is not None:
+        op, word, used = rest.group(1), rest.group(2), close + 2 + rest.end() - 1
+    else:
+        return None, 0
+    if sub in ("@", "*"):
+        items = _array(name, scalars, arrays)
+        return (str(len(items)) if count else items), used
+    value = _element(name, sub, scalars, arrays)
+    if count:
+        return (str(len(value)) if value is not None and unresolved_in(value) is None else value or ""), used
+    value = _operate(op, value, word, scalars, arrays)
+    if op in (":=", "=") and isinstance(arrays.get(name), dict) and value is not None:
+        arrays[name][expand_word(sub, scalars, arrays)] = value
+    return (value if value is not None else ""), used
+
+
+def _element(name: str, sub: str, scalars: dict[str, str], arrays: dict) -> str | None:
+    """One element of an array (``name`` resolved); None when the script's array has no such
+    element; a marker when the array is not the script's or the subscript cannot be known."""
+    value = arrays.get(name)
+    if isinstance(value, dict):
+        key = expand_word(sub, scalars, arrays)
+        return key if unresolved_in(key) is not None else value.get(key)
+    if value is None and name not in scalars:
+        return UNRESOLVED.format(name)
+    index = arith(expand(sub, scalars, arrays, split=False), scalars)
+    if index is None:
+        return command_marker(f"${{{name}[{sub}]}}")
+    items = value if value is not None else [scalars[name]]
+    k = int(index) + (len(items) if int(index) < 0 else 0)
+    return items[k] if 0 <= k < len(items) else None
+
+
+def _closing_brace(s: str, i: int, end: str = "}") -> int | None:
+    """The index of the ``}`` that closes a ``${`` whose word starts at ``i`` (``end="]"``: of the
+    ``]`` that ends a subscript starting at ``i``); nested ``${ }`` counted, quoted text skipped;
+    None when it never closes."""
+    depth, quote = 0, None
     while i < len(s):
         ch = s[i]
         if ch == "\\" and quote != "'":
@@ -261,10 +371,10 @@ def _closing_brace(s: str, i: int) -> int | None:
             depth += 1
             i += 2
             continue
-        elif ch == "}":
+        elif ch == "}" and depth:
             depth -= 1
-            if depth == 0:
-                return i
+        elif ch == end and depth == 0:
+            return i
         i += 1
     return None
 
@@ -350,3 +460,32 @@ def expand_word(text: str, scalars: dict[str, str], arrays: dict[str, list[str]]
     except ValueError:
         return text
     return " ".join(parts)
+
+
+def expand_heredoc(body: str, scalars: dict[str, str], arrays: dict) -> str:
+    """A here-document's lines as bash passes them when its delimiter is unquoted (bash(1) "Here
+    Documents": "subjected to parameter expansion, command substitution, and arithmetic
+    expansion, the character sequence \\newline is ignored, and '\\' must be used to quote the
+    characters '\\', '$', and '`'"): quotes are ordinary characters; an array is joined by spaces;
+    an unresolved value stays a marker."""
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body) and body[i + 1] in "\\$`\n":
+            out.append("" if body[i + 1] == "\n" else body[i + 1])
+            i += 2
+            continue
+        if ch in "$`":
+            value, used = _reference(body[i:], scalars, arrays)
+            if used:
+                out.append(
+                    " ".join(value)
+                    if isinstance(value, list)
+                    else (value if value is not None else body[i : i + used])
+                )
+                i += used
+                continue
+        out.append(ch)
+        i += 1
+    return "".join(out)

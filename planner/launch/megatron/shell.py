@@ -14,7 +14,10 @@ it, so a flag whose value needs it is an error naming the variable; command subs
 (``$(dirname "$0")``, ``$(cd DIR && pwd)``) give the path they print. The expansion of a word
 is :mod:`.expansion`'s; this module reads the statements (assignments, branches, builtins, sources),
 split from the text by :mod:`.shell_text`, into a :class:`.shell_state.Script`; :mod:`.conditions`
-evaluates the tests and :mod:`.shell_builtins` runs ``cd`` and ``envsubst``.
+evaluates the tests and :mod:`.shell_builtins` runs ``cd`` and ``envsubst``. Functions and their
+calls (positional parameters, ``local``, ``return``, ``shift``) are :mod:`.functions`', the
+assignments (``declare -A``, ``local -n``, ``NAME[KEY]=``) :mod:`.assignments`', an ``sbatch <<EOF``
+job script :mod:`.heredoc`'s; loops are not evaluated (read as an undeterminable ``if``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 
 from planner.inputs.errors import SpecError
 from planner.inputs.validation import MAX_FILE_BYTES, printable, read_text_capped
+from planner.launch.megatron.assignments import ASSIGN, PREFIXES, assign, unset
 from planner.launch.megatron.conditions import command_status, condition
 from planner.launch.megatron.expansion import (
     ROOT_KEY,
@@ -37,17 +41,19 @@ from planner.launch.megatron.expansion import (
     expand_word,
     unresolved_in,
 )
+from planner.launch.megatron.functions import Frame, Return, bind, call, definition, header, make_local, shift
+from planner.launch.megatron.heredoc import JOB_READERS, exported, here_operator, job_script
 from planner.launch.megatron.paths import joined
 from planner.launch.megatron.shell_builtins import change_directory, envsubst
 from planner.launch.megatron.shell_state import NAME, Script, display, why_unknown
-from planner.launch.megatron.shell_text import logical_lines, statements, strip_comment
+from planner.launch.megatron.shell_text import Logical, logical_lines, statements
 
 __all__ = ["MAX_SOURCE_DEPTH", "REDIRECT", "SEPARATORS", "Script", "read_script", "unresolved_in"]
 
-_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
-_PREFIXES = ("export", "declare", "readonly", "local", "typeset")
-_ASSIGN_LINE = re.compile(r"^(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?[A-Za-z_]\w*\+?=")
-"""A line that starts with an assignment (its words, expanded unsplit, decide: :func:`_assign`)."""
+_ASSIGN_LINE = re.compile(
+    r"^(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?[A-Za-z_]\w*(?:\[[^\]]*\])?\+?="
+)
+"""A line that starts with an assignment (its words, expanded unsplit, decide: :func:`.assignments.assign`)."""
 SEPARATORS = {"|", "||", "&&", ";", "&", "|&"}
 """Words that end a simple command (bash(1) "Lists")."""
 REDIRECT = re.compile(r"^\d*(>|<|>>|>&|<&)")
@@ -57,11 +63,28 @@ MAX_SOURCE_DEPTH = 16
 itself recurses until the shell dies); no launch needs more than a few levels."""
 MAX_SOURCED_FILES = 100
 """How many files one script may source in all (a file sourcing itself twice doubles per level)."""
-_BUILTINS = ("source", ".", "cd", "pushd", "popd", "set", "envsubst")
+_BUILTINS = ("source", ".", "cd", "pushd", "popd", "set", "envsubst", "return", "shift")
 """Commands :func:`_builtin` runs on the script's state instead of keeping their words."""
 
 
-_KEYWORDS = ("if", "elif", "else", "fi", "then", "case", "esac")
+_KEYWORDS = (
+    "if",
+    "elif",
+    "else",
+    "fi",
+    "then",
+    "case",
+    "esac",
+    "while",
+    "until",
+    "for",
+    "select",
+    "do",
+    "done",
+)
+_LOOPS = ("while", "until", "for", "select")
+"""Loops are not evaluated: each is read as an ``if`` whose condition cannot be known (its body
+may run any number of times)."""
 
 
 @dataclass
@@ -99,18 +122,36 @@ def read_script(text: str, preset: dict[str, str] | None = None, path: str | Pat
         s.scalars["0"] = full  # not a name an assignment can set
         s.scalars.setdefault("PWD", os.path.dirname(full))
         s.arrays["BASH_SOURCE"] = [full]
+    bind(s, [])  # run as ``bash SCRIPT``: no arguments ($# is 0, "$@" empty)
     _read(text, s)
     return s
 
 
 def _read(text: str, s: Script) -> None:
-    """The statements of one file (the script or a file it sources) read into ``s``; an ``if`` or
-    ``case`` opened in the file must close in it, as bash requires."""
+    """The statements of one file (the script or a file it sources) read into ``s``."""
+    _read_lines(logical_lines(text), s)
+
+
+def _read_lines(lines: list[Logical], s: Script) -> None:
+    """Logical lines (a file's, or a function's body) read into ``s``; an ``if`` or ``case``
+    opened in them must close in them, as bash requires. A function definition is recorded (only
+    when the branch it is in runs; one in a branch that cannot be known is unknown)."""
     stack: list[_Branch] = []
-    for line, number in logical_lines(text):
-        stripped = line.strip()
+    it = iter(lines)
+    for logical in it:
+        stripped, number = logical.text.strip(), logical.number
         if not stripped:
             continue
+        head = header(stripped)
+        if head is not None:
+            fn = definition(head[0], head[1], number, it)
+            unknown = next((b.unknown for b in stack if b.unknown), None)
+            if all(b.active for b in stack):
+                s.functions[fn.name] = fn
+            elif unknown and all(b.active or b.unknown for b in stack):
+                s.functions[fn.name] = unknown
+            continue
+        s.heredoc = logical.heredoc
         first = stripped.split(None, 1)[0].rstrip(";")
         if first in _KEYWORDS or stack:
             split = first in _KEYWORDS or (stack and stack[-1].case is not None)
@@ -148,19 +189,19 @@ def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -
         else:
             stack.append(_Branch(False, False, None, case=word))
         return
-    if first == "then":
+    if first == "then" or first == "do":
         if rest:
             _conditional(rest, number, s, stack)
         return
     enclosing = all(b.active for b in stack)
-    if first == "if":
+    if first == "if" or first in _LOOPS:
         if not enclosing:
             # inside a branch that does not run: none of this if runs; inside one that may: all may
             outer = next((b.unknown for b in stack if b.unknown), None)
             maybe = outer is not None and all(b.active or b.unknown for b in stack)
             stack.append(_Branch(False, True, outer if maybe else None))
             return
-        known = condition(rest, number, s)
+        known = condition(rest, number, s) if first == "if" else f"if:?:{number}"
         if isinstance(known, str):
             stack.append(_Branch(False, False, known))
         else:
@@ -168,7 +209,9 @@ def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -
         return
     if first in ("elif", "else", "fi") and not stack:
         raise SpecError(f"line {number}: {first} without an if")
-    if first == "fi":
+    if first == "done" and not stack:
+        raise SpecError(f"line {number}: done without a loop")
+    if first == "fi" or first == "done":
         stack.pop()
         return
     top = stack[-1]
@@ -233,11 +276,21 @@ def _undetermined(statement: str, number: int, s: Script, unknown: str) -> None:
         r"^(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?([A-Za-z_]\w*)\+?=", statement
     )
     if m:
+        if statement.startswith("local") and s.frames:
+            make_local(s, m.group(1))
         s.scalars[m.group(1)] = UNRESOLVED.format(unknown)
         s.arrays.pop(m.group(1), None)
         s.assigned_lines[m.group(1)] = number
         return
     first = statement.split(None, 1)[0]
+    if first in s.functions or first in ("return", "sbatch"):
+        try:
+            words = shlex.split(expand(statement, s.scalars, s.arrays), posix=True)
+        except ValueError:
+            return
+        end = next((k for k, w in enumerate(words) if w in SEPARATORS), len(words))
+        _builtin_maybe(words[:end], number, s, unknown)
+        return
     if first in ("cd", "pushd", "popd"):
         s.scalars["PWD"] = UNRESOLVED.format(unknown)
         return
@@ -270,9 +323,19 @@ def _source_undetermined(args: list[str], number: int, s: Script, unknown: str) 
     it sets becomes a marker naming the branch's condition (and a training command in it an error
     naming it); a file that cannot be read there (``[ -f "$HOME/.env" ] && source``, the file on
     the cluster) is not read, as another command of that branch is not."""
+    _maybe(lambda scratch: _source(args, number, scratch), number, s, unknown)
+
+
+def _maybe(run, number: int, s: Script, unknown: str) -> None:
+    """``run`` (a source, a function call, a job script) on a copy of ``s``, for a branch that may
+    or may not run: what it changes becomes a marker naming the branch's condition, a training
+    command in it an error naming it; one that cannot be read there is not read."""
     scratch = Script(
         scalars=dict(s.scalars),
-        arrays={k: list(v) for k, v in s.arrays.items()},
+        arrays={k: (dict(v) if isinstance(v, dict) else list(v)) for k, v in s.arrays.items()},
+        functions=dict(s.functions),
+        frames=[Frame(function=f.function, saved=dict(f.saved)) for f in s.frames],
+        calls=s.calls,
         env=dict(s.env),
         root=s.root,
         allexport=s.allexport,
@@ -282,8 +345,8 @@ def _source_undetermined(args: list[str], number: int, s: Script, unknown: str) 
         sourced_bytes=s.sourced_bytes,
     )
     try:
-        _source(args, number, scratch)
-    except SpecError:
+        run(scratch)
+    except (SpecError, Return):
         return
     if any(re.search(r"\.py\b", w) for w, _ in scratch.words):
         _training_in_unknown(number, unknown)
@@ -295,7 +358,7 @@ def _source_undetermined(args: list[str], number: int, s: Script, unknown: str) 
             s.assigned_lines[name] = number
             if name in scratch.env:
                 s.env[name] = marker
-    s.sourced, s.sourced_bytes = scratch.sourced, scratch.sourced_bytes
+    s.sourced, s.sourced_bytes, s.calls = scratch.sourced, scratch.sourced_bytes, scratch.calls
 
 
 def _statement(stripped: str, number: int, s: Script) -> None:
@@ -304,15 +367,14 @@ def _statement(stripped: str, number: int, s: Script) -> None:
         words = shlex.split(stripped.replace("\n", " "), posix=True) if "=(" not in stripped else None
     except ValueError:
         words = stripped.split()
-    if words is None or _ASSIGN_LINE.match(stripped):
-        if _assign(stripped, number, s):
+    if words is None or _ASSIGN_LINE.match(stripped) or (words and words[0] in PREFIXES):
+        if assign(stripped, number, s):
             return
+    heredoc, s.heredoc = s.heredoc, None
+    if heredoc is not None:
+        stripped = here_operator(stripped)
     if words and words[0] == "unset":
-        for name in words[1:]:
-            if not name.startswith("-"):
-                s.scalars.pop(name, None)
-                s.arrays.pop(name, None)
-                s.env[name] = None
+        unset(words[1:], number, s)
         return
     expanded = expand(stripped.replace("\n", " "), s.scalars, s.arrays)
     try:
@@ -320,13 +382,15 @@ def _statement(stripped: str, number: int, s: Script) -> None:
     except ValueError:
         parts = expanded.split()
     # Leading NAME=value words set the command's environment (bash(1) "Simple Command Expansion").
-    while parts and _ASSIGN.match(parts[0]) and not parts[0].startswith("-"):
-        m = _ASSIGN.match(parts[0])
+    while parts and ASSIGN.match(parts[0]) and not parts[0].startswith("-"):
+        m = ASSIGN.match(parts[0])
         s.env[m.group(1)] = m.group(3)
         s.scalars[m.group(1)] = m.group(3)
         s.assigned_lines[m.group(1)] = number
         parts = parts[1:]
-    s.words += [(w, number) for w in _inner_commands(_run_builtins(parts, number, s))]
+    s.words += [(w, number) for w in _inner_commands(_run_builtins(parts, number, s), s)]
+    if heredoc is not None and parts and parts[0] in JOB_READERS:
+        s.words += job_script(heredoc, number, s, _read)
 
 
 def _run_builtins(parts: list[str], number: int, s: Script) -> list[str]:
@@ -336,7 +400,7 @@ def _run_builtins(parts: list[str], number: int, s: Script) -> list[str]:
     succeeded, a test (``[ ]``, ``[[ ]]``, ``test``, ``true``, ``false``) is evaluated as an ``if``
     condition is (:func:`condition`); after any other command it may or may not run
     (:func:`_builtin_maybe`)."""
-    if not any(w in _BUILTINS for w in parts):
+    if not any(w in _BUILTINS or w in s.functions for w in parts):
         return parts
     out, start, before = [], 0, None
     status: bool | str = True
@@ -344,15 +408,14 @@ def _run_builtins(parts: list[str], number: int, s: Script) -> list[str]:
         if k < len(parts) and parts[k] not in SEPARATORS:
             continue
         command = parts[start:k]
-        if command and command[0] in _BUILTINS:
+        if command and (command[0] in _BUILTINS or command[0] in s.functions):
             runs: bool | str = True
             if before == "&&":
                 runs = status
             elif before == "||":
                 runs = not status if isinstance(status, bool) else status
             if runs is True:
-                _builtin(command, number, s)
-                status = True
+                status = _builtin(command, number, s)
             elif runs is not False:
                 _builtin_maybe(command, number, s, runs)
                 status = runs
@@ -368,14 +431,43 @@ def _builtin_maybe(command: list[str], number: int, s: Script, unknown: str) -> 
     becomes unknown (:func:`_source_undetermined`), so does ``$PWD`` after a ``cd``."""
     if command[0] in ("source", "."):
         _source_undetermined(command[1:], number, s, unknown)
+    elif command[0] in s.functions:
+        _maybe(
+            lambda scratch: call(command[0], command[1:], number, scratch, _read_lines), number, s, unknown
+        )
+    elif command[0] == "return" and s.frames:
+        _, var, line = unknown.split(":")
+        raise SpecError(
+            f"line {number}: return in a branch of the if/case on line {line}, which depends on "
+            f"{var if var != '?' else 'a condition planner cannot evaluate'}: planner cannot know whether "
+            f"{s.frames[-1].function} returns here"
+        )
+    elif command[0] == "sbatch" and s.heredoc is not None:
+        _maybe(
+            lambda scratch: scratch.words.extend(job_script(s.heredoc, number, scratch, _read)),
+            number,
+            s,
+            unknown,
+        )
     elif command[0] in ("cd", "pushd", "popd"):
         s.scalars["PWD"] = UNRESOLVED.format(unknown)
 
 
-def _builtin(command: list[str], number: int, s: Script) -> None:
-    """``source``/``.``, ``cd``/``pushd``/``popd`` (``$PWD``, where relative paths are found) and
-    ``set -a``/``+a``/``-o allexport`` (bash(1) "SHELL BUILTIN COMMANDS") run on ``s``."""
+def _builtin(command: list[str], number: int, s: Script) -> bool | str:
+    """``source``/``.``, ``cd``/``pushd``/``popd`` (``$PWD``, where relative paths are found),
+    ``set -a``/``+a``/``-o allexport``, ``return [N]``, ``shift [N]`` (bash(1) "SHELL BUILTIN
+    COMMANDS") and a call of a function the script defined (:func:`.functions.call`) run on ``s``;
+    their status."""
     name, args = command[0], command[1:]
+    if name in s.functions:
+        return call(name, args, number, s, _read_lines)
+    if name == "return":
+        if not s.frames and s.depth == 0:
+            return False  # bash: "can only `return' from a function or sourced script"
+        raise Return(args[0] == "0" if args and args[0].lstrip("-").isdigit() else f"if:?:{number}")
+    if name == "shift":
+        count = args[0] if args else "1"
+        return shift(s, int(count)) if count.isdigit() else f"if:?:{number}"
     if name in ("source", "."):
         _source(args, number, s)
     elif name == "envsubst":
@@ -388,6 +480,7 @@ def _builtin(command: list[str], number: int, s: Script) -> None:
                 s.allexport = a == "-o"
     else:
         change_directory(command, number, s)
+    return True
 
 
 class _SourceBound(SpecError):
@@ -452,6 +545,8 @@ def _source(args: list[str], number: int, s: Script) -> None:
     s.arrays["BASH_SOURCE"] = [full] + s.arrays.get("BASH_SOURCE", [])
     try:
         _read(text, s)
+    except Return:
+        pass  # bash(1) "return": in a sourced file, it stops reading the file
     except _SourceBound as exc:
         if s.depth > 1:
             raise
@@ -467,48 +562,12 @@ def _source(args: list[str], number: int, s: Script) -> None:
             s.assigned_lines[name] = number
 
 
-def _assign(line: str, number: int, s: Script) -> bool:
-    """Record ``[export] NAME=value ...`` or ``NAME=( ... )``; False when the line is not one."""
-    text = line.strip()
-    exported = False
-    first = text.split(None, 1)[0]
-    if first in _PREFIXES:
-        exported = first == "export" or "-x" in text.split()
-        text = text.split(None, 1)[1] if len(text.split(None, 1)) > 1 else ""
-        while text.startswith("-"):
-            text = text.split(None, 1)[1] if len(text.split(None, 1)) > 1 else ""
-    m = re.match(r"^([A-Za-z_]\w*)(\+?)=\((.*)\)\s*$", text, re.S)
-    if m:
-        name, append, body = m.groups()
-        body = " ".join(strip_comment(x) for x in body.splitlines())
-        try:
-            items = shlex.split(expand(body, s.scalars, s.arrays), posix=True)
-        except ValueError:
-            items = body.split()
-        s.arrays[name] = (s.arrays.get(name, []) if append else []) + items
-        s.assigned_lines[name] = number
-        return True
-    try:
-        words = shlex.split(expand(text, s.scalars, s.arrays, split=False), posix=True)
-    except ValueError:
-        return False
-    if not words or not all(_ASSIGN.match(w) for w in words):
-        return False
-    for w in words:
-        name, append, value = _ASSIGN.match(w).groups()
-        value = (s.scalars.get(name, "") + value) if append else value
-        s.scalars[name] = value
-        s.arrays.pop(name, None)
-        s.assigned_lines[name] = number
-        if exported or s.allexport or name in s.env:
-            s.env[name] = value
-    return True
-
-
-def _inner_commands(parts: list[str]) -> list[str]:
+def _inner_commands(parts: list[str], s: Script) -> list[str]:
     """``bash -c 'STRING' name args...``: the words bash would run (STRING re-split with ``"$@"``
-    bound to args). An unquoted ``|``, ``;``, ``&``, ``<`` or ``>`` inside STRING splits the command
-    there, as bash would: a SpecError naming it (a value such as a pipeline layout must be quoted)."""
+    bound to args, and its references expanded in the environment the inner shell inherits,
+    :func:`.heredoc.exported`). An unquoted ``|``, ``;``, ``&``, ``<`` or ``>`` inside STRING
+    splits the command there, as bash would: a SpecError naming it (a value such as a pipeline
+    layout must be quoted)."""
     for k, w in enumerate(parts[:-1]):
         if w in ("bash", "sh", "/bin/bash", "/bin/sh") and parts[k + 1] == "-c" and k + 2 < len(parts):
             inner, rest = parts[k + 2], parts[k + 4 :]
@@ -516,6 +575,8 @@ def _inner_commands(parts: list[str]) -> list[str]:
             rest, tail = rest[:end], rest[end:]
             bound = " ".join(shlex.quote(a) for a in rest)
             inner = inner.replace('"$@"', bound).replace("$@", bound)
+            if "$" in inner:
+                inner = expand(inner, exported(s)[1], {})
             lex = shlex.shlex(inner, posix=True, punctuation_chars=True)
             lex.whitespace_split = True
             try:
@@ -529,5 +590,5 @@ def _inner_commands(parts: list[str]) -> list[str]:
                         f"the bash -c command string has an unquoted {x!r} after {before!r}: the inner "
                         'shell splits the command there (quote the value, or pass the arguments as "$@")'
                     )
-            return parts[:k] + _inner_commands([x for x in words if x != "&&"]) + tail
+            return parts[:k] + _inner_commands([x for x in words if x != "&&"], s) + tail
     return parts

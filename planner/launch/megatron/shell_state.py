@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from planner.inputs.validation import printable
 from planner.launch.megatron.expansion import UNRESOLVED_RE, unresolved_in
@@ -19,7 +20,8 @@ class Script:
 
     words: list[tuple[str, int]] = field(default_factory=list)
     scalars: dict[str, str] = field(default_factory=dict)
-    arrays: dict[str, list[str]] = field(default_factory=dict)
+    arrays: dict[str, list[str] | dict[str, str]] = field(default_factory=dict)
+    """Indexed arrays (lists) and associative arrays (dicts, in the order keys were first set)."""
     env: dict[str, str | None] = field(default_factory=dict)
     """Environment assignments (``export NAME=v`` or ``NAME=v`` before a command); None = unset."""
     assigned_lines: dict[str, int] = field(default_factory=dict)
@@ -36,6 +38,14 @@ class Script:
     """Files sourced so far (bounded by :data:`MAX_SOURCED_FILES`)."""
     sourced_bytes: int = 0
     """Their size in all (bounded by MAX_FILE_BYTES, the largest input file planner reads)."""
+    functions: dict[str, Any] = field(default_factory=dict)
+    """The functions defined so far (:class:`.functions.Function` by name)."""
+    frames: list[Any] = field(default_factory=list)
+    """The calls being run, innermost last (:class:`.functions.Frame`)."""
+    calls: int = 0
+    """Calls made so far (bounded by :data:`.functions.MAX_CALLS`)."""
+    heredoc: Any = None
+    """The here-document the line being read opens (:class:`.shell_text.Heredoc`), for its command."""
 
 
 def display(word: str) -> str:

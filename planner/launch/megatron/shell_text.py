@@ -5,17 +5,50 @@ multi-line quotes, comments dropped, a line split into the commands of a list (b
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from planner.inputs.errors import SpecError
 
 
-def logical_lines(text: str) -> list[tuple[str, int]]:
+class Heredoc(NamedTuple):
+    """A here-document (bash(1) "Here Documents"): its lines, and whether its delimiter was quoted
+    (then no line is expanded)."""
+
+    body: str
+    quoted: bool
+
+
+class Logical(NamedTuple):
+    """A logical line: its text, the number of its first line and the here-document it opens."""
+
+    text: str
+    number: int
+    heredoc: Heredoc | None = None
+
+
+_HEREDOC = re.compile(r"(?<![<\d])<<(-?)\s*(['\"]?)([A-Za-z_][\w.-]*)\2(?!<)")
+"""``<<WORD``, ``<<-WORD``, ``<<'WORD'``, ``<<"WORD"`` (not the here-string ``<<<``)."""
+
+
+def _heredoc(line: str) -> tuple[bool, str, bool] | None:
+    """(strip leading tabs, delimiter, quoted) of the here-document a line opens outside quotes."""
+    for m in _HEREDOC.finditer(line):
+        if not _open_quote(line[: m.start()]) and "<<<" not in line[max(0, m.start() - 1) : m.start() + 3]:
+            return m.group(1) == "-", m.group(3), bool(m.group(2))
+    return None
+
+
+def logical_lines(text: str) -> list[Logical]:
     """Lines joined over backslash continuations, comments dropped (outside quotes), with the
     number of their first line; a quoted string runs to its closing quote and an array assignment
-    ``NAME=(`` to its closing ``)``, over several lines."""
-    out: list[tuple[str, int]] = []
-    buf, start, depth = "", 1, 0
-    for number, raw in enumerate(text.splitlines(), 1):
+    ``NAME=(`` to its closing ``)``, over several lines. A line that opens a here-document holds its
+    body, the lines up to the delimiter (to the end of the text, as bash reads one left open)."""
+    out: list[Logical] = []
+    raws = text.splitlines()
+    buf, start, depth, i = "", 1, 0, 0
+    while i < len(raws):
+        number, raw = i + 1, raws[i]
+        i += 1
         line = strip_comment(raw)
         if not buf:
             start = number
@@ -32,12 +65,23 @@ def logical_lines(text: str) -> list[tuple[str, int]]:
         ):
             buf += "\n"
             continue
-        out.append((buf, start))
+        heredoc, opened = None, _heredoc(buf)
+        if opened is not None:
+            strip_tabs, delimiter, quoted = opened
+            body: list[str] = []
+            while i < len(raws):
+                body_line = raws[i].lstrip("\t") if strip_tabs else raws[i]
+                i += 1
+                if body_line == delimiter:
+                    break
+                body.append(body_line)
+            heredoc = Heredoc("".join(b + "\n" for b in body), quoted)
+        out.append(Logical(buf, start, heredoc))
         buf = ""
     if buf and _open_quote(buf):
         raise SpecError(f"line {start}: a quote opened here is never closed (bash: unexpected end of file)")
     if buf:
-        out.append((buf, start))
+        out.append(Logical(buf, start))
     return out
 
 
