@@ -132,13 +132,20 @@ def check(
     else:
         spec = load_cluster(cluster, nodes)
         configure(spec, name or BASE, prof)  # a profile for another GPU type: an error here, exit 1
-    from planner.launch.bridge.check import check_recipe
-
     headroom = headroom_gib * 2**30
     verdicts = [
-        check_recipe(str(p), spec, headroom, max_slowdown, prof, name, vocab_size, recipe, set_vars or [])
-        if str(p) in recipes and spec is not None
-        else check_file(str(p), spec, headroom, max_slowdown, prof, name, vocab_size, variables)
+        check_file(
+            str(p),
+            spec,
+            headroom,
+            max_slowdown,
+            prof,
+            name,
+            vocab_size,
+            variables,
+            recipe,
+            tuple(set_vars or ()),
+        )
         for p in configs
     ]
     if as_json:

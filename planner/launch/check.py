@@ -112,13 +112,17 @@ def check_file(
     software: str | None = None,
     vocab_size: int | None = None,
     variables: dict | None = None,
+    recipe: str | None = None,
+    sets: tuple[str, ...] = (),
 ) -> Verdict:
     """Every check on one config file against ``cluster`` (as loaded: no software or calibration
     profile applied; None: a plan file's own cluster, :func:`is_plan_file`, and an error finding
     for any other file). ``software`` (a software profile name; None: a plan file's recorded one,
     the newest of a launch file's framework) and then ``profile`` (a calibrated
     :class:`planner.profiles.calibrated.Profile`, replacing a plan's recorded one) are applied to the
-    cluster the file is judged on (:func:`planner.profiles.software.configure`)."""
+    cluster the file is judged on (:func:`planner.profiles.software.configure`). ``variables`` are a
+    launch script's ``--set`` values; a Megatron-Bridge recipe file's function is ``recipe`` (None:
+    its only ``*_config``) and ``sets`` its ``--set`` items (:mod:`planner.launch.bridge.recipe`)."""
     verdict = Verdict(path)
     try:
         text = read_text_capped(Path(path))  # size-capped, UTF-8 (planner.inputs.validation)
@@ -128,7 +132,8 @@ def check_file(
     kind = _plan_kind(path, text)
     if kind == "graph_plan":
         return _check_graph_plan(path, cluster, headroom_bytes, max_slowdown, verdict, software, profile)
-    read = _read_config(verdict, path, text, kind, cluster, software, profile, vocab_size, variables)
+    launch = _Launch(vocab_size, variables, recipe, tuple(sets))
+    read = _read_config(verdict, path, text, kind, cluster, software, profile, launch)
     if read is None:
         return verdict
     config = _constrained(verdict, read)
@@ -182,6 +187,17 @@ class _Config:
     """The memory headroom a plan file was searched under (0 for a launch file)."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Launch:
+    """What the command line gives a launch file's reader beside the file: the vocabulary size, a
+    launch script's variables, a Bridge recipe's function and ``--set`` items."""
+
+    vocab_size: int | None = None
+    variables: dict | None = None
+    recipe: str | None = None
+    sets: tuple[str, ...] = ()
+
+
 def _read_config(
     verdict: Verdict,
     path: str,
@@ -190,11 +206,12 @@ def _read_config(
     cluster: ClusterSpec | None,
     software: str | None,
     profile,
-    vocab_size: int | None = None,
-    variables: dict | None = None,
+    launch: _Launch = _Launch(),
 ) -> _Config | None:
-    """The plan, torchtitan TOML or Megatron-LM file read, its import notices and Megatron's own
-    refusals added to ``verdict``; None once an error finding says why it cannot be judged."""
+    """The plan, torchtitan TOML, Megatron-Bridge or Megatron-LM file read, its import notices and
+    Megatron's own refusals added to ``verdict``; None once an error finding says why it cannot be
+    judged."""
+    from planner.launch.bridge.recipe import is_recipe_file
     from planner.profiles.software import cluster_families, configure, default_software
 
     try:
@@ -213,9 +230,11 @@ def _read_config(
         if Path(path).suffix == ".toml":
             read = _read_torchtitan_file(verdict, path, cluster)
         elif _is_bridge_file(path, text):
-            read = _read_bridge_file(verdict, path, text, cluster, vocab_size)
+            read = _read_bridge_file(verdict, path, text, cluster, launch.vocab_size)
+        elif is_recipe_file(path):
+            read = _read_bridge_recipe(verdict, path, text, cluster, launch)
         else:
-            read = _read_megatron_file(verdict, path, text, cluster, vocab_size, variables)
+            read = _read_megatron_file(verdict, path, text, cluster, launch.vocab_size, launch.variables)
     except PlannerError as exc:
         verdict.add(Finding("error", "parse", str(exc)))
         return None
@@ -356,9 +375,28 @@ def _read_bridge_file(
     """A Megatron-Bridge ConfigContainer override, judged as the Megatron-LM launch its fields stand
     for (:mod:`planner.launch.bridge.importer`): a warning for each key planner does not interpret,
     Megatron-core's own refusals, findings on the line of the key."""
-    from planner.launch.bridge.importer import read_bridge, renamed
+    from planner.launch.bridge.importer import read_bridge
 
-    read = read_bridge(text, path, cluster.num_gpus, vocab_size)
+    return _bridge_config(verdict, read_bridge(text, path, cluster.num_gpus, vocab_size), cluster)
+
+
+def _read_bridge_recipe(
+    verdict: Verdict, path: str, text: str, cluster: ClusterSpec, launch: _Launch
+) -> _Config:
+    """A Megatron-Bridge Python recipe read without running it (:mod:`planner.launch.bridge.recipe`),
+    judged as the override import's files are (:func:`_bridge_config`)."""
+    from planner.launch.bridge.recipe import read_recipe
+
+    read = read_recipe(text, path, launch.recipe, launch.sets, cluster.num_gpus, launch.vocab_size)
+    return _bridge_config(verdict, read, cluster)
+
+
+def _bridge_config(verdict: Verdict, read, cluster: ClusterSpec) -> _Config:
+    """What a Megatron-Bridge override or recipe read gives (``imported``, ``key_lines``,
+    ``flag_keys``, ``notes``, ``unknown``): its notices, a warning for each key planner does not
+    interpret, Megatron-Core's own refusals named by the Bridge keys, findings on the key's line."""
+    from planner.launch.bridge.importer import renamed
+
     imported = read.imported
     lines = {f: read.key_lines.get(k) for f, k in read.flag_keys.items() if read.key_lines.get(k)}
     for note in (*read.notes, *imported.notes):
