@@ -345,6 +345,33 @@ def test_partition_is_exact_against_brute_force(U, capacity_gib, recompute, base
         assert ucs[option].tau_s[list(units)].sum() <= T * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("capacity_gib", [80.0, 4.2])
+@pytest.mark.parametrize("U", [3, 4, 6])
+def test_partition_of_identical_towers_is_exact(U, capacity_gib):
+    """Two identical towers (one DP for both, their stages copied) with shared head stages (the
+    skipped splits, the siblings' knapsack made once) against the brute force."""
+    from planner.search.graph_options import stage_options, unit_config
+
+    g = towers_model(2, tower_layers=5, fusion_layers=4, tower_hidden=(1024, 1024))
+    cluster = load_cluster("dgx-h100", 2)
+    job = make_job(global_batch_size=64, seq_length=1024)
+    shape = ParallelConfig(tp=1, pp=U, dp=1, micro_batch_size=4, recompute="none", optimizer_sharding="none")
+    options = stage_options(shape, (True,))
+    ucs = {o: unit_costs(g, job, unit_config(shape, o), cluster.groups[0]) for o in options}
+    lim = StageLimits(capacity_bytes=capacity_gib * 2**30, fragmentation=0.05, m=16)
+    root, _ = decompose(g)
+    branched = structure(root, (True,), unit_layout(g))
+    expected = _brute_force_bottleneck(ucs, U, lim, branched, options, 1, True)
+    got = partition_graph(branched, ucs, U, lim, options)
+    if not np.isfinite(expected):
+        assert got is None
+        return
+    sg, T = got
+    assert T == pytest.approx(expected, rel=1e-9)
+    assert check_stage_graph(unit_layout(g), sg) == ""
+    assert sum(sg.replicas_of(i) for i in range(sg.num_stages)) == U
+
+
 def test_head_shares_a_branch_stage_when_that_is_faster():
     """GraphPipe's stages are any convex subgraph (its case study puts the concat head in a branch's
     last stage): two towers (5 layers of width 1024 and of 2048) and a 4-layer fusion on 4 GPUs.
@@ -362,7 +389,7 @@ def test_head_shares_a_branch_stage_when_that_is_faster():
     lim = StageLimits(capacity_bytes=80 * 2**30, fragmentation=0.05, m=16)
     root, _ = decompose(g)
     branched = structure(root, (True,), unit_layout(g))
-    apart = partition_graph(branched, ucs, 4, lim, options)
+    apart = partition_graph(branched, ucs, 4, lim, options, merge_heads=False)
     shared = partition_graph(branched, ucs, 4, lim, options, merge_heads=True)
     assert shared[1] < 0.85 * apart[1]
     layout = unit_layout(g)
@@ -384,8 +411,8 @@ def test_shared_head_stages_in_the_search_never_slower():
     cluster = load_cluster("dgx-h100", 4)
     job = make_job(global_batch_size=128, seq_length=2048)
     r = Restrictions(pp=(8,), memory_headroom_bytes=HEADROOM)
-    apart = search_graph(g, cluster, job, r, top_k=1)
-    shared = search_graph(g, cluster, job, r, top_k=1, merge_heads=True)
+    apart = search_graph(g, cluster, job, r, top_k=1, merge_heads=False)
+    shared = search_graph(g, cluster, job, r, top_k=1)
     assert shared.plans[0].estimate.step_time_s <= apart.plans[0].estimate.step_time_s * (1 + 1e-12)
     assert check_stage_graph(unit_layout(g), shared.plans[0].stage_graph) == ""
 

@@ -211,12 +211,11 @@ def search_graph(
     top_k: int = 5,
     progress: Callable[[int, int, float | None], None] | None = None,
     exhaustive: bool = False,
-    merge_heads: bool = False,
+    merge_heads: bool = True,
 ) -> GraphSearchResult:
     """Best graph plans and the best sequential plan; ``exhaustive`` disables pruning (tests);
     ``merge_heads``: the chain after a branched node may share one branch's last stage when that
-    lowers the bottleneck (exact, but each partition then also tries every split of the head:
-    several times slower on the presets, so off unless asked)."""
+    lowers the bottleneck (exact; False keeps every stage inside one chain)."""
     r = restrictions or Restrictions()
     layout = unit_layout(g)
     root, linearised = decompose(g)
@@ -342,7 +341,7 @@ def evaluate_graph(
     modes: tuple[bool, ...],
     headroom_bytes: float = 0.0,
     allowed_tp: tuple[int, ...] | None = None,
-    merge_heads: bool = False,
+    merge_heads: bool = True,
 ) -> GraphPlan | None:
     """Partition one (shape, modes) candidate and time it; None when no partition fits.
 

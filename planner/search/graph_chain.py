@@ -153,6 +153,48 @@ class ChainData:
         self._sweeps[key] = out
         return out
 
+    def tail_times(self) -> np.ndarray:
+        """Every time a shared stage may take: from a start at or before ``tail_max`` to any end
+        after it (the chain is a branch's last chain followed by a head; see :meth:`sweep_tail`)."""
+        tail = self.tail_max
+        return (self.pt[tail + 2 :, None] - self.pt[None, : tail + 1]).ravel()
+
+    def sweep_tail(self, T: float, depth: int, max_stages: int, end: int) -> list:
+        """:meth:`sweep` of the chain's units ``[0, end)`` with the last stage starting at or
+        before ``tail_max`` (``end`` after it): rows 1.. as the chain cut at ``end`` would give them.
+
+        The last stage's starts are ``[lo[end], tail_max]``, and every earlier stage ends at or
+        before ``tail_max``, where the positions, and so the rows, do not depend on ``end``: the
+        rows are cached by that first start, shared by every end that has it. Row 0 (the end
+        itself) is not kept (None): the rows are read from row 1 on.
+        """
+        n, m = self.n, self.lim.m
+        free = self.lo_mem(m)[end] == 0
+        depth = -1 if free else min(depth, m)
+        start = min(int(self.lo(T, min(depth + 1, m) if not free else 0)[end]), self.tail_max + 1)
+        key = ("tail", T, depth, max_stages, start)
+        hit = self._sweeps.get(key)
+        if hit is not None:
+            return hit
+        if len(self._sweeps) > 4096:
+            self._sweeps.clear()
+        positions = self.b
+        out: list = [None]
+        row = (positions >= start) & (positions <= self.tail_max)
+        if max_stages >= 1 and row.any():
+            out.append(row)
+            for j in range(2, min(n, max_stages) + 1):
+                lo = self.lo(T, min(depth + j, m) if not free else 0)
+                ends = np.flatnonzero(out[-1])
+                nxt = np.searchsorted(ends, positions, side="right")
+                valid = nxt < ends.size
+                row = valid & (lo[ends[np.minimum(nxt, ends.size - 1)]] <= positions)
+                if not row.any():
+                    break
+                out.append(row)
+        self._sweeps[key] = out
+        return out
+
     def cuts(self, T: float, depth: int, j: int, reach: list[np.ndarray]) -> list[tuple[int, int]]:
         """Lexicographically smallest segments (front to back) covering the chain in j stages."""
         segs, a = [], 0

@@ -30,6 +30,8 @@ class _Merge:
     p: int
     rest: Chain | None
     branched: Branched
+    head: Chain
+    """The head chain (its sweeps give the rest's: ``rest`` is its units from ``p``)."""
     floor_s: float
     """Least time of the shared stage (the head's units and the branch's last unit, best option)."""
 
@@ -54,10 +56,17 @@ class _Solver:
         self.chain_units: dict[int, tuple[tuple[int, ...], tuple[StageOption, ...]]] = {}
         """Per chain of the structure: its units and every option they may run under (the floor)."""
         self.merges: dict[tuple[int, int], list[_Merge]] = {}
-        self.head_branch: dict[int, int] = {}
-        """Per extended branched node (:class:`_Merge`): the index of the branch holding the head."""
+        self.head_branch: dict[int, tuple[int, int]] = {}
+        """Per extended branched node (:class:`_Merge`): the index of the branch holding the head,
+        and the id of the node it extends."""
         self._shared: dict[tuple, ChainData] = {}
+        self.tails: dict[int, tuple[dict[StageOption, ChainData], int]] = {}
+        """Per extended chain (a branch's last chain and the head's first ``p`` units): the data of
+        the branch's chain followed by the whole head, per option, and where the extended chain
+        ends in it; its sweeps are :meth:`ChainData.sweep_tail`'s."""
+        self._tail_data: list[ChainData] = []
         self._memo: dict = {}
+        self._maps: dict = {}
         self._merging = False
         self._collect(root)
         self._base = list(self.chains)
@@ -94,7 +103,7 @@ class _Solver:
                 for b in item.branches:
                     self._collect_merges(b)
         for B, C in zip(s.items, s.items[1:]):
-            if not (isinstance(B, Branched) and isinstance(C, Chain)):
+            if not (isinstance(B, Branched) and isinstance(C, Chain)) or not self.options[id(C)]:
                 continue
             specs = []
             for members in self._classes(B):  # identical branches: the first stands for its class
@@ -102,29 +111,48 @@ class _Solver:
                 last = B.branches[b].items[-1]
                 if not isinstance(last, Chain):
                     continue
+                # one chain data for the branch's chain and the whole head: every extended chain is
+                # a prefix of it (its options: those of the branch's chain and the head together)
+                whole = Chain(last.units + C.units)
+                opts = tuple(o for o in self._options_for(whole) if self.groups(o) <= self.U)
+                if not opts:
+                    continue
+                data = {o: ChainData(whole, self.ucs[o], self.lim, len(last.units) - 1) for o in opts}
+                self._tail_data += [data[o] for o in opts]
+                self._widen(last, opts)
+                self._widen(C, opts)
                 for p in range(1, len(C.units) + 1):
                     ext = Chain(last.units + C.units[:p])
-                    opts = self._add_chain(ext, tail_max=len(last.units) - 1)
+                    self.options[id(ext)] = opts
+                    self.tails[id(ext)] = (data, len(last.units) + p)
                     rest = Chain(C.units[p:]) if p < len(C.units) else None
-                    if not opts or (rest is not None and not self._add_chain(rest)):
-                        continue
-                    self._widen(last, opts)
-                    self._widen(C, opts)
                     branches = tuple(
                         Series((*x.items[:-1], ext)) if k == b else x for k, x in enumerate(B.branches)
                     )
                     ext_branched = Branched(branches)
-                    self.head_branch[id(ext_branched)] = b
+                    self.head_branch[id(ext_branched)] = (b, id(B))
                     shared = list(ext.units[len(last.units) - 1 :])
                     floor = min(float(self.ucs[o].tau_s[shared].sum()) for o in opts)
-                    specs.append(_Merge(p, rest, ext_branched, floor))
+                    specs.append(_Merge(p, rest, ext_branched, C, floor))
             if specs:
                 self.merges[(id(B), id(C))] = specs
 
+    def data(self, chain: Chain, option: StageOption) -> ChainData:
+        """The chain data of ``chain`` under ``option``; an extended chain or the rest of a head
+        after a shared stage gets its own when its stages are emitted."""
+        key = (id(chain), option)
+        if key not in self.chains:
+            tail = self.tails.get(id(chain))
+            tail_max = None if tail is None else tail[0][option].tail_max
+            self.chains[key] = ChainData(chain, self.ucs[option], self.lim, tail_max)
+        return self.chains[key]
+
     def candidates(self, merging: bool) -> np.ndarray:
         """Every stage time a plan may have as its bottleneck (with ``merging``, shared stages too)."""
-        chains = self.chains.values() if merging else [self.chains[k] for k in self._base]
-        return np.unique(np.concatenate([c.segment_times() for c in chains]))
+        times = [self.chains[k].segment_times() for k in self._base]
+        if merging:
+            times += [c.tail_times() for c in self._tail_data]
+        return np.unique(np.concatenate(times))
 
     def solve(self, T: float, merging: bool = False):
         """(least depth, choice) of a plan of exactly ``U`` groups within ``T``, or None; with
@@ -182,9 +210,13 @@ class _Solver:
         if key in self._memo:
             return self._memo[key]
         out: dict = {}
+        tail = self.tails.get(id(item))
         for o in self.options[id(item)]:
             per_stage = self.groups(o)
-            reach = self.chains[(id(item), o)].sweep(T, depth, self.U // per_stage)
+            if tail is None:
+                reach = self.chains[(id(item), o)].sweep(T, depth, self.U // per_stage)
+            else:
+                reach = tail[0][o].sweep_tail(T, depth, self.U // per_stage, tail[1])
             for j in range(1, len(reach)):
                 used = j * per_stage
                 if reach[j][0] and (used not in out or depth + j < out[used][0]):
@@ -193,17 +225,28 @@ class _Solver:
         return out
 
     def _merged(self, B: Branched, C: Chain, depth: int, T: float) -> dict:
-        """Groups -> least depth of ``B ; C`` with ``C``'s first units in one branch's last stage."""
+        """Groups -> least depth of ``B ; C`` with ``C``'s first units in one branch's last stage.
+
+        A split ``p`` of the head whose rest takes ``used`` groups at depth ``d0`` is dominated by
+        an earlier split of the same branch with the same ``used`` at a depth no greater: the
+        earlier shared stage ends sooner, so it may start sooner (:meth:`ChainData.sweep_tail`
+        reaches a superset), and a shallower rest leaves more memory upstream. Such splits add
+        nothing (an equal depth never replaces the first) and are not tried."""
         key = ("merged", id(B), id(C), depth)
         if key in self._memo:
             return self._memo[key]
         out: dict = {}
+        shallowest: dict[tuple[int, int], int] = {}
         for spec in self.merges[(id(B), id(C))]:
             if spec.floor_s > T * (1 + 1e-12):
                 continue
-            rest = {0: (depth, None)} if spec.rest is None else self._chain(spec.rest, depth, T)
+            rest = {0: (depth, None)} if spec.rest is None else self._rest(spec, depth, T)
+            b = self.head_branch[id(spec.branched)][0]
             for used in sorted(rest):
                 d0, rest_choice = rest[used]
+                if shallowest.get((b, used), d0 + 1) <= d0:
+                    continue
+                shallowest[(b, used)] = d0
                 inner = self._branched(spec.branched, d0, T)
                 for k in sorted(inner):
                     total = used + k
@@ -215,12 +258,32 @@ class _Solver:
         self._memo[key] = out
         return out
 
+    def _rest(self, spec: _Merge, depth: int, T: float) -> dict:
+        """:meth:`_chain` of the head's units from ``spec.p``, read from the head's own sweeps
+        (units ``p..`` covered by ``j`` stages), at the head's options."""
+        key = ("rest", id(spec.head), spec.p, depth)
+        if key in self._memo:
+            return self._memo[key]
+        out: dict = {}
+        for o in self.options[id(spec.head)]:
+            per_stage = self.groups(o)
+            reach = self.chains[(id(spec.head), o)].sweep(T, depth, self.U // per_stage)
+            for j in range(1, len(reach)):
+                used = j * per_stage
+                if reach[j][spec.p] and (used not in out or depth + j < out[used][0]):
+                    out[used] = (depth + j, ("chain", spec.rest, j, depth, o))
+        self._memo[key] = out
+        return out
+
     def _signature(self, s: Series) -> tuple:
         """What makes two branches interchangeable: the same chains (unit costs under every option
         they may take) in the same order, recursively."""
         out = []
         for item in s.items:
-            if isinstance(item, Chain):
+            if isinstance(item, Chain) and id(item) in self.tails:
+                data, end = self.tails[id(item)]
+                out.append(("tail", end, tuple((o, d.signature) for o, d in data.items())))
+            elif isinstance(item, Chain):
                 opts = self.options[id(item)]
                 out.append(("chain", tuple((o, self.chains[(id(item), o)].signature) for o in opts)))
             else:
@@ -237,34 +300,65 @@ class _Solver:
             self._memo[key] = list(groups.values())
         return self._memo[key]
 
-    def _branched(self, item: Branched, depth: int, T: float) -> dict:
-        """Groups given to the branches together -> least depth (the deepest branch), a knapsack.
+    def _unit_map(self, rep: Series, member: Series) -> dict[int, int]:
+        """Unit of ``rep`` -> the unit at the same place in ``member`` (an identical branch)."""
+        key = ("units", id(rep), id(member))
+        if key not in self._maps:
+            self._maps[key] = dict(zip(_units(rep), _units(member), strict=True))
+        return self._maps[key]
 
-        Identical branches (:meth:`_classes`: the same units at the same costs, four equal towers
-        say) take identical resources, as GraphPipe gives symmetric branches: a class of ``k`` takes
-        ``k x g`` groups, each branch ``g`` with the same stages. Among equal (groups, depth), the
-        first pair in (earlier groups, later groups) order wins. In a node extended by a head
-        (:class:`_Merge`) the other branches feed the shared stage: one more stage downstream."""
+    def _branched(self, item: Branched, depth: int, T: float) -> dict:
+        """Groups given to the branches together -> least depth (the deepest branch), a knapsack
+        over the classes of identical branches (:meth:`_knapsack`).
+
+        In a node extended by a head (:class:`_Merge`) the other branches feed the shared stage:
+        one more stage downstream. Their knapsack is the same for every split of the head, so it
+        is made once per depth and the branch holding the head is added to it last."""
         key = ("branched", id(item), depth)
         if key in self._memo:
             return self._memo[key]
+        classes = self._classes(item)
+        start: dict = {0: (depth, ())}
         head = self.head_branch.get(id(item))
-        acc: dict = {0: (depth, ())}
-        for members in self._classes(item):
-            below = depth + (head is not None and members[0] != head)
-            per = [self._series(item.branches[i], below, T) for i in members]
-            if not per[0] or not acc:
-                acc = {}
-                break
+        if head is None:
+            acc = self._knapsack(item, classes, depth, T, start)
+        else:
+            b, origin = head
+            siblings = ("siblings", origin, b, depth)
+            if siblings not in self._memo:
+                others = [c for c in classes if c[0] != b]
+                self._memo[siblings] = self._knapsack(item, others, depth + 1, T, start)
+            acc = self._knapsack(item, [[b]], depth, T, self._memo[siblings])
+        out = {
+            x: (dep, ("branched", item, tuple(("series", *c) for _, c in sorted(chosen))))
+            for x, (dep, chosen) in acc.items()
+            if x > 0
+        }
+        self._memo[key] = out
+        return out
+
+    def _knapsack(self, item: Branched, classes: list[list[int]], below: int, T: float, acc: dict) -> dict:
+        """``acc`` (groups -> least depth, chosen branches) extended by ``classes`` of ``item``'s
+        branches at downstream depth ``below``.
+
+        Identical branches (:meth:`_classes`: the same units at the same costs, four equal towers
+        say) take identical resources, as GraphPipe gives symmetric branches: a class of ``k`` takes
+        ``k x g`` groups, each branch ``g`` with the same stages; its first branch is solved once and
+        the others repeat its choice on their own units. Among equal (groups, depth), the first
+        pair in (earlier groups, later groups) order wins."""
+        for members in classes:
+            rep = self._series(item.branches[members[0]], below, T)
+            if not rep or not acc:
+                return {}
             k = len(members)
+            maps = [None] + [self._unit_map(item.branches[members[0]], item.branches[i]) for i in members[1:]]
             opts = {
-                g * k: (per[0][g][0], tuple((i, p[g][1]) for i, p in zip(members, per)))
-                for g in sorted(per[0])
-                if g * k <= self.U and all(g in p for p in per)
+                g * k: (rep[g][0], tuple((i, (rep[g][1], u)) for i, u in zip(members, maps)))
+                for g in sorted(rep)
+                if g * k <= self.U
             }
             if not opts:
-                acc = {}
-                break
+                return {}
             k1 = np.array(sorted(acc))
             k2 = np.array(sorted(opts))
             d1 = np.array([acc[x][0] for x in k1])
@@ -273,8 +367,7 @@ class _Solver:
             dep = np.maximum(d1[:, None], d2[None, :])
             i1, i2 = np.nonzero(total <= self.U)  # row-major: earlier groups first
             if not i1.size:
-                acc = {}
-                break
+                return {}
             sums, deps = total[i1, i2], dep[i1, i2]
             order = np.lexsort((np.arange(sums.size), deps, sums))
             first = np.ones(order.size, dtype=bool)
@@ -284,13 +377,19 @@ class _Solver:
                 a, b = int(k1[i1[idx]]), int(k2[i2[idx]])
                 new[a + b] = (int(deps[idx]), (*acc[a][1], *opts[b][1]))
             acc = new
-        out = {
-            x: (dep, ("branched", item, tuple(("series", c) for _, c in sorted(chosen))))
-            for x, (dep, chosen) in acc.items()
-            if x > 0
-        }
-        self._memo[key] = out
-        return out
+        return acc
+
+
+def _units(s: Series) -> list[int]:
+    """Every unit of ``s`` in order (chains, then each branch of a branched node in turn)."""
+    out: list[int] = []
+    for item in s.items:
+        if isinstance(item, Chain):
+            out += item.units
+        else:
+            for b in item.branches:
+                out += _units(b)
+    return out
 
 
 def _covers(reach: list[np.ndarray], j: int) -> bool:
@@ -299,7 +398,7 @@ def _covers(reach: list[np.ndarray], j: int) -> bool:
 
 def _emit_chain(item: tuple, solver: _Solver, T: float, stages, edges, replicas) -> tuple[list, list]:
     _, chain, j, depth, option = item
-    cd = solver.chains[(id(chain), option)]
+    cd = solver.data(chain, option)
     # Balance the chain on its own: its least bottleneck with j stages (<= T, so the plan's
     # bottleneck is unchanged), then the lexicographically smallest cuts under it.
     local = cd.segment_times()
@@ -322,6 +421,17 @@ def _emit_chain(item: tuple, solver: _Solver, T: float, stages, edges, replicas)
     return [ids[0]], [ids[-1]]
 
 
+def _emit_branch(branch: tuple, solver: _Solver, T: float, stages, edges, replicas) -> tuple[list, list]:
+    """Emit one branch's series choice; a branch identical to its class's first takes that
+    branch's stages with every unit moved to its own."""
+    _, choice, unit_map = branch
+    first = len(stages)
+    out = _emit(choice, solver, T, stages, edges, replicas)
+    if unit_map is not None:
+        stages[first:] = [[unit_map[u] for u in stage] for stage in stages[first:]]
+    return out
+
+
 def _emit(
     choice: tuple,
     solver: _Solver,
@@ -339,16 +449,16 @@ def _emit(
             ins, outs = _emit_chain(item, solver, T, stages, edges, replicas)
         elif item[0] == "branched":
             ins, outs = [], []
-            for _, series_choice in item[2]:
-                i2, o2 = _emit(series_choice, solver, T, stages, edges, replicas)
+            for branch in item[2]:
+                i2, o2 = _emit_branch(branch, solver, T, stages, edges, replicas)
                 ins += i2
                 outs += o2
         else:  # "merged": the head's first units in one branch's last stage
             _, branched, rest = item
-            head = solver.head_branch[id(branched[1])]
+            head = solver.head_branch[id(branched[1])][0]
             ins, per_branch = [], []
-            for _, series_choice in branched[2]:
-                i2, o2 = _emit(series_choice, solver, T, stages, edges, replicas)
+            for branch in branched[2]:
+                i2, o2 = _emit_branch(branch, solver, T, stages, edges, replicas)
                 ins += i2
                 per_branch.append(o2)
             (shared,) = per_branch[head]
@@ -373,7 +483,7 @@ def partition_graph(
     options: tuple[StageOption, ...] = (),
     base_tp: int = 1,
     options_for=None,
-    merge_heads: bool = False,
+    merge_heads: bool = True,
 ) -> tuple[StageGraph, float] | None:
     """The stage graph minimising the bottleneck (exact), and that bottleneck; None if nothing fits.
 
@@ -401,7 +511,9 @@ def partition_graph(
         every = every[every < T] if T is not None else every
         if lim.m == 1:
             every = every[-1:]
-        shared = _least(solver, every, floor, True)
+        # a plan with a shared stage is no faster than its shared stage's least time
+        least_shared = min(spec.floor_s for specs in solver.merges.values() for spec in specs)
+        shared = _least(solver, every, max(floor, least_shared * (1 - 1e-9)), True)
         if shared is not None:
             T, merging = shared, True
     if T is None:
@@ -423,15 +535,23 @@ def partition_graph(
 
 
 def _least(solver: _Solver, cand: np.ndarray, floor: float, merging: bool) -> float | None:
-    """The least candidate bottleneck at which a plan fits (exact: feasibility only grows with T)."""
+    """The least candidate bottleneck at which a plan fits (exact: feasibility only grows with T).
+
+    Without shared stages the optimum is usually close to the floor: gallop up from it. With them
+    (the candidates below the best bottleneck without one) it is usually just below the top:
+    gallop down. Then bisect."""
     lo, hi = int(np.searchsorted(cand, floor)), len(cand) - 1
     if lo > hi or solver.solve(float(cand[hi]), merging) is None:
         return None
-    # The optimum is usually close to the floor: gallop up from it, then bisect.
     step = 1
-    while lo + step < hi and solver.solve(float(cand[lo + step]), merging) is None:
-        lo, step = lo + step + 1, step * 2
-    hi = min(hi, lo + step)
+    if merging:
+        while hi - step >= lo and solver.solve(float(cand[hi - step]), merging) is not None:
+            hi, step = hi - step, step * 2
+        lo = max(lo, hi - step + 1)
+    else:
+        while lo + step < hi and solver.solve(float(cand[lo + step]), merging) is None:
+            lo, step = lo + step + 1, step * 2
+        hi = min(hi, lo + step)
     while lo < hi:
         mid = (lo + hi) // 2
         if solver.solve(float(cand[mid]), merging) is not None:
