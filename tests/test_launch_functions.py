@@ -92,6 +92,10 @@ FIXTURES = {
         'V=outer\nexport W=exported\nsbatch <<EOF\ntorchrun pretrain_gpt.py "$V" "\\$V" "\\$W" \\\n  "$((1 + 2))"\nEOF\n',
         ["outer", "", "exported", "3"],
     ),
+    "arithmetic_as_bash_computes_it_and_a_shift_is_no_here_document": (
+        "x=3\ny=1\nA=$((x<<y))\ntorchrun pretrain_gpt.py $A $((-7 / 2)) $((-7 % 2)) $((1 << 4 | 1))\n",
+        ["6", "-3", "-1", "17"],
+    ),
     "quoted_here_document_and_one_only_printed": (
         "V=outer\nexport W=exported\ncat <<EOF >/dev/null\ntorchrun pretrain_gpt.py not-run\nEOF\n"
         'sbatch <<-\'EOF\'\n\ttorchrun pretrain_gpt.py "$V" "$W"\n\tEOF\n',
@@ -128,7 +132,12 @@ def _bash_words(script: str, tmp_path) -> list[str]:
     (tmp_path / "bash_launch.sh").write_text("#!/bin/bash\n" + script)
     env = {"PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
     proc = subprocess.run(
-        [BASH, str(tmp_path / "bash_launch.sh")], capture_output=True, text=True, env=env, timeout=60
+        [BASH, str(tmp_path / "bash_launch.sh")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.split("\0")[:-1]
@@ -196,16 +205,6 @@ def test_v_on_a_name_the_script_never_sets_is_unknown():
     assert parse_megatron(known, "x.sh", 8).config.tp == 1
 
 
-def test_a_function_call_in_an_unknown_branch_makes_what_it_sets_unknown():
-    text = (
-        '#!/bin/bash\nset_tp() { TP=$1; }\nTP=1\nif [ "$BIG" = 1 ]; then set_tp 8; fi\n'
-        f"torchrun pretrain_gpt.py {SHAPE} --tensor-model-parallel-size $TP\n"
-    )
-    with pytest.raises(SpecError, match="BIG"):
-        parse_megatron(text, "x.sh", 8)
-    assert parse_megatron(text, "x.sh", 8, variables={"BIG": "1"}).config.tp == 8
-
-
 def test_words_from_a_call_carry_the_call_line():
     text = '#!/bin/bash\nrun() {\n  torchrun pretrain_gpt.py "$@"\n}\n\nrun ' + SHAPE + "\n"
     imported = parse_megatron(text, "x.sh", 8)
@@ -243,3 +242,33 @@ def test_a_loop_is_not_evaluated_its_assignments_are_unknown(tmp_path):
         parse_megatron(text, "x.sh", 8)
     with pytest.raises(SpecError, match="line 1: done without a loop"):
         parse_megatron("done\n", "x.sh", 8)
+
+
+def test_source_with_arguments_binds_them_and_return_ends_the_file(tmp_path):
+    """bash(1) "source": the arguments are the positional parameters while the file runs, the
+    caller's come back after; ``return`` at the file's top level stops reading it."""
+    (tmp_path / "lib.sh").write_text('A="$1-$#"\nreturn\nA=never\n')
+    script = (
+        'f() {\n  source ./lib.sh x y\n  B="$1-$#"\n}\nf outer\ntorchrun pretrain_gpt.py "$A" "$B" "$#"\n'
+    )
+    expected = ["x-2", "outer-1", "0"]
+    assert _planner_words(script, tmp_path) == expected
+    if BASH is not None:
+        assert _bash_words(script, tmp_path) == expected
+
+
+@pytest.mark.parametrize(
+    "before, branch, tp, big, expected",
+    [
+        ("set_tp() { TP=$1; }\nTP=1\n", "set_tp 8", "$TP", "1", 8),  # a call: what it sets
+        ("declare -A M=([tp]=1)\n", "M[tp]=8", "${M[tp]}", "0", 1),  # an element
+    ],
+)
+def test_what_an_unknown_branch_sets_is_unknown(before, branch, tp, big, expected):
+    text = (
+        f'#!/bin/bash\n{before}if [ "$BIG" = 1 ]; then {branch}; fi\n'
+        f"torchrun pretrain_gpt.py {SHAPE} --tensor-model-parallel-size {tp}\n"
+    )
+    with pytest.raises(SpecError, match="BIG"):
+        parse_megatron(text, "x.sh", 8)
+    assert parse_megatron(text, "x.sh", 8, variables={"BIG": big}).config.tp == expected

@@ -53,13 +53,18 @@ def command_marker(text: str) -> str:
     return UNRESOLVED.format("$:" + text.encode("utf-8").hex())
 
 
-_OPS = {
+_OPS = {  # bash(1) "ARITHMETIC EVALUATION": C's 64-bit integers, division truncating toward zero
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
-    ast.FloorDiv: operator.floordiv,
-    ast.Div: operator.floordiv,
-    ast.Mod: operator.mod,
+    ast.FloorDiv: lambda a, b: abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1),
+    ast.Div: lambda a, b: abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1),
+    ast.Mod: lambda a, b: a - b * (abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)),
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+    ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor,
 }
 
 
@@ -83,7 +88,12 @@ def arith(expr: str, scalars: dict[str, str]) -> str | None:
             right = value(node.right)
             if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and right == 0:
                 raise ValueError("division by zero")
-            return _OPS[type(node.op)](value(node.left), right)
+            if isinstance(node.op, (ast.LShift, ast.RShift)) and not 0 <= right < 63:
+                raise ValueError("shift count")
+            out = _OPS[type(node.op)](value(node.left), right)
+            if not -(2**63) <= out < 2**63:
+                raise ValueError("past bash's 64-bit integers")
+            return out
         raise ValueError(ast.dump(node))
 
     try:
@@ -191,7 +201,7 @@ def _indices(name: str, scalars: dict[str, str], arrays: dict) -> list[str]:
     if name in arrays:
         return indices(arrays[name])
     if name in scalars:
-        return ["0"]
+        return [scalars[name]] if unresolved_in(scalars[name]) is not None else ["0"]
     return [UNRESOLVED.format(name)]
 
 
@@ -345,6 +355,8 @@ def _element(name: str, sub: str, scalars: dict[str, str], arrays: dict) -> str 
         return key if unresolved_in(key) is not None else value.get(key)
     if value is None and name not in scalars:
         return UNRESOLVED.format(name)
+    if value is None and unresolved_in(scalars[name]) is not None:
+        return scalars[name]  # set where the script cannot be known (an if's branch): so is each element
     index = arith(expand(sub, scalars, arrays, split=False), scalars)
     if index is None:
         return command_marker(f"${{{name}[{sub}]}}")

@@ -41,7 +41,17 @@ from planner.launch.megatron.expansion import (
     expand_word,
     unresolved_in,
 )
-from planner.launch.megatron.functions import Frame, Return, bind, call, definition, header, make_local, shift
+from planner.launch.megatron.functions import (
+    Frame,
+    Return,
+    bind,
+    call,
+    definition,
+    header,
+    make_local,
+    shift,
+    unbind,
+)
 from planner.launch.megatron.heredoc import JOB_READERS, exported, here_operator, job_script
 from planner.launch.megatron.paths import joined
 from planner.launch.megatron.shell_builtins import change_directory, envsubst
@@ -273,7 +283,8 @@ def _undetermined(statement: str, number: int, s: Script, unknown: str) -> None:
     training script there is an error naming it; any other command (an echo, an exit) is not
     read."""
     m = re.match(
-        r"^(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?([A-Za-z_]\w*)\+?=", statement
+        r"^(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?([A-Za-z_]\w*)(?:\[[^\]]*\])?\+?=",
+        statement,
     )
     if m:
         if statement.startswith("local") and s.frames:
@@ -543,6 +554,9 @@ def _source(args: list[str], number: int, s: Script) -> None:
     s.depth += 1
     s.sourced += 1
     s.arrays["BASH_SOURCE"] = [full] + s.arrays.get("BASH_SOURCE", [])
+    # bash(1) "source": "If any arguments are supplied, they become the positional parameters when
+    # filename is executed. Otherwise the positional parameters are unchanged."
+    before = bind(s, args[1:]) if len(args) > 1 else None
     try:
         _read(text, s)
     except Return:
@@ -556,6 +570,8 @@ def _source(args: list[str], number: int, s: Script) -> None:
     finally:
         s.depth -= 1
         s.arrays["BASH_SOURCE"] = s.arrays.get("BASH_SOURCE", [])[1:]
+        if before is not None:
+            unbind(s, before)
     s.words[start:] = [(w, number) for w, _ in s.words[start:]]
     for name, line in s.assigned_lines.items():
         if assigned.get(name) != line:

@@ -33,7 +33,13 @@ _HEREDOC = re.compile(r"(?<![<\d])<<(-?)\s*(['\"]?)([A-Za-z_][\w.-]*)\2(?!<)")
 def _heredoc(line: str) -> tuple[bool, str, bool] | None:
     """(strip leading tabs, delimiter, quoted) of the here-document a line opens outside quotes."""
     for m in _HEREDOC.finditer(line):
-        if not _open_quote(line[: m.start()]) and "<<<" not in line[max(0, m.start() - 1) : m.start() + 3]:
+        before = line[: m.start()]
+        in_arithmetic = before.count("$((") > before.count("))")  # $((x<<y)) shifts
+        if (
+            not _open_quote(before)
+            and not in_arithmetic
+            and "<<<" not in line[max(0, m.start() - 1) : m.start() + 3]
+        ):
             return m.group(1) == "-", m.group(3), bool(m.group(2))
     return None
 
