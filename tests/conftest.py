@@ -13,6 +13,12 @@ import pytest
 
 DATA = Path(__file__).parent / "data"
 
+TORCHRUN_STUB = '#!/bin/bash\nwhile [[ $# -gt 0 && "$1" != *.py ]]; do shift; done\n[[ $# -gt 0 ]] || exit 2\nshift\nprintf "%s\\0" "$@"\n'
+"""A stub ``torchrun`` for the tests that run launch scripts under bash: it prints the training
+script's arguments (the words after the first ``*.py``), NUL-separated; with no ``*.py`` word it
+exits 2 (the test fails) instead of shifting forever, which outlived the test's timeout as an
+orphan process."""
+
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_cmdline_main(config):

@@ -15,6 +15,7 @@ from planner.inputs.errors import SpecError
 from planner.launch.megatron.arguments import megatron_words
 from planner.launch.megatron.importer import parse_megatron
 from planner.launch.megatron.variables import bash_order
+from tests.conftest import TORCHRUN_STUB
 
 BASH = shutil.which("bash")
 SHAPE = (
@@ -104,7 +105,7 @@ FIXTURES = {
 }
 
 STUBS = {
-    "torchrun": '#!/bin/bash\nwhile [[ "$1" != *.py ]]; do shift; done\nshift\nprintf "%s\\0" "$@"\n',
+    "torchrun": TORCHRUN_STUB,
     "sbatch": "#!/bin/bash\nexec bash -s\n",
     "srun": '#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\nexec "$@"\n',
 }

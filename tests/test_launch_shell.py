@@ -14,6 +14,7 @@ from planner.launch.megatron.arguments import megatron_words
 from planner.launch.megatron.importer import parse_megatron
 from planner.launch.megatron.rules import megatron_findings
 from planner.profiles.hardware import load_cluster
+from tests.conftest import TORCHRUN_STUB
 
 BASH = shutil.which("bash")
 SHAPE = (
@@ -82,7 +83,7 @@ def test_fixtures_agree_with_bash(name, tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     stub = bin_dir / "torchrun"
-    stub.write_text('#!/bin/bash\nwhile [[ "$1" != *.py ]]; do shift; done\nshift\nprintf "%s\\0" "$@"\n')
+    stub.write_text(TORCHRUN_STUB)
     stub.chmod(0o755)
     (tmp_path / "launch.sh").write_text("#!/bin/bash\n" + script)
     env = {"PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}

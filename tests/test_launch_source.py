@@ -15,6 +15,7 @@ from planner.inputs.errors import SpecError
 from planner.launch.megatron.arguments import megatron_words
 from planner.launch.megatron.importer import parse_megatron
 from planner.launch.megatron.shell import MAX_SOURCE_DEPTH, read_script
+from tests.conftest import TORCHRUN_STUB
 
 BASH = shutil.which("bash")
 SHAPE = (
@@ -134,7 +135,7 @@ def test_source_fixtures_agree_with_bash(name, tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     stub = bin_dir / "torchrun"
-    stub.write_text('#!/bin/bash\nwhile [[ "$1" != *.py ]]; do shift; done\nshift\nprintf "%s\\0" "$@"\n')
+    stub.write_text(TORCHRUN_STUB)
     stub.chmod(0o755)
     env = {"PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
     proc = subprocess.run(
