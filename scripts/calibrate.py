@@ -30,17 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _efficiency_blocks import write_block  # noqa: E402
 
 from planner.calibration.cases import DEFAULT_RUNS, cases  # noqa: E402
-from planner.calibration.fitting import (
-    LINEAGE,
-    base_runs,
-    family,
-    fit_families,
-    fit_profile,
-    profile_groups,
-    usable,
-)
+from planner.calibration.fitting import LINEAGE, base_runs, family, fit_families, usable  # noqa: E402
+from planner.calibration.profile_gate import decide  # noqa: E402
 from planner.inputs.errors import PlannerError  # noqa: E402
-from planner.profiles.software import CLASSES, MIN_RUNS, SOFTWARE_DIR, profile_start, to_yaml_values  # noqa: E402
+from planner.profiles.software import CLASSES, MIN_RUNS, SOFTWARE_DIR, to_yaml_values  # noqa: E402
 
 
 def main() -> int:
@@ -54,6 +47,7 @@ def main() -> int:
         print(f"calibrate: {exc}", file=sys.stderr)
         return 1
     profiles: dict[str, list[str]] = {name: [] for name in CLASSES}
+    refused: dict[str, list[str]] = {name: [] for name in CLASSES}
     fitted = fit_families(runs, {family(c) for c in runs})
     for fam, (eff, err, count) in fitted.items():
         group = [c for c in runs if family(c) == fam]
@@ -97,14 +91,19 @@ def main() -> int:
                 + "\n".join(run_list(base, 100))
             )
             write_block(fam, values, comment)
-        for cls, class_runs in profile_groups(group).items():
-            prof, perr = fit_profile(class_runs, profile_start(eff, cls))
-            print(f"  profile {cls}: {len(class_runs)} runs, mean |log error| {perr:.3f}")
-            lines = [f"  {fam}:", f"    # fitted on {len(class_runs)} runs (mean |log error| {perr:.3f}):"]
-            lines += [f"    # {line}" for line in run_list(class_runs, 96)]
-            moe = any(c.model.is_moe for c in class_runs)
-            lines += [f"    {k}: {v:.6g}" for k, v in to_yaml_values(prof, moe).items()]
-            profiles[cls] += lines
+        for d in decide(group, eff, base_for=base_without(runs, fam, base, eff)):
+            print(f"  profile {d.cls}: mean |log error| {d.error:.3f}; {d.summary()}")
+            if not d.ships:
+                refused[d.cls].append(f"  # {fam}: {d.summary()} (planner.calibration.profile_gate)")
+                continue
+            lines = [
+                f"  {fam}:",
+                f"    # fitted on {len(d.runs)} runs (mean |log error| {d.error:.3f}; {d.summary()}):",
+            ]
+            lines += [f"    # {line}" for line in run_list(list(d.runs), 96)]
+            moe = any(c.model.is_moe for c in d.runs)
+            lines += [f"    {k}: {v:.6g}" for k, v in to_yaml_values(d.values, moe).items()]
+            profiles[d.cls] += lines
     if args.write:
         SOFTWARE_DIR.mkdir(exist_ok=True)
         for name, (framework, released, description) in CLASSES.items():
@@ -114,12 +113,32 @@ def main() -> int:
                 "# efficiency numbers this release class changes, fitted on that class's runs of\n"
                 "# tests/data/published_runs.yaml (citations there), regularised toward the family's\n"
                 f"# base values (planner.calibration.fitting.fit_profile). A family with fewer than {MIN_RUNS} runs of the\n"
-                "# class (planner.profiles.software.MIN_RUNS) has no entry: the GPU file's base values apply.\n"
+                "# class (planner.profiles.software.MIN_RUNS) has no entry, nor one whose cross-validated profile\n"
+                "# predicts its runs no better than what prices them without it (planner.calibration.profile_gate):\n"
+                "# there the predecessor's entry or the GPU file's base values apply.\n"
                 f"name: {name}\nframework: {framework}\nreleased: '{released}'\n"
-                f"description: {description}\nfamilies:" + ("\n" + "\n".join(body) if body else " {}") + "\n"
+                f"description: {description}\nfamilies:"
+                + ("\n" + "\n".join(body) if body else " {}")
+                + "".join(f"\n{line}" for line in refused[name])
+                + "\n"
             )
             (SOFTWARE_DIR / f"{name}.yaml").write_text(text)
     return 0
+
+
+def base_without(runs, fam: str, base, eff):
+    """For the profile gate (planner.calibration.profile_gate): the family's base values fitted
+    without the given runs, by the shipped procedure (fit_families on every other run); ``eff``
+    itself when its fit (``base``, planner.calibration.fitting.base_runs) never saw them."""
+    fitted_on = {c.run_id for c in base}
+
+    def values(held) -> object:
+        ids = {c.run_id for c in held}
+        if not ids & fitted_on:
+            return eff
+        return fit_families([c for c in runs if c.run_id not in ids], {fam})[fam][0]
+
+    return values
 
 
 def run_list(runs, width: int) -> list[str]:

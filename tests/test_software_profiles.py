@@ -125,11 +125,13 @@ def test_default_is_the_newest_profile_of_the_framework():
 
 
 def test_default_is_the_newest_profile_fitted_on_the_clusters_gpus():
-    """The 2026 releases have at most four runs per family (planner.profiles.software.MIN_RUNS is five), so
-    every cluster gets the newest release fitted on its GPUs, 25.11; a mixed cluster the newest
-    covering both, else the newest covering either."""
+    """No 2026 release ships a profile (fewer than planner.profiles.software.MIN_RUNS runs per family,
+    or refused by the held-out gate, planner.calibration.profile_gate), and GB300's 25.11 profile is
+    refused too, so a cluster gets the newest release fitted on its GPUs (25.11 on H100 and the B200
+    family) or the base values (GB300); a mixed cluster the newest covering both, else the newest
+    covering either."""
     assert default_software("megatron", ("b200",)) == "megatron-bridge-25.11"
-    assert default_software("megatron", ("gb300",)) == "megatron-bridge-25.11"
+    assert default_software("megatron", ("gb300",)) == BASE
     assert default_software("megatron", ("b200", "gb300")) == "megatron-bridge-25.11"
     assert default_software("megatron", ("h100",)) == "megatron-bridge-25.11"
     covers_both = [

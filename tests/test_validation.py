@@ -166,8 +166,9 @@ def test_grouped_gemm_measurements_compare_with_the_cost_model():
         assert 0.95 < bands[("forward", 0)]["roofline_median_ratio"] < 1.2
     # Transformer Engine's default path (one cuBLAS GEMM per expert on 4 streams), H100
     te = mod.summarize(mod.compare(json.loads(mod.DEFAULT.read_text()), "h100-sxm5-80gb"))["overall"]
-    # p90 0.186 with the fit before 2026-11-27, 0.264 after it (the same curve as above)
-    assert abs(te["roofline_te"]["median_ratio"] - 1.0) < 0.05 and te["roofline_te"]["p90_abs_error"] < 0.27
+    # p90 0.186 with the fit before 2026-11-27, 0.264 after it, 0.273 after the 2026-12-02 refit
+    # (the same curve as above: the H100 half-efficiency size 9.34 -> 8.41 GFLOP)
+    assert abs(te["roofline_te"]["median_ratio"] - 1.0) < 0.05 and te["roofline_te"]["p90_abs_error"] < 0.28
     # its FP8 speed-up grows with the tokens per expert, up to about the fitted one
     fp8 = mod.fp8_speedups(json.loads(mod.DEFAULT.read_text()), "h100-sxm5-80gb")
     medians = [b["median"] for b in fp8["bands"]]

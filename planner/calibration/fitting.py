@@ -42,7 +42,14 @@ from cost_models.estimate import estimate
 from planner.calibration.cases import Case, Result, excluded_reason
 from planner.inputs.cluster_spec import EfficiencySpec, GPUSpec
 from planner.profiles.hardware import load_gpu
-from planner.profiles.software import MIN_RUNS, OVERRIDE_PARAMS, efficiency_family, profile_start, release_for
+from planner.profiles.software import (
+    MIN_RUNS,
+    OVERRIDE_PARAMS,
+    efficiency_family,
+    fitted_on,
+    profile_start,
+    release_for,
+)
 
 MEASUREMENTS_DIR = Path(__file__).resolve().parents[2] / "hardware_profiles" / "measurements"
 
@@ -672,14 +679,19 @@ def fitted_params(fam: str) -> tuple[str, ...]:
     return tuple(p for p in PARAMS if p not in tied)
 
 
-def profile_groups(group: list[Case]) -> dict[str, list[Case]]:
-    """A family's runs by software release class, for classes with at least
-    :data:`planner.profiles.software.MIN_RUNS` runs (sorted by class name)."""
+def profile_groups(group: list[Case], candidates: bool = False) -> dict[str, list[Case]]:
+    """One family's runs by software release class (sorted by class name): the classes that ship a
+    profile for the family (:func:`planner.profiles.software.fitted_on`; what leave-one-source-out,
+    time-forward and release-forward folds refit, so that they measure what ships), or with
+    ``candidates`` every class with at least :data:`planner.profiles.software.MIN_RUNS` runs (what
+    ``scripts/calibrate.py`` fits and :mod:`planner.calibration.profile_gate` decides on). A shipped
+    profile has at least MIN_RUNS runs."""
     by: dict[str, list[Case]] = defaultdict(list)
     for c in group:
         if c.software:
             by[c.software].append(c)
-    return {k: by[k] for k in sorted(by) if len(by[k]) >= MIN_RUNS}
+    shipped = None if candidates or not group else set(fitted_on(family(group[0])))
+    return {k: by[k] for k in sorted(by) if len(by[k]) >= MIN_RUNS and (shipped is None or k in shipped)}
 
 
 def fit_profile(

@@ -211,8 +211,12 @@ def entry_source(name: str, family: str) -> str:
     class without the runs a profile needs (:data:`MIN_RUNS`) is priced as the newest earlier
     release of its framework fitted on the family (what ``scripts/validate_releases.py`` measures:
     a release priced with the one before it); '' when there is none (the GPU file's base values)."""
-    profiles = load_profiles()
-    return release_for(name, [n for n, d in profiles.items() if family in (d.get("families") or {})])
+    return release_for(name, fitted_on(family))
+
+
+def fitted_on(family: str) -> list[str]:
+    """The shipped profiles with an entry for GPU family ``family`` (sorted by name)."""
+    return [n for n, d in load_profiles().items() if family in (d.get("families") or {})]
 
 
 def overrides(name: str, family: str) -> dict[str, float]:
