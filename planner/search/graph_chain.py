@@ -85,6 +85,14 @@ class ChainData:
             hit = self._lo[key] = np.maximum(lo_t, self.lo_mem(inflight))
         return hit
 
+    def _cached(self, key: tuple) -> list | None:
+        """The sweep stored under ``key``, or None; on a miss the store is emptied once it holds
+        more than 4,096 sweeps (a bound on memory, not on correctness)."""
+        hit = self._sweeps.get(key)
+        if hit is None and len(self._sweeps) > 4096:
+            self._sweeps.clear()
+        return hit
+
     def sweep(self, T: float, depth: int, max_stages: int) -> list[np.ndarray]:
         """reach[j][a]: units a.. can be covered by exactly j stages (downstream depth ``depth``).
 
@@ -96,11 +104,9 @@ class ChainData:
         # deeper than m: the same in-flight counts; memory never binding: no depth matters
         depth = -1 if free else min(depth, self.lim.m)
         key = (T, depth, max_stages)
-        hit = self._sweeps.get(key)
+        hit = self._cached(key)
         if hit is not None:
             return hit
-        if len(self._sweeps) > 4096:
-            self._sweeps.clear()
         positions = self.b
         if free:
             # Memory never binds (the whole chain fits at the most in-flight micro-batches): the
@@ -173,11 +179,9 @@ class ChainData:
         depth = -1 if free else min(depth, m)
         start = min(int(self.lo(T, min(depth + 1, m) if not free else 0)[end]), self.tail_max + 1)
         key = ("tail", T, depth, max_stages, start)
-        hit = self._sweeps.get(key)
+        hit = self._cached(key)
         if hit is not None:
             return hit
-        if len(self._sweeps) > 4096:
-            self._sweeps.clear()
         positions = self.b
         out: list = [None]
         row = (positions >= start) & (positions <= self.tail_max)
