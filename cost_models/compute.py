@@ -239,7 +239,7 @@ def linear_s(
 ATTENTION_HALF_KEYS = 1140.0
 """Keys per query at which fused attention reaches half of its ceiling (``attention_efficiency``):
 efficiency = ceiling x keys / (keys + ATTENTION_HALF_KEYS). Fitted (least squares in log space,
-:func:`planner.calibration.fitting.fit_attention_curve`) to the 16 causal flash-attention cases measured on an
+:func:`planner.calibration.kernel_curves.fit_attention_curve`) to the 16 causal flash-attention cases measured on an
 H100 and an H200 (hardware_profiles/measurements/h100-sxm5-80gb-kernels.json and
 h200-sxm-141gb-kernels.json; head dim 128, 8 and 32 heads, sequence 1,024 to 8,192): the
 efficiency rises from 0.13-0.17 at 1,024 keys to 0.26-0.30 at 8,192 (each query block's fixed

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cost_models.attention import core_attention_s  # noqa: E402
 from cost_models.compute import attention_s  # noqa: E402
-from planner.calibration.fitting import MEASUREMENTS_DIR, median_by_pass  # noqa: E402
+from planner.calibration.kernel_curves import MEASUREMENTS_DIR, median_by_pass  # noqa: E402
 from planner.inputs.cluster_spec import GPUSpec  # noqa: E402
 from planner.inputs.errors import PlannerError  # noqa: E402
 from planner.inputs.jobs import make_job  # noqa: E402

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cost_models.attention import FUSED_BACKWARD_FORWARDS, flash2_speed  # noqa: E402
 from cost_models.compute import attention_s, gemm_s  # noqa: E402
-from planner.calibration.fitting import fit_gemm_curve, gemm_gpu_times  # noqa: E402
+from planner.calibration.kernel_curves import fit_gemm_curve, gemm_gpu_times  # noqa: E402
 from planner.profiles.hardware import load_gpu  # noqa: E402
 
 
@@ -40,7 +40,7 @@ def compare(data: dict, gpu_name: str) -> dict:
     gpu = load_gpu(gpu_name)
     peak = gpu.peak("bf16")
     e = gpu.efficiency
-    # GPU times: older files' single-call timings hold the host's dispatch (planner.calibration.fitting.gemm_gpu_times)
+    # GPU times: older files' single-call timings hold the host's dispatch (planner.calibration.kernel_curves.gemm_gpu_times)
     rows = gemm_gpu_times(data)
     g = [x for x, _ in rows]
     flop = np.array([x["flop"] for x in g])

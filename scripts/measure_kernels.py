@@ -33,7 +33,7 @@ def _time(fn, torch, warmup: int = 3, reps: int = 15, calls: int = 10) -> float:
     back-to-back calls between two CUDA events. Back to back, the host queues the next call while
     the GPU runs the previous one, as in training; one call between two events would also time the
     host's dispatch of the call (about 20 us through PyTorch, the ``launch`` entry), which files
-    written before 2026-11-25 include (planner.calibration.fitting.gemm_gpu_times removes it from those)."""
+    written before 2026-11-25 include (planner.calibration.kernel_curves.gemm_gpu_times removes it from those)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()

@@ -58,7 +58,8 @@ from planner.calibration.cases import (  # noqa: E402
     ranked,
     summary,
 )
-from planner.calibration.fitting import family, leave_one_source_out  # noqa: E402
+from planner.calibration.fitting import family  # noqa: E402
+from planner.calibration.folds import leave_one_source_out  # noqa: E402
 from planner.calibration.ranking import MEASUREMENT_NOISE, group_ranking  # noqa: E402
 from planner.inputs.documents import read_document  # noqa: E402
 from planner.inputs.errors import PlannerError, SpecError  # noqa: E402

@@ -12,7 +12,7 @@ import pytest
 from cost_models.attention import attention_block, kernel_speed
 from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig, resolve
-from planner.calibration.fitting import blackwell_ultra_attention_speed
+from planner.calibration.kernel_curves import blackwell_ultra_attention_speed
 from planner.inputs.errors import SpecError
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model

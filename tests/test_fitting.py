@@ -300,7 +300,8 @@ def test_base_is_fitted_on_the_class_free_runs_when_three_sources_have_them():
 def test_fold_holding_out_a_familys_only_source_predicts_with_the_parents_fit():
     """Leave-one-source-out: with Megatron-Bridge held out no Blackwell run is left, so its runs are
     predicted with the fold's H100 fit transferred (not the vendor-typical values, not the shipped fit)."""
-    from planner.calibration.fitting import LOSO_STEPS, _fold, family, fit_families, predict, transfer
+    from planner.calibration.fitting import family, fit_families, predict, transfer
+    from planner.calibration.folds import LOSO_STEPS, _fold
 
     cases_ = _small_set()
     source = next(c.source for c in cases_ if family(c) == "b200")
@@ -338,7 +339,7 @@ def test_gemm_gpu_times_remove_the_dispatch_of_single_call_timings():
     it is subtracted and GEMMs it dominates are left out; back-to-back timings are kept as they are."""
     import json
 
-    from planner.calibration.fitting import GEMM_LATENCY_KEEP, MEASUREMENTS_DIR, gemm_gpu_times
+    from planner.calibration.kernel_curves import GEMM_LATENCY_KEEP, MEASUREMENTS_DIR, gemm_gpu_times
 
     rows = [{"flop": 1e9, "time_s": 30e-6}, {"flop": 1e11, "time_s": 200e-6}, {"flop": 2e9, "time_s": 40e-6}]
     old = {"gemm": rows, "launch": {"kernel": "tiny add", "time_s": 20e-6}}
@@ -426,12 +427,8 @@ def test_attention_half_keys_is_the_measured_kernels_fit():
     import numpy as np
 
     from cost_models.compute import ATTENTION_HALF_KEYS
-    from planner.calibration.fitting import (
-        MEASUREMENTS_DIR,
-        attention_points,
-        fit_attention_curve,
-        reference_peaks,
-    )
+    from planner.calibration.fitting import reference_peaks
+    from planner.calibration.kernel_curves import MEASUREMENTS_DIR, attention_points, fit_attention_curve
 
     keys, eff = [], []
     for name in ("h100-sxm5-80gb", "h200-sxm-141gb"):

@@ -47,7 +47,8 @@ def test_a_held_out_release_is_priced_with_the_release_before_it_refitted_withou
     on the remaining runs, exactly as fit_profile does; nothing of 26.06 reaches the fit. (The
     mechanism on a small set: three runs a class, so a profile here needs three.)"""
     import planner.calibration.fitting
-    from planner.calibration.fitting import LOSO_STEPS, family, fit_families, fit_profile, predict
+    from planner.calibration.fitting import family, fit_families, fit_profile, predict
+    from planner.calibration.folds import LOSO_STEPS
     from planner.calibration.releases import release_fold
     from planner.profiles.software import CLASSES
 
@@ -100,7 +101,8 @@ def _b200_runs(cls: str):
 
 
 def test_the_first_release_is_priced_with_the_base_fit():
-    from planner.calibration.fitting import LOSO_STEPS, fit_families, predict
+    from planner.calibration.fitting import fit_families, predict
+    from planner.calibration.folds import LOSO_STEPS
     from planner.calibration.releases import release_fold
 
     runs = _bridge_b200_set()
@@ -174,15 +176,8 @@ def test_a_held_out_source_s_class_without_a_fold_profile_takes_its_predecessor_
     from dataclasses import replace
 
     from planner.calibration.cases import cases
-    from planner.calibration.fitting import (
-        LOSO_STEPS,
-        _fold,
-        family,
-        fit_families,
-        fit_profile,
-        predict,
-        usable,
-    )
+    from planner.calibration.fitting import family, fit_families, fit_profile, predict, usable
+    from planner.calibration.folds import LOSO_STEPS, _fold
 
     runs = usable(cases())
     small = [c for c in runs if family(c) == "a100" and c.source.startswith("Korthikanti")][:3]

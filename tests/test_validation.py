@@ -119,7 +119,7 @@ def test_kernel_measurements_compare_with_the_cost_model():
     )
     r = mod.compare(data, "h100-sxm5-80gb")
     # 96 timed; the 6 that the single-call timing's dispatch latency dominates are left out
-    # (planner.calibration.fitting.gemm_gpu_times)
+    # (planner.calibration.kernel_curves.gemm_gpu_times)
     assert len(data["gemm"]) == 96 and r["gemm"]["count"] == 90
     assert len(r["attention"]["rows"]) == len(data["attention"])
     # the file times SDPA's FLASH_ATTENTION backend (FlashAttention-2): the model prices it as such

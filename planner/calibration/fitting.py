@@ -15,13 +15,10 @@
   fitted into its profile (:func:`fit_profile`), and inform the base only in what the class-free
   runs cannot (the MoE numbers, the FP8 speed-up), or when the class-free runs come from too few
   sources. ``scripts/calibrate.py`` writes its result into ``hardware_profiles/gpus``.
-* :func:`leave_one_source_out` — the figures to quote: for each source (a paper, a framework's
-  performance page), refit every family on the runs of the *other* sources with
-  :func:`fit_families` (the same procedure as the shipped fit) and predict the held-out source's
-  runs with that fit. A family left with no runs (every Blackwell run is one source's) is
-  predicted with its parent's fold fit, transferred.
 
-The layout groups' ranking figures are :mod:`planner.calibration.ranking`'s.
+The held-out figures (leave-one-source-out folds) are :mod:`planner.calibration.folds`'s, the
+kernel curves :mod:`planner.calibration.kernel_curves`'s, the layout groups' ranking figures
+:mod:`planner.calibration.ranking`'s.
 """
 
 from __future__ import annotations
@@ -30,16 +27,20 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 
 from cost_models.compute import ATTENTION_HALF_KEYS
 from cost_models.estimate import estimate
 from planner.calibration.cases import Case, Result, excluded_reason
+from planner.calibration.kernel_curves import (
+    MEASUREMENTS_DIR,
+    attention_points,
+    fit_gemm_curve,
+    gemm_gpu_times,
+)
 from planner.inputs.cluster_spec import EfficiencySpec, GPUSpec
 from planner.profiles.hardware import load_gpu
 from planner.profiles.software import (
@@ -47,11 +48,7 @@ from planner.profiles.software import (
     OVERRIDE_PARAMS,
     efficiency_family,
     fitted_on,
-    profile_start,
-    release_for,
 )
-
-MEASUREMENTS_DIR = Path(__file__).resolve().parents[2] / "hardware_profiles" / "measurements"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -447,43 +444,6 @@ KERNEL_MEASUREMENTS = {"h100": MEASUREMENTS_DIR / "h100-sxm5-80gb-kernels.json"}
 """Kernel timings of a family's reference GPU (scripts/measure_kernels.py on a lent H100,
 docs/calibration.md "Kernel-level check"): where a family has one, its GEMM curve and attention
 efficiency priors are the measured kernels' (:func:`kernel_prior`), not the parent's."""
-MODEL_ATTENTION_PASSES = 3.5
-"""Attention time in forward + backward over forward time as planner charges it (cost_models.layers:
-backward 2.5 x forward)."""
-
-
-def fit_gemm_curve(flop: np.ndarray, time_s: np.ndarray, peak: float) -> tuple[float, float]:
-    """(e_max, F_half) minimising the squared log error of ``(F + F_half) / (peak e_max)``."""
-    best = (np.inf, 0.0, 0.0)
-    for f_half in np.geomspace(1e8, 1e12, 400):
-        # for a given F_half, the best e_max has a closed form in log space
-        log_e = np.mean(np.log((flop + f_half) / peak) - np.log(time_s))
-        err = np.sum((np.log((flop + f_half) / (peak * np.exp(log_e))) - np.log(time_s)) ** 2)
-        if err < best[0]:
-            best = (err, float(np.exp(log_e)), float(f_half))
-    return best[1], best[2]
-
-
-GEMM_LATENCY_KEEP = 2.0
-"""A GEMM timed one call between two CUDA events is kept for the curve when its time is at least
-this many times the file's dispatch latency (:func:`gemm_gpu_times`)."""
-
-
-def gemm_gpu_times(data: dict) -> list[tuple[dict, float]]:
-    """A kernel file's GEMMs (scripts/measure_kernels.py) with their GPU seconds.
-
-    Files written before 2026-11-25 timed one call between two CUDA events after a synchronise, so
-    each time also holds the host's dispatch of that call, which in training is hidden (the host
-    queues ahead): their ``launch`` entry, a tiny add timed the same way, measures it (23 us on the
-    H100, 25 us on the H200, against a few us of GPU time). From those files this subtracts it and
-    keeps the GEMMs timed at least :data:`GEMM_LATENCY_KEEP` x that latency (90 of 96 on the
-    H100; below, the latency's jitter exceeds the GEMM). Files timed back to back
-    (``back_to_back``) are used as they are."""
-    rows = [(g, float(g["time_s"])) for g in data["gemm"]]
-    if data.get("back_to_back"):
-        return rows
-    latency = float(data["launch"]["time_s"])
-    return [(g, t - latency) for g, t in rows if t >= GEMM_LATENCY_KEEP * latency]
 
 
 @cache
@@ -512,66 +472,6 @@ def kernel_prior(fam: str) -> dict[str, float]:
         # the ceiling of the size curve (cost_models.compute.attention_efficiency)
         "attention_efficiency": float(np.median(eff * (keys + ATTENTION_HALF_KEYS) / keys)),
     }
-
-
-BLACKWELL_ULTRA_ATTENTION = MEASUREMENTS_DIR / "gb200-gb300-cudnn-attention.json"
-"""NVIDIA's cuDNN attention timings on a GB200 and a GB300 (cudnn-frontend's SDPA training
-benchmark; the file names its commit and CSVs): the source of ``attention_kernel_speed`` in
-hardware_profiles/gpus/gb300.yaml and b300.yaml (:func:`blackwell_ultra_attention_speed`)."""
-
-
-def blackwell_ultra_attention_speed(path: Path = BLACKWELL_ULTRA_ATTENTION) -> dict[str, float]:
-    """Median GB200 / GB300 time ratio of the measured BF16 causal cuDNN attention kernels, by pass:
-    ``forward`` and ``backward`` over the full-attention cases (the benchmark's Llama 3.1,
-    DeepSeek-V3, kimiK26 and Qwen3.5 shapes, 2,048 to 32,768 tokens), ``local_forward`` and
-    ``local_backward`` over the sliding-window ones (gpt-oss, 128-token window). Both GPUs have a
-    2.5 PFLOP/s dense BF16 peak, so the ratio is the kernels' own gain (Blackwell Ultra's doubled
-    SFU exponential rate)."""
-    rows = json.loads(Path(path).read_text())["rows"]
-    medians = median_by_pass(rows, lambda r: r["ms"]["gb200"] / r["ms"]["gb300"])
-    return {
-        "forward": medians[("fwd", False)],
-        "backward": medians[("bwd", False)],
-        "local_forward": medians[("fwd", True)],
-        "local_backward": medians[("bwd", True)],
-    }
-
-
-def median_by_pass(rows: list[dict], value: Callable[[dict], float]) -> dict[tuple[str, bool], float]:
-    """Median of ``value(row)`` over attention-kernel rows grouped by pass: keys (``direction``
-    ``fwd`` / ``bwd``, whether the row has a sliding ``window``), forward before backward and full
-    before windowed within each; groups without rows are left out."""
-    groups: dict[tuple[str, bool], list[float]] = {}
-    for direction in ("fwd", "bwd"):
-        for local in (False, True):
-            values = [
-                value(r) for r in rows if r["direction"] == direction and (r["window"] is not None) == local
-            ]
-            if values:
-                groups[(direction, local)] = float(np.median(values))
-    return groups
-
-
-def attention_points(data: dict, peak: float) -> tuple[np.ndarray, np.ndarray]:
-    """(keys per query, efficiency as planner charges attention) of a kernel file's causal cases:
-    MODEL_ATTENTION_PASSES x forward FLOPs / (peak x measured forward + backward time)."""
-    causal = [a for a in data["attention"] if a["causal"]]
-    keys = np.array([float(a["seq"]) for a in causal])
-    passes = MODEL_ATTENTION_PASSES
-    eff = np.array([passes * a["forward_flop_executed"] / (peak * a["forward_backward_s"]) for a in causal])
-    return keys, eff
-
-
-def fit_attention_curve(keys: np.ndarray, eff: np.ndarray) -> tuple[float, float]:
-    """(ceiling, half keys) minimising the squared log error of ``ceiling * keys / (keys + half)``
-    (the curve of cost_models.compute.attention_efficiency)."""
-    best = (np.inf, 0.0, 0.0)
-    for half in np.geomspace(50, 20000, 2000):
-        log_c = np.mean(np.log(eff * (keys + half) / keys))
-        err = np.sum((log_c + np.log(keys / (keys + half)) - np.log(eff)) ** 2)
-        if err < best[0]:
-            best = (err, float(np.exp(log_c)), float(half))
-    return best[1], best[2]
 
 
 def prior_of(fam: str, fitted: dict[str, EfficiencySpec]) -> EfficiencySpec:
@@ -706,85 +606,3 @@ def fit_profile(
 def usable(all_cases: Iterable[Case]) -> list[Case]:
     """Cases that can be predicted and count in the statistics."""
     return [c for c in all_cases if not c.skip_reason and not excluded_reason(c.run_id)]
-
-
-LOSO_STEPS = (0.6, 0.85, 1.15, 1.6)
-"""Coarser steps for the many leave-one-source-out refits (each a full fit of a family)."""
-
-
-def leave_one_source_out(
-    all_cases: Iterable[Case],
-    passes: int = 4,
-    progress: Callable[[str], None] | None = None,
-    jobs: int = 1,
-) -> list[Result]:
-    """Every usable case predicted by a fit that never saw its source (see the module docstring).
-
-    Each fold refits with :func:`fit_families`, on the other sources' runs, the efficiency families
-    its held-out runs belong to and their lineage ancestors (each family's prior is its parent's fold
-    fit, so no held-out run reaches a prior either); a family with no runs left keeps that prior.
-    Software profiles are refitted without the held-out source too. ``jobs`` folds run in parallel
-    processes; the result does not depend on it."""
-    cases_ = usable(all_cases)
-    sources = sorted({c.source for c in cases_})
-    folds = [(s, cases_, passes) for s in sources]
-    if jobs > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            done = list(pool.map(_fold, folds))
-    else:
-        done = [_fold(f) for f in folds]
-    out: dict[str, Result] = {}
-    for source, (notes, results) in zip(sources, done):
-        if progress:
-            for note in notes:
-                progress(f"held out {source!r}: {note}")
-        out.update((r.case.run_id, r) for r in results)
-    return [out[c.run_id] for c in cases_]
-
-
-def _fold(args: tuple[str, list[Case], int]) -> tuple[list[str], list[Result]]:
-    """One leave-one-source-out fold: refit the held-out runs' families without them, predict them."""
-    source, cases_, passes = args
-    held = [c for c in cases_ if c.source == source]
-    rest = [c for c in cases_ if c.source != source]
-    # Software profiles refitted without the held-out source too (no leakage); a held-out run's
-    # class without the runs for a profile in the fold is priced with its predecessor's, by the
-    # rule the shipped profiles follow (planner.profiles.software.release_for).
-    used: dict[tuple[str, str], str] = {}
-
-    def wanted(fam: str, classes: dict[str, list[Case]]) -> list[str]:
-        for cls in sorted({c.software for c in held if family(c) == fam and c.software}):
-            used[(fam, cls)] = release_for(cls, classes)
-        return [u for (f, _), u in used.items() if f == fam and u]
-
-    notes, fitted = refit_without(held, rest, passes, wanted, held_out_source=source)
-    return notes, [predict(c, fitted[(family(c), used.get((family(c), c.software), ""))]) for c in held]
-
-
-def refit_without(
-    held: list[Case],
-    rest: list[Case],
-    passes: int,
-    profiles: Callable[[str, dict[str, list[Case]]], Iterable[str]],
-    held_out_source: str = "",
-) -> tuple[list[str], dict[tuple[str, str], EfficiencySpec]]:
-    """What a fold predicts ``held`` with: their families refitted on ``rest`` (:func:`fit_families`,
-    :data:`LOSO_STEPS`), as ``(family, '')``, and per family the release classes
-    ``profiles(family, classes)`` names among that family's classes in ``rest``
-    (:func:`profile_groups`), each refitted from the fold's base (:func:`fit_profile`), as
-    ``(family, class)``; a named class without enough runs left is not fitted. Returns notes (what
-    was fitted on what) and those values. ``held_out_source`` keeps a profile's start off the
-    held-out document (planner.profiles.software.profile_start)."""
-    notes: list[str] = []
-    fams = {family(c) for c in held}
-    families = fit_families(rest, fams, passes, LOSO_STEPS, progress=notes.append)
-    fitted: dict[tuple[str, str], EfficiencySpec] = {(fam, ""): v[0] for fam, v in families.items()}
-    for fam in sorted(fams):
-        base = fitted[(fam, "")]
-        classes = profile_groups([c for c in rest if family(c) == fam])
-        for cls in sorted(set(profiles(fam, classes))):
-            if cls in classes:
-                start = profile_start(base, cls, held_out_source=held_out_source)
-                fitted[(fam, cls)] = fit_profile(classes[cls], start, passes, LOSO_STEPS)[0]
-                notes.append(f"{fam}/{cls} profile fitted on {len(classes[cls])} runs")
-    return notes, fitted

@@ -1,7 +1,7 @@
 """Prediction intervals, built from the held-out errors of the calibration set and validated on it.
 
 The errors are the leave-one-source-out residuals of the calibration set
-(:func:`planner.calibration.fitting.leave_one_source_out`: each run predicted by a fit that never
+(:func:`planner.calibration.folds.leave_one_source_out`: each run predicted by a fit that never
 saw its source), as log ratios ``r = ln(measured / predicted)`` of tokens/s per GPU.
 
 **The unit of exchange is the source, not the run.** A user's cluster, software and launch are a new

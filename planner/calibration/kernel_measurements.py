@@ -30,7 +30,7 @@ import numpy as np
 
 from cost_models.compute import gemm_quantization
 from cost_models.moe import grouped_traffic_bytes
-from planner.calibration.fitting import MEASUREMENTS_DIR, fit_gemm_curve
+from planner.calibration.kernel_curves import MEASUREMENTS_DIR, fit_gemm_curve
 from planner.profiles.hardware import load_gpu
 
 LINEAR_PASSES = MEASUREMENTS_DIR / "h200-sxm-141gb-linear-passes.json"
@@ -85,7 +85,7 @@ def model_shape(row: dict) -> tuple[int, int, int]:
 def linear_pass_fits(data: dict | None = None, gpu_name: str | None = None) -> list[dict]:
     """Per quantization variant (:data:`TILE_VARIANTS`): the size curve (e_max, F_half in FLOP)
     fitted to the ``linear`` rows with that quantization (least squares in log time,
-    :func:`planner.calibration.fitting.fit_gemm_curve`), and the |relative error| it leaves: median, p90 and
+    :func:`planner.calibration.kernel_curves.fit_gemm_curve`), and the |relative error| it leaves: median, p90 and
     max over all rows, and the median signed error per pass."""
     data = load() if data is None else data
     gpu = load_gpu(gpu_name or gpu_of(data))

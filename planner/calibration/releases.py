@@ -10,7 +10,7 @@ without them, the newest *earlier* release of the same framework fitted on the r
 (planner.profiles.software.predecessor, as a release without a profile of its own is priced,
 planner.profiles.software.entry_source), else the family's base fit.
 
-The figure differs from leave-one-source-out (planner.calibration.fitting.leave_one_source_out) in what is held
+The figure differs from leave-one-source-out (planner.calibration.folds.leave_one_source_out) in what is held
 out: a release class, not a document. Megatron-Bridge's archive page holds three releases; holding
 out one leaves the other two (their own measurement campaigns, with other containers) in the fit,
 which is the situation on the day a release's table appears. The signed median says which way new
@@ -24,7 +24,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from planner.calibration.cases import Case, Result, summary
-from planner.calibration.fitting import family, predict, refit_without, usable
+from planner.calibration.fitting import family, predict, usable
+from planner.calibration.folds import refit_without
 from planner.profiles.software import CLASSES, predecessor
 
 PLANNED_FRAMEWORKS = ("megatron", "torchtitan")

@@ -1,10 +1,10 @@
 """Time-forward validation: fit only on what was published before a date, predict what came after.
 
-Leave-one-source-out (planner.calibration.fitting.leave_one_source_out) holds out one document at a
+Leave-one-source-out (planner.calibration.folds.leave_one_source_out) holds out one document at a
 time; every other document, older or newer, stays in the fit. A user's next run is newer than every
 run planner was fitted on: new software, new GPUs, new recipes. :func:`time_forward` measures that
 case. For a cut date, every usable run published on or after it is held out; each efficiency family
-is refitted on the earlier runs alone (planner.calibration.fitting.refit_without, the shipped
+is refitted on the earlier runs alone (planner.calibration.folds.refit_without, the shipped
 procedure with the leave-one-source-out steps); a family with no earlier runs is priced with its
 parent's fit carried over (planner.calibration.fitting.prior_of), as a new GPU is on the day it
 ships; a held-out run of a software release class is priced with the newest earlier release
@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from planner.calibration.cases import Case, Result, summary
-from planner.calibration.fitting import family, predict, refit_without, usable
+from planner.calibration.fitting import family, predict, usable
+from planner.calibration.folds import refit_without
 from planner.calibration.releases import signed_median
 from planner.inputs.errors import UsageError
 from planner.profiles.software import CLASSES, release_for
