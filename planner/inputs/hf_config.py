@@ -11,7 +11,9 @@ an MLP or MoE). Falcon-H1 and Kimi Linear are refused with the reason (:data:`RE
 Field meanings follow the ``transformers`` configuration classes (``LlamaConfig``, ``GPT2Config``,
 ``DeepseekV3Config``, ``GptOssConfig``, ``Llama4TextConfig``, ``Phi3Config``, ...); Kimi-K2's
 ``kimi_k2`` config uses DeepSeek-V3's field names (its ``architectures`` is ``DeepseekV3ForCausalLM``).
-Errors are one-line :class:`~planner.inputs.errors.SpecError` naming the file and key.
+Errors are one-line :class:`~planner.inputs.errors.SpecError` naming the file and key. The hybrid
+families' parsers are in :mod:`planner.inputs.hf_hybrid`, the typed field access in
+:mod:`planner.inputs.hf_fields`.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from typing import Any
 
 from planner.inputs.documents import read_document
 from planner.inputs.errors import SpecError
+from planner.inputs.hf_fields import Fields, skip_freq
+from planner.inputs.hf_hybrid import jamba, nemotron_h, qwen3_next
 from planner.inputs.model_spec import ModelSpec
 from planner.inputs.model_yaml import _rope_theta, validate_model
-from planner.inputs.validation import check_number, limit
+from planner.inputs.validation import check_number
 
 MODEL_TYPES = (
     "deepseek_v2",
@@ -43,37 +47,6 @@ MODEL_TYPES = (
 )
 
 
-class _Fields:
-    """Typed access to one config mapping (required / optional positive integers)."""
-
-    def __init__(self, data: dict, where: str, model_type: str) -> None:
-        self.data, self.where, self.mt = data, where, model_type
-
-    def need(self, key: str, *alts: str) -> int:
-        """A required positive integer field (the first of ``key`` and ``alts`` present)."""
-        for k in (key, *alts):
-            if self.data.get(k) is not None:
-                return check_number(
-                    self.data[k], self.where, k, integer=True, positive=True, maximum=_hf_limit(k)
-                )
-        raise SpecError(f"{self.where}: missing required key '{key}' for model_type '{self.mt}'")
-
-    def opt(self, key: str, default: int = 0) -> int:
-        """An optional positive integer field (``default`` when absent, null or 0)."""
-        if not self.data.get(key):
-            return default
-        return check_number(
-            self.data[key], self.where, key, integer=True, positive=True, maximum=_hf_limit(key)
-        )
-
-    def flag(self, key: str, default: bool) -> bool:
-        """A true/false field (``default`` when absent)."""
-        value = self.data.get(key, default)
-        if not isinstance(value, bool):
-            raise SpecError(f"{self.where}: key '{key}': expected true/false, got {value!r}"[:300])
-        return value
-
-
 def load_frontier(data: dict, where: str, name: str) -> ModelSpec:
     """A :class:`ModelSpec` from the config mapping of one of :data:`MODEL_TYPES`."""
     mt = data["model_type"]
@@ -84,7 +57,7 @@ def load_frontier(data: dict, where: str, name: str) -> ModelSpec:
         data, where = text, f"{where} (text_config)"
     if mt in ("gemma3", "gemma3_text"):
         data = {**GEMMA3_TEXT_DEFAULTS, **data}
-    f = _Fields(data, where, mt)
+    f = Fields(data, where, mt)
     if mt in ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"):
         kwargs = _deepseek(f)
     elif mt == "gpt_oss":
@@ -92,11 +65,11 @@ def load_frontier(data: dict, where: str, name: str) -> ModelSpec:
     elif mt in ("llama4", "llama4_text"):
         kwargs = _llama4(f)
     elif mt == "nemotron_h":
-        kwargs = _nemotron_h(f)
+        kwargs = nemotron_h(f)
     elif mt == "qwen3_next":
-        kwargs = _qwen3_next(f)
+        kwargs = qwen3_next(f)
     elif mt == "jamba":
-        kwargs = _jamba(f)
+        kwargs = jamba(f)
     elif mt in ("gemma3", "gemma3_text"):
         kwargs = _gemma3(f)
     else:
@@ -122,7 +95,7 @@ def load_frontier(data: dict, where: str, name: str) -> ModelSpec:
     return spec
 
 
-def _deepseek(f: _Fields) -> dict[str, Any]:
+def _deepseek(f: Fields) -> dict[str, Any]:
     """DeepSeek-V2/V3 (arXiv:2405.04434, arXiv:2412.19437) and Kimi-K2: layer i is MoE when
     ``i >= first_k_dense_replace`` and ``i % moe_layer_freq == 0`` (``DeepseekV3DecoderLayer``);
     ``q_lora_rank`` null = no query compression; ``n_shared_experts`` experts of the routed width."""
@@ -153,7 +126,7 @@ def _deepseek(f: _Fields) -> dict[str, Any]:
     )
 
 
-def _dsa(f: _Fields) -> dict[str, Any]:
+def _dsa(f: Fields) -> dict[str, Any]:
     """DeepSeek-V3.2's sparse attention (``deepseek_v32``: DeepSeek-V3.2-Exp and DeepSeek-V3.2, the
     DeepSeek-V3 shape plus the lightning indexer, report Sec. 2.1): ``index_n_heads``,
     ``index_head_dim``, ``index_topk``; none for the other DeepSeek types."""
@@ -166,21 +139,7 @@ def _dsa(f: _Fields) -> dict[str, Any]:
     )
 
 
-def _skip_freq(local: list[bool], where: str, key: str) -> int:
-    """Megatron's ``--window-attn-skip-freq`` N for a per-layer local/global list: layer i (0-based)
-    is global iff ``(i + 1) % N == 0``; 0 when every layer is local."""
-    if all(local):
-        return 0
-    n = local.index(False) + 1
-    if [bool((i + 1) % n) for i in range(len(local))] != local:
-        raise SpecError(
-            f"{where}: key '{key}': the local/global layer pattern is not periodic with one global layer "
-            "every N (what Megatron's --window-attn-skip-freq N expresses)"
-        )
-    return n
-
-
-def _sliding_layers(f: _Fields, layers: int, default: Callable[[], list[bool]]) -> tuple[list[bool], int]:
+def _sliding_layers(f: Fields, layers: int, default: Callable[[], list[bool]]) -> tuple[list[bool], int]:
     """Which layers attend locally (``layer_types``: ``sliding_attention`` / ``full_attention`` per
     layer, as Hugging Face's gpt-oss and Gemma 3 configs write it; ``default()`` where the config
     predates the key) and the window (``sliding_window``; 0 when no layer is local)."""
@@ -198,11 +157,11 @@ def _sliding_layers(f: _Fields, layers: int, default: Callable[[], list[bool]]) 
     return _with_window(f, [t == "sliding_attention" for t in types])
 
 
-def _with_window(f: _Fields, local: list[bool]) -> tuple[list[bool], int]:
+def _with_window(f: Fields, local: list[bool]) -> tuple[list[bool], int]:
     return local, (f.need("sliding_window") if any(local) else 0)
 
 
-def _gpt_oss(f: _Fields) -> dict[str, Any]:
+def _gpt_oss(f: Fields) -> dict[str, Any]:
     """gpt-oss (OpenAI gpt-oss model card, arXiv:2508.10925): GQA with biases and learned sinks,
     ``layer_types`` alternating ``sliding_attention`` (``sliding_window`` tokens) and
     ``full_attention``, every layer MoE with biased experts."""
@@ -216,7 +175,7 @@ def _gpt_oss(f: _Fields) -> dict[str, Any]:
         add_bias_linear=f.flag("attention_bias", True),
         softmax_type="learnable",
         window_size=window,
-        window_attn_skip_freq=_skip_freq(local, f.where, "layer_types") if window else 0,
+        window_attn_skip_freq=skip_freq(local, f.where, "layer_types") if window else 0,
         window_type="sliding",
         num_experts=f.need("num_local_experts"),
         moe_router_topk=f.need("num_experts_per_tok", "experts_per_token"),
@@ -224,7 +183,7 @@ def _gpt_oss(f: _Fields) -> dict[str, Any]:
     )
 
 
-def _llama4(f: _Fields) -> dict[str, Any]:
+def _llama4(f: Fields) -> dict[str, Any]:
     """Llama 4 text decoder (``Llama4TextConfig``): MoE layers ``moe_layers`` or every
     ``interleave_moe_layer_step``-th from ``step - 1``; each MoE layer has a shared expert of the
     routed width (``intermediate_size``), dense layers ``intermediate_size_mlp``; RoPE layers
@@ -260,144 +219,8 @@ def _llama4(f: _Fields) -> dict[str, Any]:
         moe_shared_expert_intermediate_size=expert,
         moe_layer_pattern=() if all(pattern) else pattern,
         window_size=chunk if any(local) else 0,
-        window_attn_skip_freq=_skip_freq(local, f.where, "no_rope_layers") if chunk and any(local) else 0,
+        window_attn_skip_freq=skip_freq(local, f.where, "no_rope_layers") if chunk and any(local) else 0,
         window_type="chunked",
-    )
-
-
-_NEMOTRON_H_TYPES = {
-    "mamba": "M",
-    "linear_attention": "M",
-    "attention": "*",
-    "full_attention": "*",
-    "mlp": "-",
-    "moe": "E",
-}
-"""Nemotron-H's per-layer type names (``NemotronHConfig._pattern_to_list``, and the older
-``mamba``/``attention`` spellings) as Megatron's hybrid layer symbols."""
-
-
-def _nemotron_h(f: _Fields) -> dict[str, Any]:
-    """Nemotron-H and Nemotron 3 (``NemotronHConfig``; Nemotron-H, arXiv:2504.03624): one layer per
-    character of ``hybrid_override_pattern`` (or entry of ``layers_block_type``), Mamba-2 mixers of
-    ``mamba_num_heads`` x ``mamba_head_dim`` with ``ssm_state_size`` and ``n_groups``, attention
-    layers without position embedding (Megatron-Bridge ``NemotronHModelProvider``:
-    ``position_embedding_type`` none), squared-ReLU MLPs (``mlp_hidden_act`` relu2) and, for
-    Nemotron 3, MoE layers with a shared expert. A latent MoE (``moe_latent_size``) and MTP layers
-    are not priced."""
-    data, where = f.data, f.where
-    pattern = data.get("hybrid_override_pattern")
-    types = data.get("layers_block_type", data.get("layer_types"))
-    if pattern is None and isinstance(types, list):
-        if not all(isinstance(t, str) and t in _NEMOTRON_H_TYPES for t in types):
-            raise SpecError(
-                f"{where}: key 'layers_block_type': entries must be one of {', '.join(sorted(_NEMOTRON_H_TYPES))}"
-            )
-        pattern = "".join(_NEMOTRON_H_TYPES[t] for t in types)
-    if not isinstance(pattern, str) or not pattern:
-        raise SpecError(f"{where}: key 'hybrid_override_pattern': expected a string of M, *, - and E symbols")
-    if data.get("num_hidden_layers") is not None and f.need("num_hidden_layers") != len(pattern):
-        raise SpecError(
-            f"{where}: key 'num_hidden_layers': {data['num_hidden_layers']} but hybrid_override_pattern has "
-            f"{len(pattern)} layers"
-        )
-    for key in ("moe_latent_size", "num_nextn_predict_layers"):
-        if data.get(key):
-            raise SpecError(
-                f"{where}: key '{key}': {data[key]!r} is not priced by planner (set it to null or 0)"
-            )
-    act = data.get("mlp_hidden_act", "relu2")
-    if act not in ("relu2", "squared_relu"):
-        raise SpecError(f"{where}: key 'mlp_hidden_act': {act!r} is not allowed; allowed values: relu2")
-    heads = f.need("num_attention_heads")
-    moe = "E" in pattern
-    moe_ffn = f.need("moe_intermediate_size") if moe else 0
-    bias = f.flag("use_bias", False) or f.flag("attention_bias", False) or f.flag("mlp_bias", False)
-    return dict(
-        num_layers=len(pattern),
-        activation="squared_relu",
-        position_embedding_type="none",
-        ffn_hidden_size=f.opt("intermediate_size", moe_ffn) or moe_ffn,
-        num_query_groups=f.opt("num_key_value_heads", heads),
-        kv_channels=f.opt("head_dim", f.opt("attention_head_dim", f.need("hidden_size") // heads)),
-        add_bias_linear=bias,
-        hybrid_layer_pattern=pattern,
-        mamba_state_dim=f.need("ssm_state_size"),
-        mamba_head_dim=f.need("mamba_head_dim"),
-        mamba_num_heads=f.need("mamba_num_heads"),
-        mamba_num_groups=f.need("n_groups"),
-        mamba_conv_kernel=f.opt("conv_kernel", 4),
-        mamba_chunk_size=f.opt("chunk_size", 128),
-        num_experts=f.need("n_routed_experts") if moe else 0,
-        moe_router_topk=f.need("num_experts_per_tok") if moe else 0,
-        moe_ffn_hidden_size=moe_ffn,
-        moe_shared_expert_intermediate_size=f.opt("moe_shared_expert_intermediate_size") if moe else 0,
-    )
-
-
-def _period(f: _Fields, period_key: str, offset_key: str, period: int, offset: int) -> tuple[int, int]:
-    """A (period, offset) pair of Jamba's layer schedule: layer i is selected iff
-    ``i % period == offset`` (``JambaConfig.layers_block_type`` / ``layers_num_experts``)."""
-    p = f.opt(period_key, period)
-    o = f.data.get(offset_key, offset)
-    o = check_number(o, f.where, offset_key, integer=True, maximum=10_000)
-    if o >= p:
-        raise SpecError(
-            f"{f.where}: key '{offset_key}': {o} selects no layer; it must be below {period_key} ({p})"
-        )
-    return p, int(o)
-
-
-def _jamba(f: _Fields) -> dict[str, Any]:
-    """Jamba (Lieber et al. 2024, arXiv:2403.19887; Jamba-1.5, arXiv:2408.12570; ``JambaConfig``,
-    ``JambaDecoderLayer``): each of ``num_hidden_layers`` layers is a token mixer and an FFN, each
-    behind its own RMSNorm; the mixer is attention iff ``i % attn_layer_period == attn_layer_offset``
-    (GQA, no position embedding: ``JambaAttention`` applies no RoPE), else a Mamba-1 mixer
-    (``JambaMambaMixer``: ``mamba_d_state``, ``mamba_d_conv``, ``mamba_expand``, ``mamba_dt_rank``,
-    "auto" = ceil(h / 16)); the FFN is an MoE of ``num_experts`` top ``num_experts_per_tok`` SwiGLU
-    experts of ``intermediate_size`` iff ``i % expert_layer_period == expert_layer_offset``, else one
-    such MLP. As a hybrid layer pattern each Jamba layer is two symbols (``M`` or ``*``, then ``-``
-    or ``E``), which are the same parameters, norms and residuals, so ``num_layers`` is twice
-    ``num_hidden_layers``."""
-    data, where = f.data, f.where
-    layers, heads = f.need("num_hidden_layers"), f.need("num_attention_heads")
-    hidden = f.need("hidden_size")
-    attn_period, attn_offset = _period(f, "attn_layer_period", "attn_layer_offset", 8, 4)
-    expert_period, expert_offset = _period(f, "expert_layer_period", "expert_layer_offset", 2, 1)
-    experts = f.opt("num_experts", 16)
-    act = data.get("hidden_act", "silu")
-    if act != "silu":
-        raise SpecError(f"{where}: key 'hidden_act': {act!r} is not read for Jamba; allowed values: silu")
-    for key, expected in (("mamba_conv_bias", True), ("mamba_proj_bias", False)):
-        if f.flag(key, expected) != expected:
-            raise SpecError(
-                f"{where}: key '{key}': only {str(expected).lower()} (Jamba's) is priced for Mamba-1 layers"
-            )
-    rank = data.get("mamba_dt_rank", "auto")
-    rank = -(-hidden // 16) if rank == "auto" else f.need("mamba_dt_rank")
-    pattern = "".join(
-        ("*" if i % attn_period == attn_offset else "M")
-        + ("E" if experts > 1 and i % expert_period == expert_offset else "-")
-        for i in range(layers)
-    )
-    moe = "E" in pattern
-    width = f.need("intermediate_size")
-    return dict(
-        num_layers=len(pattern),
-        position_embedding_type="none",
-        ffn_hidden_size=width,
-        num_query_groups=f.opt("num_key_value_heads", heads),
-        kv_channels=hidden // heads,
-        add_bias_linear=False,
-        hybrid_layer_pattern=pattern,
-        mamba_version=1,
-        mamba_state_dim=f.opt("mamba_d_state", 16),
-        mamba_conv_kernel=f.opt("mamba_d_conv", 4),
-        mamba_expand=f.opt("mamba_expand", 2),
-        mamba_dt_rank=rank,
-        num_experts=experts if moe else 0,
-        moe_router_topk=f.opt("num_experts_per_tok", 2) if moe else 0,
-        moe_ffn_hidden_size=width if moe else 0,
     )
 
 
@@ -415,53 +238,6 @@ REFUSED = {
     ),
 }
 """``model_type`` values planner reads but does not import, with why (docs/models.md)."""
-
-
-def _qwen3_next(f: _Fields) -> dict[str, Any]:
-    """Qwen3-Next (``Qwen3NextConfig``; Qwen team, "Qwen3-Next", 2025): ``layer_types``
-    (default: ``full_attention`` every ``full_attention_interval``-th layer, ``linear_attention``
-    elsewhere) of gated DeltaNet layers (``linear_*``) and gated softmax attention with QK norms
-    (``q_proj`` also yields the output gate), every layer an MoE of ``num_experts`` top
-    ``num_experts_per_tok`` plus a shared expert (``decoder_sparse_step`` 1, no ``mlp_only_layers``).
-    Megatron runs it as ``--experimental-attention-variant gated_delta_net --linear-attention-freq N``
-    (Megatron-Bridge's Qwen3-Next bridge), which the layer types must follow."""
-    layers, heads = f.need("num_hidden_layers"), f.need("num_attention_heads")
-    types = f.data.get("layer_types")
-    if types is None:
-        interval = f.opt("full_attention_interval", 4)
-        types = ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(layers)]
-    if (
-        not isinstance(types, list)
-        or len(types) != layers
-        or not set(types) <= {"linear_attention", "full_attention"}
-    ):
-        raise SpecError(
-            f"{f.where}: key 'layer_types': expected {layers} entries of linear_attention/full_attention"
-        )
-    freq = _skip_freq([t == "linear_attention" for t in types], f.where, "layer_types")
-    if f.data.get("mlp_only_layers") or f.opt("decoder_sparse_step", 1) != 1:
-        raise SpecError(
-            f"{f.where}: keys 'mlp_only_layers'/'decoder_sparse_step': dense layers in Qwen3-Next are not read "
-            "(allowed: [] and 1)"
-        )
-    return dict(
-        ffn_hidden_size=f.need("intermediate_size"),
-        num_query_groups=f.opt("num_key_value_heads", heads),
-        kv_channels=f.opt("head_dim", f.need("hidden_size") // heads),
-        add_bias_linear=f.flag("attention_bias", False),
-        qk_layernorm=True,
-        attention_output_gate=True,
-        linear_attention_freq=freq,
-        linear_num_key_heads=f.need("linear_num_key_heads"),
-        linear_num_value_heads=f.need("linear_num_value_heads"),
-        linear_key_head_dim=f.need("linear_key_head_dim"),
-        linear_value_head_dim=f.need("linear_value_head_dim"),
-        linear_conv_kernel_dim=f.opt("linear_conv_kernel_dim", 4),
-        num_experts=f.need("num_experts"),
-        moe_router_topk=f.need("num_experts_per_tok"),
-        moe_ffn_hidden_size=f.need("moe_intermediate_size"),
-        moe_shared_expert_intermediate_size=f.opt("shared_expert_intermediate_size"),
-    )
 
 
 GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
@@ -485,7 +261,7 @@ GELU_ACTIVATIONS = ("gelu_pytorch_tanh", "gelu", "gelu_new", "gelu_fast")
 """The GELU spellings of ``hidden_activation`` (transformers ``ACT2FN``), gated in Gemma's MLP."""
 
 
-def _gemma3(f: _Fields) -> dict[str, Any]:
+def _gemma3(f: Fields) -> dict[str, Any]:
     """Gemma 3 text decoder (Gemma Team 2025, arXiv:2503.19786; ``Gemma3TextConfig`` /
     ``Gemma3MLP``): GQA of ``head_dim`` heads with QK norms, a GeGLU MLP (``gate_proj``,
     ``up_proj``, ``down_proj``, ``hidden_activation`` tanh-GELU), tied embeddings, no biases, and 5
@@ -515,12 +291,12 @@ def _gemma3(f: _Fields) -> dict[str, Any]:
         add_bias_linear=f.flag("attention_bias", False),
         qk_layernorm=True,
         window_size=window,
-        window_attn_skip_freq=_skip_freq(local, f.where, "layer_types") if window else 0,
+        window_attn_skip_freq=skip_freq(local, f.where, "layer_types") if window else 0,
         window_type="sliding",
     )
 
 
-def _phi3(f: _Fields) -> dict[str, Any]:
+def _phi3(f: Fields) -> dict[str, Any]:
     """Phi-3 (arXiv:2404.14219): Llama-shaped (fused but equal-cost gate/up projection, no biases);
     ``sliding_window`` (when below the context) applies to every layer."""
     heads = f.need("num_attention_heads")
@@ -571,7 +347,7 @@ def load_hf_config(path: Path) -> ModelSpec:
         raise SpecError(f"{where}: key 'model_type': {mt!r} is not imported: {REFUSED[mt]}")
     if mt in MODEL_TYPES:
         return load_frontier(data, where, name)
-    f = _Fields(data, where, mt)
+    f = Fields(data, where, mt)
     if mt in _LLAMA_LIKE:
         kwargs = _llama_like(f, name)
     elif mt == "gpt2":
@@ -599,7 +375,7 @@ def _model_name(path: Path) -> str:
     return path.parent.name or path.stem
 
 
-def _llama_like(f: _Fields, name: str) -> dict[str, Any]:
+def _llama_like(f: Fields, name: str) -> dict[str, Any]:
     """Llama-shaped decoders (``LlamaConfig``, ``MistralConfig``, ``Qwen2Config``, ``Qwen3Config``,
     ``GemmaConfig``, ``NemotronConfig`` and their MoE variants, :func:`_moe_fields`)."""
     data, mt = f.data, f.mt
@@ -637,7 +413,7 @@ def _llama_like(f: _Fields, name: str) -> dict[str, Any]:
     )
 
 
-def _gemma_gelu_and_window(f: _Fields) -> dict[str, Any]:
+def _gemma_gelu_and_window(f: Fields) -> dict[str, Any]:
     """Gemma and Gemma 2's MLP gates a GELU (``GemmaMLP`` / ``Gemma2MLP``: ``act_fn(gate_proj(x)) *
     up_proj(x)`` with ``hidden_activation``, tanh-GELU where the config leaves it null, as
     transformers models/gemma/modeling_gemma.py does; Gemma Team 2024, arXiv:2403.08295 Sec. 2
@@ -661,12 +437,12 @@ def _gemma_gelu_and_window(f: _Fields) -> dict[str, Any]:
         return {}
     return dict(
         window_size=window,
-        window_attn_skip_freq=_skip_freq(local, f.where, "layer_types"),
+        window_attn_skip_freq=skip_freq(local, f.where, "layer_types"),
         window_type="sliding",
     )
 
 
-def _moe_fields(f: _Fields) -> dict[str, Any]:
+def _moe_fields(f: Fields) -> dict[str, Any]:
     """The expert fields of the Llama-shaped MoE decoders: Mixtral (``MixtralConfig``: every layer
     MoE, experts of the dense width) and Qwen2/Qwen3-MoE (``Qwen3MoeConfig``: every
     ``decoder_sparse_step``-th layer, optional shared expert); none for the dense ones."""
@@ -687,7 +463,7 @@ def _moe_fields(f: _Fields) -> dict[str, Any]:
     return {}
 
 
-def _gpt2(f: _Fields, name: str) -> dict[str, Any]:
+def _gpt2(f: Fields, name: str) -> dict[str, Any]:
     """GPT-2 (``GPT2Config``: ``n_*`` field names, learned absolute positions, tied embeddings,
     biases, a 4 x hidden MLP unless ``n_inner``)."""
     hidden = f.need("n_embd", "hidden_size")
@@ -709,7 +485,7 @@ def _gpt2(f: _Fields, name: str) -> dict[str, Any]:
     )
 
 
-def _gpt_neox(f: _Fields, name: str) -> dict[str, Any]:
+def _gpt_neox(f: Fields, name: str) -> dict[str, Any]:
     """GPT-NeoX / Pythia (``GPTNeoXConfig``: multi-head attention, GELU MLP with biases, RoPE)."""
     hidden = f.need("hidden_size")
     heads = f.need("num_attention_heads")
@@ -743,53 +519,3 @@ def _check_fields(kwargs: dict[str, Any], data: dict, where: str) -> None:
     for key in ("tie_word_embeddings", "mlp_bias", "attention_bias"):
         if key in data and not isinstance(data[key], bool):
             raise SpecError(f"{where}: key '{key}': expected true/false, got {data[key]!r}"[:300])
-
-
-_HF_KEYS = {
-    "n_routed_experts": "num_experts",
-    "n_shared_experts": "num_experts",
-    "first_k_dense_replace": "num_layers",
-    "qk_nope_head_dim": "qk_head_dim",
-    "qk_rope_head_dim": "qk_pos_emb_head_dim",
-    "num_nextn_predict_layers": "mtp_num_layers",
-    "sliding_window": "window_size",
-    "attention_chunk_size": "window_size",
-    "intermediate_size_mlp": "ffn_hidden_size",
-    "interleave_moe_layer_step": "moe_layer_freq",
-    "no_rope_layer_interval": "num_layers",
-    "experts_per_token": "moe_router_topk",
-    "num_hidden_layers": "num_layers",
-    "n_layer": "num_layers",
-    "n_embd": "hidden_size",
-    "n_head": "num_attention_heads",
-    "n_inner": "ffn_hidden_size",
-    "intermediate_size": "ffn_hidden_size",
-    "moe_intermediate_size": "moe_ffn_hidden_size",
-    "shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
-    "num_key_value_heads": "num_query_groups",
-    "head_dim": "kv_channels",
-    "num_local_experts": "num_experts",
-    "num_experts_per_tok": "moe_router_topk",
-    "decoder_sparse_step": "moe_layer_freq",
-    "n_positions": "max_position_embeddings",
-    "ssm_state_size": "mamba_state_dim",
-    "n_groups": "mamba_num_groups",
-    "conv_kernel": "mamba_conv_kernel",
-    "chunk_size": "mamba_chunk_size",
-    "attention_head_dim": "kv_channels",
-    "full_attention_interval": "linear_attention_freq",
-    "sliding_window_pattern": "window_attn_skip_freq",
-    "n_ctx": "max_position_embeddings",
-    "mamba_d_state": "mamba_state_dim",
-    "mamba_d_conv": "mamba_conv_kernel",
-    "attn_layer_period": "num_layers",
-    "index_n_heads": "dsa_indexer_n_heads",
-    "index_head_dim": "dsa_indexer_head_dim",
-    "index_topk": "dsa_indexer_topk",
-    "expert_layer_period": "num_layers",
-}
-
-
-def _hf_limit(hf_key: str) -> float | None:
-    """The bound of the planner field an HF ``config.json`` key maps to."""
-    return limit(_HF_KEYS.get(hf_key, hf_key))

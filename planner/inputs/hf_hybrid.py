@@ -1,0 +1,196 @@
+"""Hugging Face ``config.json`` import of the hybrid families (issue 56): Nemotron-H / Nemotron 3
+(Mamba-2, attention, MLP and MoE layers in a hybrid pattern), Qwen3-Next (gated DeltaNet and gated
+attention, 512 experts) and Jamba (Mamba-1 and attention layers, each with an MLP or MoE). Each
+parser returns the :class:`~planner.inputs.model_spec.ModelSpec` keyword arguments its family adds
+to the common ones :func:`planner.inputs.hf_config.load_frontier` reads; field meanings follow the
+``transformers`` configuration classes of the same names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.inputs.errors import SpecError
+from planner.inputs.hf_fields import Fields, skip_freq
+from planner.inputs.validation import check_number
+
+_NEMOTRON_H_TYPES = {
+    "mamba": "M",
+    "linear_attention": "M",
+    "attention": "*",
+    "full_attention": "*",
+    "mlp": "-",
+    "moe": "E",
+}
+"""Nemotron-H's per-layer type names (``NemotronHConfig._pattern_to_list``, and the older
+``mamba``/``attention`` spellings) as Megatron's hybrid layer symbols."""
+
+
+def nemotron_h(f: Fields) -> dict[str, Any]:
+    """Nemotron-H and Nemotron 3 (``NemotronHConfig``; Nemotron-H, arXiv:2504.03624): one layer per
+    character of ``hybrid_override_pattern`` (or entry of ``layers_block_type``), Mamba-2 mixers of
+    ``mamba_num_heads`` x ``mamba_head_dim`` with ``ssm_state_size`` and ``n_groups``, attention
+    layers without position embedding (Megatron-Bridge ``NemotronHModelProvider``:
+    ``position_embedding_type`` none), squared-ReLU MLPs (``mlp_hidden_act`` relu2) and, for
+    Nemotron 3, MoE layers with a shared expert. A latent MoE (``moe_latent_size``) and MTP layers
+    are not priced."""
+    data, where = f.data, f.where
+    pattern = data.get("hybrid_override_pattern")
+    types = data.get("layers_block_type", data.get("layer_types"))
+    if pattern is None and isinstance(types, list):
+        if not all(isinstance(t, str) and t in _NEMOTRON_H_TYPES for t in types):
+            raise SpecError(
+                f"{where}: key 'layers_block_type': entries must be one of {', '.join(sorted(_NEMOTRON_H_TYPES))}"
+            )
+        pattern = "".join(_NEMOTRON_H_TYPES[t] for t in types)
+    if not isinstance(pattern, str) or not pattern:
+        raise SpecError(f"{where}: key 'hybrid_override_pattern': expected a string of M, *, - and E symbols")
+    if data.get("num_hidden_layers") is not None and f.need("num_hidden_layers") != len(pattern):
+        raise SpecError(
+            f"{where}: key 'num_hidden_layers': {data['num_hidden_layers']} but hybrid_override_pattern has "
+            f"{len(pattern)} layers"
+        )
+    for key in ("moe_latent_size", "num_nextn_predict_layers"):
+        if data.get(key):
+            raise SpecError(
+                f"{where}: key '{key}': {data[key]!r} is not priced by planner (set it to null or 0)"
+            )
+    act = data.get("mlp_hidden_act", "relu2")
+    if act not in ("relu2", "squared_relu"):
+        raise SpecError(f"{where}: key 'mlp_hidden_act': {act!r} is not allowed; allowed values: relu2")
+    heads = f.need("num_attention_heads")
+    moe = "E" in pattern
+    moe_ffn = f.need("moe_intermediate_size") if moe else 0
+    bias = f.flag("use_bias", False) or f.flag("attention_bias", False) or f.flag("mlp_bias", False)
+    return dict(
+        num_layers=len(pattern),
+        activation="squared_relu",
+        position_embedding_type="none",
+        ffn_hidden_size=f.opt("intermediate_size", moe_ffn) or moe_ffn,
+        num_query_groups=f.opt("num_key_value_heads", heads),
+        kv_channels=f.opt("head_dim", f.opt("attention_head_dim", f.need("hidden_size") // heads)),
+        add_bias_linear=bias,
+        hybrid_layer_pattern=pattern,
+        mamba_state_dim=f.need("ssm_state_size"),
+        mamba_head_dim=f.need("mamba_head_dim"),
+        mamba_num_heads=f.need("mamba_num_heads"),
+        mamba_num_groups=f.need("n_groups"),
+        mamba_conv_kernel=f.opt("conv_kernel", 4),
+        mamba_chunk_size=f.opt("chunk_size", 128),
+        num_experts=f.need("n_routed_experts") if moe else 0,
+        moe_router_topk=f.need("num_experts_per_tok") if moe else 0,
+        moe_ffn_hidden_size=moe_ffn,
+        moe_shared_expert_intermediate_size=f.opt("moe_shared_expert_intermediate_size") if moe else 0,
+    )
+
+
+def _period(f: Fields, period_key: str, offset_key: str, period: int, offset: int) -> tuple[int, int]:
+    """A (period, offset) pair of Jamba's layer schedule: layer i is selected iff
+    ``i % period == offset`` (``JambaConfig.layers_block_type`` / ``layers_num_experts``)."""
+    p = f.opt(period_key, period)
+    o = f.data.get(offset_key, offset)
+    o = check_number(o, f.where, offset_key, integer=True, maximum=10_000)
+    if o >= p:
+        raise SpecError(
+            f"{f.where}: key '{offset_key}': {o} selects no layer; it must be below {period_key} ({p})"
+        )
+    return p, int(o)
+
+
+def jamba(f: Fields) -> dict[str, Any]:
+    """Jamba (Lieber et al. 2024, arXiv:2403.19887; Jamba-1.5, arXiv:2408.12570; ``JambaConfig``,
+    ``JambaDecoderLayer``): each of ``num_hidden_layers`` layers is a token mixer and an FFN, each
+    behind its own RMSNorm; the mixer is attention iff ``i % attn_layer_period == attn_layer_offset``
+    (GQA, no position embedding: ``JambaAttention`` applies no RoPE), else a Mamba-1 mixer
+    (``JambaMambaMixer``: ``mamba_d_state``, ``mamba_d_conv``, ``mamba_expand``, ``mamba_dt_rank``,
+    "auto" = ceil(h / 16)); the FFN is an MoE of ``num_experts`` top ``num_experts_per_tok`` SwiGLU
+    experts of ``intermediate_size`` iff ``i % expert_layer_period == expert_layer_offset``, else one
+    such MLP. As a hybrid layer pattern each Jamba layer is two symbols (``M`` or ``*``, then ``-``
+    or ``E``), which are the same parameters, norms and residuals, so ``num_layers`` is twice
+    ``num_hidden_layers``."""
+    data, where = f.data, f.where
+    layers, heads = f.need("num_hidden_layers"), f.need("num_attention_heads")
+    hidden = f.need("hidden_size")
+    attn_period, attn_offset = _period(f, "attn_layer_period", "attn_layer_offset", 8, 4)
+    expert_period, expert_offset = _period(f, "expert_layer_period", "expert_layer_offset", 2, 1)
+    experts = f.opt("num_experts", 16)
+    act = data.get("hidden_act", "silu")
+    if act != "silu":
+        raise SpecError(f"{where}: key 'hidden_act': {act!r} is not read for Jamba; allowed values: silu")
+    for key, expected in (("mamba_conv_bias", True), ("mamba_proj_bias", False)):
+        if f.flag(key, expected) != expected:
+            raise SpecError(
+                f"{where}: key '{key}': only {str(expected).lower()} (Jamba's) is priced for Mamba-1 layers"
+            )
+    rank = data.get("mamba_dt_rank", "auto")
+    rank = -(-hidden // 16) if rank == "auto" else f.need("mamba_dt_rank")
+    pattern = "".join(
+        ("*" if i % attn_period == attn_offset else "M")
+        + ("E" if experts > 1 and i % expert_period == expert_offset else "-")
+        for i in range(layers)
+    )
+    moe = "E" in pattern
+    width = f.need("intermediate_size")
+    return dict(
+        num_layers=len(pattern),
+        position_embedding_type="none",
+        ffn_hidden_size=width,
+        num_query_groups=f.opt("num_key_value_heads", heads),
+        kv_channels=hidden // heads,
+        add_bias_linear=False,
+        hybrid_layer_pattern=pattern,
+        mamba_version=1,
+        mamba_state_dim=f.opt("mamba_d_state", 16),
+        mamba_conv_kernel=f.opt("mamba_d_conv", 4),
+        mamba_expand=f.opt("mamba_expand", 2),
+        mamba_dt_rank=rank,
+        num_experts=experts if moe else 0,
+        moe_router_topk=f.opt("num_experts_per_tok", 2) if moe else 0,
+        moe_ffn_hidden_size=width if moe else 0,
+    )
+
+
+def qwen3_next(f: Fields) -> dict[str, Any]:
+    """Qwen3-Next (``Qwen3NextConfig``; Qwen team, "Qwen3-Next", 2025): ``layer_types``
+    (default: ``full_attention`` every ``full_attention_interval``-th layer, ``linear_attention``
+    elsewhere) of gated DeltaNet layers (``linear_*``) and gated softmax attention with QK norms
+    (``q_proj`` also yields the output gate), every layer an MoE of ``num_experts`` top
+    ``num_experts_per_tok`` plus a shared expert (``decoder_sparse_step`` 1, no ``mlp_only_layers``).
+    Megatron runs it as ``--experimental-attention-variant gated_delta_net --linear-attention-freq N``
+    (Megatron-Bridge's Qwen3-Next bridge), which the layer types must follow."""
+    layers, heads = f.need("num_hidden_layers"), f.need("num_attention_heads")
+    types = f.data.get("layer_types")
+    if types is None:
+        interval = f.opt("full_attention_interval", 4)
+        types = ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(layers)]
+    if (
+        not isinstance(types, list)
+        or len(types) != layers
+        or not set(types) <= {"linear_attention", "full_attention"}
+    ):
+        raise SpecError(
+            f"{f.where}: key 'layer_types': expected {layers} entries of linear_attention/full_attention"
+        )
+    freq = skip_freq([t == "linear_attention" for t in types], f.where, "layer_types")
+    if f.data.get("mlp_only_layers") or f.opt("decoder_sparse_step", 1) != 1:
+        raise SpecError(
+            f"{f.where}: keys 'mlp_only_layers'/'decoder_sparse_step': dense layers in Qwen3-Next are not read "
+            "(allowed: [] and 1)"
+        )
+    return dict(
+        ffn_hidden_size=f.need("intermediate_size"),
+        num_query_groups=f.opt("num_key_value_heads", heads),
+        kv_channels=f.opt("head_dim", f.need("hidden_size") // heads),
+        add_bias_linear=f.flag("attention_bias", False),
+        qk_layernorm=True,
+        attention_output_gate=True,
+        linear_attention_freq=freq,
+        linear_num_key_heads=f.need("linear_num_key_heads"),
+        linear_num_value_heads=f.need("linear_num_value_heads"),
+        linear_key_head_dim=f.need("linear_key_head_dim"),
+        linear_value_head_dim=f.need("linear_value_head_dim"),
+        linear_conv_kernel_dim=f.opt("linear_conv_kernel_dim", 4),
+        num_experts=f.need("num_experts"),
+        moe_router_topk=f.need("num_experts_per_tok"),
+        moe_ffn_hidden_size=f.need("moe_intermediate_size"),
+        moe_shared_expert_intermediate_size=f.opt("shared_expert_intermediate_size"),
+    )
