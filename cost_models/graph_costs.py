@@ -537,6 +537,34 @@ def _embedding_sync_s(
     return out
 
 
+def _tied_copy_params(
+    g: GraphModelSpec, layout: UnitLayout, owner: np.ndarray, configs: list[ParallelConfig]
+) -> list[float]:
+    """Per stage, the output-weight copy its units were priced with but do not hold: a block whose
+    output head is tied to its word embedding (``untie_embeddings_and_output_weights`` false) is
+    priced, in a plan of several stages, as Megatron-Core places it on a pipeline, with a copy of
+    the ``V x h / tp`` embedding on the head's stage (:func:`cost_models.layers._output`; Megatron-Core
+    ``LanguageModule.setup_embeddings_and_output_layer``, which allocates and syncs the copy only on
+    a last stage that is not also the first). When the block's embedding and head are on the same
+    stage, that stage holds the one shared tensor, as a single-stage model does, and no copy (nor
+    its gradient all-reduce, :func:`_embedding_sync_s`). The searches' memory screens sum the units'
+    own bytes (:attr:`UnitCosts.static_bytes`), copy included: they may pass over such a stage that
+    fits by this saving, never admit one that does not fit."""
+    out = [0.0] * len(configs)
+    if len(configs) < 2:
+        return out
+    units = np.asarray(layout.block)
+    for bi, block in enumerate(g.blocks):
+        m = block.transformer
+        if m is None or not (block.embedding and block.output_head) or m.untie_embeddings_and_output_weights:
+            continue
+        at = np.flatnonzero(units == bi)
+        first, last = int(owner[at[0]]), int(owner[at[-1]])
+        if first == last:
+            out[first] += m.vocab_size * m.hidden_size / configs[first].tp
+    return out
+
+
 def estimate_graph(
     g: GraphModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig, sg: StageGraph
 ) -> Estimate:
@@ -573,13 +601,14 @@ def estimate_graph(
     lags = [comm.p2p_s(stage_bytes[e], link) for e in sg.edges]
     timeline = simulate_graph(S, list(sg.edges), durations, m, lags, acts)
     embedding_s = _embedding_sync_s(g, layout, owner, job, configs, link)
+    no_copy = _tied_copy_params(g, layout, owner, configs)
 
     stages, ends, opt_times, gather_exposed = [], [], [], []
     flop_iter = hw_extra = 0.0
     for i, units in enumerate(sg.stages):
         idx, ci, uc = list(units), configs[i], ucs[i]
         cost = LayerCost(*uc.cost_matrix[idx].sum(axis=0).tolist())
-        dense = cost.params_sharded + cost.params_replicated
+        dense = cost.params_sharded + cost.params_replicated - no_copy[i]
         static = mem.static_memory(dense, cost.params_expert, job, ci)
         sync = dp_sync(
             job, ci, node, dense, cost.params_expert, m, float(durations[i, 1]), float(durations[i, 0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -838,3 +839,40 @@ def test_selective_recompute_frees_core_attention_in_graph_units():
     freed = none.act_bytes - sel.act_bytes
     assert (freed > 0).all()
     assert (sel.transient_bytes >= freed * (1 - 1e-12)).all()
+
+
+@pytest.mark.parametrize("untie", [False, True])
+def test_tied_head_on_its_embeddings_stage_holds_no_output_copy(untie):
+    """A block whose embedding and tied output head share a stage of a multi-stage plan holds one
+    V x h tensor (its parameter count), not a pipeline's last-stage copy besides it; untied, the
+    output weights are the block's own. Split over two stages, the copy is back."""
+    from cost_models import memory as mem
+    from cost_models.graph_costs import replicated_config
+
+    g = towers_model(n_towers=1)
+    if untie:
+        fusion = g.blocks[1]
+        g = replace(
+            g,
+            blocks=(
+                g.blocks[0],
+                replace(
+                    fusion, transformer=replace(fusion.transformer, untie_embeddings_and_output_weights=True)
+                ),
+            ),
+        )
+    cluster = load_cluster("dgx-a100", 1)
+    job = make_job(global_batch_size=16, seq_length=512)
+    c = ParallelConfig(tp=1, pp=2, micro_batch_size=1, recompute="none", optimizer_sharding="none")
+    whole = estimate_graph(g, cluster, job, c, StageGraph(((0, 1, 2, 3), (4, 5, 6, 7)), ((0, 1),)))
+    ci = replicated_config(c, 1, True)
+    expected = mem.static_memory(g.blocks[1].param_count(), 0.0, job, ci).weights_bytes
+    assert whole.stages[1].memory.weights_bytes == pytest.approx(expected, rel=1e-12)
+
+    c3 = replace(c, pp=3)
+    split = estimate_graph(g, cluster, job, c3, StageGraph(((0, 1, 2, 3), (4, 5), (6, 7)), ((0, 1), (1, 2))))
+    copy = 0.0 if untie else 32000 * 1024
+    held = mem.static_memory(g.blocks[1].param_count() + copy, 0.0, job, ci).weights_bytes
+    assert split.stages[1].memory.weights_bytes + split.stages[2].memory.weights_bytes == pytest.approx(
+        held, rel=1e-12
+    )
