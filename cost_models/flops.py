@@ -65,7 +65,9 @@ def _mixer_flop_per_token(model: ModelSpec, mixer: str) -> float:
     """Forward model FLOPs per token of a Mamba-2 or gated DeltaNet mixer (0 for none), as Megatron's
     ``num_floating_point_operations`` counts them (megatron/training/training.py, megatron-core
     0.19.2: ``mamba_layer_flops``, ``gdn_layer_flops``): the projections, Mamba's scan as
-    ``7 d_inner N``, gated DeltaNet's conv and ``4 n_v d_v^2`` for its delta rule. Megatron's
+    ``7 d_inner N``, gated DeltaNet's conv and ``4 n_v d_v^2`` for its delta rule (KDA, which
+    Megatron has no layer for, alike: its projections of :meth:`ModelSpec.kda_params`, its three
+    convolutions and ``4 H d^2``, :func:`cost_models.ssm.kda_block`). Megatron's
     formula takes ``d_inner = 2 h``; this one the model's ``H x P`` (equal for expand 2). Megatron has
     no Mamba-1: its four projections, conv and selective scan
     (:data:`cost_models.ssm.SELECTIVE_SCAN_FLOP_PER_STATE` per state element) are counted alike."""
@@ -82,6 +84,11 @@ def _mixer_flop_per_token(model: ModelSpec, mixer: str) -> float:
         k, v = model.linear_num_key_heads * model.linear_key_head_dim, nv * dv
         conv = model.linear_conv_kernel_dim * (2 * k + v)
         return 2 * (h * (2 * k + 2 * v + 2 * nv) + conv + 4 * nv * dv * dv + h * v)
+    if mixer == "kda":
+        heads, d = model.linear_num_key_heads, model.linear_key_head_dim
+        p = heads * d
+        proj = h * (3 * p + heads + 2 * d) + 2 * d * p + p * h
+        return 2 * (proj + model.linear_conv_kernel_dim * 3 * p + 4 * heads * d * d)
     return 0.0
 
 

@@ -240,7 +240,7 @@ def layer_table(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGro
     mtp = _mtp(model, job, c, node) if model.mtp_num_layers else ZERO
     output = _output(model, job, c, node) + mtp
     parts = ()
-    if model.is_hybrid or model.linear_attention_freq:
+    if model.is_hybrid or model.has_linear_attention:
         kinds = sorted({model.layer_parts(i) for i in range(model.num_layers)})
         parts = tuple(
             (

@@ -305,7 +305,8 @@ def _mixer_violations(model: ModelSpec, c: ParallelConfig) -> list[str]:
     """Mamba-2 and gated DeltaNet heads over tp and cp, as megatron-core 0.19.2 asserts them:
     ``MambaMixer`` (nheads and ngroups divisible by tp), ``MambaContextParallel`` (nheads / tp
     divisible by cp; ngroups / tp divisible by cp or dividing it) and ``TransformerConfig`` for
-    gated DeltaNet (key and value heads divisible by tp x cp). Mamba-1 (Jamba's; no Megatron-Core
+    gated DeltaNet (key and value heads divisible by tp x cp; KDA's heads alike, as vLLM's
+    ``KimiDeltaAttention`` asserts ``num_heads % tp_size == 0``). Mamba-1 (Jamba's; no Megatron-Core
     layer): channels over tp, and no context parallelism, which neither its Hugging Face model nor
     Megatron's ``MambaContextParallel`` (Mamba-2 heads) provides."""
     out: list[str] = []
@@ -328,7 +329,7 @@ def _mixer_violations(model: ModelSpec, c: ParallelConfig) -> list[str]:
             out.append(f"mamba_num_heads / tp ({heads // c.tp}) is not divisible by cp ({c.cp})")
         elif (groups // c.tp) % c.cp and c.cp % (groups // c.tp):
             out.append(f"mamba_num_groups / tp ({groups // c.tp}) and cp ({c.cp}): one must divide the other")
-    if "G" in model.hybrid_layer_pattern or model.linear_attention_freq:
+    if "G" in model.hybrid_layer_pattern or model.has_linear_attention:
         for name in ("linear_num_key_heads", "linear_num_value_heads"):
             if getattr(model, name) % (c.tp * c.cp):
                 out.append(f"{name} ({getattr(model, name)}) is not divisible by tp x cp ({c.tp * c.cp})")

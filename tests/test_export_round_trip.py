@@ -67,6 +67,7 @@ REFUSED_BY_MEGATRON = {
     "gemma3-12b": "has no GeGLU flag",
     "gemma3-27b": "has no GeGLU flag",
     "jamba-1.5-mini": "has no Mamba-1 layer",
+    "kimi-linear-48b-a3b": "has no Kimi Delta Attention (KDA) layer",
 }
 """Presets planner search under --framework megatron refuses (exit 3) with the reason named: the
 export has no flags for them (Megatron-LM's framework capabilities, planner/frameworks/megatron.py).

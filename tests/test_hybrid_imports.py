@@ -1,5 +1,6 @@
 """More hybrid families of issue 56, item 2: Jamba imported (Mamba-1 and attention layers, each with
-an MLP or MoE; its Mamba-1 mixer priced), Falcon-H1 and Kimi Linear refused with the reason."""
+an MLP or MoE; its Mamba-1 mixer priced), Falcon-H1 refused with the reason (Kimi Linear:
+tests/test_kda.py)."""
 
 from __future__ import annotations
 
@@ -114,7 +115,6 @@ def test_jamba_one_expert_is_dense(tmp_path):
     ("model_type", "reason"),
     [
         ("falcon_h1", "side by side on the same normalised input in every layer"),
-        ("kimi_linear", "decay the state per key channel"),
     ],
 )
 def test_refused_families_say_why_in_one_line(tmp_path, run_cli, model_type, reason):

@@ -28,8 +28,10 @@
   ``attention_chunk_size``; ``--window-size`` is a sliding window only), a plain ReLU MLP
   (``--squared-relu``, ``--swiglu`` and GeLU only), a GeGLU MLP (Gemma's; ``--quick-geglu`` gates
   another GELU), Mamba-2 mixers of another convolution width
-  or scan chunk than ``MambaMixer``'s fixed ones, and Mamba-1 mixers (Jamba's; megatron-core has
-  Mamba-2 only). The search leaves such models out under
+  or scan chunk than ``MambaMixer``'s fixed ones, Mamba-1 mixers (Jamba's; megatron-core has
+  Mamba-2 only), Kimi Delta Attention (Kimi Linear's; ``experimental_attention_variant`` is
+  ``gated_delta_net`` or ``dsa``) and a per-layer linear-attention list (the export writes the
+  integer ``--linear-attention-freq``). The search leaves such models out under
   ``--framework megatron`` with the reason, so it never returns a plan its export refuses.
 * Hybrid layer patterns (Mamba-2 / gated DeltaNet / attention / MLP / MoE layers) run in
   ``pretrain_hybrid.py --hybrid-layer-pattern`` (megatron/core/models/hybrid/), gated DeltaNet in a
@@ -72,6 +74,17 @@ def model_reasons(who: str, model: ModelSpec) -> list[str]:
         out.append(
             f"{who} has no GeGLU flag (--swiglu gates SiLU, --quick-geglu gates quick-GELU; Gemma's "
             "tanh-GELU gate runs in Megatron-Bridge's Gemma3ModelProvider)"
+        )
+    if getattr(model, "linear_attention_type", "") == "kda":
+        # TransformerConfig.experimental_attention_variant: Literal['gated_delta_net', 'dsa'].
+        out.append(
+            f"{who} has no Kimi Delta Attention (KDA) layer: its only linear attention is gated DeltaNet "
+            "(--experimental-attention-variant takes gated_delta_net or dsa)"
+        )
+    elif getattr(model, "linear_attention_pattern", ()):
+        out.append(
+            f"{who} export writes the integer --linear-attention-freq, not a per-layer "
+            "linear_attention_pattern"
         )
     if "M" in getattr(model, "hybrid_layer_pattern", "") and getattr(model, "mamba_version", 2) == 1:
         # megatron/core/ssm/: MambaMixer is Mamba-2 (SSD; heads, groups, no dt_rank / x_proj).

@@ -140,8 +140,9 @@ def architecture_reason(m: ModelSpec) -> str | None:
         what.append("shared experts not a multiple of the expert width")
     if m.hybrid_layer_pattern:
         what.append("a hybrid layer pattern (Mamba-2, attention and MLP layers)")
-    if m.linear_attention_freq:
-        what.append("gated DeltaNet (linear attention) layers")
+    if m.has_linear_attention:
+        kind = "Kimi Delta Attention" if m.linear_attention_type == "kda" else "gated DeltaNet"
+        what.append(f"{kind} (linear attention) layers")
     if m.attention_output_gate:
         what.append("gated attention")
     if m.is_dsa:

@@ -6,7 +6,8 @@ interleaved MoE with a shared expert, chunked attention), Phi-3, Gemma 3 (``gemm
 ``text_config`` or ``gemma3_text``; 5 local : 1 global attention, GeGLU), and the hybrid models of 2025:
 Nemotron-H / Nemotron 3 (Mamba-2, attention, MLP and MoE layers in a hybrid pattern), Qwen3-Next
 (gated DeltaNet and gated attention, 512 experts) and Jamba (Mamba-1 and attention layers, each with
-an MLP or MoE). Falcon-H1 and Kimi Linear are refused with the reason (:data:`REFUSED`).
+an MLP or MoE), Kimi Linear (Kimi Delta Attention and MLA layers, 256 experts). Falcon-H1 is refused
+with the reason (:data:`REFUSED`).
 
 Field meanings follow the ``transformers`` configuration classes (``LlamaConfig``, ``GPT2Config``,
 ``DeepseekV3Config``, ``GptOssConfig``, ``Llama4TextConfig``, ``Phi3Config``, ...); Kimi-K2's
@@ -24,8 +25,8 @@ from typing import Any
 
 from planner.inputs.documents import read_document
 from planner.inputs.errors import SpecError
-from planner.inputs.hf_fields import Fields, skip_freq
-from planner.inputs.hf_hybrid import jamba, nemotron_h, qwen3_next
+from planner.inputs.hf_fields import Fields, mla_fields, skip_freq
+from planner.inputs.hf_hybrid import jamba, kimi_linear, nemotron_h, qwen3_next
 from planner.inputs.model_spec import ModelSpec
 from planner.inputs.model_yaml import _rope_theta, validate_model
 from planner.inputs.validation import check_number
@@ -39,6 +40,7 @@ MODEL_TYPES = (
     "gpt_oss",
     "jamba",
     "kimi_k2",
+    "kimi_linear",
     "llama4",
     "llama4_text",
     "nemotron_h",
@@ -70,12 +72,19 @@ def load_frontier(data: dict, where: str, name: str) -> ModelSpec:
         kwargs = qwen3_next(f)
     elif mt == "jamba":
         kwargs = jamba(f)
+    elif mt == "kimi_linear":
+        kwargs = kimi_linear(f)
     elif mt in ("gemma3", "gemma3_text"):
         kwargs = _gemma3(f)
     else:
         kwargs = _phi3(f)
     hidden, heads = f.need("hidden_size"), f.need("num_attention_heads")
-    shape = {"activation": "swiglu", "position_embedding_type": "rope", "num_layers": 0}
+    shape = {
+        "activation": "swiglu",
+        "position_embedding_type": "rope",
+        "num_layers": 0,
+        "max_position_embeddings": 0,
+    }
     shape.update({k: kwargs.pop(k) for k in tuple(shape) if k in kwargs})
     spec = ModelSpec(
         name=name,
@@ -83,7 +92,7 @@ def load_frontier(data: dict, where: str, name: str) -> ModelSpec:
         hidden_size=hidden,
         num_attention_heads=heads,
         vocab_size=f.need("vocab_size"),
-        max_position_embeddings=f.need("max_position_embeddings"),
+        max_position_embeddings=shape["max_position_embeddings"] or f.need("max_position_embeddings"),
         activation=shape["activation"],
         normalization="rmsnorm",
         position_embedding_type=shape["position_embedding_type"],
@@ -107,15 +116,8 @@ def _deepseek(f: Fields) -> dict[str, Any]:
     return dict(
         ffn_hidden_size=f.need("intermediate_size"),
         num_query_groups=heads,
-        kv_channels=f.need("v_head_dim"),
         add_bias_linear=f.flag("attention_bias", False),
-        qk_layernorm=True,  # q_a_layernorm / kv_a_layernorm (Megatron: --qk-layernorm)
-        multi_latent_attention=True,
-        q_lora_rank=f.opt("q_lora_rank"),
-        kv_lora_rank=f.need("kv_lora_rank"),
-        qk_head_dim=f.need("qk_nope_head_dim"),
-        qk_pos_emb_head_dim=f.need("qk_rope_head_dim"),
-        v_head_dim=f.need("v_head_dim"),
+        **mla_fields(f),
         num_experts=routed,
         moe_router_topk=f.need("num_experts_per_tok") if routed else 0,
         moe_ffn_hidden_size=moe_ffn,
@@ -230,12 +232,6 @@ REFUSED = {
         "layer and adds their outputs (transformers' FalconH1DecoderLayer), and planner's hybrid layer "
         "pattern has one token mixer per layer"
     ),
-    "kimi_linear": (
-        "Kimi Linear's KDA layers decay the state per key channel (a head_dim-wide gate per head, from "
-        "the low-rank f_a_proj / f_b_proj; arXiv:2510.26692) where gated DeltaNet decays it by one "
-        "scalar per head, so neither its parameters nor its chunked kernel are the gated DeltaNet "
-        "mixer planner prices"
-    ),
 }
 """``model_type`` values planner reads but does not import, with why (docs/models.md)."""
 
@@ -333,7 +329,7 @@ def load_hf_config(path: Path) -> ModelSpec:
 
     Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gpt2,
     gpt_neox, gemma, gemma2, nemotron, and (:func:`load_frontier`) deepseek_v2, deepseek_v3, deepseek_v32,
-    gemma3 (its ``text_config``), gemma3_text, jamba, kimi_k2, gpt_oss, llama4 (its ``text_config``),
+    gemma3 (its ``text_config``), gemma3_text, jamba, kimi_k2, kimi_linear, gpt_oss, llama4 (its ``text_config``),
     llama4_text, nemotron_h, phi3, qwen3_next. Field meanings follow the
     ``transformers`` configuration classes of the same names.
     """
@@ -357,7 +353,7 @@ def load_hf_config(path: Path) -> ModelSpec:
     else:
         supported = (
             "deepseek_v2, deepseek_v3, deepseek_v32, gemma, gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, jamba, kimi_k2, "
-            "llama, llama4, llama4_text, mistral, mixtral, nemotron, nemotron_h, phi3, qwen2, qwen2_moe, "
+            "kimi_linear, llama, llama4, llama4_text, mistral, mixtral, nemotron, nemotron_h, phi3, qwen2, qwen2_moe, "
             "qwen3, qwen3_moe, qwen3_next"
         )
         raise SpecError(f"{where}: key 'model_type': {mt!r} is not supported; allowed values: {supported}")

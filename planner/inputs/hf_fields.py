@@ -41,6 +41,23 @@ class Fields:
         return value
 
 
+def mla_fields(f: Fields) -> dict[str, int | bool]:
+    """Multi-head latent attention as DeepSeek-V2/V3's config names it (``q_lora_rank`` null: no
+    query compression; ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``), with its latent
+    RMSNorms (``q_a_layernorm`` / ``kv_a_layernorm``; Megatron ``--qk-layernorm``) and the value
+    width as ``kv_channels``; Kimi Linear's MLA layers use the same keys."""
+    return dict(
+        kv_channels=f.need("v_head_dim"),
+        qk_layernorm=True,
+        multi_latent_attention=True,
+        q_lora_rank=f.opt("q_lora_rank"),
+        kv_lora_rank=f.need("kv_lora_rank"),
+        qk_head_dim=f.need("qk_nope_head_dim"),
+        qk_pos_emb_head_dim=f.need("qk_rope_head_dim"),
+        v_head_dim=f.need("v_head_dim"),
+    )
+
+
 def skip_freq(local: list[bool], where: str, key: str) -> int:
     """Megatron's ``--window-attn-skip-freq`` N for a per-layer local/global list: layer i (0-based)
     is global iff ``(i + 1) % N == 0``; 0 when every layer is local."""
@@ -90,6 +107,10 @@ HF_KEYS = {
     "full_attention_interval": "linear_attention_freq",
     "sliding_window_pattern": "window_attn_skip_freq",
     "n_ctx": "max_position_embeddings",
+    "model_max_length": "max_position_embeddings",
+    "num_experts_per_token": "moe_router_topk",
+    "num_shared_experts": "num_experts",
+    "short_conv_kernel_size": "linear_conv_kernel_dim",
     "mamba_d_state": "mamba_state_dim",
     "mamba_d_conv": "mamba_conv_kernel",
     "attn_layer_period": "num_layers",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.inputs.errors import SpecError
-from planner.inputs.hf_fields import Fields, skip_freq
+from planner.inputs.hf_fields import Fields, mla_fields, skip_freq
 from planner.inputs.validation import check_number
 
 _NEMOTRON_H_TYPES = {
@@ -193,4 +193,87 @@ def qwen3_next(f: Fields) -> dict[str, Any]:
         moe_router_topk=f.need("num_experts_per_tok"),
         moe_ffn_hidden_size=f.need("moe_intermediate_size"),
         moe_shared_expert_intermediate_size=f.opt("shared_expert_intermediate_size"),
+    )
+
+
+KIMI_LINEAR_CONTEXT = 1_048_576
+"""Kimi Linear's context where its ``config.json`` names none: 1M tokens (Kimi Linear technical
+report, arXiv:2510.26692, "up to 1M context length"; the 48B-A3B model card)."""
+
+
+def _kimi_layers(f: Fields, layers: int) -> tuple[int, ...]:
+    """One 0/1 per layer, 1 = KDA, from ``linear_attn_config``'s ``kda_layers`` and
+    ``full_attn_layers``, whose numbers are 1-based (vLLM ``KimiLinearConfig.is_kda_layer``:
+    ``(layer_idx + 1) in kda_layers``) and together name every layer once."""
+    where = f"{f.where}: key 'linear_attn_config"
+    lists = [f.data.get(key) for key in ("kda_layers", "full_attn_layers")]
+    if not all(isinstance(v, list) and all(type(i) is int for i in v) for v in lists):
+        raise SpecError(
+            f"{where}': expected kda_layers and full_attn_layers, lists of layer numbers 1..{layers}"
+        )
+    kda, full = lists
+    if sorted(kda + full) != list(range(1, layers + 1)):
+        raise SpecError(
+            f"{where}': kda_layers and full_attn_layers must name each layer 1..{layers} once (1-based, "
+            "as vLLM's KimiLinearConfig reads them)"
+        )
+    return tuple(int(i + 1 in set(kda)) for i in range(layers))
+
+
+def kimi_linear(f: Fields) -> dict[str, Any]:
+    """Kimi Linear (Kimi Team 2025, arXiv:2510.26692; ``KimiLinearConfig`` and ``KimiDecoderLayer``
+    of vLLM's vllm/model_executor/models/kimi_linear.py, the reference implementation outside the
+    checkpoint's remote code): every layer a token mixer and an MLP behind their own RMSNorms; the
+    mixer is Kimi Delta Attention in the layers ``linear_attn_config.kda_layers`` names (``num_heads``
+    heads of ``head_dim``, ``short_conv_kernel_size``; :meth:`ModelSpec.kda_params`) and MLA in
+    ``full_attn_layers`` (no query compression, ``q_lora_rank`` null; ``kv_a_layernorm``; NoPE with
+    ``mla_use_nope``: the ``qk_rope_head_dim`` channels stay in the score, unrotated); the MLP is an
+    MoE of ``num_experts`` top ``num_experts_per_token`` SwiGLU experts of ``moe_intermediate_size``
+    plus ``num_shared_experts`` of that width in layer i iff ``i >= first_k_dense_replace`` and
+    ``i % moe_layer_freq == 0``, else a SwiGLU MLP of ``intermediate_size``. Not counted: the
+    router's score-correction bias (``num_experts`` a layer)."""
+    layers = f.need("num_hidden_layers")
+    linear = f.data.get("linear_attn_config")
+    if not isinstance(linear, dict):
+        raise SpecError(f"{f.where}: key 'linear_attn_config': model_type 'kimi_linear' needs its mapping")
+    lf = Fields(linear, f"{f.where} (linear_attn_config)", f.mt)
+    for key in ("use_full_rank_gate", "mla_use_output_gate"):
+        if lf.flag(key, False) or f.flag(key, False):
+            raise SpecError(
+                f"{f.where}: key '{key}': true is not priced (Kimi Linear 48B-A3B's low-rank gates, ungated MLA)"
+            )
+    if f.opt("num_nextn_predict_layers"):
+        raise SpecError(
+            f"{f.where}: key 'num_nextn_predict_layers': MTP is not priced for Kimi Linear (use 0)"
+        )
+    act = f.data.get("hidden_act", "silu")
+    if act != "silu":
+        raise SpecError(
+            f"{f.where}: key 'hidden_act': {act!r} is not read for Kimi Linear; allowed values: silu"
+        )
+    routed = f.opt("num_experts")
+    moe_ffn = f.need("moe_intermediate_size") if routed else 0
+    first, freq = f.opt("first_k_dense_replace"), f.opt("moe_layer_freq", 1)
+    moe = tuple(int(routed > 0 and i >= first and i % freq == 0) for i in range(layers))
+    heads, width = lf.need("num_heads"), lf.need("head_dim")
+    context = f.opt("max_position_embeddings", f.opt("model_max_length", KIMI_LINEAR_CONTEXT))
+    return dict(
+        max_position_embeddings=context,
+        position_embedding_type="none" if f.flag("mla_use_nope", False) else "rope",
+        ffn_hidden_size=f.need("intermediate_size"),
+        num_query_groups=f.need("num_attention_heads"),
+        add_bias_linear=False,
+        **mla_fields(f),  # kv_a_layernorm only: no query compression, so no q_a_layernorm
+        num_experts=routed,
+        moe_router_topk=f.need("num_experts_per_token") if routed else 0,
+        moe_ffn_hidden_size=moe_ffn,
+        moe_shared_expert_intermediate_size=f.opt("num_shared_experts") * moe_ffn,
+        moe_layer_pattern=moe if routed and not all(moe) else (),
+        linear_attention_type="kda",
+        linear_attention_pattern=_kimi_layers(lf, layers),
+        linear_num_key_heads=heads,
+        linear_num_value_heads=heads,
+        linear_key_head_dim=width,
+        linear_value_head_dim=width,
+        linear_conv_kernel_dim=lf.opt("short_conv_kernel_size", 4),
     )

@@ -16,6 +16,10 @@ NORMALIZATIONS = ("layernorm", "rmsnorm")
 POSITION_EMBEDDINGS = ("learned_absolute", "rope", "none")
 WINDOW_TYPES = ("sliding", "chunked")
 SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
+LINEAR_ATTENTION_TYPES = ("gated_delta_net", "kda")
+"""The linear-attention mixers of a transformer's non-softmax layers: gated DeltaNet (Yang et al.
+2024, arXiv:2412.06464; Qwen3-Next) and Kimi Delta Attention (Kimi Team 2025, "Kimi Linear: An
+Expressive, Efficient Attention Architecture", arXiv:2510.26692; Kimi Linear 48B-A3B)."""
 GATED_ACTIVATIONS = frozenset({"swiglu", "geglu"})
 """Gated MLPs, three weight matrices (gate, up, down; Shazeer 2020, "GLU Variants Improve
 Transformer", arXiv:2002.05202): ``swiglu`` gates with SiLU, ``geglu`` with GELU (Gemma's
@@ -191,6 +195,15 @@ class ModelSpec:
     per value head."""
     linear_conv_kernel_dim: int = 4
     """Gated DeltaNet causal convolution width (``--linear-conv-kernel-dim``, default 4)."""
+    linear_attention_pattern: tuple[int, ...] = ()
+    """One 0/1 per layer, 1 = linear attention (the list form of Megatron's
+    ``--linear-attention-freq``, ``TransformerConfig.linear_attention_freq``: "A list that defines a
+    custom pattern, e.g.: [1,1,1,0,...]"): Kimi Linear's ``linear_attn_config.kda_layers``, whose
+    last layer breaks the 3:1 period; empty: ``linear_attention_freq``."""
+    linear_attention_type: str = "gated_delta_net"
+    """The linear-attention layers' mixer (:data:`LINEAR_ATTENTION_TYPES`): ``gated_delta_net``, or
+    ``kda`` (Kimi Delta Attention: ``linear_num_key_heads`` = ``linear_num_value_heads`` heads of
+    ``linear_key_head_dim`` = ``linear_value_head_dim``, a per-key-channel decay; :meth:`kda_params`)."""
     attention_output_gate: bool = False
     """A sigmoid output gate on softmax attention (``--attention-output-gate``; Qwen3-Next's gated
     attention): the QKV projection also produces a gate of the query width."""
@@ -214,6 +227,11 @@ class ModelSpec:
         return bool(self.hybrid_layer_pattern)
 
     @property
+    def has_linear_attention(self) -> bool:
+        """Whether some layers are linear attention (gated DeltaNet or KDA) inside a transformer."""
+        return bool(self.linear_attention_freq or self.linear_attention_pattern)
+
+    @property
     def mamba_inner_size(self) -> int:
         """Mamba inner width: ``d_inner = H x P`` (Mamba-2), ``expand x h`` (Mamba-1)."""
         if self.mamba_version == 1:
@@ -221,13 +239,14 @@ class ModelSpec:
         return self.mamba_num_heads * self.mamba_head_dim
 
     def layer_parts(self, index: int) -> tuple[str, str]:
-        """(token mixer, MLP) of layer ``index``: mixer ``attention``, ``mamba``, ``gdn`` or ``""``,
-        MLP ``dense``, ``moe`` or ``""`` (a hybrid layer has one of the two, a transformer layer
-        both)."""
+        """(token mixer, MLP) of layer ``index``: mixer ``attention``, ``mamba``, ``gdn``, ``kda`` or
+        ``""``, MLP ``dense``, ``moe`` or ``""`` (a hybrid layer has one of the two, a transformer
+        layer both)."""
         if self.hybrid_layer_pattern:
             return HYBRID_SYMBOLS[self.hybrid_layer_pattern[index]]
-        freq = self.linear_attention_freq
-        mixer = "gdn" if freq and (index + 1) % freq else "attention"
+        freq, pattern = self.linear_attention_freq, self.linear_attention_pattern
+        linear = bool(pattern[index]) if pattern else bool(freq and (index + 1) % freq)
+        mixer = ("kda" if self.linear_attention_type == "kda" else "gdn") if linear else "attention"
         return mixer, ("moe" if self.is_moe_layer(index) else "dense")
 
     @property
@@ -406,6 +425,21 @@ class ModelSpec:
         conv = (2 * k + v) * self.linear_conv_kernel_dim
         return h * (2 * k + 2 * v + 2 * nv) + conv + 2 * nv + self.linear_value_head_dim + v * h
 
+    def kda_params(self) -> int:
+        """One Kimi Delta Attention mixer (arXiv:2510.26692 Sec. 3, eqs. 1-3 and the output gate of
+        Sec. 4; vLLM ``KimiDeltaAttention``, vllm/model_executor/layers/kda.py, and the layers its
+        ``kimi_linear.py`` builds for Kimi Linear), H heads of width d (P = H d), no biases:
+        ``q_proj``, ``k_proj``, ``v_proj`` h -> P; the decay gate's low-rank ``f_a_proj`` h -> d and
+        ``f_b_proj`` d -> P with ``dt_bias`` (P) and ``A_log`` (H); ``b_proj`` h -> H (beta); the
+        output gate's low-rank ``g_a_proj`` h -> d and ``g_b_proj`` d -> P; the depthwise short
+        convolutions of q, k and v (``short_conv_kernel_size`` weights a channel, no bias); the gated
+        RMSNorm ``o_norm`` over d; ``o_proj`` P -> h. The gates' rank is the head width d, as vLLM
+        builds them."""
+        h, heads, d = self.hidden_size, self.linear_num_key_heads, self.linear_key_head_dim
+        p = heads * d
+        projections = 3 * h * p + 2 * (h * d + d * p) + h * heads + p * h
+        return projections + 3 * p * self.linear_conv_kernel_dim + p + heads + d
+
     def mlp_params(self, ffn: int) -> int:
         """One MLP (dense or one expert) of intermediate width ``ffn``."""
         h = self.hidden_size
@@ -425,9 +459,12 @@ class ModelSpec:
         total = 0
         if mixer:
             total += self.norm_params()
-            total += {"attention": self.attention_params, "mamba": self.mamba_params, "gdn": self.gdn_params}[
-                mixer
-            ]()
+            total += {
+                "attention": self.attention_params,
+                "mamba": self.mamba_params,
+                "gdn": self.gdn_params,
+                "kda": self.kda_params,
+            }[mixer]()
         if not ffn:
             return total
         total += self.norm_params()

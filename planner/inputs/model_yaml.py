@@ -11,6 +11,7 @@ from planner.inputs.layer_pattern import PatternError, parse_pattern, pattern_te
 from planner.inputs.model_spec import (
     ACTIVATIONS,
     HYBRID_SYMBOLS,
+    LINEAR_ATTENTION_TYPES,
     NORMALIZATIONS,
     POSITION_EMBEDDINGS,
     SOFTMAX_TYPES,
@@ -66,18 +67,8 @@ def model_from_mapping(data: dict, where: str) -> ModelSpec:
 
 def _frontier_fields(r: Reader) -> dict[str, Any]:
     """MLA, layer patterns, local attention, sinks and MTP (all optional; docs/models.md)."""
-    raw = r.get("moe_layer_pattern", (str, list), "")
-    try:
-        if isinstance(raw, list):
-            if not all(isinstance(v, int) and not isinstance(v, bool) and v in (0, 1) for v in raw):
-                raise PatternError("a list of 0 (dense) and 1 (MoE) entries")
-            pattern = tuple(raw)
-        else:
-            pattern = parse_pattern(raw) if raw else ()
-    except PatternError as exc:
-        raise SpecError(f"{r.where}: key 'moe_layer_pattern': {exc}") from None
     return dict(
-        moe_layer_pattern=pattern,
+        moe_layer_pattern=_layer_pattern(r, "moe_layer_pattern", "a list of 0 (dense) and 1 (MoE) entries"),
         multi_latent_attention=r.get("multi_latent_attention", bool, False),
         q_lora_rank=r.get("q_lora_rank", int, 0),
         kv_lora_rank=r.get("kv_lora_rank", int, 0),
@@ -93,6 +84,20 @@ def _frontier_fields(r: Reader) -> dict[str, Any]:
         dsa_indexer_head_dim=r.get("dsa_indexer_head_dim", int, 0),
         dsa_indexer_topk=r.get("dsa_indexer_topk", int, 0),
     )
+
+
+def _layer_pattern(r: Reader, key: str, expected: str) -> tuple[int, ...]:
+    """A per-layer 0/1 pattern: Megatron's list grammar (:mod:`planner.inputs.layer_pattern`) or a
+    YAML list of 0/1 entries (``expected`` says what they mean)."""
+    raw = r.get(key, (str, list), "")
+    try:
+        if isinstance(raw, list):
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v in (0, 1) for v in raw):
+                raise PatternError(expected)
+            return tuple(raw)
+        return parse_pattern(raw) if raw else ()
+    except PatternError as exc:
+        raise SpecError(f"{r.where}: key '{key}': {exc}") from None
 
 
 def _hybrid_fields(r: Reader) -> dict[str, Any]:
@@ -123,6 +128,12 @@ def _hybrid_fields(r: Reader) -> dict[str, Any]:
     ):
         out[key] = r.get(key, int, 0)
     out["linear_conv_kernel_dim"] = r.get("linear_conv_kernel_dim", int, 4, positive=True)
+    out["linear_attention_pattern"] = _layer_pattern(
+        r, "linear_attention_pattern", "a list of 0 (softmax attention) and 1 (linear attention) entries"
+    )
+    out["linear_attention_type"] = r.get(
+        "linear_attention_type", str, "gated_delta_net", choices=LINEAR_ATTENTION_TYPES
+    )
     out["attention_output_gate"] = r.get("attention_output_gate", bool, False)
     return out
 
@@ -141,10 +152,10 @@ def _validate_hybrid(m: ModelSpec, where: str) -> None:
             f"{where}: hybrid_layer_pattern has {len(pattern)} layers but num_layers is {m.num_layers} "
             "(each symbol is one layer)"
         )
-    if pattern and m.linear_attention_freq:
+    if pattern and m.has_linear_attention:
         raise SpecError(
-            f"{where}: linear_attention_freq and hybrid_layer_pattern are both set; a hybrid pattern "
-            "places gated DeltaNet layers with G"
+            f"{where}: linear_attention_freq/linear_attention_pattern and hybrid_layer_pattern are both "
+            "set; a hybrid pattern places gated DeltaNet layers with G"
         )
     if pattern and (m.moe_layer_pattern or m.moe_layer_freq != 1):
         raise SpecError(
@@ -202,9 +213,10 @@ def _validate_linear(m: ModelSpec, where: str) -> None:
         m.linear_key_head_dim,
         m.linear_value_head_dim,
     )
-    has_gdn = "G" in pattern or m.linear_attention_freq > 1
+    has_gdn = "G" in pattern or m.linear_attention_freq > 1 or any(m.linear_attention_pattern)
     if m.linear_attention_freq == 1:
         raise SpecError(f"{where}: linear_attention_freq 1 makes every layer softmax attention; use 0")
+    _validate_linear_pattern(m, where)
     if has_gdn and not all(linear):
         raise SpecError(
             f"{where}: gated DeltaNet layers need linear_num_key_heads, linear_num_value_heads, "
@@ -219,6 +231,30 @@ def _validate_linear(m: ModelSpec, where: str) -> None:
         raise SpecError(
             f"{where}: linear_* fields are set but no layer is gated DeltaNet (G in hybrid_layer_pattern "
             "or linear_attention_freq)"
+        )
+
+
+def _validate_linear_pattern(m: ModelSpec, where: str) -> None:
+    """``linear_attention_pattern`` (one entry a layer, not with ``linear_attention_freq``) and KDA's
+    shape (as many value heads as key heads, of the key width: vLLM ``KimiDeltaAttention``)."""
+    lp = m.linear_attention_pattern
+    if lp and len(lp) != m.num_layers:
+        raise SpecError(
+            f"{where}: linear_attention_pattern has {len(lp)} entries but num_layers is {m.num_layers}"
+        )
+    if lp and m.linear_attention_freq:
+        raise SpecError(f"{where}: linear_attention_pattern and linear_attention_freq are both set; give one")
+    if m.linear_attention_type != "kda":
+        return
+    if not any(lp) and m.linear_attention_freq < 2:
+        raise SpecError(
+            f"{where}: linear_attention_type is kda but no layer is linear attention (linear_attention_freq "
+            "or linear_attention_pattern)"
+        )
+    if (m.linear_num_value_heads, m.linear_value_head_dim) != (m.linear_num_key_heads, m.linear_key_head_dim):
+        raise SpecError(
+            f"{where}: linear_attention_type kda needs linear_num_value_heads = linear_num_key_heads and "
+            "linear_value_head_dim = linear_key_head_dim (KDA's q, k and v share one head shape)"
         )
 
 
@@ -348,6 +384,8 @@ OPTIONAL_MODEL_FIELDS = (
     "linear_key_head_dim",
     "linear_value_head_dim",
     "linear_conv_kernel_dim",
+    "linear_attention_pattern",
+    "linear_attention_type",
     "attention_output_gate",
     "dsa_indexer_n_heads",
     "dsa_indexer_head_dim",
@@ -365,8 +403,9 @@ def optional_model_fields(m: ModelSpec) -> dict:
         num_query_groups=1, kv_channels=1, vocab_size=1, max_position_embeddings=1,
     )  # fmt: skip
     out = {f: getattr(m, f) for f in OPTIONAL_MODEL_FIELDS if getattr(m, f) != getattr(defaults, f)}
-    if "moe_layer_pattern" in out:
-        out["moe_layer_pattern"] = pattern_text(m.moe_layer_pattern)
+    for key in ("moe_layer_pattern", "linear_attention_pattern"):
+        if key in out:
+            out[key] = pattern_text(getattr(m, key))
     return out
 
 
