@@ -36,7 +36,8 @@ def layer_flop_per_token(model: ModelSpec, index: int, seq_length: int) -> float
     h, a = model.hidden_size, model.num_attention_heads
     n_in = 2 if model.gated else 1
     mixer, ffn = model.layer_parts(index)
-    if mixer != "attention":
+    mixers = mixer.split("+")  # attention+mamba: both, side by side (Falcon-H1)
+    if "attention" not in mixers:
         flop = _mixer_flop_per_token(model, mixer)
     elif model.multi_latent_attention:
         rq, rkv, dr = model.q_lora_rank, model.kv_lora_rank, model.qk_pos_emb_head_dim
@@ -48,8 +49,10 @@ def layer_flop_per_token(model: ModelSpec, index: int, seq_length: int) -> float
     else:
         q, kv = model.query_projection_size, model.kv_projection_size
         flop = 2 * h * (q + 2 * kv) + 2 * q * h + (2 * h * q if model.attention_output_gate else 0)
-    if mixer == "attention":
+    if "attention" in mixers:
         flop += 2 * model.attention_span(index, seq_length) * model.core_attention_width
+    if mixers == ["attention", "mamba"]:
+        flop += _mixer_flop_per_token(model, "mamba")
     if not ffn:
         return flop
     if ffn == "moe":
@@ -168,7 +171,7 @@ def hardware_flop_per_iteration(
         core = sum(
             2 * model.attention_span(i, s) * model.core_attention_width
             for i in range(model.num_layers)
-            if model.layer_parts(i)[0] == "attention"
+            if "attention" in model.layer_parts(i)[0].split("+")
         )
         return model_flop + core * job.tokens_per_step
     return model_flop

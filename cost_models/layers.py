@@ -240,7 +240,7 @@ def layer_table(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGro
     mtp = _mtp(model, job, c, node) if model.mtp_num_layers else ZERO
     output = _output(model, job, c, node) + mtp
     parts = ()
-    if model.is_hybrid or model.has_linear_attention:
+    if model.has_layer_parts:
         kinds = sorted({model.layer_parts(i) for i in range(model.num_layers)})
         parts = tuple(
             (
@@ -390,9 +390,14 @@ def _layer_comm(
         # kernels (one fixed overhead each, as a layer's launch overhead).
         slowdown = gpu.efficiency.comm_overlap_slowdown
         steps = (c.cp - 1) * gpu.efficiency.kernel_overhead_s
-        cp_fwd = comm.overlapped_s(ring_fwd, at.attn_fwd_s * (c.cp - 1) / c.cp, slowdown) + steps
-        cp_bwd = comm.overlapped_s(ring_bwd, at.attn_bwd_s * (c.cp - 1) / c.cp, slowdown) + steps
-        cp_bytes = (c.cp - 1) * 3 * chunk
+        # Plus a head-parallel mixer's all-to-alls beside the attention (0 for attention alone).
+        cp_fwd = (
+            comm.overlapped_s(ring_fwd, at.attn_fwd_s * (c.cp - 1) / c.cp, slowdown) + steps + at.cp_fwd_s
+        )
+        cp_bwd = (
+            comm.overlapped_s(ring_bwd, at.attn_bwd_s * (c.cp - 1) / c.cp, slowdown) + steps + at.cp_fwd_s
+        )
+        cp_bytes = (c.cp - 1) * 3 * chunk + at.cp_bytes
     return LayerComm(tp_fwd, tp_bwd, tp_bytes, cp_fwd, cp_bwd, cp_bytes)
 
 
@@ -448,7 +453,8 @@ def _decoder(
     (:func:`cost_models.attention.attention_block`), the MLP (:func:`_dense_mlp`,
     :func:`cost_models.moe.routed_block`), norms and residuals, tensor/context-parallel
     communication (:func:`_layer_comm`) and the recompute terms. ``mixer`` (``mamba``, ``gdn``,
-    ``""``; :func:`cost_models.ssm.mixer_block`) replaces the attention block, and ``mlp=False``
+    ``kda``, ``""``; :func:`cost_models.ssm.mixer_block`) replaces the attention block,
+    ``attention+mamba`` adds a Mamba-2 mixer beside it (:func:`cost_models.ssm.parallel_block`), and ``mlp=False``
     leaves the MLP out: a layer of a hybrid pattern holds one of the two, with its own norm and
     residual (Megatron-Core ``MambaLayer``, ``MLPLayer``, a ``TransformerLayer`` without MLP)."""
     gpu = node.gpu
@@ -458,11 +464,12 @@ def _decoder(
     norms = (mixer != "") + mlp  # one norm and one residual add per part
 
     # --- attention block and MLP / MoE --------------------------------------------------------
-    at = (
-        attention_block(model, job, c, node, span)
-        if mixer == "attention"
-        else ssm.mixer_block(model, job, c, node, mixer)
-    )
+    if mixer == "attention":
+        at = attention_block(model, job, c, node, span)
+    elif mixer == "attention+mamba":  # side by side on the one normalised input (Falcon-H1)
+        at = ssm.parallel_block(model, job, c, node, attention_block(model, job, c, node, span))
+    else:
+        at = ssm.mixer_block(model, job, c, node, mixer)
     block = moe_terms.routed_block(model, job, c, node, T, sp_div, ACT_BYTES) if moe and mlp else None
     dense = _dense_mlp(model, job, c, node, T, sp_div) if not moe and mlp else None
     mlp_block = None if block is not None else (dense if dense is not None else _NO_MLP)

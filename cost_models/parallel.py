@@ -319,7 +319,7 @@ def _mixer_violations(model: ModelSpec, c: ParallelConfig) -> list[str]:
                 f"Mamba-1 layers are not context-parallel (cp {c.cp}): no framework splits the selective "
                 "scan's sequence"
             )
-    elif "M" in model.hybrid_layer_pattern:
+    elif "M" in model.hybrid_layer_pattern or model.parallel_mamba_attention:
         heads, groups = model.mamba_num_heads, model.mamba_num_groups
         if heads % c.tp or groups % c.tp:
             out.append(

@@ -5,7 +5,8 @@ algorithm of Sec. 6) as Megatron-Core's ``MambaMixer`` runs it, and gated DeltaN
 ``GatedDeltaNet`` runs it, the Mamba-1 mixer (Gu & Dao 2023, "Mamba", arXiv:2312.00752, the
 selective SSM of Sec. 3) as Hugging Face's ``JambaMambaMixer`` runs it, and Kimi Delta Attention
 (arXiv:2510.26692; :func:`kda_block`) as vLLM's ``KimiDeltaAttention`` and flash-linear-attention's
-``chunk_kda`` run it. Each returns an :class:`cost_models.attention.AttentionBlock`, the
+``chunk_kda`` run it; :func:`parallel_block` puts attention and a Mamba-2 mixer side by side
+(Falcon-H1). Each returns an :class:`cost_models.attention.AttentionBlock`, the
 shape :func:`cost_models.layers._decoder` combines with norms, residuals and an MLP (or, in a
 hybrid layer pattern, with nothing else).
 
@@ -27,6 +28,8 @@ is the derivation; the GPU's ``hbm_efficiency`` and GEMM curve are the only effi
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from cost_models import communication as comm
 from cost_models.attention import AttentionBlock
@@ -378,6 +381,37 @@ def _delta_block(
         kv_width=0.0,
         cp_fwd_s=cp[0],
         cp_bytes=cp[1],
+    )
+
+
+def parallel_block(
+    model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, attention: AttentionBlock
+) -> AttentionBlock:
+    """Attention and a Mamba-2 mixer side by side on one normalised input, their outputs added
+    (Falcon-H1, arXiv:2507.22448 Sec. 2; transformers' ``FalconH1DecoderLayer``, and
+    Megatron-Bridge's ``FalconH1Layer``, which runs the two under one input norm): the two blocks'
+    GEMMs, kernels, FLOPs, parameters and kept activations add, but their shared input (the norm's
+    output, which QKV and ``in_proj`` both read) is kept once, and tensor parallelism moves the
+    hidden states once (one all-gather of the input and one reduce-scatter of the summed output per
+    direction with sequence parallelism, one all-reduce without): attention's collectives, not
+    both. Context parallelism: attention's K/V ring plus the Mamba mixer's head-parallel
+    all-to-alls (:func:`_cp_all_to_all`)."""
+    mamba = mamba_block(model, job, c, node)
+    shared = tokens_per_gpu(job, c) * model.hidden_size * gemm_input_bytes(job)
+    return replace(
+        attention,
+        gemm=attention.gemm + mamba.gemm,
+        attn_fwd_s=attention.attn_fwd_s + mamba.attn_fwd_s,
+        attn_bwd_s=attention.attn_bwd_s + mamba.attn_bwd_s,
+        model_flop=attention.model_flop + mamba.model_flop,
+        elem_bytes=attention.elem_bytes + mamba.elem_bytes,
+        act_bytes=attention.act_bytes + mamba.act_bytes - shared / (c.tp if c.sp else 1),
+        wgrad_bytes=attention.wgrad_bytes + mamba.wgrad_bytes - shared,
+        params_sharded=attention.params_sharded + mamba.params_sharded,
+        params_replicated=attention.params_replicated + mamba.params_replicated,
+        norm_elements=attention.norm_elements + mamba.norm_elements,
+        cp_fwd_s=attention.cp_fwd_s + mamba.cp_fwd_s,
+        cp_bytes=attention.cp_bytes + mamba.cp_bytes,
     )
 
 

@@ -1,6 +1,6 @@
 """More hybrid families of issue 56, item 2: Jamba imported (Mamba-1 and attention layers, each with
-an MLP or MoE; its Mamba-1 mixer priced), Falcon-H1 refused with the reason (Kimi Linear:
-tests/test_kda.py)."""
+an MLP or MoE; its Mamba-1 mixer priced); Falcon-H1 and Kimi Linear, once refused, import
+(tests/test_falcon_h1.py, tests/test_kda.py)."""
 
 from __future__ import annotations
 
@@ -112,12 +112,12 @@ def test_jamba_one_expert_is_dense(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("model_type", "reason"),
-    [
-        ("falcon_h1", "side by side on the same normalised input in every layer"),
-    ],
+    ("model_type", "key"),
+    [("falcon_h1", "num_attention_heads"), ("kimi_linear", "num_hidden_layers")],
 )
-def test_refused_families_say_why_in_one_line(tmp_path, run_cli, model_type, reason):
+def test_the_once_refused_families_import_and_name_a_missing_key(tmp_path, run_cli, model_type, key):
+    """Falcon-H1 and Kimi Linear import now (tests/test_falcon_h1.py, tests/test_kda.py); a config
+    without their keys fails in one line that names the file and the key, no traceback."""
     path = tmp_path / model_type / "config.json"
     path.parent.mkdir()
     path.write_text(json.dumps({"model_type": model_type, "hidden_size": 1024}))
@@ -125,7 +125,7 @@ def test_refused_families_say_why_in_one_line(tmp_path, run_cli, model_type, rea
     assert res.exit_code == 1 and res.stdout == ""
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in res.stderr
-    assert f"key 'model_type': '{model_type}' is not imported" in lines[0] and reason in lines[0]
+    assert str(path) in lines[0] and f"'{key}'" in lines[0]
 
 
 def _yaml(**extra):

@@ -30,7 +30,8 @@
   another GELU), Mamba-2 mixers of another convolution width
   or scan chunk than ``MambaMixer``'s fixed ones, Mamba-1 mixers (Jamba's; megatron-core has
   Mamba-2 only), Kimi Delta Attention (Kimi Linear's; ``experimental_attention_variant`` is
-  ``gated_delta_net`` or ``dsa``) and a per-layer linear-attention list (the export writes the
+  ``gated_delta_net`` or ``dsa``), attention and Mamba-2 side by side in one layer (Falcon-H1's;
+  Megatron-Bridge's own ``FalconH1Model`` builds it, megatron-core does not) and a per-layer linear-attention list (the export writes the
   integer ``--linear-attention-freq``). The search leaves such models out under
   ``--framework megatron`` with the reason, so it never returns a plan its export refuses.
 * Hybrid layer patterns (Mamba-2 / gated DeltaNet / attention / MLP / MoE layers) run in
@@ -85,6 +86,12 @@ def model_reasons(who: str, model: ModelSpec) -> list[str]:
         out.append(
             f"{who} export writes the integer --linear-attention-freq, not a per-layer "
             "linear_attention_pattern"
+        )
+    if getattr(model, "parallel_mamba_attention", False):
+        # hybrid_layer_allocation.Symbols: one mixer (M, G, *, D, +) or MLP (-, E) per layer.
+        out.append(
+            f"{who} has no layer running attention and a Mamba-2 mixer side by side (Falcon-H1's; each "
+            "HybridStack layer holds one mixer; Megatron-Bridge's FalconH1Model builds it)"
         )
     if "M" in getattr(model, "hybrid_layer_pattern", "") and getattr(model, "mamba_version", 2) == 1:
         # megatron/core/ssm/: MambaMixer is Mamba-2 (SSD; heads, groups, no dt_rank / x_proj).

@@ -140,6 +140,8 @@ def architecture_reason(m: ModelSpec) -> str | None:
         what.append("shared experts not a multiple of the expert width")
     if m.hybrid_layer_pattern:
         what.append("a hybrid layer pattern (Mamba-2, attention and MLP layers)")
+    if m.parallel_mamba_attention:
+        what.append("attention and Mamba-2 side by side in every layer")
     if m.has_linear_attention:
         kind = "Kimi Delta Attention" if m.linear_attention_type == "kda" else "gated DeltaNet"
         what.append(f"{kind} (linear attention) layers")

@@ -6,8 +6,8 @@ interleaved MoE with a shared expert, chunked attention), Phi-3, Gemma 3 (``gemm
 ``text_config`` or ``gemma3_text``; 5 local : 1 global attention, GeGLU), and the hybrid models of 2025:
 Nemotron-H / Nemotron 3 (Mamba-2, attention, MLP and MoE layers in a hybrid pattern), Qwen3-Next
 (gated DeltaNet and gated attention, 512 experts) and Jamba (Mamba-1 and attention layers, each with
-an MLP or MoE), Kimi Linear (Kimi Delta Attention and MLA layers, 256 experts). Falcon-H1 is refused
-with the reason (:data:`REFUSED`).
+an MLP or MoE), Kimi Linear (Kimi Delta Attention and MLA layers, 256 experts) and Falcon-H1
+(attention and Mamba-2 side by side in every layer).
 
 Field meanings follow the ``transformers`` configuration classes (``LlamaConfig``, ``GPT2Config``,
 ``DeepseekV3Config``, ``GptOssConfig``, ``Llama4TextConfig``, ``Phi3Config``, ...); Kimi-K2's
@@ -26,7 +26,7 @@ from typing import Any
 from planner.inputs.documents import read_document
 from planner.inputs.errors import SpecError
 from planner.inputs.hf_fields import Fields, mla_fields, skip_freq
-from planner.inputs.hf_hybrid import jamba, kimi_linear, nemotron_h, qwen3_next
+from planner.inputs.hf_hybrid import falcon_h1, jamba, kimi_linear, nemotron_h, qwen3_next
 from planner.inputs.model_spec import ModelSpec
 from planner.inputs.model_yaml import _rope_theta, validate_model
 from planner.inputs.validation import check_number
@@ -35,6 +35,7 @@ MODEL_TYPES = (
     "deepseek_v2",
     "deepseek_v3",
     "deepseek_v32",
+    "falcon_h1",
     "gemma3",
     "gemma3_text",
     "gpt_oss",
@@ -74,6 +75,8 @@ def load_frontier(data: dict, where: str, name: str) -> ModelSpec:
         kwargs = jamba(f)
     elif mt == "kimi_linear":
         kwargs = kimi_linear(f)
+    elif mt == "falcon_h1":
+        kwargs = falcon_h1(f)
     elif mt in ("gemma3", "gemma3_text"):
         kwargs = _gemma3(f)
     else:
@@ -226,16 +229,6 @@ def _llama4(f: Fields) -> dict[str, Any]:
     )
 
 
-REFUSED = {
-    "falcon_h1": (
-        "Falcon-H1 runs attention and a Mamba-2 mixer side by side on the same normalised input in every "
-        "layer and adds their outputs (transformers' FalconH1DecoderLayer), and planner's hybrid layer "
-        "pattern has one token mixer per layer"
-    ),
-}
-"""``model_type`` values planner reads but does not import, with why (docs/models.md)."""
-
-
 GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
     "vocab_size": 262_208,
     "num_attention_heads": 8,
@@ -328,7 +321,7 @@ def load_hf_config(path: Path) -> ModelSpec:
     """Import a local Hugging Face ``config.json`` (no network).
 
     Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gpt2,
-    gpt_neox, gemma, gemma2, nemotron, and (:func:`load_frontier`) deepseek_v2, deepseek_v3, deepseek_v32,
+    gpt_neox, gemma, gemma2, nemotron, and (:func:`load_frontier`) deepseek_v2, deepseek_v3, deepseek_v32, falcon_h1,
     gemma3 (its ``text_config``), gemma3_text, jamba, kimi_k2, kimi_linear, gpt_oss, llama4 (its ``text_config``),
     llama4_text, nemotron_h, phi3, qwen3_next. Field meanings follow the
     ``transformers`` configuration classes of the same names.
@@ -339,8 +332,6 @@ def load_hf_config(path: Path) -> ModelSpec:
     if not isinstance(mt, str):
         raise SpecError(f"{where}: key 'model_type': expected a string, got {type(mt).__name__} {mt!r}"[:300])
     name = _model_name(path)
-    if mt in REFUSED:
-        raise SpecError(f"{where}: key 'model_type': {mt!r} is not imported: {REFUSED[mt]}")
     if mt in MODEL_TYPES:
         return load_frontier(data, where, name)
     f = Fields(data, where, mt)
@@ -352,7 +343,7 @@ def load_hf_config(path: Path) -> ModelSpec:
         kwargs = _gpt_neox(f, name)
     else:
         supported = (
-            "deepseek_v2, deepseek_v3, deepseek_v32, gemma, gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, jamba, kimi_k2, "
+            "deepseek_v2, deepseek_v3, deepseek_v32, falcon_h1, gemma, gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, jamba, kimi_k2, "
             "kimi_linear, llama, llama4, llama4_text, mistral, mixtral, nemotron, nemotron_h, phi3, qwen2, qwen2_moe, "
             "qwen3, qwen3_moe, qwen3_next"
         )

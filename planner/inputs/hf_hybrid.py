@@ -277,3 +277,70 @@ def kimi_linear(f: Fields) -> dict[str, Any]:
         linear_value_head_dim=width,
         linear_conv_kernel_dim=lf.opt("short_conv_kernel_size", 4),
     )
+
+
+FALCON_H1_DEFAULTS: dict[str, Any] = {
+    "mamba_d_ssm": 1024,
+    "mamba_n_heads": 128,
+    "mamba_d_head": "auto",
+    "mamba_n_groups": 1,
+    "mamba_d_state": 256,
+    "mamba_d_conv": 4,
+    "mamba_expand": 2,
+    "mamba_chunk_size": 256,
+}
+"""``FalconH1Config``'s defaults for the Mamba keys planner reads (transformers
+models/falcon_h1/configuration_falcon_h1.py): a config that leaves a key out gets these."""
+
+
+def falcon_h1(f: Fields) -> dict[str, Any]:
+    """Falcon-H1 (Zuo et al. 2025, arXiv:2507.22448; ``FalconH1Config``, ``FalconH1DecoderLayer``):
+    every layer runs GQA attention (``head_dim``, RoPE) and a Mamba-2 mixer (``FalconH1Mixer``:
+    ``mamba_n_heads`` heads of ``mamba_d_head``, ``mamba_d_ssm`` = their product wide, ``mamba_n_groups``
+    groups of state ``mamba_d_state``, conv ``mamba_d_conv``) side by side on the input norm's output,
+    adds them (with the muP multipliers, which cost nothing) and runs a SwiGLU MLP of
+    ``intermediate_size`` behind ``pre_ff_layernorm``: :attr:`ModelSpec.parallel_mamba_attention`.
+    ``mamba_d_head`` "auto" is ``mamba_d_ssm // mamba_n_heads``, a null ``mamba_d_ssm`` is
+    ``mamba_expand`` x h (``FalconH1Config.__post_init__``). Priced biases: the convolution's only
+    (``mamba_conv_bias`` true, ``mamba_proj_bias``, ``projectors_bias``, ``attention_bias``,
+    ``mlp_bias`` false, the published configs'). Counted though absent when ``mamba_rms_norm`` is
+    false: the gated norm's ``mamba_d_ssm`` weights a layer (under 0.01%)."""
+    data = {**FALCON_H1_DEFAULTS, **f.data}
+    g = Fields(data, f.where, f.mt)
+    act = data.get("hidden_act", "silu")
+    if act != "silu":
+        raise SpecError(
+            f"{f.where}: key 'hidden_act': {act!r} is not read for Falcon-H1; allowed values: silu"
+        )
+    for key, expected in (
+        ("mamba_conv_bias", True),
+        ("mamba_proj_bias", False),
+        ("projectors_bias", False),
+        ("attention_bias", False),
+        ("mlp_bias", False),
+    ):
+        if g.flag(key, expected) != expected:
+            raise SpecError(f"{f.where}: key '{key}': only {str(expected).lower()} (Falcon-H1's) is priced")
+    g.flag("mamba_rms_norm", False)
+    hidden, heads = g.need("hidden_size"), g.need("mamba_n_heads")
+    inner = g.need("mamba_d_ssm") if data["mamba_d_ssm"] is not None else g.need("mamba_expand") * hidden
+    width = inner // heads if data["mamba_d_head"] == "auto" else g.need("mamba_d_head")
+    if width * heads != inner:
+        raise SpecError(
+            f"{f.where}: key 'mamba_d_ssm': {inner} is not mamba_n_heads x mamba_d_head ({heads} x {width}), "
+            "as FalconH1Config requires"
+        )
+    attention_heads = g.need("num_attention_heads")
+    return dict(
+        ffn_hidden_size=g.need("intermediate_size"),
+        num_query_groups=g.opt("num_key_value_heads", attention_heads),
+        kv_channels=g.opt("head_dim", hidden // attention_heads),
+        add_bias_linear=False,
+        parallel_mamba_attention=True,
+        mamba_state_dim=g.need("mamba_d_state"),
+        mamba_head_dim=width,
+        mamba_num_heads=heads,
+        mamba_num_groups=g.need("mamba_n_groups"),
+        mamba_conv_kernel=g.need("mamba_d_conv"),
+        mamba_chunk_size=g.need("mamba_chunk_size"),
+    )

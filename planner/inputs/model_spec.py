@@ -179,6 +179,11 @@ class ModelSpec:
     mamba_dt_rank: int = 0
     """Mamba-1 rank R of the time-step projection: ``x_proj`` d_inner -> R + 2N, ``dt_proj`` R ->
     d_inner (HF ``mamba_dt_rank``)."""
+    parallel_mamba_attention: bool = False
+    """Every layer's token mixer is softmax attention and a Mamba-2 mixer side by side on the same
+    normalised input, their outputs added, then the MLP behind its own norm (Falcon-H1, Zuo et al.
+    2025, arXiv:2507.22448 Sec. 2; transformers' ``FalconH1DecoderLayer``): a layer's parts are
+    ``attention+mamba`` and its MLP; the ``mamba_*`` fields shape the Mamba-2 mixer."""
     linear_attention_freq: int = 0
     """Gated DeltaNet layers in a transformer (Megatron ``--experimental-attention-variant
     gated_delta_net --linear-attention-freq N``; Qwen3-Next's ``full_attention_interval``): layer i
@@ -232,6 +237,12 @@ class ModelSpec:
         return bool(self.linear_attention_freq or self.linear_attention_pattern)
 
     @property
+    def has_layer_parts(self) -> bool:
+        """Whether layers differ by token mixer (a hybrid pattern, linear attention, or attention and
+        Mamba in parallel), so that costs are kept by :meth:`layer_parts`."""
+        return self.is_hybrid or self.has_linear_attention or self.parallel_mamba_attention
+
+    @property
     def mamba_inner_size(self) -> int:
         """Mamba inner width: ``d_inner = H x P`` (Mamba-2), ``expand x h`` (Mamba-1)."""
         if self.mamba_version == 1:
@@ -239,11 +250,13 @@ class ModelSpec:
         return self.mamba_num_heads * self.mamba_head_dim
 
     def layer_parts(self, index: int) -> tuple[str, str]:
-        """(token mixer, MLP) of layer ``index``: mixer ``attention``, ``mamba``, ``gdn``, ``kda`` or
-        ``""``, MLP ``dense``, ``moe`` or ``""`` (a hybrid layer has one of the two, a transformer
+        """(token mixer, MLP) of layer ``index``: mixer ``attention``, ``mamba``, ``gdn``, ``kda``,
+        ``attention+mamba`` (:attr:`parallel_mamba_attention`) or ``""``, MLP ``dense``, ``moe`` or ``""`` (a hybrid layer has one of the two, a transformer
         layer both)."""
         if self.hybrid_layer_pattern:
             return HYBRID_SYMBOLS[self.hybrid_layer_pattern[index]]
+        if self.parallel_mamba_attention:
+            return "attention+mamba", ("moe" if self.is_moe_layer(index) else "dense")
         freq, pattern = self.linear_attention_freq, self.linear_attention_pattern
         linear = bool(pattern[index]) if pattern else bool(freq and (index + 1) % freq)
         mixer = ("kda" if self.linear_attention_type == "kda" else "gdn") if linear else "attention"
@@ -459,12 +472,13 @@ class ModelSpec:
         total = 0
         if mixer:
             total += self.norm_params()
-            total += {
+            counts = {
                 "attention": self.attention_params,
                 "mamba": self.mamba_params,
                 "gdn": self.gdn_params,
                 "kda": self.kda_params,
-            }[mixer]()
+            }
+            total += sum(counts[part]() for part in mixer.split("+"))
         if not ffn:
             return total
         total += self.norm_params()

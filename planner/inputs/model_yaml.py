@@ -117,6 +117,7 @@ def _hybrid_fields(r: Reader) -> dict[str, Any]:
     out["mamba_conv_kernel"] = r.get("mamba_conv_kernel", int, 4, positive=True)
     out["mamba_chunk_size"] = r.get("mamba_chunk_size", int, 128, positive=True)
     out["mamba_version"] = r.get("mamba_version", int, 2, choices=(1, 2))
+    out["parallel_mamba_attention"] = r.get("parallel_mamba_attention", bool, False)
     out["mamba_expand"] = r.get("mamba_expand", int, 0)
     out["mamba_dt_rank"] = r.get("mamba_dt_rank", int, 0)
     out["linear_attention_freq"] = r.get("linear_attention_freq", int, 0)
@@ -167,6 +168,12 @@ def _validate_hybrid(m: ModelSpec, where: str) -> None:
         )
     if pattern and (m.window_size or m.mtp_num_layers):
         raise SpecError(f"{where}: window_size and mtp_num_layers are not priced with hybrid_layer_pattern")
+    if m.parallel_mamba_attention and (pattern or m.has_linear_attention or m.mamba_version != 2):
+        raise SpecError(
+            f"{where}: parallel_mamba_attention (attention and Mamba-2 in every layer) does not apply with "
+            "hybrid_layer_pattern, linear attention or mamba_version 1"
+        )
+    has_mamba = "M" in pattern or m.parallel_mamba_attention
     if m.mamba_version == 1:
         _validate_mamba1(m, where)
         _validate_linear(m, where)
@@ -174,18 +181,21 @@ def _validate_hybrid(m: ModelSpec, where: str) -> None:
     if m.mamba_expand or m.mamba_dt_rank:
         raise SpecError(f"{where}: mamba_expand and mamba_dt_rank are Mamba-1 fields; set mamba_version: 1")
     mamba = (m.mamba_state_dim, m.mamba_head_dim, m.mamba_num_heads, m.mamba_num_groups)
-    if "M" in pattern and not all(mamba):
+    if has_mamba and not all(mamba):
         raise SpecError(
-            f"{where}: hybrid_layer_pattern has M (Mamba-2) layers: mamba_state_dim, mamba_head_dim, "
-            "mamba_num_heads and mamba_num_groups must be positive"
+            f"{where}: Mamba-2 mixers (M in hybrid_layer_pattern, or parallel_mamba_attention): "
+            "mamba_state_dim, mamba_head_dim, mamba_num_heads and mamba_num_groups must be positive"
         )
-    if "M" in pattern and m.mamba_num_heads % m.mamba_num_groups:
+    if has_mamba and m.mamba_num_heads % m.mamba_num_groups:
         raise SpecError(
             f"{where}: mamba_num_heads ({m.mamba_num_heads}) must be divisible by mamba_num_groups "
             f"({m.mamba_num_groups})"
         )
-    if "M" not in pattern and any(mamba):
-        raise SpecError(f"{where}: mamba_* fields are set but hybrid_layer_pattern has no M layer")
+    if not has_mamba and any(mamba):
+        raise SpecError(
+            f"{where}: mamba_* fields are set but no layer has a Mamba mixer (M in hybrid_layer_pattern, or "
+            "parallel_mamba_attention)"
+        )
     _validate_linear(m, where)
 
 
@@ -378,6 +388,7 @@ OPTIONAL_MODEL_FIELDS = (
     "mamba_version",
     "mamba_expand",
     "mamba_dt_rank",
+    "parallel_mamba_attention",
     "linear_attention_freq",
     "linear_num_key_heads",
     "linear_num_value_heads",
