@@ -171,6 +171,19 @@ CASES = (
         restrict={"tp": (2,), "pp": (1,), "ep": (8,), "optimizer_sharding": ("distributed",)},
         moe_a2a_overlap=True,
     ),
+    # Hybrid and 2026 families (issue 56): pretrain_hybrid.py's arguments, which parse and validate
+    # with the same megatron/training/arguments.py as pretrain_gpt.py's (same args_defaults).
+    Case("hybrid-nemotron-h-8b", "nemotron-h-8b", 2, 64, 4096),
+    Case("hybrid-nemotron-h-8b-tp2", "nemotron-h-8b", 2, 64, 4096, restrict={"tp": (2,)}),
+    Case("hybrid-nemotron-h-8b-pp2", "nemotron-h-8b", 2, 64, 4096, restrict={"pp": (2,)}),
+    Case("hybrid-nemotron-h-8b-cp2", "nemotron-h-8b", 2, 32, 16384, restrict={"cp": (2,)}),
+    Case("hybrid-nemotron-h-8b-fp8", "nemotron-h-8b", 2, 64, 4096, precision="fp8"),
+    Case("hybrid-nemotron-h-47b", "nemotron-h-47b", 8, 128, 8192),
+    Case("hybrid-nemotron-h-56b", "nemotron-h-56b", 16, 256, 8192),
+    Case("hybrid-nemotron-h-56b-pp4", "nemotron-h-56b", 16, 256, 8192, restrict={"pp": (4,)}),
+    Case("gdn-qwen3-next", "qwen3-next-80b-a3b", 8, 128, 4096),
+    Case("gdn-qwen3-next-ep8", "qwen3-next-80b-a3b", 8, 128, 4096, restrict={"ep": (8,)}),
+    Case("dsa-deepseek-v3.2", "deepseek-v3.2", 32, 1024, 4096),
 )
 
 
