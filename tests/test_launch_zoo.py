@@ -60,8 +60,15 @@ def test_the_environment_overrides_the_row_as_the_script_reads_it():
 
 
 def test_without_model_the_error_names_the_line():
-    """MODEL left at the script's placeholder: no model config of that name, an error naming the line."""
-    with pytest.raises(SpecError, match=r"line 36: .*your_own_model\.yaml does not exist"):
+    """MODEL left at the script's placeholder: runtime.conf's set_model_configs finds no config of
+    that name and returns 1, and the script's ``set -euxo pipefail`` stops it there, as bash does
+    (it prints "Error: Invalid model your_own_model." and exits): no launch, the error naming the
+    line, the sourced file and the set -e."""
+    with pytest.raises(
+        SpecError,
+        match=r"no launch found: the script stops on line 79 \(in .*runtime\.conf, sourced on line 19\) "
+        r"\(set -e \(line 4\) and 'set_model_configs BENCHMARKING_MODEL_CONFIGS your_own_model' fails\)",
+    ):
         parse_megatron(ZOO.read_text(), str(ZOO), 32, variables={}, path=ZOO)
 
 

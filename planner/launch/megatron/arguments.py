@@ -16,6 +16,7 @@ from planner.inputs.errors import SpecError
 from planner.inputs.validation import check_number, limit
 from planner.launch.megatron.flags import ACCEPTED
 from planner.launch.megatron.shell import REDIRECT, SEPARATORS, read_script, unresolved_in
+from planner.launch.megatron.shell_exit import launch_after_maybe_stop, no_launch
 
 IGNORED = {
     "--train-iters",
@@ -207,10 +208,13 @@ def megatron_words(
     starts with (``planner check --set``); ``path``: its file, where the files it sources are
     (:func:`.shell.read_script`)."""
     script = read_script(text, preset, path)
+    launch_after_maybe_stop(script)
     words = script.words
     starts = [i for i, (w, _) in enumerate(words) if w.endswith(".py")]
     if not starts:
         starts = _after_launcher(words)
+    if not starts and script.stop is not None:
+        raise no_launch(script.stop)
     if not starts:
         return [(w, n) for w, n in words if w not in SEPARATORS], script.env, False
     out: list[tuple[str, int]] = []

@@ -137,6 +137,7 @@ def _test(words: list[str], number: int, s: Script) -> bool | str:
         pwd = s.scalars.get("PWD")
         known = path_test(words[0], words[1], pwd if pwd and unresolved_in(pwd) is None else None, s.root)
         if known is None:
+            s.assumed.add(f"if:?:{number}")  # a stop guarded by it is not taken (shell_exit.maybe_stop)
             return f"if:?:{number}"  # a file outside the script's directory: on the cluster, not here
         value = known
     elif len(words) == 1:

@@ -26,6 +26,56 @@ UNRESOLVED = "@@unresolved:{}@@"
 
 UNRESOLVED_RE = re.compile(r"@@unresolved:([^@]*)@@")
 
+NOUNSET_KEY = "@nounset"
+"""Among the scalars while ``set -u`` is in force (the line of the ``set``; not a name an
+assignment can set): a reference to an unset variable raises :class:`Unbound`."""
+
+BASH_SETS = frozenset(
+    "BASH BASHOPTS BASHPID BASH_ALIASES BASH_ARGC BASH_ARGV BASH_ARGV0 BASH_CMDS BASH_COMMAND "
+    "BASH_LINENO BASH_SOURCE BASH_SUBSHELL BASH_VERSINFO BASH_VERSION DIRSTACK EPOCHREALTIME "
+    "EPOCHSECONDS EUID GROUPS HISTCMD HOSTNAME HOSTTYPE IFS LINENO MACHTYPE OPTERR OPTIND OSTYPE "
+    "PATH PPID PS4 PWD RANDOM SECONDS SHELL SHELLOPTS SHLVL SRANDOM TERM UID".split()
+)
+"""Variables bash itself sets in every script (bash(1) "Shell Variables"; what ``env -i bash -c
+set`` lists under bash 5.2, and the dynamic ones): never unbound under ``set -u``, though their
+values are not known here."""
+
+
+LOGIN_SETS = frozenset({"HOME", "USER", "LOGNAME"})
+"""Variables every login session and Slurm job has (login(1) sets HOME and LOGNAME, sshd and su
+USER; sbatch(1) propagates the submitting environment): not unbound under ``set -u``."""
+
+SLURM_KEY = "@slurm"
+"""Among the scalars when the script is a Slurm batch script (it has ``#SBATCH`` lines): the
+``SLURM_*`` variables sbatch(1) "OUTPUT ENVIRONMENT VARIABLES" sets in the job
+(``SLURM_JOB_ID``, ``SLURM_JOB_NODELIST``, ``SLURM_NNODES``, ...) are not unbound under ``set -u``,
+though their values are not known here."""
+
+
+class Unbound(Exception):
+    """``set -u`` (bash(1) "set": "Treat unset variables and parameters other than the special
+    parameters '@' and '*' ... as an error when performing parameter expansion"; a non-interactive
+    shell exits): the expansion of ``name``, which is unset. ``known``: certainly unset (a
+    positional parameter past ``$#``, an element the script's array lacks), not one the environment
+    may give."""
+
+    def __init__(self, name: str, known: bool = False):
+        super().__init__(name)
+        self.name, self.known = name, known
+
+
+def _unset(name: str, scalars: dict[str, str], known: bool = False) -> str:
+    """The marker for an unset ``name``; under ``set -u`` (:data:`NOUNSET_KEY`) :class:`Unbound`."""
+    if NOUNSET_KEY in scalars and not _environment_sets(name, scalars):
+        raise Unbound(name, known)
+    return UNRESOLVED.format(name)
+
+
+def _environment_sets(name: str, scalars: dict[str, str]) -> bool:
+    """Whether bash, the login or Slurm sets ``name`` in every run of the script."""
+    return name in BASH_SETS or name in LOGIN_SETS or (SLURM_KEY in scalars and name.startswith("SLURM_"))
+
+
 _FIELD = re.compile(r"(?:@@unresolved:[^@]*@@|\S)+")
 """A field of an unquoted expansion: a run of non-whitespace, an unresolved marker kept whole."""
 
@@ -79,6 +129,8 @@ def arith(expr: str, scalars: dict[str, str]) -> str | None:
             return node.value
         if isinstance(node, ast.Name):
             v = scalars.get(node.id)
+            if v is None and NOUNSET_KEY in scalars and not _environment_sets(node.id, scalars):
+                raise Unbound(node.id)
             if v is None or not re.fullmatch(r"-?\d+", v.strip()):
                 raise ValueError(node.id)
             return int(v)
@@ -248,7 +300,7 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
     if m:
         name = resolve(m.group(1), scalars)
         value = _scalar(name, scalars, arrays)
-        return (str(len(value)) if value is not None else UNRESOLVED.format(name)), m.end()
+        return (str(len(value)) if value is not None else _unset(name, scalars)), m.end()
     m = re.match(r"\$\{([A-Za-z_]\w*|\d+)(?:(:?[-=+?])([^}]*))?\}", s)
     nested = re.match(r"\$\{([A-Za-z_]\w*|\d+)(:?[-=+?])", s) if m and "${" in (m.group(3) or "") else None
     end = None
@@ -267,17 +319,19 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
             if "#" not in scalars:
                 return None, 0
             value = _operate(op, scalars.get(str(int(name))), default, scalars, arrays)
+            if value is None and NOUNSET_KEY in scalars:
+                raise Unbound(str(int(name)), known=True)
             return (value if value is not None else ""), used
         name = resolve(name, scalars)
         value = _operate(op, _scalar(name, scalars, arrays), default, scalars, arrays)
         if op in (":=", "=") and value is not None:
             scalars[name] = value
-        return (value if value is not None else UNRESOLVED.format(name)), used
+        return (value if value is not None else _unset(name, scalars)), used
     m = re.match(r"\$([A-Za-z_]\w*)", s)
     if m:
         name = resolve(m.group(1), scalars)
         value = _scalar(name, scalars, arrays)
-        return (value if value is not None else UNRESOLVED.format(name)), m.end()
+        return (value if value is not None else _unset(name, scalars)), m.end()
     return None, 0
 
 
@@ -286,6 +340,8 @@ def _positional(n: str, scalars: dict[str, str]) -> str | None:
     Parameters"); None (the text kept) where no positional parameters are bound."""
     if "#" not in scalars:
         return None
+    if str(int(n)) not in scalars and NOUNSET_KEY in scalars:
+        raise Unbound(n, known=True)
     return scalars.get(str(int(n)), "")
 
 
@@ -335,11 +391,18 @@ def _subscripted(s: str, m: re.Match, scalars: dict[str, str], arrays: dict):
     else:
         return None, 0
     if sub in ("@", "*"):
+        if count and name not in arrays and name not in scalars:
+            _unset(name, scalars)  # ${#A[@]} of an unset A: unbound under set -u ("${A[@]}" is not)
         items = _array(name, scalars, arrays)
         return (str(len(items)) if count else items), used
     value = _element(name, sub, scalars, arrays)
     if count:
         return (str(len(value)) if value is not None and unresolved_in(value) is None else value or ""), used
+    if op is None and NOUNSET_KEY in scalars:
+        if value is None:
+            raise Unbound(f"{name}[{sub}]", known=True)
+        if value == UNRESOLVED.format(name):
+            _unset(name, scalars)
     value = _operate(op, value, word, scalars, arrays)
     if op in (":=", "=") and isinstance(arrays.get(name), dict) and value is not None:
         arrays[name][expand_word(sub, scalars, arrays)] = value
@@ -396,7 +459,7 @@ def _path_output(command: str, scalars: dict[str, str], arrays: dict[str, list[s
     on its expanded words, against ``$PWD``); None for any other command or an undetermined word."""
     try:
         words = shlex.split(expand(command, scalars, arrays), posix=True)
-    except ValueError:
+    except (ValueError, Unbound):  # the command runs in a subshell planner does not run
         return None
     if not words or any(unresolved_in(w) is not None for w in words):
         return None

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from planner.inputs.errors import SpecError
-from planner.launch.megatron.shell_state import Script
+from planner.launch.megatron.shell_state import Exit, Script
 from planner.launch.megatron.shell_text import Logical, statements
 from planner.launch.megatron.variables import REF_KEY
 
@@ -225,6 +225,9 @@ def call(
         read(list(fn.body), s)
     except Return as r:
         status = r.status
+    except Exit as stop:  # the script stops inside the call (shell_exit)
+        stop.trail.append(f"in {name}, called on line {number}")
+        raise
     except SpecError as exc:
         raise SpecError(f"line {number}: {name} (the function defined on line {fn.line}): {exc}") from None
     finally:

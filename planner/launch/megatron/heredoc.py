@@ -15,6 +15,7 @@ from collections.abc import Callable
 from planner.inputs.errors import SpecError
 from planner.launch.megatron.expansion import ROOT_KEY, expand_heredoc
 from planner.launch.megatron.functions import bind
+from planner.launch.megatron.shell_exit import Exit, launch_after_maybe_stop
 from planner.launch.megatron.shell_state import NAME, Script
 from planner.launch.megatron.shell_text import Heredoc
 
@@ -65,6 +66,9 @@ def job_script(
     bind(job, [])
     try:
         read(text, job)
+        launch_after_maybe_stop(job)
+    except Exit:
+        pass  # the job script's own exit (or set -e) ends the job, not the script that submits it
     except SpecError as exc:
         raise SpecError(f"line {number}: the job script of this here-document: {exc}") from None
     s.sourced, s.sourced_bytes = job.sourced, job.sourced_bytes

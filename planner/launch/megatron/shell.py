@@ -8,7 +8,7 @@ arrays over several lines, ``$NAME``, ``${NAME}``, ``${NAME:-default}``, ``${NAM
 names, ``bash -c '...' name args`` (the string re-split with ``"$@"`` bound to the args),
 ``unset NAME``, ``set -a`` (allexport), ``cd``/``pushd``/``popd`` and ``source FILE`` / ``. FILE``
 (bash(1) "SHELL BUILTIN COMMANDS": the file read and run in the same shell, its assignments the
-script's; :func:`_source`). A reference nothing in the script defines becomes a marker that names
+script's; :func:`.sourcing.source_file`). A reference nothing in the script defines becomes a marker that names
 it, so a flag whose value needs it is an error naming the variable; command substitution
 ``$( ... )`` is never run, except that the pure path commands of :func:`.paths.path_command`
 (``$(dirname "$0")``, ``$(cd DIR && pwd)``) give the path they print. The expansion of a word
@@ -17,7 +17,11 @@ split from the text by :mod:`.shell_text`, into a :class:`.shell_state.Script`; 
 evaluates the tests and :mod:`.shell_builtins` runs ``cd`` and ``envsubst``. Functions and their
 calls (positional parameters, ``local``, ``return``, ``shift``) are :mod:`.functions`', the
 assignments (``declare -A``, ``local -n``, ``NAME[KEY]=``) :mod:`.assignments`', an ``sbatch <<EOF``
-job script :mod:`.heredoc`'s; loops are not evaluated (read as an undeterminable ``if``).
+job script :mod:`.heredoc`'s; loops are not evaluated (read as an undeterminable ``if``). Brace
+groups ``{ ...; }`` (alone or after ``&&`` / ``||``) are read as branches on the list before
+them; ``exit``, ``set -e``, ``set -u`` and ``pipefail`` stop the script where bash stops it
+(:mod:`.shell_exit`); a ``source``, call or job script in a branch that cannot be known is
+:mod:`.speculative`'s.
 """
 
 from __future__ import annotations
@@ -30,19 +34,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planner.inputs.errors import SpecError
-from planner.inputs.validation import MAX_FILE_BYTES, printable, read_text_capped
 from planner.launch.megatron.assignments import ASSIGN, PREFIXES, assign, unset
 from planner.launch.megatron.conditions import command_status, condition
 from planner.launch.megatron.expansion import (
     ROOT_KEY,
+    SLURM_KEY,
     UNRESOLVED,
+    Unbound,
     YamlReadError,
     expand,
     expand_word,
     unresolved_in,
 )
 from planner.launch.megatron.functions import (
-    Frame,
     Return,
     bind,
     call,
@@ -50,13 +54,22 @@ from planner.launch.megatron.functions import (
     header,
     make_local,
     shift,
-    unbind,
 )
-from planner.launch.megatron.heredoc import JOB_READERS, exported, here_operator, job_script
-from planner.launch.megatron.paths import joined
-from planner.launch.megatron.shell_builtins import change_directory, envsubst
-from planner.launch.megatron.shell_state import NAME, Script, display, why_unknown
-from planner.launch.megatron.shell_text import Logical, logical_lines, statements
+from planner.launch.megatron.heredoc import JOB_READERS, here_operator, job_script
+from planner.launch.megatron.shell_builtins import change_directory, envsubst, inner_commands
+from planner.launch.megatron.shell_exit import (
+    Exit,
+    after_list,
+    exit_builtin,
+    maybe_stop,
+    pipeline_status,
+    set_builtin,
+    unbound,
+)
+from planner.launch.megatron.shell_state import NAME, Script
+from planner.launch.megatron.shell_text import REDIRECT, SEPARATORS, Logical, logical_lines, statements
+from planner.launch.megatron.sourcing import MAX_SOURCE_DEPTH, source_file
+from planner.launch.megatron.speculative import maybe, training_in_unknown
 
 __all__ = ["MAX_SOURCE_DEPTH", "REDIRECT", "SEPARATORS", "Script", "read_script", "unresolved_in"]
 
@@ -64,16 +77,7 @@ _ASSIGN_LINE = re.compile(
     r"^(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?[A-Za-z_]\w*(?:\[[^\]]*\])?\+?="
 )
 """A line that starts with an assignment (its words, expanded unsplit, decide: :func:`.assignments.assign`)."""
-SEPARATORS = {"|", "||", "&&", ";", "&", "|&"}
-"""Words that end a simple command (bash(1) "Lists")."""
-REDIRECT = re.compile(r"^\d*(>|<|>>|>&|<&)")
-"""A redirection word (bash(1) "Redirection"): ends the arguments of a command."""
-MAX_SOURCE_DEPTH = 16
-"""How deep ``source`` may nest. Bash itself has no bound but its memory (a file that sources
-itself recurses until the shell dies); no launch needs more than a few levels."""
-MAX_SOURCED_FILES = 100
-"""How many files one script may source in all (a file sourcing itself twice doubles per level)."""
-_BUILTINS = ("source", ".", "cd", "pushd", "popd", "set", "envsubst", "return", "shift")
+_BUILTINS = ("source", ".", "cd", "pushd", "popd", "set", "envsubst", "return", "shift", "exit")
 """Commands :func:`_builtin` runs on the script's state instead of keeping their words."""
 
 
@@ -92,6 +96,8 @@ _KEYWORDS = (
     "do",
     "done",
 )
+_TESTS = ("[", "[[", "test", "true", "false", ":", "!")
+"""Commands whose status :func:`.conditions.condition` evaluates (the others are not run)."""
 _LOOPS = ("while", "until", "for", "select")
 """Loops are not evaluated: each is read as an ``if`` whose condition cannot be known (its body
 may run any number of times)."""
@@ -109,6 +115,8 @@ class _Branch:
     """A ``case``: the word its patterns are matched against (None for an ``if``)."""
     arm: bool = False
     """Inside a ``case`` arm (after its ``PATTERN)``, before its ``;;``)."""
+    group: bool = False
+    """A brace group ``{ ...; }``, alone or after ``&&`` / ``||`` (closed by ``}``)."""
 
 
 def read_script(text: str, preset: dict[str, str] | None = None, path: str | Path | None = None) -> Script:
@@ -125,6 +133,8 @@ def read_script(text: str, preset: dict[str, str] | None = None, path: str | Pat
     branch that runs the training script an error naming it."""
     s = Script()
     s.scalars.update(preset or {})
+    if re.search(r"^#SBATCH", text, re.M):
+        s.scalars[SLURM_KEY] = "1"  # a Slurm batch script: Slurm sets SLURM_* (expansion.SLURM_KEY)
     if path is not None:
         full = os.path.abspath(path)
         s.root = os.path.realpath(os.path.dirname(full))
@@ -133,7 +143,10 @@ def read_script(text: str, preset: dict[str, str] | None = None, path: str | Pat
         s.scalars.setdefault("PWD", os.path.dirname(full))
         s.arrays["BASH_SOURCE"] = [full]
     bind(s, [])  # run as ``bash SCRIPT``: no arguments ($# is 0, "$@" empty)
-    _read(text, s)
+    try:
+        _read(text, s)
+    except Exit as stop:
+        s.stop = stop  # bash runs nothing after it (shell_exit)
     return s
 
 
@@ -162,19 +175,36 @@ def _read_lines(lines: list[Logical], s: Script) -> None:
                 s.functions[fn.name] = unknown
             continue
         s.heredoc = logical.heredoc
-        first = stripped.split(None, 1)[0].rstrip(";")
-        if first in _KEYWORDS or stack:
-            split = first in _KEYWORDS or (stack and stack[-1].case is not None)
-            for statement in statements(stripped) if split else [stripped]:
-                _conditional(statement, number, s, stack)
-            continue
         try:
-            for statement in statements(stripped) if ";" in stripped else [stripped]:
-                _statement(statement, number, s)
-        except YamlReadError as exc:
-            raise SpecError(f"line {number}: {exc}") from None
+            _logical(stripped, number, s, stack)
+        except Unbound as exc:
+            raise unbound(exc, number, s) from None
     if stack:
-        raise SpecError("the script ends inside an if (no closing fi)")
+        raise SpecError(
+            "the script ends inside a { group (no closing })"
+            if stack[-1].group
+            else "the script ends inside an if (no closing fi)"
+        )
+
+
+_GROUP = re.compile(r"(?:^|[\s;])[{}](?=[\s;]|$)")
+"""A ``{`` or ``}`` word: a brace group opens or closes on the line (bash(1) "Compound Commands")."""
+
+
+def _logical(stripped: str, number: int, s: Script, stack: list[_Branch]) -> None:
+    """One logical line (not a function definition) read into ``s``."""
+    first = stripped.split(None, 1)[0].rstrip(";")
+    group = _GROUP.search(stripped) is not None
+    if first in _KEYWORDS or stack or group:
+        split = first in _KEYWORDS or group or (stack and stack[-1].case is not None)
+        for statement in statements(stripped) if split else [stripped]:
+            _conditional(statement, number, s, stack)
+        return
+    try:
+        for statement in statements(stripped) if ";" in stripped else [stripped]:
+            _statement(statement, number, s)
+    except YamlReadError as exc:
+        raise SpecError(f"line {number}: {exc}") from None
 
 
 def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -> None:
@@ -182,6 +212,13 @@ def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -
     first, _, rest = statement.partition(" ")
     rest = rest.strip()
     if stack and stack[-1].case is not None and _case_statement(statement, first, number, s, stack):
+        return
+    if first == "}" and stack and stack[-1].group:
+        stack.pop()
+        return
+    opened = _group_open(statement)
+    if opened is not None:
+        _open_group(*opened, number, s, stack)
         return
     if first == "case":
         m = re.match(r"^(.*\S)\s+in$", rest)
@@ -212,6 +249,8 @@ def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -
             stack.append(_Branch(False, True, outer if maybe else None))
             return
         known = condition(rest, number, s) if first == "if" else f"if:?:{number}"
+        if isinstance(known, str) and first == "if" and _runs_command(rest):
+            s.assumed.add(known)  # ``if COMMAND``: a stop that hangs on its status is not taken
         if isinstance(known, str):
             stack.append(_Branch(False, False, known))
         else:
@@ -244,6 +283,63 @@ def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -
         _undetermined(statement, number, s, unknown)
     elif all(b.active for b in stack):
         _statement(statement, number, s)
+
+
+def _group_open(statement: str) -> tuple[str, str | None, str] | None:
+    """(the list before it, ``&&`` / ``||`` or None, the text after it) when ``statement`` opens a
+    brace group (bash(1) "Compound Commands": ``{ list; }``): a ``{`` word outside quotes, first or
+    after a final ``&&`` / ``||``."""
+    quote = None
+    for i, ch in enumerate(statement):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif (
+            ch == "{"
+            and (i == 0 or statement[i - 1].isspace())
+            and statement[i + 1 : i + 2] in ("", " ", "\t")
+        ):
+            before, rest = statement[:i].rstrip(), statement[i + 1 :].strip()
+            if not before:
+                return "", None, rest
+            op = before[-2:]
+            return (before[:-2].rstrip(), op, rest) if op in ("&&", "||") else None
+    return None
+
+
+def _open_group(prefix: str, op: str | None, rest: str, number: int, s: Script, stack: list[_Branch]) -> None:
+    """A brace group opened: it runs when the branch around it runs and, after ``LIST &&`` (``||``),
+    when LIST succeeds (fails); LIST's status is :func:`_run_builtins`' (set -e ignored there, as
+    bash ignores it before ``&&`` / ``||``). A status that cannot be known makes the group a branch
+    that cannot be known, as an ``if`` on it."""
+    if not all(b.active for b in stack):
+        outer = next((b.unknown for b in stack if b.unknown), None)
+        maybe = outer is not None and all(b.active or b.unknown for b in stack)
+        stack.append(_Branch(False, True, outer if maybe else None, group=True))
+    elif not prefix:
+        stack.append(_Branch(True, True, group=True))
+    else:
+        s.errexit_ignored += 1
+        try:
+            _statement(prefix, number, s)
+        finally:
+            s.errexit_ignored -= 1
+        runs = s.status if op == "&&" else (not s.status if isinstance(s.status, bool) else s.status)
+        stack.append(
+            _Branch(False, False, runs, group=True)
+            if isinstance(runs, str)
+            else _Branch(runs, runs, group=True)
+        )
+    if rest:
+        _conditional(rest, number, s, stack)
+
+
+def _runs_command(condition_text: str) -> bool:
+    """Whether an ``if`` condition is a command planner does not run (not a test, maybe negated)."""
+    words = condition_text.split()
+    words = words[1:] if words[:1] == ["!"] else words
+    return bool(words) and words[0] not in _TESTS
 
 
 def _case_statement(statement: str, first: str, number: int, s: Script, stack: list[_Branch]) -> bool:
@@ -294,13 +390,19 @@ def _undetermined(statement: str, number: int, s: Script, unknown: str) -> None:
         s.assigned_lines[m.group(1)] = number
         return
     first = statement.split(None, 1)[0]
+    if first == "exit":
+        maybe_stop(s, number, statement, unknown)
+        return
+    if s.errexit is not None and first == "false" and not s.errexit_ignored:
+        maybe_stop(s, number, f"set -e (line {s.errexit}) and {statement!r} fails", unknown)
+        return
     if first in s.functions or first in ("return", "sbatch"):
         try:
             words = shlex.split(expand(statement, s.scalars, s.arrays), posix=True)
         except ValueError:
             return
         end = next((k for k, w in enumerate(words) if w in SEPARATORS), len(words))
-        _builtin_maybe(words[:end], number, s, unknown)
+        _builtinmaybe(words[:end], number, s, unknown)
         return
     if first in ("cd", "pushd", "popd"):
         s.scalars["PWD"] = UNRESOLVED.format(unknown)
@@ -314,19 +416,7 @@ def _undetermined(statement: str, number: int, s: Script, unknown: str) -> None:
         _source_undetermined(words[1:end], number, s, unknown)
         return
     if re.search(r"\.py\b", statement):
-        _training_in_unknown(number, unknown)
-
-
-def _training_in_unknown(number: int, unknown: str) -> None:
-    """The error for a training command in a branch that cannot be known (``if:NAME:LINE``)."""
-    _, name, line = unknown.split(":")
-    what = (
-        f"on {name}, which the script never sets" if name != "?" else "on a condition planner cannot evaluate"
-    )
-    raise SpecError(
-        f"line {number}: the training command runs in a branch of the if/case on line {line}, which depends "
-        f"{what}; pass planner check --set {name if name != '?' else 'NAME'}=VALUE or set it in the script"
-    )
+        training_in_unknown(number, unknown)
 
 
 def _source_undetermined(args: list[str], number: int, s: Script, unknown: str) -> None:
@@ -334,46 +424,12 @@ def _source_undetermined(args: list[str], number: int, s: Script, unknown: str) 
     it sets becomes a marker naming the branch's condition (and a training command in it an error
     naming it); a file that cannot be read there (``[ -f "$HOME/.env" ] && source``, the file on
     the cluster) is not read, as another command of that branch is not."""
-    _maybe(lambda scratch: _source(args, number, scratch), number, s, unknown)
-
-
-def _maybe(run, number: int, s: Script, unknown: str) -> None:
-    """``run`` (a source, a function call, a job script) on a copy of ``s``, for a branch that may
-    or may not run: what it changes becomes a marker naming the branch's condition, a training
-    command in it an error naming it; one that cannot be read there is not read."""
-    scratch = Script(
-        scalars=dict(s.scalars),
-        arrays={k: (dict(v) if isinstance(v, dict) else list(v)) for k, v in s.arrays.items()},
-        functions=dict(s.functions),
-        frames=[Frame(function=f.function, saved=dict(f.saved)) for f in s.frames],
-        calls=s.calls,
-        env=dict(s.env),
-        root=s.root,
-        allexport=s.allexport,
-        dirs=list(s.dirs),
-        depth=s.depth,
-        sourced=s.sourced,
-        sourced_bytes=s.sourced_bytes,
-    )
-    try:
-        run(scratch)
-    except (SpecError, Return):
-        return
-    if any(re.search(r"\.py\b", w) for w, _ in scratch.words):
-        _training_in_unknown(number, unknown)
-    marker = UNRESOLVED.format(unknown)
-    for name in set(scratch.scalars) | set(scratch.arrays):
-        if scratch.scalars.get(name) != s.scalars.get(name) or scratch.arrays.get(name) != s.arrays.get(name):
-            s.scalars[name] = marker
-            s.arrays.pop(name, None)
-            s.assigned_lines[name] = number
-            if name in scratch.env:
-                s.env[name] = marker
-    s.sourced, s.sourced_bytes, s.calls = scratch.sourced, scratch.sourced_bytes, scratch.calls
+    maybe(lambda scratch: source_file(args, number, scratch, _read), number, s, unknown)
 
 
 def _statement(stripped: str, number: int, s: Script) -> None:
     """One command or assignment of the script, read into ``s``."""
+    s.status = True
     try:
         words = shlex.split(stripped.replace("\n", " "), posix=True) if "=(" not in stripped else None
     except ValueError:
@@ -399,7 +455,7 @@ def _statement(stripped: str, number: int, s: Script) -> None:
         s.scalars[m.group(1)] = m.group(3)
         s.assigned_lines[m.group(1)] = number
         parts = parts[1:]
-    s.words += [(w, number) for w in _inner_commands(_run_builtins(parts, number, s), s)]
+    s.words += [(w, number) for w in inner_commands(_run_builtins(parts, number, s), s)]
     if heredoc is not None and parts and parts[0] in JOB_READERS:
         s.words += job_script(heredoc, number, s, _read)
 
@@ -407,45 +463,68 @@ def _statement(stripped: str, number: int, s: Script) -> None:
 def _run_builtins(parts: list[str], number: int, s: Script) -> list[str]:
     """The words of a command list with its builtins (:data:`_BUILTINS`, each at the start of a
     command of the list) run on ``s`` and left out, with the separator after them. A builtin after
-    ``&&`` (``||``) runs when the command before it succeeded (failed): a builtin planner ran
+    ``&&`` (``||``) runs when the pipeline before it succeeded (failed): a builtin planner ran
     succeeded, a test (``[ ]``, ``[[ ]]``, ``test``, ``true``, ``false``) is evaluated as an ``if``
     condition is (:func:`condition`); after any other command it may or may not run
-    (:func:`_builtin_maybe`)."""
-    if not any(w in _BUILTINS or w in s.functions for w in parts):
-        return parts
+    (:func:`_builtin_maybe`). The list's status is recorded for ``set -e``
+    (:func:`.shell_exit.after_list`); ``exit`` in a pipeline or in the background runs in a
+    subshell and stops nothing."""
     out, start, before = [], 0, None
     status: bool | str = True
+    pipe: list[bool | str] = []
+    pipe_runs: bool | str = True
+    last_ran: bool | str = True
+    last: list[str] = []
     for k in range(len(parts) + 1):
         if k < len(parts) and parts[k] not in SEPARATORS:
             continue
-        command = parts[start:k]
+        command, after = parts[start:k], (parts[k] if k < len(parts) else None)
+        if before in ("|", "|&"):
+            runs = pipe_runs
+        else:
+            runs = True
+            if before in ("&&", "||"):
+                runs = status if before == "&&" else (not status if isinstance(status, bool) else status)
+            pipe, pipe_runs = [], runs
         if command and (command[0] in _BUILTINS or command[0] in s.functions):
-            runs: bool | str = True
-            if before == "&&":
-                runs = status
-            elif before == "||":
-                runs = not status if isinstance(status, bool) else status
-            if runs is True:
-                status = _builtin(command, number, s)
-            elif runs is not False:
-                _builtin_maybe(command, number, s, runs)
-                status = runs
+            subshell = before in ("|", "|&") or after in ("|", "|&", "&")
+            if command[0] == "exit" and subshell:
+                st: bool | str = True
+            elif runs is True:
+                ignored = after in ("&&", "||")
+                s.errexit_ignored += ignored
+                try:
+                    st = _builtin(command, number, s)
+                finally:
+                    s.errexit_ignored -= ignored
+            else:
+                if runs is not False:
+                    _builtinmaybe(command, number, s, runs)
+                st = runs
         else:
             out += parts[start : k + 1]
-            status = command_status(command, number, s)
-        before, start = (parts[k] if k < len(parts) else None), k + 1
+            st = command_status(command, number, s) if runs is True else runs
+            if isinstance(st, str) and runs is True and command[:1] not in (["["], ["[["], ["test"]):
+                s.assumed.add(st)  # a command planner does not run: success, where a stop hangs on it
+        pipe.append(st)
+        if after not in ("|", "|&"):
+            if pipe_runs is not False:
+                status = pipeline_status(pipe, s.pipefail) if pipe_runs is True else pipe_runs
+            last_ran, last = pipe_runs, command
+        before, start = after, k + 1
+    after_list(status, last_ran, last, number, s)
     return out
 
 
-def _builtin_maybe(command: list[str], number: int, s: Script, unknown: str) -> None:
+def _builtinmaybe(command: list[str], number: int, s: Script, unknown: str) -> None:
     """A builtin that may or may not run (``unknown``, ``if:NAME:LINE``): what a sourced file sets
     becomes unknown (:func:`_source_undetermined`), so does ``$PWD`` after a ``cd``."""
     if command[0] in ("source", "."):
         _source_undetermined(command[1:], number, s, unknown)
     elif command[0] in s.functions:
-        _maybe(
-            lambda scratch: call(command[0], command[1:], number, scratch, _read_lines), number, s, unknown
-        )
+        maybe(lambda scratch: call(command[0], command[1:], number, scratch, _read_lines), number, s, unknown)
+    elif command[0] == "exit":
+        maybe_stop(s, number, " ".join(command), unknown)
     elif command[0] == "return" and s.frames:
         _, var, line = unknown.split(":")
         raise SpecError(
@@ -454,7 +533,7 @@ def _builtin_maybe(command: list[str], number: int, s: Script, unknown: str) -> 
             f"{s.frames[-1].function} returns here"
         )
     elif command[0] == "sbatch" and s.heredoc is not None:
-        _maybe(
+        maybe(
             lambda scratch: scratch.words.extend(job_script(s.heredoc, number, scratch, _read)),
             number,
             s,
@@ -472,6 +551,8 @@ def _builtin(command: list[str], number: int, s: Script) -> bool | str:
     name, args = command[0], command[1:]
     if name in s.functions:
         return call(name, args, number, s, _read_lines)
+    if name == "exit":
+        exit_builtin(args, number)
     if name == "return":
         if not s.frames and s.depth == 0:
             return False  # bash: "can only `return' from a function or sourced script"
@@ -480,131 +561,11 @@ def _builtin(command: list[str], number: int, s: Script) -> bool | str:
         count = args[0] if args else "1"
         return shift(s, int(count)) if count.isdigit() else f"if:?:{number}"
     if name in ("source", "."):
-        _source(args, number, s)
+        source_file(args, number, s, _read)
     elif name == "envsubst":
         envsubst(args, number, s)
     elif name == "set":
-        for k, a in enumerate(args):
-            if a[:1] in "-+" and a[1:] and a[1:].isalpha() and "a" in a[1:] and "o" not in a[1:]:
-                s.allexport = a[0] == "-"
-            elif a in ("-o", "+o") and args[k + 1 : k + 2] == ["allexport"]:
-                s.allexport = a == "-o"
+        return set_builtin(args, number, s)
     else:
         change_directory(command, number, s)
     return True
-
-
-class _SourceBound(SpecError):
-    """Sourcing past :data:`MAX_SOURCE_DEPTH` or :data:`MAX_SOURCED_FILES`: said once, at the
-    script's own ``source`` line, not once per nested file."""
-
-
-def _source(args: list[str], number: int, s: Script) -> None:
-    """``source FILE`` / ``. FILE`` (bash(1): "Read and execute commands from filename in the
-    current shell environment"): FILE's statements read into ``s`` with the same semantics, the
-    words it contributes to a command carrying the ``source`` line. A relative FILE is found from
-    ``$PWD`` (the script's directory until a ``cd``; bash would also search ``$PATH`` for a name
-    without a slash, which a launch does not rely on). An undeterminable path, a missing or
-    unreadable file, a text given without its file, nesting deeper than :data:`MAX_SOURCE_DEPTH` or
-    more than :data:`MAX_SOURCED_FILES` files are errors naming the line; an error inside FILE names
-    FILE and its line."""
-    if not args:
-        raise SpecError(f"line {number}: source without a file name (bash: filename argument required)")
-    target = args[0]
-    shown = display(target)
-    if unresolved_in(target) is not None:
-        raise SpecError(f"line {number}: source {shown}: the file's path {why_unknown(target)}")
-    if s.root is None:
-        raise SpecError(
-            f"line {number}: source {shown}: planner reads the files a launch script sources beside the "
-            "script, and this text was given without its file"
-        )
-    pwd = s.scalars.get("PWD")
-    full = joined(pwd if pwd is not None and unresolved_in(pwd) is None else None, target)
-    if full is None:
-        raise SpecError(
-            f"line {number}: source {shown}: a relative path is found from the working directory, which "
-            f"{display(pwd or '')} leaves unknown"
-        )
-    if s.depth >= MAX_SOURCE_DEPTH or s.sourced >= MAX_SOURCED_FILES:
-        bound = (
-            f"sourced files nest deeper than {MAX_SOURCE_DEPTH}"
-            if s.depth >= MAX_SOURCE_DEPTH
-            else f"more than {MAX_SOURCED_FILES} files sourced in all"
-        )
-        here = (s.arrays.get("BASH_SOURCE") or [""])[0]
-        here = display(os.path.relpath(here, s.root)) if os.path.isabs(here) else "a sourced file"
-        raise _SourceBound(
-            f"{bound}: {here} sources {shown} on its line {number} (does a file source itself?)"
-        )
-    if not os.path.isfile(full):
-        what = "is not a file" if os.path.exists(full) else "does not exist"
-        raise SpecError(f"line {number}: source {shown}: {printable(full)} {what}")
-    try:
-        text = read_text_capped(Path(full))
-    except SpecError as exc:
-        raise SpecError(f"line {number}: source {shown}: {exc}") from None
-    s.sourced_bytes += len(text)
-    if s.sourced_bytes > MAX_FILE_BYTES:
-        raise SpecError(
-            f"line {number}: source {shown}: the sourced files hold more than "
-            f"{MAX_FILE_BYTES // 2**20} MiB in all; not a launch"
-        )
-    start, assigned = len(s.words), dict(s.assigned_lines)
-    s.depth += 1
-    s.sourced += 1
-    s.arrays["BASH_SOURCE"] = [full] + s.arrays.get("BASH_SOURCE", [])
-    # bash(1) "source": "If any arguments are supplied, they become the positional parameters when
-    # filename is executed. Otherwise the positional parameters are unchanged."
-    before = bind(s, args[1:]) if len(args) > 1 else None
-    try:
-        _read(text, s)
-    except Return:
-        pass  # bash(1) "return": in a sourced file, it stops reading the file
-    except _SourceBound as exc:
-        if s.depth > 1:
-            raise
-        raise SpecError(f"line {number}: source {shown}: {exc}") from None
-    except SpecError as exc:
-        raise SpecError(f"line {number}: {shown}: {exc}") from None
-    finally:
-        s.depth -= 1
-        s.arrays["BASH_SOURCE"] = s.arrays.get("BASH_SOURCE", [])[1:]
-        if before is not None:
-            unbind(s, before)
-    s.words[start:] = [(w, number) for w, _ in s.words[start:]]
-    for name, line in s.assigned_lines.items():
-        if assigned.get(name) != line:
-            s.assigned_lines[name] = number
-
-
-def _inner_commands(parts: list[str], s: Script) -> list[str]:
-    """``bash -c 'STRING' name args...``: the words bash would run (STRING re-split with ``"$@"``
-    bound to args, and its references expanded in the environment the inner shell inherits,
-    :func:`.heredoc.exported`). An unquoted ``|``, ``;``, ``&``, ``<`` or ``>`` inside STRING
-    splits the command there, as bash would: a SpecError naming it (a value such as a pipeline
-    layout must be quoted)."""
-    for k, w in enumerate(parts[:-1]):
-        if w in ("bash", "sh", "/bin/bash", "/bin/sh") and parts[k + 1] == "-c" and k + 2 < len(parts):
-            inner, rest = parts[k + 2], parts[k + 4 :]
-            end = next((j for j, x in enumerate(rest) if x in SEPARATORS or REDIRECT.match(x)), len(rest))
-            rest, tail = rest[:end], rest[end:]
-            bound = " ".join(shlex.quote(a) for a in rest)
-            inner = inner.replace('"$@"', bound).replace("$@", bound)
-            if "$" in inner:
-                inner = expand(inner, exported(s)[1], {})
-            lex = shlex.shlex(inner, posix=True, punctuation_chars=True)
-            lex.whitespace_split = True
-            try:
-                words = list(lex)
-            except ValueError as exc:
-                raise SpecError(f"the bash -c command string does not parse: {exc}") from None
-            for i, x in enumerate(words):
-                if x and set(x) <= set("|;&<>()") and x != "&&":
-                    before = " ".join(words[max(0, i - 2) : i])
-                    raise SpecError(
-                        f"the bash -c command string has an unquoted {x!r} after {before!r}: the inner "
-                        'shell splits the command there (quote the value, or pass the arguments as "$@")'
-                    )
-            return parts[:k] + _inner_commands([x for x in words if x != "&&"], s) + tail
-    return parts

@@ -1,17 +1,22 @@
 """The builtins of a launch script that change where it runs and what files it holds, run on the
 :class:`.shell_state.Script` without running anything: ``cd``/``pushd``/``popd`` (``$PWD``) and
-``envsubst < IN > OUT`` (OUT kept in memory for a later ``$(yq ...)``)."""
+``envsubst < IN > OUT`` (OUT kept in memory for a later ``$(yq ...)``); and the words a
+``bash -c STRING`` runs (:func:`inner_commands`)."""
 
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
+from planner.inputs.errors import SpecError
 from planner.inputs.validation import read_text_capped
 from planner.launch.megatron import yq
-from planner.launch.megatron.expansion import FILE_KEY, UNRESOLVED, command_marker, unresolved_in
+from planner.launch.megatron.expansion import FILE_KEY, UNRESOLVED, command_marker, expand, unresolved_in
+from planner.launch.megatron.heredoc import exported
 from planner.launch.megatron.paths import inside, joined
 from planner.launch.megatron.shell_state import NAME, Script, display
+from planner.launch.megatron.shell_text import REDIRECT, SEPARATORS
 
 
 def envsubst(args: list[str], number: int, s: Script) -> None:
@@ -77,3 +82,35 @@ def change_directory(command: list[str], number: int, s: Script) -> None:
     if old is not None:
         s.scalars["OLDPWD"] = old
     s.scalars["PWD"] = new
+
+
+def inner_commands(parts: list[str], s: Script) -> list[str]:
+    """``bash -c 'STRING' name args...``: the words bash would run (STRING re-split with ``"$@"``
+    bound to args, and its references expanded in the environment the inner shell inherits,
+    :func:`.heredoc.exported`). An unquoted ``|``, ``;``, ``&``, ``<`` or ``>`` inside STRING
+    splits the command there, as bash would: a SpecError naming it (a value such as a pipeline
+    layout must be quoted)."""
+    for k, w in enumerate(parts[:-1]):
+        if w in ("bash", "sh", "/bin/bash", "/bin/sh") and parts[k + 1] == "-c" and k + 2 < len(parts):
+            inner, rest = parts[k + 2], parts[k + 4 :]
+            end = next((j for j, x in enumerate(rest) if x in SEPARATORS or REDIRECT.match(x)), len(rest))
+            rest, tail = rest[:end], rest[end:]
+            bound = " ".join(shlex.quote(a) for a in rest)
+            inner = inner.replace('"$@"', bound).replace("$@", bound)
+            if "$" in inner:
+                inner = expand(inner, exported(s)[1], {})
+            lex = shlex.shlex(inner, posix=True, punctuation_chars=True)
+            lex.whitespace_split = True
+            try:
+                words = list(lex)
+            except ValueError as exc:
+                raise SpecError(f"the bash -c command string does not parse: {exc}") from None
+            for i, x in enumerate(words):
+                if x and set(x) <= set("|;&<>()") and x != "&&":
+                    before = " ".join(words[max(0, i - 2) : i])
+                    raise SpecError(
+                        f"the bash -c command string has an unquoted {x!r} after {before!r}: the inner "
+                        'shell splits the command there (quote the value, or pass the arguments as "$@")'
+                    )
+            return parts[:k] + inner_commands([x for x in words if x != "&&"], s) + tail
+    return parts

@@ -46,6 +46,38 @@ class Script:
     """Calls made so far (bounded by :data:`.functions.MAX_CALLS`)."""
     heredoc: Any = None
     """The here-document the line being read opens (:class:`.shell_text.Heredoc`), for its command."""
+    errexit: int | None = None
+    """The line of the ``set -e`` (``set -o errexit``) in force, None while it is off."""
+    pipefail: bool = False
+    """``set -o pipefail``: a pipeline fails when any of its commands fails."""
+    errexit_ignored: int = 0
+    """How many commands being run ignore ``set -e`` (a function called before ``&&`` / ``||``)."""
+    stop: Any = None
+    """Where the script stopped (:class:`.shell_exit.Exit`: ``exit``, ``set -e``, ``set -u``), None
+    while it runs."""
+    maybe_stop: Any = None
+    """The first place the script may stop, in a branch that cannot be known
+    (:class:`.shell_exit.MaybeStop`), for an error if a training command comes after it."""
+    status: bool | str = True
+    """The status of the last command list run (True, False or unknown, ``if:NAME:LINE``)."""
+    assumed: set[str] = field(default_factory=set)
+    """The unknown statuses (``if:?:LINE``) of a command planner does not run (``mkdir``,
+    ``python``) or a test of a file outside the script's directory (on the cluster): a stop that
+    hangs on one is not taken (:func:`.shell_exit.maybe_stop`)."""
+
+
+class Exit(Exception):
+    """The script stops on ``line`` (of the file or body being read) for ``why`` (``exit 1``,
+    ``set -e: false fails``); ``trail`` says through which calls and sources, innermost first."""
+
+    def __init__(self, line: int, why: str):
+        super().__init__(why)
+        self.line, self.why = line, why
+        self.trail: list[str] = []
+
+    def where(self) -> str:
+        """``line N (in f, called on line M)`` for messages."""
+        return f"line {self.line}" + "".join(f" ({t})" for t in self.trail)
 
 
 def display(word: str) -> str:

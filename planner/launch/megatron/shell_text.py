@@ -9,6 +9,11 @@ from typing import NamedTuple
 
 from planner.inputs.errors import SpecError
 
+SEPARATORS = {"|", "||", "&&", ";", "&", "|&"}
+"""Words that end a simple command (bash(1) "Lists")."""
+REDIRECT = re.compile(r"^\d*(>|<|>>|>&|<&)")
+"""A redirection word (bash(1) "Redirection"): ends the arguments of a command."""
+
 
 class Heredoc(NamedTuple):
     """A here-document (bash(1) "Here Documents"): its lines, and whether its delimiter was quoted

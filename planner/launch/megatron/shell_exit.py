@@ -1,0 +1,174 @@
+"""Where a launch script stops: ``exit``, ``set -e`` (errexit), ``set -u`` (nounset) and
+``set -o pipefail``, as bash(1) "SHELL BUILTIN COMMANDS" describes them (bash 5.2):
+
+* ``exit [n]``: "Cause the shell to exit with a status of n": nothing after it runs, in a function
+  or a sourced file too (``return`` ends only those). :class:`Exit` carries where.
+* ``set -e``: "Exit immediately if a pipeline ..., a list, or a compound command returns a
+  non-zero status. The shell does not exit if the command that fails is part of the command list
+  immediately following a while or until keyword, part of the test following the if or elif
+  reserved words, part of any command executed in a && or || list except the command following
+  the final && or ||, any command in a pipeline but the last, or if the command's return value is
+  being inverted with !", and "If a compound command or shell function executes in a context where
+  -e is being ignored, none of the commands executed within ... will be affected by the -e
+  setting". Planner runs no command: a status it cannot know (``mkdir``, ``python``) is taken as
+  success, as the launch intends; a status it knows (``false``, a failed test, a function's
+  ``return 1``, ``return`` outside a function, ``shift`` past ``$#``) stops the script.
+* ``set -o pipefail``: "the return value of a pipeline is the value of the last (rightmost)
+  command to exit with a non-zero status, or zero if all commands ... exit successfully".
+* ``set -u``: an unset variable's expansion is an error and the non-interactive shell exits
+  (:class:`.expansion.Unbound`; ``${NAME:-word}`` and the other operators, ``"$@"``, ``"${A[@]}"``
+  are not). A name the script never sets may be in the environment it starts with: planner cannot
+  know whether bash stops there, an error naming it and ``--set``.
+
+A stop inside a branch that cannot be known (an ``if`` on a variable nothing sets) is recorded
+(:class:`MaybeStop`): a training command after it is an error naming the variable, as planner
+cannot know whether the script gets there. :mod:`.shell` reads the statements; this module holds
+the options, the stops and their messages."""
+
+from __future__ import annotations
+
+__all__ = ["Exit", "MaybeStop", "set_builtin"]
+
+from dataclasses import dataclass
+
+from planner.inputs.errors import SpecError
+from planner.launch.megatron.expansion import NOUNSET_KEY, Unbound
+from planner.launch.megatron.functions import bind
+from planner.launch.megatron.shell_state import Exit, Script
+
+
+@dataclass(frozen=True, slots=True)
+class MaybeStop:
+    """A stop in a branch that cannot be known: at word ``index`` of the script's words, on
+    ``line``, for ``why``, the branch's condition ``unknown`` (``if:NAME:LINE``)."""
+
+    index: int
+    line: int
+    why: str
+    unknown: str
+
+
+_OPTIONS = {"a": "allexport", "e": "errexit", "u": "nounset"}
+"""``set``'s one-letter options planner follows, by their ``-o`` names."""
+
+
+def set_builtin(args: list[str], number: int, s: Script) -> bool:
+    """``set [-+aeu] [-+o NAME] [--] [ARG ...]`` (bash(1) "set"): allexport, errexit, nounset and
+    pipefail on (``-``) or off (``+``); the others (``-x``, ``-o xtrace``) change nothing planned.
+    Words after ``--`` (or the first word that is not an option) become the positional
+    parameters."""
+    k = 0
+    while k < len(args):
+        a = args[k]
+        k += 1
+        if a == "--" or a[:1] not in "-+" or a in ("-", "+"):
+            rest = args[k:] if a == "--" else args[k - 1 :]
+            if a != "-" and (a == "--" or rest):
+                bind(s, rest)
+            break
+        on = a[0] == "-"
+        for letter in a[1:]:
+            if letter == "o":
+                name = args[k] if k < len(args) else ""
+                k += 1
+                _option(name, on, number, s)
+            elif letter in _OPTIONS:
+                _option(_OPTIONS[letter], on, number, s)
+    return True
+
+
+def _option(name: str, on: bool, number: int, s: Script) -> None:
+    if name == "allexport":
+        s.allexport = on
+    elif name == "errexit":
+        s.errexit = number if on else None
+    elif name == "nounset":
+        if on:
+            s.scalars[NOUNSET_KEY] = str(number)
+        else:
+            s.scalars.pop(NOUNSET_KEY, None)
+    elif name == "pipefail":
+        s.pipefail = on
+
+
+def exit_builtin(args: list[str], number: int) -> None:
+    """``exit [n]``: the script stops here."""
+    raise Exit(number, "exit" + (f" {args[0]}" if args else ""))
+
+
+def pipeline_status(statuses: list[bool | str], pipefail: bool) -> bool | str:
+    """A pipeline's status from its commands' (bash(1) "Pipelines"): the last one's, or with
+    ``pipefail`` failed when any failed, unknown when none failed and one is unknown."""
+    if not pipefail or len(statuses) < 2:
+        return statuses[-1]
+    if False in statuses:
+        return False
+    return next((x for x in statuses if isinstance(x, str)), True)
+
+
+def after_list(status: bool | str, last_ran: bool | str, command: list[str], number: int, s: Script) -> None:
+    """``set -e`` after a command list: the script stops when the list's last pipeline ran and
+    failed; when whether it ran cannot be known (after ``&&`` on an unknown test), it may stop."""
+    s.status = status
+    if s.errexit is None or s.errexit_ignored or status is not False or last_ran is False:
+        return
+    why = f"set -e (line {s.errexit}) and {' '.join(command)!r} fails"
+    if last_ran is True:
+        raise Exit(number, why)
+    maybe_stop(s, number, why, last_ran)
+
+
+def maybe_stop(s: Script, number: int, why: str, unknown: str) -> None:
+    """Record a stop in a branch that cannot be known (the first one counts); one that hangs on a
+    command planner does not run or a file on the cluster (:attr:`.shell_state.Script.assumed`) is
+    not taken: the launch is read as it is meant to run."""
+    if s.maybe_stop is None and unknown not in s.assumed:
+        s.maybe_stop = MaybeStop(index=len(s.words), line=number, why=why, unknown=unknown)
+
+
+def unbound(exc: Unbound, number: int, s: Script) -> Exit | SpecError:
+    """What ``set -u`` makes of ``exc`` on line ``number``: the :class:`Exit` bash makes of a
+    variable certainly unset (a positional parameter past ``$#``, a missing element, one the script
+    ``unset``), else the error naming the variable and ``--set`` (planner cannot know whether bash
+    stops)."""
+    shown = f"${exc.name}" if exc.name.isdigit() else exc.name
+    line = s.scalars.get(NOUNSET_KEY, "?")
+    if exc.known or (exc.name in s.env and s.env[exc.name] is None):
+        return Exit(number, f"set -u (line {line}) and {shown} is unset (bash: {shown}: unbound variable)")
+    return SpecError(
+        f"line {number}: {shown} is expanded under set -u (line {line}) and the script never sets it: bash "
+        f"stops the script here unless the environment gives it; set it in the script or pass planner check "
+        f"--set {exc.name}=VALUE"
+    )
+
+
+def no_launch(stop: Exit) -> SpecError:
+    """The error for a script that stops before any training command runs."""
+    return SpecError(
+        f"no launch found: the script stops on {stop.where()} ({stop.why}) before any training command runs"
+    )
+
+
+def launch_after_maybe_stop(s: Script) -> None:
+    """A training command (a ``*.py`` word, ``torchrun``) among the words after the script's
+    :attr:`~.shell_state.Script.maybe_stop`: an error, planner cannot know whether it runs."""
+    maybe = s.maybe_stop
+    if maybe is None:
+        return
+    for w, line in s.words[maybe.index :]:
+        if w.endswith(".py") or w.rsplit("/", 1)[-1] == "torchrun":
+            raise _stop_before_launch(maybe, line)
+
+
+def _stop_before_launch(maybe: MaybeStop, launch_line: int) -> SpecError:
+    """The error for a training command after a stop in a branch that cannot be known."""
+    _, var, line = maybe.unknown.split(":")
+    what = (
+        f"on {var}, which the script never sets; pass planner check --set {var}=VALUE or set it in the script"
+        if var != "?"
+        else "on a condition planner cannot evaluate"
+    )
+    return SpecError(
+        f"line {maybe.line}: the script may stop here ({maybe.why}) before the training command on line "
+        f"{launch_line}: it is in a branch of the if/case on line {line}, which depends {what}"
+    )

@@ -1,0 +1,269 @@
+"""``exit``, ``set -e``, ``set -u``, ``set -o pipefail`` and brace groups in a launch script, read
+as bash runs them (planner/launch/megatron/shell_exit.py). Each fixture is a script written here;
+where it launches, planner's words are compared with the argv bash itself gives a stub torchrun;
+where bash stops before the launch (the stub never runs), planner says no launch was found and
+names the line it stops on. What planner cannot determine is a one-line error naming the
+variable and ``--set``."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from planner.inputs.errors import SpecError
+from planner.launch.megatron.arguments import megatron_words
+from tests.conftest import TORCHRUN_STUB
+
+BASH = shutil.which("bash")
+
+LAUNCHES = {
+    # bash(1) "exit": the words after an exit never run; an exit in a branch the script decides
+    # against, or in a function nobody calls, stops nothing.
+    "exit_after_the_launch": ("torchrun pretrain_gpt.py a\nexit 0\necho never\n", ["a"]),
+    "exit_in_a_branch_not_taken": (
+        'TP=2\nif [ "$TP" = 2 ]; then A=x; else exit 1; fi\ntorchrun pretrain_gpt.py "$A"\n',
+        ["x"],
+    ),
+    "exit_in_a_function_not_called": (
+        'die() { echo "$1" >&2; exit 1; }\nV=1\n[ "$V" = 1 ] || die "V must be 1"\ntorchrun pretrain_gpt.py "$V"\n',
+        ["1"],
+    ),
+    "exit_in_a_case_arm_not_taken": (
+        'M=8b\ncase "$M" in\n  8b) L=32 ;;\n  *) echo "unknown $M"; exit 1 ;;\nesac\ntorchrun pretrain_gpt.py "$L"\n',
+        ["32"],
+    ),
+    # bash(1) "Pipelines": each command of a pipeline runs in a subshell; its exit ends only that.
+    "exit_in_a_pipeline_is_a_subshells": ("echo x | exit 3\ntorchrun pretrain_gpt.py y\n", ["y"]),
+    # brace groups after && / ||: run on the status of the list before them.
+    "brace_group_after_a_command_that_succeeds": (
+        'mkdir -p logs || {\n  echo "cannot create logs" >&2\n  exit 1\n}\nA=1\n[ "$A" = 1 ] && { B=2; C=3; }\n'
+        "torchrun pretrain_gpt.py $B $C\n",
+        ["2", "3"],
+    ),
+    # bash(1) "set -e": the failures it exempts.
+    "errexit_exempts_conditions_lists_and_negation": (
+        "set -e\nfalse || true\nif false; then X=no; fi\n! false\nfalse && echo never\n"
+        '[ 1 = 2 ] && A=no\ntorchrun pretrain_gpt.py "${X:-yes}"\n',
+        ["yes"],
+    ),
+    "errexit_ignored_inside_a_function_called_before_or": (
+        'f() { false; A=ran; }\nset -e\nf || true\ntorchrun pretrain_gpt.py "$A"\n',
+        ["ran"],
+    ),
+    "errexit_off_again_with_plus_e": ("set -e\nset +e\nfalse\ntorchrun pretrain_gpt.py z\n", ["z"]),
+    "pipeline_status_is_the_last_commands_without_pipefail": (
+        "set -e\nfalse | cat\ntorchrun pretrain_gpt.py p\n",
+        ["p"],
+    ),
+    # bash(1) "set -u": the operators with a default, "$@" and "${A[@]}" are not errors.
+    "nounset_exempts_defaults_and_at": (
+        'set -u\nA="${X:-d}"\nB="${X-e}${X:+f}"\nC=()\ntorchrun pretrain_gpt.py "$A" "$B" "$@" "${C[@]}" "${#C[@]}"\n',
+        ["d", "e", "0"],
+    ),
+    "set_double_dash_sets_the_positional_parameters": (
+        'set -euo pipefail -- "a b" c\ntorchrun pretrain_gpt.py "$@" "$#"\n',
+        ["a b", "c", "2"],
+    ),
+}
+
+STOPS = {
+    # (script, the line planner names, the words of its reason); bash never runs the launch.
+    "exit_before_the_launch": ("echo hi\nexit 0\ntorchrun pretrain_gpt.py x\n", 3, r"\(exit 0\)"),
+    "exit_in_a_branch_taken": (
+        'TP=3\nif [ "$TP" != 2 ]; then\n  echo "tp must be 2"\n  exit 1\nfi\ntorchrun pretrain_gpt.py x\n',
+        5,
+        r"\(exit 1\)",
+    ),
+    "exit_in_a_called_function": (
+        'die() {\n  exit 2\n}\nV=0\n[ "$V" = 1 ] || die\ntorchrun pretrain_gpt.py x\n',
+        3,
+        r"\(in die, called on line 6\) \(exit 2\)",
+    ),
+    "errexit_on_false": (
+        "set -e\nfalse\ntorchrun pretrain_gpt.py x\n",
+        3,
+        r"set -e \(line 2\) and 'false' fails",
+    ),
+    "errexit_on_a_function_that_returns_1": (
+        "f() { return 1; }\nset -o errexit\nf\ntorchrun pretrain_gpt.py x\n",
+        4,
+        r"set -e \(line 3\) and 'f' fails",
+    ),
+    "errexit_on_the_last_command_of_a_list": (
+        "set -e\ntrue && [ a = b ]\ntorchrun pretrain_gpt.py x\n",
+        3,
+        r"'\[ a = b \]' fails",
+    ),
+    "errexit_on_return_outside_a_function": (
+        "set -e\nreturn 1\ntorchrun pretrain_gpt.py x\n",
+        3,
+        "'return 1' fails",
+    ),
+    "errexit_on_shift_past_the_arguments": (
+        "set -e\nshift\ntorchrun pretrain_gpt.py x\n",
+        3,
+        "'shift' fails",
+    ),
+    "errexit_with_pipefail_on_a_failing_pipeline": (
+        "set -eo pipefail\nfalse | cat\ntorchrun pretrain_gpt.py x\n",
+        3,
+        r"'cat' fails",
+    ),
+    "nounset_on_a_variable_the_script_unset": (
+        "set -u\nX=1\nunset X\necho $X\ntorchrun pretrain_gpt.py x\n",
+        5,
+        r"set -u \(line 2\) and X is unset \(bash: X: unbound variable\)",
+    ),
+    "nounset_on_a_missing_positional_parameter": (
+        'set -u\nMODEL=$1\ntorchrun pretrain_gpt.py "$MODEL"\n',
+        3,
+        r"\$1: unbound variable",
+    ),
+    "nounset_on_a_missing_element": (
+        'set -u\ndeclare -A C=([8b]=32)\nL=${C[70b]}\ntorchrun pretrain_gpt.py "$L"\n',
+        4,
+        r"C\[70b\]: unbound variable",
+    ),
+}
+
+
+def _bash(script: str, tmp_path) -> tuple[list[str] | None, int]:
+    """The words bash gives the stub torchrun running ``script`` (None: the stub never ran), and
+    bash's exit status."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    stub = bin_dir / "torchrun"
+    stub.write_text(TORCHRUN_STUB.replace('printf "%s\\0" "$@"', 'printf "%s\\0" "$@" > "$OUT"'))
+    stub.chmod(0o755)
+    out = tmp_path / "argv"
+    (tmp_path / "bash_launch.sh").write_text("#!/bin/bash\n" + script)
+    env = {
+        "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "OUT": str(out),
+        "HOME": str(tmp_path),
+    }
+    proc = subprocess.run(
+        [BASH, str(tmp_path / "bash_launch.sh")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    return (out.read_text().split("\0")[:-1] if out.exists() else None), proc.returncode
+
+
+def _planner(script: str, tmp_path, preset: dict | None = None) -> list[str]:
+    path = tmp_path / "launch.sh"
+    path.write_text("#!/bin/bash\n" + script)
+    words, _, is_script = megatron_words(path.read_text(), preset, path)
+    assert is_script
+    return [w for w, _ in words]
+
+
+@pytest.mark.parametrize("name", sorted(LAUNCHES))
+def test_launches_are_read_as_written(name, tmp_path):
+    script, expected = LAUNCHES[name]
+    assert _planner(script, tmp_path) == expected
+
+
+@pytest.mark.skipif(BASH is None, reason="bash is not installed")
+@pytest.mark.parametrize("name", sorted(LAUNCHES))
+def test_launches_agree_with_bash(name, tmp_path):
+    script, expected = LAUNCHES[name]
+    assert _bash(script, tmp_path)[0] == expected
+
+
+@pytest.mark.parametrize("name", sorted(STOPS))
+def test_stops_before_the_launch_say_no_launch_naming_the_line(name, tmp_path):
+    script, line, why = STOPS[name]
+    with pytest.raises(SpecError, match=rf"^no launch found: the script stops on line {line}\b.*{why}"):
+        _planner(script, tmp_path)
+
+
+@pytest.mark.skipif(BASH is None, reason="bash is not installed")
+@pytest.mark.parametrize("name", sorted(STOPS))
+def test_stops_agree_with_bash(name, tmp_path):
+    """bash stops there too: the stub never runs and the status is not 0."""
+    words, status = _bash(STOPS[name][0], tmp_path)
+    assert words is None and (status != 0 or name == "exit_before_the_launch")
+
+
+@pytest.mark.parametrize(
+    "script, match",
+    [
+        # an exit in a branch no value decides: whether the launch runs depends on the variable
+        (
+            'if [ "$MODE" = debug ]; then\n  exit 0\nfi\ntorchrun pretrain_gpt.py x\n',
+            r"^line 3: the script may stop here \(exit 0\) before the training command on line 5: it is in a "
+            r"branch of the if/case on line 2, which depends on MODE, .*--set MODE=VALUE",
+        ),
+        ('[ -n "$DATA" ] || exit 1\ntorchrun pretrain_gpt.py x\n', r"^line 2: .*\(exit 1\).*depends on DATA"),
+        (
+            'set -e\nif [ "$X" = 1 ]; then false; fi\ntorchrun pretrain_gpt.py x\n',
+            r"^line 3: the script may stop here \(set -e \(line 2\) and 'false' fails\).*depends on X",
+        ),
+        (
+            'die() { exit 1; }\n[ "$OK" = 1 ] || die\ntorchrun pretrain_gpt.py x\n',
+            r"^line 3: the script may stop here \(exit 1\).*depends on OK",
+        ),
+        # set -u on a name the script never sets: the environment may give it
+        (
+            'set -u\nL=$LAYERS\ntorchrun pretrain_gpt.py "$L"\n',
+            r"^line 3: LAYERS is expanded under set -u \(line 2\) and the script never sets it.*--set LAYERS=VALUE",
+        ),
+        ("set -u\necho $((N + 1))\n", r"^line 3: N is expanded under set -u"),
+        ("{ A=1\n", r"the script ends inside a \{ group \(no closing \}\)"),
+    ],
+)
+def test_undeterminable_stops_are_errors_naming_the_variable(script, match, tmp_path):
+    with pytest.raises(SpecError, match=match):
+        _planner(script, tmp_path)
+
+
+def test_set_decides_an_exit_branch(tmp_path):
+    """``--set`` gives the value the branch is decided on: debug stops, prod launches."""
+    script = 'if [ "$MODE" = debug ]; then\n  exit 0\nfi\ntorchrun pretrain_gpt.py "$MODE"\n'
+    assert _planner(script, tmp_path, {"MODE": "prod"}) == ["prod"]
+    with pytest.raises(SpecError, match=r"^no launch found: the script stops on line 3 \(exit 0\)"):
+        _planner(script, tmp_path, {"MODE": "debug"})
+    assert _planner("set -u\n" + script.replace("$MODE", "${MODE}"), tmp_path, {"MODE": "prod"}) == ["prod"]
+
+
+def test_stops_that_hang_on_commands_or_cluster_files_are_not_taken(tmp_path):
+    """Commands are not run, and a file outside the script's directory is on the cluster: a stop
+    that needs one to fail is not taken (the launch is read as it is meant to run)."""
+    script = (
+        "set -euo pipefail\ncd /workspace/megatron || exit 1\nif ! python -c 'import megatron'; then exit 1; fi\n"
+        '[ -f /data/tokenizer.model ] || { echo "no tokenizer"; exit 1; }\n'
+        "echo $SLURM_JOB_ID $HOME $HOSTNAME\ntorchrun pretrain_gpt.py ok\n"
+    )
+    with pytest.raises(SpecError, match="SLURM_JOB_ID is expanded under set -u"):
+        _planner(script, tmp_path)
+    assert _planner("#SBATCH --nodes=1\n" + script, tmp_path) == ["ok"]
+
+
+def test_exit_in_a_sourced_file_names_it(tmp_path):
+    (tmp_path / "env.sh").write_text("A=1\nexit 4\n")
+    with pytest.raises(SpecError, match=r"stops on line 2 \(in env.sh, sourced on line 2\) \(exit 4\)"):
+        _planner("source env.sh\ntorchrun pretrain_gpt.py x\n", tmp_path)
+
+
+def test_exit_in_a_job_script_ends_only_the_job(tmp_path):
+    """sbatch's here-document is the job's own shell: its exit ends the job after its launch; the
+    submitting script goes on."""
+    script = "sbatch <<EOF\ntorchrun pretrain_gpt.py job\nexit 0\nEOF\nA=after\n"
+    assert _planner(script, tmp_path) == ["job"]
+
+
+def test_check_cli_says_no_launch_was_found(run_cli, tmp_path):
+    path = tmp_path / "launch.sh"
+    path.write_text("#!/bin/bash\nset -e\n[ 1 -eq 2 ]\ntorchrun pretrain_gpt.py --num-layers 2\n")
+    result = run_cli("check", str(path), "-c", "dgx-h100", "-n", "1")
+    assert result.exit_code == 1
+    assert (
+        "no launch found: the script stops on line 3 (set -e (line 2) and '[ 1 -eq 2 ]' fails)"
+        in result.stdout
+    )
+    assert "Traceback" not in result.stdout + result.stderr
