@@ -7,7 +7,9 @@ Read as Megatron-Bridge v0.6.0 (tag ``v0.6.0``, commit 51885cf1) writes its reci
 :data:`PRETRAIN_COMMON`), ``cfg.model = AutoBridge.from_hf_pretrained(ID).to_megatron_provider()``
 (the preset whose source is that Hugging Face id, :func:`.recipe_eval.hf_presets`) or a provider class
 (:data:`.recipe_eval.PROVIDERS`), then ``cfg.<section>.<field> = value``; the older form too (v0.2-v0.3: keyword
-parameters with defaults, ``ConfigContainer(model=..., train=TrainingConfig(...), ...)``). What is
+parameters with defaults, ``ConfigContainer(model=..., train=TrainingConfig(...), ...)``, and
+``**user_kwargs`` merged into a common builder's keywords, :mod:`.recipe_dicts`; a PEFT recipe's
+LoRA becomes planner's LoRA job, :func:`peft_job`). What is
 statically determinable is evaluated: literals, arithmetic, the file's constants, the function's
 parameter defaults (``--set NAME=VALUE`` replaces one), ``if`` on those values, another recipe of
 the same file. A value the plan needs that is not (a call whose result matters, a branch on a
@@ -146,6 +148,8 @@ def container_sections(c: Container, where: str, vocab_size: int | None) -> tupl
         if name == "mixed_precision":
             _precision(body, doc, lines, where, c.lines.get(name))
             continue
+        if name == "peft":  # the fine-tuning fields of the job (peft_job)
+            continue
         if isinstance(body, Unknown):
             if name in IGNORED_SECTIONS and name != "tokenizer":
                 continue
@@ -173,6 +177,7 @@ def container_sections(c: Container, where: str, vocab_size: int | None) -> tupl
         doc[name] = fields
     if "model" not in doc:
         raise SpecError(f"{where}: the recipe sets no model (cfg.model); planner reads the model from it")
+    doc["peft"] = peft_job(c.sections.get("peft"), where, c.lines.get("peft"))
     tokenizer = doc.pop("tokenizer", {})
     _vocabulary(doc["model"], tokenizer, where, lines.get("tokenizer.vocab_size"), vocab_size)
     return doc, lines
@@ -199,6 +204,60 @@ def _precision(body, doc: dict, lines: dict, where: str, line: int | None) -> No
     doc["mixed_precision"], lines["mixed_precision"] = body, line
 
 
+LORA_DEFAULTS = {"dim": 32, "target_modules": ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]}
+"""``LoRA``'s defaults (Megatron-Bridge v0.3.0 and v0.6.0, src/megatron/bridge/peft/lora.py:
+``dim: int = 32``, ``target_modules`` the four linear layers of a decoder layer)."""
+
+
+_PEFT_NAMES = {
+    "dora": "DoRA (weight-decomposed adapters)",
+    "canonical_lora": "CanonicalLoRA (split QKV adapters)",
+}
+
+
+def peft_job(body, where: str, line: int | None) -> dict:
+    """The JobSpec fine-tuning fields of a recipe's ``peft`` section: none for no PEFT (a full
+    fine-tune or pre-training, priced alike), ``finetune: lora`` with ``lora_rank`` = ``LoRA.dim``
+    and ``lora_targets`` = ``LoRA.target_modules`` for LoRA (planner's ``--finetune lora``,
+    docs/finetune.md). DoRA, canonical LoRA, a custom PEFT object or module patterns are refused in
+    one line naming the construct."""
+    from planner.inputs.jobs import lora_targets_tuple
+
+    if body is None:
+        return {}
+    at = f"{where}: line {line}: " if line else f"{where}: "
+    if isinstance(body, Unknown):
+        raise SpecError(
+            f"{where}: line {body.line}: {body.text}: not statically evaluable, and planner reads the PEFT "
+            "scheme (peft) from it"
+        )
+    if not isinstance(body, Section) or body.preset != "lora":
+        known = isinstance(body, Section) and body.preset
+        what = _PEFT_NAMES.get(body.preset, body.preset) if known else "a PEFT object planner does not know"
+        raise SpecError(
+            f"{at}peft: {what} is not priced: planner prices LoRA adapters (--finetune lora, "
+            "docs/finetune.md); use LoRA or default_peft_config('lora')"
+        )
+    merged = {**LORA_DEFAULTS, **body.fields}
+    for key in ("dim", "target_modules"):
+        if isinstance(merged[key], Unknown):
+            raise _error(where, f"peft.{key}", merged[key])
+    dim, targets = merged["dim"], merged["target_modules"]
+    at = f"{where}: line {body.lines.get('dim') or line}: " if body.lines.get("dim") or line else f"{where}: "
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
+        raise SpecError(f"{at}peft.dim: expected a positive integer (LoRA's rank), got {dim!r}")
+    if not isinstance(targets, list) or any(not isinstance(x, str) or "*" in x or "." in x for x in targets):
+        raise SpecError(
+            f"{at}peft.target_modules {targets!r}: planner prices LoRA on whole linear layers named "
+            "linear_qkv, linear_proj, linear_fc1, linear_fc2, not module patterns"
+        )
+    return {
+        "finetune": "lora",
+        "lora_rank": dim,
+        "lora_targets": lora_targets_tuple(targets, f"{at}peft.target_modules"),
+    }
+
+
 def _load_preset(name: str):
     from planner.inputs.models import load_model
 
@@ -216,7 +275,9 @@ def evaluate_recipe(
     fn = find_recipe(tree, where, recipe)
     names = {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
     for key in params or {}:
-        if key not in names:
+        if (
+            key not in names and fn.args.kwarg is None
+        ):  # **user_kwargs takes any keyword (checked where bound)
             raise SpecError(
                 f"{where}: --set {key}: not a parameter of {fn.name}; its parameters: "
                 + (", ".join(sorted(names)) or "none")
@@ -262,9 +323,12 @@ def read_recipe(
     _with_overrides(container, overrides)
     doc, lines = container_sections(container, where, vocab_size)
     precision_fields = [f"mixed_precision.{k}" for k in doc.pop("mixed_precision.fields", [])]
+    finetune = doc.pop("peft")
     note = (
         "fields the recipe does not set take megatron-core's defaults (its model's architecture the "
         "preset of the model it names)"
     )
     read = read_sections(doc, where, lines, world_size, None, note)
+    if finetune:
+        read = replace(read, imported=replace(read.imported, job=replace(read.imported.job, **finetune)))
     return replace(read, unknown=(*read.unknown, *precision_fields))

@@ -14,6 +14,7 @@ from functools import lru_cache
 import yaml
 
 from planner.inputs.errors import SpecError
+from planner.launch.bridge import recipe_dicts
 from planner.launch.bridge.importer import PRECISION_FLAGS
 
 PRETRAIN_COMMON = {
@@ -191,6 +192,16 @@ class Evaluator:
         params = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
         defaults = [None] * (len(fn.args.posonlyargs + fn.args.args) - len(fn.args.defaults))
         defaults += list(fn.args.defaults) + list(fn.args.kw_defaults)
+        extra = {k: v for k, v in args.items() if k not in {p.arg for p in params}}
+        if extra and fn.args.kwarg is None:
+            raise SpecError(
+                f"{self.where}: line {line}: {fn.name}() got an unexpected keyword argument {next(iter(extra))!r} "
+                f"(Python's TypeError); its parameters: {', '.join(p.arg for p in params) or 'none'}"
+            )
+        if fn.args.kwarg is not None:  # def f(**user_kwargs): the keywords no parameter names, a dict
+            scope[fn.args.kwarg.arg] = extra
+        if fn.args.vararg is not None:
+            scope[fn.args.vararg.arg] = []
         for param, default in zip(params, defaults):
             if param.arg in args:
                 scope[param.arg] = args[param.arg]
@@ -252,6 +263,13 @@ class Evaluator:
     def store(self, target: ast.expr, value, scope: dict, line: int) -> None:
         if isinstance(target, ast.Name):
             scope[target.id] = value
+        elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (tuple, list)):
+            if len(value) != len(target.elts):
+                raise SpecError(
+                    f"{self.where}: line {line}: {self.src(target)}: {len(value)} values to unpack"
+                )
+            for t, v in zip(target.elts, value):
+                self.store(t, v, scope, line)
         elif isinstance(target, (ast.Tuple, ast.List)):
             for t in target.elts:
                 self.store(
@@ -260,6 +278,10 @@ class Evaluator:
                     scope,
                     line,
                 )
+        elif isinstance(target, ast.Subscript):
+            base, key = self.ev(target.value, scope), self.ev(target.slice, scope)
+            if isinstance(base, dict) and isinstance(key, str):
+                base[key] = value
         elif isinstance(target, ast.Attribute):
             base = self.ev(target.value, scope)
             if isinstance(base, Container):
@@ -279,6 +301,11 @@ class Evaluator:
         if doubt is None and isinstance(call.func, ast.Name) and name in self.functions:
             self.call(call, scope)  # a helper of the file: its assignments land on the same objects
             return
+        if isinstance(call.func, ast.Attribute) and name in recipe_dicts.MUTATING:
+            base = self.ev(call.func.value, scope)
+            if isinstance(base, dict):
+                recipe_dicts.mutate(self, base, call, scope, doubt)
+                return
         passed = [self.ev(a, scope) for a in [*call.args, *(k.value for k in call.keywords)]]
         if isinstance(call.func, ast.Attribute):
             passed.append(self.ev(call.func.value, scope))
@@ -315,6 +342,15 @@ class Evaluator:
             return bad if isinstance(bad, Unknown) else self.unknown(node) if bad else items
         if isinstance(node, ast.Call):
             return self.call(node, scope)
+        if isinstance(node, ast.Dict):
+            return recipe_dicts.literal(self, node, scope)
+        if isinstance(node, ast.Subscript):
+            base, key = self.ev(node.value, scope), self.ev(node.slice, scope)
+            if isinstance(base, Unknown) or isinstance(key, Unknown):
+                return base if isinstance(base, Unknown) else key
+            if isinstance(base, (dict, list, tuple, str)):
+                return base[key]
+            return self.unknown(node)
         if isinstance(node, ast.Attribute):
             base = self.ev(node.value, scope)
             if isinstance(base, Container) and node.attr in base.sections:
@@ -322,6 +358,13 @@ class Evaluator:
             if isinstance(base, Section) and node.attr in base.fields:
                 return base.fields[node.attr]
             return base if isinstance(base, Unknown) else self.unknown(node)
+        if isinstance(node, ast.BoolOp):  # short-circuit, as Python: `x is None or x.lower() == ...`
+            value = None
+            for operand in node.values:
+                value = self.ev(operand, scope)
+                if isinstance(value, Unknown) or isinstance(node.op, ast.And) != bool(value):
+                    return value
+            return value
         if isinstance(node, ast.IfExp):
             test = self.ev(node.test, scope)
             return test if isinstance(test, Unknown) else self.ev(node.body if test else node.orelse, scope)
@@ -336,9 +379,12 @@ class Evaluator:
 
     def call(self, node: ast.Call, scope: dict):
         name = _name(node.func)
-        kwargs = {k.arg: self.ev(k.value, scope) for k in node.keywords if k.arg}
-        if any(k.arg is None for k in node.keywords):
-            return self.unknown(node)
+        kwargs = recipe_dicts.keywords(self, node, scope)
+        if isinstance(kwargs, Unknown):
+            return kwargs
+        known = recipe_dicts.builtin_call(self, node, name, kwargs, scope)
+        if known is not recipe_dicts.NOT_BUILTIN:
+            return known
         if name == "_pretrain_common" and not node.args:
             return _pretrain_common(node.lineno)
         if name == "ConfigContainer":
