@@ -13,8 +13,10 @@ from functools import lru_cache
 
 import yaml
 
+from planner.inputs.documents import did_you_mean
 from planner.inputs.errors import SpecError
 from planner.launch.bridge import recipe_dicts
+from planner.launch.bridge.config_fields import SECTION_FIELDS
 from planner.launch.bridge.importer import PRECISION_FLAGS
 
 PRETRAIN_COMMON = {
@@ -55,6 +57,7 @@ SECTION_CLASSES = {
     "RNGConfig": "rng",
     "ValidationConfig": "validation",
     "SchedulerConfig": "scheduler",
+    "ProfilingConfig": "profiling",
 }
 """A ``ConfigContainer`` section's dataclass (training/config.py; ``CommOverlapConfig``
 training/comm_overlap.py, ``DistributedDataParallelConfig`` megatron-core's): built with keywords,
@@ -393,6 +396,7 @@ class Evaluator:
                 c.sections[key], c.lines[key] = _section_value(key, value), node.lineno
             return c
         if name in SECTION_CLASSES:
+            self.check_keywords(name, SECTION_CLASSES[name], kwargs, node)
             return Section(SECTION_CLASSES[name], kwargs, {k: node.lineno for k in kwargs})
         if name in PROVIDERS or name == "GPTModelProvider":
             return Section("model", kwargs, {k: node.lineno for k in kwargs}, PROVIDERS.get(name))
@@ -415,6 +419,22 @@ class Evaluator:
             args = dict(zip(names, (self.ev(a, scope) for a in node.args)))
             return self.call_function(fn, {**args, **kwargs}, node.lineno)
         return self.unknown(node)
+
+    def check_keywords(self, cls: str, section: str, kwargs: dict, node: ast.Call) -> None:
+        """A keyword the section's dataclass has no field for (:data:`.config_fields.SECTION_FIELDS`):
+        the ``TypeError`` its generated ``__init__`` raises, an error naming the line, the field, the
+        section and its fields (the closest first). A field set afterwards (``cfg.train.x = v``)
+        raises nothing in Python and stays a "not interpreted" warning."""
+        known = SECTION_FIELDS.get(section)
+        if known is None or known[0] != cls:
+            return
+        for key in kwargs:
+            if key not in known[1]:
+                raise SpecError(
+                    f"{self.where}: line {node.lineno}: {cls}(..., {key}=...): {key!r} is not a field of {cls} "
+                    f"(the {section} section; its __init__ raises TypeError){did_you_mean(key, known[1])}; "
+                    f"allowed: {', '.join(sorted(known[1]))}"
+                )
 
     def hf_model(self, bridge: _HFBridge, node: ast.Call) -> Section | Unknown:
         preset = hf_presets().get(bridge.hf_id)
