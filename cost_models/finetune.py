@@ -230,7 +230,7 @@ def frozen_kept_bytes(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> floa
     ``linear_qkv`` and ``linear_fc1`` (the norms' outputs), of ``linear_fc2`` (the activation's
     output) and, under FP8, ``linear_proj``'s own FP8 copy of the attention output (core attention
     keeps the 16-bit one for its backward). The same tensors, at the same widths, as
-    :func:`cost_models.attention.attention_block` and :func:`cost_models.layers._dense_mlp` count."""
+    :func:`cost_models.attention.attention_block` and :func:`cost_models.layer_blocks.dense_mlp` count."""
     T, h, t = tokens_per_gpu(job, c), model.hidden_size, c.tp
     sp_div = t if c.sp else 1
     g_in = gemm_input_bytes(job)
@@ -264,7 +264,7 @@ def _overlap_backward_correction(
 ) -> float:
     """With ``--tp-comm-overlap``, the backward collectives of a frozen layer hide under its
     input-gradient GEMMs alone (no weight-gradient GEMMs): the exposed time with that window minus
-    the one :func:`cost_models.layers._tp_overlapped` priced with both (its floor, one chunk, kept)."""
+    the one :func:`cost_models.layer_blocks.tp_overlapped` priced with both (its floor, one chunk, kept)."""
     if not (job.tp_comm_overlap and c.sp and c.tp > 1):
         return 0.0
     raw = 2 * tp_collectives_s(model.hidden_size * tokens_per_gpu(job, c) * ACT_BYTES, c, node, 1)
