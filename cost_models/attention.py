@@ -16,7 +16,8 @@ from cost_models.compute import (
     linear_s,
     memory_bound_s,
 )
-from cost_models.parallel import ParallelConfig, group
+from cost_models.parallel import ParallelConfig
+from cost_models.placement import group
 from cost_models.sparse_attention import indexer_block
 from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tokens_per_gpu, tp_collectives_s
 from planner.inputs.cluster_spec import GPUSpec, NodeGroup, compute_capability_major

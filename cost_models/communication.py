@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from cost_models.parallel import Group, span
+from cost_models.placement import Group, span
 from planner.inputs.cluster_spec import NodeGroup, NVLinkMesh
 
 

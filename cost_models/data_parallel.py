@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from cost_models import communication as comm
 from cost_models import memory as mem
 from cost_models.compute import memory_bound_s
-from cost_models.parallel import SHARDED_GRADIENTS, ParallelConfig, group
+from cost_models.parallel import SHARDED_GRADIENTS, ParallelConfig
+from cost_models.placement import group
 from planner.inputs.cluster_spec import NodeGroup
 from planner.inputs.job_spec import DTYPE_BYTES, JobSpec
 from planner.inputs.model_spec import ModelSpec

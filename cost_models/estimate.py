@@ -230,7 +230,7 @@ class Estimate:
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: ParallelConfig) -> Estimate:
-    """Predict one resolved configuration (see :func:`cost_models.parallel.resolve`)."""
+    """Predict one resolved configuration (see :func:`cost_models.constraints.resolve`)."""
     p, v = c.pp, c.vpp
     m = c.num_microbatches(job)
     layers = c.stage_layers(model)

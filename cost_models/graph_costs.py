@@ -55,7 +55,8 @@ from cost_models.data_parallel import (
 from cost_models.estimate import Estimate, StageEstimate, table_for
 from cost_models.graph_schedule import depths, simulate_graph, topological_order
 from cost_models.layers import ZERO, LayerCost, loss_transient_bytes
-from cost_models.parallel import ParallelConfig, group
+from cost_models.parallel import ParallelConfig
+from cost_models.placement import group
 from cost_models.tensors import ACT_BYTES, p2p_activation_bytes, tp_collectives_s
 from planner.inputs.cluster_spec import ClusterSpec, NodeGroup
 from planner.inputs.errors import ConfigError

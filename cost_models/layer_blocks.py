@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from cost_models import communication as comm
 from cost_models.attention import AttentionBlock
 from cost_models.compute import LinearTimes, linear_s, memory_bound_s
-from cost_models.parallel import ParallelConfig, group
+from cost_models.parallel import ParallelConfig
+from cost_models.placement import group
 from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tp_collectives_s
 from planner.inputs.cluster_spec import NodeGroup, compute_capability_major
 from planner.inputs.job_spec import JobSpec

@@ -39,7 +39,8 @@ from cost_models.compute import (
     memory_bound_s,
     quantize_bytes,
 )
-from cost_models.parallel import ParallelConfig, group
+from cost_models.parallel import ParallelConfig
+from cost_models.placement import group
 from cost_models.tensors import gemm_input_bytes
 from planner.inputs.cluster_spec import GPUSpec, NodeGroup
 from planner.inputs.job_spec import QUANTIZED_PRECISIONS, JobSpec

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 from cost_models import communication as comm
 from cost_models.compute import LinearTimes, attention_s, batched_gemm_s, linear_s, memory_bound_s
-from cost_models.parallel import ParallelConfig, group
+from cost_models.parallel import ParallelConfig
+from cost_models.placement import group
 from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tokens_per_gpu
 from planner.inputs.cluster_spec import NodeGroup
 from planner.inputs.job_spec import JobSpec

@@ -34,7 +34,8 @@ from dataclasses import replace
 from cost_models import communication as comm
 from cost_models.attention import AttentionBlock
 from cost_models.compute import LinearTimes, batched_gemm_s, linear_s, memory_bound_s
-from cost_models.parallel import ParallelConfig, group
+from cost_models.parallel import ParallelConfig
+from cost_models.placement import group
 from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tokens_per_gpu, tp_collectives_s
 from planner.inputs.cluster_spec import GPUSpec, NodeGroup
 from planner.inputs.job_spec import QUANTIZED_PRECISIONS, JobSpec
@@ -260,7 +261,7 @@ def mamba1_block(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGr
     * kept for backward: the in_proj input, its output (x, z), the conv output (x_proj's and the
       scan's input), dt, B, C, dt_proj's output and the scan's output (out_proj's input).
 
-    No framework splits Mamba-1's sequence over context parallelism (:mod:`cost_models.parallel`
+    No framework splits Mamba-1's sequence over context parallelism (:mod:`cost_models.constraints`
     refuses cp > 1 for it)."""
     gpu, prec = node.gpu, job.precision
     h, t = model.hidden_size, c.tp

@@ -27,7 +27,8 @@ from cost_models.data_parallel import (
 )
 from cost_models.finetune import lora_table
 from cost_models.layers import ZERO, LayerCost, LayerTable, layer_table, loss_transient_bytes
-from cost_models.parallel import LAYER_RECOMPUTE, Group, ParallelConfig, group
+from cost_models.parallel import LAYER_RECOMPUTE, ParallelConfig
+from cost_models.placement import Group, group
 from cost_models.tensors import pipeline_transfer_s
 from planner.inputs.cluster_spec import ClusterSpec, NodeGroup
 from planner.inputs.job_spec import DTYPE_BYTES, JobSpec

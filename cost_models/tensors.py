@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from cost_models import communication as comm
 from cost_models.compute import NVFP4_COPY_BYTES
-from cost_models.parallel import ParallelConfig, group
+from cost_models.parallel import ParallelConfig
+from cost_models.placement import group
 from planner.inputs.cluster_spec import NodeGroup
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.model_spec import ModelSpec

@@ -73,7 +73,8 @@ out = dict(wall_s=wall, cpu_s=cpu, shapes_enumerated=result.shapes_enumerated, s
                      peak_memory_gib=best.estimate.peak_memory_bytes / 2**30))
 if {expert!r}:
     from cost_models.estimate import estimate
-    from cost_models.parallel import ParallelConfig, resolve
+    from cost_models.constraints import resolve
+    from cost_models.parallel import ParallelConfig
     e = estimate(model, cluster, job, resolve(model, cluster, job, ParallelConfig(
         tp=8, pp=8, vpp=2, schedule="interleaved", micro_batch_size=1, optimizer_sharding="distributed")))
     out["expert"] = dict(step_time_s=e.step_time_s, mfu=e.mfu, tokens_per_s_per_gpu=e.tokens_per_s_per_gpu,

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cost_models.parallel import group_ranks  # noqa: E402
+from cost_models.placement import group_ranks  # noqa: E402
 from planner.frameworks.torchtitan_models import model_from_flavor  # noqa: E402
 from planner.inputs.cluster_spec import compute_capability_major  # noqa: E402
 from planner.inputs.errors import PlannerError  # noqa: E402
@@ -294,7 +294,7 @@ def validate(case: Case, framework: str, validators, workdir: Path) -> dict:
         )
     elif status == "accepted" and framework == "megatron" and "pp_ranks" in groups:
         # Megatron's own rank layout for this rank: its pipeline and data-parallel groups are the
-        # plan's (cost_models.parallel.group_ranks, in the plan's rank order).
+        # plan's (cost_models.placement.group_ranks, in the plan's rank order).
         want_pp = group_ranks(c, "pp", groups["pp_ranks"][0])
         want_dp = group_ranks(c, "dp", groups["dp_ranks"][0])
         if groups["pp_ranks"] != want_pp or groups["dp_ranks"] != want_dp:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from cost_models.parallel import resolve
+from cost_models.constraints import resolve
 from planner.calibration.user.fit import predict_nccl, predict_run
 from planner.calibration.user.sources import NcclPoint, Run
 from planner.launch.megatron.importer import parse_megatron

@@ -11,8 +11,9 @@ import math
 
 import pytest
 
+from cost_models.constraints import resolve, violations
 from cost_models.estimate import estimate, offload_terms, table_for
-from cost_models.parallel import ParallelConfig, resolve, violations
+from cost_models.parallel import ParallelConfig
 from planner.frameworks.torchtitan import TORCHTITAN
 from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import ConfigError, SpecError

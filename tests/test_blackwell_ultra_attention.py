@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from cost_models.attention import attention_block, kernel_speed
+from cost_models.constraints import resolve
 from cost_models.estimate import estimate
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from planner.calibration.kernel_curves import blackwell_ultra_attention_speed
 from planner.inputs.errors import SpecError
 from planner.inputs.jobs import make_job

@@ -5,8 +5,9 @@ import math
 
 import pytest
 
+from cost_models.constraints import resolve
 from cost_models.estimate import estimate
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model
 from planner.outputs.views import TIME_KEYS
@@ -290,7 +291,7 @@ def test_hsdp_gathers_inside_the_shard_group_and_all_reduces_across_replicas():
     """HSDP (shard 8 = one NVLink node, 64 replicas): per-layer gathers ride NVLink, so less FSDP
     communication is exposed than with 512-way sharding; the replicas' all-reduce of the gradient
     shard is charged once per iteration; states are 8-way sharded, so memory grows."""
-    from cost_models.parallel import group
+    from cost_models.placement import group
     from planner.inputs.errors import ConfigError
 
     model, spec = load_model("llama3-70b"), load_cluster("dgx-h100", 64)

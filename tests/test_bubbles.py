@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cost_models.constraints import resolve
 from cost_models.estimate import estimate
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model
 from planner.outputs.bubbles import Assumptions, FillJob, budget, fit_fill_job

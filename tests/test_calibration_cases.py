@@ -9,7 +9,7 @@ from functools import cache
 import pytest
 
 from cost_models import communication as comm
-from cost_models.parallel import group as parallel_group
+from cost_models.placement import group as parallel_group
 from planner.calibration.cases import cases
 from planner.profiles.hardware import load_cluster
 

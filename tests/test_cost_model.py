@@ -5,9 +5,11 @@ from dataclasses import replace
 import pytest
 
 from cost_models import communication as comm
+from cost_models.constraints import resolve
 from cost_models.estimate import estimate
 from cost_models.layers import hardware_flop_per_iteration, layer_table, model_flop_per_iteration
-from cost_models.parallel import ParallelConfig, group, resolve
+from cost_models.parallel import ParallelConfig
+from cost_models.placement import group
 from planner.inputs.jobs import make_job
 from planner.inputs.model_spec import ModelSpec
 from planner.inputs.models import load_model
@@ -204,7 +206,7 @@ def test_tensor_parallel_lowers_gemm_efficiency():
 
 
 def test_group_ranks_follow_megatron_order():
-    from cost_models.parallel import group_ranks
+    from cost_models.placement import group_ranks
 
     c = ParallelConfig(tp=2, cp=2, dp=2, pp=2)
     assert group_ranks(c, "tp", 0) == [0, 1]

@@ -19,8 +19,10 @@ import re
 
 import pytest
 
+from cost_models.constraints import resolve, violations
 from cost_models.estimate import estimate
-from cost_models.parallel import PP_DP, RANK_ORDERS, ParallelConfig, group, resolve, violations
+from cost_models.parallel import PP_DP, RANK_ORDERS, ParallelConfig
+from cost_models.placement import group
 from cost_models.stage_terms import chunk_terms, node_of_stage, table_for
 from planner.inputs.errors import ConfigError
 from planner.inputs.jobs import make_job

@@ -9,9 +9,10 @@ import json
 import pytest
 
 from cost_models.attention import attention_block
+from cost_models.constraints import resolve
 from cost_models.flops import layer_flop_per_token
 from cost_models.layers import layer_table
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from cost_models.sparse_attention import indexer_block
 from planner.frameworks import get_framework
 from planner.inputs.errors import SpecError

@@ -14,9 +14,10 @@ import yaml
 
 from cost_models import elementwise as ew
 from cost_models.compute import memory_bound_s
+from cost_models.constraints import resolve
 from cost_models.estimate import estimate
 from cost_models.layers import layer_table
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from planner.inputs.errors import SpecError
 from planner.inputs.job_spec import EAGER_OPS
 from planner.inputs.jobs import job_from_mapping, make_job

@@ -6,8 +6,9 @@ run on 256 H100s (94 layers, pp 32 x vpp 3 = 96 virtual stages) needs exactly th
 
 import pytest
 
+from cost_models.constraints import resolve, violations
 from cost_models.estimate import estimate
-from cost_models.parallel import ParallelConfig, account_for_split, resolve, violations
+from cost_models.parallel import ParallelConfig, account_for_split
 from planner.calibration.cases import cases
 from planner.inputs.errors import ConfigError, SpecError
 from planner.inputs.jobs import make_job

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from cost_models.constraints import resolve
 from cost_models.estimate import estimate
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from planner import api
 
 CLUSTER = str(Path(__file__).resolve().parent.parent / "examples" / "cluster-amp-heterogeneous.yaml")

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from cost_models.attention import attention_block
+from cost_models.constraints import violations
 from cost_models.flops import layer_flop_per_token
-from cost_models.parallel import ParallelConfig, violations
+from cost_models.parallel import ParallelConfig
 from cost_models.ssm import mamba_block, parallel_block
 from cost_models.stage_terms import table_for
 from planner.frameworks import get_framework

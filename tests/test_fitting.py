@@ -358,7 +358,8 @@ def test_fit_moves_a_threshold_parameter_off_a_flat_start():
     (planner.calibration.fitting.GRID) finds it where multiplicative steps from a flat start would not."""
     from dataclasses import replace
 
-    from cost_models.parallel import ParallelConfig, resolve
+    from cost_models.constraints import resolve
+    from cost_models.parallel import ParallelConfig
     from planner.calibration.cases import Case
     from planner.calibration.fitting import fit, predict
     from planner.inputs.jobs import make_job
@@ -383,7 +384,8 @@ def test_fit_moves_a_threshold_parameter_off_a_flat_start():
 
 def _dense_cases(sources):
     """Synthetic dense cases on one H100 node, one per (source, micro-batch) pair."""
-    from cost_models.parallel import ParallelConfig, resolve
+    from cost_models.constraints import resolve
+    from cost_models.parallel import ParallelConfig
     from planner.calibration.cases import Case
     from planner.inputs.jobs import make_job
     from planner.inputs.models import load_model
@@ -473,7 +475,8 @@ def test_moe_runs_do_not_move_the_dense_parameters():
     efficiency, not the dense GEMM ceiling every dense prediction reads."""
     from dataclasses import replace
 
-    from cost_models.parallel import ParallelConfig, resolve
+    from cost_models.constraints import resolve
+    from cost_models.parallel import ParallelConfig
     from planner.calibration.cases import Case
     from planner.calibration.fitting import fit, predict
 

@@ -9,8 +9,9 @@ import json
 import pytest
 
 from cost_models.attention import FLASH2_SPEED, FUSED_BACKWARD_FORWARDS, attention_block, kernel_speed
+from cost_models.constraints import resolve
 from cost_models.estimate import estimate
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from planner.inputs.cluster_spec import compute_capability_major
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model

@@ -16,8 +16,9 @@ from cost_models.compute import (
     linear_s,
     memory_bound_s,
 )
+from cost_models.constraints import resolve
 from cost_models.estimate import estimate
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from planner.calibration.cases import cases
 from planner.frameworks import get_framework
 from planner.inputs.errors import SpecError

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from cost_models.constraints import resolve
 from cost_models.estimate import estimate
 from cost_models.layers import (
     hardware_flop_per_iteration,
@@ -17,7 +18,7 @@ from cost_models.layers import (
     model_flop_per_token,
     mtp_flop_per_token,
 )
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from planner.inputs.errors import SpecError
 from planner.inputs.jobs import make_job
 from planner.inputs.layer_pattern import PatternError, parse_pattern, pattern_text

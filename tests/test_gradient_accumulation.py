@@ -10,8 +10,9 @@ import json
 import pytest
 
 from cost_models.compute import memory_bound_s
+from cost_models.constraints import resolve
 from cost_models.estimate import estimate, unfused_accumulation_bytes
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from planner.calibration.cases import cases
 from planner.frameworks import get_framework
 from planner.inputs.jobs import job_from_mapping, make_job

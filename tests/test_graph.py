@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cost_models.constraints import resolve
 from cost_models.estimate import estimate
 from cost_models.graph_costs import (
     StageGraph,
@@ -20,7 +21,7 @@ from cost_models.graph_costs import (
     unit_costs,
     unit_layout,
 )
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from planner.inputs.errors import SpecError
 from planner.inputs.graph_model import graph_model_from_mapping, graph_preset_names, load_graph_model
 from planner.inputs.jobs import make_job

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from cost_models.constraints import violations
 from cost_models.flops import layer_flop_per_token
-from cost_models.parallel import ParallelConfig, violations
+from cost_models.parallel import ParallelConfig
 from cost_models.ssm import selective_scan_bytes
 from cost_models.stage_terms import table_for
 from planner.frameworks import get_framework

@@ -11,7 +11,7 @@ import itertools
 
 import pytest
 
-from cost_models.parallel import resolve
+from cost_models.constraints import resolve
 from planner.inputs.errors import ConfigError, SpecError
 from planner.launch.check import check_file
 from planner.launch.megatron.importer import parse_megatron

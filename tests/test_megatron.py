@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.constraints import resolve
+from cost_models.parallel import ParallelConfig
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model
 from planner.launch.megatron.export import args_text, layout_for, megatron_args, slurm_script, torchrun_script

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.constraints import resolve
+from cost_models.parallel import ParallelConfig
 from planner.inputs.errors import SpecError
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model

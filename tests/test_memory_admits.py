@@ -11,8 +11,9 @@ import dataclasses
 
 import pytest
 
+from cost_models.constraints import resolve
 from cost_models.estimate import estimate
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from planner.calibration.cases import cases, excluded_reason, predict_all
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model

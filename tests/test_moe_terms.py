@@ -38,8 +38,9 @@ def test_grouped_gemm_rows_pad_half_a_tile_and_at_least_one_tile():
 def _moe_layer(capacity_factor):
     from dataclasses import replace
 
+    from cost_models.constraints import resolve
     from cost_models.layers import layer_table
-    from cost_models.parallel import ParallelConfig, resolve
+    from cost_models.parallel import ParallelConfig
     from planner.inputs.jobs import make_job
     from planner.inputs.models import load_model
     from planner.profiles.hardware import load_cluster
@@ -182,8 +183,9 @@ def test_attention_launches_follow_the_attention_kind():
 def _qwen_layer(job_kw=None, eff=None, ep=8, pp=1, vpp=1, tp=1):
     from dataclasses import replace
 
+    from cost_models.constraints import resolve
     from cost_models.layers import layer_table
-    from cost_models.parallel import ParallelConfig, resolve
+    from cost_models.parallel import ParallelConfig
     from planner.inputs.jobs import make_job
     from planner.inputs.models import load_model
     from planner.profiles.hardware import load_cluster

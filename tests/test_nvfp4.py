@@ -20,8 +20,9 @@ from cost_models.compute import (
     nvfp4_speedup,
     quantize_bytes,
 )
+from cost_models.constraints import resolve
 from cost_models.estimate import estimate
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from cost_models.tensors import gemm_input_bytes
 from planner.calibration.cases import cases, predict_all
 from planner.frameworks import get_framework

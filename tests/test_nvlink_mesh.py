@@ -9,7 +9,8 @@ import pytest
 from cost_models import communication as comm
 from cost_models.estimate import estimate
 from cost_models.layers import layer_table
-from cost_models.parallel import Group, ParallelConfig, group
+from cost_models.parallel import ParallelConfig
+from cost_models.placement import Group, group
 from planner.inputs.cluster_spec import NVLinkMesh
 from planner.inputs.errors import SpecError
 from planner.inputs.jobs import make_job

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
+from cost_models.constraints import resolve
 from cost_models.estimate import adam_bytes_per_param, estimate
 from cost_models.memory import bytes_per_param
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from planner.frameworks import get_framework
 from planner.inputs.errors import SpecError
 from planner.inputs.jobs import job_from_mapping, make_job

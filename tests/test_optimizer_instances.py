@@ -12,8 +12,10 @@ import pytest
 
 from cost_models import communication as comm
 from cost_models import memory as mem
+from cost_models.constraints import resolve, violations
 from cost_models.estimate import DDP_BUCKET_PARAMS, ddp_bucket_params, dp_sync, estimate
-from cost_models.parallel import ParallelConfig, group, group_ranks, resolve, violations
+from cost_models.parallel import ParallelConfig
+from cost_models.placement import group, group_ranks
 from planner.frameworks.torchtitan import TORCHTITAN
 from planner.inputs.errors import ConfigError
 from planner.inputs.jobs import make_job

@@ -12,8 +12,9 @@ from collections import defaultdict
 
 import pytest
 
+from cost_models.constraints import resolve
 from cost_models.estimate import estimate
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from planner.inputs.documents import GIB
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model

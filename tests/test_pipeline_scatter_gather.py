@@ -10,8 +10,10 @@ from dataclasses import replace
 import pytest
 
 from cost_models import communication as comm
+from cost_models.constraints import resolve
 from cost_models.estimate import _stage_link, estimate
-from cost_models.parallel import ParallelConfig, group, resolve
+from cost_models.parallel import ParallelConfig
+from cost_models.placement import group
 from cost_models.tensors import ACT_BYTES, p2p_activation_bytes, pipeline_transfer_s
 from planner.calibration.cases import cases
 from planner.frameworks import get_framework

@@ -10,18 +10,10 @@ import json
 
 import pytest
 
+from cost_models.constraints import resolve, violations
 from cost_models.estimate import estimate
-from cost_models.parallel import (
-    PP_DP,
-    RANK_ORDERS,
-    ParallelConfig,
-    account_for_split,
-    group,
-    group_ranks,
-    resolve,
-    span,
-    violations,
-)
+from cost_models.parallel import PP_DP, RANK_ORDERS, ParallelConfig, account_for_split
+from cost_models.placement import group, group_ranks, span
 from planner.frameworks.megatron import MEGATRON
 from planner.frameworks.torchtitan import TORCHTITAN
 from planner.inputs.jobs import make_job

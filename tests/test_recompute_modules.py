@@ -7,15 +7,10 @@ import json
 import pytest
 
 from cost_models.compute import memory_bound_s
+from cost_models.constraints import module_violations, resolve
 from cost_models.estimate import estimate
 from cost_models.layers import layer_table
-from cost_models.parallel import (
-    RECOMPUTE_MODULES,
-    ParallelConfig,
-    memory_modules,
-    module_violations,
-    resolve,
-)
+from cost_models.parallel import RECOMPUTE_MODULES, ParallelConfig, memory_modules
 from cost_models.tensors import ACT_BYTES
 from planner.frameworks import get_framework
 from planner.inputs.errors import SpecError

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cost_models.constraints import resolve, violations
 from cost_models.estimate import estimate, node_of_stage
-from cost_models.parallel import ParallelConfig, resolve, violations
+from cost_models.parallel import ParallelConfig
 from planner.inputs.jobs import make_job
 from planner.inputs.model_spec import ModelSpec
 from planner.inputs.models import load_model

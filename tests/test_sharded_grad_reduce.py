@@ -12,8 +12,10 @@ import pytest
 import yaml
 
 from cost_models import communication as comm
+from cost_models.constraints import resolve, violations
 from cost_models.estimate import dp_sync, estimate
-from cost_models.parallel import ParallelConfig, group, resolve, violations
+from cost_models.parallel import ParallelConfig
+from cost_models.placement import group
 from planner.calibration.cases import cases
 from planner.frameworks import get_framework
 from planner.inputs.jobs import job_from_mapping, make_job

@@ -200,8 +200,9 @@ def test_a_calibration_profile_wins_on_its_gpu():
 
 def test_a_faster_profile_predicts_a_faster_step(monkeypatch):
     """The mechanism, on made-up profiles: more GEMM efficiency, less step time; less, more."""
+    from cost_models.constraints import resolve
     from cost_models.estimate import estimate
-    from cost_models.parallel import ParallelConfig, resolve
+    from cost_models.parallel import ParallelConfig
     from planner.inputs.jobs import make_job
     from planner.inputs.models import load_model
     from planner.profiles import software

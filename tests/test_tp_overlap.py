@@ -9,9 +9,10 @@ import math
 
 import yaml
 
+from cost_models.constraints import resolve
 from cost_models.estimate import estimate
 from cost_models.layers import layer_table
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model
 from planner.launch.megatron.export import megatron_args

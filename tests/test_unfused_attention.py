@@ -10,8 +10,9 @@ import pytest
 
 from cost_models.attention import UNFUSED_KEPT_BYTES, UNFUSED_SCORE_BYTES, unfused_core_attention
 from cost_models.compute import batched_gemm_s, memory_bound_s
+from cost_models.constraints import resolve
 from cost_models.layers import layer_table
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from planner.inputs.errors import SpecError
 from planner.inputs.jobs import job_from_mapping, make_job
 from planner.inputs.models import load_model

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from cost_models.constraints import resolve
 from cost_models.estimate import estimate
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from planner.calibration.cases import cases, predict_all
 from planner.calibration.ranking import group_ranking
 from planner.frameworks import get_framework

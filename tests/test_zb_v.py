@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from cost_models import schedules as S
+from cost_models.constraints import resolve, violations
 from cost_models.estimate import estimate
-from cost_models.parallel import ParallelConfig, resolve, violations
+from cost_models.parallel import ParallelConfig
 from planner.frameworks import get_framework
 from planner.frameworks.torchtitan import EAGER_TORCHTITAN
 from planner.inputs.jobs import make_job

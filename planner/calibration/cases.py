@@ -17,8 +17,9 @@ import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from cost_models.constraints import resolve
 from cost_models.estimate import Estimate, estimate
-from cost_models.parallel import RANK_ORDERS, ParallelConfig, account_for_split, canonical_modules, resolve
+from cost_models.parallel import RANK_ORDERS, ParallelConfig, account_for_split, canonical_modules
 from planner.calibration.record_checks import check_run_records
 from planner.calibration.run_records import (
     MEGATRON_RECOMPUTE_MODULES,

@@ -41,7 +41,7 @@
   (``MambaMixer``) and gated DeltaNet heads (``TransformerConfig``: key and value heads divisible by
   tp x cp), context parallelism over heads (``MambaContextParallel``), expert parallelism for the
   ``E`` layers, any pipeline split and virtual stages as ``|`` segments of the pattern; those
-  divisibility rules hold for every framework (cost_models.parallel). What Megatron-Core adds for
+  divisibility rules hold for every framework (cost_models.constraints). What Megatron-Core adds for
   hybrid stacks is :func:`hybrid_reasons`: no activation offloading, and FP8's width rule on the
   Mamba input projection.
 """
@@ -231,7 +231,7 @@ MEGATRON = MegatronFramework(
         # --cpu-offloading-num-layers (ModelParallelConfig; arguments.py sets cpu_offloading when it
         # is > 0): Transformer Engine's activation offload of the first N layers. TransformerConfig
         # refuses it with pp > 1, with recompute, and with per-layer CUDA graphs; planner's
-        # cost_models.parallel.violations holds the first two for every framework.
+        # cost_models.constraints.violations holds the first two for every framework.
         activation_offload=True,
         # --num-distributed-optimizer-instances (arguments.py; DistributedDataParallelConfig): the
         # distributed optimizer sharded over dp*cp/N ranks, replicated across N instances.

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from cost_models.constraints import violations
 from cost_models.estimate import estimate
-from cost_models.parallel import ParallelConfig, violations
+from cost_models.parallel import ParallelConfig
 from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import PlannerError, SpecError
 from planner.inputs.job_spec import JobSpec
@@ -456,7 +457,7 @@ def _stage_order(verdict: Verdict, text: str, cluster: ClusterSpec) -> None:
 
 def _constrained(verdict: Verdict, read: _Config) -> ParallelConfig | None:
     """The configuration with dp filled in from the world size; None after an error finding for
-    each shape constraint it breaks (:func:`cost_models.parallel.violations`, first causes)."""
+    each shape constraint it breaks (:func:`cost_models.constraints.violations`, first causes)."""
     config, cluster = read.config, read.cluster
     mp = config.tp * config.pp * config.cp
     if cluster.num_gpus % mp:

@@ -28,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from cost_models.constraints import resolve
 from cost_models.estimate import Estimate, estimate
-from cost_models.parallel import resolve
 from planner import __version__
 from planner.inputs.documents import Reader, read_document
 from planner.inputs.errors import SpecError

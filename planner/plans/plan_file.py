@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from cost_models.constraints import violations
 from cost_models.finetune import check_model as check_finetune_model
 from cost_models.parallel import (
     OPTIMIZER_SHARDING,
@@ -25,7 +26,6 @@ from cost_models.parallel import (
     SCHEDULES,
     ParallelConfig,
     canonical_modules,
-    violations,
 )
 from planner import __version__
 from planner.frameworks import FRAMEWORKS, get_framework

@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from cost_models.constraints import resolve
 from cost_models.estimate import Estimate, estimate
 from cost_models.finetune import check_model as check_finetune_model
 from cost_models.graph_costs import StageGraph
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.parallel import ParallelConfig
 from planner.frameworks import DEFAULT_FRAMEWORK, get_framework
 from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import ConfigError, UsageError

@@ -1,6 +1,6 @@
 """Where failed GPUs sit in a plan's rank grid, and what each data-parallel replica keeps.
 
-Ranks follow Megatron's order ``tp-cp-dp-pp`` (:mod:`cost_models.parallel`): rank =
+Ranks follow Megatron's order ``tp-cp-dp-pp`` (:mod:`cost_models.placement`): rank =
 ``tp_i + tp * (cp_i + cp * (dp_i + dp * pp_i))``; node ``n`` holds ranks ``[n g, (n + 1) g)`` for
 ``g`` GPUs per node. Failures are placed deterministically and spread over data-parallel replicas
 first: a few failures among many replicas rarely share one, and it is the worst case for the
@@ -136,7 +136,7 @@ def place(c: ParallelConfig, gpus_per_node: int, failure: FailureSpec, packed: b
 def lower_tp(model: ModelSpec, c: ParallelConfig, survivors: int) -> int:
     """Largest tensor-parallel degree at most ``survivors`` that the model's shapes allow
     (heads, query groups and MLP width divisible as Megatron requires, see
-    :func:`cost_models.parallel.violations`); 0 when none."""
+    :func:`cost_models.constraints.violations`); 0 when none."""
     for t in range(min(survivors, c.tp), 0, -1):
         if model.num_attention_heads % t or model.ffn_hidden_size % t:
             continue

@@ -36,8 +36,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from cost_models import schedules
+from cost_models.constraints import resolve
 from cost_models.estimate import Estimate, estimate
-from cost_models.parallel import ParallelConfig, group, resolve, span
+from cost_models.parallel import ParallelConfig
+from cost_models.placement import group, span
 from cost_models.stage_terms import (
     chunk_terms,
     node_of_stage,
@@ -62,7 +64,7 @@ def _pad(x: int, t: int) -> int:
 
 def padded_model(model: ModelSpec, t: int) -> ModelSpec:
     """``model`` with heads, query groups and MLP widths padded up to what tensor parallelism of
-    degree ``t`` needs (Megatron's divisibility: :func:`cost_models.parallel.violations`), so that
+    degree ``t`` needs (Megatron's divisibility: :func:`cost_models.constraints.violations`), so that
     each GPU holds the busiest GPU's share of an uneven split: ``ceil(a / t)`` heads,
     ``ceil(g / t)`` query groups (one, replicated, when there are fewer groups than GPUs) and
     ``ceil(ffn / t)`` MLP columns. Unchanged when ``t`` already divides them."""

@@ -34,8 +34,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from cost_models import communication as comm
+from cost_models.constraints import resolve
 from cost_models.estimate import Estimate, dp_sync, estimate
-from cost_models.parallel import group, resolve
+from cost_models.placement import group
 from planner.inputs.cluster_spec import ClusterSpec, NodeGroup
 from planner.inputs.errors import ConfigError
 from planner.inputs.job_spec import DTYPE_BYTES

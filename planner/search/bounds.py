@@ -13,7 +13,8 @@ from functools import lru_cache
 
 from cost_models import communication as comm
 from cost_models.estimate import DDP_BUCKET_PARAMS, dp_sync, node_of_stage
-from cost_models.parallel import LAYER_RECOMPUTE, ParallelConfig, group
+from cost_models.parallel import LAYER_RECOMPUTE, ParallelConfig
+from cost_models.placement import group
 from cost_models.schedules import POST_VALIDATION, SPLIT_W, V_SHAPE
 from cost_models.tensors import pipeline_transfer_s
 from planner.inputs.cluster_spec import ClusterSpec, NodeGroup

@@ -31,8 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
+from cost_models.constraints import resolve, violations
 from cost_models.estimate import Estimate, estimate
-from cost_models.parallel import RANK_ORDERS, RECOMPUTE, ParallelConfig, resolve, violations
+from cost_models.parallel import RANK_ORDERS, RECOMPUTE, ParallelConfig
 from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import ConfigError
 from planner.inputs.job_spec import JobSpec

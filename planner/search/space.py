@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from cost_models.constraints import violations
 from cost_models.parallel import (
     OPTIMIZER_SHARDING,
     RANK_ORDERS,
@@ -20,7 +21,6 @@ from cost_models.parallel import (
     SCHEDULES,
     ParallelConfig,
     memory_modules,
-    violations,
 )
 from planner.frameworks import DEFAULT_FRAMEWORK, Framework, get_framework
 from planner.inputs.cluster_spec import ClusterSpec

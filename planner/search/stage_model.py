@@ -122,7 +122,7 @@ def _stage_model(
         + extra.backward_comm_s
         + extra.backward_weight_s
     )
-    # Activation offloading runs with pp 1 (cost_models.parallel.violations), where this stage
+    # Activation offloading runs with pp 1 (cost_models.constraints.violations), where this stage
     # holds every layer: the first offload_layers layers' activations leave the GPU, their copies'
     # exposed time is paid per micro-batch, as cost_models.estimate prices them.
     offload = (

@@ -40,7 +40,7 @@ from cost_models.communication import (
     reduce_scatter_s,
 )
 from cost_models.estimate import estimate
-from cost_models.parallel import Group
+from cost_models.placement import Group
 from planner.calibration.user.sources import NcclPoint, Run
 from planner.inputs.cluster_spec import ClusterSpec
 from planner.profiles.params import (
@@ -162,7 +162,7 @@ def nccl_link(point: NcclPoint, cluster: ClusterSpec, gpu: str, values: dict[str
     n, k = point.num_ranks, point.ranks_per_host
     if n <= k:
         return link_for(Group(1, n), node)
-    # A group whose members sit k per NVLink domain: stride d // k (cost_models.parallel.span).
+    # A group whose members sit k per NVLink domain: stride d // k (cost_models.placement.span).
     return link_for(Group(max(1, node.nvlink_domain_size // k), n), node)
 
 

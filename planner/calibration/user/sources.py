@@ -41,7 +41,8 @@ from pathlib import Path
 
 import yaml
 
-from cost_models.parallel import ParallelConfig, resolve
+from cost_models.constraints import resolve
+from cost_models.parallel import ParallelConfig
 from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.documents import YAML_LOADER, read_document
 from planner.inputs.errors import PlannerError, SpecError

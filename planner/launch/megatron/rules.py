@@ -1,5 +1,5 @@
 """What Megatron-LM's own validation rejects in an imported launch, beyond the cost model's shape
-constraints (:func:`cost_models.parallel.violations`): the argparse parser, ``validate_args``
+constraints (:func:`cost_models.constraints.violations`): the argparse parser, ``validate_args``
 (megatron/training/arguments.py) and ``TransformerConfig.__post_init__``
 (megatron/core/transformer/transformer_config.py) of the pinned release, megatron-core 0.19.2.
 Each rule cites the check it restates; each finding names the flag to change. The agreement of
