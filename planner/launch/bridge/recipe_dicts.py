@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import ast
 
-import planner.launch.bridge.recipe_eval as recipe_eval
 from planner.inputs.errors import SpecError
+from planner.launch.bridge.recipe_values import Section, Unknown
 
 NOT_BUILTIN = object()
 """:func:`builtin_call`'s answer for a call it does not evaluate."""
@@ -46,11 +46,11 @@ def literal(ev, node: ast.Dict, scope: dict):
         if key_node is None:
             other = ev.ev(value_node, scope)
             if not isinstance(other, dict):
-                return other if isinstance(other, recipe_eval.Unknown) else ev.unknown(node)
+                return other if isinstance(other, Unknown) else ev.unknown(node)
             out.update(other)
             continue
         key = ev.ev(key_node, scope)
-        if isinstance(key, recipe_eval.Unknown):
+        if isinstance(key, Unknown):
             return key
         out[key] = ev.ev(value_node, scope)
     return out
@@ -67,7 +67,7 @@ def keywords(ev, node: ast.Call, scope: dict):
         else:
             items = ev.ev(k.value, scope)
             if not isinstance(items, dict) or not all(isinstance(x, str) for x in items):
-                return items if isinstance(items, recipe_eval.Unknown) else ev.unknown(node)
+                return items if isinstance(items, Unknown) else ev.unknown(node)
         for key, value in items.items():
             if key in out:
                 raise SpecError(
@@ -93,30 +93,30 @@ def builtin_call(ev, node: ast.Call, name: str, kwargs: dict, scope: dict):
         return NOT_BUILTIN
     if name == "isinstance" and len(node.args) == 2:
         value, types = ev.ev(node.args[0], scope), _types(node.args[1])
-        if types is None or isinstance(value, recipe_eval.Unknown):
-            return value if isinstance(value, recipe_eval.Unknown) else ev.unknown(node)
+        if types is None or isinstance(value, Unknown):
+            return value if isinstance(value, Unknown) else ev.unknown(node)
         return isinstance(value, types)
     args = [ev.ev(a, scope) for a in node.args]
-    unknown = next((a for a in args if isinstance(a, recipe_eval.Unknown)), None)
+    unknown = next((a for a in args if isinstance(a, Unknown)), None)
     if name == "dict" and len(args) <= 1:
         base = args[0] if args else {}
         return {**base, **kwargs} if isinstance(base, dict) else unknown or ev.unknown(node)
     if name == "default_peft_config" and len(args) == 1:
         return unknown or _default_peft(ev, args[0], kwargs, node)
     if name in PEFT_CLASSES:
-        return recipe_eval.Section("peft", dict(kwargs), {k: node.lineno for k in kwargs}, PEFT_CLASSES[name])
+        return Section("peft", dict(kwargs), {k: node.lineno for k in kwargs}, PEFT_CLASSES[name])
     if name == "distributed_fused_adam_with_cosine_annealing":
         # recipes/utils/optimizer_utils.py (v0.3.0 and v0.6.0): OptimizerConfig(...,
         # use_distributed_optimizer=True, ...) and a SchedulerConfig, returned as a pair.
         return (
-            recipe_eval.Section(
+            Section(
                 "optimizer", {"use_distributed_optimizer": True}, {"use_distributed_optimizer": node.lineno}
             ),
-            recipe_eval.Section("scheduler"),
+            Section("scheduler"),
         )
     if name == "default_squad_config" and args:
         # recipes/utils/finetune_utils.py (v0.3.0): HFDatasetConfig(..., seq_length=seq_length, ...).
-        return recipe_eval.Section("dataset", {"seq_length": args[0]}, {"seq_length": node.lineno})
+        return Section("dataset", {"seq_length": args[0]}, {"seq_length": node.lineno})
     return NOT_BUILTIN
 
 
@@ -161,12 +161,12 @@ def mutate(ev, base: dict, call: ast.Call, scope: dict, doubt) -> None:
 
 def _default_peft(ev, scheme, kwargs: dict, node: ast.Call):
     """``default_peft_config(scheme)`` (recipes/utils/finetune_utils.py, v0.3.0)."""
-    if scheme is None or isinstance(scheme, recipe_eval.Section):
+    if scheme is None or isinstance(scheme, Section):
         return scheme
     if isinstance(scheme, str) and scheme.lower() == "none":
         return None
     if isinstance(scheme, str) and scheme.lower() in ("lora", "dora"):
-        return recipe_eval.Section("peft", dict(kwargs), {k: node.lineno for k in kwargs}, scheme.lower())
+        return Section("peft", dict(kwargs), {k: node.lineno for k in kwargs}, scheme.lower())
     raise SpecError(
         f"{ev.where}: line {node.lineno}: {ev.src(node)}: PEFT scheme {scheme!r}: Megatron-Bridge's "
         "default_peft_config raises ValueError; allowed: 'lora', 'dora', None"

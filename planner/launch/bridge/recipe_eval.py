@@ -18,6 +18,7 @@ from planner.inputs.errors import SpecError
 from planner.launch.bridge import recipe_dicts
 from planner.launch.bridge.config_fields import SECTION_FIELDS
 from planner.launch.bridge.importer import PRECISION_FLAGS
+from planner.launch.bridge.recipe_values import Section, Unknown
 
 PRETRAIN_COMMON = {
     "train": {"global_batch_size": 32, "micro_batch_size": 2},
@@ -115,27 +116,6 @@ def hf_presets() -> dict[str, str]:
         if found and doc.get("kind") == "model":
             out.setdefault(found.group(1), name)
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class Unknown:
-    """A value not statically determinable: where, and the expression."""
-
-    line: int
-    text: str
-
-
-@dataclass
-class Section:
-    """A section built in the recipe: its fields (with the line each was set on)."""
-
-    name: str
-    fields: dict = field(default_factory=dict)
-    lines: dict = field(default_factory=dict)
-    preset: str | None = None
-    taint: Unknown | None = None
-    """A call the section was passed to, which may have written any field not set after it."""
-    after_taint: set = field(default_factory=set)
 
 
 @dataclass
