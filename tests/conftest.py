@@ -20,6 +20,36 @@ exits 2 (the test fails) instead of shifting forever, which outlived the test's 
 orphan process."""
 
 
+def bash_argv(script, tmp_path, args=()) -> tuple[list[str] | None, int]:
+    """Run ``script`` (a path) under bash with ``args`` and :data:`TORCHRUN_STUB` first on PATH: the
+    words the stub was given (None: it never ran) and bash's exit status."""
+    import os
+    import shutil
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    stub = bin_dir / "torchrun"
+    stub.write_text(TORCHRUN_STUB.replace('printf "%s\\0" "$@"', 'printf "%s\\0" "$@" > "$OUT"'))
+    stub.chmod(0o755)
+    out = tmp_path / "argv"
+    out.unlink(missing_ok=True)
+    env = {
+        "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "OUT": str(out),
+        "HOME": str(tmp_path),
+    }
+    proc = subprocess.run(
+        [shutil.which("bash"), str(script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    return (out.read_text().split("\0")[:-1] if out.exists() else None), proc.returncode
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_cmdline_main(config):
     """The whole default run (``python -m pytest`` naming no test files, as the README and .ci/run

@@ -5,15 +5,13 @@ where bash stops before the launch (the stub never runs), planner says no launch
 names the line it stops on. What planner cannot determine is a one-line error naming the
 variable and ``--set``."""
 
-import os
 import shutil
-import subprocess
 
 import pytest
 
 from planner.inputs.errors import SpecError
 from planner.launch.megatron.arguments import megatron_words
-from tests.conftest import TORCHRUN_STUB
+from tests.conftest import bash_argv
 
 BASH = shutil.which("bash")
 
@@ -131,27 +129,8 @@ STOPS = {
 def _bash(script: str, tmp_path) -> tuple[list[str] | None, int]:
     """The words bash gives the stub torchrun running ``script`` (None: the stub never ran), and
     bash's exit status."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    stub = bin_dir / "torchrun"
-    stub.write_text(TORCHRUN_STUB.replace('printf "%s\\0" "$@"', 'printf "%s\\0" "$@" > "$OUT"'))
-    stub.chmod(0o755)
-    out = tmp_path / "argv"
     (tmp_path / "bash_launch.sh").write_text("#!/bin/bash\n" + script)
-    env = {
-        "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-        "OUT": str(out),
-        "HOME": str(tmp_path),
-    }
-    proc = subprocess.run(
-        [BASH, str(tmp_path / "bash_launch.sh")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        cwd=tmp_path,
-    )
-    return (out.read_text().split("\0")[:-1] if out.exists() else None), proc.returncode
+    return bash_argv(tmp_path / "bash_launch.sh", tmp_path)
 
 
 def _planner(script: str, tmp_path, preset: dict | None = None) -> list[str]:

@@ -73,6 +73,15 @@ def check(
             rich_help_panel="Checks",
         ),
     ] = None,
+    script_args: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--arg",
+            help="An argument the launch script is run with (repeatable, in order: $1, $2, ...), as in "
+            "bash SCRIPT ARG ...; default none ($# is 0).",
+            rich_help_panel="Checks",
+        ),
+    ] = None,
     recipe: Annotated[
         str | None,
         typer.Option(
@@ -99,6 +108,7 @@ def check(
         raise UsageError("--headroom-gib and --max-slowdown must not be negative")
     check_flag(headroom_gib, "--headroom-gib", "headroom_gib", positive=False)  # <= 10,000 GiB, as search
     from planner.launch.bridge.recipe import is_recipe_file
+    from planner.launch.megatron.shell import positional_parameters
 
     recipes = {str(p) for p in configs if is_recipe_file(str(p))}
     if recipe is not None and not recipes:
@@ -111,6 +121,10 @@ def check(
         if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             raise UsageError(f"--set {item!r}: expected NAME=VALUE with NAME a shell variable name")
         variables[key] = value
+    if script_args:
+        if recipes:
+            raise UsageError("--arg gives a launch script its arguments; a Megatron-Bridge recipe takes --set")
+        variables.update(positional_parameters(script_args))
     if vocab_size is not None and vocab_size < 1:
         raise UsageError(f"--vocab-size must be a positive integer, got {vocab_size}")
     from planner.profiles.calibrated import read_profile

@@ -125,7 +125,8 @@ def read_script(text: str, preset: dict[str, str] | None = None, path: str | Pat
     starts with (``planner check --set NAME=VALUE``); its own assignments override it, as bash's do.
     ``path`` is the script's file: ``$0`` and ``${BASH_SOURCE[0]}`` are its absolute path, ``$PWD``
     (unless ``preset`` gives it) its directory, where a relative ``source FILE`` is found (see
-    :mod:`.paths`).
+    :mod:`.paths`). The script's positional parameters are those ``preset`` gives
+    (:func:`positional_parameters`, ``planner check --arg``), else none.
 
     ``if``/``elif``/``else``/``fi`` are followed on conditions the script (or ``preset``)
     determines (:func:`condition`): only the branch bash runs is read. A condition that cannot be
@@ -142,12 +143,25 @@ def read_script(text: str, preset: dict[str, str] | None = None, path: str | Pat
         s.scalars["0"] = full  # not a name an assignment can set
         s.scalars.setdefault("PWD", os.path.dirname(full))
         s.arrays["BASH_SOURCE"] = [full]
-    bind(s, [])  # run as ``bash SCRIPT``: no arguments ($# is 0, "$@" empty)
+    bind(s, _arguments(preset or {}))  # bash SCRIPT ARG ...: none unless --arg gives them
     try:
         _read(text, s)
     except Exit as stop:
         s.stop = stop  # bash runs nothing after it (shell_exit)
     return s
+
+
+def positional_parameters(args: list[str]) -> dict[str, str]:
+    """``planner check --arg`` values as the preset entries :func:`read_script` binds as the
+    script's positional parameters (``$1`` ... and ``$#``; names no ``--set`` can take)."""
+    return {**{str(i): a for i, a in enumerate(args, 1)}, "#": str(len(args))}
+
+
+def _arguments(preset: dict[str, str]) -> list[str]:
+    """The positional parameters a preset gives (:func:`positional_parameters`), else none: the
+    script run as ``bash SCRIPT`` ($# is 0, "$@" empty)."""
+    count = int(preset.get("#", "0"))
+    return [preset[str(i)] for i in range(1, count + 1)]
 
 
 def _read(text: str, s: Script) -> None:
