@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from planner.inputs.errors import SpecError
-from planner.launch.bridge.recipe import LORA_DEFAULTS, read_recipe
+from planner.launch.bridge.peft import LORA_DEFAULTS
+from planner.launch.bridge.recipe import read_recipe
 
 DATA = Path(__file__).parent / "data" / "bridge_recipes" / "older"
 PRETRAIN = DATA / "llama3_kwargs_pretrain.py"

@@ -11,13 +11,14 @@ flags that are not interpreted are; a value of the wrong type is a one-line erro
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import yaml
 
 from planner.inputs.errors import SpecError
 from planner.inputs.layer_pattern import pattern_text
 from planner.launch.bridge.export import COMM_OVERLAP_TARGET, FIELDS, MIXED_PRECISION
+from planner.launch.bridge.peft import yaml_peft_job
 from planner.launch.megatron.importer import Imported, parse_megatron
 from planner.launch.megatron.tokenizers import padded_vocabulary
 
@@ -224,7 +225,15 @@ def read_bridge(
         "fields this file does not set take megatron-core's defaults, not the recipe's (planner does not "
         "run the recipe's Python)"
     )
-    return read_sections(doc, where, _key_lines(text), world_size, vocab_size, note)
+    lines = _key_lines(text)
+    finetune = yaml_peft_job(doc.get("peft"), where, lines)
+    read = read_sections(
+        {k: v for k, v in doc.items() if k != "peft"}, where, lines, world_size, vocab_size, note
+    )
+    if finetune:
+        job = replace(read.imported.job, **finetune)
+        read = replace(read, imported=replace(read.imported, job=job))
+    return read
 
 
 def read_sections(

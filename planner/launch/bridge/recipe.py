@@ -36,6 +36,7 @@ from planner.launch.bridge.importer import (
     BridgeImported,
     read_sections,
 )
+from planner.launch.bridge.peft import peft_job
 from planner.launch.bridge.recipe_eval import PRECISION_FIELDS, Container, Evaluator, Section, Unknown
 from planner.launch.megatron.tokenizers import known_vocabulary
 
@@ -202,60 +203,6 @@ def _precision(body, doc: dict, lines: dict, where: str, line: int | None) -> No
         doc["mixed_precision.fields"] = sorted(body.fields)
         body = body.preset
     doc["mixed_precision"], lines["mixed_precision"] = body, line
-
-
-LORA_DEFAULTS = {"dim": 32, "target_modules": ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]}
-"""``LoRA``'s defaults (Megatron-Bridge v0.3.0 and v0.6.0, src/megatron/bridge/peft/lora.py:
-``dim: int = 32``, ``target_modules`` the four linear layers of a decoder layer)."""
-
-
-_PEFT_NAMES = {
-    "dora": "DoRA (weight-decomposed adapters)",
-    "canonical_lora": "CanonicalLoRA (split QKV adapters)",
-}
-
-
-def peft_job(body, where: str, line: int | None) -> dict:
-    """The JobSpec fine-tuning fields of a recipe's ``peft`` section: none for no PEFT (a full
-    fine-tune or pre-training, priced alike), ``finetune: lora`` with ``lora_rank`` = ``LoRA.dim``
-    and ``lora_targets`` = ``LoRA.target_modules`` for LoRA (planner's ``--finetune lora``,
-    docs/finetune.md). DoRA, canonical LoRA, a custom PEFT object or module patterns are refused in
-    one line naming the construct."""
-    from planner.inputs.jobs import lora_targets_tuple
-
-    if body is None:
-        return {}
-    at = f"{where}: line {line}: " if line else f"{where}: "
-    if isinstance(body, Unknown):
-        raise SpecError(
-            f"{where}: line {body.line}: {body.text}: not statically evaluable, and planner reads the PEFT "
-            "scheme (peft) from it"
-        )
-    if not isinstance(body, Section) or body.preset != "lora":
-        known = isinstance(body, Section) and body.preset
-        what = _PEFT_NAMES.get(body.preset, body.preset) if known else "a PEFT object planner does not know"
-        raise SpecError(
-            f"{at}peft: {what} is not priced: planner prices LoRA adapters (--finetune lora, "
-            "docs/finetune.md); use LoRA or default_peft_config('lora')"
-        )
-    merged = {**LORA_DEFAULTS, **body.fields}
-    for key in ("dim", "target_modules"):
-        if isinstance(merged[key], Unknown):
-            raise _error(where, f"peft.{key}", merged[key])
-    dim, targets = merged["dim"], merged["target_modules"]
-    at = f"{where}: line {body.lines.get('dim') or line}: " if body.lines.get("dim") or line else f"{where}: "
-    if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
-        raise SpecError(f"{at}peft.dim: expected a positive integer (LoRA's rank), got {dim!r}")
-    if not isinstance(targets, list) or any(not isinstance(x, str) or "*" in x or "." in x for x in targets):
-        raise SpecError(
-            f"{at}peft.target_modules {targets!r}: planner prices LoRA on whole linear layers named "
-            "linear_qkv, linear_proj, linear_fc1, linear_fc2, not module patterns"
-        )
-    return {
-        "finetune": "lora",
-        "lora_rank": dim,
-        "lora_targets": lora_targets_tuple(targets, f"{at}peft.target_modules"),
-    }
 
 
 def _load_preset(name: str):
