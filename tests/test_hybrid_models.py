@@ -190,3 +190,21 @@ def test_megatron_runs_them_and_torchtitan_says_why_not(name):
     assert get_framework("megatron").violations(m, cluster, job, c) == []
     titan = get_framework("torchtitan").violations(m, cluster, job, c)
     assert any("gated DeltaNet" in v or "hybrid layer pattern" in v for v in titan)
+
+
+def test_nemotron_3_nano_by_hand_and_published():
+    """23 Mamba-2 layers (64 heads of 64, 8 groups, state 128), 23 MoE layers (128 squared-ReLU experts
+    of 1856, top 6, one shared expert of 3712, the router), 6 attention layers (32 heads of 128, 2 KV
+    heads), untied 131072-token tables (h 2688). NVIDIA's figures: 31.6B total, about 3.6B active with
+    the embeddings (Replicate's nvidia/nemotron-3-nano-30b-a3b readme); Megatron-Bridge's
+    docs/models/nemotron/nemotron3-nano.md rounds them to "30B" and "3.5B"."""
+    h, vocab = 2688, 131072
+    mamba = h * (2 * 4096 + 2 * 8 * 128 + 64) + 6144 * 5 + 3 * 64 + 4096 + 4096 * h + h
+    expert, shared, router = 2 * h * 1856, 2 * h * 3712, h * 128
+    attention = h * (4096 + 2 * 2 * 128) + 4096 * h + h
+    rest = 23 * mamba + 6 * attention + 2 * vocab * h + h
+    m = load_model("nemotron3-nano-30b-a3b")
+    assert m.params_total == rest + 23 * (128 * expert + shared + router + h)
+    assert m.params_active == rest + 23 * (6 * expert + shared + router + h)
+    assert abs(m.params_total / 31.6e9 - 1) < 0.01  # 31.58B
+    assert abs(m.params_active / 3.6e9 - 1) < 0.01  # 3.58B
