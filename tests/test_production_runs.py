@@ -76,3 +76,45 @@ def test_each_run_is_priced_with_the_profile_planner_had_when_its_table_appeared
     assert used["mbridge2602_h100_fp8cs_qwen3_30b_16gpu"] == "megatron-bridge-25.11"
     assert used["nemo2504_gb200_fp8_llama3_70b_64gpu"] == "base"
     assert set(out["overall_with_other_profiles"]) == {"today", "base"}
+
+
+def test_nemotron_3_nano_rows_build_from_their_preset():
+    """The 20 Nemotron 3 Nano rows of Megatron-Bridge's 26.02.01-26.08 tables (6 GB300, 5 GB200, 4
+    B300, 1 B200, 4 H100) are built from the preset their records name, as the hybrid model it is."""
+    nano = [c for c in cases(RUNS) if "_nemotron3nano_" in c.run_id]
+    gpus = [c.run_id.split("_")[1] for c in nano]
+    assert {g: gpus.count(g) for g in set(gpus)} == {"gb300": 6, "gb200": 5, "b300": 4, "b200": 1, "h100": 4}
+    for c in nano:
+        assert not c.skip_reason, c.run_id
+        assert c.model.hybrid_layer_pattern.count("M") == 23 and c.model.num_experts == 128
+        assert (c.config.tp, c.config.pp, c.config.ep) == (1, 1, 8)
+        assert c.job.fp8_recipe == ("tensorwise" if "_h100_" in c.run_id else "mxfp8")
+        assert c.job.moe_dispatcher == "flex"
+
+
+def _nano_record(**model):
+    run = next(
+        r for r in read_document(RUNS)["runs"] if r["id"] == "mbridge2606_gb300_mxfp8_nemotron3nano_8gpu"
+    )
+    run["model"].update(model)
+    return {"schema_version": 1, "run_count": 1, "runs": [run]}
+
+
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [
+        ({"hidden_size": 4096}, "model.hidden_size 4096 disagrees with preset nemotron3-nano-30b-a3b (2688)"),
+        ({"preset": "no-such-model"}, "model.preset 'no-such-model' is not a planner model preset"),
+        ({"preset": "../../etc/passwd"}, "is not a planner model preset"),
+        ({"preset": ["a"]}, "is not a planner model preset"),
+    ],
+)
+def test_a_record_naming_a_preset_must_agree_with_it(tmp_path, model, reason):
+    """A record's dimensions that disagree with the preset it names, or a name that is no preset
+    (a path included: a runs file reads no other file), leave the run out with the reason."""
+    import yaml
+
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump(_nano_record(**model)))
+    (case,) = cases(path)
+    assert reason in case.skip_reason

@@ -10,9 +10,11 @@ from dataclasses import replace
 
 from cost_models.layers import model_flop_per_iteration
 from planner.inputs.cluster_spec import ClusterSpec, compute_capability_major
+from planner.inputs.documents import preset_files
 from planner.inputs.errors import PlannerError
 from planner.inputs.job_spec import EAGER_OPS, JobSpec
 from planner.inputs.model_spec import ModelSpec
+from planner.inputs.models import load_model
 from planner.profiles.hardware import load_cluster, load_gpu, load_template
 
 
@@ -409,7 +411,31 @@ def _v100_cluster(nodes: int, mem_gb: float, notes: list[str]) -> ClusterSpec:
     return replace(cluster, groups=(group,))
 
 
+PRESET_CHECKS = (
+    ("num_layers", "num_layers"),
+    ("hidden_size", "hidden_size"),
+    ("num_attention_heads", "num_attention_heads"),
+    ("num_query_groups", "num_query_groups"),
+    ("vocab_size", "vocab_size"),
+)
+"""A record's model fields that must agree with the preset it names (``model.preset``): (record key,
+ModelSpec field)."""
+
+PRESET_MOE_CHECKS = (
+    ("num_experts", "num_experts"),
+    ("topk", "moe_router_topk"),
+    ("moe_ffn_hidden_size", "moe_ffn_hidden_size"),
+    ("moe_shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"),
+)
+"""The same for the record's ``model.moe`` block."""
+
+
 def model_of(run_id: str, mb: dict, notes: list[str]) -> ModelSpec:
+    """The run's model: the planner preset ``model.preset`` names, else built from the record's
+    dimensions (a GPT / Llama-like decoder; MoE, MLA, head width and sliding windows from
+    ``model.moe``)."""
+    if mb.get("preset") is not None:
+        return _preset_model(mb, notes)
     h = mb["hidden_size"]
     heads = mb["num_attention_heads"]
     act = mb.get("activation") or "gelu"
@@ -457,6 +483,25 @@ def model_of(run_id: str, mb: dict, notes: list[str]) -> ModelSpec:
         )
         or 0,
     )
+
+
+def _preset_model(mb: dict, notes: list[str]) -> ModelSpec:
+    """The planner preset a record names (``model.preset``), for shapes the record's keys cannot
+    state (a hybrid layer pattern with its Mamba-2 mixers); the record's dimensions and MoE block
+    must agree with it, so a record reads the same to a person and to the case builder. Only a
+    built-in preset name is accepted (a runs file names no file to read)."""
+    name = mb["preset"]
+    if not isinstance(name, str) or name not in preset_files("planner.presets", "models"):
+        raise PlannerError(f"model.preset {str(name)[:80]!r} is not a planner model preset")
+    model = load_model(name)
+    moe = mb.get("moe") or {}
+    checks = [(f"model.{k}", mb.get(k), getattr(model, f)) for k, f in PRESET_CHECKS]
+    checks += [(f"model.moe.{k}", moe.get(k), getattr(model, f)) for k, f in PRESET_MOE_CHECKS]
+    for key, given, preset in checks:
+        if given is not None and given != preset:
+            raise PlannerError(f"{key} {given!r} disagrees with preset {name} ({preset!r})")
+    notes.append(f"model: preset {name}")
+    return model
 
 
 MLA_DEEPSEEK_V3 = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope": 128, "qk_rope": 64, "v_head": 128}
