@@ -10,7 +10,7 @@ import pytest
 
 from planner.inputs.errors import SpecError
 from planner.launch.megatron.arguments import megatron_words
-from planner.launch.megatron.shell import positional_parameters
+from planner.launch.megatron.functions import positional_parameters
 from tests.conftest import bash_argv
 
 BASH = shutil.which("bash")

@@ -227,11 +227,12 @@ def test_unset_of_elements_functions_and_namerefs(tmp_path):
 
 
 def test_a_loop_is_not_evaluated_its_assignments_are_unknown(tmp_path):
-    """A while/for body may run any number of times: what it assigns is unknown (a flag needing it
-    is an error naming the loop's line), a training command in it an error; the Zoo's
-    ``while read ...; done < <(...)`` exporting ENV_VARS changes nothing a flag reads."""
+    """A while body, or a for loop over words planner cannot know, may run any number of times:
+    what it assigns is unknown (a flag needing it is an error naming the loop's line), a training
+    command in it an error; the Zoo's ``while read ...; done < <(...)`` exporting ENV_VARS changes
+    nothing a flag reads. (A for loop over known words runs: tests/test_launch_loops.py.)"""
     text = (
-        "#!/bin/bash\nTP=1\nfor t in 2 4; do\n  TP=$t\ndone\n"
+        "#!/bin/bash\nTP=1\nfor t in $(seq 2 4); do\n  TP=$t\ndone\n"
         f"torchrun pretrain_gpt.py {SHAPE} --tensor-model-parallel-size $TP\n"
     )
     with pytest.raises(SpecError, match="line 3"):

@@ -108,7 +108,7 @@ def check(
         raise UsageError("--headroom-gib and --max-slowdown must not be negative")
     check_flag(headroom_gib, "--headroom-gib", "headroom_gib", positive=False)  # <= 10,000 GiB, as search
     from planner.launch.bridge.recipe import is_recipe_file
-    from planner.launch.megatron.shell import positional_parameters
+    from planner.launch.megatron.functions import positional_parameters
 
     recipes = {str(p) for p in configs if is_recipe_file(str(p))}
     if recipe is not None and not recipes:
@@ -123,7 +123,9 @@ def check(
         variables[key] = value
     if script_args:
         if recipes:
-            raise UsageError("--arg gives a launch script its arguments; a Megatron-Bridge recipe takes --set")
+            raise UsageError(
+                "--arg gives a launch script its arguments; a Megatron-Bridge recipe takes --set"
+            )
         variables.update(positional_parameters(script_args))
     if vocab_size is not None and vocab_size < 1:
         raise UsageError(f"--vocab-size must be a positive integer, got {vocab_size}")

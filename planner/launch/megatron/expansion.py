@@ -64,6 +64,23 @@ class Unbound(Exception):
         self.name, self.known = name, known
 
 
+class Required(Exception):
+    """``${NAME:?word}`` / ``${NAME?word}`` on a NAME unset (``:?``: or empty): bash(1) "Parameter
+    Expansion": "the expansion of word ... is written to the standard error and the shell, if it is
+    not interactive, exits". ``known``: certainly so (a positional parameter, a value the script
+    set empty), not a variable the environment may give."""
+
+    def __init__(self, name: str, word: str, known: bool):
+        super().__init__(name)
+        self.name, self.word, self.known = name, word, known
+
+
+def _required(op: str | None, value: str | None, name: str, word: str | None, known: bool) -> None:
+    """:class:`Required` when ``op`` is ``:?`` and ``value`` unset or empty, or ``?`` and unset."""
+    if (op == ":?" and not value) or (op == "?" and value is None):
+        raise Required(name, word or "", known or value is not None)
+
+
 def _unset(name: str, scalars: dict[str, str], known: bool = False) -> str:
     """The marker for an unset ``name``; under ``set -u`` (:data:`NOUNSET_KEY`) :class:`Unbound`."""
     if NOUNSET_KEY in scalars and not _environment_sets(name, scalars):
@@ -318,11 +335,13 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
         if name.isdigit():
             if "#" not in scalars:
                 return None, 0
+            _required(op, scalars.get(str(int(name))), str(int(name)), default, True)
             value = _operate(op, scalars.get(str(int(name))), default, scalars, arrays)
             if value is None and NOUNSET_KEY in scalars:
                 raise Unbound(str(int(name)), known=True)
             return (value if value is not None else ""), used
         name = resolve(name, scalars)
+        _required(op, _scalar(name, scalars, arrays), name, default, False)
         value = _operate(op, _scalar(name, scalars, arrays), default, scalars, arrays)
         if op in (":=", "=") and value is not None:
             scalars[name] = value

@@ -136,6 +136,19 @@ def bind(s: Script, args: list[str]) -> tuple:
     return before
 
 
+def positional_parameters(args: list[str]) -> dict[str, str]:
+    """``planner check --arg`` values as the preset entries :func:`.shell.read_script` binds as the
+    script's positional parameters (``$1`` ... and ``$#``; names no ``--set`` can take)."""
+    return {**{str(i): a for i, a in enumerate(args, 1)}, "#": str(len(args))}
+
+
+def preset_arguments(preset: dict[str, str]) -> list[str]:
+    """The positional parameters a preset gives (:func:`positional_parameters`), else none: the
+    script run as ``bash SCRIPT`` ($# is 0, "$@" empty)."""
+    count = int(preset.get("#", "0"))
+    return [preset[str(i)] for i in range(1, count + 1)]
+
+
 def unbind(s: Script, before: tuple) -> None:
     """The positional parameters :func:`bind` replaced, back."""
     old, at = before

@@ -17,7 +17,8 @@ split from the text by :mod:`.shell_text`, into a :class:`.shell_state.Script`; 
 evaluates the tests and :mod:`.shell_builtins` runs ``cd`` and ``envsubst``. Functions and their
 calls (positional parameters, ``local``, ``return``, ``shift``) are :mod:`.functions`', the
 assignments (``declare -A``, ``local -n``, ``NAME[KEY]=``) :mod:`.assignments`', an ``sbatch <<EOF``
-job script :mod:`.heredoc`'s; loops are not evaluated (read as an undeterminable ``if``). Brace
+job script :mod:`.heredoc`'s; a ``for`` loop over known words runs (:mod:`.loops`), other
+loops are not evaluated (read as an undeterminable ``if``). Brace
 groups ``{ ...; }`` (alone or after ``&&`` / ``||``) are read as branches on the list before
 them; ``exit``, ``set -e``, ``set -u`` and ``pipefail`` stop the script where bash stops it
 (:mod:`.shell_exit`); a ``source``, call or job script in a branch that cannot be known is
@@ -40,6 +41,7 @@ from planner.launch.megatron.expansion import (
     ROOT_KEY,
     SLURM_KEY,
     UNRESOLVED,
+    Required,
     Unbound,
     YamlReadError,
     expand,
@@ -53,9 +55,11 @@ from planner.launch.megatron.functions import (
     definition,
     header,
     make_local,
+    preset_arguments,
     shift,
 )
 from planner.launch.megatron.heredoc import JOB_READERS, here_operator, job_script
+from planner.launch.megatron.loops import Lines, loop_words, read_for, run_for
 from planner.launch.megatron.shell_builtins import change_directory, envsubst, inner_commands
 from planner.launch.megatron.shell_exit import (
     Exit,
@@ -63,6 +67,7 @@ from planner.launch.megatron.shell_exit import (
     exit_builtin,
     maybe_stop,
     pipeline_status,
+    required,
     set_builtin,
     unbound,
 )
@@ -99,8 +104,8 @@ _KEYWORDS = (
 _TESTS = ("[", "[[", "test", "true", "false", ":", "!")
 """Commands whose status :func:`.conditions.condition` evaluates (the others are not run)."""
 _LOOPS = ("while", "until", "for", "select")
-"""Loops are not evaluated: each is read as an ``if`` whose condition cannot be known (its body
-may run any number of times)."""
+"""Loops :mod:`.loops` does not run: each is read as an ``if`` whose condition cannot be known (its
+body may run any number of times)."""
 
 
 @dataclass
@@ -126,7 +131,7 @@ def read_script(text: str, preset: dict[str, str] | None = None, path: str | Pat
     ``path`` is the script's file: ``$0`` and ``${BASH_SOURCE[0]}`` are its absolute path, ``$PWD``
     (unless ``preset`` gives it) its directory, where a relative ``source FILE`` is found (see
     :mod:`.paths`). The script's positional parameters are those ``preset`` gives
-    (:func:`positional_parameters`, ``planner check --arg``), else none.
+    (:func:`.functions.positional_parameters`, ``planner check --arg``), else none.
 
     ``if``/``elif``/``else``/``fi`` are followed on conditions the script (or ``preset``)
     determines (:func:`condition`): only the branch bash runs is read. A condition that cannot be
@@ -143,25 +148,12 @@ def read_script(text: str, preset: dict[str, str] | None = None, path: str | Pat
         s.scalars["0"] = full  # not a name an assignment can set
         s.scalars.setdefault("PWD", os.path.dirname(full))
         s.arrays["BASH_SOURCE"] = [full]
-    bind(s, _arguments(preset or {}))  # bash SCRIPT ARG ...: none unless --arg gives them
+    bind(s, preset_arguments(preset or {}))  # bash SCRIPT ARG ...: none unless --arg gives them
     try:
         _read(text, s)
     except Exit as stop:
         s.stop = stop  # bash runs nothing after it (shell_exit)
     return s
-
-
-def positional_parameters(args: list[str]) -> dict[str, str]:
-    """``planner check --arg`` values as the preset entries :func:`read_script` binds as the
-    script's positional parameters (``$1`` ... and ``$#``; names no ``--set`` can take)."""
-    return {**{str(i): a for i, a in enumerate(args, 1)}, "#": str(len(args))}
-
-
-def _arguments(preset: dict[str, str]) -> list[str]:
-    """The positional parameters a preset gives (:func:`positional_parameters`), else none: the
-    script run as ``bash SCRIPT`` ($# is 0, "$@" empty)."""
-    count = int(preset.get("#", "0"))
-    return [preset[str(i)] for i in range(1, count + 1)]
 
 
 def _read(text: str, s: Script) -> None:
@@ -174,11 +166,19 @@ def _read_lines(lines: list[Logical], s: Script) -> None:
     opened in them must close in them, as bash requires. A function definition is recorded (only
     when the branch it is in runs; one in a branch that cannot be known is unknown)."""
     stack: list[_Branch] = []
-    it = iter(lines)
+    it = Lines(lines)
     for logical in it:
         stripped, number = logical.text.strip(), logical.number
         if not stripped:
             continue
+        if stripped.startswith("for") and all(b.active for b in stack):
+            mark = it.mark()
+            loop = read_for(logical, it)
+            items = loop_words(loop, s) if loop is not None else None
+            if items is not None:
+                run_for(loop, items, s, _read_lines)
+                continue
+            it.rewind(mark)  # read as an undeterminable branch (loops.py)
         head = header(stripped)
         if head is not None:
             fn = definition(head[0], head[1], number, it)
@@ -193,6 +193,8 @@ def _read_lines(lines: list[Logical], s: Script) -> None:
             _logical(stripped, number, s, stack)
         except Unbound as exc:
             raise unbound(exc, number, s) from None
+        except Required as exc:
+            raise required(exc, number) from None
     if stack:
         raise SpecError(
             "the script ends inside a { group (no closing })"
@@ -415,6 +417,9 @@ def _undetermined(statement: str, number: int, s: Script, unknown: str) -> None:
             words = shlex.split(expand(statement, s.scalars, s.arrays), posix=True)
         except ValueError:
             return
+        except Required as exc:  # ${NAME:?} refused in a branch that may not run: a stop that may not be
+            maybe_stop(s, number, f"${{{exc.name}:?}} refuses {exc.name}", unknown)
+            return
         end = next((k for k, w in enumerate(words) if w in SEPARATORS), len(words))
         _builtinmaybe(words[:end], number, s, unknown)
         return
@@ -425,6 +430,9 @@ def _undetermined(statement: str, number: int, s: Script, unknown: str) -> None:
         try:
             words = shlex.split(expand(statement, s.scalars, s.arrays), posix=True)
         except ValueError:
+            return
+        except Required as exc:
+            maybe_stop(s, number, f"${{{exc.name}:?}} refuses {exc.name}", unknown)
             return
         end = next((k for k, w in enumerate(words) if w in SEPARATORS), len(words))
         _source_undetermined(words[1:end], number, s, unknown)

@@ -32,7 +32,7 @@ __all__ = ["Exit", "MaybeStop", "set_builtin"]
 from dataclasses import dataclass
 
 from planner.inputs.errors import SpecError
-from planner.launch.megatron.expansion import NOUNSET_KEY, Unbound
+from planner.launch.megatron.expansion import NOUNSET_KEY, Required, Unbound
 from planner.launch.megatron.functions import bind
 from planner.launch.megatron.shell_state import Exit, Script
 
@@ -139,6 +139,20 @@ def unbound(exc: Unbound, number: int, s: Script) -> Exit | SpecError:
         f"line {number}: {shown} is expanded under set -u (line {line}) and the script never sets it: bash "
         f"stops the script here unless the environment gives it; set it in the script or pass planner check "
         f"--set {exc.name}=VALUE"
+    )
+
+
+def required(exc: Required, number: int) -> Exit | SpecError:
+    """What ``${NAME:?word}`` makes of a NAME it refuses on line ``number``: the :class:`Exit` bash
+    makes of it when certain (a positional parameter, a value the script set empty), else the error
+    naming the variable and ``--set`` (the environment may give it)."""
+    shown = f"${exc.name}" if exc.name.isdigit() else exc.name
+    said = f": {exc.word}" if exc.word else ": parameter null or not set"
+    if exc.known:
+        return Exit(number, f"{shown} is unset or empty (bash: {exc.name}{said})")
+    return SpecError(
+        f"line {number}: ${{{exc.name}:?...}} stops the script unless {exc.name} is set; the script never "
+        f"sets it: set it in the script or pass planner check --set {exc.name}=VALUE"
     )
 
 
