@@ -3,6 +3,8 @@ published run of its class, model size band and framework, and says which run th
 
 from __future__ import annotations
 
+import pytest
+
 from planner.calibration.plausibility import _classes, plausibility, size_band
 
 
@@ -40,3 +42,40 @@ def test_a_gpu_without_runs_of_its_own_is_held_to_its_familys():
     assert p.best_published_mfu is not None and p.above_best_published
     assert p.run_class.startswith("h100 family bf16 dense")
     assert plausibility("l40s", "bf16", False, 0.5).best_published_mfu is None
+
+
+@pytest.mark.parametrize(
+    "preset, kinds",
+    [
+        ("nemotron-h-8b", ("mamba",)),
+        ("jamba-1.5-mini", ("mamba1",)),
+        ("qwen3-next-80b-a3b", ("gdn",)),
+        ("kimi-linear-48b-a3b", ("kda",)),
+        ("falcon-h1-7b", ("attention+mamba",)),
+        ("deepseek-v3.2", ("dsa",)),
+        ("llama3-8b", ()),
+        ("deepseek-v3", ()),
+    ],
+)
+def test_token_mixers_no_calibration_run_has_are_outside_calibration(preset, kinds):
+    """The calibration set is softmax-attention transformers: a model with Mamba, linear or sparse
+    attention layers extrapolates it, which widens its interval (views: outside_calibration)."""
+    from planner.calibration.plausibility import UNCALIBRATED_MIXERS, plausibility, uncalibrated_mixers
+    from planner.inputs.models import load_model
+
+    assert uncalibrated_mixers(load_model(preset)) == kinds
+    p = plausibility("h100-sxm5-80gb", "bf16", False, 0.4, mixers=kinds)
+    assert [x for x in p.extrapolation if x in UNCALIBRATED_MIXERS.values()] == [
+        UNCALIBRATED_MIXERS[k] for k in kinds
+    ]
+
+
+def test_a_hybrid_estimate_says_so_and_widens_its_interval(run_cli):
+    import json
+
+    job = ["-c", "dgx-h100", "-n", "2", "-b", "64", "-s", "4096", "--tp", "1", "--pp", "1", "--json"]
+    hybrid = json.loads(run_cli("estimate", "-m", "nemotron-h-8b", *job).stdout)
+    assert any(x.startswith("Mamba-2 layers") for x in hybrid["plausibility"]["outside_calibration"])
+    assert hybrid["prediction_interval"]["outside_calibration"] is True
+    dense = json.loads(run_cli("estimate", "-m", "llama3-8b", *job).stdout)
+    assert dense["prediction_interval"]["outside_calibration"] is False

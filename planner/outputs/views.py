@@ -358,7 +358,7 @@ def software_dict(problem: Problem) -> dict:
 
 def _plausibility(problem: Problem, est: Estimate, framework: str = "any"):
     """:func:`planner.calibration.plausibility.plausibility` of one estimate."""
-    from planner.calibration.plausibility import plausibility
+    from planner.calibration.plausibility import plausibility, uncalibrated_mixers
 
     is_moe = bool(getattr(problem.model, "is_moe", False))
     c = est.config
@@ -376,6 +376,7 @@ def _plausibility(problem: Problem, est: Estimate, framework: str = "any"):
             else None
         ),
         params=float(getattr(problem.model, "params_total", 0) or 0),
+        mixers=uncalibrated_mixers(problem.model),
     )
 
 
