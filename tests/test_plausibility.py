@@ -60,8 +60,9 @@ def test_a_gpu_without_runs_of_its_own_is_held_to_its_familys():
 def test_token_mixers_no_calibration_run_has_are_outside_calibration(preset, kinds):
     """The calibration set is softmax-attention transformers: a model with Mamba, linear or sparse
     attention layers extrapolates it, which widens its interval (views: outside_calibration)."""
-    from planner.calibration.plausibility import UNCALIBRATED_MIXERS, plausibility, uncalibrated_mixers
+    from planner.calibration.plausibility import plausibility
     from planner.inputs.models import load_model
+    from planner.profiles.uncertainty import UNCALIBRATED_MIXERS, uncalibrated_mixers
 
     assert uncalibrated_mixers(load_model(preset)) == kinds
     p = plausibility("h100-sxm5-80gb", "bf16", False, 0.4, mixers=kinds)
@@ -79,3 +80,15 @@ def test_a_hybrid_estimate_says_so_and_widens_its_interval(run_cli):
     assert hybrid["prediction_interval"]["outside_calibration"] is True
     dense = json.loads(run_cli("estimate", "-m", "llama3-8b", *job).stdout)
     assert dense["prediction_interval"]["outside_calibration"] is False
+
+
+def test_check_widens_a_hybrid_launchs_interval_as_estimate_does(run_cli, tmp_path):
+    import json
+
+    job = ["-m", "nemotron-h-8b", "-c", "dgx-h100", "-n", "2", "-b", "64", "-s", "4096"]
+    plan = tmp_path / "plan.yaml"
+    assert run_cli("search", *job, "--top", "1", "--out", str(plan), "-q").exit_code == 0
+    assert run_cli("export", "megatron", str(plan), "--out", str(tmp_path / "l"), "-q").exit_code == 0
+    res = run_cli("check", str(tmp_path / "l" / "megatron_args.txt"), "-c", "dgx-h100", "-n", "2", "--json")
+    interval = json.loads(res.stdout)["configs"][0]["metrics"]["prediction_interval"]
+    assert interval["outside_calibration"] is True

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import yaml
 
+from planner.profiles.uncertainty import UNCALIBRATED_MIXERS
+
 TABLE = Path(__file__).resolve().parents[2] / "hardware_profiles" / "published_mfu.yaml"
 
 
@@ -97,7 +99,7 @@ def plausibility(
     framework, else of the class; and say whether ``gpus`` (the plan's GPU count) or ``fsdp_shard``
     (its fully sharded group size; 0: not fully sharded) go beyond the class's calibration runs;
     ``moe_runtime`` (dispatcher, all-to-all overlap, CUDA graphs on) says whether an MoE plan runs a
-    way none of the class's runs did; ``mixers`` (:func:`uncalibrated_mixers`) are token mixers no
+    way none of the class's runs did; ``mixers`` (:func:`planner.profiles.uncertainty.uncalibrated_mixers`) are token mixers no
     calibration run has. The returned class names what was compared with."""
     key, classes = _classes_for(gpu, precision, moe)
     if not classes:
@@ -126,36 +128,6 @@ def plausibility(
                 extrapolation,
             )
     raise AssertionError("a class always has an overall best")
-
-
-UNCALIBRATED_MIXERS = {
-    "mamba": (
-        "Mamba-2 layers: no calibration run has them; unseen production rows of a hybrid Mamba-2 MoE "
-        "(Nemotron 3 Nano, docs/calibration.md) are predicted 25-48% too fast on Blackwell, 9-13% too slow on H100"
-    ),
-    "mamba1": "Mamba-1 layers: no calibration run has them (their kernels are priced, never validated)",
-    "gdn": "gated DeltaNet layers: no calibration run has them (their kernels are priced, never validated)",
-    "kda": "Kimi Delta Attention layers: no calibration run has them (their kernels are priced, never validated)",
-    "attention+mamba": (
-        "parallel attention + Mamba-2 layers: no calibration run has them (their kernels are priced, never "
-        "validated)"
-    ),
-    "dsa": "DeepSeek sparse attention: no calibration run has it (the indexer is priced, never validated)",
-}
-"""What a prediction extrapolates when its model has token mixers none of the calibration runs has
-(:func:`uncalibrated_mixers`): the calibration set is transformers with softmax attention."""
-
-
-def uncalibrated_mixers(model) -> tuple[str, ...]:
-    """The keys of :data:`UNCALIBRATED_MIXERS` a chain model has, in that table's order."""
-    kinds = set()
-    if getattr(model, "has_layer_parts", False):
-        for i in range(model.num_layers):
-            mixer = model.layer_parts(i)[0]
-            kinds.add("mamba1" if mixer == "mamba" and model.mamba_version == 1 else mixer)
-    if getattr(model, "is_dsa", False):
-        kinds.add("dsa")
-    return tuple(k for k in UNCALIBRATED_MIXERS if k in kinds)
 
 
 def _merged_coverage(classes: list[dict]) -> dict:

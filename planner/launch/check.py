@@ -156,9 +156,12 @@ def check_file(
 
 def _interval(read, est) -> dict:
     """The estimate's 80% interval from the held-out errors of its class
-    (:func:`planner.profiles.uncertainty.predict_interval`; the framework the file is for)."""
-    from planner.profiles.uncertainty import predict_interval
+    (:func:`planner.profiles.uncertainty.predict_interval`; the framework the file is for), one
+    class coarser when the model has token mixers no calibration run has
+    (:func:`planner.profiles.uncertainty.uncalibrated_mixers`), as estimate's is."""
+    from planner.profiles.uncertainty import predict_interval, uncalibrated_mixers
 
+    outside = bool(uncalibrated_mixers(read.model))
     iv = predict_interval(
         read.cluster,
         read.job.precision,
@@ -166,6 +169,7 @@ def _interval(read, est) -> dict:
         read.framework,
         est.tokens_per_s_per_gpu,
         est.step_time_s,
+        outside,
     )
     return iv.as_dict()
 

@@ -358,7 +358,8 @@ def software_dict(problem: Problem) -> dict:
 
 def _plausibility(problem: Problem, est: Estimate, framework: str = "any"):
     """:func:`planner.calibration.plausibility.plausibility` of one estimate."""
-    from planner.calibration.plausibility import plausibility, uncalibrated_mixers
+    from planner.calibration.plausibility import plausibility
+    from planner.profiles.uncertainty import uncalibrated_mixers
 
     is_moe = bool(getattr(problem.model, "is_moe", False))
     c = est.config

@@ -48,6 +48,36 @@ NeMo and Megatron-Bridge run Megatron-Core, and the zero-bubble fork is Megatron
 listed (``other``, ``any``) leave the framework out of the class."""
 
 
+UNCALIBRATED_MIXERS = {
+    "mamba": (
+        "Mamba-2 layers: no calibration run has them; unseen production rows of a hybrid Mamba-2 MoE "
+        "(Nemotron 3 Nano, docs/calibration.md) are predicted 25-48% too fast on Blackwell, 9-13% too slow on H100"
+    ),
+    "mamba1": "Mamba-1 layers: no calibration run has them (their kernels are priced, never validated)",
+    "gdn": "gated DeltaNet layers: no calibration run has them (their kernels are priced, never validated)",
+    "kda": "Kimi Delta Attention layers: no calibration run has them (their kernels are priced, never validated)",
+    "attention+mamba": (
+        "parallel attention + Mamba-2 layers: no calibration run has them (their kernels are priced, never "
+        "validated)"
+    ),
+    "dsa": "DeepSeek sparse attention: no calibration run has it (the indexer is priced, never validated)",
+}
+"""What a prediction extrapolates when its model has token mixers none of the calibration runs has
+(:func:`uncalibrated_mixers`): the calibration set is transformers with softmax attention."""
+
+
+def uncalibrated_mixers(model) -> tuple[str, ...]:
+    """The keys of :data:`UNCALIBRATED_MIXERS` a chain model has, in that table's order."""
+    kinds = set()
+    if getattr(model, "has_layer_parts", False):
+        for i in range(model.num_layers):
+            mixer = model.layer_parts(i)[0]
+            kinds.add("mamba1" if mixer == "mamba" and model.mamba_version == 1 else mixer)
+    if getattr(model, "is_dsa", False):
+        kinds.add("dsa")
+    return tuple(k for k in UNCALIBRATED_MIXERS if k in kinds)
+
+
 @dataclass(frozen=True, slots=True)
 class IntervalClass:
     """The held-out errors of one class, as the bounds of its interval."""
