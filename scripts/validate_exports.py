@@ -214,7 +214,9 @@ def plan_for(case: Case, framework: str) -> tuple[PlanInputs | None, str]:
     except PlannerError as exc:
         return None, f"not searched: {exc}"
     if not result.plans:
-        return None, "no feasible plan"
+        from planner.search.chain import infeasible_reason
+
+        return None, f"no feasible plan: {infeasible_reason(model, cluster, job, result)}"
     best = result.plans[0]
     return PlanInputs(model, best.cluster, job, best.estimate.config, best.stage_groups, framework), ""
 
