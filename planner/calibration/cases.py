@@ -21,14 +21,13 @@ from cost_models.constraints import resolve
 from cost_models.estimate import Estimate, estimate
 from cost_models.parallel import RANK_ORDERS, ParallelConfig, account_for_split, canonical_modules
 from planner.calibration.record_checks import check_run_records
+from planner.calibration.run_clusters import cluster_of, gpu_family
 from planner.calibration.run_records import (
     MEGATRON_RECOMPUTE_MODULES,
     attention_impl_of,
-    cluster_of,
     eager_ops_of,
     embedding_slots,
     fp8_recipe_of,
-    gpu_family,
     measured_of,
     model_of,
     moe_runtime_of,

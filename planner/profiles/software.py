@@ -118,7 +118,7 @@ the fit back to the base: the launch-blocking class needs a start of its own.
   layer and pass, with the BF16 optimizer's per-micro-batch fp32 gradient accumulation priced
   (planner.calibration.run_records.unfused_accumulation), the pipeline sends scattered over tp, the
   embedding-slot split (planner.calibration.run_records.pipeline_scatter_gather, embedding_slots), Jean Zay's
-  ports at the NCCL bandwidth measured through them (planner.calibration.run_records.JEAN_ZAY_NCCL_PORT_BYTES_PER_S:
+  ports at the NCCL bandwidth measured through them (planner.calibration.run_clusters.JEAN_ZAY_NCCL_PORT_BYTES_PER_S:
   the slower gradient reduction is the same time at either micro-batch size, so it narrows the
   ratio) and the tied embedding's gradient all-reduce between the first and the last stage
   (cost_models.data_parallel.embedding_sync_s, DeepSpeed's ``ReduceTiedGrads``: a fixed time per
@@ -142,7 +142,7 @@ def profile_start(eff: EfficiencySpec, name: str, held_out_source: str = "") -> 
 
 VARIANT_OF = {"v100-sxm2-16gb": "v100-sxm2-32gb"}
 """GPU types the calibration derives from a catalogue file rather than reading one
-(planner.calibration.run_records._v100_cluster: the 16 GB V100-SXM2 is the 32 GB file with 16 GiB); they
+(planner.calibration.run_clusters._v100_cluster: the 16 GB V100-SXM2 is the 32 GB file with 16 GiB); they
 belong to that file's family."""
 
 
