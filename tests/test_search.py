@@ -22,8 +22,8 @@ from planner.search.partition import (
     brute_force_partition,
     dp_partition,
     ilp_partition,
-    placement_partition,
 )
+from planner.search.placement_dp import placement_partition
 from planner.search.shape_partition import canonical_split, full_recompute_variants
 from planner.search.space import Restrictions, enumerate_shapes
 from planner.search.stage_model import inflight_for, stage_model

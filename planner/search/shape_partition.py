@@ -14,7 +14,8 @@ from cost_models.parallel import ParallelConfig
 from planner.inputs.cluster_spec import ClusterSpec, NodeGroup
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.model_spec import ModelSpec
-from planner.search.partition import Partition, StageModel, dp_partition, placement_partition
+from planner.search.partition import Partition, StageModel, dp_partition
+from planner.search.placement_dp import placement_partition
 from planner.search.space import Restrictions
 from planner.search.stage_model import inflight_for, schedule_inflight, stage_model
 
