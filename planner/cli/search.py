@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from planner import __version__, api
-from planner.cli import render
+from planner.cli import render_search
 from planner.cli.common import (
     _eager_ops,
     _emit_json,
@@ -442,7 +442,7 @@ def _chain_outputs(problem, restrictions, result, goodputs, target, opts: dict) 
     if opts["as_json"]:
         _emit_json(data)
         return
-    _print(*render.search_tables(data))
+    _print(*render_search.search_tables(data))
     if opts["failure_aware"]:
         from planner.cli.render_whatif import failure_aware_table
 
@@ -461,4 +461,4 @@ def _graph_outputs(problem, restrictions, result, opts: dict) -> None:
     if opts["as_json"]:
         _emit_json(data)
     else:
-        _print(*render.graph_search_tables(data))
+        _print(*render_search.graph_search_tables(data))
