@@ -237,7 +237,7 @@ def check(
 ):
     """``planner check`` on one file: a plan file (its own cluster; ``cluster`` then only confirms
     the world size), a Megatron-LM args or launch file or a torchtitan TOML (judged on ``cluster``,
-    a template with ``nodes`` or a cluster file). The :class:`planner.launch.check.Verdict`:
+    a template with ``nodes`` or a cluster file). The :class:`planner.launch.verdict.Verdict`:
     ``passed``, ``findings`` (constraints, memory with ``headroom_gib`` GiB free per GPU, the
     slowdown against the best plan when ``max_slowdown`` is given) and ``metrics``. ``software``
     and ``profile`` (a calibrated profile file) replace the profiles the file records."""

@@ -98,7 +98,8 @@ def check(
 
     Plan files record their cluster: --cluster then only confirms the world size. Megatron-LM args or launch files, torchtitan TOMLs and Megatron-Bridge recipes (.py, read without running them) need --cluster (and --nodes with a template).
     """
-    from planner.launch.check import check_file, github_lines, is_plan_file, verdict_dict
+    from planner.launch.check import check_file, is_plan_file
+    from planner.launch.verdict import github_lines, verdict_dict
     from planner.profiles.hardware import load_cluster
 
     if fmt not in ("text", "github"):
