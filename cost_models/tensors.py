@@ -1,7 +1,7 @@
 """Per-micro-batch tensor sizes the layer cost modules share: bytes per activation element, tokens
 one GPU holds, the hidden states one GPU passes to the next pipeline stage and the time they take,
 and the tensor-parallel collectives of a hidden-state tensor (:mod:`cost_models.layers`,
-:mod:`cost_models.attention`, :mod:`cost_models.graph_costs`, :mod:`cost_models.estimate`)."""
+:mod:`cost_models.attention`, :mod:`cost_models.graph_units`, :mod:`cost_models.estimate`)."""
 
 from __future__ import annotations
 

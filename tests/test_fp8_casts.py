@@ -81,7 +81,7 @@ def test_the_cast_share_falls_as_the_layer_grows(h100):
 
 def test_graph_cross_attention_quantizes_its_projections_as_chain_linears_do():
     from cost_models.compute import fp8_cast_s
-    from cost_models.graph_costs import _cross_attention
+    from cost_models.graph_units import _cross_attention
     from cost_models.parallel import ParallelConfig
     from planner.inputs.graph_model import load_graph_model
     from planner.inputs.jobs import make_job

@@ -14,13 +14,8 @@ from hypothesis import strategies as st
 
 from cost_models.constraints import resolve
 from cost_models.estimate import estimate
-from cost_models.graph_costs import (
-    StageGraph,
-    check_stage_graph,
-    estimate_graph,
-    unit_costs,
-    unit_layout,
-)
+from cost_models.graph_costs import StageGraph, check_stage_graph, estimate_graph
+from cost_models.graph_units import unit_costs, unit_layout
 from cost_models.parallel import ParallelConfig
 from planner.inputs.errors import SpecError
 from planner.inputs.graph_model import graph_model_from_mapping, graph_preset_names, load_graph_model

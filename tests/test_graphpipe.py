@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cost_models.graph_costs import unit_layout
+from cost_models.graph_units import unit_layout
 from planner.inputs.graph_model import load_graph_model
 from planner.inputs.jobs import make_job
 from planner.profiles.hardware import load_cluster
@@ -62,7 +62,7 @@ def test_tail_sweep_equals_the_cut_chain():
     bottleneck, depth and memory limit (the shared-stage DP reads them from one chain's data)."""
     import numpy as np
 
-    from cost_models.graph_costs import unit_costs
+    from cost_models.graph_units import unit_costs
     from cost_models.parallel import ParallelConfig
     from planner.search.graph_chain import ChainData, StageLimits
     from planner.search.graph_structure import Chain

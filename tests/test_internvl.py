@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from cost_models.graph_costs import unit_costs, unit_layout
+from cost_models.graph_units import unit_costs, unit_layout
 from cost_models.parallel import ParallelConfig
 from planner.inputs.graph_model import load_graph_model
 from planner.inputs.jobs import make_job

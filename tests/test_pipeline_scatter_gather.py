@@ -101,7 +101,7 @@ def test_the_pinned_frameworks_refuse_it_and_any_runs_it():
 
 
 def test_graph_models_refuse_it():
-    from cost_models.graph_costs import unit_costs
+    from cost_models.graph_units import unit_costs
     from planner.inputs.graph_model import load_graph_model
 
     g = load_graph_model("t5-11b")

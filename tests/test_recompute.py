@@ -10,7 +10,7 @@ import pytest
 
 from cost_models.constraints import resolve
 from cost_models.estimate import estimate, table_for
-from cost_models.graph_costs import unit_costs
+from cost_models.graph_units import unit_costs
 from cost_models.layers import hardware_flop_per_iteration, model_flop_per_iteration
 from cost_models.parallel import ParallelConfig
 from cost_models.recompute import (

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from cost_models.graph_costs import unit_costs, unit_layout
+from cost_models.graph_units import unit_costs, unit_layout
 from cost_models.parallel import ParallelConfig
 from planner.inputs.graph_model import graph_model_to_mapping, load_graph_model
 from planner.inputs.jobs import make_job

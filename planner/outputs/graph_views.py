@@ -66,7 +66,7 @@ def graph_config_dict(c: ParallelConfig, job: JobSpec) -> dict:
 
 def stage_graph_dict(g: GraphModelSpec, sg: StageGraph, est: Estimate) -> dict:
     """Stages (label, blocks, depth, time per micro-batch, peak memory) and edges."""
-    from cost_models.graph_costs import unit_layout
+    from cost_models.graph_units import unit_layout
     from planner.plans.graph_plan import stage_blocks, stage_label
 
     layout = unit_layout(g)

@@ -13,14 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from cost_models.graph_costs import (
-    GRAPH_RECOMPUTE,
-    StageGraph,
-    UnitLayout,
-    check_stage_graph,
-    estimate_graph,
-    unit_layout,
-)
+from cost_models.graph_costs import StageGraph, check_stage_graph, estimate_graph
+from cost_models.graph_units import GRAPH_RECOMPUTE, UnitLayout, unit_layout
 from cost_models.parallel import ParallelConfig
 from planner import __version__
 from planner.inputs.cluster_spec import ClusterSpec

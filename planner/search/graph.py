@@ -50,13 +50,8 @@ from dataclasses import dataclass, field
 
 from cost_models import memory as mem
 from cost_models.estimate import Estimate
-from cost_models.graph_costs import (
-    GRAPH_RECOMPUTE,
-    StageGraph,
-    estimate_graph,
-    unit_costs,
-    unit_layout,
-)
+from cost_models.graph_costs import StageGraph, estimate_graph
+from cost_models.graph_units import GRAPH_RECOMPUTE, unit_costs, unit_layout
 from cost_models.parallel import ParallelConfig
 from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import InfeasibleError, UsageError

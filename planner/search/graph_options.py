@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models.graph_costs import replicated_config, unit_costs
+from cost_models.graph_costs import replicated_config
+from cost_models.graph_units import unit_costs
 from cost_models.parallel import ParallelConfig
 from planner.inputs.graph_model import GraphModelSpec
 from planner.inputs.job_spec import JobSpec

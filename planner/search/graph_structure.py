@@ -8,10 +8,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from cost_models.graph_costs import (
-    UnitLayout,
-    block_order,
-)
+from cost_models.graph_units import UnitLayout, block_order
 from planner.inputs.graph_model import GraphModelSpec
 
 MAX_FREE_MODES = 4
