@@ -109,25 +109,11 @@ def check(
         raise UsageError("--headroom-gib and --max-slowdown must not be negative")
     check_flag(headroom_gib, "--headroom-gib", "headroom_gib", positive=False)  # <= 10,000 GiB, as search
     from planner.launch.bridge.recipe import is_recipe_file
-    from planner.launch.megatron.functions import positional_parameters
 
     recipes = {str(p) for p in configs if is_recipe_file(str(p))}
     if recipe is not None and not recipes:
         raise UsageError("--recipe names the function of a Megatron-Bridge recipe file (.py); none is given")
-    variables = {}
-    for item in set_vars or []:
-        key, eq, value = item.partition("=")
-        if recipes and "." in key:
-            continue  # a Bridge override, read with the recipe
-        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            raise UsageError(f"--set {item!r}: expected NAME=VALUE with NAME a shell variable name")
-        variables[key] = value
-    if script_args:
-        if recipes:
-            raise UsageError(
-                "--arg gives a launch script its arguments; a Megatron-Bridge recipe takes --set"
-            )
-        variables.update(positional_parameters(script_args))
+    variables = _launch_variables(set_vars or [], script_args or [], bool(recipes))
     if vocab_size is not None and vocab_size < 1:
         raise UsageError(f"--vocab-size must be a positive integer, got {vocab_size}")
     from planner.profiles.calibrated import read_profile
@@ -185,3 +171,26 @@ def check(
                 sys.stdout.write(f"  {f.level}: {f.check}: {f.message}{flags}{where}\n")
     if not all(v.passed for v in verdicts):
         raise typer.Exit(1)
+
+
+def _launch_variables(set_vars: list[str], script_args: list[str], recipes: bool) -> dict[str, str]:
+    """What a launch script starts with: ``--set NAME=VALUE`` variables (a recipe's dotted
+    ``section.field`` items are the recipe reader's) and ``--arg`` positional parameters, which a
+    Megatron-Bridge recipe does not take."""
+    from planner.launch.megatron.functions import positional_parameters
+
+    variables = {}
+    for item in set_vars:
+        key, eq, value = item.partition("=")
+        if recipes and "." in key:
+            continue  # a Bridge override, read with the recipe
+        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise UsageError(f"--set {item!r}: expected NAME=VALUE with NAME a shell variable name")
+        variables[key] = value
+    if script_args:
+        if recipes:
+            raise UsageError(
+                "--arg gives a launch script its arguments; a Megatron-Bridge recipe takes --set"
+            )
+        variables.update(positional_parameters(script_args))
+    return variables
