@@ -2,7 +2,7 @@
 """Write hardware_profiles/published_mfu.yaml: the best measured MFU of each class of published run.
 
 A class is (GPU type, precision, dense or MoE), with its best run overall, per framework, per model
-size band (planner.calibration.plausibility.size_band: total parameters) and per both. MFU is computed the way planner reports it: model
+size band (planner.profiles.plausibility.size_band: total parameters) and per both. MFU is computed the way planner reports it: model
 FLOPs per iteration (Megatron's formula, no recompute; cost_models.layers.model_flop_per_iteration)
 over the GPU's dense peak for the run's precision (cost_models.compute.COMPUTE_DTYPE: BF16 for BF16
 and FP8 runs, FP16 for FP16 runs, so V100s, which have no BF16 tensor cores, are counted too), from each run's measured tokens/s per GPU
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cost_models.compute import COMPUTE_DTYPE  # noqa: E402
 from cost_models.layers import model_flop_per_iteration  # noqa: E402
 from planner.calibration.cases import DEFAULT_RUNS, cases, excluded_reason  # noqa: E402
-from planner.calibration.plausibility import TABLE, class_key, size_band  # noqa: E402
+from planner.profiles.plausibility import TABLE, class_key, size_band  # noqa: E402
 from planner.profiles.software import CLASSES  # noqa: E402
 
 

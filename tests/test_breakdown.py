@@ -159,7 +159,7 @@ def test_cli_estimate_uneven_split(run_cli):
 
 def test_plausibility_flags_predictions_above_the_best_published_mfu():
     """Issue 12: each estimate names the best published MFU of its class and flags a prediction above it."""
-    from planner.calibration.plausibility import _classes, plausibility
+    from planner.profiles.plausibility import _classes, plausibility
 
     best = _classes()["h100-sxm5-80gb bf16 dense"]
     above = plausibility("h100-sxm5-80gb", "bf16", False, best["mfu"] + 0.05)
@@ -178,7 +178,7 @@ def test_a_megatron_plan_is_held_to_runs_stock_megatron_can_schedule():
     from pathlib import Path
 
     from planner.calibration import cases as cal
-    from planner.calibration.plausibility import _classes, plausibility
+    from planner.profiles.plausibility import _classes, plausibility
 
     script = Path(__file__).resolve().parent.parent / "scripts" / "published_mfu.py"
     spec = importlib.util.spec_from_file_location("published_mfu", script)
@@ -202,7 +202,7 @@ def test_a_megatron_plan_is_held_to_runs_stock_megatron_can_schedule():
 def test_plans_beyond_the_calibration_runs_of_their_class_are_flagged():
     """Issue 12: FSDP over more ranks, or more GPUs, than any calibration run of the class is an
     extrapolation; the reason names the run that bounds the class."""
-    from planner.calibration.plausibility import _classes, plausibility
+    from planner.profiles.plausibility import _classes, plausibility
 
     cover = _classes()["a100-sxm4-80gb bf16 dense"]["coverage"]
     ranks, gpus = cover["largest_fsdp_shard"]["ranks"], cover["largest_run"]["gpus"]
@@ -221,7 +221,7 @@ def test_plans_beyond_the_calibration_runs_of_their_class_are_flagged():
 def test_moe_plans_running_a_way_no_calibration_run_did_are_flagged():
     """An MoE plan's dispatcher, all-to-all overlap or CUDA graphs outside what its class's runs used
     is an extrapolation, named; what the runs covered is not."""
-    from planner.calibration.plausibility import _classes, plausibility
+    from planner.profiles.plausibility import _classes, plausibility
 
     cover = _classes()["h100-sxm5-80gb bf16 moe"]["coverage"]
     assert set(cover["moe_dispatchers"]) == {"alltoall", "flex"}

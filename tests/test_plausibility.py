@@ -1,11 +1,11 @@
-"""The plausibility check (planner.calibration.plausibility): a prediction is held to the best
+"""The plausibility check (planner.profiles.plausibility): a prediction is held to the best
 published run of its class, model size band and framework, and says which run that is."""
 
 from __future__ import annotations
 
 import pytest
 
-from planner.calibration.plausibility import _classes, plausibility, size_band
+from planner.profiles.plausibility import _classes, plausibility, size_band
 
 
 def test_size_bands():
@@ -60,7 +60,7 @@ def test_a_gpu_without_runs_of_its_own_is_held_to_its_familys():
 def test_token_mixers_no_calibration_run_has_are_outside_calibration(preset, kinds):
     """The calibration set is softmax-attention transformers: a model with Mamba, linear or sparse
     attention layers extrapolates it, which widens its interval (views: outside_calibration)."""
-    from planner.calibration.plausibility import plausibility
+    from planner.profiles.plausibility import plausibility
     from planner.inputs.models import load_model
     from planner.profiles.uncertainty import UNCALIBRATED_MIXERS, uncalibrated_mixers
 
@@ -92,3 +92,40 @@ def test_check_widens_a_hybrid_launchs_interval_as_estimate_does(run_cli, tmp_pa
     res = run_cli("check", str(tmp_path / "l" / "megatron_args.txt"), "-c", "dgx-h100", "-n", "2", "--json")
     interval = json.loads(res.stdout)["configs"][0]["metrics"]["prediction_interval"]
     assert interval["outside_calibration"] is True
+
+
+def test_check_judges_a_plan_beyond_its_class_as_search_does(run_cli, tmp_path):
+    """More GPUs than the class's largest calibration run: search's plan and check's verdict on
+    it name the same reason and take the same widened interval; check says so in a notice."""
+    import json
+
+    plan = tmp_path / "plan.yaml"
+    job = [
+        "-m",
+        "llama3-8b",
+        "-c",
+        "dgx-h100",
+        "-n",
+        "1024",
+        "-b",
+        "8192",
+        "-s",
+        "4096",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+    ]
+    searched = json.loads(run_cli("search", *job, "--top", "1", "--out", str(plan), "--json").stdout)[
+        "plans"
+    ][0]
+    res = run_cli("check", str(plan), "--json")
+    verdict = json.loads(res.stdout)["configs"][0]
+    assert verdict["metrics"]["plausibility"] == searched["plausibility"]
+    assert verdict["metrics"]["prediction_interval"] == searched["prediction_interval"]
+    assert verdict["metrics"]["prediction_interval"]["outside_calibration"] is True
+    reasons = searched["plausibility"]["outside_calibration"]
+    assert reasons and reasons[0].startswith("8192 GPUs: the class's largest calibration run has")
+    notices = [f["message"] for f in verdict["findings"] if f["check"] == "calibration"]
+    assert notices == [f"outside calibration: {r}" for r in reasons]
+    assert verdict["passed"] is True

@@ -123,20 +123,23 @@ def check_file(
     _judge_estimate(verdict, est, headroom_bytes, read.lines)
     verdict.metrics["framework"] = read.framework
     verdict.metrics["software"] = read.software
-    verdict.metrics["prediction_interval"] = _interval(read, est)
+    _judge_plausibility(verdict, read, est)
     if max_slowdown is not None:
         _judge_against_best(verdict, read, est.step_time_s, headroom_bytes, max_slowdown)
     return verdict
 
 
-def _interval(read, est) -> dict:
-    """The estimate's 80% interval from the held-out errors of its class
-    (:func:`planner.profiles.uncertainty.predict_interval`; the framework the file is for), one
-    class coarser when the model has token mixers no calibration run has
-    (:func:`planner.profiles.uncertainty.uncalibrated_mixers`), as estimate's is."""
-    from planner.profiles.uncertainty import predict_interval, uncalibrated_mixers
+def _judge_plausibility(verdict: Verdict, read, est) -> None:
+    """The estimate's plausibility (:func:`planner.profiles.plausibility.estimate_plausibility`, as
+    estimate and search judge theirs) and its 80% interval from the held-out errors of its class
+    (:func:`planner.profiles.uncertainty.predict_interval`; the framework the file is for), one class
+    coarser when the plan lies outside what the class's calibration runs cover; each such reason
+    is a notice."""
+    from planner.profiles.plausibility import estimate_plausibility
+    from planner.profiles.uncertainty import predict_interval
 
-    outside = bool(uncalibrated_mixers(read.model))
+    p = estimate_plausibility(read.model, read.job, read.cluster, est)
+    verdict.metrics["plausibility"] = p.as_dict()
     iv = predict_interval(
         read.cluster,
         read.job.precision,
@@ -144,9 +147,11 @@ def _interval(read, est) -> dict:
         read.framework,
         est.tokens_per_s_per_gpu,
         est.step_time_s,
-        outside,
+        bool(p.extrapolation),
     )
-    return iv.as_dict()
+    verdict.metrics["prediction_interval"] = iv.as_dict()
+    for reason in p.extrapolation:
+        verdict.add(Finding("notice", "calibration", f"outside calibration: {reason}"))
 
 
 def _constrained(verdict: Verdict, read: _Config) -> ParallelConfig | None:

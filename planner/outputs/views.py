@@ -357,41 +357,16 @@ def software_dict(problem: Problem) -> dict:
 
 
 def _plausibility(problem: Problem, est: Estimate, framework: str = "any"):
-    """:func:`planner.calibration.plausibility.plausibility` of one estimate."""
-    from planner.calibration.plausibility import plausibility
-    from planner.profiles.uncertainty import uncalibrated_mixers
+    """:func:`planner.profiles.plausibility.estimate_plausibility` of one estimate of the problem."""
+    from planner.profiles.plausibility import estimate_plausibility
 
-    is_moe = bool(getattr(problem.model, "is_moe", False))
-    c = est.config
-    return plausibility(
-        est.stages[0].gpu,
-        problem.job.precision,
-        is_moe,
-        est.mfu,
-        framework,
-        gpus=problem.cluster.num_gpus,
-        fsdp_shard=c.shard_degree if c.optimizer_sharding == "full" else 0,
-        moe_runtime=(
-            (problem.job.moe_dispatcher, problem.job.moe_a2a_overlap, bool(problem.job.cuda_graph_scope))
-            if is_moe
-            else None
-        ),
-        params=float(getattr(problem.model, "params_total", 0) or 0),
-        mixers=uncalibrated_mixers(problem.model),
-    )
+    return estimate_plausibility(problem.model, problem.job, problem.cluster, est, framework)
 
 
 def plausibility_dict(problem: Problem, est: Estimate, framework: str = "any") -> dict:
     """The best published MFU of the estimate's class and whether the prediction exceeds it
-    (:mod:`planner.calibration.plausibility`)."""
-    p = _plausibility(problem, est, framework)
-    return {
-        "class": p.run_class,
-        "best_published_mfu": p.best_published_mfu,
-        "best_published_run": p.best_run_id,
-        "above_best_published": p.above_best_published,
-        "outside_calibration": list(p.extrapolation),
-    }
+    (:mod:`planner.profiles.plausibility`)."""
+    return _plausibility(problem, est, framework).as_dict()
 
 
 def prediction_interval_dict(problem: Problem, est: Estimate, framework: str | None = None) -> dict:

@@ -8,7 +8,7 @@ dense/MoE x framework x scale band, then without the band, then without the fram
 precision x dense/MoE, then dense/MoE, then all runs) and takes the interval of the finest class
 the table has (one with at least :data:`MIN_RUNS` held-out residuals); a prediction outside what its
 class's calibration runs cover (more GPUs than its largest run, an MoE runtime none of them used:
-:mod:`planner.calibration.plausibility`) takes the next coarser one, which pools runs of more kinds
+:mod:`planner.profiles.plausibility`) takes the next coarser one, which pools runs of more kinds
 and is wider. :func:`resolution` is the smallest gap between two layouts' predicted step times the
 model orders rightly four times in five (the paired errors of the calibration set's layout groups),
 below which two plans are statistically tied.

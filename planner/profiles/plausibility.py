@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from planner.profiles.uncertainty import UNCALIBRATED_MIXERS
+from planner.profiles.uncertainty import UNCALIBRATED_MIXERS, uncalibrated_mixers
 
 TABLE = Path(__file__).resolve().parents[2] / "hardware_profiles" / "published_mfu.yaml"
 
@@ -50,6 +50,16 @@ class Plausibility:
     above_best_published: bool
     extrapolation: tuple[str, ...] = ()
     """Why the prediction lies outside what the class's calibration runs cover ('' entries none)."""
+
+    def as_dict(self) -> dict:
+        """The ``plausibility`` object of estimate's, search's and check's ``--json``."""
+        return {
+            "class": self.run_class,
+            "best_published_mfu": self.best_published_mfu,
+            "best_published_run": self.best_run_id,
+            "above_best_published": self.above_best_published,
+            "outside_calibration": list(self.extrapolation),
+        }
 
 
 @cache
@@ -128,6 +138,27 @@ def plausibility(
                 extrapolation,
             )
     raise AssertionError("a class always has an overall best")
+
+
+def estimate_plausibility(model, job, cluster, est, framework: str = "any") -> Plausibility:
+    """:func:`plausibility` of one estimate (:class:`cost_models.estimate.Estimate`) of ``model`` on
+    ``cluster`` under ``job``: its first stage's GPU type, the cluster's GPU count, the fully
+    sharded group of its configuration, the job's MoE runtime and the model's uncalibrated token
+    mixers. Estimate, search and check all judge a prediction through this one function."""
+    is_moe = bool(getattr(model, "is_moe", False))
+    c = est.config
+    return plausibility(
+        est.stages[0].gpu,
+        job.precision,
+        is_moe,
+        est.mfu,
+        framework,
+        gpus=cluster.num_gpus,
+        fsdp_shard=c.shard_degree if c.optimizer_sharding == "full" else 0,
+        moe_runtime=(job.moe_dispatcher, job.moe_a2a_overlap, bool(job.cuda_graph_scope)) if is_moe else None,
+        params=float(getattr(model, "params_total", 0) or 0),
+        mixers=uncalibrated_mixers(model),
+    )
 
 
 def _merged_coverage(classes: list[dict]) -> dict:
