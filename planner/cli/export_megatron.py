@@ -46,6 +46,7 @@ def export_megatron(
     """Write Megatron-LM arguments and a launch script for a plan (megatron-core 0.19.2). Exit 1
     when Megatron-LM cannot run the plan, naming the reason."""
     from planner.launch.megatron import export as mx
+    from planner.launch.megatron.export_args import megatron_args
     from planner.plans.graph_plan import is_graph_plan
     from planner.plans.plan_file import read_plan
 
@@ -61,7 +62,7 @@ def export_megatron(
             raise UsageError("--sequential applies to graph plans only; this plan is already sequential")
         inputs = read_plan(str(plan))
     payload = {
-        "args": [[f, v] for f, v in mx.megatron_args(inputs)],
+        "args": [[f, v] for f, v in megatron_args(inputs)],
         "world_size": inputs.cluster.num_gpus,
         "framework": {"name": "megatron", "version": mx.VERSION},
     }
