@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import _finish_export, _note
+from planner.cli.common import emit_note, finish_export
 from planner.cli.options import PANEL_OUTPUT, JsonOpt, QuietOpt
 from planner.cli.root import export_app
 from planner.inputs.errors import UsageError
@@ -56,7 +56,7 @@ def export_megatron(
         from planner.plans.graph_plan import sequential_for_megatron
 
         inputs, note = sequential_for_megatron(plan, sequential)
-        _note(f"note: {note}", quiet)
+        emit_note(f"note: {note}", quiet)
     else:
         if sequential:
             raise UsageError("--sequential applies to graph plans only; this plan is already sequential")
@@ -66,4 +66,4 @@ def export_megatron(
         "world_size": inputs.cluster.num_gpus,
         "framework": {"name": "megatron", "version": mx.VERSION},
     }
-    _finish_export(out, mx.export_files(inputs, launcher), force, launcher, as_json, payload, quiet)
+    finish_export(out, mx.export_files(inputs, launcher), force, launcher, as_json, payload, quiet)
