@@ -6,7 +6,7 @@ Sources as in :mod:`cost_models.layers`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cost_models import communication as comm
 from cost_models.compute import (
@@ -18,7 +18,7 @@ from cost_models.compute import (
 )
 from cost_models.parallel import ParallelConfig
 from cost_models.placement import group
-from cost_models.sparse_attention import indexer_block
+from cost_models.sparse_attention import IndexerBlock, indexer_block
 from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tokens_per_gpu, tp_collectives_s
 from planner.inputs.cluster_spec import GPUSpec, NodeGroup, compute_capability_major
 from planner.inputs.job_spec import JobSpec
@@ -309,56 +309,164 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
     KL loss. Its scores and loss run beside the core attention (``attn_fwd_s`` / ``attn_bwd_s``).
     """
     gpu, prec = node.gpu, job.precision
-    h, a, t = model.hidden_size, model.num_attention_heads, c.tp
-    rq, rkv, dn, dr, dv = (
-        model.q_lora_rank,
-        model.kv_lora_rank,
-        model.qk_head_dim,
-        model.qk_pos_emb_head_dim,
-        model.v_head_dim,
-    )
-    dqk = dn + dr
-    T = tokens_per_gpu(job, c)
-    sp_div = t if c.sp else 1
-    T_local = T / sp_div  # tokens the duplicated down projections run on
-    q_in = rq if rq else h  # input width of the column-parallel query projection
-    # GEMMs (forward): down projections (replicated), up projections and output (sharded).
-    recipe = job.fp8_recipe
-    gemm = linear_s(T_local, rkv + dr, h, gpu, prec, recipe=recipe)
-    if rq:
-        gemm += linear_s(T_local, rq, h, gpu, prec, recipe=recipe)
-    up = linear_s(T, a * dqk / t, q_in, gpu, prec, recipe=recipe)
+    s = _mla_shape(model, job, c)
+    T, T_local, a, t, dr = s.tokens, s.local_tokens, s.a, s.t, s.dr
     dsa = indexer_block(model, job, c, node, span) if model.is_dsa else None
-    if dsa is None:
-        up += linear_s(T, a * (dn + dv) / t, rkv, gpu, prec, recipe=recipe)
-        keys, local = kernel_keys(span, job, c), span < job.doc_length
-    else:
-        up += _absorbed_products(T, a / t, dn, rkv, dv, gpu, prec)
-        span = sparse_attention_span(span, model.dsa_indexer_topk)
-        keys, local = min(float(model.dsa_indexer_topk), float(job.doc_length)), False
-    gemm += up
-    gemm += linear_s(T, h, a * dv / t, gpu, prec, recipe=recipe)
+    gemm, up = _mla_gemms(s, job, gpu, absorbed=dsa is not None)
+    span, keys, local = _mla_span(model, job, c, span)
     fused = attention_s(T * span * model.core_attention_width / t, gpu, prec, keys)
     attn_fwd, attn_bwd = core_attention_s(fused, job, gpu, local=local)
-    q_term = rq * (h + a * dqk + 1) if rq else h * a * dqk
-    linear = q_term + rkv * (h + a * (dn + dv) + 1) + h * dr + a * dv * h
-    model_flop = 3 * (2 * T * linear + 2 * T * span * model.core_attention_width) / t
     # Memory-bound: latent norms (read+write), rotary on the query and shared key RoPE parts.
     rope_bytes = 2 * T * (a * dr / t + dr) * ACT_BYTES
-    elem = 2 * T_local * (rq + rkv) * ACT_BYTES + rope_bytes
-    # Activations kept for backward (Korthikanti-style, per tensor): the down projections' input,
-    # the latents (norm input and up-projection input, SP-sharded), the gathered RoPE key, Q, K
-    # (a heads of d + d_R), V (a heads of d_v), the attention output, and the fp32 log-sum-exp.
-    # The linear layers' inputs are kept as the GEMMs keep them (FP8 under FP8 recipes,
-    # cost_models.tensors.gemm_input_bytes), with the output projection's own FP8 copy of the
-    # attention output, as in the MHA/GQA block.
+    kept = _mla_kept(s, job, absorbed=dsa is not None)
+    params_sharded, params_replicated = _mla_params(s, model)
+    tp_fwd, tp_bytes = _mla_tp_comm(s, c, node)
+    block = AttentionBlock(
+        gemm=gemm,
+        attn_fwd_s=attn_fwd,
+        attn_bwd_s=attn_bwd,
+        model_flop=_mla_model_flop(s, model, span),
+        elem_bytes=2 * T_local * (s.rq + s.rkv) * ACT_BYTES + rope_bytes,
+        act_bytes=kept.act_bytes,
+        wgrad_bytes=kept.wgrad_bytes,
+        params_sharded=params_sharded,
+        params_replicated=params_replicated,
+        tp_fwd_s=tp_fwd,
+        tp_bytes=tp_bytes,
+        kv_width=a * (s.dqk + s.dv) / t,
+        norm_elements=T_local * (s.rq + s.rkv),
+        rope_elements=T * (a * dr / t + dr),
+        core_kept_bytes=kept.lse_bytes,
+        separate_norm_bytes=kept.norm_out_bytes,
+        separate_norm_s=memory_bound_s(2 * T_local * s.h * ACT_BYTES, gpu),
+        up_proj_bytes=kept.qkv_bytes,
+        up_proj_s=up.forward_s + memory_bound_s(rope_bytes, gpu),
+    )
+    return block if dsa is None else _with_indexer(block, dsa, model)
+
+
+@dataclass(frozen=True, slots=True)
+class _MlaShape:
+    """MLA's widths (DeepSeek-V2 Sec. 2.1 names) and tokens on one GPU for one micro-batch."""
+
+    h: int
+    """Hidden size."""
+    a: int
+    """Attention heads."""
+    t: int
+    """Tensor-parallel degree."""
+    rq: int
+    """Query latent rank (0: no query compression)."""
+    rkv: int
+    """Key/value latent rank."""
+    dn: int
+    """Query/key head width without RoPE."""
+    dr: int
+    """The RoPE part of the query/key head width, shared by the heads on the key side."""
+    dv: int
+    """Value head width."""
+    tokens: float
+    """Tokens per GPU and micro-batch (:func:`cost_models.tensors.tokens_per_gpu`)."""
+    local_tokens: float
+    """Tokens the duplicated down projections run on: the rank's own with sequence parallelism."""
+
+    @property
+    def dqk(self) -> int:
+        """Query/key head width."""
+        return self.dn + self.dr
+
+    @property
+    def q_in(self) -> int:
+        """Input width of the column-parallel query projection."""
+        return self.rq if self.rq else self.h
+
+
+def _mla_shape(model: ModelSpec, job: JobSpec, c: ParallelConfig) -> _MlaShape:
+    T = tokens_per_gpu(job, c)
+    sp_div = c.tp if c.sp else 1
+    return _MlaShape(
+        h=model.hidden_size,
+        a=model.num_attention_heads,
+        t=c.tp,
+        rq=model.q_lora_rank,
+        rkv=model.kv_lora_rank,
+        dn=model.qk_head_dim,
+        dr=model.qk_pos_emb_head_dim,
+        dv=model.v_head_dim,
+        tokens=T,
+        local_tokens=T / sp_div,
+    )
+
+
+def _mla_gemms(
+    s: _MlaShape, job: JobSpec, gpu: GPUSpec, *, absorbed: bool
+) -> tuple[LinearTimes, LinearTimes]:
+    """GEMM times (forward) of every projection, and of the up projections alone: the down
+    projections (replicated), the up projections (absorbed under DeepSeek sparse attention) and
+    the output projection (sharded)."""
+    prec, recipe = job.precision, job.fp8_recipe
+    h, a, t, T, T_local = s.h, s.a, s.t, s.tokens, s.local_tokens
+    gemm = linear_s(T_local, s.rkv + s.dr, h, gpu, prec, recipe=recipe)
+    if s.rq:
+        gemm += linear_s(T_local, s.rq, h, gpu, prec, recipe=recipe)
+    up = linear_s(T, a * s.dqk / t, s.q_in, gpu, prec, recipe=recipe)
+    if absorbed:
+        up += _absorbed_products(T, a / t, s.dn, s.rkv, s.dv, gpu, prec)
+    else:
+        up += linear_s(T, a * (s.dn + s.dv) / t, s.rkv, gpu, prec, recipe=recipe)
+    gemm += up
+    gemm += linear_s(T, h, a * s.dv / t, gpu, prec, recipe=recipe)
+    return gemm, up
+
+
+def _mla_span(model: ModelSpec, job: JobSpec, c: ParallelConfig, span: float) -> tuple[float, float, bool]:
+    """Keys per query, keys per fused-attention call and whether the attention is local: a
+    DeepSeek sparse attention query attends to its top-k keys, in one call."""
+    if not model.is_dsa:
+        return span, kernel_keys(span, job, c), span < job.doc_length
+    topk = model.dsa_indexer_topk
+    return sparse_attention_span(span, topk), min(float(topk), float(job.doc_length)), False
+
+
+def _mla_model_flop(s: _MlaShape, model: ModelSpec, span: float) -> float:
+    """Model FLOPs of forward + backward (Megatron's ``num_floating_point_operations`` MLA branch)."""
+    h, a, rq, rkv = s.h, s.a, s.rq, s.rkv
+    q_term = rq * (h + a * s.dqk + 1) if rq else h * a * s.dqk
+    linear = q_term + rkv * (h + a * (s.dn + s.dv) + 1) + h * s.dr + a * s.dv * h
+    return 3 * (2 * s.tokens * linear + 2 * s.tokens * span * model.core_attention_width) / s.t
+
+
+@dataclass(frozen=True, slots=True)
+class _MlaKept:
+    """What MLA keeps for its backward (bytes), and the parts recompute modules discard."""
+
+    act_bytes: float
+    wgrad_bytes: float
+    """The inputs the weight-gradient GEMMs read."""
+    lse_bytes: float
+    """Core attention's fp32 log-sum-exp."""
+    norm_out_bytes: float
+    """The input norm's output."""
+    qkv_bytes: float
+    """Q, K and V as the up projections produce them."""
+
+
+def _mla_kept(s: _MlaShape, job: JobSpec, *, absorbed: bool) -> _MlaKept:
+    """Activations kept for backward (Korthikanti-style, per tensor): the down projections' input,
+    the latents (norm input and up-projection input, SP-sharded), the gathered RoPE key, Q, K
+    (a heads of d + d_R), V (a heads of d_v), the attention output, and the fp32 log-sum-exp. The
+    linear layers' inputs are kept as the GEMMs keep them (FP8 under FP8 recipes,
+    cost_models.tensors.gemm_input_bytes), with the output projection's own FP8 copy of the
+    attention output, as in the MHA/GQA block."""
+    h, a, t, T, T_local = s.h, s.a, s.t, s.tokens, s.local_tokens
+    rq, rkv, dr, dv = s.rq, s.rkv, s.dr, s.dv
     g_in = gemm_input_bytes(job)
     norm_out = T_local * h * g_in  # the input norm's output, kept by the down projections
-    qkv = T * a * (2 * dqk + dv) / t * ACT_BYTES
-    if dsa is not None:
+    qkv = T * a * (2 * s.dqk + dv) / t * ACT_BYTES
+    if absorbed:
         # Absorbed: the queries (a heads of r_kv + d_R) and q_nope (the W^UK product's input), the
         # shared latent K/V (r_kv + d_R, all heads), the latent output (W^UV's input).
-        qkv = T * (a * (rkv + dr + dn + rkv) / t + rkv + dr) * ACT_BYTES
+        qkv = T * (a * (rkv + dr + s.dn + rkv) / t + rkv + dr) * ACT_BYTES
     act = norm_out
     act += T_local * (rq + rkv) * (ACT_BYTES + g_in) + T * dr * ACT_BYTES
     act += qkv + T * a * dv / t * ACT_BYTES
@@ -366,55 +474,63 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
         act += T * a * dv / t * g_in
     lse = 4 * T * a / t
     act += lse
-    wgrad = (T_local * (h + rq + rkv) + T * a * dv / t) * g_in
-    params_sharded = ((rq * a * dqk) if rq else h * a * dqk) / t
-    params_sharded += rkv * a * (dn + dv) / t + a * dv * h / t
-    params_replicated = float(h * (rq + rkv + dr))  # the duplicated down projections
+    return _MlaKept(
+        act_bytes=act,
+        wgrad_bytes=(T_local * (h + rq + rkv) + T * a * dv / t) * g_in,
+        lse_bytes=lse,
+        norm_out_bytes=norm_out,
+        qkv_bytes=qkv,
+    )
+
+
+def _mla_params(s: _MlaShape, model: ModelSpec) -> tuple[float, float]:
+    """Parameters on this GPU: sharded (the up and output projections, the sinks) and replicated
+    (the duplicated down projections, the latent norms, the output bias)."""
+    h, a, t, rq, rkv = s.h, s.a, s.t, s.rq, s.rkv
+    params_sharded = ((rq * a * s.dqk) if rq else h * a * s.dqk) / t
+    params_sharded += rkv * a * (s.dn + s.dv) / t + a * s.dv * h / t
+    if model.softmax_type == "learnable":
+        params_sharded += a / t
+    params_replicated = float(h * (rq + rkv + s.dr))  # the duplicated down projections
     if model.qk_layernorm:
         params_replicated += rq + rkv
     if model.add_bias_linear:
         params_replicated += h
-    if model.softmax_type == "learnable":
-        params_sharded += a / t
-    tp_fwd = tp_bytes = 0.0
-    if t > 1:
-        link = comm.link_for(group(c, "tp"), node)
-        hidden = T * h * ACT_BYTES
-        latents = T * (q_in + rkv + dr) * ACT_BYTES
-        if c.sp:
-            tp_fwd = comm.all_gather_s(latents, t, link) + comm.reduce_scatter_s(hidden, t, link)
-        else:
-            tp_fwd = comm.all_reduce_s(hidden, t, link)
-        tp_bytes = 2 * (t - 1) / t * (latents + hidden)
-    kv_width = a * (dqk + dv) / t
-    if dsa is not None:
-        gemm += dsa.gemm
-        attn_fwd, attn_bwd = attn_fwd + dsa.score_fwd_s, attn_bwd + dsa.score_bwd_s
-        model_flop += dsa.model_flop
-        elem += dsa.elem_bytes
-        act += dsa.act_bytes
-        wgrad += dsa.wgrad_bytes
-        params_replicated += dsa.params
-        tp_fwd, tp_bytes = tp_fwd + dsa.gather_fwd_s, tp_bytes + 2 * dsa.gather_bytes
-        kv_width = rkv + dr + model.dsa_indexer_head_dim  # the shared latent and the indexer's key
-    return AttentionBlock(
-        gemm=gemm,
-        attn_fwd_s=attn_fwd,
-        attn_bwd_s=attn_bwd,
-        model_flop=model_flop,
-        elem_bytes=elem,
-        act_bytes=act,
-        wgrad_bytes=wgrad,
-        params_sharded=params_sharded,
-        params_replicated=params_replicated,
-        tp_fwd_s=tp_fwd,
-        tp_bytes=tp_bytes,
-        kv_width=kv_width,
-        norm_elements=T_local * (rq + rkv),
-        rope_elements=T * (a * dr / t + dr),
-        core_kept_bytes=lse,
-        separate_norm_bytes=norm_out,
-        separate_norm_s=memory_bound_s(2 * T_local * h * ACT_BYTES, gpu),
-        up_proj_bytes=qkv,
-        up_proj_s=up.forward_s + memory_bound_s(rope_bytes, gpu),
+    return params_sharded, params_replicated
+
+
+def _mla_tp_comm(s: _MlaShape, c: ParallelConfig, node: NodeGroup) -> tuple[float, float]:
+    """Tensor-parallel time forward (backward: the same) and bytes (forward + backward): with SP
+    the latents' all-gather and the hidden states' reduce-scatter, else the hidden states'
+    all-reduce."""
+    t = s.t
+    if t <= 1:
+        return 0.0, 0.0
+    link = comm.link_for(group(c, "tp"), node)
+    hidden = s.tokens * s.h * ACT_BYTES
+    latents = s.tokens * (s.q_in + s.rkv + s.dr) * ACT_BYTES
+    if c.sp:
+        tp_fwd = comm.all_gather_s(latents, t, link) + comm.reduce_scatter_s(hidden, t, link)
+    else:
+        tp_fwd = comm.all_reduce_s(hidden, t, link)
+    return tp_fwd, 2 * (t - 1) / t * (latents + hidden)
+
+
+def _with_indexer(block: AttentionBlock, dsa: IndexerBlock, model: ModelSpec) -> AttentionBlock:
+    """MLA's block with DeepSeek sparse attention's lightning indexer added: its projections, its
+    scores beside the core attention, its gathers; K/V become the shared latent and the indexer's
+    key."""
+    return replace(
+        block,
+        gemm=block.gemm + dsa.gemm,
+        attn_fwd_s=block.attn_fwd_s + dsa.score_fwd_s,
+        attn_bwd_s=block.attn_bwd_s + dsa.score_bwd_s,
+        model_flop=block.model_flop + dsa.model_flop,
+        elem_bytes=block.elem_bytes + dsa.elem_bytes,
+        act_bytes=block.act_bytes + dsa.act_bytes,
+        wgrad_bytes=block.wgrad_bytes + dsa.wgrad_bytes,
+        params_replicated=block.params_replicated + dsa.params,
+        tp_fwd_s=block.tp_fwd_s + dsa.gather_fwd_s,
+        tp_bytes=block.tp_bytes + 2 * dsa.gather_bytes,
+        kv_width=model.kv_lora_rank + model.qk_pos_emb_head_dim + model.dsa_indexer_head_dim,
     )

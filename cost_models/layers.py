@@ -31,7 +31,7 @@ from cost_models import elementwise, ssm
 from cost_models import moe as moe_terms
 from cost_models import recompute as op_sac
 from cost_models.attention import AttentionBlock, attention_block
-from cost_models.compute import linear_s, memory_bound_s
+from cost_models.compute import LinearTimes, linear_s, memory_bound_s
 from cost_models.flops import (
     hardware_flop_per_iteration,
     layer_flop_per_token,
@@ -305,48 +305,125 @@ def _decoder(
     ``attention+mamba`` adds a Mamba-2 mixer beside it (:func:`cost_models.ssm.parallel_block`), and ``mlp=False``
     leaves the MLP out: a layer of a hybrid pattern holds one of the two, with its own norm and
     residual (Megatron-Core ``MambaLayer``, ``MLPLayer``, a ``TransformerLayer`` without MLP)."""
-    gpu = node.gpu
     h, t = model.hidden_size, c.tp
     T = tokens_per_gpu(job, c)
     sp_div = t if c.sp else 1
     norms = (mixer != "") + mlp  # one norm and one residual add per part
 
     # --- attention block and MLP / MoE --------------------------------------------------------
-    if mixer == "attention":
-        at = attention_block(model, job, c, node, span)
-    elif mixer == "attention+mamba":  # side by side on the one normalised input (Falcon-H1)
-        at = ssm.parallel_block(model, job, c, node, attention_block(model, job, c, node, span))
-    else:
-        at = ssm.mixer_block(model, job, c, node, mixer)
-    block = moe_terms.routed_block(model, job, c, node, T, sp_div, ACT_BYTES) if moe and mlp else None
-    dense = dense_mlp(model, job, c, node, T, sp_div) if not moe and mlp else None
-    mlp_block = None if block is not None else (dense if dense is not None else NO_MLP)
+    at = _mixer_block(model, job, c, node, mixer, span)
+    block, mlp_block = _mlp_blocks(model, job, c, node, T, sp_div, moe=moe, mlp=mlp)
     ffn = block if block is not None else mlp_block
     gemm = at.gemm + ffn.gemm
-    model_flop = at.model_flop + ffn.model_flop
-    # Memory-bound work per layer forward (bytes): 2 norms (read+write), 2 residual adds (2 reads,
-    # 1 write); with SP the norm/residual work is split over tp; plus the attention's and the MLP's.
-    elem = (2 * norms * T * h + 3 * norms * T * h) * ACT_BYTES / sp_div + at.elem_bytes + ffn.elem_bytes
     act = (
         norms * T * h * ACT_BYTES / sp_div  # 2 norm inputs
         + norms * T * h * 1 / sp_div  # two dropout masks (1 byte), as Megatron's formula counts them
         + at.act_bytes
         + ffn.act_bytes
     )
-    wgrad_act = at.wgrad_bytes + ffn.wgrad_bytes
-    params_sharded = at.params_sharded + ffn.params_sharded
     params_replicated = norms * _norm_params(model) + at.params_replicated
-    params_expert = ep_bytes = ep_s_fwd = 0.0
-    moe_host = (0.0, 0.0)
     if block is not None:
         params_replicated += block.params_replicated
-        params_expert = block.params_expert
-        ep_s_fwd, ep_bytes = block.ep_fwd_s, block.ep_bytes
-        moe_host = block.host_launches
+    ep_s, ep_bytes = (block.ep_fwd_s, block.ep_bytes) if block is not None else (0.0, 0.0)
 
-    # --- tensor / context parallel communication --------------------------------------------------
+    passes = _passes(model, job, node, at, ffn, gemm, norms=norms, tokens=T, sp_div=sp_div)
+
+    # --- tensor / context / expert parallel communication -----------------------------------------
     lc = layer_comm(model, job, c, node, at, gemm.forward_s, T, mlp)
+    ep_s_fwd, ep_s_bwd = _expert_comm_s(job, node, passes, ep_s, moe=moe)
+    fwd_comm = lc.tp_fwd_s + lc.cp_fwd_s + ep_s_fwd
+    bwd_comm = lc.tp_bwd_s + lc.cp_bwd_s + ep_s_bwd
+    selective_s, selective_bytes = _selective_modules(c, at, block, mlp_block)
+    moe_host = block.host_launches if block is not None else (0.0, 0.0)
+    forward, backward_input = _host_bound_s(node, passes, moe_host, fwd_comm, bwd_comm, moe=moe)
+    return LayerCost(
+        params_sharded=at.params_sharded + ffn.params_sharded,
+        params_replicated=params_replicated,
+        params_expert=block.params_expert if block is not None else 0.0,
+        model_flop=at.model_flop + ffn.model_flop,
+        forward_s=forward,
+        backward_input_s=backward_input,
+        backward_weight_s=passes.backward_weight_s,
+        forward_comm_s=fwd_comm,
+        backward_comm_s=bwd_comm,
+        selective_recompute_s=selective_s,
+        op_recompute_s=_op_recompute_s(model, c, node, gemm, passes, lc.tp_fwd_s, moe=moe),
+        op_kept_bytes=op_sac.op_sac_kept_bytes(
+            model, moe, tokens=T, tp=t, sequence_parallel=c.sp, ep=c.ep, act_bytes=ACT_BYTES
+        ),
+        activation_bytes=act,
+        selective_dropped_bytes=selective_bytes,
+        checkpoint_bytes=T * h * ACT_BYTES / sp_div,
+        weight_grad_bytes=at.wgrad_bytes + ffn.wgrad_bytes,
+        tp_comm_bytes=lc.tp_bytes,
+        cp_comm_bytes=lc.cp_bytes,
+        ep_comm_bytes=ep_bytes,
+    )
 
+
+def _mixer_block(
+    model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, mixer: str, span: float
+) -> AttentionBlock:
+    """The layer's token mixer: the attention block over ``span`` keys, a Mamba-2 mixer beside it
+    (``attention+mamba``), or the mixer of :func:`cost_models.ssm.mixer_block` in its place."""
+    if mixer == "attention":
+        return attention_block(model, job, c, node, span)
+    if mixer == "attention+mamba":  # side by side on the one normalised input (Falcon-H1)
+        return ssm.parallel_block(model, job, c, node, attention_block(model, job, c, node, span))
+    return ssm.mixer_block(model, job, c, node, mixer)
+
+
+def _mlp_blocks(
+    model: ModelSpec,
+    job: JobSpec,
+    c: ParallelConfig,
+    node: NodeGroup,
+    tokens: float,
+    sp_div: int,
+    *,
+    moe: bool,
+    mlp: bool,
+) -> tuple[moe_terms.RoutedBlock | None, DenseMlp | None]:
+    """The layer's MLP as (routed experts, dense MLP), one of them None: the routed experts of a
+    MoE layer, else the dense MLP (:data:`~cost_models.layer_blocks.NO_MLP` for a layer without
+    one)."""
+    if moe and mlp:
+        return moe_terms.routed_block(model, job, c, node, tokens, sp_div, ACT_BYTES), None
+    return None, dense_mlp(model, job, c, node, tokens, sp_div) if mlp else NO_MLP
+
+
+@dataclass(frozen=True, slots=True)
+class _Passes:
+    """A decoder layer's compute per pass, communication aside (seconds)."""
+
+    forward_s: float
+    backward_input_s: float
+    backward_weight_s: float
+    elementwise_s: float
+    """The fused elementwise forward: norms, residual adds, the blocks' own memory-bound work."""
+    eager_s: float
+    """What the job's eager op groups add to the forward."""
+
+
+def _passes(
+    model: ModelSpec,
+    job: JobSpec,
+    node: NodeGroup,
+    at: AttentionBlock,
+    ffn: moe_terms.RoutedBlock | DenseMlp,
+    gemm: LinearTimes,
+    *,
+    norms: int,
+    tokens: float,
+    sp_div: int,
+) -> _Passes:
+    """Forward, input-gradient (B) and weight-gradient (W) times of the layer's kernels: GEMMs,
+    attention, memory-bound elementwise work and the kernel overhead."""
+    gpu = node.gpu
+    h, T = model.hidden_size, tokens
+    # Memory-bound work per layer forward (bytes): 2 norms (read+write), 2 residual adds (2 reads,
+    # 1 write); with SP the norm/residual work is split over tp; plus the attention's and the MLP's.
+    elem = (2 * norms * T * h + 3 * norms * T * h) * ACT_BYTES / sp_div + at.elem_bytes + ffn.elem_bytes
     elem_fwd = memory_bound_s(elem, gpu)
     # Eager op groups move more bytes than the fused kernels counted in `elem` (two norms, the
     # attention block's own norms and RoPE, the activation; cost_models.elementwise).
@@ -357,69 +434,85 @@ def _decoder(
         rope_elements=at.rope_elements,
         ffn_elements=ffn.ffn_elements,
     )
+    eager_fwd = memory_bound_s(eager.forward, gpu)
     overhead = gpu.efficiency.kernel_overhead_s
-    forward = gemm.forward_s + at.attn_fwd_s + elem_fwd + memory_bound_s(eager.forward, gpu) + overhead
+    forward = gemm.forward_s + at.attn_fwd_s + elem_fwd + eager_fwd + overhead
     # Backward: input-gradient GEMMs (same FLOPs as forward, their own shapes), all attention
     # backward, and the elementwise backward (twice the forward bytes when fused; the autograd
     # kernels' bytes when eager) go to B; weight-gradient GEMMs go to W.
     backward_input = (
         gemm.input_grad_s + at.attn_bwd_s + 2 * elem_fwd + memory_bound_s(eager.backward, gpu) + overhead
     )
-    backward_weight = gemm.weight_grad_s
-    ep_s_bwd = ep_s_fwd
-    if moe and ep_s_fwd and job.moe_a2a_overlap:
-        # Each all-to-all runs under the other micro-batch's pass of the same layer (forward's under
-        # a backward, backward's under a forward; Megatron-Core --overlap-moe-expert-parallel-comm).
-        # Before Blackwell with tensor or context parallelism the launch gives it several hardware
-        # queues (CUDA_DEVICE_MAX_CONNECTIONS 8, validate_args only warns; see layer_blocks.layer_comm).
-        slow = gpu.efficiency.comm_overlap_slowdown
-        ep_s_fwd, ep_s_bwd = (
-            comm.overlapped_s(ep_s_fwd, backward_input + backward_weight, slow),
-            comm.overlapped_s(ep_s_bwd, forward, slow),
-        )
-    fwd_comm = lc.tp_fwd_s + lc.cp_fwd_s + ep_s_fwd
-    bwd_comm = lc.tp_bwd_s + lc.cp_bwd_s + ep_s_bwd
-    # Per-op selective recompute (cost_models.recompute): the backward re-runs the GEMMs the policy
-    # does not keep, every elementwise op, and the tensor-parallel all-gathers (all-reduces without
-    # sequence parallelism); the attention kernel and the reduce-scatters are kept.
-    op_recompute = (
-        op_sac.op_sac_recomputed_flop_fraction(model, moe) * gemm.forward_s
-        + elem_fwd
-        + memory_bound_s(eager.forward, gpu)
-        + overhead
-        + (lc.tp_fwd_s / 2 if c.sp else lc.tp_fwd_s)
+    return _Passes(
+        forward_s=forward,
+        backward_input_s=backward_input,
+        backward_weight_s=gemm.weight_grad_s,
+        elementwise_s=elem_fwd,
+        eager_s=eager_fwd,
     )
-    selective_s, selective_bytes = _selective_modules(c, at, block, mlp_block)
-    if moe and gpu.efficiency.host_launch_s:
+
+
+def _expert_comm_s(
+    job: JobSpec, node: NodeGroup, passes: _Passes, ep_s: float, *, moe: bool
+) -> tuple[float, float]:
+    """The expert-parallel all-to-all time left exposed in the forward and in the backward."""
+    if not (moe and ep_s and job.moe_a2a_overlap):
+        return ep_s, ep_s
+    # Each all-to-all runs under the other micro-batch's pass of the same layer (forward's under
+    # a backward, backward's under a forward; Megatron-Core --overlap-moe-expert-parallel-comm).
+    # Before Blackwell with tensor or context parallelism the launch gives it several hardware
+    # queues (CUDA_DEVICE_MAX_CONNECTIONS 8, validate_args only warns; see layer_blocks.layer_comm).
+    slow = node.gpu.efficiency.comm_overlap_slowdown
+    return (
+        comm.overlapped_s(ep_s, passes.backward_input_s + passes.backward_weight_s, slow),
+        comm.overlapped_s(ep_s, passes.forward_s, slow),
+    )
+
+
+def _op_recompute_s(
+    model: ModelSpec,
+    c: ParallelConfig,
+    node: NodeGroup,
+    gemm: LinearTimes,
+    passes: _Passes,
+    tp_fwd_s: float,
+    *,
+    moe: bool,
+) -> float:
+    """Per-op selective recompute (cost_models.recompute): the backward re-runs the GEMMs the
+    policy does not keep, every elementwise op, and the tensor-parallel all-gathers (all-reduces
+    without sequence parallelism); the attention kernel and the reduce-scatters are kept."""
+    return (
+        op_sac.op_sac_recomputed_flop_fraction(model, moe) * gemm.forward_s
+        + passes.elementwise_s
+        + passes.eager_s
+        + node.gpu.efficiency.kernel_overhead_s
+        + (tp_fwd_s / 2 if c.sp else tp_fwd_s)
+    )
+
+
+def _host_bound_s(
+    node: NodeGroup,
+    passes: _Passes,
+    moe_host: tuple[float, float],
+    fwd_comm: float,
+    bwd_comm: float,
+    *,
+    moe: bool,
+) -> tuple[float, float]:
+    """The forward and input-gradient times, at least the time the host takes to issue a MoE
+    layer's kernels."""
+    forward, backward_input = passes.forward_s, passes.backward_input_s
+    if moe and node.gpu.efficiency.host_launch_s:
         # The dispatcher synchronises the host on the token counts every MoE layer, so the host
         # cannot run ahead by more than one layer: a pass takes at least the time to issue the
         # whole layer's kernels, attention included (cost_models.moe.host_launches).
-        launch = gpu.efficiency.host_launch_s
+        launch = node.gpu.efficiency.host_launch_s
         forward += max(0.0, moe_host[0] * launch - (forward + fwd_comm))
-        backward_input += max(0.0, moe_host[1] * launch - (backward_input + backward_weight + bwd_comm))
-    return LayerCost(
-        params_sharded=params_sharded,
-        params_replicated=params_replicated,
-        params_expert=params_expert,
-        model_flop=model_flop,
-        forward_s=forward,
-        backward_input_s=backward_input,
-        backward_weight_s=backward_weight,
-        forward_comm_s=fwd_comm,
-        backward_comm_s=bwd_comm,
-        selective_recompute_s=selective_s,
-        op_recompute_s=op_recompute,
-        op_kept_bytes=op_sac.op_sac_kept_bytes(
-            model, moe, tokens=T, tp=t, sequence_parallel=c.sp, ep=c.ep, act_bytes=ACT_BYTES
-        ),
-        activation_bytes=act,
-        selective_dropped_bytes=selective_bytes,
-        checkpoint_bytes=T * h * ACT_BYTES / sp_div,
-        weight_grad_bytes=wgrad_act,
-        tp_comm_bytes=lc.tp_bytes,
-        cp_comm_bytes=lc.cp_bytes,
-        ep_comm_bytes=ep_bytes,
-    )
+        backward_input += max(
+            0.0, moe_host[1] * launch - (backward_input + passes.backward_weight_s + bwd_comm)
+        )
+    return forward, backward_input
 
 
 def _embedding(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> LayerCost:

@@ -2,7 +2,7 @@
 
 For every case (dense, GQA, MoE with ep, cp, interleaved, uneven, zb-h1, fp8, every sharding, tp 1,
 pp 1) and every framework (megatron, torchtitan): ``search --framework F`` (top plan), export it
-(Megatron: ``planner.launch.megatron.export``; torchtitan: ``planner.launch.torchtitan.export``)
+(Megatron: ``planner.launch.megatron.export`` and ``export_args``; torchtitan: ``planner.launch.torchtitan.export``)
 and hand the export to ``scripts/_framework_validators.py`` (``validate_megatron(argv, env)``:
 Megatron-LM's ``parse_args``/``validate_args``, micro-batch calculator, parallel state and
 ``TransformerConfig``; ``validate_torchtitan(toml_path, overrides)``: torchtitan's
@@ -224,8 +224,10 @@ def plan_for(case: Case, framework: str) -> tuple[PlanInputs | None, str]:
 def megatron_launch(inputs: PlanInputs) -> tuple[list[str], dict]:
     """argv and environment of the Megatron export (the library function of the exporter)."""
     from planner.launch.megatron import export as mx
+    from planner.launch.megatron.export_args import argv as megatron_argv
+    from planner.launch.megatron.export_args import megatron_args
 
-    argv = mx.argv(mx.megatron_args(inputs))
+    argv = megatron_argv(megatron_args(inputs))
     # torchrun's environment for rank 0 of the plan's world: Megatron derives dp from WORLD_SIZE.
     env = {"WORLD_SIZE": str(inputs.config.world_size)}
     queues = mx.a2a_overlap_connections(inputs)

@@ -19,7 +19,7 @@ from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import ConfigError, SpecError
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model
-from planner.launch.megatron.export import megatron_args
+from planner.launch.megatron.export_args import megatron_args
 from planner.launch.megatron.importer import parse_megatron
 from planner.profiles.hardware import load_cluster
 

@@ -21,7 +21,7 @@ from planner.inputs.jobs import make_job
 from planner.inputs.model_spec import local_attention_span, sparse_attention_span
 from planner.inputs.model_yaml import model_from_mapping, model_to_mapping
 from planner.inputs.models import load_model
-from planner.launch.megatron.export import args_text, megatron_args
+from planner.launch.megatron.export_args import args_text, megatron_args
 from planner.launch.megatron.importer import parse_megatron
 from planner.plans.plan_file import PlanInputs
 from planner.profiles.hardware import load_cluster

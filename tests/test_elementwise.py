@@ -202,7 +202,7 @@ def test_cli_estimate_flag_and_errors(run_cli):
 
 
 def test_plan_file_and_torchtitan_round_trip(run_cli, tmp_path):
-    from planner.launch.megatron.export import megatron_args
+    from planner.launch.megatron.export_args import megatron_args
     from planner.launch.torchtitan import export as tx
     from planner.launch.torchtitan.importer import read_torchtitan
     from planner.plans.plan_file import read_plan

@@ -13,7 +13,7 @@ from planner.calibration.cases import cases
 from planner.inputs.errors import ConfigError, SpecError
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model
-from planner.launch.megatron.export import layout_for, partition_flags
+from planner.launch.megatron.export_args import layout_for, partition_flags
 from planner.launch.megatron.importer import parse_megatron
 from planner.profiles.hardware import load_cluster
 

@@ -141,7 +141,7 @@ def test_graph_presets_default_plans_are_refused_with_the_reason(name, run_cli, 
 def test_latent_attention_and_mtp_import_back(model):
     """The MLA and MTP flags the export writes are read back (they re-checked 11.9% and 5.0% off as
     flags not interpreted): the imported model is the preset, parameter for parameter."""
-    from planner.launch.megatron.export import args_text, megatron_args
+    from planner.launch.megatron.export_args import args_text, megatron_args
     from planner.launch.megatron.importer import parse_megatron
     from tests.test_megatron import inputs
 

@@ -26,7 +26,8 @@ from planner.inputs.job_spec import FP8_RECIPES
 from planner.inputs.jobs import job_from_mapping, make_job
 from planner.inputs.models import load_model
 from planner.inputs.validation import require_precision
-from planner.launch.megatron.export import export_files, megatron_args
+from planner.launch.megatron.export import export_files
+from planner.launch.megatron.export_args import megatron_args
 from planner.launch.megatron.importer import parse_megatron
 from planner.launch.torchtitan.importer import parse_torchtitan
 from planner.plans.plan_file import PlanInputs, job_to_mapping

@@ -24,7 +24,7 @@ from planner.inputs.jobs import make_job
 from planner.inputs.layer_pattern import PatternError, parse_pattern, pattern_text
 from planner.inputs.model_yaml import model_from_mapping, model_to_mapping
 from planner.inputs.models import load_model
-from planner.launch.megatron.export import megatron_args, refuse_unlaunchable
+from planner.launch.megatron.export_args import megatron_args, refuse_unlaunchable
 from planner.plans.plan_file import PlanInputs
 from planner.profiles.hardware import load_cluster
 from tests.conftest import DATA

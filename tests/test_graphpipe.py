@@ -127,7 +127,7 @@ def test_candle_uno_preset():
     assert g.num_units == 45
     assert g.blocks[0].forward_flop_per_sample == 2 * 942 * 4192
     # on 8 Summit V100 (2 nodes x 4), batch 16: the two drugs' encoders take the same stages
-    from scripts.reproduce_papers import _summit
+    from scripts._paper_searches import _summit
 
     layout = unit_layout(g)
     res = search_graph(

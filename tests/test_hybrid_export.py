@@ -17,7 +17,8 @@ from planner.inputs.errors import SpecError
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.model_yaml import model_to_mapping
 from planner.inputs.models import load_model
-from planner.launch.megatron.export import args_text, export_files, megatron_args
+from planner.launch.megatron.export import export_files
+from planner.launch.megatron.export_args import args_text, megatron_args
 from planner.launch.megatron.hybrid import HYBRID_SPEC, staged_pattern
 from planner.launch.megatron.importer import parse_megatron
 from planner.plans.plan_file import plan_document, write_plan

@@ -13,7 +13,8 @@ from cost_models.constraints import resolve
 from cost_models.parallel import ParallelConfig
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model
-from planner.launch.megatron.export import args_text, layout_for, megatron_args, slurm_script, torchrun_script
+from planner.launch.megatron.export import slurm_script, torchrun_script
+from planner.launch.megatron.export_args import args_text, layout_for, megatron_args
 from planner.launch.megatron.importer import parse_megatron
 from planner.plans.plan_file import PlanInputs
 from planner.profiles.hardware import load_cluster

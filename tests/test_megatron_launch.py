@@ -14,7 +14,8 @@ from cost_models.parallel import ParallelConfig
 from planner.inputs.errors import SpecError
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model
-from planner.launch.megatron.export import export_files, megatron_args, slurm_script, torchrun_script
+from planner.launch.megatron.export import export_files, slurm_script, torchrun_script
+from planner.launch.megatron.export_args import megatron_args
 from planner.launch.megatron.importer import parse_megatron
 from planner.plans.plan_file import PlanInputs
 from planner.profiles.hardware import load_cluster

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("torch")
 arguments = pytest.importorskip("megatron.training.arguments")
 
-from planner.launch.megatron.export import megatron_args  # noqa: E402
+from planner.launch.megatron.export_args import megatron_args  # noqa: E402
 from tests.test_megatron import CASES  # noqa: E402
 
 

@@ -30,7 +30,8 @@ from planner.inputs.errors import SpecError
 from planner.inputs.jobs import job_from_mapping, make_job
 from planner.inputs.models import load_model
 from planner.inputs.validation import require_precision
-from planner.launch.megatron.export import export_files, megatron_args
+from planner.launch.megatron.export import export_files
+from planner.launch.megatron.export_args import megatron_args
 from planner.launch.megatron.importer import parse_megatron
 from planner.plans.plan_file import PlanInputs, job_to_mapping
 from planner.profiles.hardware import load_cluster, load_gpu

@@ -15,7 +15,7 @@ from planner.frameworks import get_framework
 from planner.inputs.errors import SpecError
 from planner.inputs.jobs import job_from_mapping, make_job
 from planner.inputs.models import load_model
-from planner.launch.megatron.export import argv, megatron_args
+from planner.launch.megatron.export_args import argv, megatron_args
 from planner.launch.megatron.importer import parse_megatron
 from planner.launch.megatron.rules import megatron_findings
 from planner.plans.plan_file import PlanInputs, job_to_mapping

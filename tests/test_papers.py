@@ -28,6 +28,12 @@ def rp():
     return module
 
 
+@pytest.fixture(scope="module")
+def searches(rp):
+    """scripts/_paper_searches.py, the sibling reproduce_papers imports (AMP, GraphPipe, Hagemann)."""
+    return sys.modules["_paper_searches"]
+
+
 KEYS = {
     "paper",
     "key",
@@ -82,13 +88,13 @@ def test_usage_error(rp, capsys):
     assert "unknown nope" in capsys.readouterr().err
 
 
-def test_amp_partition_to_layers(rp):
+def test_amp_partition_to_layers(searches):
     # AMP's list: [embedding, noop, 24 transformer layers, noop, noop, output, noop]
-    assert rp.amp_layers((0, 7, 14, 20, 30)) == (5, 7, 6, 6)
-    assert rp.amp_layers((0, 30)) == (24,)
-    assert sum(rp.amp_layers((0, 3, 5, 7, 9, 11, 13, 15, 16, 17, 19, 20, 21, 22, 23, 25, 30))) == 24
-    assert rp._spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
-    assert rp._spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert searches.amp_layers((0, 7, 14, 20, 30)) == (5, 7, 6, 6)
+    assert searches.amp_layers((0, 30)) == (24,)
+    assert sum(searches.amp_layers((0, 3, 5, 7, 9, 11, 13, 15, 16, 17, 19, 20, 21, 22, 23, 25, 30))) == 24
+    assert searches._spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert searches._spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
 
 
 def test_amp_hardware_files_load_with_their_numbers():
@@ -114,8 +120,8 @@ def test_amp_hardware_files_load_with_their_numbers():
     assert (m.num_layers, m.hidden_size, m.num_attention_heads, m.vocab_size) == (24, 1024, 16, 52256)
 
 
-def test_amp_rows(rp):
-    rows = {r.key: r for r in rp.amp_rows()}
+def test_amp_rows(searches):
+    rows = {r.key: r for r in searches.amp_rows()}
     assert rows["amp-homogeneous"].within_bound  # dp 16 on the T4 cluster, as AMP
     gain = rows["amp-het-gain"]
     assert gain.planner_value > 1.0 and (gain.within_bound or gain.why_not)

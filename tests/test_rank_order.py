@@ -18,7 +18,7 @@ from planner.frameworks.megatron import MEGATRON
 from planner.frameworks.torchtitan import TORCHTITAN
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model
-from planner.launch.megatron.export import megatron_args
+from planner.launch.megatron.export_args import megatron_args
 from planner.launch.megatron.importer import parse_megatron
 from planner.plans.plan_file import PlanInputs, config_from_mapping, config_to_mapping
 from planner.profiles.hardware import load_cluster

@@ -16,7 +16,7 @@ from planner.frameworks import get_framework
 from planner.inputs.errors import SpecError
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model
-from planner.launch.megatron.export import argv, megatron_args
+from planner.launch.megatron.export_args import argv, megatron_args
 from planner.launch.megatron.importer import parse_megatron
 from planner.plans.plan_file import PlanInputs, config_from_mapping, config_to_mapping
 from planner.profiles.hardware import load_cluster

@@ -15,7 +15,7 @@ from cost_models.layers import layer_table
 from cost_models.parallel import ParallelConfig
 from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model
-from planner.launch.megatron.export import megatron_args
+from planner.launch.megatron.export_args import megatron_args
 from planner.launch.megatron.importer import parse_megatron
 from planner.profiles.hardware import load_cluster
 

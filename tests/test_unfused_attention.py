@@ -178,7 +178,7 @@ def test_megatron_import_reads_the_attention_backend(extra, impl):
 
 def test_frameworks_export_or_refuse_unfused_attention():
     from planner.frameworks import get_framework
-    from planner.launch.megatron.export import model_args
+    from planner.launch.megatron.export_args import model_args
     from planner.plans.plan_file import PlanInputs
 
     m, cluster = load_model("gpt-1.7b"), load_cluster("dgx-a100", 1)

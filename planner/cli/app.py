@@ -20,7 +20,7 @@ import warnings
 import numpy
 import typer
 
-from planner.cli.root import _state, app
+from planner.cli.root import app, state
 from planner.inputs.errors import PlannerError, UsageError
 from planner.inputs.validation import printable
 
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
             result = app(args=args, standalone_mode=False)
         return int(result or 0)
     except PlannerError as exc:
-        if _state["debug"]:
+        if state["debug"]:
             raise
         sys.stderr.write(f"error: {printable(str(exc))}\n")
         return exc.exit_code
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             message = ""
             if callable(getattr(exc, "format_message", None)) and type(exc).__name__ != "NoArgsIsHelpError":
                 message = printable(" ".join(str(exc.format_message()).split()))
-            if _state["debug"] or not message:
+            if state["debug"] or not message:
                 exc.show()  # help for a bare command
             else:
                 # One line, like every other error (click's own shows usage and a hint as well).

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from planner import __version__
-from planner.cli.common import _emit_json, _note, _print
+from planner.cli.common import emit_json, emit_note, print_rich
 from planner.cli.options import ClusterOpt, JsonOpt, NodesOpt, QuietOpt
 from planner.cli.root import app
 from planner.outputs import views
@@ -47,10 +47,10 @@ def calibrate(
     if out is not None:
         nccl_files = [p.origin.rsplit(":", 1)[0] for p in sources.nccl]
         write_profile(out, profile_from_report(report, sources.runs, nccl_files, summary(report)))
-        _note(f"wrote {out}", quiet)
+        emit_note(f"wrote {out}", quiet)
     if as_json:
-        _emit_json({"schema_version": views.SCHEMA_VERSION, "planner_version": __version__, **data})
+        emit_json({"schema_version": views.SCHEMA_VERSION, "planner_version": __version__, **data})
     else:
-        _print(*calibrate_tables(data))
+        print_rich(*calibrate_tables(data))
         if report.skipped:
-            _note(f"note: {len(report.skipped)} runs not used (--json lists each with why)", quiet)
+            emit_note(f"note: {len(report.skipped)} runs not used (--json lists each with why)", quiet)

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from planner.calibration.memory_validation import HEADROOM_GIB_DEFAULT
-from planner.cli.common import _emit_json, _finite
+from planner.cli.common import emit_json, require_finite
 from planner.cli.options import (
     PANEL_MEMORY,
     PANEL_OUTPUT,
@@ -104,7 +104,7 @@ def check(
 
     if fmt not in ("text", "github"):
         raise UsageError(f"--format {fmt!r} is not allowed; allowed values: text, github")
-    _finite(headroom_gib=headroom_gib, max_slowdown=max_slowdown or 0.0)
+    require_finite(headroom_gib=headroom_gib, max_slowdown=max_slowdown or 0.0)
     if headroom_gib < 0 or (max_slowdown is not None and max_slowdown < 0):
         raise UsageError("--headroom-gib and --max-slowdown must not be negative")
     check_flag(headroom_gib, "--headroom-gib", "headroom_gib", positive=False)  # <= 10,000 GiB, as search
@@ -152,7 +152,7 @@ def check(
         for p in configs
     ]
     if as_json:
-        _emit_json(
+        emit_json(
             {
                 "schema_version": views.SCHEMA_VERSION,
                 "passed": all(v.passed for v in verdicts),

@@ -26,7 +26,7 @@ from planner.inputs.validation import check_flag, json_text, printable
 
 
 @contextmanager
-def _progress(
+def progress_display(
     quiet: bool, as_json: bool, label: str = "searching", unit: str = "candidates"
 ) -> Iterator[render.ProgressDisplay | None]:
     """A stderr progress display for a long run, shown from its start
@@ -43,7 +43,7 @@ def _progress(
         display.close()
 
 
-def _phase(progress, text: str) -> None:
+def say_phase(progress, text: str) -> None:
     """Say on the progress display (if any) what the command is doing now."""
     if progress is not None:
         progress.phase(text)
@@ -53,7 +53,7 @@ def _stderr_is_terminal() -> bool:
     return sys.stderr.isatty()
 
 
-def _note(message: str, quiet: bool = False) -> None:
+def emit_note(message: str, quiet: bool = False) -> None:
     """A note on stderr (``wrote FILE``), silenced by --quiet. Written to ``sys.stderr`` itself, so
     that while a progress display is up rich prints the note above it (click's echo would write
     past rich's redirection, onto the display's line)."""
@@ -61,25 +61,27 @@ def _note(message: str, quiet: bool = False) -> None:
         print(printable(message), file=sys.stderr, flush=True)  # a path with a newline stays one line
 
 
-def _emit_json(data: dict) -> None:
+def emit_json(data: dict) -> None:
     """The one JSON edge: strict JSON (no NaN/inf), round-off negatives as 0.0 (planner.inputs.validation)."""
     sys.stdout.write(json_text(data, indent=2, sort_keys=True) + "\n")
 
 
-def _finite(**options: float) -> None:
+def require_finite(**options: float) -> None:
     """Number options must be finite (click parses ``nan`` and ``inf`` as floats)."""
     for name, value in options.items():
         if not math.isfinite(value):
             raise UsageError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
 
 
-def _print(*renderables) -> None:
+def print_rich(*renderables) -> None:
+    """Rich renderables on stdout (:func:`planner.cli.render.console`)."""
     con = render.console()
     for r in renderables:
         con.print(r)
 
 
-def _ints(text: str | None, flag: str, minimum: int = 1) -> tuple[int, ...] | None:
+def int_list(text: str | None, flag: str, minimum: int = 1) -> tuple[int, ...] | None:
+    """A comma-separated list of integers of at least ``minimum`` (None when not given)."""
     if text is None:
         return None
     try:
@@ -92,7 +94,8 @@ def _ints(text: str | None, flag: str, minimum: int = 1) -> tuple[int, ...] | No
     return values
 
 
-def _words(text: str | None, flag: str, allowed: tuple[str, ...]) -> tuple[str, ...] | None:
+def word_list(text: str | None, flag: str, allowed: tuple[str, ...]) -> tuple[str, ...] | None:
+    """A comma-separated list of ``allowed`` words (None when not given)."""
     if text is None:
         return None
     values = tuple(x.strip() for x in text.split(",") if x.strip())
@@ -102,7 +105,7 @@ def _words(text: str | None, flag: str, allowed: tuple[str, ...]) -> tuple[str, 
     return values
 
 
-def _recompute_modules(text: str | None) -> tuple[str, ...] | None:
+def recompute_modules_option(text: str | None) -> tuple[str, ...] | None:
     """``--recompute-modules a,b`` as ``ParallelConfig.recompute_modules``, checked as a plan file's
     list is (:func:`planner.plans.plan_file.recompute_modules_tuple`); None when not given."""
     from planner.plans.plan_file import recompute_modules_tuple
@@ -118,15 +121,15 @@ def _recompute_modules(text: str | None) -> tuple[str, ...] | None:
         raise UsageError(str(exc)) from None
 
 
-def _eager_ops(text: str | None) -> tuple[str, ...]:
+def eager_ops_option(text: str | None) -> tuple[str, ...]:
     """``--eager-ops`` as :attr:`JobSpec.eager_ops` (canonical order; none given: all fused)."""
-    values = _words(text, "--eager-ops", EAGER_OPS) or ()
+    values = word_list(text, "--eager-ops", EAGER_OPS) or ()
     if len(set(values)) != len(values):
         raise UsageError(f"--eager-ops {text!r}: an op group is listed twice")
     return tuple(op for op in EAGER_OPS if op in values)
 
 
-def _check_fp8_recipe(recipe: str | None, precision: str | None) -> None:
+def check_fp8_recipe(recipe: str | None, precision: str | None) -> None:
     """``--fp8-recipe`` names a recipe of :data:`planner.inputs.job_spec.FP8_RECIPES` and comes with
     ``--precision fp8`` (a usage error otherwise)."""
     if recipe is None:
@@ -148,7 +151,7 @@ def _optimizer_state_dtype(value: str | None) -> str:
     return value
 
 
-def _runtime(opts: dict) -> dict:
+def runtime_options(opts: dict) -> dict:
     """The gradient dtype and accumulation, FP8 recipe, core attention, MoE dispatcher and CUDA graph options as
     :func:`planner.plans.problem.load_problem` keywords."""
     scope = opts.get("cuda_graph_scope")
@@ -157,7 +160,7 @@ def _runtime(opts: dict) -> dict:
         raise UsageError(
             f"--attention-impl {impl!r} is not allowed; allowed values: {', '.join(ATTENTION_IMPLS)}"
         )
-    _check_fp8_recipe(opts.get("fp8_recipe"), opts.get("precision"))
+    check_fp8_recipe(opts.get("fp8_recipe"), opts.get("precision"))
     return {
         **_finetune(opts),
         "moe_dispatcher": opts.get("moe_dispatcher") or "alltoall",
@@ -213,21 +216,21 @@ def _finetune(opts: dict) -> dict:
     return out
 
 
-def _software_note(problem, quiet: bool = False) -> None:
+def software_note(problem, quiet: bool = False) -> None:
     """Say on stderr which GPU types a software profile prices with an earlier release's values or
     leaves at base values (one ``note:`` line each; none: no note)."""
     note = problem.software.note() if problem.software is not None else ""
     for line in note.splitlines():
-        _note(f"note: {line}", quiet)
+        emit_note(f"note: {line}", quiet)
 
 
-def _profile(opts: dict) -> str | None:
+def profile_path(opts: dict) -> str | None:
     """The ``--profile`` file of a command, as a path string (None when not given)."""
     profile = opts.get("profile")
     return str(profile) if profile is not None else None
 
 
-def _finish_export(
+def finish_export(
     out: Path,
     texts: dict[str, str],
     force: bool,
@@ -243,7 +246,7 @@ def _finish_export(
 
     files = api.write_export(out, texts, force)
     if as_json:
-        _emit_json({"files": sorted(str(f) for f in files), **payload})
+        emit_json({"files": sorted(str(f) for f in files), **payload})
     else:
         for f in sorted(files):
-            _note(f"wrote {f}", quiet)
+            emit_note(f"wrote {f}", quiet)

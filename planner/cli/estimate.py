@@ -13,16 +13,16 @@ import typer
 from planner import __version__, api
 from planner.cli import render
 from planner.cli.common import (
-    _eager_ops,
-    _emit_json,
-    _finite,
-    _ints,
-    _note,
-    _print,
-    _profile,
-    _recompute_modules,
-    _runtime,
-    _software_note,
+    eager_ops_option,
+    emit_json,
+    emit_note,
+    int_list,
+    print_rich,
+    profile_path,
+    recompute_modules_option,
+    require_finite,
+    runtime_options,
+    software_note,
 )
 from planner.cli.options import (
     PANEL_OUTPUT,
@@ -132,7 +132,7 @@ def _config(
 def _estimate(opts: dict):
     """Load and estimate what an estimate/timeline/bubbles command was given (its ``locals()``):
     a plan file, or a model, cluster, job and configuration flags. Prints nothing: the command
-    prints the software note (:func:`planner.cli.common._software_note`) once it has its result,
+    prints the software note (:func:`planner.cli.common.software_note`) once it has its result,
     so a failing command's stderr is its one error line."""
     model, cluster, nodes, plan = opts["model"], opts["cluster"], opts["nodes"], opts["plan"]
     if opts.get("plan_file") is not None:
@@ -193,7 +193,7 @@ def _estimate(opts: dict):
                 "do not combine it with "
                 "--model/--cluster/--nodes/--global-batch-size/--seq-len or configuration flags"
             )
-        return api.estimate_plan_file(str(plan), _profile(opts), opts.get("software"))
+        return api.estimate_plan_file(str(plan), profile_path(opts), opts.get("software"))
     missing = [
         flag
         for flag, v in (
@@ -213,12 +213,12 @@ def _estimate(opts: dict):
         gbs,
         seq,
         precision,
-        _profile(opts),
+        profile_path(opts),
         bool(opts.get("tp_comm_overlap")),
         opts.get("software"),
         _framework_name(opts.get("framework")),
-        eager_ops=_eager_ops(opts.get("eager_ops")),
-        **_runtime(opts),
+        eager_ops=eager_ops_option(opts.get("eager_ops")),
+        **runtime_options(opts),
     )
     check_flag(split[1], "--decoder-first-pipeline-num-layers", "num_layers", integer=True, positive=False)
     check_flag(split[2], "--decoder-last-pipeline-num-layers", "num_layers", integer=True, positive=False)
@@ -253,7 +253,7 @@ def _selective_modules(text: str, config) -> tuple[str, ...]:
     """``--recompute-modules a,b`` of estimate / timeline / bubbles (needs selective recompute)."""
     if config.recompute != "selective":
         raise UsageError("--recompute-modules needs --recompute selective")
-    return _recompute_modules(text)
+    return recompute_modules_option(text)
 
 
 def _framework_name(name: str | None) -> str:
@@ -287,7 +287,7 @@ def _with_split(config, model, layers: str | None, first: int | None, last: int 
     if layers is not None:
         # 0 is allowed at the ends: an embedding-only first or loss-only last stage, as Megatron's
         # --account-for-embedding/loss-in-pipeline-split and layout's E / L stages give.
-        return config.with_(layers_per_stage=_ints(layers, "--layers-per-stage", minimum=0))
+        return config.with_(layers_per_stage=int_list(layers, "--layers-per-stage", minimum=0))
     if config.vpp > 1:
         raise UsageError(
             "--decoder-first/last-pipeline-num-layers with --vpp > 1: give every virtual stage with --layers-per-stage"
@@ -348,11 +348,11 @@ def estimate(
     """Predict step time, throughput, MFU and memory of one configuration."""
     problem, est = _estimate(locals())
     data = views.estimate_dict(problem, est)
-    _software_note(problem, quiet)
+    software_note(problem, quiet)
     if as_json:
-        _emit_json(data)
+        emit_json(data)
     else:
-        _print(*render.estimate_tables(data))
+        print_rich(*render.estimate_tables(data))
         if not est.gpu_fits:
             typer.echo(
                 f"warning: does not fit: stage {data['memory']['worst_stage']} needs "
@@ -442,13 +442,13 @@ def timeline(
     title = f"{problem.model.name} {schedule} p={est.config.pp} m={est.num_microbatches}"
     if svg is not None:
         write_text_atomic(svg, timeline_svg(est, title))
-        _note(f"wrote {svg}", quiet)
+        emit_note(f"wrote {svg}", quiet)
     if trace is not None:
         write_text_atomic(trace, trace_json(est, title, point_to_point=problem.stage_graph is None))
-        _note(f"wrote {trace}", quiet)
-    _software_note(problem, quiet)
+        emit_note(f"wrote {trace}", quiet)
+    software_note(problem, quiet)
     if as_json:
-        _emit_json(
+        emit_json(
             {
                 "schema_version": views.SCHEMA_VERSION,
                 "makespan_s": tl.makespan_s,
@@ -561,7 +561,7 @@ def bubbles(
     """Report every idle window of every pipeline stage (PipeFill bubble-fill budget)."""
     from planner.outputs import bubbles as bub
 
-    _finite(
+    require_finite(
         switch_overhead_s=switch_overhead,
         safety_margin=safety_margin,
         min_slice_s=min_slice,
@@ -589,8 +589,8 @@ def bubbles(
         data["schedule"] = "graph-1f1b"
     if fill_job is not None:
         data["fill"] = bub.fill_dict(bub.fit_fill_job(b, bub.load_fill_job(str(fill_job)), max_slowdown))
-    _software_note(problem, quiet)
+    software_note(problem, quiet)
     if as_json:
-        _emit_json(data)
+        emit_json(data)
     else:
-        _print(*render.budget_tables(data))
+        print_rich(*render.budget_tables(data))

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import _finish_export
+from planner.cli.common import finish_export
 from planner.cli.options import PANEL_OUTPUT, JsonOpt, QuietOpt
 from planner.cli.root import export_app
 from planner.inputs.errors import SpecError
@@ -51,4 +51,4 @@ def export_megatron_bridge(
         "world_size": inputs.cluster.num_gpus,
         "framework": {"name": "megatron-bridge", "version": bx.VERSION},
     }
-    _finish_export(out, files, force, "torchrun", as_json, payload, quiet)
+    finish_export(out, files, force, "torchrun", as_json, payload, quiet)

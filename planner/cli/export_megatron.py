@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import _finish_export, _note
+from planner.cli.common import emit_note, finish_export
 from planner.cli.options import PANEL_OUTPUT, JsonOpt, QuietOpt
 from planner.cli.root import export_app
 from planner.inputs.errors import UsageError
@@ -46,6 +46,7 @@ def export_megatron(
     """Write Megatron-LM arguments and a launch script for a plan (megatron-core 0.19.2). Exit 1
     when Megatron-LM cannot run the plan, naming the reason."""
     from planner.launch.megatron import export as mx
+    from planner.launch.megatron.export_args import megatron_args
     from planner.plans.graph_plan import is_graph_plan
     from planner.plans.plan_file import read_plan
 
@@ -55,14 +56,14 @@ def export_megatron(
         from planner.plans.graph_plan import sequential_for_megatron
 
         inputs, note = sequential_for_megatron(plan, sequential)
-        _note(f"note: {note}", quiet)
+        emit_note(f"note: {note}", quiet)
     else:
         if sequential:
             raise UsageError("--sequential applies to graph plans only; this plan is already sequential")
         inputs = read_plan(str(plan))
     payload = {
-        "args": [[f, v] for f, v in mx.megatron_args(inputs)],
+        "args": [[f, v] for f, v in megatron_args(inputs)],
         "world_size": inputs.cluster.num_gpus,
         "framework": {"name": "megatron", "version": mx.VERSION},
     }
-    _finish_export(out, mx.export_files(inputs, launcher), force, launcher, as_json, payload, quiet)
+    finish_export(out, mx.export_files(inputs, launcher), force, launcher, as_json, payload, quiet)

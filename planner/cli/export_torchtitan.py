@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import _finish_export
+from planner.cli.common import finish_export
 from planner.cli.options import PANEL_OUTPUT, JsonOpt, QuietOpt
 from planner.cli.root import export_app
 from planner.inputs.errors import SpecError, UsageError
@@ -51,4 +51,4 @@ def export_torchtitan(
         "world_size": inputs.cluster.num_gpus,
         "framework": {"name": "torchtitan", "version": tx.VERSION},
     }
-    _finish_export(out, tx.export_files(inputs, launcher), force, launcher, as_json, payload, quiet)
+    finish_export(out, tx.export_files(inputs, launcher), force, launcher, as_json, payload, quiet)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from planner.cli import render
-from planner.cli.common import _emit_json, _print
+from planner.cli.common import emit_json, print_rich
 from planner.cli.options import JsonOpt
 from planner.cli.root import hardware_app, models_app
 from planner.outputs import views
@@ -25,9 +25,9 @@ def models_list(as_json: JsonOpt = False) -> None:
         views.model_dict(load_graph_model(n) if n in graphs else load_model(n)) for n in model_preset_names()
     ]
     if as_json:
-        _emit_json({"models": rows})
+        emit_json({"models": rows})
     else:
-        _print(render.models_table(rows))
+        print_rich(render.models_table(rows))
 
 
 @models_app.command("show")
@@ -42,15 +42,15 @@ def models_show(
     if is_graph_model(name):
         data = views.model_dict(load_graph_model(name))
         if as_json:
-            _emit_json(data)
+            emit_json(data)
         else:
-            _print(*render.graph_model_tables(data))
+            print_rich(*render.graph_model_tables(data))
         return
     data = views.model_dict(load_model(name))
     if as_json:
-        _emit_json(data)
+        emit_json(data)
     else:
-        _print(render.kv_table(f"model {data['name']}", data))
+        print_rich(render.kv_table(f"model {data['name']}", data))
 
 
 @hardware_app.command("list")
@@ -63,7 +63,7 @@ def hardware_list(as_json: JsonOpt = False) -> None:
     templates = [load_template(n) for n in cluster_template_names()]
     software = profile_rows()
     if as_json:
-        _emit_json(
+        emit_json(
             {
                 "gpus": gpus,
                 "clusters": [{"name": t["name"], "node": t["node"]} for t in templates],
@@ -71,7 +71,7 @@ def hardware_list(as_json: JsonOpt = False) -> None:
             }
         )
     else:
-        _print(*render.hardware_tables(gpus, templates), render.software_table(software))
+        print_rich(*render.hardware_tables(gpus, templates), render.software_table(software))
 
 
 @hardware_app.command("software")
@@ -82,9 +82,9 @@ def hardware_software(as_json: JsonOpt = False) -> None:
 
     rows = profile_rows()
     if as_json:
-        _emit_json({"schema_version": views.SCHEMA_VERSION, "software": rows})
+        emit_json({"schema_version": views.SCHEMA_VERSION, "software": rows})
     else:
-        _print(render.software_table(rows))
+        print_rich(render.software_table(rows))
 
 
 @hardware_app.command("show")
@@ -121,7 +121,7 @@ def hardware_show(
     data["efficiency_family"] = family
     data["software_profiles"] = profile_rows(family)
     if as_json:
-        _emit_json(data)
+        emit_json(data)
     else:
         software = data.pop("software_profiles")
         flat = {k: v for k, v in data.items() if not isinstance(v, dict)}
@@ -137,4 +137,4 @@ def hardware_show(
             tables.append(render.software_table(software, f"software profiles for family {family}"))
         else:
             tables.append(f"no software profile has an entry for family {family}: base values only")
-        _print(*tables)
+        print_rich(*tables)

@@ -30,7 +30,8 @@ def console() -> Console:
     return Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
 
 
-def _gib(x: float) -> str:
+def gib_text(x: float) -> str:
+    """Bytes as GiB with one decimal."""
     return f"{x / GIB:.1f}"
 
 
@@ -85,7 +86,7 @@ def hardware_tables(gpus: list[dict], templates: list[dict]) -> list[Table]:
         peak = r["peak_flop_per_s"]
         g.add_row(
             r["name"],
-            _gib(r["memory_bytes"]),
+            gib_text(r["memory_bytes"]),
             # A peak of 0 means the GPU has no such tensor-core path (V100 bf16, A100 fp8): '-'.
             *(f"{peak.get(p, 0) / 1e12:.0f}" if peak.get(p, 0) else "-" for p in precisions),
             f"{r['hbm_bandwidth_bytes_per_s'] / 1e9:.0f}",
@@ -142,7 +143,7 @@ def software_table(rows: list[dict], title: str = "Software profiles") -> Table:
     return t
 
 
-def _mfu_basis(d: dict) -> str:
+def mfu_basis(d: dict) -> str:
     """What an FP8 or NVFP4 job's MFU is a fraction of, for its labels: MFU and HFU are over the
     dense 16-bit peak for every precision (``cost_models.estimate.Estimate.mfu``, the convention of
     Megatron-LM's and NeMo's throughput logs), so such a run's can pass 100%; '' otherwise."""
@@ -231,7 +232,7 @@ def estimate_tables(d: dict) -> list[Table]:
         ("micro-batch x micro-batches", f"{cfg['micro_batch_size']} x {cfg['num_microbatches']}"),
         (
             "schedule / recompute / sharding",
-            f"{cfg['schedule']} / {_recompute_text(cfg)} / {_sharding_text(cfg)}",
+            f"{cfg['schedule']} / {recompute_text(cfg)} / {sharding_text(cfg)}",
         ),
         *_moe_runtime_rows(d),
         # Shown only when the plan offloads activations to host memory.
@@ -246,14 +247,14 @@ def estimate_tables(d: dict) -> list[Table]:
         ("step time", f"{d['step_time_s']:.3f} s"),
         ("tokens/s (per GPU)", f"{d['tokens_per_s']:,.0f} ({d['tokens_per_s_per_gpu']:,.1f})"),
         *_interval_rows(d.get("prediction_interval")),
-        ("MFU / HFU" + _mfu_basis(d), f"{100 * d['mfu']:.1f}% / {100 * d['hfu']:.1f}%"),
-        ("best published MFU of its class" + _mfu_basis(d), _plausibility_text(d.get("plausibility"))),
+        ("MFU / HFU" + mfu_basis(d), f"{100 * d['mfu']:.1f}% / {100 * d['hfu']:.1f}%"),
+        ("best published MFU of its class" + mfu_basis(d), _plausibility_text(d.get("plausibility"))),
         *[
             ("[bold yellow]outside calibration[/]", escape(reason))
             for reason in (d.get("plausibility") or {}).get("outside_calibration", [])
         ],
         ("bubble fraction", f"{100 * d['bubble_fraction']:.1f}%"),
-        ("peak memory", f"{_gib(d['peak_memory_bytes'])} GiB"),
+        ("peak memory", f"{gib_text(d['peak_memory_bytes'])} GiB"),
         ("fits", _fits_text(d)),
     ]
     for k, v in rows:
@@ -303,18 +304,18 @@ def estimate_tables(d: dict) -> list[Table]:
             str(s["stage"]),
             s["gpu"],
             "+".join(map(str, s["layers"])),
-            _gib(s["weights_bytes"]),
-            _gib(s["gradients_bytes"]),
-            _gib(s["optimizer_bytes"]),
-            _gib(s["activations_bytes"] + s["transient_bytes"]),
-            _gib(s["reserve_bytes"]),
-            _gib(s["peak_bytes"]),
-            _gib(s["capacity_bytes"]),
+            gib_text(s["weights_bytes"]),
+            gib_text(s["gradients_bytes"]),
+            gib_text(s["optimizer_bytes"]),
+            gib_text(s["activations_bytes"] + s["transient_bytes"]),
+            gib_text(s["reserve_bytes"]),
+            gib_text(s["peak_bytes"]),
+            gib_text(s["capacity_bytes"]),
             f"{s['peak_inflight_microbatches']:.1f}",
             *(
                 (
-                    _gib(h["offloaded_bytes_per_gpu"]),
-                    _gib(h["share_bytes_per_gpu"]) if h["share_bytes_per_gpu"] else "unknown",
+                    gib_text(h["offloaded_bytes_per_gpu"]),
+                    gib_text(h["share_bytes_per_gpu"]) if h["share_bytes_per_gpu"] else "unknown",
                 )
                 if h
                 else ()
@@ -329,11 +330,13 @@ def _fits_text(d: dict) -> str:
     mem = d["memory"]
     gpu_ok = all(s["fits"] for s in mem["per_stage"])
     host = mem.get("host")
-    parts = [] if gpu_ok else [f"stage {mem['worst_stage']} short by {_gib(mem['shortfall_bytes'])} GiB"]
+    parts = [] if gpu_ok else [f"stage {mem['worst_stage']} short by {gib_text(mem['shortfall_bytes'])} GiB"]
     if host and not host["fits"]:
         h = next(h for h in host["per_stage"] if not h["fits"])
         short = h["offloaded_bytes_per_gpu"] - h["share_bytes_per_gpu"]
-        parts.append(f"stage {h['stage']} offloads {_gib(short)} GiB per GPU more than its host memory share")
+        parts.append(
+            f"stage {h['stage']} offloads {gib_text(short)} GiB per GPU more than its host memory share"
+        )
     return "NO: " + "; ".join(parts) if parts else "yes"
 
 
@@ -376,7 +379,7 @@ def budget_tables(d: dict) -> list[Table]:
             f"{s['usable_s']:.3f}",
             f"{100 * s['usable_fraction']:.1f}",
             f"{big['duration_s']:.3f}" if big else "-",
-            _gib(big["free_memory_bytes"]) if big else "-",
+            gib_text(big["free_memory_bytes"]) if big else "-",
         )
     agg = d["aggregate"]
     foot = Table(show_header=False)
@@ -510,13 +513,13 @@ def graph_model_tables(d: dict) -> list[Table]:
     return [t, e]
 
 
-def _sharding_text(cfg: dict) -> str:
+def sharding_text(cfg: dict) -> str:
     """The optimizer sharding, with the distributed optimizer's instance count when above one."""
     n = cfg.get("optimizer_instances", 1)
     return f"{cfg['optimizer_sharding']}, {n} instances" if n > 1 else cfg["optimizer_sharding"]
 
 
-def _recompute_text(cfg: dict) -> str:
+def recompute_text(cfg: dict) -> str:
     """The recompute form, with its selective modules when they are not the default."""
     modules = cfg.get("recompute_modules")
     return f"{cfg['recompute']} ({', '.join(modules)})" if modules else cfg["recompute"]

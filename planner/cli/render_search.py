@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from planner.cli.render import _gib, _mfu_basis, _recompute_text, _sharding_text
+from planner.cli.render import gib_text, mfu_basis, recompute_text, sharding_text
 
 TRAINING_COLUMNS = {
     "days_to_train": ("days", lambda v: f"{v:,.1f}"),
@@ -31,7 +31,7 @@ def _plan_cells(p: dict, alternative: bool = False) -> list[str]:
         if len(set(layers)) <= 1
         else ",".join(map(str, layers[:6])) + ("..." if len(layers) > 6 else "")
     )
-    rec = _recompute_text(p) + (f"({p['recompute_num_layers']})" if p["recompute_num_layers"] else "")
+    rec = recompute_text(p) + (f"({p['recompute_num_layers']})" if p["recompute_num_layers"] else "")
     if p.get("offload_layers"):
         rec += f", offload {p['offload_layers']}"
     cells = [
@@ -44,17 +44,17 @@ def _plan_cells(p: dict, alternative: bool = False) -> list[str]:
         str(p["micro_batch_size"]),
         p["schedule"] + (f", ranks {p['rank_order']}" if p.get("rank_order") else ""),
         rec,
-        _sharding_text(p),
+        sharding_text(p),
         lay,
         f"{p['step_time_s']:.3f}",
         f"{p['tokens_per_s_per_gpu']:,.0f}",
     ]
     if alternative:
-        return cells + ["", _gib(p["peak_memory_bytes"]), ""]
+        return cells + ["", gib_text(p["peak_memory_bytes"]), ""]
     above = p.get("plausibility", {}).get("above_best_published")
     return cells + [
         f"{100 * p['mfu']:.1f}%" + ("[bold yellow]![/]" if above else ""),
-        _gib(p["peak_memory_bytes"]),
+        gib_text(p["peak_memory_bytes"]),
         f"{100 * p['bubble_fraction']:.1f}%",
     ]
 
@@ -101,7 +101,7 @@ def search_tables(d: dict) -> list[Table]:
         foot.add_row(
             "1a, 1b, ...", "variants: the same layout with other vpp, micro-batch size, schedule or split"
         )
-    if _mfu_basis(d):
+    if mfu_basis(d):
         foot.add_row("MFU", "of the dense BF16 peak, FP8 jobs included (Megatron's convention)")
     ties = d.get("ties")
     if ties and ties["tied_plans"] > 1:
@@ -160,7 +160,7 @@ def _graph_plan_row(t: Table, label: str, p: dict) -> None:
         f"{p['step_time_s']:.3f}",
         f"{p['tokens_per_s_per_gpu']:,.0f}",
         f"{100 * p['mfu']:.1f}%",
-        _gib(p["peak_memory_bytes"]),
+        gib_text(p["peak_memory_bytes"]),
         f"{100 * p['bubble_fraction']:.1f}%",
     )
 
@@ -202,7 +202,7 @@ def graph_search_tables(d: dict) -> list[Table]:
             str(s["replicas"]),
             str(s["depth"]),
             f"{1e3 * s['time_per_microbatch_s']:.1f}",
-            _gib(s["peak_memory_bytes"]),
+            gib_text(s["peak_memory_bytes"]),
             feeds,
         )
     tables.append(st)

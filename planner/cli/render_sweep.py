@@ -8,7 +8,7 @@ from xml.sax.saxutils import escape
 
 from rich.table import Table
 
-from planner.cli.render import _recompute_text
+from planner.cli.render import recompute_text
 
 COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7")
 
@@ -45,7 +45,7 @@ def sweep_table(d: dict) -> Table:
         plan = (
             f"tp{r['tp']} pp{r['pp']} dp{r['dp']} cp{r['cp']}"
             + (f" vpp{r['vpp']}" if r["vpp"] > 1 else "")
-            + f" mbs{r['micro_batch_size']} {_recompute_text(r)}"
+            + f" mbs{r['micro_batch_size']} {recompute_text(r)}"
         )
         cells = [
             *lead,

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import _emit_json, _note
+from planner.cli.common import emit_json, emit_note
 from planner.cli.options import JsonOpt, QuietOpt
 from planner.cli.root import app
 from planner.inputs.files import write_text_atomic
@@ -33,6 +33,6 @@ def report(
     write_text_atomic(html, text)
     summary["html"] = str(html)
     if as_json:
-        _emit_json(summary)
+        emit_json(summary)
     else:
-        _note(f"wrote {html} ({summary['bytes']:,} bytes: {', '.join(summary['sections'])})", quiet)
+        emit_note(f"wrote {html} ({summary['bytes']:,} bytes: {', '.join(summary['sections'])})", quiet)

@@ -43,7 +43,8 @@ app.add_typer(hardware_app, name="hardware")
 export_app = typer.Typer(no_args_is_help=True, help="Export a plan to a training framework.")
 app.add_typer(export_app, name="export")
 
-_state = {"debug": False}
+state = {"debug": False}
+"""The root options the error handling of :func:`planner.cli.app.main` reads (``--debug``)."""
 
 
 def version_callback(value: bool) -> None:
@@ -60,4 +61,4 @@ def root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
 ) -> None:
     """planner: parallelism planning for large-model training."""
-    _state["debug"] = debug
+    state["debug"] = debug

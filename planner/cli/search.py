@@ -14,18 +14,18 @@ import typer
 from planner import __version__, api
 from planner.cli import render_search
 from planner.cli.common import (
-    _eager_ops,
-    _emit_json,
-    _ints,
-    _note,
-    _phase,
-    _print,
-    _profile,
-    _progress,
-    _recompute_modules,
-    _runtime,
-    _software_note,
-    _words,
+    eager_ops_option,
+    emit_json,
+    emit_note,
+    int_list,
+    print_rich,
+    profile_path,
+    progress_display,
+    recompute_modules_option,
+    runtime_options,
+    say_phase,
+    software_note,
+    word_list,
 )
 from planner.cli.options import (
     PANEL_COST,
@@ -278,29 +278,29 @@ def search(
     On a graph model (a DAG of blocks, e.g. the vlm-two-tower-13b, mmt-4tower-4b and t5-11b presets), searches graph pipelines (GraphPipe: branches on their own stages, running concurrently) and reports the best sequential pipeline beside them (speedup_vs_sequential in --json).
     """
     opts = dict(locals())
-    restrictions = _restrictions(opts)
-    with _progress(quiet, as_json) as progress:
-        problem, target = _load(opts, restrictions, progress)
+    restrictions = restrictions_from_options(opts)
+    with progress_display(quiet, as_json) as progress:
+        problem, target = problem_from_options(opts, restrictions, progress)
         if isinstance(problem.model, GraphModelSpec):
             _check_graph_options(opts, target)
-            _phase(progress, "enumerating and partitioning graph pipelines")
+            say_phase(progress, "enumerating and partitioning graph pipelines")
             result, goodputs = api.search(problem, restrictions, top, progress), None
         else:
             result, goodputs = _chain_search(problem, restrictions, opts, target, progress)
-    _software_note(problem, quiet)  # with the result: an infeasible search's stderr is its one error
+    software_note(problem, quiet)  # with the result: an infeasible search's stderr is its one error
     if isinstance(problem.model, GraphModelSpec):
         _graph_outputs(problem, restrictions, result, opts)
     else:
         _chain_outputs(problem, restrictions, result, goodputs, target, opts)
 
 
-def _restrictions(opts: dict):
+def restrictions_from_options(opts: dict):
     """The search space of the command's options (:func:`planner.api.restrictions`); usage errors
     name the flag."""
     from cost_models.parallel import OPTIMIZER_SHARDING, RANK_ORDERS, RECOMPUTE, SCHEDULES
 
     check_flag(opts["top"], "--top", "top", integer=True)  # 1 to 100 (planner.inputs.validation)
-    rec = _words(opts["recompute"], "--recompute", RECOMPUTE)
+    rec = word_list(opts["recompute"], "--recompute", RECOMPUTE)
     if opts["no_recompute"]:
         if rec not in (None, ("none",)):
             raise UsageError("--no-recompute contradicts --recompute")
@@ -308,19 +308,19 @@ def _restrictions(opts: dict):
     return api.restrictions(
         opts["framework"],
         opts["headroom_gib"],
-        tp=_ints(opts["tp"], "--tp"),
-        pp=_ints(opts["pp"], "--pp"),
-        cp=_ints(opts["cp"], "--cp"),
-        ep=_ints(opts["ep"], "--ep"),
-        vpp=_ints(opts["vpp"], "--vpp"),
-        micro_batch_size=_ints(opts["micro_batch_size"], "--micro-batch-size"),
+        tp=int_list(opts["tp"], "--tp"),
+        pp=int_list(opts["pp"], "--pp"),
+        cp=int_list(opts["cp"], "--cp"),
+        ep=int_list(opts["ep"], "--ep"),
+        vpp=int_list(opts["vpp"], "--vpp"),
+        micro_batch_size=int_list(opts["micro_batch_size"], "--micro-batch-size"),
         recompute=rec,
-        recompute_modules=_recompute_modules(opts["recompute_modules"]),
-        optimizer_sharding=_words(opts["optimizer_sharding"], "--optimizer-sharding", OPTIMIZER_SHARDING),
-        optimizer_instances=_ints(opts["optimizer_instances"], "--optimizer-instances"),
-        rank_order=_words(opts["rank_order"], "--rank-order", RANK_ORDERS),
-        offload_layers=_ints(opts["offload_layers"], "--offload-layers", minimum=0),
-        schedule=_words(opts["schedule"], "--schedule", SCHEDULES),
+        recompute_modules=recompute_modules_option(opts["recompute_modules"]),
+        optimizer_sharding=word_list(opts["optimizer_sharding"], "--optimizer-sharding", OPTIMIZER_SHARDING),
+        optimizer_instances=int_list(opts["optimizer_instances"], "--optimizer-instances"),
+        rank_order=word_list(opts["rank_order"], "--rank-order", RANK_ORDERS),
+        offload_layers=int_list(opts["offload_layers"], "--offload-layers", minimum=0),
+        schedule=word_list(opts["schedule"], "--schedule", SCHEDULES),
         sequence_parallel=opts["sequence_parallel"],
         max_tp=opts["max_tp"],
         max_pp=opts["max_pp"],
@@ -330,11 +330,11 @@ def _restrictions(opts: dict):
     )
 
 
-def _load(opts: dict, restrictions, progress):
+def problem_from_options(opts: dict, restrictions, progress):
     """The problem (priced for the searched framework) and the training target of the options."""
     from planner.outputs.costing import check_objective, make_target
 
-    _phase(progress, f"loading {opts['model']} on {opts['cluster']}")
+    say_phase(progress, f"loading {opts['model']} on {opts['cluster']}")
     problem = api.load_problem(
         opts["model"],
         opts["cluster"],
@@ -342,12 +342,12 @@ def _load(opts: dict, restrictions, progress):
         opts["global_batch_size"],
         opts["seq_len"],
         opts["precision"],
-        _profile(opts),
+        profile_path(opts),
         opts["tp_comm_overlap"],
         opts["software"],
         restrictions.framework,
-        eager_ops=_eager_ops(opts["eager_ops"]),
-        **_runtime(opts),
+        eager_ops=eager_ops_option(opts["eager_ops"]),
+        **runtime_options(opts),
     )
     target = make_target(
         opts["tokens"],
@@ -377,7 +377,7 @@ def _chain_search(problem, restrictions, opts: dict, target, progress):
 
     top = opts["top"]
     pool = max(top, FAILURE_AWARE_POOL) if opts["failure_aware"] else top
-    _phase(progress, "enumerating and bounding candidates")
+    say_phase(progress, "enumerating and bounding candidates")
     result = api.search(problem, restrictions, pool, progress, collect=opts["csv_out"] is not None)
     if opts["objective"] == "cost" or opts["failure_aware"]:
         result.ties = None  # ranked by cost or goodput: ties of step time say nothing of that order
@@ -385,7 +385,7 @@ def _chain_search(problem, restrictions, opts: dict, target, progress):
         result.plans = rank_by_cost(result.plans, target)
     if not opts["failure_aware"]:
         return result, None
-    _phase(progress, "ranking by expected goodput")
+    say_phase(progress, "ranking by expected goodput")
     result.plans, goodputs = failure_aware_rank(problem, result.plans, restrictions, top)
     return result, [goodput_summary(g) for g in goodputs]
 
@@ -435,18 +435,18 @@ def _chain_outputs(problem, restrictions, result, goodputs, target, opts: dict) 
     quiet, csv_out, out = opts["quiet"], opts["csv_out"], opts["out"]
     if csv_out is not None:
         write_text_atomic(csv_out, candidates_csv(result.candidates or []))
-        _note(f"wrote {csv_out} ({len(result.candidates or [])} configurations)", quiet)
+        emit_note(f"wrote {csv_out} ({len(result.candidates or [])} configurations)", quiet)
     if out is not None:
         api.write_plan(out, problem, result, restrictions, target=target)
-        _note(f"wrote {out}", quiet)
+        emit_note(f"wrote {out}", quiet)
     if opts["as_json"]:
-        _emit_json(data)
+        emit_json(data)
         return
-    _print(*render_search.search_tables(data))
+    print_rich(*render_search.search_tables(data))
     if opts["failure_aware"]:
         from planner.cli.render_whatif import failure_aware_table
 
-        _print(failure_aware_table(plans))
+        print_rich(failure_aware_table(plans))
 
 
 def _graph_outputs(problem, restrictions, result, opts: dict) -> None:
@@ -457,8 +457,8 @@ def _graph_outputs(problem, restrictions, result, opts: dict) -> None:
         data["explain"] = graph_api.graph_explain(result)
     if opts["out"] is not None:
         api.write_plan(opts["out"], problem, result, restrictions)
-        _note(f"wrote {opts['out']}", opts["quiet"])
+        emit_note(f"wrote {opts['out']}", opts["quiet"])
     if opts["as_json"]:
-        _emit_json(data)
+        emit_json(data)
     else:
-        _print(*render_search.graph_search_tables(data))
+        print_rich(*render_search.graph_search_tables(data))

@@ -10,7 +10,15 @@ from typing import Annotated
 import typer
 
 from planner import __version__, api
-from planner.cli.common import _check_fp8_recipe, _emit_json, _ints, _note, _phase, _print, _progress
+from planner.cli.common import (
+    check_fp8_recipe,
+    emit_json,
+    emit_note,
+    int_list,
+    print_rich,
+    progress_display,
+    say_phase,
+)
 from planner.cli.options import (
     PANEL_INPUTS,
     PANEL_MEMORY,
@@ -184,17 +192,17 @@ def sweep(
     else:
         _required(opts)
         restrictions = api.restrictions(framework, headroom_gib)
-        _check_fp8_recipe(fp8_recipe, precision)
+        check_fp8_recipe(fp8_recipe, precision)
     study = None
-    with _progress(quiet, as_json, "sweeping", "points") as progress:
+    with progress_display(quiet, as_json, "sweeping", "points") as progress:
         if grid is not None:
             from planner.outputs.sweep_study import load_study, study_tasks
 
-            _phase(progress, f"loading {grid}")
+            say_phase(progress, f"loading {grid}")
             study = load_study(grid)
             tasks = study_tasks(study)
         else:
-            _phase(progress, f"loading {cluster}")
+            say_phase(progress, f"loading {cluster}")
             tasks = _tasks(opts, restrictions)
         rows = views.rounded(_run(opts, tasks, journal_path, progress))
     _outputs(opts, tasks, rows, study)
@@ -218,7 +226,7 @@ def _run(opts: dict, tasks: list, journal_path: Path | None, progress) -> list[d
     try:
         left = _left(tasks, record, journal_path, opts["quiet"])
         if left:
-            _phase(progress, _searching(left, engine, min(processes, left)))
+            say_phase(progress, _searching(left, engine, min(processes, left)))
         return run_sweep(
             tasks,
             (jobs or 0) if engine == "ray" else processes,
@@ -292,7 +300,7 @@ def _open_journal(path: Path | None, resume: bool, quiet: bool):
         return None
     record = Journal(path, resume)
     if record.note:
-        _note(f"note: {record.note}", quiet)
+        emit_note(f"note: {record.note}", quiet)
     return record
 
 
@@ -303,7 +311,7 @@ def _left(tasks: list, record, path: Path | None, quiet: bool) -> int:
     if record is None or not record.done:
         return len(tasks)
     resumed = sum(task_key(t) in record.done for t in tasks)
-    _note(f"resuming: {resumed} of {len(tasks)} points from {path}", quiet)
+    emit_note(f"resuming: {resumed} of {len(tasks)} points from {path}", quiet)
     return len(tasks) - resumed
 
 
@@ -318,7 +326,7 @@ def _tasks(opts: dict, restrictions) -> list:
 
     names = [c.strip() for c in opts["cluster"].split(",") if c.strip()]
     nodes = opts["nodes"]
-    points = sweep_points(names, list(_ints(nodes, "--nodes")) if nodes is not None else None)
+    points = sweep_points(names, list(int_list(nodes, "--nodes")) if nodes is not None else None)
     tasks = []
     for p in points:
         point_cluster = load_cluster(p.cluster, p.nodes)
@@ -390,11 +398,11 @@ def _outputs(opts: dict, tasks: list, rows: list[dict], study) -> None:
         }
     if opts["csv_out"] is not None:
         write_text_atomic(opts["csv_out"], sweep_csv(rows, study=study is not None))
-        _note(f"wrote {opts['csv_out']}", opts["quiet"])
+        emit_note(f"wrote {opts['csv_out']}", opts["quiet"])
     if opts["svg"] is not None:
         write_text_atomic(opts["svg"], sweep_svg(data))
-        _note(f"wrote {opts['svg']}", opts["quiet"])
+        emit_note(f"wrote {opts['svg']}", opts["quiet"])
     if opts["as_json"]:
-        _emit_json(data)
+        emit_json(data)
     else:
-        _print(sweep_table(data))
+        print_rich(sweep_table(data))

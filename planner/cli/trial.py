@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from planner import __version__, api
-from planner.cli.common import _emit_json, _note, _print
+from planner.cli.common import emit_json, emit_note, print_rich
 from planner.cli.options import (
     FrameworkOpt,
     JsonOpt,
@@ -97,7 +97,7 @@ def trial(
         raise UsageError(f"planner trial needs {', '.join(missing + (['--out'] if out is None else []))}")
     if framework not in tr.FRAMEWORKS:
         raise UsageError(f"--framework {framework!r}: a trial runs on {' or '.join(tr.FRAMEWORKS)}")
-    from planner.cli.search import _load, _restrictions
+    from planner.cli.search import problem_from_options, restrictions_from_options
     from planner.cli.search import search as search_command
 
     opts = {
@@ -118,8 +118,8 @@ def trial(
         top=top,
         quiet=quiet or as_json,
     )
-    restrictions = _restrictions(opts)
-    problem, _ = _load(opts, restrictions, None)
+    restrictions = restrictions_from_options(opts)
+    problem, _ = problem_from_options(opts, restrictions, None)
     result = api.search(problem, restrictions, top)
     ties = getattr(result, "ties", None)
     plans = [
@@ -143,15 +143,17 @@ def trial(
         "files": sorted(str(f) for f in files),
     }
     if as_json:
-        _emit_json(data)
+        emit_json(data)
         return
     runner = "run_trials.sh" if launcher == "torchrun" else "trial_array.sbatch"
     for row in data["plans"]:
-        _note(
+        emit_note(
             f"{row['name']}: {row['layout']}{'  (tied with the best)' if row['tied_with_best'] else ''}",
             quiet,
         )
-    _note(f"wrote {len(files)} files to {out}; run {out / runner}, then: planner trial collect {out}", quiet)
+    emit_note(
+        f"wrote {len(files)} files to {out}; run {out / runner}, then: planner trial collect {out}", quiet
+    )
 
 
 @trial_app.command()
@@ -170,11 +172,11 @@ def collect(
     data = {"schema_version": views.SCHEMA_VERSION, "planner_version": __version__, **tr.result_dict(result)}
     data["profile"] = str(directory / "profile.yaml")
     if as_json:
-        _emit_json(data)
+        emit_json(data)
         return
-    _print(trial_table(data))
+    print_rich(trial_table(data))
     best = next(p for p in data["plans"] if p["name"] == data["winner"])
-    _note(
+    emit_note(
         f"winner: {best['name']} ({best['layout']}): measured {best['measured_step_time_s']:.3f} s/step, "
         f"predicted {best['predicted_step_time_s']:.3f} s before the trial, {best['fitted_step_time_s']:.3f} s "
         f"with the fitted profile ({data['profile']}: use it with --profile)",

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import _emit_json, _print
+from planner.cli.common import emit_json, print_rich
 from planner.cli.options import JsonOpt, SoftwareOpt
 from planner.cli.root import app
 from planner.inputs.errors import UsageError
@@ -71,11 +71,11 @@ def whatif(
     result = run_whatif(inputs, FailureSpec(gpus=fail_gpus, nodes=fail_nodes), healthy, headroom)
     data = whatif_dict(inputs, result)
     if as_json:
-        _emit_json(data)
+        emit_json(data)
     else:
         from planner.cli import render_whatif
 
-        _print(*render_whatif.whatif_tables(data))
+        print_rich(*render_whatif.whatif_tables(data))
 
 
 @app.command()
@@ -148,11 +148,11 @@ def goodput(
     inputs, _ = load_plan_inputs(plan, software)
     data = goodput_dict(inputs, fm, plan_goodput(inputs, fm, spares))
     if as_json:
-        _emit_json(data)
+        emit_json(data)
     else:
         from planner.cli import render_whatif
 
-        _print(*render_whatif.goodput_tables(data))
+        print_rich(*render_whatif.goodput_tables(data))
 
 
 def failure_model(

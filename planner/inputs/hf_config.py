@@ -28,7 +28,7 @@ from planner.inputs.errors import SpecError
 from planner.inputs.hf_fields import Fields, mla_fields, skip_freq
 from planner.inputs.hf_hybrid import falcon_h1, jamba, kimi_linear, nemotron_h, qwen3_next
 from planner.inputs.model_spec import ModelSpec
-from planner.inputs.model_yaml import _rope_theta, validate_model
+from planner.inputs.model_yaml import rope_theta_of, validate_model
 from planner.inputs.validation import check_number
 
 MODEL_TYPES = (
@@ -99,7 +99,7 @@ def load_frontier(data: dict, where: str, name: str) -> ModelSpec:
         activation=shape["activation"],
         normalization="rmsnorm",
         position_embedding_type=shape["position_embedding_type"],
-        rotary_base=_rope_theta(data, where),
+        rotary_base=rope_theta_of(data, where),
         untie_embeddings_and_output_weights=not f.flag("tie_word_embeddings", False),
         **kwargs,
     )
@@ -390,7 +390,7 @@ def _llama_like(f: Fields, name: str) -> dict[str, Any]:
         activation=activation,
         normalization="layernorm" if mt == "nemotron" else "rmsnorm",
         position_embedding_type="rope",
-        rotary_base=_rope_theta(data, f.where),
+        rotary_base=rope_theta_of(data, f.where),
         untie_embeddings_and_output_weights=not data.get("tie_word_embeddings", mt.startswith("gemma")),
         add_bias_linear=bool(data.get("mlp_bias", False)) and bool(data.get("attention_bias", False)),
         add_qkv_bias=mt in ("qwen2", "qwen2_moe") or bool(data.get("attention_bias", False)),
@@ -489,7 +489,7 @@ def _gpt_neox(f: Fields, name: str) -> dict[str, Any]:
         activation="gelu",
         normalization="layernorm",
         position_embedding_type="rope",
-        rotary_base=_rope_theta(f.data, f.where),
+        rotary_base=rope_theta_of(f.data, f.where),
         untie_embeddings_and_output_weights=not f.data.get("tie_word_embeddings", False),
         add_bias_linear=True,
     )

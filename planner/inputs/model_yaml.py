@@ -321,7 +321,7 @@ def validate_model(m: ModelSpec, where: str) -> None:
         )
 
 
-def _rope_theta(data: dict, where: str) -> int:
+def rope_theta_of(data: dict, where: str) -> int:
     """``rope_theta`` of a Hugging Face config (``transformers`` LlamaConfig & co., default 10000;
     newer configs nest it in ``rope_parameters``) as Megatron's integer ``--rotary-base``."""
     nested = data.get("rope_parameters")

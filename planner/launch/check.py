@@ -17,7 +17,7 @@ from cost_models.parallel import ParallelConfig
 from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import PlannerError, SpecError
 from planner.inputs.validation import read_text_capped, rounded
-from planner.launch.check_read import _Config, _Launch, _read_config, _world_mismatch
+from planner.launch.check_read import LaunchInputs, ReadConfig, read_config, world_mismatch
 from planner.launch.verdict import Finding, Verdict
 
 FLAG_HINTS = {
@@ -108,8 +108,8 @@ def check_file(
     kind = _plan_kind(path, text)
     if kind == "graph_plan":
         return _check_graph_plan(path, cluster, headroom_bytes, max_slowdown, verdict, software, profile)
-    launch = _Launch(vocab_size, variables, recipe, tuple(sets))
-    read = _read_config(verdict, path, text, kind, cluster, software, profile, launch)
+    launch = LaunchInputs(vocab_size, variables, recipe, tuple(sets))
+    read = read_config(verdict, path, text, kind, cluster, software, profile, launch)
     if read is None:
         return verdict
     config = _constrained(verdict, read)
@@ -154,7 +154,7 @@ def _judge_plausibility(verdict: Verdict, read, est) -> None:
         verdict.add(Finding("notice", "calibration", f"outside calibration: {reason}"))
 
 
-def _constrained(verdict: Verdict, read: _Config) -> ParallelConfig | None:
+def _constrained(verdict: Verdict, read: ReadConfig) -> ParallelConfig | None:
     """The configuration with dp filled in from the world size; None after an error finding for
     each shape constraint it breaks (:func:`cost_models.constraints.violations`, first causes)."""
     config, cluster = read.config, read.cluster
@@ -187,7 +187,7 @@ def _constrained(verdict: Verdict, read: _Config) -> ParallelConfig | None:
 
 
 def _judge_against_best(
-    verdict: Verdict, read: _Config, step_s: float, headroom_bytes: float, max_slowdown: float
+    verdict: Verdict, read: ReadConfig, step_s: float, headroom_bytes: float, max_slowdown: float
 ) -> None:
     """The slowdown check against the best plan the same framework can launch, as ``planner search``
     ranks it (ties most robust first): a launch is never
@@ -310,7 +310,7 @@ def _check_graph_plan(
     except PlannerError as exc:
         verdict.add(Finding("error", "parse", str(exc)))
         return verdict
-    if _world_mismatch(verdict, inputs.cluster, cluster):
+    if world_mismatch(verdict, inputs.cluster, cluster):
         return verdict
     est = estimate_graph(inputs.model, inputs.cluster, inputs.job, inputs.config, inputs.stage_graph)
     _judge_estimate(verdict, est, headroom_bytes, {}, f" (graph pipeline of {inputs.config.pp} stages)")

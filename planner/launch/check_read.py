@@ -1,5 +1,5 @@
 """The config files ``planner check`` judges, read into what they train, how and on which cluster
-(:class:`_Config`): plan files, torchtitan TOMLs, Megatron-Bridge overrides and recipes, Megatron-LM
+(:class:`ReadConfig`): plan files, torchtitan TOMLs, Megatron-Bridge overrides and recipes, Megatron-LM
 args and launch files; their import notices, the flags and keys planner does not interpret and
 Megatron's own refusals added to the verdict as findings on the file's lines. The judgement is
 :mod:`planner.launch.check`."""
@@ -22,7 +22,7 @@ from planner.plans.plan_file import read_plan
 
 
 @dataclass(frozen=True, slots=True)
-class _Config:
+class ReadConfig:
     """A config file read for checking: what it trains, how, and on which cluster."""
 
     model: ModelSpec
@@ -40,7 +40,7 @@ class _Config:
 
 
 @dataclass(frozen=True, slots=True)
-class _Launch:
+class LaunchInputs:
     """What the command line gives a launch file's reader beside the file: the vocabulary size, a
     launch script's variables, a Bridge recipe's function and ``--set`` items."""
 
@@ -50,7 +50,7 @@ class _Launch:
     sets: tuple[str, ...] = ()
 
 
-def _read_config(
+def read_config(
     verdict: Verdict,
     path: str,
     text: str,
@@ -58,8 +58,8 @@ def _read_config(
     cluster: ClusterSpec | None,
     software: str | None,
     profile,
-    launch: _Launch = _Launch(),
-) -> _Config | None:
+    launch: LaunchInputs = LaunchInputs(),
+) -> ReadConfig | None:
     """The plan, torchtitan TOML, Megatron-Bridge or Megatron-LM file read, its import notices and
     Megatron's own refusals added to ``verdict``; None once an error finding says why it cannot be
     judged."""
@@ -103,13 +103,13 @@ def _read_config(
 
 def _read_plan_file(
     verdict: Verdict, path: str, cluster: ClusterSpec | None, software: str | None, profile
-) -> _Config | None:
+) -> ReadConfig | None:
     """A plan file under its recorded cluster and software (``software``, ``profile`` replace
     them); None when ``cluster`` is given and its size differs."""
     inputs = read_plan(path, software, profile)
-    if _world_mismatch(verdict, inputs.cluster, cluster):
+    if world_mismatch(verdict, inputs.cluster, cluster):
         return None
-    return _Config(
+    return ReadConfig(
         model=inputs.model,
         job=inputs.job,
         config=inputs.config,
@@ -120,7 +120,7 @@ def _read_plan_file(
     )
 
 
-def _read_torchtitan_file(verdict: Verdict, path: str, cluster: ClusterSpec) -> _Config:
+def _read_torchtitan_file(verdict: Verdict, path: str, cluster: ClusterSpec) -> ReadConfig:
     """A torchtitan job config; findings point at the TOML line of the matching key."""
     from planner.launch.torchtitan.importer import KEY_HINTS, read_torchtitan
 
@@ -128,7 +128,7 @@ def _read_torchtitan_file(verdict: Verdict, path: str, cluster: ClusterSpec) -> 
     lines = {f: titan.key_lines[k] for f, k in KEY_HINTS.items() if k in titan.key_lines}
     for note in titan.notes:
         verdict.add(Finding("notice", "import", note))
-    return _Config(titan.model, titan.job, titan.config, "torchtitan", cluster, None, lines)
+    return ReadConfig(titan.model, titan.job, titan.config, "torchtitan", cluster, None, lines)
 
 
 def _read_megatron_file(
@@ -138,7 +138,7 @@ def _read_megatron_file(
     cluster: ClusterSpec,
     vocab_size: int | None = None,
     variables: dict | None = None,
-) -> _Config:
+) -> ReadConfig:
     """A Megatron-LM args or launch file, with a warning for each flag planner does not interpret
     and what Megatron-LM's own validation rejects (planner/launch/megatron/rules.py)."""
     imported = parse_megatron(text, path, cluster.num_gpus, vocab_size, variables, path=path)
@@ -165,7 +165,7 @@ def _read_megatron_file(
             Finding(level, "megatron", msg, flags, next((lines[f] for f in flags if f in lines), None))
         )
     _stage_order(verdict, text, cluster)
-    return _Config(imported.model, imported.job, imported.config, "megatron", cluster, None, lines)
+    return ReadConfig(imported.model, imported.job, imported.config, "megatron", cluster, None, lines)
 
 
 def _yaml_cfg_findings(verdict: Verdict, imported) -> None:
@@ -223,7 +223,7 @@ def _is_bridge_file(path: str, text: str) -> bool:
 
 def _read_bridge_file(
     verdict: Verdict, path: str, text: str, cluster: ClusterSpec, vocab_size: int | None = None
-) -> _Config:
+) -> ReadConfig:
     """A Megatron-Bridge ConfigContainer override, judged as the Megatron-LM launch its fields stand
     for (:mod:`planner.launch.bridge.importer`): a warning for each key planner does not interpret,
     Megatron-core's own refusals, findings on the line of the key."""
@@ -233,8 +233,8 @@ def _read_bridge_file(
 
 
 def _read_bridge_recipe(
-    verdict: Verdict, path: str, text: str, cluster: ClusterSpec, launch: _Launch
-) -> _Config:
+    verdict: Verdict, path: str, text: str, cluster: ClusterSpec, launch: LaunchInputs
+) -> ReadConfig:
     """A Megatron-Bridge Python recipe read without running it (:mod:`planner.launch.bridge.recipe`),
     judged as the override import's files are (:func:`_bridge_config`)."""
     from planner.launch.bridge.recipe import read_recipe
@@ -243,7 +243,7 @@ def _read_bridge_recipe(
     return _bridge_config(verdict, read, cluster)
 
 
-def _bridge_config(verdict: Verdict, read, cluster: ClusterSpec) -> _Config:
+def _bridge_config(verdict: Verdict, read, cluster: ClusterSpec) -> ReadConfig:
     """What a Megatron-Bridge override or recipe read gives (``imported``, ``key_lines``,
     ``flag_keys``, ``notes``, ``unknown``): its notices, a warning for each key planner does not
     interpret, Megatron-Core's own refusals named by the Bridge keys, findings on the key's line."""
@@ -267,7 +267,7 @@ def _bridge_config(verdict: Verdict, read, cluster: ClusterSpec) -> _Config:
         keys = tuple(read.flag_keys.get(f, f) for f in flags)
         line = next((lines[f] for f in flags if f in lines), None)
         verdict.add(Finding(level, "megatron", renamed(msg, read.flag_keys), keys, line))
-    return _Config(imported.model, imported.job, imported.config, "megatron", cluster, None, lines)
+    return ReadConfig(imported.model, imported.job, imported.config, "megatron", cluster, None, lines)
 
 
 def _stage_order(verdict: Verdict, text: str, cluster: ClusterSpec) -> None:
@@ -306,7 +306,9 @@ def _stage_order(verdict: Verdict, text: str, cluster: ClusterSpec) -> None:
     )
 
 
-def _world_mismatch(verdict: Verdict, planned: ClusterSpec, cluster: ClusterSpec | None) -> bool:
+def world_mismatch(verdict: Verdict, planned: ClusterSpec, cluster: ClusterSpec | None) -> bool:
+    """Whether ``cluster`` (when given) has another world size than the plan's, an error finding
+    added to ``verdict`` then."""
     if cluster is None or planned.num_gpus == cluster.num_gpus:
         return False
     verdict.add(

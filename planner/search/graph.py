@@ -76,7 +76,7 @@ from planner.search.graph_structure import (
     parallel_nodes,
     structure,
 )
-from planner.search.space import Restrictions, _divisors
+from planner.search.space import Restrictions, divisors
 
 # ------------------------------------------------------------------------------------------------
 # The search over shapes and modes
@@ -141,7 +141,7 @@ def graph_shapes(
     transformers = [b.transformer for b in g.blocks if b.transformer is not None]
     n_units = g.num_units
     out = []
-    for tp in _divisors(world):
+    for tp in divisors(world):
         if r.tp is not None and tp not in r.tp:
             continue
         if (r.max_tp and tp > r.max_tp) or (tp > domain and not r.allow_cross_node_tp):
@@ -159,7 +159,7 @@ def graph_shapes(
                 rejected.get("tp does not divide every block's heads/groups/ffn", 0) + 1
             )
             continue
-        for S in _divisors(world // tp):
+        for S in divisors(world // tp):
             if S > n_units or (r.pp is not None and S not in r.pp) or (r.max_pp and S > r.max_pp):
                 continue
             dp = world // (tp * S)
@@ -169,7 +169,7 @@ def graph_shapes(
                 )
                 continue
             per_replica = job.global_batch_size // dp
-            mbss = [b for b in _divisors(per_replica) if b <= r.max_micro_batch_size]
+            mbss = [b for b in divisors(per_replica) if b <= r.max_micro_batch_size]
             if r.micro_batch_size is not None:
                 mbss = [b for b in mbss if b in r.micro_batch_size]
             recomputes = [x for x in GRAPH_RECOMPUTE if x in (r.recompute or ("none", "full"))]

@@ -11,7 +11,7 @@ from cost_models.graph_units import unit_costs
 from cost_models.parallel import ParallelConfig
 from planner.inputs.graph_model import GraphModelSpec
 from planner.inputs.job_spec import JobSpec
-from planner.search.space import _divisors
+from planner.search.space import divisors
 
 StageOption = tuple[int, int]
 """(tp, replicas) of a chain's stages: each stage runs on ``tp x replicas`` GPUs of a pipeline."""
@@ -63,8 +63,8 @@ def stage_options(c: ParallelConfig, modes: tuple[bool, ...]) -> tuple[StageOpti
         return ((c.tp, 1),)
     return tuple(
         (t, d)
-        for t in _divisors(c.tp)
-        for d in _divisors(c.micro_batch_size)
+        for t in divisors(c.tp)
+        for d in divisors(c.micro_batch_size)
         if (t * d) % c.tp == 0 and t * d // c.tp <= c.pp
     )
 

@@ -130,7 +130,8 @@ class Restrictions:
             )
 
 
-def _divisors(n: int) -> list[int]:
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n``, ascending."""
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
 
@@ -181,9 +182,7 @@ def enumerate_shapes(
             return f"tp={tp} does not divide {heads}the world size {world}"
         return f"tp={tp} exceeds the attention heads ({model.num_attention_heads})"
 
-    tps = _pick_noting(
-        [t for t in _divisors(world) if t <= model.num_attention_heads], r.tp, rejected, why_tp
-    )
+    tps = _pick_noting([t for t in divisors(world) if t <= model.num_attention_heads], r.tp, rejected, why_tp)
     for tp in tps:
         if r.max_tp and tp > r.max_tp:
             rejected.add(f"tp > --max-tp {r.max_tp}")
@@ -213,7 +212,7 @@ def enumerate_shapes(
             continue
         cps = [
             c
-            for c in _divisors(world // tp)
+            for c in divisors(world // tp)
             if c == 1 or (c & (c - 1) == 0 and job.seq_length % (2 * c) == 0 and job.seq_length // c >= 1024)
         ]
 
@@ -232,7 +231,7 @@ def enumerate_shapes(
             return f"pp={pp} does not divide the GPUs left by tp x cp"
 
         for cp in _pick_noting(cps, r.cp, rejected, why_cp):
-            pps = _pick_noting([p for p in _divisors(world // (tp * cp)) if p <= L], r.pp, rejected, why_pp)
+            pps = _pick_noting([p for p in divisors(world // (tp * cp)) if p <= L], r.pp, rejected, why_pp)
             for pp in pps:
                 if r.max_pp and pp > r.max_pp:
                     continue
@@ -328,14 +327,14 @@ def _inner(model, job, r: Restrictions, rejected: Rejections, tp, cp, pp, dp) ->
         return f"micro-batch size {b} exceeds --max-micro-batch-size {r.max_micro_batch_size}"
 
     mbss = _pick_noting(
-        [b for b in _divisors(per_replica) if b <= r.max_micro_batch_size],
+        [b for b in divisors(per_replica) if b <= r.max_micro_batch_size],
         r.micro_batch_size,
         rejected,
         why_mbs,
     )
     eps = [1]
     if model.is_moe:
-        eps = [e for e in _divisors(model.num_experts) if (tp * cp * dp) % e == 0]
+        eps = [e for e in divisors(model.num_experts) if (tp * cp * dp) % e == 0]
     eps = _pick(eps, r.ep)
     sps = [tp > 1] if r.sequence_parallel is None else [r.sequence_parallel and tp > 1]
     if not cap.sequence_parallel_optional:

@@ -8,7 +8,7 @@ Every field was checked against Megatron-Bridge v0.6.0 (:data:`VERSION`):
 ``mixed_precision``), ``src/megatron/bridge/models/gpt_provider.py`` (``GPTModelProvider``, a
 megatron-core ``TransformerConfig``), ``training/mixed_precision.py`` (the recipe names) and
 ``training/comm_overlap.py``. The mapping is one table from the Megatron-LM export's flags
-(:func:`planner.launch.megatron.export.megatron_args`) to fields, :data:`FIELDS`, which the import
+(:func:`planner.launch.megatron.export_args.megatron_args`) to fields, :data:`FIELDS`, which the import
 (:mod:`.importer`) reads backwards, so both speak about the same launch; what Megatron-LM's export
 refuses, this one refuses too. docs/megatron.md tables the fields.
 """
@@ -22,7 +22,8 @@ from planner.inputs.errors import SpecError
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.layer_pattern import parse_pattern
 from planner.inputs.model_spec import ModelSpec
-from planner.launch.megatron import export as mx
+from planner.launch.megatron.export import a2a_overlap_connections, needs_single_connection
+from planner.launch.megatron.export_args import megatron_args, model_args
 from planner.plans.plan_file import PlanInputs
 
 VERSION = "Megatron-Bridge v0.6.0"
@@ -122,7 +123,7 @@ COMM_OVERLAP_TARGET = "megatron.bridge.training.comm_overlap.CommOverlapConfig"
 
 def refuse(inputs: PlanInputs) -> None:
     """SpecError (one line) for what this export cannot write as the plan is priced (beyond what
-    Megatron-LM's export refuses, :func:`planner.launch.megatron.export.refuse_unlaunchable`)."""
+    Megatron-LM's export refuses, :func:`planner.launch.megatron.export_args.refuse_unlaunchable`)."""
     m, c, job = inputs.model, inputs.config, inputs.job
     if job.is_lora:
         raise SpecError(
@@ -174,7 +175,7 @@ def overrides(inputs: PlanInputs) -> dict:
     written out (false, null or the megatron-core default where the plan leaves a feature off),
     so that no recipe default changes what was priced."""
     refuse(inputs)
-    args = mx.megatron_args(inputs)  # Megatron-LM's refusals first
+    args = megatron_args(inputs)  # Megatron-LM's refusals first
     flags = dict(args)
     m, c, job = inputs.model, inputs.config, inputs.job
     doc: dict = {s: {} for s in ("model", "train", "dataset", "ddp", "optimizer", "dist")}
@@ -287,7 +288,7 @@ ARCHITECTURE = (
     "moe_grouped_gemm",
     "mtp_num_layers",
 )
-"""The model fields of :data:`FIELDS` that :func:`.megatron.export.model_args` writes for the model
+"""The model fields of :data:`FIELDS` that :func:`.megatron.export_args.model_args` writes for the model
 itself (not the job's degrees, dispatcher or sequence length)."""
 
 
@@ -305,7 +306,7 @@ def architecture_fields(m: ModelSpec) -> dict:
     # model_args reads the model, the job's sequence length and attention and the expert degrees
     # (here 1); the cluster is not read.
     plan = PlanInputs(model=m, cluster=None, job=job, config=ParallelConfig())  # type: ignore[arg-type]
-    flags = dict(mx.model_args(plan))
+    flags = dict(model_args(plan))
     model = {
         p.split(".")[1]: v
         for p, v in _field_values(flags).items()
@@ -374,8 +375,8 @@ def launch_script(inputs: PlanInputs) -> str:
     with NODE_RANK set); the CUDA_DEVICE_MAX_CONNECTIONS rule of the Megatron-LM export."""
     groups = inputs.cluster.groups
     gpn, nodes = groups[0].gpus_per_node, sum(g.num_nodes for g in groups)
-    queues = mx.a2a_overlap_connections(inputs)
-    if mx.needs_single_connection(inputs):
+    queues = a2a_overlap_connections(inputs)
+    if needs_single_connection(inputs):
         env = "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
     elif queues:
         env = f"export CUDA_DEVICE_MAX_CONNECTIONS={queues}\n"

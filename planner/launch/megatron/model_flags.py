@@ -105,7 +105,7 @@ def _latent_attention(args: Arguments) -> dict:
 
 def _local_attention(args: Arguments) -> dict:
     """Sliding-window attention and sinks, the inverse of the export's
-    (:func:`planner.launch.megatron.export.local_attention_args`): ``--window-size L,R`` is
+    (:func:`planner.launch.megatron.export_args.local_attention_args`): ``--window-size L,R`` is
     Transformer Engine's (left, right) span, a query seeing itself and ``L`` earlier tokens, so
     ``window_size`` is ``L + 1`` (causal: ``R`` is 0); ``--window-attn-skip-freq N`` makes every
     N-th layer global (megatron/core/transformer/utils.py ``is_layer_window_attention``);
