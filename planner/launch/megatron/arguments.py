@@ -15,7 +15,7 @@ from pathlib import Path
 from planner.inputs.errors import SpecError
 from planner.inputs.validation import check_number, limit
 from planner.launch.megatron.flags import ACCEPTED
-from planner.launch.megatron.shell import REDIRECT, SEPARATORS, read_script, unresolved_in
+from planner.launch.megatron.shell import is_separator, read_script, redirections, unresolved_in
 from planner.launch.megatron.shell_exit import launch_after_maybe_stop, no_launch
 
 IGNORED = {
@@ -216,13 +216,13 @@ def megatron_words(
     if not starts and script.stop is not None:
         raise no_launch(script.stop)
     if not starts:
-        return [(w, n) for w, n in words if w not in SEPARATORS], script.env, False
+        return [(w, n) for w, n in words if not is_separator(w)], script.env, False
     out: list[tuple[str, int]] = []
     for start in starts:
-        for w, n in words[start + 1 :]:
-            if w in SEPARATORS or REDIRECT.match(w):
-                break
-            out.append((w, n))
+        command = words[start + 1 :]
+        end = next((k for k, (w, _) in enumerate(command) if is_separator(w)), len(command))
+        dropped = redirections([w for w, _ in command[:end]])
+        out += [word for k, word in enumerate(command[:end]) if k not in dropped]
     return out, script.env, True
 
 

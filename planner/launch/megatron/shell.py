@@ -72,11 +72,27 @@ from planner.launch.megatron.shell_exit import (
     unbound,
 )
 from planner.launch.megatron.shell_state import NAME, Script
-from planner.launch.megatron.shell_text import REDIRECT, SEPARATORS, Logical, logical_lines, statements
+from planner.launch.megatron.shell_text import (
+    SEPARATORS,
+    Logical,
+    is_separator,
+    logical_lines,
+    redirections,
+    split_words,
+    statements,
+)
 from planner.launch.megatron.sourcing import MAX_SOURCE_DEPTH, source_file
 from planner.launch.megatron.speculative import maybe, training_in_unknown
 
-__all__ = ["MAX_SOURCE_DEPTH", "REDIRECT", "SEPARATORS", "Script", "read_script", "unresolved_in"]
+__all__ = [
+    "MAX_SOURCE_DEPTH",
+    "SEPARATORS",
+    "Script",
+    "is_separator",
+    "read_script",
+    "redirections",
+    "unresolved_in",
+]
 
 _ASSIGN_LINE = re.compile(
     r"^(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?[A-Za-z_]\w*(?:\[[^\]]*\])?\+?="
@@ -467,7 +483,7 @@ def _statement(stripped: str, number: int, s: Script) -> None:
         return
     expanded = expand(stripped.replace("\n", " "), s.scalars, s.arrays)
     try:
-        parts = shlex.split(expanded, posix=True)
+        parts = split_words(expanded)
     except ValueError:
         parts = expanded.split()
     # Leading NAME=value words set the command's environment (bash(1) "Simple Command Expansion").
@@ -498,7 +514,7 @@ def _run_builtins(parts: list[str], number: int, s: Script) -> list[str]:
     last_ran: bool | str = True
     last: list[str] = []
     for k in range(len(parts) + 1):
-        if k < len(parts) and parts[k] not in SEPARATORS:
+        if k < len(parts) and not is_separator(parts[k]):
             continue
         command, after = parts[start:k], (parts[k] if k < len(parts) else None)
         if before in ("|", "|&"):
