@@ -1,7 +1,8 @@
 """Operators in a launch script's words, read as bash reads them (bash(1) "DEFINITIONS", "Quoting",
 "Redirection"): a redirection or control operator is one only where its characters are unquoted
 and written in the script, not where they are quoted or come from an expansion
-(planner/launch/megatron/shell_text.py, ``split_words``). Each fixture's words are compared with
+(planner/launch/megatron/shell_text.py, ``split_words``), and a command ends at its newline or
+``;``. Each fixture's words are compared with
 the argv bash gives a stub torchrun."""
 
 import shutil
@@ -38,6 +39,11 @@ LAUNCHES = {
     "a_quoted_value_after_a_flag": (
         "torchrun pretrain_gpt.py --split '>90' --seed 3 >>train.log\n",
         ["--split", ">90", "--seed", "3"],
+    ),
+    # bash(1) "Lists": a newline or ";" ends the command; what follows is another command's words
+    "commands_after_the_launch_are_not_its_arguments": (
+        'torchrun pretrain_gpt.py a; echo f\necho "done training" > /dev/null\nA=1\n',
+        ["a"],
     ),
 }
 """(script, the words of its launch)."""

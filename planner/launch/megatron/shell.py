@@ -493,9 +493,14 @@ def _statement(stripped: str, number: int, s: Script) -> None:
         s.scalars[m.group(1)] = m.group(3)
         s.assigned_lines[m.group(1)] = number
         parts = parts[1:]
+    start = len(s.words)
     s.words += [(w, number) for w in inner_commands(_run_builtins(parts, number, s), s)]
     if heredoc is not None and parts and parts[0] in JOB_READERS:
         s.words += job_script(heredoc, number, s, _read)
+    if len(s.words) > start and not is_separator(s.words[-1][0]):
+        s.words.append(
+            (";", number)
+        )  # the command ends here: the next statement's words are not its arguments
 
 
 def _run_builtins(parts: list[str], number: int, s: Script) -> list[str]:
