@@ -17,6 +17,7 @@ from planner.inputs.validation import check_number, limit
 from planner.launch.megatron.flags import ACCEPTED
 from planner.launch.megatron.shell import is_separator, read_script, redirections, unresolved_in
 from planner.launch.megatron.shell_exit import launch_after_maybe_stop, no_launch
+from planner.launch.megatron.shell_state import branch_of, is_branch
 
 IGNORED = {
     "--train-iters",
@@ -372,15 +373,15 @@ def _check_resolved(value: str, flag: str, line: int, where: str) -> None:
     name = unresolved_in(value)
     if name is None:
         return
-    if name.startswith("if:"):
-        _, var, at = name.split(":")
+    if is_branch(name):
+        var = name.split(":")[1]
         why = (
             f"depends on {var!r}, which the script never sets; pass planner check --set {var}=VALUE"
             if var != "?"
             else "has a condition planner cannot evaluate; write the value"
         )
         raise SpecError(
-            f"{where}: line {line}: {flag} takes its value from a branch of the if/case on line {at}, which {why}"
+            f"{where}: line {line}: {flag} takes its value from a branch of {branch_of(name)}, which {why}"
         )
     if name.startswith("$"):
         raise SpecError(

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from planner.inputs.errors import SpecError
 from planner.launch.megatron.expansion import NOUNSET_KEY, Required, Unbound
 from planner.launch.megatron.functions import bind
-from planner.launch.megatron.shell_state import Exit, Script
+from planner.launch.megatron.shell_state import Exit, Script, branch_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +176,7 @@ def launch_after_maybe_stop(s: Script) -> None:
 
 def _stop_before_launch(maybe: MaybeStop, launch_line: int) -> SpecError:
     """The error for a training command after a stop in a branch that cannot be known."""
-    _, var, line = maybe.unknown.split(":")
+    var = maybe.unknown.split(":")[1]
     what = (
         f"on {var}, which the script never sets; pass planner check --set {var}=VALUE or set it in the script"
         if var != "?"
@@ -184,5 +184,5 @@ def _stop_before_launch(maybe: MaybeStop, launch_line: int) -> SpecError:
     )
     return SpecError(
         f"line {maybe.line}: the script may stop here ({maybe.why}) before the training command on line "
-        f"{launch_line}: it is in a branch of the if/case on line {line}, which depends {what}"
+        f"{launch_line}: it is in a branch of {branch_of(maybe.unknown)}, which depends {what}"
     )
