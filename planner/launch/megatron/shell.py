@@ -84,6 +84,7 @@ from planner.launch.megatron.shell_text import (
 )
 from planner.launch.megatron.sourcing import MAX_SOURCE_DEPTH, source_file
 from planner.launch.megatron.speculative import maybe, training_in_unknown
+from planner.launch.megatron.subshell import run_subshell, subshell
 
 __all__ = [
     "MAX_SOURCE_DEPTH",
@@ -489,6 +490,10 @@ def _source_undetermined(args: list[str], number: int, s: Script, unknown: str) 
 def _statement(stripped: str, number: int, s: Script) -> None:
     """One command or assignment of the script, read into ``s``."""
     s.status = True
+    sub = subshell(stripped)
+    if sub is not None:
+        _subshell_list(*sub, number, s)
+        return
     try:
         words = shlex.split(stripped.replace("\n", " "), posix=True) if "=(" not in stripped else None
     except ValueError:
@@ -522,6 +527,40 @@ def _statement(stripped: str, number: int, s: Script) -> None:
         s.words.append(
             (";", number)
         )  # the command ends here: the next statement's words are not its arguments
+
+
+def _subshell_list(inner: str, op: str, rest: str, number: int, s: Script) -> None:
+    """``( LIST )`` alone, or before ``&&`` / ``||`` / ``|`` and the rest of its list, run as bash
+    runs it (:mod:`.subshell`): ``set -e`` stops the script on a subshell that fails, except before
+    ``&&`` / ``||`` (where it is ignored inside the subshell too) and before ``|`` (unless
+    ``pipefail``)."""
+    shown = [f"( {inner} )"]
+    if op in ("&&", "||"):
+        s.errexit_ignored += 1
+        try:
+            status = run_subshell(inner, number, s, _read_lines)
+        finally:
+            s.errexit_ignored -= 1
+        runs = status if op == "&&" else (not status if isinstance(status, bool) else status)
+        if runs is True:
+            _statement(rest, number, s)
+        elif runs is False:
+            s.status = status
+        else:
+            _undetermined(rest, number, s, runs)
+            s.status = runs
+        return
+    status = run_subshell(inner, number, s, _read_lines)
+    if op == "|":
+        s.errexit_ignored += 1
+        try:
+            _statement(rest, number, s)
+        finally:
+            s.errexit_ignored -= 1
+        status = pipeline_status([status, s.status], s.pipefail)
+    after_list(status, True, shown, number, s)
+    if isinstance(status, str) and s.errexit is not None and not s.errexit_ignored:
+        maybe_stop(s, number, f"set -e (line {s.errexit}) and {' '.join(shown)!r} may fail", status)
 
 
 def _run_builtins(parts: list[str], number: int, s: Script) -> list[str]:
