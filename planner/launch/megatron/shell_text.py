@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from planner.inputs.errors import SpecError
@@ -177,6 +178,24 @@ def logical_lines(text: str) -> list[Logical]:
 def _open_quote(text: str) -> bool:
     """Whether ``text`` ends inside a quoted string (bash(1) "Quoting": the string, newlines and all,
     runs on to its closing quote; a backslash escapes the next character outside single quotes)."""
+    quote = None
+    for _, _, quote in _scan(text):
+        pass
+    return quote is not None
+
+
+def unquoted(text: str) -> Iterator[tuple[int, str]]:
+    """The characters of ``text`` outside quotes (the quotes themselves and backslash escapes
+    left out), with their indices."""
+    for i, ch, quote in _scan(text):
+        if quote is None and ch not in "'\"":
+            yield i, ch
+
+
+def _scan(text: str) -> Iterator[tuple[int, str, str | None]]:
+    """Each character of ``text`` but a backslash escape (bash(1) "Quoting": a backslash outside
+    single quotes escapes the next character, both skipped), with its index and the quote open
+    after it (None outside quotes)."""
     quote, i = None, 0
     while i < len(text):
         ch = text[i]
@@ -184,12 +203,11 @@ def _open_quote(text: str) -> bool:
             i += 2
             continue
         if quote:
-            if ch == quote:
-                quote = None
+            quote = None if ch == quote else quote
         elif ch in "'\"":
             quote = ch
+        yield i, ch, quote
         i += 1
-    return quote is not None
 
 
 def strip_comment(line: str) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from planner.launch.megatron.shell_exit import launch_after_maybe_stop
 from planner.launch.megatron.shell_state import Exit, Script
-from planner.launch.megatron.shell_text import Logical
+from planner.launch.megatron.shell_text import Logical, unquoted
 
 __all__ = ["run_subshell", "subshell"]
 
@@ -28,23 +28,11 @@ def subshell(statement: str) -> tuple[str, str, str] | None:
     but redirections or by one of those operators; else None."""
     if not statement.startswith("(") or statement.startswith("(("):
         return None
-    depth, quote, i = 0, None, 0
-    while i < len(statement):
-        ch = statement[i]
-        if ch == "\\" and quote != "'":
-            i += 2
-            continue
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth == 0:
-                break
-        i += 1
+    depth = 0
+    for i, ch in unquoted(statement):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == ")" and depth == 0:
+            break
     else:
         return None
     inner, after = statement[1:i].strip(), statement[i + 1 :].strip()
