@@ -81,6 +81,11 @@ LAUNCHES = {
         'A=1\n(A=2; cd /tmp && torchrun pretrain_gpt.py "$A" > log.txt)\necho "$A"\n',
         ["2"],
     ),
+    # set -e in a branch planner cannot decide, and nothing fails after it: the same launch either way
+    "errexit_in_an_undecidable_branch_with_nothing_failing": (
+        'if [ "$X" = 1 ]; then set -e; fi\ntrue\nmkdir -p logs\nfalse || true\ntorchrun pretrain_gpt.py x\n',
+        ["x"],
+    ),
     "training_command_in_a_piped_subshell": ("(torchrun pretrain_gpt.py p) 2>&1 | tee log.txt\n", ["p"]),
 }
 
@@ -228,6 +233,12 @@ def test_stops_agree_with_bash(name, tmp_path):
         ),
         ("set -u\necho $((N + 1))\n", r"^line 3: N is expanded under set -u"),
         ("{ A=1\n", r"the script ends inside a \{ group \(no closing \}\)"),
+        # set -e in a branch no value decides, then a command that fails: the script may stop there
+        (
+            'if [ "$X" = 1 ]; then set -e; fi\nfalse\ntorchrun pretrain_gpt.py x\n',
+            r"^line 3: the script may stop here \(set -e \(line 2, if it ran\) and 'false' fails\) before the "
+            r"training command on line 4: .* on line 2, which depends on X, .*--set X=VALUE",
+        ),
         # a subshell that may exit: under set -e the script may stop there
         (
             'set -e\n( if [ "$M" = d ]; then exit 1; fi )\ntorchrun pretrain_gpt.py x\n',
@@ -247,6 +258,13 @@ def test_set_decides_an_exit_branch(tmp_path):
     with pytest.raises(SpecError, match=r"^no launch found: the script stops on line 3 \(exit 0\)"):
         _planner(script, tmp_path, {"MODE": "debug"})
     assert _planner("set -u\n" + script.replace("$MODE", "${MODE}"), tmp_path, {"MODE": "prod"}) == ["prod"]
+
+
+def test_set_decides_a_set_e_branch(tmp_path):
+    script = 'if [ "$X" = 1 ]; then set -e; fi\nfalse\ntorchrun pretrain_gpt.py x\n'
+    assert _planner(script, tmp_path, {"X": "0"}) == ["x"]
+    with pytest.raises(SpecError, match=r"^no launch found: the script stops on line 3 \(set -e \(line 2\)"):
+        _planner(script, tmp_path, {"X": "1"})
 
 
 def test_stops_that_hang_on_commands_or_cluster_files_are_not_taken(tmp_path):

@@ -70,6 +70,7 @@ from planner.launch.megatron.shell_exit import (
     pipeline_status,
     required,
     set_builtin,
+    set_maybe,
     unbound,
 )
 from planner.launch.megatron.shell_state import NAME, Script, branch_of
@@ -447,6 +448,9 @@ def _undetermined(statement: str, number: int, s: Script, unknown: str) -> None:
         return
     if first in ("break", "continue") and s.loops:
         raise Undecidable(unknown)  # the loop being run: whether it goes on cannot be known
+    if first == "set":
+        set_maybe(statement.split()[1:], number, s, unknown)
+        return
     if s.errexit is not None and first == "false" and not s.errexit_ignored:
         maybe_stop(s, number, f"set -e (line {s.errexit}) and {statement!r} fails", unknown)
         return
@@ -630,6 +634,8 @@ def _builtinmaybe(command: list[str], number: int, s: Script, unknown: str) -> N
         maybe_stop(s, number, " ".join(command), unknown)
     elif command[0] in ("break", "continue") and s.loops:
         raise Undecidable(unknown)
+    elif command[0] == "set":
+        set_maybe(command[1:], number, s, unknown)
     elif command[0] == "return" and s.frames:
         var = unknown.split(":")[1]
         raise SpecError(

@@ -75,6 +75,9 @@ class Script:
     """The here-document the line being read opens (:class:`.shell_text.Heredoc`), for its command."""
     errexit: int | None = None
     """The line of the ``set -e`` (``set -o errexit``) in force, None while it is off."""
+    errexit_unknown: tuple[int, str] | None = None
+    """The line of a ``set -e`` in a branch that cannot be known, and the branch's
+    ``KIND:NAME:LINE``, while ``set -e`` is not otherwise in force (:func:`.shell_exit.set_maybe`)."""
     pipefail: bool = False
     """``set -o pipefail``: a pipeline fails when any of its commands fails."""
     errexit_ignored: int = 0

@@ -46,6 +46,7 @@ def maybe(run: Callable[[Script], None], number: int, s: Script, unknown: str) -
         sourced=s.sourced,
         sourced_bytes=s.sourced_bytes,
         errexit=s.errexit,
+        errexit_unknown=s.errexit_unknown,
         pipefail=s.pipefail,
         errexit_ignored=s.errexit_ignored,
         assumed=s.assumed,
