@@ -63,6 +63,30 @@ LAUNCHES = {
         'set -euo pipefail -- "a b" c\ntorchrun pretrain_gpt.py "$@" "$#"\n',
         ["a b", "c", "2"],
     ),
+    # bash(1) "( list )": a subshell; its assignments stay in it, its exit ends only it, its
+    # status is the exit's or its last command's
+    "subshell_assignments_do_not_leak": (
+        'A=1\n(A=2; B=3; cd /)\ntorchrun pretrain_gpt.py "$A" "${B:-unset}"\n',
+        ["1", "unset"],
+    ),
+    "exit_in_a_subshell_ends_only_it": (
+        '( exit 1 )\n(exit 0) && A=ok\n( exit 3 ) || B=failed\n(true) && C=yes\ntorchrun pretrain_gpt.py "$A" "$B" "$C"\n',
+        ["ok", "failed", "yes"],
+    ),
+    "errexit_ignores_a_subshell_before_or": (
+        "set -e\n( false; exit 1 ) || echo handled\n( exit 2 ) | cat\ntorchrun pretrain_gpt.py after\n",
+        ["after"],
+    ),
+    "training_command_in_a_subshell": (
+        'A=1\n(A=2; cd /tmp && torchrun pretrain_gpt.py "$A" > log.txt)\necho "$A"\n',
+        ["2"],
+    ),
+    # set -e in a branch planner cannot decide, and nothing fails after it: the same launch either way
+    "errexit_in_an_undecidable_branch_with_nothing_failing": (
+        'if [ "$X" = 1 ]; then set -e; fi\ntrue\nmkdir -p logs\nfalse || true\ntorchrun pretrain_gpt.py x\n',
+        ["x"],
+    ),
+    "training_command_in_a_piped_subshell": ("(torchrun pretrain_gpt.py p) 2>&1 | tee log.txt\n", ["p"]),
 }
 
 STOPS = {
@@ -107,6 +131,21 @@ STOPS = {
         "set -eo pipefail\nfalse | cat\ntorchrun pretrain_gpt.py x\n",
         3,
         r"'cat' fails",
+    ),
+    "errexit_on_a_failing_subshell": (
+        "set -e\n( exit 1 )\ntorchrun pretrain_gpt.py x\n",
+        3,
+        r"'\( exit 1 \)' fails",
+    ),
+    "errexit_inside_and_on_a_subshell": (
+        "set -e\n(A=1; false; exit 0)\ntorchrun pretrain_gpt.py x\n",
+        3,
+        r"'\( A=1; false; exit 0 \)' fails",
+    ),
+    "errexit_with_pipefail_on_a_piped_subshell": (
+        "set -eo pipefail\n( exit 2 ) | cat\ntorchrun pretrain_gpt.py x\n",
+        3,
+        r"'\( exit 2 \)' fails",
     ),
     "nounset_on_a_variable_the_script_unset": (
         "set -u\nX=1\nunset X\necho $X\ntorchrun pretrain_gpt.py x\n",
@@ -194,6 +233,17 @@ def test_stops_agree_with_bash(name, tmp_path):
         ),
         ("set -u\necho $((N + 1))\n", r"^line 3: N is expanded under set -u"),
         ("{ A=1\n", r"the script ends inside a \{ group \(no closing \}\)"),
+        # set -e in a branch no value decides, then a command that fails: the script may stop there
+        (
+            'if [ "$X" = 1 ]; then set -e; fi\nfalse\ntorchrun pretrain_gpt.py x\n',
+            r"^line 3: the script may stop here \(set -e \(line 2, if it ran\) and 'false' fails\) before the "
+            r"training command on line 4: .* on line 2, which depends on X, .*--set X=VALUE",
+        ),
+        # a subshell that may exit: under set -e the script may stop there
+        (
+            'set -e\n( if [ "$M" = d ]; then exit 1; fi )\ntorchrun pretrain_gpt.py x\n',
+            r"^line 3: the script may stop here \(set -e \(line 2\) and '\( if .* \)' may fail\).*depends on M",
+        ),
     ],
 )
 def test_undeterminable_stops_are_errors_naming_the_variable(script, match, tmp_path):
@@ -208,6 +258,13 @@ def test_set_decides_an_exit_branch(tmp_path):
     with pytest.raises(SpecError, match=r"^no launch found: the script stops on line 3 \(exit 0\)"):
         _planner(script, tmp_path, {"MODE": "debug"})
     assert _planner("set -u\n" + script.replace("$MODE", "${MODE}"), tmp_path, {"MODE": "prod"}) == ["prod"]
+
+
+def test_set_decides_a_set_e_branch(tmp_path):
+    script = 'if [ "$X" = 1 ]; then set -e; fi\nfalse\ntorchrun pretrain_gpt.py x\n'
+    assert _planner(script, tmp_path, {"X": "0"}) == ["x"]
+    with pytest.raises(SpecError, match=r"^no launch found: the script stops on line 3 \(set -e \(line 2\)"):
+        _planner(script, tmp_path, {"X": "1"})
 
 
 def test_stops_that_hang_on_commands_or_cluster_files_are_not_taken(tmp_path):

@@ -15,8 +15,9 @@ from pathlib import Path
 from planner.inputs.errors import SpecError
 from planner.inputs.validation import check_number, limit
 from planner.launch.megatron.flags import ACCEPTED
-from planner.launch.megatron.shell import REDIRECT, SEPARATORS, read_script, unresolved_in
+from planner.launch.megatron.shell import is_separator, read_script, redirections, unresolved_in
 from planner.launch.megatron.shell_exit import launch_after_maybe_stop, no_launch
+from planner.launch.megatron.shell_state import branch_of, is_branch
 
 IGNORED = {
     "--train-iters",
@@ -216,13 +217,13 @@ def megatron_words(
     if not starts and script.stop is not None:
         raise no_launch(script.stop)
     if not starts:
-        return [(w, n) for w, n in words if w not in SEPARATORS], script.env, False
+        return [(w, n) for w, n in words if not is_separator(w)], script.env, False
     out: list[tuple[str, int]] = []
     for start in starts:
-        for w, n in words[start + 1 :]:
-            if w in SEPARATORS or REDIRECT.match(w):
-                break
-            out.append((w, n))
+        command = words[start + 1 :]
+        end = next((k for k, (w, _) in enumerate(command) if is_separator(w)), len(command))
+        dropped = redirections([w for w, _ in command[:end]])
+        out += [word for k, word in enumerate(command[:end]) if k not in dropped]
     return out, script.env, True
 
 
@@ -372,15 +373,15 @@ def _check_resolved(value: str, flag: str, line: int, where: str) -> None:
     name = unresolved_in(value)
     if name is None:
         return
-    if name.startswith("if:"):
-        _, var, at = name.split(":")
+    if is_branch(name):
+        var = name.split(":")[1]
         why = (
             f"depends on {var!r}, which the script never sets; pass planner check --set {var}=VALUE"
             if var != "?"
             else "has a condition planner cannot evaluate; write the value"
         )
         raise SpecError(
-            f"{where}: line {line}: {flag} takes its value from a branch of the if/case on line {at}, which {why}"
+            f"{where}: line {line}: {flag} takes its value from a branch of {branch_of(name)}, which {why}"
         )
     if name.startswith("$"):
         raise SpecError(

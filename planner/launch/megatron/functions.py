@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from planner.inputs.errors import SpecError
-from planner.launch.megatron.shell_state import Exit, Script
+from planner.launch.megatron.shell_state import Exit, Script, branch_of
 from planner.launch.megatron.shell_text import Logical, statements
 from planner.launch.megatron.variables import REF_KEY
 
@@ -218,9 +218,9 @@ def call(
     the call and the definition's line."""
     fn = s.functions[name]
     if isinstance(fn, str):
-        _, var, line = fn.split(":")
+        var = fn.split(":")[1]
         raise SpecError(
-            f"line {number}: {name} is defined inside the if/case on line {line}, which depends on "
+            f"line {number}: {name} is defined inside {branch_of(fn)}, which depends on "
             f"{var if var != '?' else 'a condition planner cannot evaluate'}; planner cannot know which body runs"
         )
     if len(s.frames) >= MAX_CALL_DEPTH or s.calls >= MAX_CALLS:
@@ -232,6 +232,7 @@ def call(
     frame = Frame(function=name)
     before = bind(s, args)
     s.frames.append(frame)
+    loops, s.loops = s.loops, 0  # bash: break / continue in a function leave no loop of its caller
     start, assigned = len(s.words), dict(s.assigned_lines)
     status: bool | str = f"if:?:{number}"
     try:
@@ -244,6 +245,7 @@ def call(
     except SpecError as exc:
         raise SpecError(f"line {number}: {name} (the function defined on line {fn.line}): {exc}") from None
     finally:
+        s.loops = loops
         s.frames.pop()
         restore(s, frame)
         unbind(s, before)

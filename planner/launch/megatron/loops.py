@@ -1,35 +1,77 @@
-"""``for NAME in WORDS; do ...; done`` in a launch script, run as bash runs it when its words are
-known (bash(1) "Compound Commands": "The list of words following in is expanded, generating a list
-of items. The variable name is set to each element of this list in turn, and list is executed each
-time"; ``for NAME; do`` iterates over ``"$@"``): the body is read once per word with NAME set to
-it, and NAME keeps the last word after the loop, as in bash.
+"""Loops in a launch script, run as bash runs them where what they run over is known (bash(1)
+"Compound Commands", "SHELL BUILTIN COMMANDS"):
 
-A loop is left to :mod:`.shell`'s undeterminable branch (its body may run any number of times;
-what it assigns is unknown, a flag needing it an error naming the loop's line) when it cannot be
-run here: a word list that holds an unresolved value, more than :data:`MAX_ITERATIONS` words,
-``break`` or ``continue`` in the body, a redirection or pipe after ``done`` (``done < FILE``), or
-text after ``done`` on its line; ``while``, ``until``, ``select`` and the arithmetic
-``for (( ... ))`` always are (their conditions are run-time).
+* ``for NAME in WORDS; do ...; done``: "The list of words following in is expanded, generating a
+  list of items. The variable name is set to each element of this list in turn, and list is
+  executed each time" (``for NAME; do`` iterates over ``"$@"``); NAME keeps the last word.
+* ``while LIST; do ...; done`` / ``until LIST; do ...; done``: the body runs as long as LIST
+  succeeds (``until``: fails), LIST evaluated as an ``if`` condition is
+  (:func:`.conditions.condition`: ``[ "$i" -lt 3 ]``, ``true``, ...) before each round.
+* ``break [N]`` / ``continue [N]``: leave (go on with the next round of) the N-th enclosing loop;
+  outside a loop, and in a function called from one, they do nothing (bash says "only meaningful
+  in a `for', `while', or `until' loop").
+
+A loop is run on the script's state, and when it turns out it cannot be run here the state is put
+back as it was and the loop left to :mod:`.shell`'s undeterminable branch (``loop:?:LINE``: its
+body may run any number of times; what it assigns is unknown, a flag needing it an error naming
+the loop's line): a word list that holds an unresolved value or more than
+:data:`MAX_ITERATIONS` words, a condition planner cannot evaluate (``while read -r f``, ``while
+(( i < n ))``) at any round, a ``break`` / ``continue`` in a branch that cannot be known, a
+redirection or pipe after ``done`` (``done < FILE``) or text after ``done`` on its line. A
+``while`` / ``until`` still running after :data:`MAX_ITERATIONS` rounds is left the same way
+(``cap:?:LINE``, a message naming the cap), so a script never hangs planner; more than
+:data:`MAX_LOOP_RUNS` bodies run in all (nested loops) is an error naming it. ``select`` and the
+arithmetic ``for (( ... ))`` are always left (their rounds are run-time).
 """
 
 from __future__ import annotations
 
+import copy
 import re
 import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from planner.inputs.errors import SpecError
+from planner.launch.megatron.conditions import condition
 from planner.launch.megatron.expansion import expand, unresolved_in
-from planner.launch.megatron.shell_state import Script
+from planner.launch.megatron.shell_state import MAX_ITERATIONS, MAX_LOOP_RUNS, Script
 from planner.launch.megatron.shell_text import Logical, statements
 
-MAX_ITERATIONS = 4096
-"""Words a ``for`` loop is run over at most; a longer list is left undeterminable."""
+__all__ = [
+    "MAX_ITERATIONS",
+    "MAX_LOOP_RUNS",
+    "Lines",
+    "Loop",
+    "LoopControl",
+    "Undecidable",
+    "read_loop",
+    "run_loop",
+]
 
 _FOR = re.compile(r"^for\s+([A-Za-z_]\w*)(\s+in(?:\s+(.*?))?)?\s*$")
 """``for NAME in WORDS`` (the words may be empty) or ``for NAME`` (over ``"$@"``)."""
+_WHILE = re.compile(r"^(while|until)\s+(.*\S)\s*$", re.S)
+"""``while LIST`` / ``until LIST`` (LIST one command list, up to its ``; do``)."""
 _OPENERS = ("for", "while", "until", "select")
-_STOPS = ("break", "continue")
+
+
+class LoopControl(Exception):
+    """``break [N]`` / ``continue [N]`` run inside a loop: ``kind`` is which, ``levels`` N."""
+
+    def __init__(self, kind: str, levels: int):
+        super().__init__(kind)
+        self.kind, self.levels = kind, levels
+
+
+class Undecidable(Exception):
+    """A loop being run cannot be run here (a ``break`` in a branch that cannot be known, its
+    ``KIND:NAME:LINE`` ``unknown``): it is read as an undeterminable branch instead (the module
+    docstring)."""
+
+    def __init__(self, unknown: str):
+        super().__init__(unknown)
+        self.unknown = unknown
 
 
 class Lines:
@@ -56,24 +98,31 @@ class Lines:
 
 
 @dataclass(frozen=True, slots=True)
-class ForLoop:
+class Loop:
+    kind: str
+    """``for``, ``while`` or ``until``."""
     name: str
+    """A ``for``'s variable ("" for the others)."""
     words: str | None
-    """The text after ``in`` (None: ``for NAME``, over ``"$@"``)."""
+    """A ``for``'s text after ``in`` (None: ``for NAME``, over ``"$@"``); a ``while`` / ``until``'s
+    condition."""
     body: list[Logical]
+    line: int
+    """The line the loop starts on."""
 
 
 def _first(statement: str) -> str:
     return statement.split(None, 1)[0] if statement.strip() else ""
 
 
-def read_for(logical: Logical, lines: Lines) -> ForLoop | None:
-    """The ``for`` loop that starts at ``logical`` with its body (the following lines read from
-    ``lines`` up to its ``done``), or None (``lines`` left where they were) when it is not a loop
-    this module runs (the module docstring)."""
+def read_loop(logical: Logical, lines: Lines) -> Loop | None:
+    """The ``for``, ``while`` or ``until`` loop that starts at ``logical`` with its body (the
+    following lines read from ``lines`` up to its ``done``), or None (``lines`` left where they
+    were) when it is not a loop this module runs (the module docstring)."""
     parts = statements(logical.text.strip())
-    m = _FOR.match(parts[0]) if parts else None
-    if m is None:
+    head = parts[0] if parts else ""
+    m, w = _FOR.match(head), _WHILE.match(head)
+    if m is None and (w is None or _first(w.group(2)) in ("do", "done")):
         return None
     mark = lines.mark()
     rest = parts[1:]
@@ -94,9 +143,6 @@ def read_for(logical: Logical, lines: Lines) -> ForLoop | None:
         kept: list[str] = []
         for i, st in enumerate(stmts):
             word = _first(st)
-            if word in _STOPS:
-                lines.rewind(mark)
-                return None
             if word in _OPENERS:
                 depth += 1
             elif word == "done":
@@ -107,7 +153,10 @@ def read_for(logical: Logical, lines: Lines) -> ForLoop | None:
                         return None
                     if kept:
                         body.append(Logical("; ".join(kept), number, heredoc))
-                    return ForLoop(m.group(1), (m.group(3) or "") if m.group(2) else None, body)
+                    if m is not None:
+                        words = (m.group(3) or "") if m.group(2) else None
+                        return Loop("for", m.group(1), words, body, logical.number)
+                    return Loop(w.group(1), "", w.group(2), body, logical.number)
             if st:
                 kept.append(st)
         if kept:
@@ -119,8 +168,8 @@ def read_for(logical: Logical, lines: Lines) -> ForLoop | None:
         current = (statements(nxt.text.strip()), nxt.number, nxt.heredoc)
 
 
-def loop_words(loop: ForLoop, s: Script) -> list[str] | None:
-    """The items the loop runs over (bash's expansion and word splitting of the list), or None
+def _for_words(loop: Loop, s: Script) -> list[str] | None:
+    """The items a ``for`` runs over (bash's expansion and word splitting of the list), or None
     when one is unresolved or there are more than :data:`MAX_ITERATIONS`."""
     if loop.words is None:
         return list(s.arrays.get("@", []))
@@ -133,10 +182,65 @@ def loop_words(loop: ForLoop, s: Script) -> list[str] | None:
     return items
 
 
-def run_for(
-    loop: ForLoop, items: list[str], s: Script, read_lines: Callable[[list[Logical], Script], None]
-) -> None:
-    """The body read once per item with the loop's variable set to it (bash keeps the last)."""
-    for item in items:
-        s.scalars[loop.name] = item
+def run_loop(loop: Loop, s: Script, read_lines: Callable[[list[Logical], Script], None]) -> str | None:
+    """Run ``loop`` on ``s`` as bash runs it (``read_lines`` reads its body): None when it ran, or
+    the undeterminable branch it is to be read as (``loop:?:LINE``, ``cap:?:LINE``), ``s`` then
+    as it was before the loop."""
+    unknown = f"loop:?:{loop.line}"
+    items = _for_words(loop, s) if loop.kind == "for" else None
+    if loop.kind == "for" and items is None:
+        return unknown
+    saved = copy.deepcopy(s.__dict__)
+    s.loops += 1
+    try:
+        if items is not None:
+            for item in items:
+                s.scalars[loop.name] = item
+                if _round(loop, s, read_lines):
+                    break
+            return None
+        for _ in range(MAX_ITERATIONS):
+            known = condition(loop.words, loop.line, s)  # runs no command: set -e has nothing to stop
+            if isinstance(known, str):
+                unknown = f"loop:{known.split(':')[1]}:{loop.line}"  # the variable it depends on
+                break
+            if known == (loop.kind == "until") or _round(loop, s, read_lines):
+                return None
+        else:
+            unknown = f"cap:?:{loop.line}"
+    except Undecidable as exc:
+        unknown = f"loop:{exc.unknown.split(':')[1]}:{loop.line}"
+    finally:
+        s.loops -= 1
+    runs = s.loop_runs  # the bodies run count against the cap, put back or not
+    s.__dict__.update(saved)
+    s.loop_runs = runs
+    return unknown
+
+
+def _round(loop: Loop, s: Script, read_lines: Callable[[list[Logical], Script], None]) -> bool:
+    """One run of the body; whether a ``break`` ends the loop (one for an outer loop, or a
+    ``continue`` for one, goes on up)."""
+    s.loop_runs += 1
+    if s.loop_runs > MAX_LOOP_RUNS:
+        raise SpecError(
+            f"line {loop.line}: the script's loops run more than {MAX_LOOP_RUNS} bodies in all (planner's cap)"
+        )
+    try:
         read_lines(loop.body, s)
+    except LoopControl as jump:
+        if jump.levels > 1:
+            raise LoopControl(jump.kind, jump.levels - 1) from None
+        return jump.kind == "break"
+    return False
+
+
+def loop_control(name: str, args: list[str], s: Script) -> bool:
+    """``break [N]`` / ``continue [N]`` (bash(1) "SHELL BUILTIN COMMANDS"): inside a loop,
+    :class:`LoopControl` for the N-th enclosing one (N past the loops: the outermost); outside one
+    nothing (status 0, as bash's); an N that is not a positive number: the loop cannot be run."""
+    if not s.loops:
+        return True
+    if args and not (args[0].isdigit() and int(args[0]) > 0):
+        raise Undecidable("loop:?:0")
+    raise LoopControl(name, min(int(args[0]) if args else 1, s.loops))

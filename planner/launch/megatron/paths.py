@@ -14,24 +14,8 @@ from __future__ import annotations
 
 import os
 import posixpath
-import re
 
-_REDIRECT = re.compile(r"^(\d*>>?|&>>?|\d*>&\d*|\d*<)(.*)$")
-"""A redirection word (bash(1) "Redirection"); the target follows when the word is the operator alone."""
-
-
-def _without_redirections(words: list[str]) -> list[str]:
-    out, skip = [], False
-    for w in words:
-        if skip:
-            skip = False
-            continue
-        m = _REDIRECT.match(w)
-        if m:
-            skip = not m.group(2)
-            continue
-        out.append(w)
-    return out
+from planner.launch.megatron.shell_text import redirections
 
 
 def joined(pwd: str | None, path: str) -> str | None:
@@ -65,7 +49,8 @@ def path_command(words: list[str], pwd: str | None) -> str | None:
     - ``cd [-P|-L] [--] DIR && pwd [-P]``: DIR made absolute (links resolved with ``-P``).
 
     Redirections (``&> /dev/null``, ``2>&1``) change no output of these and are dropped."""
-    words = _without_redirections(words)
+    dropped = redirections(words)
+    words = [w for k, w in enumerate(words) if k not in dropped]
     if not words:
         return None
     name, args = words[0], words[1:]

@@ -17,8 +17,9 @@ split from the text by :mod:`.shell_text`, into a :class:`.shell_state.Script`; 
 evaluates the tests and :mod:`.shell_builtins` runs ``cd`` and ``envsubst``. Functions and their
 calls (positional parameters, ``local``, ``return``, ``shift``) are :mod:`.functions`', the
 assignments (``declare -A``, ``local -n``, ``NAME[KEY]=``) :mod:`.assignments`', an ``sbatch <<EOF``
-job script :mod:`.heredoc`'s; a ``for`` loop over known words runs (:mod:`.loops`), other
-loops are not evaluated (read as an undeterminable ``if``). Brace
+job script :mod:`.heredoc`'s; ``for``, ``while`` and ``until`` loops with ``break`` /
+``continue`` run where what they run over is known (:mod:`.loops`), other loops are read as an
+undeterminable ``if``. Brace
 groups ``{ ...; }`` (alone or after ``&&`` / ``||``) are read as branches on the list before
 them; ``exit``, ``set -e``, ``set -u`` and ``pipefail`` stop the script where bash stops it
 (:mod:`.shell_exit`); a ``source``, call or job script in a branch that cannot be known is
@@ -59,7 +60,7 @@ from planner.launch.megatron.functions import (
     shift,
 )
 from planner.launch.megatron.heredoc import JOB_READERS, here_operator, job_script
-from planner.launch.megatron.loops import Lines, loop_words, read_for, run_for
+from planner.launch.megatron.loops import Lines, Undecidable, loop_control, read_loop, run_loop
 from planner.launch.megatron.shell_builtins import change_directory, envsubst, inner_commands
 from planner.launch.megatron.shell_exit import (
     Exit,
@@ -69,20 +70,51 @@ from planner.launch.megatron.shell_exit import (
     pipeline_status,
     required,
     set_builtin,
+    set_maybe,
     unbound,
 )
-from planner.launch.megatron.shell_state import NAME, Script
-from planner.launch.megatron.shell_text import REDIRECT, SEPARATORS, Logical, logical_lines, statements
+from planner.launch.megatron.shell_state import NAME, Script, branch_of
+from planner.launch.megatron.shell_text import (
+    SEPARATORS,
+    Logical,
+    is_separator,
+    logical_lines,
+    redirections,
+    split_words,
+    statements,
+)
 from planner.launch.megatron.sourcing import MAX_SOURCE_DEPTH, source_file
 from planner.launch.megatron.speculative import maybe, training_in_unknown
+from planner.launch.megatron.subshell import run_subshell, subshell
 
-__all__ = ["MAX_SOURCE_DEPTH", "REDIRECT", "SEPARATORS", "Script", "read_script", "unresolved_in"]
+__all__ = [
+    "MAX_SOURCE_DEPTH",
+    "SEPARATORS",
+    "Script",
+    "is_separator",
+    "read_script",
+    "redirections",
+    "unresolved_in",
+]
 
 _ASSIGN_LINE = re.compile(
     r"^(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?[A-Za-z_]\w*(?:\[[^\]]*\])?\+?="
 )
 """A line that starts with an assignment (its words, expanded unsplit, decide: :func:`.assignments.assign`)."""
-_BUILTINS = ("source", ".", "cd", "pushd", "popd", "set", "envsubst", "return", "shift", "exit")
+_BUILTINS = (
+    "source",
+    ".",
+    "cd",
+    "pushd",
+    "popd",
+    "set",
+    "envsubst",
+    "return",
+    "shift",
+    "exit",
+    "break",
+    "continue",
+)
 """Commands :func:`_builtin` runs on the script's state instead of keeping their words."""
 
 
@@ -104,8 +136,8 @@ _KEYWORDS = (
 _TESTS = ("[", "[[", "test", "true", "false", ":", "!")
 """Commands whose status :func:`.conditions.condition` evaluates (the others are not run)."""
 _LOOPS = ("while", "until", "for", "select")
-"""Loops :mod:`.loops` does not run: each is read as an ``if`` whose condition cannot be known (its
-body may run any number of times)."""
+"""Loops, read as an ``if`` whose condition cannot be known (their body may run any number of times)
+where :mod:`.loops` cannot run them."""
 
 
 @dataclass
@@ -171,13 +203,13 @@ def _read_lines(lines: list[Logical], s: Script) -> None:
         stripped, number = logical.text.strip(), logical.number
         if not stripped:
             continue
-        if stripped.startswith("for") and all(b.active for b in stack):
+        if stripped.split(None, 1)[0] in ("for", "while", "until") and all(b.active for b in stack):
             mark = it.mark()
-            loop = read_for(logical, it)
-            items = loop_words(loop, s) if loop is not None else None
-            if items is not None:
-                run_for(loop, items, s, _read_lines)
-                continue
+            loop = read_loop(logical, it)
+            if loop is not None:
+                s.loop_unknown = run_loop(loop, s, _read_lines)
+                if s.loop_unknown is None:
+                    continue
             it.rewind(mark)  # read as an undeterminable branch (loops.py)
         head = header(stripped)
         if head is not None:
@@ -211,13 +243,15 @@ def _logical(stripped: str, number: int, s: Script, stack: list[_Branch]) -> Non
     """One logical line (not a function definition) read into ``s``."""
     first = stripped.split(None, 1)[0].rstrip(";")
     group = _GROUP.search(stripped) is not None
-    if first in _KEYWORDS or stack or group:
-        split = first in _KEYWORDS or group or (stack and stack[-1].case is not None)
+    parts = statements(stripped) if ";" in stripped else [stripped]
+    keyword = any(p.split(None, 1)[0].rstrip(";") in _KEYWORDS for p in parts[1:])  # "A=1; if ...; fi"
+    if first in _KEYWORDS or stack or group or keyword:
+        split = first in _KEYWORDS or group or keyword or (stack and stack[-1].case is not None)
         for statement in statements(stripped) if split else [stripped]:
             _conditional(statement, number, s, stack)
         return
     try:
-        for statement in statements(stripped) if ";" in stripped else [stripped]:
+        for statement in parts:
             _statement(statement, number, s)
     except YamlReadError as exc:
         raise SpecError(f"line {number}: {exc}") from None
@@ -264,7 +298,10 @@ def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -
             maybe = outer is not None and all(b.active or b.unknown for b in stack)
             stack.append(_Branch(False, True, outer if maybe else None))
             return
-        known = condition(rest, number, s) if first == "if" else f"if:?:{number}"
+        if first == "if":
+            known = condition(rest, number, s)
+        else:
+            known, s.loop_unknown = s.loop_unknown or f"loop:?:{number}", None
         if isinstance(known, str) and first == "if" and _runs_command(rest):
             s.assumed.add(known)  # ``if COMMAND``: a stop that hangs on its status is not taken
         if isinstance(known, str):
@@ -279,8 +316,8 @@ def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -
     if first == "fi" or first == "done":
         stack.pop()
         return
-    top = stack[-1]
     if first in ("elif", "else"):
+        top = stack[-1]
         if top.unknown or top.taken or not all(b.active for b in stack[:-1]):
             top.active = False
         elif first == "else":
@@ -409,6 +446,11 @@ def _undetermined(statement: str, number: int, s: Script, unknown: str) -> None:
     if first == "exit":
         maybe_stop(s, number, statement, unknown)
         return
+    if first in ("break", "continue") and s.loops:
+        raise Undecidable(unknown)  # the loop being run: whether it goes on cannot be known
+    if first == "set":
+        set_maybe(statement.split()[1:], number, s, unknown)
+        return
     if s.errexit is not None and first == "false" and not s.errexit_ignored:
         maybe_stop(s, number, f"set -e (line {s.errexit}) and {statement!r} fails", unknown)
         return
@@ -452,6 +494,10 @@ def _source_undetermined(args: list[str], number: int, s: Script, unknown: str) 
 def _statement(stripped: str, number: int, s: Script) -> None:
     """One command or assignment of the script, read into ``s``."""
     s.status = True
+    sub = subshell(stripped)
+    if sub is not None:
+        _subshell_list(*sub, number, s)
+        return
     try:
         words = shlex.split(stripped.replace("\n", " "), posix=True) if "=(" not in stripped else None
     except ValueError:
@@ -467,7 +513,7 @@ def _statement(stripped: str, number: int, s: Script) -> None:
         return
     expanded = expand(stripped.replace("\n", " "), s.scalars, s.arrays)
     try:
-        parts = shlex.split(expanded, posix=True)
+        parts = split_words(expanded)
     except ValueError:
         parts = expanded.split()
     # Leading NAME=value words set the command's environment (bash(1) "Simple Command Expansion").
@@ -477,9 +523,48 @@ def _statement(stripped: str, number: int, s: Script) -> None:
         s.scalars[m.group(1)] = m.group(3)
         s.assigned_lines[m.group(1)] = number
         parts = parts[1:]
+    start = len(s.words)
     s.words += [(w, number) for w in inner_commands(_run_builtins(parts, number, s), s)]
     if heredoc is not None and parts and parts[0] in JOB_READERS:
         s.words += job_script(heredoc, number, s, _read)
+    if len(s.words) > start and not is_separator(s.words[-1][0]):
+        s.words.append(
+            (";", number)
+        )  # the command ends here: the next statement's words are not its arguments
+
+
+def _subshell_list(inner: str, op: str, rest: str, number: int, s: Script) -> None:
+    """``( LIST )`` alone, or before ``&&`` / ``||`` / ``|`` and the rest of its list, run as bash
+    runs it (:mod:`.subshell`): ``set -e`` stops the script on a subshell that fails, except before
+    ``&&`` / ``||`` (where it is ignored inside the subshell too) and before ``|`` (unless
+    ``pipefail``)."""
+    shown = [f"( {inner} )"]
+    if op in ("&&", "||"):
+        s.errexit_ignored += 1
+        try:
+            status = run_subshell(inner, number, s, _read_lines)
+        finally:
+            s.errexit_ignored -= 1
+        runs = status if op == "&&" else (not status if isinstance(status, bool) else status)
+        if runs is True:
+            _statement(rest, number, s)
+        elif runs is False:
+            s.status = status
+        else:
+            _undetermined(rest, number, s, runs)
+            s.status = runs
+        return
+    status = run_subshell(inner, number, s, _read_lines)
+    if op == "|":
+        s.errexit_ignored += 1
+        try:
+            _statement(rest, number, s)
+        finally:
+            s.errexit_ignored -= 1
+        status = pipeline_status([status, s.status], s.pipefail)
+    after_list(status, True, shown, number, s)
+    if isinstance(status, str) and s.errexit is not None and not s.errexit_ignored:
+        maybe_stop(s, number, f"set -e (line {s.errexit}) and {' '.join(shown)!r} may fail", status)
 
 
 def _run_builtins(parts: list[str], number: int, s: Script) -> list[str]:
@@ -498,7 +583,7 @@ def _run_builtins(parts: list[str], number: int, s: Script) -> list[str]:
     last_ran: bool | str = True
     last: list[str] = []
     for k in range(len(parts) + 1):
-        if k < len(parts) and parts[k] not in SEPARATORS:
+        if k < len(parts) and not is_separator(parts[k]):
             continue
         command, after = parts[start:k], (parts[k] if k < len(parts) else None)
         if before in ("|", "|&"):
@@ -547,10 +632,14 @@ def _builtinmaybe(command: list[str], number: int, s: Script, unknown: str) -> N
         maybe(lambda scratch: call(command[0], command[1:], number, scratch, _read_lines), number, s, unknown)
     elif command[0] == "exit":
         maybe_stop(s, number, " ".join(command), unknown)
+    elif command[0] in ("break", "continue") and s.loops:
+        raise Undecidable(unknown)
+    elif command[0] == "set":
+        set_maybe(command[1:], number, s, unknown)
     elif command[0] == "return" and s.frames:
-        _, var, line = unknown.split(":")
+        var = unknown.split(":")[1]
         raise SpecError(
-            f"line {number}: return in a branch of the if/case on line {line}, which depends on "
+            f"line {number}: return in a branch of {branch_of(unknown)}, which depends on "
             f"{var if var != '?' else 'a condition planner cannot evaluate'}: planner cannot know whether "
             f"{s.frames[-1].function} returns here"
         )
@@ -579,6 +668,8 @@ def _builtin(command: list[str], number: int, s: Script) -> bool | str:
         if not s.frames and s.depth == 0:
             return False  # bash: "can only `return' from a function or sourced script"
         raise Return(args[0] == "0" if args and args[0].lstrip("-").isdigit() else f"if:?:{number}")
+    if name in ("break", "continue"):
+        return loop_control(name, args, s)
     if name == "shift":
         count = args[0] if args else "1"
         return shift(s, int(count)) if count.isdigit() else f"if:?:{number}"

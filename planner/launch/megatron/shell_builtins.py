@@ -16,7 +16,7 @@ from planner.launch.megatron.expansion import FILE_KEY, UNRESOLVED, command_mark
 from planner.launch.megatron.heredoc import exported
 from planner.launch.megatron.paths import inside, joined
 from planner.launch.megatron.shell_state import NAME, Script, display
-from planner.launch.megatron.shell_text import REDIRECT, SEPARATORS
+from planner.launch.megatron.shell_text import is_separator, redirections
 
 
 def envsubst(args: list[str], number: int, s: Script) -> None:
@@ -93,8 +93,9 @@ def inner_commands(parts: list[str], s: Script) -> list[str]:
     for k, w in enumerate(parts[:-1]):
         if w in ("bash", "sh", "/bin/bash", "/bin/sh") and parts[k + 1] == "-c" and k + 2 < len(parts):
             inner, rest = parts[k + 2], parts[k + 4 :]
-            end = next((j for j, x in enumerate(rest) if x in SEPARATORS or REDIRECT.match(x)), len(rest))
-            rest, tail = rest[:end], rest[end:]
+            end = next((j for j, x in enumerate(rest) if is_separator(x)), len(rest))
+            dropped = redirections(rest[:end])
+            rest, tail = [x for j, x in enumerate(rest[:end]) if j not in dropped], rest[end:]
             bound = " ".join(shlex.quote(a) for a in rest)
             inner = inner.replace('"$@"', bound).replace("$@", bound)
             if "$" in inner:

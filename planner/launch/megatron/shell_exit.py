@@ -27,14 +27,14 @@ the options, the stops and their messages."""
 
 from __future__ import annotations
 
-__all__ = ["Exit", "MaybeStop", "set_builtin"]
+__all__ = ["Exit", "MaybeStop", "set_builtin", "set_maybe"]
 
 from dataclasses import dataclass
 
 from planner.inputs.errors import SpecError
 from planner.launch.megatron.expansion import NOUNSET_KEY, Required, Unbound
 from planner.launch.megatron.functions import bind
-from planner.launch.megatron.shell_state import Exit, Script
+from planner.launch.megatron.shell_state import Exit, Script, branch_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +77,27 @@ def set_builtin(args: list[str], number: int, s: Script) -> bool:
     return True
 
 
+def set_maybe(args: list[str], number: int, s: Script, unknown: str) -> None:
+    """``set`` in a branch that cannot be known (``unknown``): ``-e`` / ``-o errexit`` there may
+    be in force after it (:attr:`.shell_state.Script.errexit_unknown`); a command that then fails
+    is a stop that may happen, not one that does (:func:`after_list`). When nothing fails the
+    launch is the same either way and is read."""
+    if s.errexit is not None or s.errexit_unknown is not None:
+        return
+    for k, a in enumerate(args):
+        if a == "--" or a[:1] != "-":
+            break
+        if "e" in a[1:] or ("o" in a[1:] and args[k + 1 : k + 2] == ["errexit"]):
+            s.errexit_unknown = (number, unknown)
+            return
+
+
 def _option(name: str, on: bool, number: int, s: Script) -> None:
     if name == "allexport":
         s.allexport = on
     elif name == "errexit":
         s.errexit = number if on else None
+        s.errexit_unknown = None  # decided here, either way
     elif name == "nounset":
         if on:
             s.scalars[NOUNSET_KEY] = str(number)
@@ -110,6 +126,11 @@ def after_list(status: bool | str, last_ran: bool | str, command: list[str], num
     """``set -e`` after a command list: the script stops when the list's last pipeline ran and
     failed; when whether it ran cannot be known (after ``&&`` on an unknown test), it may stop."""
     s.status = status
+    if s.errexit is None and s.errexit_unknown is not None and not s.errexit_ignored:
+        if status is False and last_ran is not False:
+            line, unknown = s.errexit_unknown
+            maybe_stop(s, number, f"set -e (line {line}, if it ran) and {' '.join(command)!r} fails", unknown)
+        return
     if s.errexit is None or s.errexit_ignored or status is not False or last_ran is False:
         return
     why = f"set -e (line {s.errexit}) and {' '.join(command)!r} fails"
@@ -176,7 +197,7 @@ def launch_after_maybe_stop(s: Script) -> None:
 
 def _stop_before_launch(maybe: MaybeStop, launch_line: int) -> SpecError:
     """The error for a training command after a stop in a branch that cannot be known."""
-    _, var, line = maybe.unknown.split(":")
+    var = maybe.unknown.split(":")[1]
     what = (
         f"on {var}, which the script never sets; pass planner check --set {var}=VALUE or set it in the script"
         if var != "?"
@@ -184,5 +205,5 @@ def _stop_before_launch(maybe: MaybeStop, launch_line: int) -> SpecError:
     )
     return SpecError(
         f"line {maybe.line}: the script may stop here ({maybe.why}) before the training command on line "
-        f"{launch_line}: it is in a branch of the if/case on line {line}, which depends {what}"
+        f"{launch_line}: it is in a branch of {branch_of(maybe.unknown)}, which depends {what}"
     )

@@ -13,6 +13,33 @@ from planner.launch.megatron.expansion import UNRESOLVED_RE, unresolved_in
 NAME = re.compile(r"[A-Za-z_]\w*")
 """A shell variable name (bash(1) "DEFINITIONS": name)."""
 
+MAX_ITERATIONS = 4096
+"""Iterations one loop is run for at most (words of a ``for``, rounds of a ``while`` / ``until``):
+a loop that would run longer is read as a branch that cannot be known (``cap:?:LINE``)."""
+MAX_LOOP_RUNS = 16384
+"""Loop bodies a script runs in all (nested loops multiply): past it, an error naming it."""
+
+BRANCH_KINDS = ("if", "loop", "cap")
+"""The kinds of a branch that cannot be known, the first field of ``KIND:NAME:LINE``: an ``if`` or
+``case`` whose condition cannot be known (NAME the variable it depends on, ``?`` when none), a
+loop whose rounds cannot be known, a loop stopped at :data:`MAX_ITERATIONS`."""
+
+
+def is_branch(unknown: str) -> bool:
+    """Whether ``unknown`` (an unresolved marker's name) is a branch's ``KIND:NAME:LINE``."""
+    return unknown.split(":", 1)[0] in BRANCH_KINDS and unknown.count(":") == 2
+
+
+def branch_of(unknown: str) -> str:
+    """The construct a branch's ``KIND:NAME:LINE`` names, for a message: ``the if/case on line
+    L``, ``the loop on line L``, or that loop with planner's cap."""
+    kind, _, line = unknown.split(":")
+    if kind == "if":
+        return f"the if/case on line {line}"
+    if kind == "cap":
+        return f"the loop on line {line} (stopped at planner's cap of {MAX_ITERATIONS} iterations)"
+    return f"the loop on line {line}"
+
 
 @dataclass
 class Script:
@@ -48,6 +75,9 @@ class Script:
     """The here-document the line being read opens (:class:`.shell_text.Heredoc`), for its command."""
     errexit: int | None = None
     """The line of the ``set -e`` (``set -o errexit``) in force, None while it is off."""
+    errexit_unknown: tuple[int, str] | None = None
+    """The line of a ``set -e`` in a branch that cannot be known, and the branch's
+    ``KIND:NAME:LINE``, while ``set -e`` is not otherwise in force (:func:`.shell_exit.set_maybe`)."""
     pipefail: bool = False
     """``set -o pipefail``: a pipeline fails when any of its commands fails."""
     errexit_ignored: int = 0
@@ -58,6 +88,14 @@ class Script:
     maybe_stop: Any = None
     """The first place the script may stop, in a branch that cannot be known
     (:class:`.shell_exit.MaybeStop`), for an error if a training command comes after it."""
+    loops: int = 0
+    """How many loops are being run around the statement being read (``break`` / ``continue``
+    leave one; 0 inside a function called from a loop, as in bash)."""
+    loop_runs: int = 0
+    """Loop bodies run so far (bounded by :data:`MAX_LOOP_RUNS`)."""
+    loop_unknown: str | None = None
+    """Why the loop about to be read as an undeterminable branch cannot be run (``loop:?:LINE``,
+    ``cap:?:LINE``; :func:`.loops.run_loop`), for the branch's marker."""
     status: bool | str = True
     """The status of the last command list run (True, False or unknown, ``if:NAME:LINE``)."""
     assumed: set[str] = field(default_factory=set)
@@ -93,9 +131,9 @@ def display(word: str) -> str:
 def why_unknown(word: str) -> str:
     """Why a word with an unresolved marker cannot be known, for a message."""
     name = unresolved_in(word) or "?"
-    if name.startswith("if:"):
-        _, var, line = name.split(":")
-        return f"depends on the if/case on line {line}" + (
+    if is_branch(name):
+        var = name.split(":")[1]
+        return f"depends on {branch_of(name)}" + (
             f" (on {var}, which the script never sets; pass planner check --set {var}=VALUE)"
             if var != "?"
             else ""

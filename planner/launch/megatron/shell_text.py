@@ -5,14 +5,93 @@ multi-line quotes, comments dropped, a line split into the commands of a list (b
 from __future__ import annotations
 
 import re
+import shlex
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from planner.inputs.errors import SpecError
 
 SEPARATORS = {"|", "||", "&&", ";", "&", "|&"}
 """Words that end a simple command (bash(1) "Lists")."""
-REDIRECT = re.compile(r"^\d*(>|<|>>|>&|<&)")
-"""A redirection word (bash(1) "Redirection"): ends the arguments of a command."""
+REDIRECT = re.compile(r"^(?:\d*|&)(?:>>|>&|>\||<&|<<<|<>|>|<)")
+"""A redirection word (bash(1) "Redirection": ``[n]<``, ``[n]>``, ``[n]>>``, ``[n]>|``, ``[n]<>``,
+``[n]>&``, ``[n]<&``, ``&>``, ``&>>``, ``<<<``), the operator alone or with its target. Only its
+unquoted form is one (:func:`is_redirect`)."""
+
+
+class Quoted(str):
+    """A word that looks like an operator (``>foo``, ``&&``) but is not one: its operator
+    characters were quoted (``">foo"``, ``\\&&``) or came from an expansion (``$R``). bash(1)
+    "DEFINITIONS": an operator is "a control operator or a redirection operator" recognised on the
+    unquoted text, before expansion and quote removal, so this word is an argument."""
+
+    __slots__ = ()
+
+
+def is_separator(word: str) -> bool:
+    """Whether ``word`` ends a simple command (an unquoted :data:`SEPARATORS` word)."""
+    return word in SEPARATORS and not isinstance(word, Quoted)
+
+
+def is_redirect(word: str) -> bool:
+    """Whether ``word`` is a redirection (an unquoted :data:`REDIRECT` word)."""
+    return REDIRECT.match(word) is not None and not isinstance(word, Quoted)
+
+
+def redirections(words: list[str]) -> set[int]:
+    """The indices of a command's redirections among its words: each operator word, and the word
+    after an operator written alone (its target). bash(1) "Redirection": they are performed and
+    removed from the command wherever they stand, so the words around them are its arguments."""
+    out: set[int] = set()
+    for k, w in enumerate(words):
+        if k in out or not is_redirect(w):
+            continue
+        out.add(k)
+        if REDIRECT.match(w).end() == len(w) and k + 1 < len(words):
+            out.add(k + 1)
+    return out
+
+
+def split_words(text: str) -> list[str]:
+    """``text`` (expanded, re-quoted by :func:`.expansion.expand`) split into words as
+    :func:`shlex.split` splits it, a word that looks like an operator but was quoted made
+    :class:`Quoted`; ValueError on an unclosed quote."""
+    words = shlex.split(text, posix=True)
+    raws = _raw_words(text)
+    if len(raws) != len(words):  # not expected: keep shlex's words as they are
+        return words
+    return [
+        Quoted(w) if _operator(w) and not _operator(raw) else w for w, raw in zip(words, raws, strict=True)
+    ]
+
+
+def _operator(word: str) -> bool:
+    return word in SEPARATORS or REDIRECT.match(word) is not None
+
+
+def _raw_words(text: str) -> list[str]:
+    """The words of ``text`` before quote removal, split where :func:`shlex.split` splits it
+    (unquoted spaces, tabs and newlines)."""
+    out, buf, quote, i, inword = [], "", None, 0, False
+    while i < len(text):
+        ch = text[i]
+        if quote is None and ch in " \t\r\n":
+            if inword:
+                out.append(buf)
+            buf, inword, i = "", False, i + 1
+            continue
+        inword = True
+        if ch == "\\" and quote != "'":
+            buf, i = buf + text[i : i + 2], i + 2
+            continue
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        buf, i = buf + ch, i + 1
+    if inword:
+        out.append(buf)
+    return out
 
 
 class Heredoc(NamedTuple):
@@ -99,6 +178,24 @@ def logical_lines(text: str) -> list[Logical]:
 def _open_quote(text: str) -> bool:
     """Whether ``text`` ends inside a quoted string (bash(1) "Quoting": the string, newlines and all,
     runs on to its closing quote; a backslash escapes the next character outside single quotes)."""
+    quote = None
+    for _, _, quote in _scan(text):
+        pass
+    return quote is not None
+
+
+def unquoted(text: str) -> Iterator[tuple[int, str]]:
+    """The characters of ``text`` outside quotes (the quotes themselves and backslash escapes
+    left out), with their indices."""
+    for i, ch, quote in _scan(text):
+        if quote is None and ch not in "'\"":
+            yield i, ch
+
+
+def _scan(text: str) -> Iterator[tuple[int, str, str | None]]:
+    """Each character of ``text`` but a backslash escape (bash(1) "Quoting": a backslash outside
+    single quotes escapes the next character, both skipped), with its index and the quote open
+    after it (None outside quotes)."""
     quote, i = None, 0
     while i < len(text):
         ch = text[i]
@@ -106,12 +203,11 @@ def _open_quote(text: str) -> bool:
             i += 2
             continue
         if quote:
-            if ch == quote:
-                quote = None
+            quote = None if ch == quote else quote
         elif ch in "'\"":
             quote = ch
+        yield i, ch, quote
         i += 1
-    return quote is not None
 
 
 def strip_comment(line: str) -> str:

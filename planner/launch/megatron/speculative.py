@@ -11,18 +11,19 @@ from collections.abc import Callable
 from planner.inputs.errors import SpecError
 from planner.launch.megatron.expansion import NOUNSET_KEY, UNRESOLVED
 from planner.launch.megatron.functions import Frame, Return
+from planner.launch.megatron.loops import LoopControl, Undecidable
 from planner.launch.megatron.shell_exit import maybe_stop
-from planner.launch.megatron.shell_state import Exit, Script
+from planner.launch.megatron.shell_state import Exit, Script, branch_of
 
 
 def training_in_unknown(number: int, unknown: str) -> None:
     """The error for a training command in a branch that cannot be known (``if:NAME:LINE``)."""
-    _, name, line = unknown.split(":")
+    name = unknown.split(":")[1]
     what = (
         f"on {name}, which the script never sets" if name != "?" else "on a condition planner cannot evaluate"
     )
     raise SpecError(
-        f"line {number}: the training command runs in a branch of the if/case on line {line}, which depends "
+        f"line {number}: the training command runs in a branch of {branch_of(unknown)}, which depends "
         f"{what}; pass planner check --set {name if name != '?' else 'NAME'}=VALUE or set it in the script"
     )
 
@@ -45,9 +46,12 @@ def maybe(run: Callable[[Script], None], number: int, s: Script, unknown: str) -
         sourced=s.sourced,
         sourced_bytes=s.sourced_bytes,
         errexit=s.errexit,
+        errexit_unknown=s.errexit_unknown,
         pipefail=s.pipefail,
         errexit_ignored=s.errexit_ignored,
         assumed=s.assumed,
+        loops=s.loops,
+        loop_runs=s.loop_runs,
     )
     try:
         run(scratch)
@@ -55,6 +59,8 @@ def maybe(run: Callable[[Script], None], number: int, s: Script, unknown: str) -
         maybe_stop(s, number, stop.why, unknown)
     except (SpecError, Return):
         return
+    except LoopControl:  # a break in a branch that may not run: the loop cannot be run
+        raise Undecidable(unknown) from None
     if scratch.maybe_stop is not None:
         maybe_stop(s, number, scratch.maybe_stop.why, unknown)
     if any(re.search(r"\.py\b", w) for w, _ in scratch.words):
@@ -68,3 +74,4 @@ def maybe(run: Callable[[Script], None], number: int, s: Script, unknown: str) -
             if name in scratch.env:
                 s.env[name] = marker
     s.sourced, s.sourced_bytes, s.calls = scratch.sourced, scratch.sourced_bytes, scratch.calls
+    s.loop_runs = scratch.loop_runs
