@@ -22,9 +22,12 @@ output.
 Kernel times: the chunked scans are products of small matrices per chunk and head, priced as
 strided-batched GEMMs with :func:`cost_models.compute.batched_gemm_s` (the GPU's GEMM size curve
 on the call's FLOPs, never faster than the bytes the kernel moves through HBM at the GPU's
-memory bandwidth). No published measurement of the SSD or gated-delta-rule Triton kernels'
-efficiency per GPU exists in hardware_profiles/, so the roofline of each kernel's FLOPs and bytes
-is the derivation; the GPU's ``hbm_efficiency`` and GEMM curve are the only efficiencies used.
+memory bandwidth): the roofline of each kernel's FLOPs and bytes. Where a GPU file measures the
+kernel (``linear_mixer_kernels``: the fraction of the dense 16-bit peak the published Triton
+kernels reach on the FLOPs counted here, :attr:`planner.inputs.cluster_spec.GPUSpec.linear_mixer_efficiency`),
+each pass takes that rate on its FLOPs instead, never faster than the roofline
+(:func:`at_measured_rate`); the measurements and their transfer between GPUs are
+:mod:`planner.calibration.mixer_kernels`'s. Without one, the roofline alone.
 """
 
 from __future__ import annotations
@@ -58,6 +61,17 @@ def _scan_bf16(job: JobSpec) -> str:
     return "bf16" if job.precision in QUANTIZED_PRECISIONS else job.precision
 
 
+def at_measured_rate(roofline_s: float, flop: float, gpu: GPUSpec, prec: str, kernel: str) -> float:
+    """Seconds of one pass of the chunked ``kernel`` (a key of
+    :data:`planner.inputs.cluster_spec.LINEAR_MIXER_KERNELS`) that does ``flop`` FLOPs: at the
+    measured fraction of the GPU's dense ``prec`` peak (:meth:`GPUSpec.mixer_kernel_efficiency`),
+    never faster than its roofline ``roofline_s``; the roofline where the GPU has no measurement."""
+    efficiency = gpu.mixer_kernel_efficiency(kernel)
+    if not efficiency:
+        return roofline_s
+    return max(roofline_s, flop / (gpu.peak(prec) * efficiency))
+
+
 def ssd_scan_s(
     tokens: float, heads: float, groups: float, head_dim: int, state: int, chunk: int, gpu: GPUSpec, prec: str
 ) -> tuple[float, float, float]:
@@ -73,7 +87,9 @@ def ssd_scan_s(
 
     The backward (``_mamba_chunk_scan_combined_bwd``) recomputes the chunk states from the saved
     inputs (steps 2-3 again, as ``MambaSplitConv1dScanCombinedFn`` saves only ``zxbcdt`` and the
-    scan's output) and runs :data:`BACKWARD_PRODUCTS` gradient products per forward product."""
+    scan's output) and runs :data:`BACKWARD_PRODUCTS` gradient products per forward product. Each
+    pass at the GPU's measured rate of the SSD kernels where it has one (:func:`at_measured_rate`,
+    on these FLOPs: the backward's are its products and the recomputed chunk states)."""
     q, n, p = chunk, state, head_dim
     chunks = tokens / q
     b = ACT_BYTES
@@ -90,7 +106,13 @@ def ssd_scan_s(
     scan += batched_gemm_s(q, p, n, chunks * heads, gpu, prec, tokens * groups * n * b + states)
     forward = cb + chunk_state + passing + scan
     flop = 2 * tokens * (groups * q * n + heads * (n * p + q * p + n * p))
-    return forward, BACKWARD_PRODUCTS * forward + chunk_state + passing, flop
+    backward = BACKWARD_PRODUCTS * forward + chunk_state + passing
+    backward_flop = BACKWARD_PRODUCTS * flop + 2 * tokens * heads * n * p  # the chunk states again
+    return (
+        at_measured_rate(forward, flop, gpu, prec, "ssd_scan"),
+        at_measured_rate(backward, backward_flop, gpu, prec, "ssd_scan"),
+        flop,
+    )
 
 
 def gated_delta_s(
@@ -108,7 +130,9 @@ def gated_delta_s(
     * the output (``chunk_o``): ``Q S`` plus the masked intra-chunk ``(Q K^T) (U - W S)``.
 
     The backward recomputes the states (``chunk_h`` again) and runs :data:`BACKWARD_PRODUCTS`
-    gradient products per forward product."""
+    gradient products per forward product. Each pass at the GPU's measured rate of
+    ``chunk_gated_delta_rule`` where it has one (:func:`at_measured_rate`, on these FLOPs and the
+    recomputed states')."""
     c, dk, dv = GDN_CHUNK, key_dim, value_dim
     count = tokens / c * heads
     b = ACT_BYTES
@@ -118,7 +142,32 @@ def gated_delta_s(
     wy, recurrence, out = _delta_rule_s(tokens, heads, dk, dv, gpu, prec)
     forward = intra + wy + recurrence + out
     flop = 2 * tokens * heads * (2 * c * dk + c * c + c * (dk + dv) + 2 * dk * dv + dk * dv + c * dv)
-    return forward, BACKWARD_PRODUCTS * forward + recurrence, flop
+    return _delta_rule_passes(
+        forward, recurrence, flop, tokens * heads * dk * dv, gpu, prec, "gated_delta_rule"
+    )
+
+
+def _delta_rule_passes(
+    forward: float,
+    recurrence: float,
+    flop: float,
+    state_elements: float,
+    gpu: GPUSpec,
+    prec: str,
+    kernel: str,
+) -> tuple[float, float, float]:
+    """(forward s, backward s, forward FLOPs) of a chunked delta-rule kernel (gated DeltaNet, KDA) from
+    its forward roofline ``forward`` and FLOPs ``flop``: the backward is :data:`BACKWARD_PRODUCTS`
+    per forward product plus the recomputed states (``recurrence`` seconds, ``chunk_h`` again: 4 FLOPs
+    per token, head and state element, ``state_elements`` = tokens x heads x d_k x d_v), each pass at
+    the GPU's measured rate of ``kernel`` where it has one (:func:`at_measured_rate`)."""
+    backward = BACKWARD_PRODUCTS * forward + recurrence
+    backward_flop = BACKWARD_PRODUCTS * flop + 4 * state_elements
+    return (
+        at_measured_rate(forward, flop, gpu, prec, kernel),
+        at_measured_rate(backward, backward_flop, gpu, prec, kernel),
+        flop,
+    )
 
 
 def _wy_solve_s(tokens: float, heads: float, gpu: GPUSpec, prec: str) -> float:
@@ -456,7 +505,8 @@ def kda_s(tokens: float, heads: float, head_dim: int, gpu: GPUSpec, prec: str) -
 
     So its excess over gated DeltaNet grows linearly with d per token and head. The backward is
     :data:`BACKWARD_PRODUCTS` per forward product (``chunk_kda_bwd_kernel_intra`` runs two such
-    element-wise passes, ``dq``/``dk`` and ``dk^T``) plus the recomputed states, as gated DeltaNet's."""
+    element-wise passes, ``dq``/``dk`` and ``dk^T``) plus the recomputed states, as gated DeltaNet's. Each pass at the GPU's measured rate of
+    ``chunk_kda`` where it has one (:func:`at_measured_rate`)."""
     c, bc, d = GDN_CHUNK, KDA_SUB_CHUNK, head_dim
     count = tokens / c * heads
     pairs = (c // bc) * (c // bc - 1) / 2
@@ -474,7 +524,8 @@ def kda_s(tokens: float, heads: float, head_dim: int, gpu: GPUSpec, prec: str) -
     decay = memory_bound_s(3 * tokens * heads * d * FP32_BYTES, gpu)
     forward = intra + diagonal + _wy_solve_s(tokens, heads, gpu, prec) + wy + recurrence + out + decay
     flop = 2 * tokens * heads * (2 * pairs * bc * bc * d / c + c * c + 2 * c * d + 3 * d * d + c * d)
-    return forward, BACKWARD_PRODUCTS * forward + recurrence, flop + triples * KDA_PAIR_FLOP
+    flop += triples * KDA_PAIR_FLOP
+    return _delta_rule_passes(forward, recurrence, flop, tokens * heads * d * d, gpu, prec, "kda")
 
 
 def kda_block(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> AttentionBlock:

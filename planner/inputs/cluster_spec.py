@@ -61,6 +61,12 @@ class EfficiencySpec:
     family on its MoE runs."""
 
 
+LINEAR_MIXER_KERNELS = ("ssd_scan", "gated_delta_rule", "kda")
+"""Keys of a GPU file's ``linear_mixer_kernels``: Mamba-2's SSD chunked scan (mamba_ssm's
+``mamba_chunk_scan_combined``), the chunked gated delta rule (flash-linear-attention's
+``chunk_gated_delta_rule``) and Kimi Delta Attention (flash-linear-attention's ``chunk_kda``)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GPUSpec:
     """One GPU type: capacity, peaks, and achieved-efficiency data."""
@@ -111,6 +117,12 @@ class GPUSpec:
     local_attention_kernel_speed: tuple[float, float] = (1.0, 1.0)
     """The same for sliding-window (local) attention kernels, which are bound by memory and latency
     more than by the exponentials (GB300 over GB200: 1.04 / 1.06 at a 128-token window)."""
+    linear_mixer_efficiency: tuple[tuple[str, float], ...] = ()
+    """Measured fraction of the dense 16-bit tensor-core peak that the chunked Triton kernels of the
+    linear-time token mixers reach on their own FLOP count (:data:`LINEAR_MIXER_KERNELS`: the Mamba-2
+    SSD scan, the gated delta rule, KDA), as (kernel, fraction) pairs (``linear_mixer_kernels`` in a
+    GPU file, which cites each measurement; :mod:`planner.calibration.mixer_kernels` derives them). A
+    kernel without one is priced at the roofline of its FLOPs and bytes (:mod:`cost_models.ssm`)."""
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; raises ``KeyError`` when unsupported."""
@@ -122,6 +134,10 @@ class GPUSpec:
     def supports(self, dtype: str) -> bool:
         """Whether the GPU has a tensor-core peak for ``dtype``."""
         return bool(dict(self.peak_flop_per_s).get(dtype))
+
+    def mixer_kernel_efficiency(self, kernel: str) -> float:
+        """:attr:`linear_mixer_efficiency` of ``kernel``; 0 when unmeasured (the roofline applies)."""
+        return dict(self.linear_mixer_efficiency).get(kernel, 0.0)
 
     def gemm_stream_bandwidth(self) -> float:
         """Bytes per second a weight-streaming GEMM reaches (:attr:`gemm_stream_bytes_per_s`, or the

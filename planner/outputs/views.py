@@ -135,6 +135,7 @@ def gpu_dict(gpu) -> dict:
             "local_forward": gpu.local_attention_kernel_speed[0],
             "local_backward": gpu.local_attention_kernel_speed[1],
         },
+        "linear_mixer_kernels": dict(gpu.linear_mixer_efficiency),
         "source": gpu.source,
     }
 

@@ -10,7 +10,14 @@ from typing import Any
 import yaml
 
 from cost_models.communication import mesh_problems
-from planner.inputs.cluster_spec import ClusterSpec, EfficiencySpec, GPUSpec, NodeGroup, NVLinkMesh
+from planner.inputs.cluster_spec import (
+    LINEAR_MIXER_KERNELS,
+    ClusterSpec,
+    EfficiencySpec,
+    GPUSpec,
+    NodeGroup,
+    NVLinkMesh,
+)
 from planner.inputs.documents import (
     GB,
     GIB,
@@ -74,6 +81,7 @@ def _gpu_from_mapping(data: dict, where: str) -> GPUSpec:
         host_link_bytes_per_s=r.get("host_link_gb_per_s", float, 0.0, positive=True) * GB,
         attention_kernel_speed=speeds[0],
         local_attention_kernel_speed=speeds[1],
+        linear_mixer_efficiency=_linear_mixer_kernels(r),
     )
     r.done()
     return spec
@@ -92,6 +100,20 @@ def _attention_kernel_speeds(r: Reader) -> tuple[tuple[float, float], tuple[floa
     )
     s.done()
     return full, local
+
+
+def _linear_mixer_kernels(r: Reader) -> tuple[tuple[str, float], ...]:
+    """The optional ``linear_mixer_kernels`` of a GPU file: per kernel of
+    :data:`planner.inputs.cluster_spec.LINEAR_MIXER_KERNELS`, the measured fraction of the dense
+    16-bit peak it reaches, in (0, 1]; kernels left out (or the whole block) keep the roofline."""
+    s = r.optional_sub("linear_mixer_kernels")
+    if s is None:
+        return ()
+    values = [
+        (k, s.get(k, float, 0.0, positive=True, maximum=1.0)) for k in LINEAR_MIXER_KERNELS if k in s.data
+    ]
+    s.done()
+    return tuple(values)
 
 
 def _gemm_tile(r: Reader, where: str) -> tuple[int, int] | None:
