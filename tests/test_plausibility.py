@@ -60,8 +60,8 @@ def test_a_gpu_without_runs_of_its_own_is_held_to_its_familys():
 def test_token_mixers_no_calibration_run_has_are_outside_calibration(preset, kinds):
     """The calibration set is softmax-attention transformers: a model with Mamba, linear or sparse
     attention layers extrapolates it, which widens its interval (views: outside_calibration)."""
-    from planner.profiles.plausibility import plausibility
     from planner.inputs.models import load_model
+    from planner.profiles.plausibility import plausibility
     from planner.profiles.uncertainty import UNCALIBRATED_MIXERS, uncalibrated_mixers
 
     assert uncalibrated_mixers(load_model(preset)) == kinds
