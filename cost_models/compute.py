@@ -1,6 +1,7 @@
 """Kernel times from FLOPs and bytes, using the GPU's efficiency data (a roofline with a size curve).
 
-* GEMMs: ``time = FLOP / (peak * eff(FLOP) * q(M, N, K))`` with ``eff(F) = e_max * F / (F + F_half)``,
+* GEMMs: ``time = W / (peak * eff(W))`` over the tile work issued, ``W = FLOP / q(M, N, K)``, with
+  ``eff(F) = e_max * F / (F + F_half)``,
   the smooth form of Calculon's efficiency-by-size tables (Isaev et al., SC'23, "Calculon: a
   methodology and tool for high-level co-design of systems and large language models"). Tensor
   parallelism slices GEMMs, so ``F`` shrinks and efficiency drops. FP8 GEMMs run
@@ -32,6 +33,17 @@ def gemm_efficiency(flop: float, gpu: GPUSpec) -> float:
     """Fraction of dense peak reached by one GEMM of ``flop`` FLOP."""
     e = gpu.efficiency
     return e.gemm_efficiency_max * flop / (flop + e.gemm_half_efficiency_flop)
+
+
+def issued_gemm_s(issued_flop: float, peak: float, gpu: GPUSpec) -> float:
+    """Time of one GEMM kernel that issues ``issued_flop`` FLOP of tile work (its useful FLOPs over
+    :func:`gemm_quantization`), on the size curve: ``issued / (peak * eff(issued))``, i.e.
+    ``(issued + F_half) / (peak * e_max)``. The curve's fixed cost ``F_half`` is paid once per
+    kernel, not scaled by the quantization, so time never falls as a dimension grows: filling a
+    partial last wave costs nothing more (NVIDIA's "Matrix Multiplication Background User's Guide",
+    "Wave Quantization Example": time stays flat while the tiles fit the same number of waves, then
+    steps). With no quantization (``q = 1``) this is ``flop / (peak * eff(flop))``."""
+    return issued_flop / (peak * gemm_efficiency(issued_flop, gpu))
 
 
 GEMM_K_STEP_BYTES = 128
@@ -85,7 +97,7 @@ def gemm_s(m: float, n: float, k: float, gpu: GPUSpec, precision: str, count: fl
     if flop <= 0:
         return 0.0
     peak = gpu.peak(COMPUTE_DTYPE[precision])
-    t = flop / (peak * gemm_efficiency(flop, gpu) * gemm_quantization(m, n, k, gpu, precision, count))
+    t = issued_gemm_s(flop / gemm_quantization(m, n, k, gpu, precision, count), peak, gpu)
     if precision in QUANTIZED_PRECISIONS:
         t /= gpu.efficiency.fp8_gemm_speedup
     if precision == "nvfp4":
@@ -279,7 +291,7 @@ def batched_gemm_s(
         return 0.0
     peak = gpu.peak(COMPUTE_DTYPE[precision])
     prec = "bf16" if precision in QUANTIZED_PRECISIONS else precision
-    t = flop / (peak * gemm_efficiency(flop, gpu) * gemm_quantization(m, n, k, gpu, prec, count))
+    t = issued_gemm_s(flop / gemm_quantization(m, n, k, gpu, prec, count), peak, gpu)
     return max(t, memory_bound_s(num_bytes, gpu))
 
 

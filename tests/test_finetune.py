@@ -125,8 +125,9 @@ def test_adapter_gemms_are_priced_by_size_curve_and_roofline():
     t = finetune.adapter_gemm_s(4096, 16, 4096, gpu, "bf16")
     assert t == pytest.approx(max(compute, memory))
     assert memory > 0.5 * t  # close to the HBM roofline: about 16 FLOPs per byte
-    # the large-GEMM tile quantization would charge a 16-wide output eight times over
-    assert gemm_s(4096, 16, 4096, gpu, "bf16") > 4 * t
+    # the large-GEMM tile quantization would issue a 16-wide output's work eight times over, in
+    # 16 tiles of one wave on 132 SMs
+    assert gemm_s(4096, 16, 4096, gpu, "bf16") > 2 * t
     # a long-K weight gradient (16 x 4096, reducing 4096 tokens) the same way
     assert finetune.adapter_gemm_s(4096, 16, 4096, gpu, "bf16") == finetune.adapter_gemm_s(
         16, 4096, 4096, gpu, "bf16"

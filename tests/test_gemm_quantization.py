@@ -4,11 +4,14 @@
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from cost_models.compute import gemm_efficiency, gemm_quantization, gemm_s, linear_s
+from cost_models.compute import batched_gemm_s, gemm_efficiency, gemm_quantization, gemm_s, linear_s
 from planner.profiles.hardware import load_gpu
 
 A100 = load_gpu("a100-sxm4-80gb")
+H100 = load_gpu("h100-sxm5-80gb")
 
 
 def test_a100_profile_carries_its_sm_count_and_tile():
@@ -52,11 +55,48 @@ def test_unknown_sm_count_means_no_quantization():
     assert gemm_quantization(2048, 1792, 14336, gpu, "bf16") == 1.0
 
 
-def test_gemm_time_divides_by_the_quantization():
+def test_gemm_time_is_the_size_curve_of_the_issued_work():
+    # 112 tiles in two waves of 108: the GPU issues 216 / 112 times the useful FLOPs, and the size
+    # curve's fixed cost is paid once, not scaled by the quantization.
     m, n, k = 2048, 1792, 14336
     flop = 2.0 * m * n * k
-    expected = flop / (A100.peak("bf16") * gemm_efficiency(flop, A100) * (112 / 216))
+    issued = flop * 216 / 112
+    e = A100.efficiency
+    expected = (issued + e.gemm_half_efficiency_flop) / (A100.peak("bf16") * e.gemm_efficiency_max)
     assert gemm_s(m, n, k, A100, "bf16") == pytest.approx(expected)
+    assert expected == pytest.approx(issued / (A100.peak("bf16") * gemm_efficiency(issued, A100)))
+
+
+def test_filling_the_last_wave_costs_nothing_more():
+    # 109 to 216 tiles of 256 x 128 all run in two waves on 108 SMs: the same time.
+    part = gemm_s(109 * 256, 128, 4096, A100, "bf16")
+    full = gemm_s(216 * 256, 128, 4096, A100, "bf16")
+    assert full == pytest.approx(part)
+    assert gemm_s(217 * 256, 128, 4096, A100, "bf16") > full
+
+
+_DIM = st.integers(min_value=1, max_value=40_000)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    m=_DIM,
+    n=_DIM,
+    k=_DIM,
+    grow=st.integers(min_value=1, max_value=5_000),
+    axis=st.sampled_from("mnk"),
+    gpu=st.sampled_from([A100, H100]),
+    precision=st.sampled_from(["bf16", "fp8"]),
+)
+def test_gemm_time_never_falls_as_a_dimension_grows(m, n, k, grow, axis, gpu, precision):
+    dims = {"m": m, "n": n, "k": k}
+    bigger = dict(dims, **{axis: dims[axis] + grow})
+    assert gemm_s(**bigger, gpu=gpu, precision=precision) >= gemm_s(**dims, gpu=gpu, precision=precision) * (
+        1 - 1e-12
+    )
+    b_small = batched_gemm_s(m, n, k, 4, gpu, "bf16", 0.0)
+    b_big = batched_gemm_s(bigger["m"], bigger["n"], bigger["k"], 4, gpu, "bf16", 0.0)
+    assert b_big >= b_small * (1 - 1e-12)
 
 
 def test_linear_layer_prices_each_gemm_on_its_own_shape():
@@ -65,10 +105,13 @@ def test_linear_layer_prices_each_gemm_on_its_own_shape():
     # 14336 x 5376 (56 x 42 = 2352 tiles, 22 waves; independent of the micro-batch).
     t = linear_s(2048, 5376, 14336, A100, "fp16")
     flop = 2.0 * 2048 * 5376 * 14336
-    base = flop / (A100.peak("fp16") * gemm_efficiency(flop, A100))
-    assert t.forward_s == pytest.approx(base / (336 / 432))
-    assert t.input_grad_s == pytest.approx(base / (896 / 972))
-    assert t.weight_grad_s == pytest.approx(base / (2352 / 2376))
+
+    def issued(q):
+        return flop / q / (A100.peak("fp16") * gemm_efficiency(flop / q, A100))
+
+    assert t.forward_s == pytest.approx(issued(336 / 432))
+    assert t.input_grad_s == pytest.approx(issued(896 / 972))
+    assert t.weight_grad_s == pytest.approx(issued(2352 / 2376))
     # A larger micro-batch fills the last wave of the forward (32 x 42 = 1344 tiles, 12.4 -> 13
     # waves); the weight gradient's output, and so its quantization, does not change.
     assert gemm_quantization(4 * 2048, 5376, 14336, A100, "fp16") == pytest.approx(1344 / 1404)

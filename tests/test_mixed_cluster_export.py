@@ -3,7 +3,7 @@ the node groups of the cluster it is given (planner/search/shape_partition.py re
 ``export megatron`` writes the plan's cluster beside the launch (cluster.yaml) and ``check`` warns,
 in text and in --json, when the cluster it is given numbers the nodes in another order than the
 launch's plan (checked against that file it predicts the plan's step time; against the file the
-search was given it predicted +140% on the case below, silently)."""
+search was given it predicted +140% on the case of the first version of this test, silently)."""
 
 import json
 
@@ -13,7 +13,7 @@ from planner.launch.megatron.export import CLUSTER_FILE, export_files, planned_n
 from planner.plans.plan_file import read_plan
 from planner.profiles.hardware import cluster_to_mapping, load_cluster
 
-JOB = ["--model", "llama3-70b", "--global-batch-size", "256", "--seq-len", "4096"]
+JOB = ["--model", "llama3-70b", "--global-batch-size", "512", "--seq-len", "4096"]
 ORIGINAL = "examples/cluster-a100-h100.yaml"  # 8 DGX A100 then 8 DGX H100
 
 

@@ -570,7 +570,8 @@ def test_reshaping_log_start_reproduces_its_micro_batch_pair():
     start = next(s for s in PROFILE_START["megatron-deepspeed-bigscience-2022"] if "reshaping" in s.document)
     eff = replace(UNCALIBRATED, **start.values)
     ratio = predict(two, eff).predicted / predict(one, eff).predicted
-    assert ratio == pytest.approx(measured, rel=0.001)
+    # 0.2% short since the GEMM size curve prices the issued tile work (planner.profiles.software)
+    assert ratio == pytest.approx(measured, rel=0.003)
     # The base fit's microseconds do not explain the pair: the larger micro-batch's GEMMs, the bubble
     # and the BF16 optimizer's per-micro-batch accumulation give 1.068 of the measured 1.086.
     base = predict(two, UNCALIBRATED).predicted / predict(one, UNCALIBRATED).predicted

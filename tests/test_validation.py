@@ -156,19 +156,22 @@ def test_grouped_gemm_measurements_compare_with_the_cost_model():
         s = mod.summarize(rows)["overall"]
         # the dense GEMM curve is the end-to-end fit's, which moves with the published runs: the
         # median ratio was 0.985 / 0.957 (H100 / H200) and is 0.968 / 0.947 after the 2026-11-27
-        # refit (docs/calibration.md, "MoE grouped GEMMs in three passes")
-        assert abs(s["roofline"]["median_ratio"] - 1.0) < 0.06
+        # refit, 0.967 / 0.937 after the 2026-12-02 one (the size curve on the issued tile work)
+        # (docs/calibration.md, "MoE grouped GEMMs in three passes")
+        assert abs(s["roofline"]["median_ratio"] - 1.0) < 0.07
         assert s["roofline"]["p90_abs_error"] < 0.25 < s["one_call"]["p90_abs_error"]
-        # per-expert pricing charges every expert's call the fitted curve's fixed cost: about 2x off
-        assert s["per_expert"]["median_ratio"] > 1.5
+        # per-expert pricing charges every expert's call the fitted curve's fixed cost: 1.5-2x off
+        # (1.47x on the H100 since the fixed cost is paid once per call, not over the quantization)
+        assert s["per_expert"]["median_ratio"] > 1.4
         bands = {(b["pass"], b["tokens_per_expert"][0]): b for b in mod.summarize(rows)["bands"]}
         assert bands[("forward", 0)]["one_call_median_ratio"] < 0.8  # 16-64 tokens: streaming weights
         assert 0.95 < bands[("forward", 0)]["roofline_median_ratio"] < 1.2
     # Transformer Engine's default path (one cuBLAS GEMM per expert on 4 streams), H100
     te = mod.summarize(mod.compare(json.loads(mod.DEFAULT.read_text()), "h100-sxm5-80gb"))["overall"]
-    # p90 0.186 with the fit before 2026-11-27, 0.264 after it, 0.273 after the 2026-12-02 refit
-    # (the same curve as above: the H100 half-efficiency size 9.34 -> 8.41 GFLOP)
-    assert abs(te["roofline_te"]["median_ratio"] - 1.0) < 0.05 and te["roofline_te"]["p90_abs_error"] < 0.28
+    # p90 0.186 with the fit before 2026-11-27, 0.264 after it, 0.273 after the first 2026-12-02
+    # refit, 0.287 after the second (the same curve as above: the H100 half-efficiency size 9.34 ->
+    # 8.41 -> 8.47 GFLOP)
+    assert abs(te["roofline_te"]["median_ratio"] - 1.0) < 0.05 and te["roofline_te"]["p90_abs_error"] < 0.29
     # its FP8 speed-up grows with the tokens per expert, up to about the fitted one
     fp8 = mod.fp8_speedups(json.loads(mod.DEFAULT.read_text()), "h100-sxm5-80gb")
     medians = [b["median"] for b in fp8["bands"]]

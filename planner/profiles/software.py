@@ -124,7 +124,9 @@ the fit back to the base: the launch-blocking class needs a start of its own.
   (cost_models.data_parallel.embedding_sync_s, DeepSpeed's ``ReduceTiedGrads``: a fixed time per
   step that narrows it too); 2.3 ms before the accumulation pass was priced, 0.83 ms before the
   sends and the split were, 0.68 ms before the ports were, 0.80 ms before the embedding
-  all-reduce was; the base fit's
+  all-reduce was; with the GEMM size curve on the issued tile work (the 2026-12-02 form,
+  cost_models.compute.issued_gemm_s) 0.88 ms gives 1.0835, 0.2% short, and 0.99 ms the ratio
+  exactly (the start stays 0.88 ms until the next refit of the profile); the base fit's
   microseconds leave the ratio short: the larger micro-batch's GEMMs, the bubble and that pass alone
   do not explain it; tests/test_software_profiles.py keeps the derivation true). Used by the fold
   that holds out the chronicles."""
