@@ -6,6 +6,8 @@ JSON-ready, with stable key order, and echoes its resolved inputs (STYLE lesson 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cost_models.estimate import Estimate
 from cost_models.memory import HOST_MEMORY_USABLE_FRACTION
 from cost_models.parallel import ParallelConfig
@@ -18,6 +20,9 @@ from planner.inputs.model_spec import ModelSpec
 from planner.inputs.validation import rounded
 from planner.outputs.graph_views import graph_config_dict, graph_model_dict, stage_graph_dict
 from planner.plans.problem import Problem
+
+if TYPE_CHECKING:
+    from planner.profiles.plausibility import Plausibility
 
 SCHEMA_VERSION = 1
 """Version of every command's ``--json`` output (its ``schema_version`` key); input files carry
@@ -33,8 +38,7 @@ def plan_summary(problem: Problem, ranked, target=None) -> dict:
     if ranked.stage_groups:
         out["stage_groups"] = list(ranked.stage_groups)
     out.update(predictions_dict(ranked.estimate, training_dict(ranked, target)))
-    out["plausibility"] = plausibility_dict(problem, ranked.estimate)
-    out["prediction_interval"] = prediction_interval_dict(problem, ranked.estimate)
+    out.update(plausibility_and_interval_dict(problem, ranked.estimate))
     out["alternatives"] = [
         {
             **config_dict(a.estimate.config, problem.model, problem.job),
@@ -343,8 +347,7 @@ def estimate_dict(problem: Problem, est: Estimate, training: dict | None = None)
         if problem.stage_graph is None
         else graph_config_dict(est.config, problem.job),
         **predictions_dict(est, training),
-        "plausibility": plausibility_dict(problem, est),
-        "prediction_interval": prediction_interval_dict(problem, est),
+        **plausibility_and_interval_dict(problem, est),
     }
     if problem.stage_graph is not None:
         out["stage_graph"] = rounded(stage_graph_dict(problem.model, problem.stage_graph, est))
@@ -357,24 +360,32 @@ def software_dict(problem: Problem) -> dict:
     return {"software": problem.software.as_dict()} if problem.software is not None else {}
 
 
-def _plausibility(problem: Problem, est: Estimate, framework: str = "any"):
+def _plausibility(problem: Problem, est: Estimate) -> Plausibility:
     """:func:`planner.profiles.plausibility.estimate_plausibility` of one estimate of the problem."""
     from planner.profiles.plausibility import estimate_plausibility
 
-    return estimate_plausibility(problem.model, problem.job, problem.cluster, est, framework)
+    return estimate_plausibility(problem.model, problem.job, problem.cluster, est)
 
 
-def plausibility_dict(problem: Problem, est: Estimate, framework: str = "any") -> dict:
-    """The best published MFU of the estimate's class and whether the prediction exceeds it
-    (:mod:`planner.profiles.plausibility`)."""
-    return _plausibility(problem, est, framework).as_dict()
+def plausibility_and_interval_dict(problem: Problem, est: Estimate) -> dict:
+    """``plausibility`` (the best published MFU of the estimate's class and whether the prediction
+    exceeds it, :mod:`planner.profiles.plausibility`) and ``prediction_interval``
+    (:func:`prediction_interval_dict`), both from one judgement of the estimate."""
+    plausibility = _plausibility(problem, est)
+    return {
+        "plausibility": plausibility.as_dict(),
+        "prediction_interval": prediction_interval_dict(problem, est, plausibility=plausibility),
+    }
 
 
-def prediction_interval_dict(problem: Problem, est: Estimate, framework: str | None = None) -> dict:
+def prediction_interval_dict(
+    problem: Problem, est: Estimate, framework: str | None = None, plausibility: Plausibility | None = None
+) -> dict:
     """The 80% interval of the estimate's step time and tokens/s per GPU, from the held-out errors
     of its class (:mod:`planner.calibration.intervals`): GPU family (none for a cluster of several
     families), precision, dense/MoE, framework (the software profile's, else ``framework``) and GPU
-    count; one class coarser when the plan is outside its class's calibration runs."""
+    count; one class coarser when the plan is outside its class's calibration runs (its
+    ``plausibility``, :func:`_plausibility`'s when not given)."""
     from planner.profiles.software import CLASSES
     from planner.profiles.uncertainty import predict_interval
 
@@ -382,6 +393,8 @@ def prediction_interval_dict(problem: Problem, est: Estimate, framework: str | N
     if framework is None:
         framework = getattr(problem, "framework", "any")
     fw = CLASSES[software][0] if software in CLASSES else framework
+    if plausibility is None:
+        plausibility = _plausibility(problem, est)
     iv = predict_interval(
         problem.cluster,
         problem.job.precision,
@@ -389,7 +402,7 @@ def prediction_interval_dict(problem: Problem, est: Estimate, framework: str | N
         fw,
         est.tokens_per_s_per_gpu,
         est.step_time_s,
-        bool(_plausibility(problem, est).extrapolation),
+        bool(plausibility.extrapolation),
     )
     return rounded(iv.as_dict())
 
