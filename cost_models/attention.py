@@ -516,19 +516,39 @@ def _mla_tp_comm(s: _MlaShape, c: ParallelConfig, node: NodeGroup) -> tuple[floa
     return tp_fwd, 2 * (t - 1) / t * (latents + hidden)
 
 
+def with_side_block(
+    block: AttentionBlock,
+    side: AttentionBlock | IndexerBlock,
+    core_s: tuple[float, float],
+    **fields: float,
+) -> AttentionBlock:
+    """``block`` with a second block run beside it in the same layer (an SSM mixer beside attention,
+    :func:`cost_models.ssm.parallel_block`; DSA's indexer beside MLA, :func:`_with_indexer`): the
+    ``side`` block's projection GEMMs, model FLOPs, memory-bound bytes, kept activations and
+    weight-gradient inputs added field by field, ``core_s`` (its forward and backward kernel seconds)
+    added to the core attention's; ``fields`` are the fields each caller prices its own way
+    (parameters, communication)."""
+    return replace(
+        block,
+        gemm=block.gemm + side.gemm,
+        attn_fwd_s=block.attn_fwd_s + core_s[0],
+        attn_bwd_s=block.attn_bwd_s + core_s[1],
+        model_flop=block.model_flop + side.model_flop,
+        elem_bytes=block.elem_bytes + side.elem_bytes,
+        act_bytes=block.act_bytes + side.act_bytes,
+        wgrad_bytes=block.wgrad_bytes + side.wgrad_bytes,
+        **fields,
+    )
+
+
 def _with_indexer(block: AttentionBlock, dsa: IndexerBlock, model: ModelSpec) -> AttentionBlock:
     """MLA's block with DeepSeek sparse attention's lightning indexer added: its projections, its
     scores beside the core attention, its gathers; K/V become the shared latent and the indexer's
     key."""
-    return replace(
+    return with_side_block(
         block,
-        gemm=block.gemm + dsa.gemm,
-        attn_fwd_s=block.attn_fwd_s + dsa.score_fwd_s,
-        attn_bwd_s=block.attn_bwd_s + dsa.score_bwd_s,
-        model_flop=block.model_flop + dsa.model_flop,
-        elem_bytes=block.elem_bytes + dsa.elem_bytes,
-        act_bytes=block.act_bytes + dsa.act_bytes,
-        wgrad_bytes=block.wgrad_bytes + dsa.wgrad_bytes,
+        dsa,
+        (dsa.score_fwd_s, dsa.score_bwd_s),
         params_replicated=block.params_replicated + dsa.params,
         tp_fwd_s=block.tp_fwd_s + dsa.gather_fwd_s,
         tp_bytes=block.tp_bytes + 2 * dsa.gather_bytes,

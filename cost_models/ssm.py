@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cost_models import communication as comm
-from cost_models.attention import AttentionBlock
+from cost_models.attention import AttentionBlock, with_side_block
 from cost_models.compute import LinearTimes, batched_gemm_s, linear_s, memory_bound_s
 from cost_models.parallel import ParallelConfig
 from cost_models.placement import group
@@ -447,21 +447,21 @@ def parallel_block(
     both. Context parallelism: attention's K/V ring plus the Mamba mixer's head-parallel
     all-to-alls (:func:`_cp_all_to_all`)."""
     mamba = mamba_block(model, job, c, node)
-    shared = tokens_per_gpu(job, c) * model.hidden_size * gemm_input_bytes(job)
-    return replace(
+    both = with_side_block(
         attention,
-        gemm=attention.gemm + mamba.gemm,
-        attn_fwd_s=attention.attn_fwd_s + mamba.attn_fwd_s,
-        attn_bwd_s=attention.attn_bwd_s + mamba.attn_bwd_s,
-        model_flop=attention.model_flop + mamba.model_flop,
-        elem_bytes=attention.elem_bytes + mamba.elem_bytes,
-        act_bytes=attention.act_bytes + mamba.act_bytes - shared / (c.tp if c.sp else 1),
-        wgrad_bytes=attention.wgrad_bytes + mamba.wgrad_bytes - shared,
+        mamba,
+        (mamba.attn_fwd_s, mamba.attn_bwd_s),
         params_sharded=attention.params_sharded + mamba.params_sharded,
         params_replicated=attention.params_replicated + mamba.params_replicated,
         norm_elements=attention.norm_elements + mamba.norm_elements,
         cp_fwd_s=attention.cp_fwd_s + mamba.cp_fwd_s,
         cp_bytes=attention.cp_bytes + mamba.cp_bytes,
+    )
+    shared = tokens_per_gpu(job, c) * model.hidden_size * gemm_input_bytes(job)  # kept once, not twice
+    return replace(
+        both,
+        act_bytes=both.act_bytes - shared / (c.tp if c.sp else 1),
+        wgrad_bytes=both.wgrad_bytes - shared,
     )
 
 
