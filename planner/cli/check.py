@@ -26,70 +26,79 @@ from planner.inputs.errors import UsageError
 from planner.inputs.validation import check_flag
 from planner.outputs import views
 
+ConfigsArg = Annotated[
+    list[Path],
+    typer.Argument(help="Plan files, Megatron-LM args/launch files or Megatron-Bridge recipes."),
+]
+HeadroomGibOpt = Annotated[
+    float,
+    typer.Option(
+        "--headroom-gib",
+        help="Memory each GPU must keep free beyond the modelled reserve, in GiB (search's default).",
+        rich_help_panel=PANEL_MEMORY,
+    ),
+]
+MaxSlowdownOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-slowdown",
+        help="Fail when slower than the best plan found by more than this fraction.",
+        rich_help_panel="Checks",
+    ),
+]
+FormatOpt = Annotated[
+    str,
+    typer.Option("--format", help="text or github (Actions annotations).", rich_help_panel=PANEL_OUTPUT),
+]
+VocabSizeOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--vocab-size",
+        help="Vocabulary of a Megatron-LM launch that gives no --vocab-size and names no known tokenizer.",
+        rich_help_panel="Checks",
+    ),
+]
+SetVarsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="NAME=VALUE: a shell variable a launch script starts with (repeatable), as if exported; "
+        "for a Megatron-Bridge recipe (.py), section.field=VALUE overrides a field after the recipe "
+        "and NAME=VALUE sets a parameter of the recipe function.",
+        rich_help_panel="Checks",
+    ),
+]
+ScriptArgsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--arg",
+        help="An argument the launch script is run with (repeatable, in order: $1, $2, ...), as in "
+        "bash SCRIPT ARG ...; default none ($# is 0).",
+        rich_help_panel="Checks",
+    ),
+]
+RecipeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--recipe",
+        help="The recipe function of a Megatron-Bridge recipe file (.py); default: its only *_config.",
+        rich_help_panel="Checks",
+    ),
+]
+
 
 @app.command()
 def check(
-    configs: Annotated[
-        list[Path],
-        typer.Argument(help="Plan files, Megatron-LM args/launch files or Megatron-Bridge recipes."),
-    ],
+    configs: ConfigsArg,
     cluster: ClusterOptional = None,
     nodes: NodesOpt = None,
-    headroom_gib: Annotated[
-        float,
-        typer.Option(
-            "--headroom-gib",
-            help="Memory each GPU must keep free beyond the modelled reserve, in GiB (search's default).",
-            rich_help_panel=PANEL_MEMORY,
-        ),
-    ] = HEADROOM_GIB_DEFAULT,
-    max_slowdown: Annotated[
-        float | None,
-        typer.Option(
-            "--max-slowdown",
-            help="Fail when slower than the best plan found by more than this fraction.",
-            rich_help_panel="Checks",
-        ),
-    ] = None,
-    fmt: Annotated[
-        str,
-        typer.Option("--format", help="text or github (Actions annotations).", rich_help_panel=PANEL_OUTPUT),
-    ] = "text",
-    vocab_size: Annotated[
-        int | None,
-        typer.Option(
-            "--vocab-size",
-            help="Vocabulary of a Megatron-LM launch that gives no --vocab-size and names no known tokenizer.",
-            rich_help_panel="Checks",
-        ),
-    ] = None,
-    set_vars: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--set",
-            help="NAME=VALUE: a shell variable a launch script starts with (repeatable), as if exported; "
-            "for a Megatron-Bridge recipe (.py), section.field=VALUE overrides a field after the recipe "
-            "and NAME=VALUE sets a parameter of the recipe function.",
-            rich_help_panel="Checks",
-        ),
-    ] = None,
-    script_args: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--arg",
-            help="An argument the launch script is run with (repeatable, in order: $1, $2, ...), as in "
-            "bash SCRIPT ARG ...; default none ($# is 0).",
-            rich_help_panel="Checks",
-        ),
-    ] = None,
-    recipe: Annotated[
-        str | None,
-        typer.Option(
-            "--recipe",
-            help="The recipe function of a Megatron-Bridge recipe file (.py); default: its only *_config.",
-            rich_help_panel="Checks",
-        ),
-    ] = None,
+    headroom_gib: HeadroomGibOpt = HEADROOM_GIB_DEFAULT,
+    max_slowdown: MaxSlowdownOpt = None,
+    fmt: FormatOpt = "text",
+    vocab_size: VocabSizeOpt = None,
+    set_vars: SetVarsOpt = None,
+    script_args: ScriptArgsOpt = None,
+    recipe: RecipeOpt = None,
     profile: ProfileOpt = None,
     software: SoftwareOpt = None,
     as_json: JsonOpt = False,
@@ -98,43 +107,17 @@ def check(
 
     Plan files record their cluster: --cluster then only confirms the world size. Megatron-LM args or launch files, torchtitan TOMLs and Megatron-Bridge recipes (.py, read without running them) need --cluster (and --nodes with a template).
     """
-    from planner.launch.check import check_file, is_plan_file
-    from planner.launch.verdict import github_lines, verdict_dict
-    from planner.profiles.hardware import load_cluster
+    from planner.launch.check import check_file
+    from planner.profiles.calibrated import read_profile
+    from planner.profiles.software import check_software
 
-    if fmt not in ("text", "github"):
-        raise UsageError(f"--format {fmt!r} is not allowed; allowed values: text, github")
-    require_finite(headroom_gib=headroom_gib, max_slowdown=max_slowdown or 0.0)
-    if headroom_gib < 0 or (max_slowdown is not None and max_slowdown < 0):
-        raise UsageError("--headroom-gib and --max-slowdown must not be negative")
-    check_flag(headroom_gib, "--headroom-gib", "headroom_gib", positive=False)  # <= 10,000 GiB, as search
-    from planner.launch.bridge.recipe import is_recipe_file
-
-    recipes = {str(p) for p in configs if is_recipe_file(str(p))}
-    if recipe is not None and not recipes:
-        raise UsageError("--recipe names the function of a Megatron-Bridge recipe file (.py); none is given")
-    variables = _launch_variables(set_vars or [], script_args or [], bool(recipes))
+    _check_limits(fmt, headroom_gib, max_slowdown)
+    variables = _launch_inputs(configs, set_vars or [], script_args or [], recipe)
     if vocab_size is not None and vocab_size < 1:
         raise UsageError(f"--vocab-size must be a positive integer, got {vocab_size}")
-    from planner.profiles.calibrated import read_profile
-    from planner.profiles.software import BASE, check_software, configure
-
     name = check_software(software) if software is not None else None
     prof = read_profile(profile) if profile is not None else None
-    if cluster is None:
-        if nodes is not None:
-            raise UsageError("--nodes needs --cluster (a node template)")
-        # A file that cannot be read is check_file's to report (FAIL, as with --cluster), not a
-        # missing-flag error.
-        others = [str(p) for p in configs if Path(p).is_file() and not is_plan_file(str(p))]
-        if others:
-            raise UsageError(
-                f"missing --cluster: {others[0]} is not a plan file (only plan files record their cluster)"
-            )
-        spec = None
-    else:
-        spec = load_cluster(cluster, nodes)
-        configure(spec, name or BASE, prof)  # a profile for another GPU type: an error here, exit 1
+    spec = _cluster_spec(configs, cluster, nodes, name, prof)
     headroom = headroom_gib * 2**30
     verdicts = [
         check_file(
@@ -151,6 +134,64 @@ def check(
         )
         for p in configs
     ]
+    _write_verdicts(verdicts, fmt, as_json)
+    if not all(v.passed for v in verdicts):
+        raise typer.Exit(1)
+
+
+def _check_limits(fmt: str, headroom_gib: float, max_slowdown: float | None) -> None:
+    """``--format`` one of text and github; ``--headroom-gib`` and ``--max-slowdown`` finite, not
+    negative and (the headroom) within search's bound."""
+    if fmt not in ("text", "github"):
+        raise UsageError(f"--format {fmt!r} is not allowed; allowed values: text, github")
+    require_finite(headroom_gib=headroom_gib, max_slowdown=max_slowdown or 0.0)
+    if headroom_gib < 0 or (max_slowdown is not None and max_slowdown < 0):
+        raise UsageError("--headroom-gib and --max-slowdown must not be negative")
+    check_flag(headroom_gib, "--headroom-gib", "headroom_gib", positive=False)  # <= 10,000 GiB, as search
+
+
+def _launch_inputs(
+    configs: list[Path], set_vars: list[str], script_args: list[str], recipe: str | None
+) -> dict[str, str]:
+    """The variables a launch script starts with (:func:`_launch_variables`), after checking that
+    ``--recipe`` comes with a Megatron-Bridge recipe file."""
+    from planner.launch.bridge.recipe import is_recipe_file
+
+    recipes = {str(p) for p in configs if is_recipe_file(str(p))}
+    if recipe is not None and not recipes:
+        raise UsageError("--recipe names the function of a Megatron-Bridge recipe file (.py); none is given")
+    return _launch_variables(set_vars, script_args, bool(recipes))
+
+
+def _cluster_spec(configs: list[Path], cluster: str | None, nodes: int | None, software: str | None, profile):
+    """The ``--cluster`` the configs are judged on, with the ``software`` profile (else the base
+    values) and the calibrated ``profile`` applied; None without ``--cluster``, which only plan files
+    (their own cluster recorded) may go without."""
+    from planner.launch.check import is_plan_file
+    from planner.profiles.hardware import load_cluster
+    from planner.profiles.software import BASE, configure
+
+    if cluster is None:
+        if nodes is not None:
+            raise UsageError("--nodes needs --cluster (a node template)")
+        # A file that cannot be read is check_file's to report (FAIL, as with --cluster), not a
+        # missing-flag error.
+        others = [str(p) for p in configs if Path(p).is_file() and not is_plan_file(str(p))]
+        if others:
+            raise UsageError(
+                f"missing --cluster: {others[0]} is not a plan file (only plan files record their cluster)"
+            )
+        return None
+    spec = load_cluster(cluster, nodes)
+    configure(spec, software or BASE, profile)  # a profile for another GPU type: an error here, exit 1
+    return spec
+
+
+def _write_verdicts(verdicts: list, fmt: str, as_json: bool) -> None:
+    """The verdicts on stdout: ``--json``, GitHub Actions annotations, or a PASS/FAIL line per
+    config with its findings."""
+    from planner.launch.verdict import github_lines, verdict_dict
+
     if as_json:
         emit_json(
             {
@@ -169,8 +210,6 @@ def check(
                 where = f" (line {f.line})" if f.line else ""
                 flags = f" [{', '.join(f.flags)}]" if f.flags else ""
                 sys.stdout.write(f"  {f.level}: {f.check}: {f.message}{flags}{where}\n")
-    if not all(v.passed for v in verdicts):
-        raise typer.Exit(1)
 
 
 def _launch_variables(set_vars: list[str], script_args: list[str], recipes: bool) -> dict[str, str]:
