@@ -11,7 +11,12 @@ Stdlib only at import time; the frameworks are imported inside the checks.
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import importlib
+import io
 import json
+import logging
 import os
 import sys
 from typing import Any
@@ -47,8 +52,6 @@ def _pretend_transformer_engine(te_version: str) -> None:
     version cache ``megatron.core.utils._te_version`` is set, and the fused-kernel symbols those
     checks import are replaced by stubs (never called: no model runs here).
     """
-    import importlib
-
     import megatron.core.utils as mcu
     from packaging.version import Version
 
@@ -80,10 +83,8 @@ def _pretend_transformer_engine(te_version: str) -> None:
 
 
 def _megatron_child(argv: list[str], gpu_arch: int, te_version: str | None) -> dict[str, Any]:
-    import contextlib
-    import copy
-    import io
-
+    """The Megatron stages of :mod:`_framework_validators` on ``argv``, in order, up to the first
+    that fails: its name in ``stage`` and its error in ``error``."""
     out: dict[str, Any] = {"accepted": False, "stage": "import", "error": None, "overridden": []}
     try:
         import megatron.training.arguments as margs
@@ -104,6 +105,23 @@ def _megatron_child(argv: list[str], gpu_arch: int, te_version: str | None) -> d
         _pretend_transformer_engine(te_version)
         out["assumed"]["transformer_engine"] = te_version
 
+    parsed = _megatron_parse_args(margs, argv, out)
+    if parsed is None:
+        return out
+    args, flags, before = parsed
+    if (
+        _megatron_validate_args(margs, torch, args, flags, before, out)
+        and _megatron_num_microbatches(set_global_variables, get_num_microbatches, args, out)
+        and _megatron_parallel_state(dist, mpu, args, out)
+        and _megatron_transformer_config(core_transformer_config_from_args, args, out)
+    ):
+        out.update(accepted=True, stage=None)
+    return out
+
+
+def _megatron_parse_args(margs, argv: list[str], out: dict[str, Any]):
+    """Stage ``parse_args``: ``(args, flag -> dest of each flag in argv, dest -> its parsed value)``,
+    or None with the error in ``out``."""
     log = io.StringIO()
     out["stage"] = "parse_args"
     sys.argv = ["pretrain_gpt.py", *argv]
@@ -112,7 +130,7 @@ def _megatron_child(argv: list[str], gpu_arch: int, te_version: str | None) -> d
             args = margs.parse_args()
     except BaseException as exc:  # argparse exits
         out["error"] = _error_text(exc, log.getvalue())
-        return out
+        return None
     # flag -> dest, from the same parser parse_args built.
     parser = margs.add_megatron_arguments(__import__("argparse").ArgumentParser(allow_abbrev=False))
     flags: dict[str, str] = {}
@@ -123,7 +141,14 @@ def _megatron_child(argv: list[str], gpu_arch: int, te_version: str | None) -> d
             if action is not None:
                 flags[flag] = action.dest
     before = {dest: copy.deepcopy(getattr(args, dest, None)) for dest in flags.values()}
+    return args, flags, before
 
+
+def _megatron_validate_args(
+    margs, torch, args, flags: dict[str, str], before: dict[str, Any], out: dict[str, Any]
+) -> bool:
+    """Stage ``validate_args``, then the flags it overrode (their values before and after) and the
+    parallel sizes it derived; False with the error in ``out``."""
     out["stage"] = "validate_args"
     log = io.StringIO()
     try:
@@ -131,7 +156,7 @@ def _megatron_child(argv: list[str], gpu_arch: int, te_version: str | None) -> d
             margs.validate_args(args, {"tokenizer_type": "GPT2BPETokenizer"})
     except BaseException as exc:  # AssertionError, ValueError, exit() for --checkpoint-activations
         out["error"] = _error_text(exc, log.getvalue())
-        return out
+        return False
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.uint8}
     changed: dict[str, list] = {}
     for flag, dest in flags.items():
@@ -146,7 +171,11 @@ def _megatron_child(argv: list[str], gpu_arch: int, te_version: str | None) -> d
     out["overridden_values"] = changed
     out["data_parallel_size"] = args.data_parallel_size
     out["virtual_pipeline_model_parallel_size"] = args.virtual_pipeline_model_parallel_size
+    return True
 
+
+def _megatron_num_microbatches(set_global_variables, get_num_microbatches, args, out: dict[str, Any]) -> bool:
+    """Stage ``num_microbatches``; False with the error in ``out``."""
     out["stage"] = "num_microbatches"
     try:
         with contextlib.redirect_stdout(io.StringIO()):
@@ -154,8 +183,13 @@ def _megatron_child(argv: list[str], gpu_arch: int, te_version: str | None) -> d
         out["num_microbatches"] = get_num_microbatches()
     except BaseException as exc:
         out["error"] = _error_text(exc)
-        return out
+        return False
+    return True
 
+
+def _megatron_parallel_state(dist, mpu, args, out: dict[str, Any]) -> bool:
+    """Stage ``parallel_state``: the process groups on a fake store, and their sizes and this rank's
+    pipeline and data-parallel ranks in ``out["groups"]``; False with the error in ``out``."""
     out["stage"] = "parallel_state"
     try:
         from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -202,17 +236,20 @@ def _megatron_child(argv: list[str], gpu_arch: int, te_version: str | None) -> d
         }
     except BaseException as exc:
         out["error"] = _error_text(exc)
-        return out
+        return False
+    return True
 
+
+def _megatron_transformer_config(core_transformer_config_from_args, args, out: dict[str, Any]) -> bool:
+    """Stage ``transformer_config``; False with the error in ``out``."""
     out["stage"] = "transformer_config"
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             core_transformer_config_from_args(args)
     except BaseException as exc:
         out["error"] = _error_text(exc)
-        return out
-    out.update(accepted=True, stage=None)
-    return out
+        return False
+    return True
 
 
 def _attr_path(obj: Any, dotted: str) -> Any:
@@ -232,11 +269,9 @@ def _override_keys(overrides: list[str]) -> list[tuple[str, str]]:
 
 
 def _torchtitan_child(toml: str, overrides: list[str], world_size: int | None, deep: bool) -> dict[str, Any]:
-    import contextlib
-    import importlib
-    import io
-    import logging
-
+    """The torchtitan stages of :mod:`_framework_validators` on ``toml`` with ``overrides``, in
+    order, up to the first that fails: its name in ``stage`` and its error in ``error``; only the
+    parse when no world size is given or implied."""
     out: dict[str, Any] = {"accepted": False, "stage": "import", "error": None, "overridden": []}
     try:
         import torch
@@ -260,6 +295,33 @@ def _torchtitan_child(toml: str, overrides: list[str], world_size: int | None, d
     # The generated launch puts the TOML's folder on PYTHONPATH (custom flavor modules).
     sys.path.insert(0, os.path.dirname(toml))
 
+    job = _torchtitan_parse(ConfigManager, toml, overrides, out)
+    if job is None:
+        return out
+    world_size = _torchtitan_world_size(job.parallelism, world_size)
+    if world_size is None:
+        out.update(accepted=True, stage=None, note="no world size: only the parse ran")
+        return out
+    out["world_size"] = world_size
+
+    dims = _torchtitan_parallel_dims(ParallelDims, dist_utils, job, world_size, out)
+    if dims is None:
+        return out
+    built = _torchtitan_model(torch, titan_utils, get_train_spec, job, out)
+    if built is None:
+        return out
+    spec, model, model_args = built
+    if not _torchtitan_batch(job, dims, out):
+        return out
+    if deep and not _torchtitan_parallelize(torch, spec, model, model_args, dims, job, out):
+        return out
+    out.update(accepted=True, stage=None)
+    return out
+
+
+def _torchtitan_parse(ConfigManager, toml: str, overrides: list[str], out: dict[str, Any]):
+    """Stage ``parse``: the job config, with the overrides that changed a value (before and after)
+    in ``out``; None with the error in ``out``."""
     out["stage"] = "parse"
     captured = io.StringIO()
     try:
@@ -268,7 +330,7 @@ def _torchtitan_child(toml: str, overrides: list[str], world_size: int | None, d
             base = ConfigManager().parse_args(["--job.config_file", toml]) if overrides else job
     except BaseException as exc:  # tyro exits on a bad flag or value
         out["error"] = _error_text(exc, captured.getvalue())
-        return out
+        return None
     changed = {}
     for flag, path in _override_keys(overrides):
         try:
@@ -279,7 +341,12 @@ def _torchtitan_child(toml: str, overrides: list[str], world_size: int | None, d
             changed[flag] = [_jsonable(old), _jsonable(new)]
     out["overridden"] = sorted(changed)
     out["overridden_values"] = changed
-    par = job.parallelism
+    return job
+
+
+def _torchtitan_world_size(par, world_size: int | None) -> int | None:
+    """``world_size``, else the product of the parallelism section's degrees when its FSDP degree is
+    set (not -1), else None."""
     degrees = (
         par.data_parallel_replicate_degree,
         par.context_parallel_degree,
@@ -290,11 +357,13 @@ def _torchtitan_child(toml: str, overrides: list[str], world_size: int | None, d
         world_size = par.data_parallel_shard_degree
         for d in degrees:
             world_size *= d
-    if world_size is None:
-        out.update(accepted=True, stage=None, note="no world size: only the parse ran")
-        return out
-    out["world_size"] = world_size
+    return world_size
 
+
+def _torchtitan_parallel_dims(ParallelDims, dist_utils, job, world_size: int, out: dict[str, Any]):
+    """Stage ``parallel_dims``: the ``ParallelDims`` with its mesh built on a fake backend of
+    ``world_size`` ranks; None with the error in ``out``."""
+    par = job.parallelism
     out["stage"] = "parallel_dims"
     try:
         if job.experimental.custom_import:
@@ -321,8 +390,13 @@ def _torchtitan_child(toml: str, overrides: list[str], world_size: int | None, d
         }
     except BaseException as exc:
         out["error"] = _error_text(exc)
-        return out
+        return None
+    return dims
 
+
+def _torchtitan_model(torch, titan_utils, get_train_spec, job, out: dict[str, Any]):
+    """Stage ``model``: ``(train spec, the model on the meta device, its model args)``, its
+    parameter count in ``out``; None with the error in ``out``."""
     out["stage"] = "model"
     try:
         spec = get_train_spec(job.model.name)
@@ -344,8 +418,12 @@ def _torchtitan_child(toml: str, overrides: list[str], world_size: int | None, d
         out["model_params"] = n_params
     except BaseException as exc:
         out["error"] = _error_text(exc)
-        return out
+        return None
+    return spec, model, model_args
 
+
+def _torchtitan_batch(job, dims, out: dict[str, Any]) -> bool:
+    """Stage ``batch``: the gradient accumulation steps in ``out``; False with the error in ``out``."""
     out["stage"] = "batch"
     try:  # torchtitan/train.py Trainer.__init__ "verify batch sizes" (inline code, re-stated)
         batch_degree = dims.dp_replicate * dims.dp_shard if dims.dp_enabled else 1
@@ -360,32 +438,35 @@ def _torchtitan_child(toml: str, overrides: list[str], world_size: int | None, d
         out["gradient_accumulation_steps"] = gbs // (job.training.local_batch_size * batch_degree)
     except BaseException as exc:
         out["error"] = _error_text(exc)
-        return out
+        return False
+    return True
 
-    if deep:
-        out["stage"] = "parallelize"
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                if dims.pp_enabled:
-                    if not spec.pipelining_fn:
-                        raise RuntimeError(
-                            f"Pipeline Parallel is enabled but {job.model.name} does not support pipelining"
-                        )
-                    loss_fn = spec.build_loss_fn(job, parallel_dims=dims)
-                    schedule, parts, _, _ = spec.pipelining_fn(
-                        model, dims, job, torch.device("cpu"), model_args, spec.parallelize_fn, loss_fn
+
+def _torchtitan_parallelize(torch, spec, model, model_args, dims, job, out: dict[str, Any]) -> bool:
+    """Stage ``parallelize`` (``deep``): the pipeline split and schedule, or the parallelisation of the
+    one model part, on the meta model; False with the error in ``out``."""
+    out["stage"] = "parallelize"
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            if dims.pp_enabled:
+                if not spec.pipelining_fn:
+                    raise RuntimeError(
+                        f"Pipeline Parallel is enabled but {job.model.name} does not support pipelining"
                     )
-                    out["pipeline"] = {
-                        "schedule": type(schedule).__name__,
-                        "model_parts_on_rank0": len(parts),
-                    }
-                else:
-                    spec.parallelize_fn(model, dims, job)
-        except BaseException as exc:
-            out["error"] = _error_text(exc)
-            return out
-    out.update(accepted=True, stage=None)
-    return out
+                loss_fn = spec.build_loss_fn(job, parallel_dims=dims)
+                schedule, parts, _, _ = spec.pipelining_fn(
+                    model, dims, job, torch.device("cpu"), model_args, spec.parallelize_fn, loss_fn
+                )
+                out["pipeline"] = {
+                    "schedule": type(schedule).__name__,
+                    "model_parts_on_rank0": len(parts),
+                }
+            else:
+                spec.parallelize_fn(model, dims, job)
+    except BaseException as exc:
+        out["error"] = _error_text(exc)
+        return False
+    return True
 
 
 def _child_main(mode: str) -> None:
