@@ -50,9 +50,6 @@ from cost_models.stage_terms import (
     table_for,
     table_key,
 )
-
-# the old private name of stage_link, still imported from here
-from cost_models.stage_terms import stage_link as _stage_link  # noqa: F401
 from planner.inputs.cluster_spec import ClusterSpec, NodeGroup
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.model_spec import ModelSpec

@@ -140,7 +140,7 @@ def _non_causal_extra(
     return LayerCost(forward_s=fwd, backward_input_s=bwd, selective_recompute_s=fwd)
 
 
-def _cross_attention(
+def cross_attention(
     block: Block, source: Block, job: JobSpec, c: ParallelConfig, node: NodeGroup
 ) -> LayerCost:
     m = block.transformer
@@ -275,7 +275,7 @@ def _transformer_unit(
         layer = layer + _non_causal_extra(block, job, c, node, m.is_local_attention_layer(k))
     source = g.cross_source(block)
     if source is not None:
-        layer = layer + _cross_attention(block, source, job, c, node)
+        layer = layer + cross_attention(block, source, job, c, node)
     extra = ZERO
     if k == 0 and block.embedding:
         extra = extra + table.embedding

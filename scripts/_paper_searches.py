@@ -105,7 +105,7 @@ def amp_layers(partition: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(max(0, min(b, 26) - max(a, 2)) for a, b in zip(partition, partition[1:]))
 
 
-def _spearman(x: list[float], y: list[float]) -> float:
+def spearman(x: list[float], y: list[float]) -> float:
     import numpy as np
 
     def ranks(v):
@@ -171,7 +171,7 @@ def amp_rows() -> list[Row]:
         pred.append(e.step_time_s)
         meas.append(r_cost)
         amp_pred.append(p_cost)
-    rho, rho_amp = _spearman(pred, meas), _spearman(amp_pred, meas)
+    rho, rho_amp = spearman(pred, meas), spearman(amp_pred, meas)
     speed = sorted(m / p for p, m in zip(pred, meas))
     measured_base = min(
         t[6] for t in AMP_TRIALS if (t[:3], t[3]) == (AMP_MEGATRON, baseline.config.micro_batch_size)
@@ -233,7 +233,7 @@ GRAPHPIPE_CANDLE_SRC = (
 )
 
 
-def _summit(nodes: int):
+def summit(nodes: int):
     """``nodes`` Summit nodes with 4 of their 6 V100s in use (two per socket: NVLink pairs), the
     node's 25 GB/s of InfiniBand over those 4 (hardware_profiles/clusters/summit-v100.yaml)."""
     from dataclasses import replace
@@ -256,7 +256,7 @@ def _graphpipe_search(model: str, nodes: int, gbs: int):
 
     job = make_job(global_batch_size=gbs, seq_length=2048, precision="fp16")
     res = search_graph(
-        load_graph_model(model), _summit(nodes), job, Restrictions(memory_headroom_bytes=2 * 2**30), top_k=1
+        load_graph_model(model), summit(nodes), job, Restrictions(memory_headroom_bytes=2 * 2**30), top_k=1
     )
     best, seq = res.plans[0], res.sequential
     c, cs = best.config, seq.config

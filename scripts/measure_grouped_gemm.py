@@ -52,7 +52,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from measure_kernels import device_header  # noqa: E402
-from measure_linear_passes import _time_graph  # noqa: E402  (CUDA-graph replay timing: the median)
+from measure_linear_passes import time_graph  # noqa: E402  (CUDA-graph replay timing: the median)
 
 SHAPES = [
     # (label, hidden, expert intermediate, local experts): published MoE expert shapes
@@ -106,9 +106,9 @@ def time_shape(torch, h: int, f: int, counts: list[int], calls: int, reps: int) 
             "_wgrad": lambda dy=dy, x=x: torch._grouped_mm(dy.t(), x, offs=offs),
         }
         for suffix, fn in passes.items():
-            out[f"{name}{suffix}_s"] = _time_graph(fn, torch, 2, reps, calls)
+            out[f"{name}{suffix}_s"] = time_graph(fn, torch, 2, reps, calls)
         if name == "fc1":
-            out["dense_same_flop_s"] = _time_graph(lambda x=x, w=w: x @ w[0].t(), torch, 2, reps, calls)
+            out["dense_same_flop_s"] = time_graph(lambda x=x, w=w: x @ w[0].t(), torch, 2, reps, calls)
         del w, x, dy
     return out
 
@@ -143,7 +143,7 @@ def time_streams(torch, h: int, f: int, counts: list[int], streams: list, calls:
             "_wgrad": [lambda di=di, xi=xi: di.t() @ xi for di, xi in zip(dys, xs, strict=True)],
         }
         for suffix, fns in passes.items():
-            out[f"streams_{name}{suffix}_s"] = _time_graph(
+            out[f"streams_{name}{suffix}_s"] = time_graph(
                 lambda fns=fns: fan_out(torch, streams, fns), torch, 2, reps, calls
             )
         del w, x, dy, xs, dys
@@ -165,7 +165,7 @@ def time_wgrad_accumulate(
             lambda g=g, d=d, xi=xi: torch.addmm(g, d.t(), xi, out_dtype=torch.float32)
             for g, d, xi in zip(grads, per_expert(dy, counts), per_expert(x, counts), strict=True)
         ]
-        out[f"streams_{name}_wgrad_fp32acc_s"] = _time_graph(
+        out[f"streams_{name}_wgrad_fp32acc_s"] = time_graph(
             lambda fns=fns: fan_out(torch, streams, fns), torch, 2, reps, calls
         )
         del x, dy, grads, fns
@@ -193,7 +193,7 @@ def time_streams_fp8(torch, h: int, f: int, counts: list[int], streams: list, ca
         }
         for suffix, (dims, fast) in shapes.items():
             fns = [gemm(fp8(m, k), fp8(n, k), fast) for m, n, k in dims]
-            out[f"streams_fp8_{name}{suffix}_s"] = _time_graph(
+            out[f"streams_fp8_{name}{suffix}_s"] = time_graph(
                 lambda fns=fns: fan_out(torch, streams, fns), torch, 2, reps, calls
             )
             del fns

@@ -28,7 +28,7 @@ import platform
 import statistics
 
 
-def _time(fn, torch, warmup: int = 3, reps: int = 15, calls: int = 10) -> float:
+def time_calls(fn, torch, warmup: int = 3, reps: int = 15, calls: int = 10) -> float:
     """Median over ``reps`` of the GPU time of one call, each repetition timing ``calls``
     back-to-back calls between two CUDA events. Back to back, the host queues the next call while
     the GPU runs the previous one, as in training; one call between two events would also time the
@@ -64,7 +64,7 @@ def gemms(torch) -> list[dict]:
                 for name, (m, n, k) in shapes.items():
                     a = torch.randn(m, k, device=dev, dtype=dt)
                     b = torch.randn(k, n, device=dev, dtype=dt)
-                    s = _time(lambda a=a, b=b: a @ b, torch)
+                    s = time_calls(lambda a=a, b=b: a @ b, torch)
                     out.append(
                         {
                             "name": name,
@@ -96,7 +96,7 @@ def attention(torch) -> list[dict]:
                     for _ in range(3)
                 )
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                    fwd = _time(
+                    fwd = time_calls(
                         lambda q=q, k=k, v=v, c=causal: fn.scaled_dot_product_attention(q, k, v, is_causal=c),
                         torch,
                     )
@@ -105,7 +105,7 @@ def attention(torch) -> list[dict]:
                         o = fn.scaled_dot_product_attention(q, k, v, is_causal=c)
                         o.sum().backward()
 
-                    fb = _time(both, torch)
+                    fb = time_calls(both, torch)
                 full = 4.0 * batch * heads * seq * seq * d  # QK^T and PV, 2 FLOPs per multiply-add
                 out.append(
                     {
@@ -133,7 +133,7 @@ def memory(torch) -> list[dict]:
                 "kernel": "add",
                 "elements": n,
                 "bytes": 3 * 2 * n,
-                "time_s": _time(lambda x=x, y=y: x + y, torch),
+                "time_s": time_calls(lambda x=x, y=y: x + y, torch),
             }
         )
         rows = n // 8192
@@ -144,7 +144,7 @@ def memory(torch) -> list[dict]:
             return z * torch.rsqrt(z.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(z.dtype) * w
 
         out.append(
-            {"kernel": "rmsnorm_eager", "elements": n, "bytes": 2 * 2 * n, "time_s": _time(rms, torch)}
+            {"kernel": "rmsnorm_eager", "elements": n, "bytes": 2 * 2 * n, "time_s": time_calls(rms, torch)}
         )
         del x, y, z
     return out
@@ -152,7 +152,7 @@ def memory(torch) -> list[dict]:
 
 def launch(torch) -> dict:
     x = torch.ones(1, device="cuda")
-    return {"kernel": "tiny add", "time_s": _time(lambda: x.add_(1.0), torch, warmup=50, reps=200)}
+    return {"kernel": "tiny add", "time_s": time_calls(lambda: x.add_(1.0), torch, warmup=50, reps=200)}
 
 
 def device_header(torch) -> dict:

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure_kernels import _time, device_header  # noqa: E402  (the same timing and header)
+from measure_kernels import device_header, time_calls  # noqa: E402  (the same timing and header)
 
 WIDTHS = (
     # (label, hidden, ffn, gated): GPT widths of vTrain's validation models (ffn 4h) and two
@@ -55,8 +55,8 @@ TOKENS = (2048, 4096, 8192, 16384, 32768)
 HEAD_DIMS = (64, 96, 128, 144, 150, 152, 160, 192)
 
 
-def _time_graph(fn, torch, warmup: int, reps: int, calls: int) -> float:
-    """As :func:`_time`, but the ``calls`` calls are captured once in a CUDA graph and each
+def time_graph(fn, torch, warmup: int, reps: int, calls: int) -> float:
+    """As :func:`time_calls`, but the ``calls`` calls are captured once in a CUDA graph and each
     repetition replays it: kernels of a few microseconds would otherwise time the host's dispatch
     of each call rather than the GPU (the graph replays them without the host)."""
     stream = torch.cuda.Stream()
@@ -69,7 +69,7 @@ def _time_graph(fn, torch, warmup: int, reps: int, calls: int) -> float:
     with torch.cuda.graph(graph):
         for _ in range(calls):
             fn()
-    return _time(graph.replay, torch, warmup, reps, 1) / calls
+    return time_calls(graph.replay, torch, warmup, reps, 1) / calls
 
 
 class Pool:
@@ -137,7 +137,7 @@ def linear_cases(torch, pool, timing, quick: bool, widths=WIDTHS) -> list[dict]:
                             | {
                                 "hidden": hidden,
                                 "flop": 2.0 * tokens * n * k,
-                                "time_s": _time(fn, torch, *timing),
+                                "time_s": time_calls(fn, torch, *timing),
                             }
                         )
     return out
@@ -169,7 +169,7 @@ def bmm_cases(torch, pool, timing, quick: bool) -> list[dict]:
                         "batch_heads": bh,
                         "seq": seq,
                         "flop": 2.0 * bh * seq * seq * d,
-                        "time_s": _time(fn, torch, *timing),
+                        "time_s": time_calls(fn, torch, *timing),
                     }
                 )
     return out
@@ -211,14 +211,14 @@ def fp8_cases(torch, pool, timing, quick: bool) -> list[dict]:
         ("expert", 1, m, "expert", "forward", (m, n, k)) for m, n, k in FP8_SMALL[: 2 if quick else None]
     ]
     for label, tp, tokens, name, pass_name, (m, nn, kk) in cases:
-        # the experts' small GEMMs replay from a CUDA graph of 20 calls (:func:`_time_graph`)
-        timer, calls = (_time, timing[2]) if label != "expert" or quick else (_time_graph, 20)
+        # the experts' small GEMMs replay from a CUDA graph of 20 calls (:func:`time_graph`)
+        timer, calls = (time_calls, timing[2]) if label != "expert" or quick else (time_graph, 20)
         warmup, reps = timing[0], timing[1]
-        if timer is _time_graph:
+        if timer is time_graph:
             try:
-                _time_graph(lambda: torch.matmul(pool.take(m, kk), pool.take(nn, kk).t()), torch, 1, 1, 2)
+                time_graph(lambda: torch.matmul(pool.take(m, kk), pool.take(nn, kk).t()), torch, 1, 1, 2)
             except Exception:  # graphs unavailable: back-to-back calls, as the other rows
-                timer, calls = _time, timing[2]
+                timer, calls = time_calls, timing[2]
         a16, b16 = pool.take(m, kk), pool.take(nn, kk)
         a8, b8 = a16.to(f8), b16.to(f8)
         row = {
@@ -231,7 +231,7 @@ def fp8_cases(torch, pool, timing, quick: bool) -> list[dict]:
             "n": nn,
             "k": kk,
             "flop": 2.0 * m * nn * kk,
-            "timed": "cuda_graph" if timer is _time_graph else "back_to_back",
+            "timed": "cuda_graph" if timer is time_graph else "back_to_back",
             "bf16_s": timer(lambda a=a16, b=b16: torch.matmul(a, b.t()), torch, warmup, reps, calls),
         }
         for key, fast in (("fp8_fast_accum_s", True), ("fp8_s", False)):

@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from validate_published import _pairs, by_class, class_summary, run_frameworks, signed_error  # noqa: E402
+from validate_published import by_class, class_summary, result_pairs, run_frameworks, signed_error  # noqa: E402
 
 from cost_models.estimate import estimate  # noqa: E402
 from planner.calibration.cases import Result, cases, with_software  # noqa: E402
@@ -125,7 +125,9 @@ def report(path: Path, how: str = "then") -> dict:
     frameworks = run_frameworks(path)
     results, used = predict(path, all_cases, how)
     others = {
-        other: class_summary(_pairs(predict(path, all_cases, other)[0])) for other in PROFILES if other != how
+        other: class_summary(result_pairs(predict(path, all_cases, other)[0]))
+        for other in PROFILES
+        if other != how
     }
     return {
         "runs_file": str(path),
@@ -145,8 +147,8 @@ def report(path: Path, how: str = "then") -> dict:
             for r in rs
         ],
         "skipped": {c.run_id: c.skip_reason for c in all_cases if c.skip_reason},
-        "overall": class_summary(_pairs(results)),
-        "by_class": {k: class_summary(_pairs(rs)) for k, rs in by_class(results, frameworks).items()},
+        "overall": class_summary(result_pairs(results)),
+        "by_class": {k: class_summary(result_pairs(rs)) for k, rs in by_class(results, frameworks).items()},
     }
 
 

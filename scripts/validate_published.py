@@ -195,7 +195,7 @@ def by_class(results: list[Result], frameworks: dict[str, str]) -> dict[str, lis
     return dict(sorted(out.items()))
 
 
-def _pairs(results: list[Result]) -> list[tuple[float, float]]:
+def result_pairs(results: list[Result]) -> list[tuple[float, float]]:
     return [(r.predicted, r.case.measured_tokens_per_s_per_gpu) for r in results]
 
 
@@ -220,7 +220,7 @@ def held_out_block(v: Validation) -> dict:
     return {
         "overall": summary(loso) if loso else None,
         "median_over_sources": median_over_sources(loso) if loso else None,
-        "by_class": {k: class_summary(_pairs(rs)) for k, rs in by_class(loso, v.frameworks).items()},
+        "by_class": {k: class_summary(result_pairs(rs)) for k, rs in by_class(loso, v.frameworks).items()},
         "by_source": {k: summary(rs) for k, rs in sorted(by_source(loso).items())},
         "runs": [
             {
@@ -294,7 +294,7 @@ def json_report(v: Validation) -> dict:
         "skipped": [{"id": c.run_id, "reason": c.skip_reason} for c in v.all_cases if c.skip_reason],
         "summary": stats,
         "in_sample_by_class": {
-            k: class_summary(_pairs(rs)) for k, rs in by_class(v.counted, v.frameworks).items()
+            k: class_summary(result_pairs(rs)) for k, rs in by_class(v.counted, v.frameworks).items()
         },
         "leave_one_source_out": held_out_block(v),
         "groups_in_sample": groups_in,
@@ -340,7 +340,7 @@ def print_report(v: Validation) -> None:
     )
     print()
     print_classes(
-        "in-sample by class", {k: _pairs(rs) for k, rs in by_class(v.counted, v.frameworks).items()}
+        "in-sample by class", {k: result_pairs(rs) for k, rs in by_class(v.counted, v.frameworks).items()}
     )
     if v.loso:
         o = summary(v.loso)
@@ -351,9 +351,9 @@ def print_report(v: Validation) -> None:
             f"sources' medians {100 * median_over_sources(v.loso):.1f}%"
         )
         print_classes(
-            "held out, by class", {k: _pairs(rs) for k, rs in by_class(v.loso, v.frameworks).items()}
+            "held out, by class", {k: result_pairs(rs) for k, rs in by_class(v.loso, v.frameworks).items()}
         )
-        print_classes("held out, by source", {k: _pairs(rs) for k, rs in by_source(v.loso).items()})
+        print_classes("held out, by source", {k: result_pairs(rs) for k, rs in by_source(v.loso).items()})
     groups_in, groups_out, groups_extra = rankings(v)
     for title, rows in (
         ("in-sample", groups_in),

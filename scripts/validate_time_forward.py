@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from validate_published import _pairs, class_summary, run_class, run_frameworks  # noqa: E402
+from validate_published import class_summary, result_pairs, run_class, run_frameworks  # noqa: E402
 
 from planner.calibration.cases import DEFAULT_RUNS, Result, cases, predict_all  # noqa: E402
 from planner.calibration.time_forward import CUTS, time_forward  # noqa: E402
@@ -77,15 +77,15 @@ def report(folds, shipped: dict[str, Result], frameworks: dict[str, str]) -> lis
         rows.append(
             {
                 **fold.to_json(),
-                "in_sample": class_summary(_pairs(own)),
+                "in_sample": class_summary(result_pairs(own)),
                 "production": {
-                    **class_summary(_pairs(prod)),
-                    "in_sample": class_summary(_pairs([shipped[r.case.run_id] for r in prod])),
+                    **class_summary(result_pairs(prod)),
+                    "in_sample": class_summary(result_pairs([shipped[r.case.run_id] for r in prod])),
                 },
                 "by_class": {
                     k: {
-                        **class_summary(_pairs(rs)),
-                        "in_sample": class_summary(_pairs([shipped[r.case.run_id] for r in rs])),
+                        **class_summary(result_pairs(rs)),
+                        "in_sample": class_summary(result_pairs([shipped[r.case.run_id] for r in rs])),
                     }
                     for k, rs in sorted(classes.items())
                 },

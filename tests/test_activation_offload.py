@@ -377,10 +377,10 @@ def test_every_cluster_file_key_is_documented_and_host_memory_listed(run_cli):
     shows each template's host memory ('-' where the template states none)."""
     from pathlib import Path
 
-    from planner.profiles.hardware import _NODE_KEYS
+    from planner.profiles.hardware import NODE_KEYS
 
     doc = (Path(__file__).parents[1] / "docs" / "clusters.md").read_text()
-    missing = [k for k in (*_NODE_KEYS, "template", "num_nodes") if f"| `{k}` |" not in doc]
+    missing = [k for k in (*NODE_KEYS, "template", "num_nodes") if f"| `{k}` |" not in doc]
     assert not missing, missing
     res = run_cli("hardware", "list")
     assert res.exit_code == 0 and "host memory GB" in res.stdout

@@ -159,9 +159,9 @@ def test_cli_estimate_uneven_split(run_cli):
 
 def test_plausibility_flags_predictions_above_the_best_published_mfu():
     """Issue 12: each estimate names the best published MFU of its class and flags a prediction above it."""
-    from planner.profiles.plausibility import _classes, plausibility
+    from planner.profiles.plausibility import plausibility, published_classes
 
-    best = _classes()["h100-sxm5-80gb bf16 dense"]
+    best = published_classes()["h100-sxm5-80gb bf16 dense"]
     above = plausibility("h100-sxm5-80gb", "bf16", False, best["mfu"] + 0.05)
     below = plausibility("h100-sxm5-80gb", "bf16", False, best["mfu"] - 0.05)
     assert above.above_best_published and not below.above_best_published
@@ -178,7 +178,7 @@ def test_a_megatron_plan_is_held_to_runs_stock_megatron_can_schedule():
     from pathlib import Path
 
     from planner.calibration import cases as cal
-    from planner.profiles.plausibility import _classes, plausibility
+    from planner.profiles.plausibility import plausibility, published_classes
 
     script = Path(__file__).resolve().parent.parent / "scripts" / "published_mfu.py"
     spec = importlib.util.spec_from_file_location("published_mfu", script)
@@ -190,7 +190,7 @@ def test_a_megatron_plan_is_held_to_runs_stock_megatron_can_schedule():
     )
     assert published_mfu.framework_of(by_id["bloom176b_reshape_24nodes_tp2_pp24_mbs1"]) == "deepspeed"
     assert published_mfu.framework_of(by_id["narayanan2021_t2_ptdp_529b_560gpu"]) == "megatron"
-    cls = _classes()["a100-sxm4-80gb fp16 dense"]
+    cls = published_classes()["a100-sxm4-80gb fp16 dense"]
     megatron = cls["by_framework"]["megatron"]
     assert by_id[megatron["run_id"]].software == ""  # a stock Megatron-LM run
     assert cls["mfu"] > megatron["mfu"]  # the fork's best is above it
@@ -202,9 +202,9 @@ def test_a_megatron_plan_is_held_to_runs_stock_megatron_can_schedule():
 def test_plans_beyond_the_calibration_runs_of_their_class_are_flagged():
     """Issue 12: FSDP over more ranks, or more GPUs, than any calibration run of the class is an
     extrapolation; the reason names the run that bounds the class."""
-    from planner.profiles.plausibility import _classes, plausibility
+    from planner.profiles.plausibility import plausibility, published_classes
 
-    cover = _classes()["a100-sxm4-80gb bf16 dense"]["coverage"]
+    cover = published_classes()["a100-sxm4-80gb bf16 dense"]["coverage"]
     ranks, gpus = cover["largest_fsdp_shard"]["ranks"], cover["largest_run"]["gpus"]
     inside = plausibility("a100-sxm4-80gb", "bf16", False, 0.4, gpus=gpus, fsdp_shard=ranks)
     assert inside.extrapolation == ()
@@ -221,9 +221,9 @@ def test_plans_beyond_the_calibration_runs_of_their_class_are_flagged():
 def test_moe_plans_running_a_way_no_calibration_run_did_are_flagged():
     """An MoE plan's dispatcher, all-to-all overlap or CUDA graphs outside what its class's runs used
     is an extrapolation, named; what the runs covered is not."""
-    from planner.profiles.plausibility import _classes, plausibility
+    from planner.profiles.plausibility import plausibility, published_classes
 
-    cover = _classes()["h100-sxm5-80gb bf16 moe"]["coverage"]
+    cover = published_classes()["h100-sxm5-80gb bf16 moe"]["coverage"]
     assert set(cover["moe_dispatchers"]) == {"alltoall", "flex"}
     seen = plausibility("h100-sxm5-80gb", "bf16", True, 0.2, moe_runtime=("flex", False, False))
     assert seen.extrapolation == ()
@@ -234,7 +234,7 @@ def test_moe_plans_running_a_way_no_calibration_run_did_are_flagged():
     assert "cuda_graphs" not in cover  # no H100 bf16 MoE run captured graphs
     graphs = plausibility("h100-sxm5-80gb", "bf16", True, 0.2, moe_runtime=("alltoall", False, True))
     assert graphs.extrapolation == ("CUDA graphs: no calibration run of the class captured CUDA graphs",)
-    gb = _classes()["gb200 fp8 moe"]["coverage"]
+    gb = published_classes()["gb200 fp8 moe"]["coverage"]
     assert gb["moe_a2a_overlap"] and gb["cuda_graphs"]
     assert plausibility("gb200", "fp8", True, 0.3, moe_runtime=("flex", True, True)).extrapolation == ()
 

@@ -41,7 +41,7 @@ def _round_trip(plan_path: Path, cluster, out: Path) -> tuple[float, float]:
     return plan_s, _verdict(out / bx.OVERRIDES_FILE, cluster).metrics["step_time_s"]
 
 
-def _write_case(name: str, tmp_path: Path):
+def write_case(name: str, tmp_path: Path):
     plan = CASES[name]()
     plan = replace(plan, software=default_software("megatron", cluster_families(plan.cluster)))
     path = tmp_path / "plan.yaml"
@@ -51,7 +51,7 @@ def _write_case(name: str, tmp_path: Path):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_golden_case_exports_and_re_checks_at_the_plans_step_time(name, tmp_path):
-    plan, path = _write_case(name, tmp_path)
+    plan, path = write_case(name, tmp_path)
     try:
         plan_s, bridge_s = _round_trip(path, plan.cluster, tmp_path / "bridge")
     except SpecError as exc:
@@ -93,7 +93,7 @@ def test_readme_main_job_exports_and_re_checks(run_cli, tmp_path, readme_plan):
 
 
 def _exported(tmp_path: Path, case: str = "moe_expert_parallel") -> tuple[Path, object]:
-    plan, path = _write_case(case, tmp_path)
+    plan, path = write_case(case, tmp_path)
     out = tmp_path / "bridge"
     out.mkdir()
     for name, text in bx.export_files(read_plan(str(path))).items():
@@ -184,7 +184,7 @@ def test_megatron_errors_name_the_bridge_key(tmp_path):
 
 
 def test_refusals_are_one_line(tmp_path):
-    plan, _ = _write_case("moe_expert_parallel", tmp_path)
+    plan, _ = write_case("moe_expert_parallel", tmp_path)
     inputs = read_plan(str(tmp_path / "plan.yaml"))
     bf16_grads = replace(inputs, job=replace(inputs.job, grad_dtype="bf16"))
     with pytest.raises(SpecError, match="ddp.grad_reduce_in_fp32") as exc:

@@ -18,7 +18,7 @@ from planner.launch.bridge import export as bx
 from planner.launch.bridge.importer import read_bridge
 from planner.launch.bridge.recipe import read_recipe
 from planner.launch.bridge.recipe_eval import PROVIDERS, SECTION_CLASSES, hf_presets
-from tests.test_bridge_export import _write_case
+from tests.test_bridge_export import write_case
 from tests.test_megatron import CASES
 
 DATA = Path(__file__).parent / "data" / "bridge_recipes"
@@ -190,7 +190,7 @@ def _as_recipe(doc: dict) -> str:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_export_written_as_a_recipe_imports_to_the_same_plan(name, tmp_path):
-    plan, _ = _write_case(name, tmp_path)
+    plan, _ = write_case(name, tmp_path)
     try:
         doc = bx.overrides(plan)
     except SpecError:

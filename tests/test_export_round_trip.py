@@ -31,7 +31,7 @@ def _step_time(path: Path, cluster=None) -> float:
     return verdict.metrics["step_time_s"]
 
 
-def _round_trip(plan_path: Path, cluster, out: Path) -> dict[str, float]:
+def round_trip(plan_path: Path, cluster, out: Path) -> dict[str, float]:
     """The plan's step time and each exported launch file's, as check predicts them."""
     times = {"plan": _step_time(plan_path)}
     for launcher in ("torchrun", "slurm"):
@@ -48,14 +48,14 @@ def test_golden_export_re_checks_at_the_plans_step_time(name, tmp_path):
     plan = replace(plan, software=software)
     path = tmp_path / "plan.yaml"
     write_plan(path, plan_document(plan, {}, None))
-    times = _round_trip(path, plan.cluster, tmp_path / "launch")
+    times = round_trip(path, plan.cluster, tmp_path / "launch")
     for name_, t in times.items():
         assert t == pytest.approx(times["plan"], rel=5e-3), (name_, times)
 
 
 def test_readme_main_job_re_checks_at_the_plans_step_time(tmp_path, readme_plan):
     plan, cluster, _ = readme_plan
-    times = _round_trip(plan, cluster, tmp_path / "launch")
+    times = round_trip(plan, cluster, tmp_path / "launch")
     for name_, t in times.items():
         assert t == pytest.approx(times["plan"], rel=5e-3), (name_, times)
 

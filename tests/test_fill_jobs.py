@@ -16,7 +16,7 @@ from planner import api
 from planner.inputs.errors import SpecError
 from planner.inputs.models import load_model
 from planner.outputs.bubbles import budget, fit_fill_job, load_fill_job
-from planner.outputs.fill_jobs import ModelFillJob, _node, place_stage, price, stage_gpu
+from planner.outputs.fill_jobs import ModelFillJob, place_stage, price, single_gpu_node, stage_gpu
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -45,7 +45,7 @@ def test_inference_pieces_are_the_layer_tables_forwards():
     c = ParallelConfig(
         tp=1, pp=1, dp=1, micro_batch_size=8, sequence_parallel=False, optimizer_sharding="none"
     )
-    t = table_for(m, spec, c, _node(gpu))
+    t = table_for(m, spec, c, single_gpu_node(gpu))
     assert p.pieces[1].time_s == t.decoder(m, 0).forward_s
     assert p.state_bytes == pytest.approx(m.params_total * 2 + 8 * 2048 * m.hidden_size * 2)
     # an 8B forward over 16,384 tokens on an H100: 2 x 8.03e9 x 16384 FLOP at most at its dense peak

@@ -259,9 +259,9 @@ def test_base_is_fitted_on_the_class_free_runs_when_three_sources_have_them():
     from planner.calibration.cases import cases
     from planner.calibration.fitting import (
         MIN_BASE_SOURCES,
-        _fit_cached,
         base_runs,
         family,
+        fit_cached,
         fit_families,
         prior_of,
         usable,
@@ -285,8 +285,8 @@ def test_base_is_fitted_on_the_class_free_runs_when_three_sources_have_them():
     eff, _, count = out["h100"]
     assert count == MIN_BASE_SOURCES
     prior = prior_of("h100", {"a100": out["a100"][0]})
-    all_runs = _fit_cached(tuple(group), prior, 1, (0.9, 1.1))[0]
-    assert eff == _fit_cached(tuple(free3), prior, 1, (0.9, 1.1), start=all_runs)[0]
+    all_runs = fit_cached(tuple(group), prior, 1, (0.9, 1.1))[0]
+    assert eff == fit_cached(tuple(free3), prior, 1, (0.9, 1.1), start=all_runs)[0]
     # the class-free runs are dense: the MoE numbers are the all-runs fit's, moved off the prior
     assert (all_runs.grouped_gemm_efficiency, all_runs.host_launch_s) != (
         prior.grouped_gemm_efficiency,
@@ -301,11 +301,11 @@ def test_fold_holding_out_a_familys_only_source_predicts_with_the_parents_fit():
     """Leave-one-source-out: with Megatron-Bridge held out no Blackwell run is left, so its runs are
     predicted with the fold's H100 fit transferred (not the vendor-typical values, not the shipped fit)."""
     from planner.calibration.fitting import family, fit_families, predict, transfer
-    from planner.calibration.folds import LOSO_STEPS, _fold
+    from planner.calibration.folds import LOSO_STEPS, source_fold
 
     cases_ = _small_set()
     source = next(c.source for c in cases_ if family(c) == "b200")
-    notes, results = _fold((source, cases_, 1))
+    notes, results = source_fold((source, cases_, 1))
     rest = [c for c in cases_ if c.source != source]
     fitted = fit_families(rest, {"b200"}, 1, LOSO_STEPS)
     expected = transfer(fitted["h100"][0], "h100", "b200")

@@ -81,7 +81,7 @@ def test_the_cast_share_falls_as_the_layer_grows(h100):
 
 def test_graph_cross_attention_quantizes_its_projections_as_chain_linears_do():
     from cost_models.compute import fp8_cast_s
-    from cost_models.graph_units import _cross_attention
+    from cost_models.graph_units import cross_attention
     from cost_models.parallel import ParallelConfig
     from planner.inputs.graph_model import load_graph_model
     from planner.inputs.jobs import make_job
@@ -93,7 +93,7 @@ def test_graph_cross_attention_quantizes_its_projections_as_chain_linears_do():
     node = load_cluster("dgx-h100", 1).groups[0]
     c = ParallelConfig(tp=2, micro_batch_size=1)
     bf16, fp8 = (
-        _cross_attention(block, source, make_job(global_batch_size=8, seq_length=512, precision=p), c, node)
+        cross_attention(block, source, make_job(global_batch_size=8, seq_length=512, precision=p), c, node)
         for p in ("bf16", "fp8")
     )
     m, src = block.transformer, source.transformer

@@ -127,11 +127,11 @@ def test_candle_uno_preset():
     assert g.num_units == 45
     assert g.blocks[0].forward_flop_per_sample == 2 * 942 * 4192
     # on 8 Summit V100 (2 nodes x 4), batch 16: the two drugs' encoders take the same stages
-    from scripts._paper_searches import _summit
+    from scripts._paper_searches import summit
 
     layout = unit_layout(g)
     res = search_graph(
-        g, _summit(2), make_job(global_batch_size=16, seq_length=2048, precision="fp16"),
+        g, summit(2), make_job(global_batch_size=16, seq_length=2048, precision="fp16"),
         Restrictions(memory_headroom_bytes=2 * 2**30), top_k=1,
     )  # fmt: skip
     best = res.plans[0]

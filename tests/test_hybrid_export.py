@@ -24,7 +24,7 @@ from planner.launch.megatron.importer import parse_megatron
 from planner.plans.plan_file import plan_document, write_plan
 from planner.profiles.hardware import load_cluster
 from planner.profiles.software import cluster_families, default_software
-from tests.test_export_round_trip import _round_trip
+from tests.test_export_round_trip import round_trip
 from tests.test_megatron import inputs
 
 NEMOTRON_8B = load_model("nemotron-h-8b").hybrid_layer_pattern
@@ -293,7 +293,7 @@ def test_search_export_check_round_trip(name, nodes, run_cli, tmp_path):
     job = ["-m", name, "-c", "dgx-h100", "-n", str(nodes), "-b", "256", "-s", "4096"]
     res = run_cli("search", *job, "--top", "1", "--out", str(plan), "-q")
     assert res.exit_code == 0, res.stderr
-    times = _round_trip(plan, load_cluster("dgx-h100", nodes), tmp_path / "launch")
+    times = round_trip(plan, load_cluster("dgx-h100", nodes), tmp_path / "launch")
     for what, t in times.items():
         assert t == pytest.approx(times["plan"], rel=5e-3), (what, times)
 
@@ -314,6 +314,6 @@ def test_interleaved_uneven_plan_round_trips(tmp_path):
     plan = replace(plan, software=default_software("megatron", cluster_families(plan.cluster)))
     path = tmp_path / "plan.yaml"
     write_plan(path, plan_document(plan, {}, None))
-    times = _round_trip(path, plan.cluster, tmp_path / "launch")
+    times = round_trip(path, plan.cluster, tmp_path / "launch")
     for what, t in times.items():
         assert t == pytest.approx(times["plan"], rel=5e-3), (what, times)

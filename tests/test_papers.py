@@ -93,8 +93,8 @@ def test_amp_partition_to_layers(searches):
     assert searches.amp_layers((0, 7, 14, 20, 30)) == (5, 7, 6, 6)
     assert searches.amp_layers((0, 30)) == (24,)
     assert sum(searches.amp_layers((0, 3, 5, 7, 9, 11, 13, 15, 16, 17, 19, 20, 21, 22, 23, 25, 30))) == 24
-    assert searches._spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
-    assert searches._spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert searches.spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert searches.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
 
 
 def test_amp_hardware_files_load_with_their_numbers():

@@ -25,8 +25,8 @@ from tests.test_reliability import (
     EST,
     GPU_YAML,
     SMALL_JOB,
-    _cluster_with,
-    _gpu,
+    cluster_with,
+    gpu_file,
     one_line_error,
     write,
 )
@@ -120,7 +120,7 @@ def test_printable_escapes_control_characters_only():
 def test_gpu_file_quantities_are_bounded_both_ways(run_cli, tmp_path, edit, fragment):
     """Issue 55: a GPU peak of 1e-300 TFLOP/s priced a step at 7.5e302 s (exit 0); an sm_count of
     2**63 divided by zero."""
-    cluster = _cluster_with(tmp_path, _gpu(tmp_path, **edit))
+    cluster = cluster_with(tmp_path, gpu_file(tmp_path, **edit))
     res = run_cli("estimate", "-m", "gpt-1.7b", "-c", str(cluster), "-b", "8", "-s", "1024", "--tp", "2")
     one_line_error(res, 1, fragment)
 

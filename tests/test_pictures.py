@@ -20,7 +20,7 @@ from planner.inputs.jobs import make_job
 from planner.inputs.models import load_model
 from planner.outputs.bubbles import FillJob, budget, fit_fill_job
 from planner.outputs.timeline_svg import nice_ticks, shade, timeline_svg
-from planner.outputs.trace import _lanes, trace_json
+from planner.outputs.trace import lanes, trace_json
 from planner.profiles.hardware import load_cluster
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -104,7 +104,7 @@ def test_trace_is_valid_and_spans_the_step(case):
 
 
 def test_p2p_lanes_never_overlap():
-    rows = _lanes(
+    rows = lanes(
         [
             (0.0, 2.0, "a", {}),
             (1.0, 3.0, "b", {}),

@@ -11,9 +11,10 @@ import pytest
 
 from cost_models import communication as comm
 from cost_models.constraints import resolve
-from cost_models.estimate import _stage_link, estimate
+from cost_models.estimate import estimate
 from cost_models.parallel import ParallelConfig
 from cost_models.placement import group
+from cost_models.stage_terms import stage_link
 from cost_models.tensors import ACT_BYTES, p2p_activation_bytes, pipeline_transfer_s
 from planner.calibration.cases import cases
 from planner.frameworks import get_framework
@@ -67,7 +68,7 @@ def test_the_estimate_charges_the_shorter_transfer_on_the_timeline():
     a, b = estimate(m, cluster, whole, c), estimate(m, cluster, split, c)
     tp_link = comm.link_for(group(c, "tp"), cluster.groups[0])
     for s in b.stages:  # two stages a node: every second send stays on NVLink
-        expected = pipeline_transfer_s(m, split, c, _stage_link(cluster, c, s.stage), tp_link)
+        expected = pipeline_transfer_s(m, split, c, stage_link(cluster, c, s.stage), tp_link)
         assert s.p2p_s == pytest.approx(expected, rel=1e-12)
     # across nodes (odd stages send to the next node) the tp share is sent at network speed
     assert all(y.p2p_s < x.p2p_s / 2 for x, y in zip(a.stages, b.stages) if x.stage % 2)

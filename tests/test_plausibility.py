@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.profiles.plausibility import _classes, plausibility, size_band
+from planner.profiles.plausibility import plausibility, published_classes, size_band
 
 
 def test_size_bands():
@@ -14,7 +14,7 @@ def test_size_bands():
 
 
 def test_a_70b_job_is_held_to_runs_of_its_size_band_not_an_8b_run():
-    cls = _classes()["a100-sxm4-80gb bf16 dense"]
+    cls = published_classes()["a100-sxm4-80gb bf16 dense"]
     overall = cls["mfu"]
     band = cls["by_size"]["20-100B"]
     assert band["mfu"] < overall  # the class's best is a small model's (the 8B FlagPerf run)
@@ -27,7 +27,7 @@ def test_a_70b_job_is_held_to_runs_of_its_size_band_not_an_8b_run():
 
 
 def test_framework_and_size_together_when_the_set_has_both():
-    cls = _classes()["a100-sxm4-80gb bf16 dense"]
+    cls = published_classes()["a100-sxm4-80gb bf16 dense"]
     entry = cls["by_framework_size"]["megatron 20-100B"]
     p = plausibility("a100-sxm4-80gb", "bf16", False, 0.1, "megatron", params=70e9)
     assert p.run_class == "a100-sxm4-80gb bf16 dense megatron 20-100B"
@@ -37,7 +37,7 @@ def test_framework_and_size_together_when_the_set_has_both():
 def test_a_gpu_without_runs_of_its_own_is_held_to_its_familys():
     # the calibration set has H200 runs in FP8 only: an H200 BF16 plan is compared with the H100
     # family's BF16 runs (MFU is over each GPU's own peak), not left unchecked
-    assert "h200-sxm-141gb bf16 dense" not in _classes()
+    assert "h200-sxm-141gb bf16 dense" not in published_classes()
     p = plausibility("h200-sxm-141gb", "bf16", False, 0.99, params=70e9)
     assert p.best_published_mfu is not None and p.above_best_published
     assert p.run_class.startswith("h100 family bf16 dense")

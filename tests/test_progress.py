@@ -94,7 +94,7 @@ def terminal(monkeypatch):
 
         return wrapper
 
-    monkeypatch.setattr(common, "_stderr_is_terminal", lambda: True)
+    monkeypatch.setattr(common, "stderr_is_terminal", lambda: True)
     monkeypatch.setattr(
         render, "progress_callback", lambda label="searching", unit="candidates": FakeDisplay(events, label)
     )

@@ -177,7 +177,7 @@ def test_a_held_out_source_s_class_without_a_fold_profile_takes_its_predecessor_
 
     from planner.calibration.cases import cases
     from planner.calibration.fitting import family, fit_families, fit_profile, predict, usable
-    from planner.calibration.folds import LOSO_STEPS, _fold
+    from planner.calibration.folds import LOSO_STEPS, source_fold
 
     runs = usable(cases())
     small = [c for c in runs if family(c) == "a100" and c.source.startswith("Korthikanti")][:3]
@@ -188,7 +188,7 @@ def test_a_held_out_source_s_class_without_a_fold_profile_takes_its_predecessor_
         for c in runs
         if family(c) == "h100" and c.software == "megatron-bridge-26.04"
     ]
-    notes, results = _fold(("elsewhere", small + older + held, 1))
+    notes, results = source_fold(("elsewhere", small + older + held, 1))
     assert "h100/megatron-bridge-25.11 profile fitted on 6 runs" in notes
     base = fit_families(small + older, {"h100"}, 1, LOSO_STEPS)["h100"][0]
     prof = fit_profile(older, base, 1, LOSO_STEPS)[0]

@@ -213,7 +213,7 @@ def test_hf_moe_wrong_type(run_cli, tmp_path):
     one_line_error(run_cli("models", "show", str(p)), 1, "'num_local_experts': expected an integer")
 
 
-def _gpu(tmp_path: Path, **edits) -> Path:
+def gpu_file(tmp_path: Path, **edits) -> Path:
     data = yaml.safe_load(GPU_YAML.read_text())
     for key, value in edits.items():
         section, _, field = key.rpartition("__")
@@ -221,7 +221,7 @@ def _gpu(tmp_path: Path, **edits) -> Path:
     return write(tmp_path, "gpu.yaml", data)
 
 
-def _cluster_with(tmp_path: Path, gpu: Path) -> Path:
+def cluster_with(tmp_path: Path, gpu: Path) -> Path:
     doc = {
         "schema_version": 1,
         "kind": "cluster",
@@ -244,21 +244,21 @@ def _cluster_with(tmp_path: Path, gpu: Path) -> Path:
     ],
 )
 def test_gpu_yaml_non_finite_fields(run_cli, tmp_path, edit, fragment):
-    cluster = _cluster_with(tmp_path, _gpu(tmp_path, **edit))
+    cluster = cluster_with(tmp_path, gpu_file(tmp_path, **edit))
     res = run_cli("estimate", "-m", "gpt-1.7b", "-c", str(cluster), "-b", "8", "-s", "1024", "--json")
     one_line_error(res, 1, fragment)
 
 
 def test_gpu_without_the_precisions_peak(run_cli, tmp_path):
-    cluster = _cluster_with(tmp_path, _gpu(tmp_path, peak_tflops__bf16=0))
+    cluster = cluster_with(tmp_path, gpu_file(tmp_path, peak_tflops__bf16=0))
     res = run_cli("estimate", "-m", "gpt-1.7b", "-c", str(cluster), "-b", "8", "-s", "1024", "--json")
     one_line_error(res, 1, "no bf16 tensor-core peak", "fp16")
     v100 = ROOT / "hardware_profiles" / "gpus" / "v100-sxm2-32gb.yaml"
     res = run_cli(
-        "search", "-m", "gpt-1.7b", "-c", str(_cluster_with(tmp_path, v100)), "-b", "8", "-s", "1024"
+        "search", "-m", "gpt-1.7b", "-c", str(cluster_with(tmp_path, v100)), "-b", "8", "-s", "1024"
     )
     one_line_error(res, 1, "v100", "no bf16 tensor-core peak")
-    res = run_cli("search", "-m", "gpt-1.7b", "-c", str(_cluster_with(tmp_path, v100)), "-b", "8", "-s", "1024",
+    res = run_cli("search", "-m", "gpt-1.7b", "-c", str(cluster_with(tmp_path, v100)), "-b", "8", "-s", "1024",
                   "--precision", "fp16", "--top", "1", "--json")  # fmt: skip
     assert res.exit_code == 0, res.stderr
 
@@ -851,7 +851,7 @@ def test_check_keeps_searchs_default_headroom(run_cli, tmp_path):
     assert free_gib > HEADROOM_GIB_DEFAULT
     # the same GPU with 1 GiB left free by this launch
     memory_gib = yaml.safe_load(GPU_YAML.read_text())["memory_gib"] - free_gib + 1.0
-    cluster = str(_cluster_with(tmp_path, _gpu(tmp_path, memory_gib=memory_gib)))
+    cluster = str(cluster_with(tmp_path, gpu_file(tmp_path, memory_gib=memory_gib)))
     tight = run_cli("check", args, "-c", cluster, "--json")
     assert tight.exit_code == 1, tight.stdout
     found = json.loads(tight.stdout)["configs"][0]["findings"]

@@ -104,7 +104,7 @@ def test_min_sum_dp_keeps_its_tie_rule_on_float_noise():
     noisy-linear stage times (ties exact and within float noise) and every kind of bound."""
     import numpy as np
 
-    from planner.search.partition import INF, _min_sum
+    from planner.search.partition import INF, min_sum
 
     rng = random.Random(11)
     checked = 0
@@ -127,7 +127,7 @@ def test_min_sum_dp_keeps_its_tie_rule_on_float_noise():
             times.append(np.array([base[k] if 1 <= k <= cap else INF for k in range(L + 1)]))
         finite = np.unique(np.concatenate([t[np.isfinite(t)] for t in times]))
         for bound in [INF, *finite[:: max(1, len(finite) // 4)]]:
-            value, layers = _min_sum(times, L, bound)
+            value, layers = min_sum(times, L, bound)
             ref_value, ref_layers = _min_sum_by_rows(times, L, bound)
             assert layers == ref_layers and (value == ref_value or value == ref_value == INF)
             checked += 1

@@ -534,9 +534,9 @@ def fit_families(
         prior = prior_of(fam, fitted)
         only = fitted_params(fam)
         if group:
-            eff, err = _fit_cached(tuple(group), prior, passes, steps, only=only)
+            eff, err = fit_cached(tuple(group), prior, passes, steps, only=only)
             if len(base) < len(group):
-                eff, err = _fit_cached(tuple(base), prior, passes, steps, start=eff, only=only)
+                eff, err = fit_cached(tuple(base), prior, passes, steps, start=eff, only=only)
         else:
             eff, err = prior, float("nan")
         fitted[fam] = eff
@@ -557,7 +557,7 @@ _FITS: dict[tuple, tuple[EfficiencySpec, float]] = {}
 folds that keep all of a family's runs share its fit."""
 
 
-def _fit_cached(
+def fit_cached(
     group: tuple[Case, ...],
     prior: EfficiencySpec,
     passes: int,

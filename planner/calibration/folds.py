@@ -40,9 +40,9 @@ def leave_one_source_out(
     folds = [(s, cases_, passes) for s in sources]
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            done = list(pool.map(_fold, folds))
+            done = list(pool.map(source_fold, folds))
     else:
-        done = [_fold(f) for f in folds]
+        done = [source_fold(f) for f in folds]
     out: dict[str, Result] = {}
     for source, (notes, results) in zip(sources, done):
         if progress:
@@ -52,7 +52,7 @@ def leave_one_source_out(
     return [out[c.run_id] for c in cases_]
 
 
-def _fold(args: tuple[str, list[Case], int]) -> tuple[list[str], list[Result]]:
+def source_fold(args: tuple[str, list[Case], int]) -> tuple[list[str], list[Result]]:
     """One leave-one-source-out fold: refit the held-out runs' families without them, predict them."""
     source, cases_, passes = args
     held = [c for c in cases_ if c.source == source]

@@ -33,7 +33,7 @@ def progress_display(
     (:func:`planner.cli.render.progress_callback`: a spinner naming the phase, then a bar), and
     erased when the block ends, however it ends; None with --quiet, --json, or stderr not a
     terminal. The display is the run's ``progress(done, total, best_s)`` callback."""
-    if quiet or as_json or not _stderr_is_terminal():
+    if quiet or as_json or not stderr_is_terminal():
         yield None
         return
     display = render.progress_callback(label, unit)
@@ -49,7 +49,7 @@ def say_phase(progress, text: str) -> None:
         progress.phase(text)
 
 
-def _stderr_is_terminal() -> bool:
+def stderr_is_terminal() -> bool:
     return sys.stderr.isatty()
 
 

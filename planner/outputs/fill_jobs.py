@@ -136,7 +136,7 @@ def load_model_fill_job(r: Reader) -> ModelFillJob:
     return job
 
 
-def _node(gpu: GPUSpec) -> NodeGroup:
+def single_gpu_node(gpu: GPUSpec) -> NodeGroup:
     """One GPU alone (tp 1: no collective, so the link figures are never used)."""
     return NodeGroup(
         gpu=gpu,
@@ -158,7 +158,7 @@ def price(job: ModelFillJob, gpu: GPUSpec) -> PricedJob:
     c = ParallelConfig(
         tp=1, pp=1, dp=1, micro_batch_size=job.batch_size, sequence_parallel=False, optimizer_sharding="none"
     )
-    table = table_for(m, spec, c, _node(gpu))
+    table = table_for(m, spec, c, single_gpu_node(gpu))
     decoders = [table.decoder(m, i) for i in range(m.num_layers)]
     hidden = float(job.batch_size * job.seq_length * m.hidden_size * 2)
     params = float(m.params_total)

@@ -92,7 +92,7 @@ def _sends(est: Estimate, r: int) -> list[tuple[float, float, str, dict]]:
     return out
 
 
-def _lanes(intervals: list[tuple[float, float, str, dict]]) -> list[list[tuple[float, float, str, dict]]]:
+def lanes(intervals: list[tuple[float, float, str, dict]]) -> list[list[tuple[float, float, str, dict]]]:
     """Greedy interval colouring in start order: each interval goes to the first row free at its start."""
     rows: list[list[tuple[float, float, str, dict]]] = []
     for item in sorted(intervals, key=lambda x: (x[0], x[1], x[2])):
@@ -238,11 +238,11 @@ def _end_events(est: Estimate, r: int, end_s: float, sync_s: float, opt_end_s: f
 
 
 def _p2p_rows(est: Estimate, r: int) -> tuple[list[dict], list[dict]]:
-    """Stage ``r``'s point-to-point sends (:func:`_sends`), one thread per row of :func:`_lanes`:
+    """Stage ``r``'s point-to-point sends (:func:`_sends`), one thread per row of :func:`lanes`:
     the threads' metadata and the send events."""
     meta: list[dict] = []
     events: list[dict] = []
-    for lane, row in enumerate(_lanes(_sends(est, r))):
+    for lane, row in enumerate(lanes(_sends(est, r))):
         tid = P2P_TID + lane
         meta += [
             _meta("thread_name", r, tid, "p2p send" + (f" {lane + 1}" if lane else "")),

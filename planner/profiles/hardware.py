@@ -150,7 +150,7 @@ def load_gpu(name_or_path: str) -> GPUSpec:
     return _gpu_from_mapping(read_document(path), str(path))
 
 
-_NODE_KEYS = (
+NODE_KEYS = (
     "gpu",
     "gpus_per_node",
     "nvlink_domain_size",

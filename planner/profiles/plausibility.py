@@ -63,7 +63,7 @@ class Plausibility:
 
 
 @cache
-def _classes() -> dict[str, dict]:
+def published_classes() -> dict[str, dict]:
     return yaml.safe_load(TABLE.read_text())["classes"]
 
 
@@ -74,14 +74,16 @@ def _classes_for(gpu: str, precision: str, moe: bool) -> tuple[str, list[dict]]:
     from planner.profiles.software import efficiency_family
 
     key = class_key(gpu, precision, moe)
-    if key in _classes():
-        return key, [_classes()[key]]
+    if key in published_classes():
+        return key, [published_classes()[key]]
     family = efficiency_family(gpu)
     suffix = key[len(gpu) :]
     same = [
-        k for k in sorted(_classes()) if k.endswith(suffix) and efficiency_family(k[: -len(suffix)]) == family
+        k
+        for k in sorted(published_classes())
+        if k.endswith(suffix) and efficiency_family(k[: -len(suffix)]) == family
     ]
-    return (f"{family} family{suffix}", [_classes()[k] for k in same]) if same else (key, [])
+    return (f"{family} family{suffix}", [published_classes()[k] for k in same]) if same else (key, [])
 
 
 def _best(classes: list[dict], table: str | None, k: str | None) -> dict | None:

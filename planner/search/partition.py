@@ -182,7 +182,7 @@ def dp_partition(stages: list[StageModel], num_layers: int, m: int) -> Partition
         np.array([st.time(int(k)) if 1 <= k <= caps[i] else INF for k in n]) for i, st in enumerate(stages)
     ]
     candidates = np.unique(np.concatenate([t[np.isfinite(t)] for t in times]))
-    floor_sum = _min_sum(times, L, INF)[0]
+    floor_sum = min_sum(times, L, INF)[0]
     if not np.isfinite(floor_sum):
         return None
     # Skip the bounds no partition meets: feasibility is monotone in the bound (a larger one admits
@@ -191,7 +191,7 @@ def dp_partition(stages: list[StageModel], num_layers: int, m: int) -> Partition
     lo, hi = 0, len(candidates) - 1
     while lo < hi:
         mid = (lo + hi) // 2
-        if np.isfinite(_min_sum(times, L, candidates[mid])[0]):
+        if np.isfinite(min_sum(times, L, candidates[mid])[0]):
             hi = mid
         else:
             lo = mid + 1
@@ -199,7 +199,7 @@ def dp_partition(stages: list[StageModel], num_layers: int, m: int) -> Partition
     for bound in candidates[lo:]:
         if (m - 1) * bound + floor_sum > best_value + 1e-12:
             break
-        total, layers = _min_sum(times, L, bound)
+        total, layers = min_sum(times, L, bound)
         if not np.isfinite(total):
             continue
         value = objective(stages, tuple(layers), m)
@@ -265,7 +265,7 @@ def _bottleneck_partition(stages: list[StageModel], L: int, m: int, caps: list[i
     return Partition(best, objective(stages, best, m))
 
 
-def _min_sum(times: list[np.ndarray], L: int, bound: float) -> tuple[float, list[int]]:
+def min_sum(times: list[np.ndarray], L: int, bound: float) -> tuple[float, list[int]]:
     """Min over compositions of sum times[i][n_i] with every term <= bound; and the argmin.
 
     Stage by stage, ``g[j] = min_k f[j - k] + t[k]`` over the stage's admissible layer counts
