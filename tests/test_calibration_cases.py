@@ -283,7 +283,7 @@ def test_bigscience_micro_batch_sweep_peaks_inside():
     """The 02-21 sweep (tp 8, pp 12, dp 4) measured tokens/s rising from micro-batch 1 to 4 and
     falling at 8; with GEMM wave quantization and the class's per-layer launch cost the prediction
     rises from 1 to 2 and falls from 4 to 8 (before both it fell monotonically)."""
-    from planner.calibration.fitting import predict
+    from planner.calibration.descent import predict
 
     by_id = _by_id()
     pred = {

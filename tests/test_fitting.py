@@ -113,7 +113,8 @@ def test_lineage_table_is_a_tree_over_the_calibrated_families():
     """Every parent is itself in the table, the order puts parents first, and every family with
     published runs has an entry (so no fold falls back to the vendor-typical values silently)."""
     from planner.calibration.cases import cases
-    from planner.calibration.fitting import LINEAGE, PARAMS, family, fitted_params, lineage_order, usable
+    from planner.calibration.descent import PARAMS
+    from planner.calibration.fitting import LINEAGE, family, fitted_params, lineage_order, usable
 
     for fam, lin in LINEAGE.items():
         assert lin.parent is None or lin.parent in LINEAGE, fam
@@ -142,7 +143,8 @@ def test_gb300_family_prices_the_racks_measured_gap():
     where one set of values for both (the GPU files' equal dense peaks) gave 1.04x; the rest is
     attention, whose GB300 speed-up is the measured kernels' (tied, test_blackwell_ultra_attention)."""
     from planner.calibration.cases import cases
-    from planner.calibration.fitting import LINEAGE, family, predict
+    from planner.calibration.descent import predict
+    from planner.calibration.fitting import LINEAGE, family
 
     assert LINEAGE["gb300"].parent == "b200"
     by = {c.run_id: c for c in cases()}
@@ -191,7 +193,8 @@ def test_prior_penalty_hand_worked_and_weighted_by_sources():
     """One prior width off on one parameter costs PRIOR_SCALE / sources x 1/2."""
     from dataclasses import replace
 
-    from planner.calibration.fitting import PRIOR_LOG_SD, PRIOR_SCALE, UNCALIBRATED, prior_penalty
+    from planner.calibration.descent import PRIOR_LOG_SD, PRIOR_SCALE, prior_penalty
+    from planner.calibration.fitting import UNCALIBRATED
 
     assert prior_penalty(UNCALIBRATED, UNCALIBRATED, 1) == 0.0
     off = replace(
@@ -300,7 +303,8 @@ def test_base_is_fitted_on_the_class_free_runs_when_three_sources_have_them():
 def test_fold_holding_out_a_familys_only_source_predicts_with_the_parents_fit():
     """Leave-one-source-out: with Megatron-Bridge held out no Blackwell run is left, so its runs are
     predicted with the fold's H100 fit transferred (not the vendor-typical values, not the shipped fit)."""
-    from planner.calibration.fitting import family, fit_families, predict, transfer
+    from planner.calibration.descent import predict
+    from planner.calibration.fitting import family, fit_families, transfer
     from planner.calibration.folds import LOSO_STEPS, source_fold
 
     cases_ = _small_set()
@@ -355,13 +359,13 @@ def test_gemm_gpu_times_remove_the_dispatch_of_single_call_timings():
 
 def test_fit_moves_a_threshold_parameter_off_a_flat_start():
     """The host launch time changes nothing until an MoE pass is host-bound: the fit's absolute grid
-    (planner.calibration.fitting.GRID) finds it where multiplicative steps from a flat start would not."""
+    (planner.calibration.descent.GRID) finds it where multiplicative steps from a flat start would not."""
     from dataclasses import replace
 
     from cost_models.constraints import resolve
     from cost_models.parallel import ParallelConfig
     from planner.calibration.cases import Case
-    from planner.calibration.fitting import fit, predict
+    from planner.calibration.descent import fit, predict
     from planner.inputs.jobs import make_job
     from planner.inputs.models import load_model
     from planner.profiles.hardware import load_cluster
@@ -401,11 +405,11 @@ def _dense_cases(sources):
 
 
 def test_source_loss_weighs_every_source_the_same():
-    """planner.calibration.fitting.source_loss: the mean over sources of each source's mean |log error|, so a
+    """planner.calibration.descent.source_loss: the mean over sources of each source's mean |log error|, so a
     source with three runs counts as much as one with one run (loss() weighs runs)."""
     from dataclasses import replace
 
-    from planner.calibration.fitting import loss, predict, source_loss
+    from planner.calibration.descent import loss, predict, source_loss
 
     probe = _dense_cases([("A", 1), ("A", 2), ("A", 4), ("B", 1)])
     eff = probe[0].cluster.groups[0].gpu.efficiency
@@ -452,7 +456,7 @@ def test_ridge_moves_keep_the_fp8_gemm_rate_and_only_move_the_split():
     import math
     from dataclasses import replace
 
-    from planner.calibration.fitting import BOUNDS, RIDGE, ridge_moves
+    from planner.calibration.descent import BOUNDS, RIDGE, ridge_moves
     from planner.profiles.hardware import load_gpu
 
     eff = replace(load_gpu("h100-sxm5-80gb").efficiency, gemm_efficiency_max=0.6, fp8_gemm_speedup=1.5)
@@ -478,7 +482,7 @@ def test_moe_runs_do_not_move_the_dense_parameters():
     from cost_models.constraints import resolve
     from cost_models.parallel import ParallelConfig
     from planner.calibration.cases import Case
-    from planner.calibration.fitting import fit, predict
+    from planner.calibration.descent import fit, predict
 
     dense = _dense_cases([("A", 1), ("A", 2), ("B", 4)])
     eff = replace(dense[0].cluster.groups[0].gpu.efficiency, host_launch_s=0.0, grouped_gemm_efficiency=0.9)

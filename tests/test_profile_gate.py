@@ -8,7 +8,8 @@ import statistics
 import pytest
 
 from planner.calibration.cases import cases
-from planner.calibration.fitting import abs_log_error, family, fit_families, profile_groups, usable
+from planner.calibration.descent import abs_log_error
+from planner.calibration.fitting import family, fit_families, profile_groups, usable
 from planner.calibration.folds import LOSO_STEPS
 from planner.calibration.profile_gate import CROSS_FOLDS, cross_folds, cross_validated, decide, release_order
 from planner.profiles.software import MIN_RUNS, fitted_on, load_profiles

@@ -47,7 +47,8 @@ def test_a_held_out_release_is_priced_with_the_release_before_it_refitted_withou
     on the remaining runs, exactly as fit_profile does; nothing of 26.06 reaches the fit. (The
     mechanism on a small set: three runs a class, so a profile here needs three.)"""
     import planner.calibration.fitting
-    from planner.calibration.fitting import family, fit_families, fit_profile, predict
+    from planner.calibration.descent import predict
+    from planner.calibration.fitting import family, fit_families, fit_profile
     from planner.calibration.folds import LOSO_STEPS
     from planner.calibration.releases import release_fold
     from planner.profiles.software import CLASSES
@@ -101,7 +102,8 @@ def _b200_runs(cls: str):
 
 
 def test_the_first_release_is_priced_with_the_base_fit():
-    from planner.calibration.fitting import fit_families, predict
+    from planner.calibration.descent import predict
+    from planner.calibration.fitting import fit_families
     from planner.calibration.folds import LOSO_STEPS
     from planner.calibration.releases import release_fold
 
@@ -176,7 +178,8 @@ def test_a_held_out_source_s_class_without_a_fold_profile_takes_its_predecessor_
     from dataclasses import replace
 
     from planner.calibration.cases import cases
-    from planner.calibration.fitting import family, fit_families, fit_profile, predict, usable
+    from planner.calibration.descent import predict
+    from planner.calibration.fitting import family, fit_families, fit_profile, usable
     from planner.calibration.folds import LOSO_STEPS, source_fold
 
     runs = usable(cases())

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from planner.calibration.cases import cases
-from planner.calibration.fitting import family, predict, usable
+from planner.calibration.descent import predict
+from planner.calibration.fitting import family, usable
 from planner.inputs.errors import SpecError, UsageError
 from planner.profiles.hardware import load_cluster, load_gpu
 from planner.profiles.software import (

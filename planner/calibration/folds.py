@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 
 from planner.calibration.cases import Case, Result
-from planner.calibration.fitting import family, fit_families, fit_profile, predict, profile_groups, usable
+from planner.calibration.descent import predict
+from planner.calibration.fitting import family, fit_families, fit_profile, profile_groups, usable
 from planner.inputs.cluster_spec import EfficiencySpec
 from planner.profiles.software import profile_start, release_for
 

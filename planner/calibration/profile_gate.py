@@ -35,7 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.calibration.cases import Case
-from planner.calibration.fitting import STEPS, abs_log_error, fit_profile, profile_groups
+from planner.calibration.descent import STEPS, abs_log_error
+from planner.calibration.fitting import fit_profile, profile_groups
 from planner.inputs.cluster_spec import EfficiencySpec
 from planner.profiles.software import CLASSES, predecessor, profile_start
 

@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from planner.calibration.cases import Case, Result, summary
-from planner.calibration.fitting import family, predict, usable
+from planner.calibration.descent import predict
+from planner.calibration.fitting import family, usable
 from planner.calibration.folds import refit_without
 from planner.calibration.releases import signed_median
 from planner.inputs.errors import UsageError

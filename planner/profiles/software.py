@@ -47,7 +47,7 @@ OVERRIDE_PARAMS = (
 ceiling and FP8 speed-up (cuBLAS / Transformer Engine releases), the per-layer overhead, the overlap
 slowdown, and the two MoE numbers (the grouped-GEMM implementation and the host time per launch
 change with Transformer Engine and Megatron-Core releases); the MoE ones only where the class has
-MoE runs (planner.calibration.fitting.fit)."""
+MoE runs (planner.calibration.descent.fit)."""
 _YAML_KEYS = {"kernel_overhead_s": ("kernel_overhead_us", 1e-6), "host_launch_s": ("host_launch_us", 1e-6)}
 
 CLASSES = {
@@ -102,7 +102,7 @@ PROFILE_START = {
 """Where a class's profile fit starts, in order of preference, each from one document (else the
 family's base fit); a leave-one-source-out fold takes the first whose document it keeps
 (:func:`profile_start`). Coordinate descent's multiplicative steps cannot reach milliseconds from
-the base fit's microseconds in a few passes, and the prior (planner.calibration.fitting.PRIOR_LOG_SD) would pull
+the base fit's microseconds in a few passes, and the prior (planner.calibration.descent.PRIOR_LOG_SD) would pull
 the fit back to the base: the launch-blocking class needs a start of its own.
 
 * chronicles-prequel.md, the launch-blocking A/B ("dealing with JZ hanging": 200B model, tp 8, pp 10,
