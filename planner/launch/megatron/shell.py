@@ -21,7 +21,7 @@ calls (positional parameters, ``local``, ``return``, ``shift``) are :mod:`.funct
 assignments (``declare -A``, ``local -n``, ``NAME[KEY]=``) :mod:`.assignments`', an ``sbatch <<EOF``
 job script :mod:`.heredoc`'s; ``for``, ``while`` and ``until`` loops with ``break`` /
 ``continue`` run where what they run over is known (:mod:`.loops`), other loops are read as an
-undeterminable ``if``. Brace
+undeterminable ``if``; ``(( ... ))`` and ``let`` are :mod:`.shell_arithmetic`'s. Brace
 groups ``{ ...; }`` (alone or after ``&&`` / ``||``) are read as branches on the list before
 them; ``exit``, ``set -e``, ``set -u`` and ``pipefail`` stop the script where bash stops it
 (:mod:`.shell_exit`); a ``source``, call or job script in a branch that cannot be known is
@@ -346,7 +346,7 @@ def _runs_command(condition_text: str) -> bool:
     """Whether an ``if`` condition is a command planner does not run (not a test, maybe negated)."""
     words = condition_text.split()
     words = words[1:] if words[:1] == ["!"] else words
-    return bool(words) and words[0] not in _TESTS
+    return bool(words) and words[0] not in _TESTS and words[0] != "let" and not words[0].startswith("((")
 
 
 def _case_statement(statement: str, first: str, number: int, s: Script, stack: list[_Branch]) -> bool:

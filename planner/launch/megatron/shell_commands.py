@@ -19,10 +19,17 @@ from collections.abc import Callable
 from planner.inputs.errors import SpecError
 from planner.launch.megatron.assignments import ASSIGN, PREFIXES, assign, unset
 from planner.launch.megatron.conditions import command_status
-from planner.launch.megatron.expansion import UNRESOLVED, Required, expand
+from planner.launch.megatron.expansion import UNRESOLVED, Required, Unbound, expand
 from planner.launch.megatron.functions import Return, call, make_local, shift
 from planner.launch.megatron.heredoc import JOB_READERS, here_operator, job_script
 from planner.launch.megatron.loops import Undecidable, loop_control
+from planner.launch.megatron.shell_arithmetic import (
+    arithmetic_maybe,
+    is_arithmetic,
+    protect,
+    run_arithmetic,
+    shown,
+)
 from planner.launch.megatron.shell_builtins import change_directory, envsubst, inner_commands
 from planner.launch.megatron.shell_exit import (
     after_list,
@@ -61,6 +68,7 @@ _BUILTINS = (
     "exit",
     "break",
     "continue",
+    "let",
 )
 """Commands :func:`_builtin` runs on the script's state instead of keeping their words."""
 
@@ -86,7 +94,7 @@ def undetermined(statement: str, number: int, s: Script, unknown: str, read_line
         s.arrays.pop(m.group(1), None)
         s.assigned_lines[m.group(1)] = number
         return
-    first = statement.split(None, 1)[0]
+    first = statement.split(None, 1)[0] if statement.strip() else ""
     if first == "exit":
         maybe_stop(s, number, statement, unknown)
         return
@@ -123,6 +131,14 @@ def undetermined(statement: str, number: int, s: Script, unknown: str, read_line
         end = next((k for k, w in enumerate(words) if w in SEPARATORS), len(words))
         _source_undetermined(words[1:end], number, s, unknown, read_lines)
         return
+    if first == "let" or first.startswith("(("):
+        try:
+            words = shlex.split(expand(protect(statement), s.scalars, s.arrays), posix=True)
+        except (ValueError, Required, Unbound):
+            return
+        end = next((k for k, w in enumerate(words) if w in SEPARATORS), len(words))
+        arithmetic_maybe(words[:end], number, s, unknown)
+        return
     if re.search(r"\.py\b", statement):
         training_in_unknown(number, unknown)
 
@@ -144,6 +160,8 @@ def run_statement(stripped: str, number: int, s: Script, read_lines: ReadLines) 
     if sub is not None:
         _subshell_list(*sub, number, s, read_lines)
         return
+    if "((" in stripped:
+        stripped = protect(stripped)
     try:
         words = shlex.split(stripped.replace("\n", " "), posix=True) if "=(" not in stripped else None
     except ValueError:
@@ -239,7 +257,7 @@ def _run_builtins(parts: list[str], number: int, s: Script, read_lines: ReadLine
             if before in ("&&", "||"):
                 runs = status if before == "&&" else (not status if isinstance(status, bool) else status)
             pipe, pipe_runs = [], runs
-        if command and (command[0] in _BUILTINS or command[0] in s.functions):
+        if command and (command[0] in _BUILTINS or command[0] in s.functions or is_arithmetic(command)):
             subshell = before in ("|", "|&") or after in ("|", "|&", "&")
             if command[0] == "exit" and subshell:
                 st: bool | str = True
@@ -263,7 +281,7 @@ def _run_builtins(parts: list[str], number: int, s: Script, read_lines: ReadLine
         if after not in ("|", "|&"):
             if pipe_runs is not False:
                 status = pipeline_status(pipe, s.pipefail) if pipe_runs is True else pipe_runs
-            last_ran, last = pipe_runs, command
+            last_ran, last = pipe_runs, shown(command)
         before, start = after, k + 1
     after_list(status, last_ran, last, number, s)
     return out
@@ -300,6 +318,8 @@ def _builtin_maybe(command: list[str], number: int, s: Script, unknown: str, rea
         )
     elif command[0] in ("cd", "pushd", "popd"):
         s.scalars["PWD"] = UNRESOLVED.format(unknown)
+    elif is_arithmetic(command):
+        arithmetic_maybe(command, number, s, unknown)
 
 
 def _builtin(command: list[str], number: int, s: Script, read_lines: ReadLines) -> bool | str:
@@ -310,6 +330,8 @@ def _builtin(command: list[str], number: int, s: Script, read_lines: ReadLines) 
     name, args = command[0], command[1:]
     if name in s.functions:
         return call(name, args, number, s, read_lines)
+    if is_arithmetic(command):
+        return run_arithmetic(command, number, s)
     if name == "exit":
         exit_builtin(args, number)
     if name == "return":
