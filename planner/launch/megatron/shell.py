@@ -21,9 +21,9 @@ calls (positional parameters, ``local``, ``return``, ``shift``) are :mod:`.funct
 assignments (``declare -A``, ``local -n``, ``NAME[KEY]=``) :mod:`.assignments`', an ``sbatch <<EOF``
 job script :mod:`.heredoc`'s; ``for``, ``while`` and ``until`` loops with ``break`` /
 ``continue`` run where what they run over is known (:mod:`.loops`), other loops are read as an
-undeterminable ``if``; ``(( ... ))`` and ``let`` are :mod:`.shell_arithmetic`'s. Brace
-groups ``{ ...; }`` (alone or after ``&&`` / ``||``) are read as branches on the list before
-them; ``exit``, ``set -e``, ``set -u`` and ``pipefail`` stop the script where bash stops it
+undeterminable ``if``; ``(( ... ))`` and ``let`` are :mod:`.shell_arithmetic`'s, ``( LIST )`` (on
+one line or several) :mod:`.subshell`'s. Brace groups ``{ ...; }`` (alone or after ``&&`` /
+``||``) are read as branches on the list before them; ``exit``, ``set -e``, ``set -u`` and ``pipefail`` stop the script where bash stops it
 (:mod:`.shell_exit`); a ``source``, call or job script in a branch that cannot be known is
 :mod:`.speculative`'s.
 """
@@ -49,7 +49,7 @@ from planner.launch.megatron.expansion import (
 )
 from planner.launch.megatron.functions import bind, definition, header, preset_arguments
 from planner.launch.megatron.loops import Lines, read_loop, run_loop
-from planner.launch.megatron.shell_commands import run_statement, undetermined
+from planner.launch.megatron.shell_commands import run_statement, subshell_list, undetermined
 from planner.launch.megatron.shell_exit import Exit, required, unbound
 from planner.launch.megatron.shell_state import NAME, Script
 from planner.launch.megatron.shell_text import (
@@ -61,6 +61,8 @@ from planner.launch.megatron.shell_text import (
     statements,
 )
 from planner.launch.megatron.sourcing import MAX_SOURCE_DEPTH
+from planner.launch.megatron.speculative import maybe
+from planner.launch.megatron.subshell import Subshell, read_subshell
 
 __all__ = [
     "MAX_SOURCE_DEPTH",
@@ -174,19 +176,43 @@ def _read_lines(lines: list[Logical], s: Script) -> None:
             elif unknown and all(b.active or b.unknown for b in stack):
                 s.functions[fn.name] = unknown
             continue
-        s.heredoc = logical.heredoc
+        sub = read_subshell(logical, it) if stripped.startswith("(") else None
+        s.heredoc = logical.heredoc if sub is None else None
         try:
-            _logical(stripped, number, s, stack)
+            if sub is None:
+                _logical(stripped, number, s, stack)
+            else:
+                _subshell(sub, s, stack)
         except Unbound as exc:
-            raise unbound(exc, number, s) from None
+            raise unbound(exc, number if sub is None else sub.end, s) from None
         except Required as exc:
-            raise required(exc, number) from None
+            raise required(exc, number if sub is None else sub.end) from None
     if stack:
         raise SpecError(
             "the script ends inside a { group (no closing })"
             if stack[-1].group
             else "the script ends inside an if (no closing fi)"
         )
+
+
+def _subshell(sub: Subshell, s: Script, stack: list[_Branch]) -> None:
+    """A subshell over several lines (:func:`.subshell.read_subshell`): run where the branch
+    around it runs, on a copy of the state where that cannot be known (:func:`.speculative.maybe`:
+    a training command inside is an error naming the branch), not at all where it does not run; a
+    command after its ``;`` or ``&`` is read as the rest of its line."""
+    op = "" if sub.op == ";" else sub.op
+    unknown = next((b.unknown for b in stack if b.unknown), None)
+    if all(b.active for b in stack):
+        subshell_list(sub.body, sub.shown, op, sub.rest, sub.end, s, _read_lines)
+    elif unknown and all(b.active or b.unknown for b in stack):
+        maybe(
+            lambda scratch: subshell_list(sub.body, sub.shown, op, sub.rest, sub.end, scratch, _read_lines),
+            sub.line,
+            s,
+            unknown,
+        )
+    if sub.op in (";", "&") and sub.rest:
+        _logical(sub.rest, sub.end, s, stack)
 
 
 _GROUP = re.compile(r"(?:^|[\s;])[{}](?=[\s;]|$)")

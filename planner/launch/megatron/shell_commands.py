@@ -45,7 +45,7 @@ from planner.launch.megatron.sourcing import source_file
 from planner.launch.megatron.speculative import maybe, training_in_unknown
 from planner.launch.megatron.subshell import run_subshell, subshell
 
-__all__ = ["ReadLines", "run_statement", "undetermined"]
+__all__ = ["ReadLines", "run_statement", "subshell_list", "undetermined"]
 
 ReadLines = Callable[[list[Logical], Script], None]
 """:mod:`.shell`'s reader: logical lines (a file's, a function's body, a subshell's list) read
@@ -158,7 +158,8 @@ def run_statement(stripped: str, number: int, s: Script, read_lines: ReadLines) 
     s.status = True
     sub = subshell(stripped)
     if sub is not None:
-        _subshell_list(*sub, number, s, read_lines)
+        inner, op, rest = sub
+        subshell_list([Logical(inner, number)], f"( {inner} )", op, rest, number, s, read_lines)
         return
     if "((" in stripped:
         stripped = protect(stripped)
@@ -197,18 +198,23 @@ def run_statement(stripped: str, number: int, s: Script, read_lines: ReadLines) 
         )  # the command ends here: the next statement's words are not its arguments
 
 
-def _subshell_list(inner: str, op: str, rest: str, number: int, s: Script, read_lines: ReadLines) -> None:
-    """``( LIST )`` alone, or before ``&&`` / ``||`` / ``|`` and the rest of its list, run as bash
-    runs it (:mod:`.subshell`): ``set -e`` stops the script on a subshell that fails, except before
-    ``&&`` / ``||`` (where it is ignored inside the subshell too) and before ``|`` (unless
-    ``pipefail``)."""
-    shown = [f"( {inner} )"]
-    if op in ("&&", "||"):
+def subshell_list(
+    body: list[Logical], shown: str, op: str, rest: str, number: int, s: Script, read_lines: ReadLines
+) -> None:
+    """``( LIST )`` (``body``, its lines; ``shown`` for messages) alone, in the background (``op``
+    ``&``), or before ``&&`` / ``||`` / ``|`` and the ``rest`` of its list on line ``number``, run
+    as bash runs it (:mod:`.subshell`): ``set -e`` stops the script on a subshell that fails,
+    except before ``&&`` / ``||`` (where it is ignored inside the subshell too), before ``|``
+    (unless ``pipefail``) and in the background (whose status is 0)."""
+    if op in ("&&", "||", "&"):
         s.errexit_ignored += 1
         try:
-            status = run_subshell(inner, number, s, read_lines)
+            status = run_subshell(body, s, read_lines)
         finally:
             s.errexit_ignored -= 1
+        if op == "&":
+            after_list(True, True, [shown], number, s)
+            return
         runs = status if op == "&&" else (not status if isinstance(status, bool) else status)
         if runs is True:
             run_statement(rest, number, s, read_lines)
@@ -218,7 +224,7 @@ def _subshell_list(inner: str, op: str, rest: str, number: int, s: Script, read_
             undetermined(rest, number, s, runs, read_lines)
             s.status = runs
         return
-    status = run_subshell(inner, number, s, read_lines)
+    status = run_subshell(body, s, read_lines)
     if op == "|":
         s.errexit_ignored += 1
         try:
@@ -226,9 +232,9 @@ def _subshell_list(inner: str, op: str, rest: str, number: int, s: Script, read_
         finally:
             s.errexit_ignored -= 1
         status = pipeline_status([status, s.status], s.pipefail)
-    after_list(status, True, shown, number, s)
+    after_list(status, True, [shown], number, s)
     if isinstance(status, str) and s.errexit is not None and not s.errexit_ignored:
-        maybe_stop(s, number, f"set -e (line {s.errexit}) and {' '.join(shown)!r} may fail", status)
+        maybe_stop(s, number, f"set -e (line {s.errexit}) and {shown!r} may fail", status)
 
 
 def _run_builtins(parts: list[str], number: int, s: Script, read_lines: ReadLines) -> list[str]:
