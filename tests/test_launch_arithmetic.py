@@ -14,7 +14,7 @@ import pytest
 from planner.inputs.errors import SpecError
 from planner.launch.megatron.arguments import megatron_words, read_arguments
 from planner.launch.megatron.arithmetic import ArithmeticFailure, assigned, evaluate, parse
-from tests.conftest import bash_argv
+from tests.conftest import bash_argv, launch_script, planner_words
 
 BASH = shutil.which("bash")
 
@@ -233,42 +233,30 @@ STOPS = {
 }
 
 
-def _script(tmp_path, text):
-    path = tmp_path / "launch.sh"
-    path.write_text("#!/bin/bash\n" + text)
-    return path
-
-
-def _planner(tmp_path, text, preset=None):
-    path = _script(tmp_path, text)
-    words, _, _ = megatron_words(path.read_text(), preset, path)
-    return [w for w, _ in words]
-
-
 @pytest.mark.parametrize("name", sorted(LAUNCHES))
 def test_arithmetic_commands_run_as_written(name, tmp_path):
     text, expected = LAUNCHES[name]
-    assert _planner(tmp_path, text) == expected
+    assert planner_words(tmp_path, text) == expected
 
 
 @pytest.mark.skipif(BASH is None, reason="bash is not installed")
 @pytest.mark.parametrize("name", sorted(LAUNCHES))
 def test_arithmetic_commands_agree_with_bash(name, tmp_path):
     text, expected = LAUNCHES[name]
-    assert bash_argv(_script(tmp_path, text), tmp_path)[0] == expected
+    assert bash_argv(launch_script(tmp_path, text), tmp_path)[0] == expected
 
 
 @pytest.mark.parametrize("name", sorted(STOPS))
 def test_arithmetic_stops_name_the_line(name, tmp_path):
     text, line, why = STOPS[name]
     with pytest.raises(SpecError, match=rf"^no launch found: the script stops on line {line}\b.*{why}"):
-        _planner(tmp_path, text)
+        planner_words(tmp_path, text)
 
 
 @pytest.mark.skipif(BASH is None, reason="bash is not installed")
 @pytest.mark.parametrize("name", sorted(STOPS))
 def test_arithmetic_stops_agree_with_bash(name, tmp_path):
-    words, status = bash_argv(_script(tmp_path, STOPS[name][0]), tmp_path)
+    words, status = bash_argv(launch_script(tmp_path, STOPS[name][0]), tmp_path)
     assert words is None and status != 0
 
 
@@ -285,7 +273,7 @@ def test_arithmetic_stops_agree_with_bash(name, tmp_path):
 )
 def test_what_bash_refuses_is_an_error_naming_the_line(text, match, tmp_path):
     with pytest.raises(SpecError, match=match):
-        _planner(tmp_path, text + "torchrun pretrain_gpt.py x\n")
+        planner_words(tmp_path, text + "torchrun pretrain_gpt.py x\n")
 
 
 @pytest.mark.parametrize(
@@ -320,7 +308,7 @@ def test_what_bash_refuses_is_an_error_naming_the_line(text, match, tmp_path):
     ],
 )
 def test_what_cannot_be_known_names_the_variable(text, match, tmp_path):
-    path = _script(tmp_path, text + 'torchrun pretrain_gpt.py --num-layers "$L"\n')
+    path = launch_script(tmp_path, text + 'torchrun pretrain_gpt.py --num-layers "$L"\n')
     words, _, _ = megatron_words(path.read_text(), None, path)
     with pytest.raises(SpecError, match=match):
         read_arguments(words, "launch.sh")
@@ -328,16 +316,16 @@ def test_what_cannot_be_known_names_the_variable(text, match, tmp_path):
 
 def test_set_gives_what_an_arithmetic_command_needs(tmp_path):
     text = "(( L = LAYERS * 2 ))\n(( N > 2 )) && { TP=8; }\ntorchrun pretrain_gpt.py $L ${TP:-1}\n"
-    assert _planner(tmp_path, text, {"LAYERS": "16", "N": "4"}) == ["32", "8"]
-    assert _planner(tmp_path, text, {"LAYERS": "16", "N": "1"}) == ["32", "1"]
+    assert planner_words(tmp_path, text, {"LAYERS": "16", "N": "4"}) == ["32", "8"]
+    assert planner_words(tmp_path, text, {"LAYERS": "16", "N": "1"}) == ["32", "1"]
 
 
 def test_an_unknown_arithmetic_condition_does_not_hide_a_stop(tmp_path):
     """An ``if (( ... ))`` planner cannot evaluate is not a command it assumes succeeds: an exit
     inside is a stop that may happen, naming the variable."""
     with pytest.raises(SpecError, match=r"^line 3: the script may stop here \(exit 1\).*depends on N"):
-        _planner(tmp_path, "if (( N > 2 )); then\n  exit 1\nfi\ntorchrun pretrain_gpt.py x\n")
+        planner_words(tmp_path, "if (( N > 2 )); then\n  exit 1\nfi\ntorchrun pretrain_gpt.py x\n")
 
 
 def test_a_shift_in_arithmetic_is_not_a_here_document(tmp_path):
-    assert _planner(tmp_path, "b=1\n(( a = b << 3 ))\ntorchrun pretrain_gpt.py $a\n") == ["8"]
+    assert planner_words(tmp_path, "b=1\n(( a = b << 3 ))\ntorchrun pretrain_gpt.py $a\n") == ["8"]

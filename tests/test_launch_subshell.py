@@ -9,8 +9,7 @@ import shutil
 import pytest
 
 from planner.inputs.errors import SpecError
-from planner.launch.megatron.arguments import megatron_words
-from tests.conftest import bash_argv
+from tests.conftest import bash_argv, launch_script, planner_words
 
 BASH = shutil.which("bash")
 
@@ -93,18 +92,6 @@ SYNTAX_ERRORS = {
 }
 
 
-def _script(tmp_path, text):
-    path = tmp_path / "launch.sh"
-    path.write_text("#!/bin/bash\n" + text)
-    return path
-
-
-def _planner(tmp_path, text):
-    path = _script(tmp_path, text)
-    words, _, _ = megatron_words(path.read_text(), None, path)
-    return [w for w, _ in words]
-
-
 def _expected(tmp_path, words):
     return [w.replace("{tmp}", str(tmp_path)) for w in words]
 
@@ -112,35 +99,35 @@ def _expected(tmp_path, words):
 @pytest.mark.parametrize("name", sorted(LAUNCHES))
 def test_subshells_run_as_written(name, tmp_path):
     text, expected = LAUNCHES[name]
-    assert _planner(tmp_path, text) == _expected(tmp_path, expected)
+    assert planner_words(tmp_path, text) == _expected(tmp_path, expected)
 
 
 @pytest.mark.skipif(BASH is None, reason="bash is not installed")
 @pytest.mark.parametrize("name", sorted(LAUNCHES))
 def test_subshells_agree_with_bash(name, tmp_path):
     text, expected = LAUNCHES[name]
-    assert bash_argv(_script(tmp_path, text), tmp_path)[0] == _expected(tmp_path, expected)
+    assert bash_argv(launch_script(tmp_path, text), tmp_path)[0] == _expected(tmp_path, expected)
 
 
 @pytest.mark.parametrize("name", sorted(STOPS))
 def test_stops_on_a_subshell_name_the_line(name, tmp_path):
     text, line, why = STOPS[name]
     with pytest.raises(SpecError, match=rf"^no launch found: the script stops on line {line}\b.*{why}"):
-        _planner(tmp_path, text)
+        planner_words(tmp_path, text)
 
 
 @pytest.mark.parametrize("name", sorted(SYNTAX_ERRORS))
 def test_syntax_errors_name_the_line(name, tmp_path):
     text, match = SYNTAX_ERRORS[name]
     with pytest.raises(SpecError, match=match):
-        _planner(tmp_path, text)
+        planner_words(tmp_path, text)
 
 
 @pytest.mark.skipif(BASH is None, reason="bash is not installed")
 @pytest.mark.parametrize("name", sorted(STOPS) + sorted(SYNTAX_ERRORS))
 def test_bash_stops_there_too(name, tmp_path):
     text = (STOPS | SYNTAX_ERRORS)[name][0]
-    words, status = bash_argv(_script(tmp_path, text), tmp_path)
+    words, status = bash_argv(launch_script(tmp_path, text), tmp_path)
     assert words is None and status != 0
 
 
@@ -149,4 +136,4 @@ def test_training_command_in_a_subshell_in_a_branch_that_cannot_be_known(tmp_pat
         SpecError,
         match=r"^line 3: the training command runs in a branch of the if/case on line 2, which depends on X",
     ):
-        _planner(tmp_path, 'if [ "$X" = 1 ]; then\n  (\n    torchrun pretrain_gpt.py x\n  )\nfi\n')
+        planner_words(tmp_path, 'if [ "$X" = 1 ]; then\n  (\n    torchrun pretrain_gpt.py x\n  )\nfi\n')

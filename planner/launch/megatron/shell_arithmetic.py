@@ -48,6 +48,7 @@ from planner.launch.megatron.expansion import (
     unresolved_in,
 )
 from planner.launch.megatron.shell_state import NAME, Script
+from planner.launch.megatron.shell_text import unquoted
 from planner.launch.megatron.variables import resolve
 
 __all__ = ["arithmetic_maybe", "is_arithmetic", "protect", "run_arithmetic", "shown"]
@@ -89,20 +90,15 @@ def protect(text: str) -> str:
 
 
 def _closing(text: str, start: int) -> int | None:
-    """The index of the ``))`` that closes the ``((`` at ``start`` (parentheses inside counted),
-    or None when a single ``)`` closes it first."""
-    depth, quote = 0, None
-    for k in range(start + 2, len(text)):
-        ch = text[k]
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "(":
+    """The index of the ``))`` that closes the ``((`` at ``start`` (parentheses inside counted,
+    quoted ones not), or None when a single ``)`` closes it first."""
+    depth, body = 0, start + 2
+    for k, ch in unquoted(text[body:]):
+        if ch == "(":
             depth += 1
         elif ch == ")":
             if depth == 0:
-                return k if text.startswith("))", k) else None
+                return body + k if text.startswith("))", body + k) else None
             depth -= 1
     return None
 
