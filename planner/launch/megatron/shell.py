@@ -30,6 +30,7 @@ one line or several) :mod:`.subshell`'s. Brace groups ``{ ...; }`` (alone or aft
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import os
 import re
@@ -50,7 +51,7 @@ from planner.launch.megatron.expansion import (
 from planner.launch.megatron.functions import bind, definition, header, preset_arguments
 from planner.launch.megatron.loops import Lines, read_loop, run_loop
 from planner.launch.megatron.shell_commands import run_statement, subshell_list, undetermined
-from planner.launch.megatron.shell_exit import Exit, required, unbound
+from planner.launch.megatron.shell_exit import Exit, nounset_probe, required, unbound
 from planner.launch.megatron.shell_state import NAME, Script
 from planner.launch.megatron.shell_text import (
     SEPARATORS,
@@ -180,6 +181,9 @@ def _read_lines(lines: list[Logical], s: Script) -> None:
         s.heredoc = logical.heredoc if sub is None else None
         try:
             if sub is None:
+                nounset_probe(
+                    lambda probe: _logical(stripped, number, probe, copy.deepcopy(stack)), number, s
+                )
                 _logical(stripped, number, s, stack)
             else:
                 _subshell(sub, s, stack)

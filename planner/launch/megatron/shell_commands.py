@@ -33,9 +33,10 @@ from planner.launch.megatron.shell_arithmetic import (
 from planner.launch.megatron.shell_builtins import change_directory, envsubst, inner_commands
 from planner.launch.megatron.shell_exit import (
     after_list,
+    after_pipefail,
     exit_builtin,
     maybe_stop,
-    pipeline_status,
+    pipeline_status_of,
     set_builtin,
     set_maybe,
 )
@@ -231,7 +232,11 @@ def subshell_list(
             run_statement(rest, number, s, read_lines)
         finally:
             s.errexit_ignored -= 1
-        status = pipeline_status([status, s.status], s.pipefail)
+        status, hangs = pipeline_status_of([status, s.status], s)
+        if hangs:
+            after_list(status, True, [shown], number, s)
+            after_pipefail([shown, "|", rest], True, number, s)
+            return
     after_list(status, True, [shown], number, s)
     if isinstance(status, str) and s.errexit is not None and not s.errexit_ignored:
         maybe_stop(s, number, f"set -e (line {s.errexit}) and {shown!r} may fail", status)
@@ -252,6 +257,8 @@ def _run_builtins(parts: list[str], number: int, s: Script, read_lines: ReadLine
     pipe_runs: bool | str = True
     last_ran: bool | str = True
     last: list[str] = []
+    pipeline: list[str] = []  # the words of the pipeline being read, for a message
+    hangs = False  # the last pipeline's status hangs on a pipefail that may not be on
     for k in range(len(parts) + 1):
         if k < len(parts) and not is_separator(parts[k]):
             continue
@@ -262,7 +269,7 @@ def _run_builtins(parts: list[str], number: int, s: Script, read_lines: ReadLine
             runs = True
             if before in ("&&", "||"):
                 runs = status if before == "&&" else (not status if isinstance(status, bool) else status)
-            pipe, pipe_runs = [], runs
+            pipe, pipe_runs, pipeline = [], runs, []
         if command and (command[0] in _BUILTINS or command[0] in s.functions or is_arithmetic(command)):
             subshell = before in ("|", "|&") or after in ("|", "|&", "&")
             if command[0] == "exit" and subshell:
@@ -284,12 +291,20 @@ def _run_builtins(parts: list[str], number: int, s: Script, read_lines: ReadLine
             if isinstance(st, str) and runs is True and command[:1] not in (["["], ["[["], ["test"]):
                 s.assumed.add(st)  # a command planner does not run: success, where a stop hangs on it
         pipe.append(st)
+        pipeline += shown(command)
         if after not in ("|", "|&"):
-            if pipe_runs is not False:
-                status = pipeline_status(pipe, s.pipefail) if pipe_runs is True else pipe_runs
+            hangs = False
+            if pipe_runs is True:
+                status, hangs = pipeline_status_of(pipe, s)
+            elif pipe_runs is not False:
+                status = pipe_runs
             last_ran, last = pipe_runs, shown(command)
+        else:
+            pipeline.append(after)
         before, start = after, k + 1
     after_list(status, last_ran, last, number, s)
+    if hangs:
+        after_pipefail(pipeline, last_ran, number, s)
     return out
 
 
