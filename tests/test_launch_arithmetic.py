@@ -210,6 +210,10 @@ LAUNCHES = {
         'S=(10 20 30)\ndeclare -A L=([8b]=32)\ni=1\n(( t = S[i] + S[-1] + L[8b] ))\ntorchrun pretrain_gpt.py "$t"\n',
         ["82"],
     ),
+    "a_scalar_is_its_element_0": (
+        "X=5\n(( C = X[1] + 1, D = X[0] ))\ntorchrun pretrain_gpt.py $C $D\n",
+        ["1", "5"],
+    ),
     "errexit_exempts_an_arithmetic_condition": (
         "set -e\ni=0\nif (( i )); then A=no; fi\n(( i )) || true\nwhile (( i )); do :; done\n"
         'torchrun pretrain_gpt.py "${A:-yes}"\n',
@@ -295,6 +299,11 @@ def test_what_bash_refuses_is_an_error_naming_the_line(text, match, tmp_path):
         (
             'L=1\nif [ "$M" = big ]; then (( L *= 4 )); fi\n',
             r"line 4: --num-layers takes its value from a branch of the if/case on line 3, which depends on 'M'",
+        ),
+        # a command planner does not run: what the expression assigns needs it too
+        (
+            "N=$(nproc)\n(( L = N * 2 ))\n",
+            r"line 4: --num-layers takes its value from \$\(nproc\), which planner cannot evaluate",
         ),
         # an array element assigned: the array is not followed
         (

@@ -136,7 +136,7 @@ def run_arithmetic(command: list[str], number: int, s: Script) -> bool | str:
         raise _refused(command, number, "let: expression expected")
     status: bool | str = True
     for text in texts:
-        marker = unresolved_in(text)
+        marker = UNRESOLVED_RE.search(text)
         try:
             node = parse(UNRESOLVED_RE.sub("0", text))
         except ArithmeticFailure as exc:
@@ -145,11 +145,12 @@ def run_arithmetic(command: list[str], number: int, s: Script) -> bool | str:
             node = None
         try:
             if marker is not None:
-                raise UnknownOperand(marker)
+                raise UnknownOperand(marker.group(0))
             status = evaluate(node, _reader(s, number), _writer(s, number)) != 0
-        except UnknownOperand as exc:
-            _mark(assigned(node), UNRESOLVED.format(exc.name), number, s)
-            status = f"if:{exc.name if NAME.fullmatch(exc.name) else '?'}:{number}"
+        except UnknownOperand as exc:  # its name: the marker of what it needs
+            _mark(assigned(node), exc.name, number, s)
+            name = unresolved_in(exc.name) or "?"
+            status = f"if:{name if NAME.fullmatch(name) else '?'}:{number}"
         except NotFollowed:  # for a message: an arithmetic expression planner does not evaluate
             _mark(assigned(node), command_marker(f"$(({text}))"), number, s)
             status = f"if:?:{number}"
@@ -190,7 +191,8 @@ def _mark(names: list[str], marker: str, number: int, s: Script) -> None:
 
 
 def _reader(s: Script, number: int):
-    """A variable's value for :func:`.arithmetic.evaluate`."""
+    """A variable's value for :func:`.arithmetic.evaluate`; one that cannot be known is
+    :class:`.arithmetic.UnknownOperand` named by the marker of what it needs."""
 
     def read(name: str, sub: str | None) -> str:
         name = resolve(name, s.scalars)
@@ -205,11 +207,11 @@ def _reader(s: Script, number: int):
             if NOUNSET_KEY in s.scalars and not environment_sets(name, s.scalars):
                 raise Unbound(shown_name, known or table is not None)
             if not known and table is None:
-                raise UnknownOperand(name)
+                raise UnknownOperand(UNRESOLVED.format(name))
             return ""
-        inner = unresolved_in(value)
+        inner = UNRESOLVED_RE.search(value)
         if inner is not None:
-            raise UnknownOperand(inner)
+            raise UnknownOperand(inner.group(0))
         return value
 
     return read
@@ -222,7 +224,7 @@ def _element(name: str, sub: str | None, table, s: Script, read, number: int) ->
         return table.get(expand_word(sub, s.scalars, s.arrays) if sub is not None else "0")
     index = 0 if sub is None else evaluate(parse(sub), read, _writer(s, number))
     if table is None:
-        return s.scalars.get(name) if index == 0 else None
+        return s.scalars.get(name) if index == 0 or name not in s.scalars else ""
     index += len(table) if index < 0 else 0
     return table[index] if 0 <= index < len(table) else None
 
