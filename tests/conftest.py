@@ -50,6 +50,23 @@ def bash_argv(script, tmp_path, args=()) -> tuple[list[str] | None, int]:
     return (out.read_text().split("\0")[:-1] if out.exists() else None), proc.returncode
 
 
+def launch_script(tmp_path, text: str) -> Path:
+    """``text`` written as the launch script ``launch.sh`` in ``tmp_path``, after a bash shebang."""
+    path = tmp_path / "launch.sh"
+    path.write_text("#!/bin/bash\n" + text)
+    return path
+
+
+def planner_words(tmp_path, text: str, preset: dict[str, str] | None = None) -> list[str]:
+    """The words planner reads from the launch script ``text`` (:func:`launch_script`), started with
+    the environment ``preset`` (``planner check --set``)."""
+    from planner.launch.megatron.arguments import megatron_words
+
+    path = launch_script(tmp_path, text)
+    words, _, _ = megatron_words(path.read_text(), preset, path)
+    return [w for w, _ in words]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_cmdline_main(config):
     """The whole default run (``python -m pytest`` naming no test files, as the README and .ci/run

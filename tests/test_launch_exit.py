@@ -87,6 +87,15 @@ LAUNCHES = {
         ["x"],
     ),
     "training_command_in_a_piped_subshell": ("(torchrun pretrain_gpt.py p) 2>&1 | tee log.txt\n", ["p"]),
+    # set -u / set -o pipefail in a branch planner cannot decide, and nothing they change follows
+    "nounset_in_an_undecidable_branch_with_only_defaults_after": (
+        'if [ "$X" = 1 ]; then set -u; fi\nA="${DATA:-d}"\nB=()\ntorchrun pretrain_gpt.py "$A" "$@" "${B[@]}"\n',
+        ["d"],
+    ),
+    "pipefail_in_an_undecidable_branch_with_no_pipeline_failing": (
+        'set -e\n[ -n "$X" ] && set -o pipefail\ntrue | cat\nfalse | true || echo handled\ntorchrun pretrain_gpt.py x\n',
+        ["x"],
+    ),
 }
 
 STOPS = {
@@ -239,6 +248,36 @@ def test_stops_agree_with_bash(name, tmp_path):
             r"^line 3: the script may stop here \(set -e \(line 2, if it ran\) and 'false' fails\) before the "
             r"training command on line 4: .* on line 2, which depends on X, .*--set X=VALUE",
         ),
+        # set -u in a branch no value decides, then an unset variable: the script may stop there
+        (
+            'if [ "$X" = 1 ]; then set -u; fi\nunset D\necho "$D"\ntorchrun pretrain_gpt.py x\n',
+            r"^line 4: the script may stop here \(set -u \(line 2, if it ran\) and D is unset\) before the "
+            r"training command on line 5: .* on line 2, which depends on X, .*--set X=VALUE",
+        ),
+        (
+            '[ -n "$X" ] && set -euo pipefail\nf() { echo "$2"; }\nf a\ntorchrun pretrain_gpt.py x\n',
+            r"^line 4: the script may stop here \(set -u \(line 2, if it ran\) and \$2 is unset\).*depends on X",
+        ),
+        (
+            'if [ "$X" = 1 ]; then set -u; fi\nP=$DATA\ntorchrun pretrain_gpt.py "$P"\n',
+            r"^line 3: the script may stop here \(set -u \(line 2, if it ran\) and DATA, which the script never "
+            r"sets, is expanded\).*depends on X",
+        ),
+        # set -o pipefail in a branch no value decides, then a pipeline that fails only under it
+        (
+            'set -e\nif [ "$X" = 1 ]; then set -o pipefail; fi\nfalse | cat\ntorchrun pretrain_gpt.py x\n',
+            r"^line 4: the script may stop here \(set -e \(line 2\) and 'false \| cat' fails under set -o "
+            r"pipefail \(line 3, if it ran\)\) before the training command on line 5: .*depends on X",
+        ),
+        (
+            '[ "$X" = 1 ] && set -eo pipefail\n( exit 3 ) | cat\ntorchrun pretrain_gpt.py x\n',
+            r"^line 3: the script may stop here \(set -e \(line 2, if it ran\) and '\( exit 3 \) \| cat' fails "
+            r"under set -o pipefail \(line 2, if it ran\)\).*depends on X",
+        ),
+        (
+            'if [ "$X" = 1 ]; then set -o pipefail; fi\nfalse | true || exit 4\ntorchrun pretrain_gpt.py x\n',
+            r"^line 3: the script may stop here \(exit 4\).* on line 2, which depends on X",
+        ),
         # a subshell that may exit: under set -e the script may stop there
         (
             'set -e\n( if [ "$M" = d ]; then exit 1; fi )\ntorchrun pretrain_gpt.py x\n',
@@ -258,6 +297,34 @@ def test_set_decides_an_exit_branch(tmp_path):
     with pytest.raises(SpecError, match=r"^no launch found: the script stops on line 3 \(exit 0\)"):
         _planner(script, tmp_path, {"MODE": "debug"})
     assert _planner("set -u\n" + script.replace("$MODE", "${MODE}"), tmp_path, {"MODE": "prod"}) == ["prod"]
+
+
+UNDECIDED_OPTIONS = [
+    # a script whose launch hangs on whether the branch setting an option runs (X=1: bash stops)
+    'if [ "$X" = 1 ]; then set -e; fi\nfalse\ntorchrun pretrain_gpt.py x\n',
+    'if [ "$X" = 1 ]; then set -u; fi\nunset D\necho "$D"\ntorchrun pretrain_gpt.py x\n',
+    'set -e\nif [ "$X" = 1 ]; then set -o pipefail; fi\nfalse | cat\ntorchrun pretrain_gpt.py x\n',
+    '[ "$X" = 1 ] && set -euo pipefail\nfalse | true\ntorchrun pretrain_gpt.py x\n',
+]
+
+
+@pytest.mark.parametrize("script", UNDECIDED_OPTIONS)
+def test_set_decides_an_option_set_in_a_branch(script, tmp_path):
+    """``--set X=...`` decides the branch: planner launches where bash does and names the stop
+    where bash stops."""
+    assert _planner(script, tmp_path, {"X": "0"}) == ["x"]
+    with pytest.raises(
+        SpecError, match=r"^no launch found: the script stops on line \d+ \(set -[eu] \(line 2"
+    ):
+        _planner(script, tmp_path, {"X": "1"})
+
+
+@pytest.mark.skipif(BASH is None, reason="bash is not installed")
+@pytest.mark.parametrize("script", UNDECIDED_OPTIONS)
+def test_options_set_in_a_branch_agree_with_bash(script, tmp_path):
+    assert _bash("X=0\n" + script, tmp_path)[0] == ["x"]
+    words, status = _bash("X=1\n" + script, tmp_path)
+    assert words is None and status != 0
 
 
 def test_set_decides_a_set_e_branch(tmp_path):

@@ -12,7 +12,7 @@ from planner.inputs.errors import SpecError
 from planner.launch.megatron.arguments import megatron_words, read_arguments
 from planner.launch.megatron.functions import positional_parameters
 from planner.launch.megatron.loops import MAX_LOOP_RUNS
-from tests.conftest import bash_argv
+from tests.conftest import bash_argv, launch_script, planner_words
 
 BASH = shutil.which("bash")
 
@@ -103,58 +103,46 @@ STOPS = {
 }
 
 
-def _script(tmp_path, text):
-    path = tmp_path / "launch.sh"
-    path.write_text("#!/bin/bash\n" + text)
-    return path
-
-
-def _planner(tmp_path, text, preset=None):
-    path = _script(tmp_path, text)
-    words, _, _ = megatron_words(path.read_text(), preset, path)
-    return [w for w, _ in words]
-
-
 @pytest.mark.parametrize("name", sorted(LAUNCHES))
 def test_loops_run_as_written(name, tmp_path):
     text, expected = LAUNCHES[name]
-    assert _planner(tmp_path, text) == expected
+    assert planner_words(tmp_path, text) == expected
 
 
 @pytest.mark.skipif(BASH is None, reason="bash is not installed")
 @pytest.mark.parametrize("name", sorted(LAUNCHES))
 def test_loops_agree_with_bash(name, tmp_path):
     text, expected = LAUNCHES[name]
-    assert bash_argv(_script(tmp_path, text), tmp_path)[0] == expected
+    assert bash_argv(launch_script(tmp_path, text), tmp_path)[0] == expected
 
 
 @pytest.mark.parametrize("name", sorted(STOPS))
 def test_stops_name_the_line(name, tmp_path):
     text, line, why = STOPS[name]
     with pytest.raises(SpecError, match=rf"^no launch found: the script stops on line {line}\b.*{why}"):
-        _planner(tmp_path, text)
+        planner_words(tmp_path, text)
 
 
 @pytest.mark.skipif(BASH is None, reason="bash is not installed")
 @pytest.mark.parametrize("name", sorted(STOPS))
 def test_stops_agree_with_bash(name, tmp_path):
-    words, status = bash_argv(_script(tmp_path, STOPS[name][0]), tmp_path)
+    words, status = bash_argv(launch_script(tmp_path, STOPS[name][0]), tmp_path)
     assert words is None and status != 0
 
 
 def test_required_positional_given_by_arg(tmp_path):
     text = STOPS["required_positional_missing"][0]
-    assert _planner(tmp_path, text, positional_parameters(["4"])) == ["4"]
+    assert planner_words(tmp_path, text, positional_parameters(["4"])) == ["4"]
 
 
 def test_required_variable_from_the_environment_names_it_and_set(tmp_path):
     with pytest.raises(
         SpecError, match=r"line 2: \$\{DATA:\?\.\.\.\} stops the script unless DATA is set.*--set DATA="
     ):
-        _planner(tmp_path, 'P="${DATA:?no data}"\ntorchrun pretrain_gpt.py x\n')
-    assert _planner(tmp_path, 'P="${DATA:?no data}"\ntorchrun pretrain_gpt.py "$P"\n', {"DATA": "/d"}) == [
-        "/d"
-    ]
+        planner_words(tmp_path, 'P="${DATA:?no data}"\ntorchrun pretrain_gpt.py x\n')
+    assert planner_words(
+        tmp_path, 'P="${DATA:?no data}"\ntorchrun pretrain_gpt.py "$P"\n', {"DATA": "/d"}
+    ) == ["/d"]
 
 
 @pytest.mark.parametrize(
@@ -162,15 +150,13 @@ def test_required_variable_from_the_environment_names_it_and_set(tmp_path):
     [
         'for f in $(ls); do A="$f"; done\n',  # a word from a command planner does not run
         "while read -r f; do A=$f; done < list.txt\n",  # while: a run-time condition, a redirection
-        "while (( n < 2 )); do A=$n; done\n",  # a condition planner does not evaluate
         "for ((i = 0; i < 2; i++)); do A=$i; done\n",  # the arithmetic form
-        "i=0\nwhile [ $i -lt 2 ]; do A=$i; ((i++)); done\n",  # ((i++)) is not run: past the cap
     ],
 )
 def test_loops_that_cannot_run_stay_undeterminable(loop, tmp_path):
     """What the loop assigns is unknown: a marker naming the loop's line, which makes a flag that
     needs it an error naming that line (docs/megatron.md)."""
-    words = _planner(tmp_path, loop + 'torchrun pretrain_gpt.py --tensor-model-parallel-size "$A"\n')
+    words = planner_words(tmp_path, loop + 'torchrun pretrain_gpt.py --tensor-model-parallel-size "$A"\n')
     line = loop.count("\n") + 1
     assert words[0] == "--tensor-model-parallel-size"
     assert re.match(rf"@@unresolved:(loop|cap):\?:{line}@@", words[1])
@@ -185,6 +171,11 @@ def test_loops_that_cannot_run_stay_undeterminable(loop, tmp_path):
             r"depends on 'X', which the script never sets; pass planner check --set X=VALUE",
         ),
         (
+            "while (( n < 2 )); do A=$n; done\n",  # an arithmetic condition on a name never set
+            r"line 3: --tensor-model-parallel-size takes its value from a branch of the loop on line 2, which "
+            r"depends on 'n', which the script never sets; pass planner check --set n=VALUE",
+        ),
+        (
             'A=1\nfor i in 1 2; do if [ "$Y" = 1 ]; then break; fi; A=$i; done\n',
             r"line 4: .* a branch of the loop on line 3, which depends on 'Y'.*--set Y=VALUE",
         ),
@@ -196,7 +187,7 @@ def test_loops_that_cannot_run_stay_undeterminable(loop, tmp_path):
     ],
 )
 def test_loops_that_cannot_run_name_why(loop, match, tmp_path):
-    path = _script(tmp_path, loop + 'torchrun pretrain_gpt.py --tensor-model-parallel-size "$A"\n')
+    path = launch_script(tmp_path, loop + 'torchrun pretrain_gpt.py --tensor-model-parallel-size "$A"\n')
     words, _, _ = megatron_words(path.read_text(), None, path)
     with pytest.raises(SpecError, match=match):
         read_arguments(words, "launch.sh")
@@ -207,6 +198,6 @@ def test_nested_loops_past_the_scripts_cap_are_an_error_naming_it(tmp_path):
     with pytest.raises(
         SpecError, match=rf"loops run more than {MAX_LOOP_RUNS} bodies in all \(planner's cap\)"
     ):
-        _planner(
+        planner_words(
             tmp_path, f"while true; do for j in {words}; do A=$j; done; done\ntorchrun pretrain_gpt.py x\n"
         )

@@ -9,6 +9,7 @@ import shlex
 
 from planner.launch.megatron.expansion import expand, unresolved_in
 from planner.launch.megatron.paths import PATH_TESTS, path_test
+from planner.launch.megatron.shell_arithmetic import arithmetic_maybe, is_arithmetic, protect, run_arithmetic
 from planner.launch.megatron.shell_state import NAME, Script
 from planner.launch.megatron.variables import resolve, subscripted
 
@@ -39,6 +40,8 @@ def condition(text: str, number: int, s: Script) -> bool | str:
         when no variable is to blame); an unknown operand that cannot change the result (``false &&
         ...``) does not make the list unknown."""
     text = re.sub(r"\s*;?\s*then\s*$", "", text.strip())
+    if "((" in text:
+        text = protect(text)
     try:
         words = shlex.split(expand(text, s.scalars, s.arrays), posix=True)
     except ValueError:
@@ -68,6 +71,11 @@ def _list(words: list[str], number: int, s: Script, inner: bool) -> bool | str:
     one = (lambda g: _test(["[[", *g, "]]"], number, s)) if inner else (lambda g: _test(g, number, s))
     value = one(groups[0])
     for op, group in zip(ops, groups[1:]):
+        if value is (op == "||"):
+            continue  # decided: bash does not run the test after it
+        if isinstance(value, str) and not inner and is_arithmetic(group):
+            arithmetic_maybe(group, number, s, value)  # it may run or not: what it assigns is unknown
+            continue
         value = _and(value, one(group)) if op == "&&" else _or(value, one(group))
     return value
 
@@ -96,6 +104,8 @@ def _test(words: list[str], number: int, s: Script) -> bool | str:
     if words[:1] == ["!"]:
         value = _test(words[1:], number, s)
         return (not value) if isinstance(value, bool) else value
+    if is_arithmetic(words):
+        return run_arithmetic(words, number, s)
     for w in words:
         name = unresolved_in(w)
         if name is not None:

@@ -9,8 +9,6 @@ and a command substitution is never run, except the pure path commands of
 
 from __future__ import annotations
 
-import ast
-import operator
 import os
 import re
 import shlex
@@ -19,6 +17,7 @@ from pathlib import Path
 from planner.inputs.errors import SpecError
 from planner.inputs.validation import printable, read_text_capped
 from planner.launch.megatron import yq
+from planner.launch.megatron.arithmetic import ArithmeticFailure, NotFollowed, UnknownOperand, evaluate, parse
 from planner.launch.megatron.paths import inside, joined, path_command
 from planner.launch.megatron.variables import elements, indices, resolve
 
@@ -83,12 +82,12 @@ def _required(op: str | None, value: str | None, name: str, word: str | None, kn
 
 def _unset(name: str, scalars: dict[str, str], known: bool = False) -> str:
     """The marker for an unset ``name``; under ``set -u`` (:data:`NOUNSET_KEY`) :class:`Unbound`."""
-    if NOUNSET_KEY in scalars and not _environment_sets(name, scalars):
+    if NOUNSET_KEY in scalars and not environment_sets(name, scalars):
         raise Unbound(name, known)
     return UNRESOLVED.format(name)
 
 
-def _environment_sets(name: str, scalars: dict[str, str]) -> bool:
+def environment_sets(name: str, scalars: dict[str, str]) -> bool:
     """Whether bash, the login or Slurm sets ``name`` in every run of the script."""
     return name in BASH_SETS or name in LOGIN_SETS or (SLURM_KEY in scalars and name.startswith("SLURM_"))
 
@@ -120,54 +119,24 @@ def command_marker(text: str) -> str:
     return UNRESOLVED.format("$:" + text.encode("utf-8").hex())
 
 
-_OPS = {  # bash(1) "ARITHMETIC EVALUATION": C's 64-bit integers, division truncating toward zero
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.FloorDiv: lambda a, b: abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1),
-    ast.Div: lambda a, b: abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1),
-    ast.Mod: lambda a, b: a - b * (abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)),
-    ast.LShift: operator.lshift,
-    ast.RShift: operator.rshift,
-    ast.BitAnd: operator.and_,
-    ast.BitOr: operator.or_,
-    ast.BitXor: operator.xor,
-}
-
-
 def arith(expr: str, scalars: dict[str, str]) -> str | None:
-    """An integer ``$(( ))`` expression over resolved names (bash: bare names are variables)."""
+    """An integer ``$(( ))`` expression over resolved names (bash: bare names are variables),
+    evaluated by :mod:`.arithmetic`; None when its value cannot be known here (a name the script
+    never sets, an array element, an assignment, an expression bash refuses)."""
     text = re.sub(r"\$\{?([A-Za-z_]\w*)\}?", r"\1", expr).strip()  # "$(( (a + b) / c ))": no indent
 
-    def value(node):
-        if isinstance(node, ast.Expression):
-            return value(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.Name):
-            v = scalars.get(node.id)
-            if v is None and NOUNSET_KEY in scalars and not _environment_sets(node.id, scalars):
-                raise Unbound(node.id)
-            if v is None or not re.fullmatch(r"-?\d+", v.strip()):
-                raise ValueError(node.id)
-            return int(v)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -value(node.operand)
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            right = value(node.right)
-            if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and right == 0:
-                raise ValueError("division by zero")
-            if isinstance(node.op, (ast.LShift, ast.RShift)) and not 0 <= right < 63:
-                raise ValueError("shift count")
-            out = _OPS[type(node.op)](value(node.left), right)
-            if not -(2**63) <= out < 2**63:
-                raise ValueError("past bash's 64-bit integers")
-            return out
-        raise ValueError(ast.dump(node))
+    def read(name: str, sub: str | None) -> str:
+        name = resolve(name, scalars)
+        v = scalars.get(name)
+        if v is None and NOUNSET_KEY in scalars and not environment_sets(name, scalars):
+            raise Unbound(name)
+        if v is None or sub is not None or unresolved_in(v) is not None:
+            raise UnknownOperand(name)
+        return v
 
     try:
-        return str(value(ast.parse(text.replace("/", "//"), mode="eval")))
-    except (ValueError, SyntaxError, RecursionError):
+        return str(evaluate(parse(text), read, None))
+    except (ArithmeticFailure, NotFollowed, UnknownOperand):
         return None
 
 

@@ -6,7 +6,8 @@
   executed each time" (``for NAME; do`` iterates over ``"$@"``); NAME keeps the last word.
 * ``while LIST; do ...; done`` / ``until LIST; do ...; done``: the body runs as long as LIST
   succeeds (``until``: fails), LIST evaluated as an ``if`` condition is
-  (:func:`.conditions.condition`: ``[ "$i" -lt 3 ]``, ``true``, ...) before each round.
+  (:func:`.conditions.condition`: ``[ "$i" -lt 3 ]``, ``(( i < 3 ))``, ``true``, ...) before each
+  round.
 * ``break [N]`` / ``continue [N]``: leave (go on with the next round of) the N-th enclosing loop;
   outside a loop, and in a function called from one, they do nothing (bash says "only meaningful
   in a `for', `while', or `until' loop").
@@ -16,7 +17,7 @@ back as it was and the loop left to :mod:`.shell`'s undeterminable branch (``loo
 body may run any number of times; what it assigns is unknown, a flag needing it an error naming
 the loop's line): a word list that holds an unresolved value or more than
 :data:`MAX_ITERATIONS` words, a condition planner cannot evaluate (``while read -r f``, ``while
-(( i < n ))``) at any round, a ``break`` / ``continue`` in a branch that cannot be known, a
+(( i < n ))`` with ``n`` never set) at any round, a ``break`` / ``continue`` in a branch that cannot be known, a
 redirection or pipe after ``done`` (``done < FILE``) or text after ``done`` on its line. A
 ``while`` / ``until`` still running after :data:`MAX_ITERATIONS` rounds is left the same way
 (``cap:?:LINE``, a message naming the cap), so a script never hangs planner; more than

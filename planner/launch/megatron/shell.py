@@ -12,80 +12,58 @@ script's; :func:`.sourcing.source_file`). A reference nothing in the script defi
 it, so a flag whose value needs it is an error naming the variable; command substitution
 ``$( ... )`` is never run, except that the pure path commands of :func:`.paths.path_command`
 (``$(dirname "$0")``, ``$(cd DIR && pwd)``) give the path they print. The expansion of a word
-is :mod:`.expansion`'s; this module reads the statements (assignments, branches, builtins, sources),
-split from the text by :mod:`.shell_text`, into a :class:`.shell_state.Script`; :mod:`.conditions`
-evaluates the tests and :mod:`.shell_builtins` runs ``cd`` and ``envsubst``. Functions and their
+is :mod:`.expansion`'s; this module reads the compound commands (``if``, ``case``, loops, brace
+groups, function definitions), split from the text by :mod:`.shell_text`, into a
+:class:`.shell_state.Script`, and :mod:`.shell_commands` the simple commands and lists inside them
+(assignments, builtins, sources); :mod:`.conditions` evaluates the tests and :mod:`.shell_builtins`
+runs ``cd`` and ``envsubst``. Functions and their
 calls (positional parameters, ``local``, ``return``, ``shift``) are :mod:`.functions`', the
 assignments (``declare -A``, ``local -n``, ``NAME[KEY]=``) :mod:`.assignments`', an ``sbatch <<EOF``
 job script :mod:`.heredoc`'s; ``for``, ``while`` and ``until`` loops with ``break`` /
 ``continue`` run where what they run over is known (:mod:`.loops`), other loops are read as an
-undeterminable ``if``. Brace
-groups ``{ ...; }`` (alone or after ``&&`` / ``||``) are read as branches on the list before
-them; ``exit``, ``set -e``, ``set -u`` and ``pipefail`` stop the script where bash stops it
+undeterminable ``if``; ``(( ... ))`` and ``let`` are :mod:`.shell_arithmetic`'s, ``( LIST )`` (on
+one line or several) :mod:`.subshell`'s. Brace groups ``{ ...; }`` (alone or after ``&&`` /
+``||``) are read as branches on the list before them; ``exit``, ``set -e``, ``set -u`` and ``pipefail`` stop the script where bash stops it
 (:mod:`.shell_exit`); a ``source``, call or job script in a branch that cannot be known is
 :mod:`.speculative`'s.
 """
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import os
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from planner.inputs.errors import SpecError
-from planner.launch.megatron.assignments import ASSIGN, PREFIXES, assign, unset
-from planner.launch.megatron.conditions import command_status, condition
+from planner.launch.megatron.conditions import condition
 from planner.launch.megatron.expansion import (
     ROOT_KEY,
     SLURM_KEY,
-    UNRESOLVED,
     Required,
     Unbound,
     YamlReadError,
-    expand,
     expand_word,
     unresolved_in,
 )
-from planner.launch.megatron.functions import (
-    Return,
-    bind,
-    call,
-    definition,
-    header,
-    make_local,
-    preset_arguments,
-    shift,
-)
-from planner.launch.megatron.heredoc import JOB_READERS, here_operator, job_script
-from planner.launch.megatron.loops import Lines, Undecidable, loop_control, read_loop, run_loop
-from planner.launch.megatron.shell_builtins import change_directory, envsubst, inner_commands
-from planner.launch.megatron.shell_exit import (
-    Exit,
-    after_list,
-    exit_builtin,
-    maybe_stop,
-    pipeline_status,
-    required,
-    set_builtin,
-    set_maybe,
-    unbound,
-)
-from planner.launch.megatron.shell_state import NAME, Script, branch_of
+from planner.launch.megatron.functions import bind, definition, header, preset_arguments
+from planner.launch.megatron.loops import Lines, read_loop, run_loop
+from planner.launch.megatron.shell_commands import run_statement, subshell_list, undetermined
+from planner.launch.megatron.shell_exit import Exit, nounset_probe, required, unbound
+from planner.launch.megatron.shell_state import NAME, Script
 from planner.launch.megatron.shell_text import (
     SEPARATORS,
     Logical,
     is_separator,
     logical_lines,
     redirections,
-    split_words,
     statements,
 )
-from planner.launch.megatron.sourcing import MAX_SOURCE_DEPTH, source_file
-from planner.launch.megatron.speculative import maybe, training_in_unknown
-from planner.launch.megatron.subshell import run_subshell, subshell
+from planner.launch.megatron.sourcing import MAX_SOURCE_DEPTH
+from planner.launch.megatron.speculative import maybe
+from planner.launch.megatron.subshell import Subshell, read_subshell
 
 __all__ = [
     "MAX_SOURCE_DEPTH",
@@ -96,27 +74,6 @@ __all__ = [
     "redirections",
     "unresolved_in",
 ]
-
-_ASSIGN_LINE = re.compile(
-    r"^(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?[A-Za-z_]\w*(?:\[[^\]]*\])?\+?="
-)
-"""A line that starts with an assignment (its words, expanded unsplit, decide: :func:`.assignments.assign`)."""
-_BUILTINS = (
-    "source",
-    ".",
-    "cd",
-    "pushd",
-    "popd",
-    "set",
-    "envsubst",
-    "return",
-    "shift",
-    "exit",
-    "break",
-    "continue",
-)
-"""Commands :func:`_builtin` runs on the script's state instead of keeping their words."""
-
 
 _KEYWORDS = (
     "if",
@@ -220,19 +177,46 @@ def _read_lines(lines: list[Logical], s: Script) -> None:
             elif unknown and all(b.active or b.unknown for b in stack):
                 s.functions[fn.name] = unknown
             continue
-        s.heredoc = logical.heredoc
+        sub = read_subshell(logical, it) if stripped.startswith("(") else None
+        s.heredoc = logical.heredoc if sub is None else None
         try:
-            _logical(stripped, number, s, stack)
+            if sub is None:
+                nounset_probe(
+                    lambda probe: _logical(stripped, number, probe, copy.deepcopy(stack)), number, s
+                )
+                _logical(stripped, number, s, stack)
+            else:
+                _subshell(sub, s, stack)
         except Unbound as exc:
-            raise unbound(exc, number, s) from None
+            raise unbound(exc, number if sub is None else sub.end, s) from None
         except Required as exc:
-            raise required(exc, number) from None
+            raise required(exc, number if sub is None else sub.end) from None
     if stack:
         raise SpecError(
             "the script ends inside a { group (no closing })"
             if stack[-1].group
             else "the script ends inside an if (no closing fi)"
         )
+
+
+def _subshell(sub: Subshell, s: Script, stack: list[_Branch]) -> None:
+    """A subshell over several lines (:func:`.subshell.read_subshell`): run where the branch
+    around it runs, on a copy of the state where that cannot be known (:func:`.speculative.maybe`:
+    a training command inside is an error naming the branch), not at all where it does not run; a
+    command after its ``;`` or ``&`` is read as the rest of its line."""
+    op = "" if sub.op == ";" else sub.op
+    unknown = next((b.unknown for b in stack if b.unknown), None)
+    if all(b.active for b in stack):
+        subshell_list(sub.body, sub.shown, op, sub.rest, sub.end, s, _read_lines)
+    elif unknown and all(b.active or b.unknown for b in stack):
+        maybe(
+            lambda scratch: subshell_list(sub.body, sub.shown, op, sub.rest, sub.end, scratch, _read_lines),
+            sub.line,
+            s,
+            unknown,
+        )
+    if sub.op in (";", "&") and sub.rest:
+        _logical(sub.rest, sub.end, s, stack)
 
 
 _GROUP = re.compile(r"(?:^|[\s;])[{}](?=[\s;]|$)")
@@ -252,7 +236,7 @@ def _logical(stripped: str, number: int, s: Script, stack: list[_Branch]) -> Non
         return
     try:
         for statement in parts:
-            _statement(statement, number, s)
+            run_statement(statement, number, s, _read_lines)
     except YamlReadError as exc:
         raise SpecError(f"line {number}: {exc}") from None
 
@@ -333,9 +317,9 @@ def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -
         return
     unknown = next((b.unknown for b in stack if b.unknown), None)
     if unknown and all(b.active or b.unknown for b in stack):
-        _undetermined(statement, number, s, unknown)
+        undetermined(statement, number, s, unknown, _read_lines)
     elif all(b.active for b in stack):
-        _statement(statement, number, s)
+        run_statement(statement, number, s, _read_lines)
 
 
 def _group_open(statement: str) -> tuple[str, str | None, str] | None:
@@ -363,8 +347,8 @@ def _group_open(statement: str) -> tuple[str, str | None, str] | None:
 
 def _open_group(prefix: str, op: str | None, rest: str, number: int, s: Script, stack: list[_Branch]) -> None:
     """A brace group opened: it runs when the branch around it runs and, after ``LIST &&`` (``||``),
-    when LIST succeeds (fails); LIST's status is :func:`_run_builtins`' (set -e ignored there, as
-    bash ignores it before ``&&`` / ``||``). A status that cannot be known makes the group a branch
+    when LIST succeeds (fails); LIST's status is :func:`.shell_commands.run_statement`'s (set -e
+    ignored there, as bash ignores it before ``&&`` / ``||``). A status that cannot be known makes the group a branch
     that cannot be known, as an ``if`` on it."""
     if not all(b.active for b in stack):
         outer = next((b.unknown for b in stack if b.unknown), None)
@@ -375,7 +359,7 @@ def _open_group(prefix: str, op: str | None, rest: str, number: int, s: Script, 
     else:
         s.errexit_ignored += 1
         try:
-            _statement(prefix, number, s)
+            run_statement(prefix, number, s, _read_lines)
         finally:
             s.errexit_ignored -= 1
         runs = s.status if op == "&&" else (not s.status if isinstance(s.status, bool) else s.status)
@@ -392,7 +376,7 @@ def _runs_command(condition_text: str) -> bool:
     """Whether an ``if`` condition is a command planner does not run (not a test, maybe negated)."""
     words = condition_text.split()
     words = words[1:] if words[:1] == ["!"] else words
-    return bool(words) and words[0] not in _TESTS
+    return bool(words) and words[0] not in _TESTS and words[0] != "let" and not words[0].startswith("((")
 
 
 def _case_statement(statement: str, first: str, number: int, s: Script, stack: list[_Branch]) -> bool:
@@ -424,261 +408,3 @@ def _case_statement(statement: str, first: str, number: int, s: Script, stack: l
         top.arm, top.active = False, False
         return True
     return False
-
-
-def _undetermined(statement: str, number: int, s: Script, unknown: str) -> None:
-    """A statement in a branch of an ``if`` whose condition cannot be known (``unknown``,
-    ``if:NAME:LINE``): a variable it assigns becomes a marker naming the condition; running the
-    training script there is an error naming it; any other command (an echo, an exit) is not
-    read."""
-    m = re.match(
-        r"^(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?([A-Za-z_]\w*)(?:\[[^\]]*\])?\+?=",
-        statement,
-    )
-    if m:
-        if statement.startswith("local") and s.frames:
-            make_local(s, m.group(1))
-        s.scalars[m.group(1)] = UNRESOLVED.format(unknown)
-        s.arrays.pop(m.group(1), None)
-        s.assigned_lines[m.group(1)] = number
-        return
-    first = statement.split(None, 1)[0]
-    if first == "exit":
-        maybe_stop(s, number, statement, unknown)
-        return
-    if first in ("break", "continue") and s.loops:
-        raise Undecidable(unknown)  # the loop being run: whether it goes on cannot be known
-    if first == "set":
-        set_maybe(statement.split()[1:], number, s, unknown)
-        return
-    if s.errexit is not None and first == "false" and not s.errexit_ignored:
-        maybe_stop(s, number, f"set -e (line {s.errexit}) and {statement!r} fails", unknown)
-        return
-    if first in s.functions or first in ("return", "sbatch"):
-        try:
-            words = shlex.split(expand(statement, s.scalars, s.arrays), posix=True)
-        except ValueError:
-            return
-        except Required as exc:  # ${NAME:?} refused in a branch that may not run: a stop that may not be
-            maybe_stop(s, number, f"${{{exc.name}:?}} refuses {exc.name}", unknown)
-            return
-        end = next((k for k, w in enumerate(words) if w in SEPARATORS), len(words))
-        _builtinmaybe(words[:end], number, s, unknown)
-        return
-    if first in ("cd", "pushd", "popd"):
-        s.scalars["PWD"] = UNRESOLVED.format(unknown)
-        return
-    if first in ("source", "."):
-        try:
-            words = shlex.split(expand(statement, s.scalars, s.arrays), posix=True)
-        except ValueError:
-            return
-        except Required as exc:
-            maybe_stop(s, number, f"${{{exc.name}:?}} refuses {exc.name}", unknown)
-            return
-        end = next((k for k, w in enumerate(words) if w in SEPARATORS), len(words))
-        _source_undetermined(words[1:end], number, s, unknown)
-        return
-    if re.search(r"\.py\b", statement):
-        training_in_unknown(number, unknown)
-
-
-def _source_undetermined(args: list[str], number: int, s: Script, unknown: str) -> None:
-    """``source FILE`` in a branch that may or may not run: when FILE can be read, every variable
-    it sets becomes a marker naming the branch's condition (and a training command in it an error
-    naming it); a file that cannot be read there (``[ -f "$HOME/.env" ] && source``, the file on
-    the cluster) is not read, as another command of that branch is not."""
-    maybe(lambda scratch: source_file(args, number, scratch, _read), number, s, unknown)
-
-
-def _statement(stripped: str, number: int, s: Script) -> None:
-    """One command or assignment of the script, read into ``s``."""
-    s.status = True
-    sub = subshell(stripped)
-    if sub is not None:
-        _subshell_list(*sub, number, s)
-        return
-    try:
-        words = shlex.split(stripped.replace("\n", " "), posix=True) if "=(" not in stripped else None
-    except ValueError:
-        words = stripped.split()
-    if words is None or _ASSIGN_LINE.match(stripped) or (words and words[0] in PREFIXES):
-        if assign(stripped, number, s):
-            return
-    heredoc, s.heredoc = s.heredoc, None
-    if heredoc is not None:
-        stripped = here_operator(stripped)
-    if words and words[0] == "unset":
-        unset(words[1:], number, s)
-        return
-    expanded = expand(stripped.replace("\n", " "), s.scalars, s.arrays)
-    try:
-        parts = split_words(expanded)
-    except ValueError:
-        parts = expanded.split()
-    # Leading NAME=value words set the command's environment (bash(1) "Simple Command Expansion").
-    while parts and ASSIGN.match(parts[0]) and not parts[0].startswith("-"):
-        m = ASSIGN.match(parts[0])
-        s.env[m.group(1)] = m.group(3)
-        s.scalars[m.group(1)] = m.group(3)
-        s.assigned_lines[m.group(1)] = number
-        parts = parts[1:]
-    start = len(s.words)
-    s.words += [(w, number) for w in inner_commands(_run_builtins(parts, number, s), s)]
-    if heredoc is not None and parts and parts[0] in JOB_READERS:
-        s.words += job_script(heredoc, number, s, _read)
-    if len(s.words) > start and not is_separator(s.words[-1][0]):
-        s.words.append(
-            (";", number)
-        )  # the command ends here: the next statement's words are not its arguments
-
-
-def _subshell_list(inner: str, op: str, rest: str, number: int, s: Script) -> None:
-    """``( LIST )`` alone, or before ``&&`` / ``||`` / ``|`` and the rest of its list, run as bash
-    runs it (:mod:`.subshell`): ``set -e`` stops the script on a subshell that fails, except before
-    ``&&`` / ``||`` (where it is ignored inside the subshell too) and before ``|`` (unless
-    ``pipefail``)."""
-    shown = [f"( {inner} )"]
-    if op in ("&&", "||"):
-        s.errexit_ignored += 1
-        try:
-            status = run_subshell(inner, number, s, _read_lines)
-        finally:
-            s.errexit_ignored -= 1
-        runs = status if op == "&&" else (not status if isinstance(status, bool) else status)
-        if runs is True:
-            _statement(rest, number, s)
-        elif runs is False:
-            s.status = status
-        else:
-            _undetermined(rest, number, s, runs)
-            s.status = runs
-        return
-    status = run_subshell(inner, number, s, _read_lines)
-    if op == "|":
-        s.errexit_ignored += 1
-        try:
-            _statement(rest, number, s)
-        finally:
-            s.errexit_ignored -= 1
-        status = pipeline_status([status, s.status], s.pipefail)
-    after_list(status, True, shown, number, s)
-    if isinstance(status, str) and s.errexit is not None and not s.errexit_ignored:
-        maybe_stop(s, number, f"set -e (line {s.errexit}) and {' '.join(shown)!r} may fail", status)
-
-
-def _run_builtins(parts: list[str], number: int, s: Script) -> list[str]:
-    """The words of a command list with its builtins (:data:`_BUILTINS`, each at the start of a
-    command of the list) run on ``s`` and left out, with the separator after them. A builtin after
-    ``&&`` (``||``) runs when the pipeline before it succeeded (failed): a builtin planner ran
-    succeeded, a test (``[ ]``, ``[[ ]]``, ``test``, ``true``, ``false``) is evaluated as an ``if``
-    condition is (:func:`condition`); after any other command it may or may not run
-    (:func:`_builtin_maybe`). The list's status is recorded for ``set -e``
-    (:func:`.shell_exit.after_list`); ``exit`` in a pipeline or in the background runs in a
-    subshell and stops nothing."""
-    out, start, before = [], 0, None
-    status: bool | str = True
-    pipe: list[bool | str] = []
-    pipe_runs: bool | str = True
-    last_ran: bool | str = True
-    last: list[str] = []
-    for k in range(len(parts) + 1):
-        if k < len(parts) and not is_separator(parts[k]):
-            continue
-        command, after = parts[start:k], (parts[k] if k < len(parts) else None)
-        if before in ("|", "|&"):
-            runs = pipe_runs
-        else:
-            runs = True
-            if before in ("&&", "||"):
-                runs = status if before == "&&" else (not status if isinstance(status, bool) else status)
-            pipe, pipe_runs = [], runs
-        if command and (command[0] in _BUILTINS or command[0] in s.functions):
-            subshell = before in ("|", "|&") or after in ("|", "|&", "&")
-            if command[0] == "exit" and subshell:
-                st: bool | str = True
-            elif runs is True:
-                ignored = after in ("&&", "||")
-                s.errexit_ignored += ignored
-                try:
-                    st = _builtin(command, number, s)
-                finally:
-                    s.errexit_ignored -= ignored
-            else:
-                if runs is not False:
-                    _builtinmaybe(command, number, s, runs)
-                st = runs
-        else:
-            out += parts[start : k + 1]
-            st = command_status(command, number, s) if runs is True else runs
-            if isinstance(st, str) and runs is True and command[:1] not in (["["], ["[["], ["test"]):
-                s.assumed.add(st)  # a command planner does not run: success, where a stop hangs on it
-        pipe.append(st)
-        if after not in ("|", "|&"):
-            if pipe_runs is not False:
-                status = pipeline_status(pipe, s.pipefail) if pipe_runs is True else pipe_runs
-            last_ran, last = pipe_runs, command
-        before, start = after, k + 1
-    after_list(status, last_ran, last, number, s)
-    return out
-
-
-def _builtinmaybe(command: list[str], number: int, s: Script, unknown: str) -> None:
-    """A builtin that may or may not run (``unknown``, ``if:NAME:LINE``): what a sourced file sets
-    becomes unknown (:func:`_source_undetermined`), so does ``$PWD`` after a ``cd``."""
-    if command[0] in ("source", "."):
-        _source_undetermined(command[1:], number, s, unknown)
-    elif command[0] in s.functions:
-        maybe(lambda scratch: call(command[0], command[1:], number, scratch, _read_lines), number, s, unknown)
-    elif command[0] == "exit":
-        maybe_stop(s, number, " ".join(command), unknown)
-    elif command[0] in ("break", "continue") and s.loops:
-        raise Undecidable(unknown)
-    elif command[0] == "set":
-        set_maybe(command[1:], number, s, unknown)
-    elif command[0] == "return" and s.frames:
-        var = unknown.split(":")[1]
-        raise SpecError(
-            f"line {number}: return in a branch of {branch_of(unknown)}, which depends on "
-            f"{var if var != '?' else 'a condition planner cannot evaluate'}: planner cannot know whether "
-            f"{s.frames[-1].function} returns here"
-        )
-    elif command[0] == "sbatch" and s.heredoc is not None:
-        maybe(
-            lambda scratch: scratch.words.extend(job_script(s.heredoc, number, scratch, _read)),
-            number,
-            s,
-            unknown,
-        )
-    elif command[0] in ("cd", "pushd", "popd"):
-        s.scalars["PWD"] = UNRESOLVED.format(unknown)
-
-
-def _builtin(command: list[str], number: int, s: Script) -> bool | str:
-    """``source``/``.``, ``cd``/``pushd``/``popd`` (``$PWD``, where relative paths are found),
-    ``set -a``/``+a``/``-o allexport``, ``return [N]``, ``shift [N]`` (bash(1) "SHELL BUILTIN
-    COMMANDS") and a call of a function the script defined (:func:`.functions.call`) run on ``s``;
-    their status."""
-    name, args = command[0], command[1:]
-    if name in s.functions:
-        return call(name, args, number, s, _read_lines)
-    if name == "exit":
-        exit_builtin(args, number)
-    if name == "return":
-        if not s.frames and s.depth == 0:
-            return False  # bash: "can only `return' from a function or sourced script"
-        raise Return(args[0] == "0" if args and args[0].lstrip("-").isdigit() else f"if:?:{number}")
-    if name in ("break", "continue"):
-        return loop_control(name, args, s)
-    if name == "shift":
-        count = args[0] if args else "1"
-        return shift(s, int(count)) if count.isdigit() else f"if:?:{number}"
-    if name in ("source", "."):
-        source_file(args, number, s, _read)
-    elif name == "envsubst":
-        envsubst(args, number, s)
-    elif name == "set":
-        return set_builtin(args, number, s)
-    else:
-        change_directory(command, number, s)
-    return True

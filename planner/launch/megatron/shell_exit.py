@@ -22,13 +22,17 @@
 
 A stop inside a branch that cannot be known (an ``if`` on a variable nothing sets) is recorded
 (:class:`MaybeStop`): a training command after it is an error naming the variable, as planner
-cannot know whether the script gets there. :mod:`.shell` reads the statements; this module holds
+cannot know whether the script gets there. So is one that needs an option set in such a branch
+(:func:`set_maybe`): a command failing under a ``set -e``, a variable expanded unset under a
+``set -u``, a pipeline failing only under a ``set -o pipefail``, the message naming the ``set``. :mod:`.shell` reads the statements; this module holds
 the options, the stops and their messages."""
 
 from __future__ import annotations
 
 __all__ = ["Exit", "MaybeStop", "set_builtin", "set_maybe"]
 
+import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.inputs.errors import SpecError
@@ -57,39 +61,52 @@ def set_builtin(args: list[str], number: int, s: Script) -> bool:
     pipefail on (``-``) or off (``+``); the others (``-x``, ``-o xtrace``) change nothing planned.
     Words after ``--`` (or the first word that is not an option) become the positional
     parameters."""
+    options, rest = _parsed(args)
+    for name, on in options:
+        _option(name, on, number, s)
+    if rest is not None:
+        bind(s, rest)
+    return True
+
+
+def _parsed(args: list[str]) -> tuple[list[tuple[str, bool]], list[str] | None]:
+    """``set``'s arguments: the options it turns on (True) or off, by their ``-o`` names, and
+    the positional parameters it sets (None: it sets none)."""
+    options: list[tuple[str, bool]] = []
     k = 0
     while k < len(args):
         a = args[k]
         k += 1
-        if a == "--" or a[:1] not in "-+" or a in ("-", "+"):
+        if a == "--" or a[:1] not in ("-", "+") or a in ("-", "+"):
             rest = args[k:] if a == "--" else args[k - 1 :]
-            if a != "-" and (a == "--" or rest):
-                bind(s, rest)
-            break
+            return options, (rest if a != "-" and (a == "--" or rest) else None)
         on = a[0] == "-"
         for letter in a[1:]:
             if letter == "o":
-                name = args[k] if k < len(args) else ""
+                options.append((args[k] if k < len(args) else "", on))
                 k += 1
-                _option(name, on, number, s)
             elif letter in _OPTIONS:
-                _option(_OPTIONS[letter], on, number, s)
-    return True
+                options.append((_OPTIONS[letter], on))
+    return options, None
 
 
 def set_maybe(args: list[str], number: int, s: Script, unknown: str) -> None:
-    """``set`` in a branch that cannot be known (``unknown``): ``-e`` / ``-o errexit`` there may
-    be in force after it (:attr:`.shell_state.Script.errexit_unknown`); a command that then fails
-    is a stop that may happen, not one that does (:func:`after_list`). When nothing fails the
-    launch is the same either way and is read."""
-    if s.errexit is not None or s.errexit_unknown is not None:
-        return
-    for k, a in enumerate(args):
-        if a == "--" or a[:1] != "-":
-            break
-        if "e" in a[1:] or ("o" in a[1:] and args[k + 1 : k + 2] == ["errexit"]):
+    """``set`` in a branch that cannot be known (``unknown``): ``-e`` / ``-o errexit``, ``-u`` /
+    ``-o nounset`` and ``-o pipefail`` there may be in force after it
+    (:attr:`.shell_state.Script.errexit_unknown`, ``nounset_unknown``, ``pipefail_unknown``): a
+    command that then fails (:func:`after_list`), a variable then expanded unset
+    (:func:`nounset_probe`) or a pipeline that then fails only under pipefail
+    (:func:`after_pipefail`) is a stop that may happen, not one that does, its message naming
+    the ``set``. When none of these follows, the launch is the same either way and is read."""
+    for name, on in _parsed(args)[0]:
+        if not on:
+            continue
+        if name == "errexit" and s.errexit is None and s.errexit_unknown is None:
             s.errexit_unknown = (number, unknown)
-            return
+        elif name == "nounset" and NOUNSET_KEY not in s.scalars and s.nounset_unknown is None:
+            s.nounset_unknown = (number, unknown)
+        elif name == "pipefail" and not s.pipefail and s.pipefail_unknown is None:
+            s.pipefail_unknown = (number, unknown)
 
 
 def _option(name: str, on: bool, number: int, s: Script) -> None:
@@ -103,8 +120,10 @@ def _option(name: str, on: bool, number: int, s: Script) -> None:
             s.scalars[NOUNSET_KEY] = str(number)
         else:
             s.scalars.pop(NOUNSET_KEY, None)
+        s.nounset_unknown = None
     elif name == "pipefail":
         s.pipefail = on
+        s.pipefail_unknown = None
 
 
 def exit_builtin(args: list[str], number: int) -> None:
@@ -120,6 +139,32 @@ def pipeline_status(statuses: list[bool | str], pipefail: bool) -> bool | str:
     if False in statuses:
         return False
     return next((x for x in statuses if isinstance(x, str)), True)
+
+
+def pipeline_status_of(statuses: list[bool | str], s: Script) -> tuple[bool | str, bool]:
+    """A pipeline's status under ``s``'s options (:func:`pipeline_status`), and whether it hangs
+    on a ``set -o pipefail`` in a branch that cannot be known (it fails only if that ran): then
+    the status is unknown, that branch's."""
+    status = pipeline_status(statuses, s.pipefail)
+    if s.pipefail or s.pipefail_unknown is None or pipeline_status(statuses, True) == status:
+        return status, False
+    return s.pipefail_unknown[1], True
+
+
+def after_pipefail(pipeline: list[str], last_ran: bool | str, number: int, s: Script) -> None:
+    """``set -e`` after a list whose last pipeline fails only if a ``set -o pipefail`` that may
+    not have run did (:func:`pipeline_status_of`): a stop that may happen, naming both."""
+    if s.errexit_ignored or last_ran is False or s.pipefail_unknown is None:
+        return
+    if s.errexit is not None:
+        errexit = f"set -e (line {s.errexit})"
+    elif s.errexit_unknown is not None:
+        errexit = f"set -e (line {s.errexit_unknown[0]}, if it ran)"
+    else:
+        return
+    line, unknown = s.pipefail_unknown
+    why = f"{errexit} and {' '.join(pipeline)!r} fails under set -o pipefail (line {line}, if it ran)"
+    maybe_stop(s, number, why, unknown)
 
 
 def after_list(status: bool | str, last_ran: bool | str, command: list[str], number: int, s: Script) -> None:
@@ -147,13 +192,46 @@ def maybe_stop(s: Script, number: int, why: str, unknown: str) -> None:
         s.maybe_stop = MaybeStop(index=len(s.words), line=number, why=why, unknown=unknown)
 
 
-def unbound(exc: Unbound, number: int, s: Script) -> Exit | SpecError:
+class NounsetHit(Exception):
+    """The line :func:`nounset_probe` runs expands ``name`` unset (``known``: certainly so)."""
+
+    def __init__(self, name: str, known: bool):
+        super().__init__(name)
+        self.name, self.known = name, known
+
+
+def nounset_probe(run: Callable[[Script], None], number: int, s: Script) -> None:
+    """While a ``set -u`` in a branch that cannot be known may be in force
+    (:attr:`.shell_state.Script.nounset_unknown`, bash's option not otherwise on): ``run`` (the
+    line about to be read) on a copy of ``s`` with it in force; when the line expands a variable
+    unset there, the script may stop on it (:func:`maybe_stop`, the message naming the ``set``).
+    What else the copy does is left: the line is then read on ``s`` itself."""
+    if s.nounset_unknown is None or NOUNSET_KEY in s.scalars or s.maybe_stop is not None:
+        return
+    line, unknown = s.nounset_unknown
+    probe = copy.deepcopy(s)
+    probe.scalars[NOUNSET_KEY] = str(line)
+    probe.nounset_unknown, probe.nounset_probing = None, True
+    try:
+        run(probe)
+    except (Unbound, NounsetHit) as exc:
+        shown = f"${exc.name}" if exc.name.isdigit() else exc.name
+        known = exc.known or (exc.name in s.env and s.env[exc.name] is None)
+        what = f"{shown} is unset" if known else f"{shown}, which the script never sets, is expanded"
+        maybe_stop(s, number, f"set -u (line {line}, if it ran) and {what}", unknown)
+    except Exception:  # any other error or stop is the real read's to raise, next
+        pass
+
+
+def unbound(exc: Unbound, number: int, s: Script) -> Exception:
     """What ``set -u`` makes of ``exc`` on line ``number``: the :class:`Exit` bash makes of a
     variable certainly unset (a positional parameter past ``$#``, a missing element, one the script
     ``unset``), else the error naming the variable and ``--set`` (planner cannot know whether bash
-    stops)."""
+    stops); in :func:`nounset_probe`'s copy, :class:`NounsetHit`, for the probe."""
     shown = f"${exc.name}" if exc.name.isdigit() else exc.name
     line = s.scalars.get(NOUNSET_KEY, "?")
+    if s.nounset_probing:
+        return NounsetHit(exc.name, exc.known)
     if exc.known or (exc.name in s.env and s.env[exc.name] is None):
         return Exit(number, f"set -u (line {line}) and {shown} is unset (bash: {shown}: unbound variable)")
     return SpecError(

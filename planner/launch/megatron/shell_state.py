@@ -78,8 +78,17 @@ class Script:
     errexit_unknown: tuple[int, str] | None = None
     """The line of a ``set -e`` in a branch that cannot be known, and the branch's
     ``KIND:NAME:LINE``, while ``set -e`` is not otherwise in force (:func:`.shell_exit.set_maybe`)."""
+    nounset_unknown: tuple[int, str] | None = None
+    """The line of a ``set -u`` in a branch that cannot be known, and the branch's
+    ``KIND:NAME:LINE``, while ``set -u`` is not otherwise in force (:func:`.shell_exit.set_maybe`)."""
+    nounset_probing: bool = False
+    """A copy of the state being read to see whether ``set -u`` would stop it
+    (:func:`.shell_exit.nounset_probe`)."""
     pipefail: bool = False
     """``set -o pipefail``: a pipeline fails when any of its commands fails."""
+    pipefail_unknown: tuple[int, str] | None = None
+    """The line of a ``set -o pipefail`` in a branch that cannot be known, and the branch's
+    ``KIND:NAME:LINE``, while pipefail is not otherwise in force (:func:`.shell_exit.set_maybe`)."""
     errexit_ignored: int = 0
     """How many commands being run ignore ``set -e`` (a function called before ``&&`` / ``||``)."""
     stop: Any = None

@@ -118,7 +118,7 @@ def _heredoc(line: str) -> tuple[bool, str, bool] | None:
     """(strip leading tabs, delimiter, quoted) of the here-document a line opens outside quotes."""
     for m in _HEREDOC.finditer(line):
         before = line[: m.start()]
-        in_arithmetic = before.count("$((") > before.count("))")  # $((x<<y)) shifts
+        in_arithmetic = before.count("((") > before.count("))")  # $((x<<y)), ((x<<y)) shift
         if (
             not _open_quote(before)
             and not in_arithmetic

@@ -5,21 +5,29 @@ the script's state, so its assignments, ``cd`` and ``set`` stay there, while the
 (a training command inside, ``(cd "$DIR" && torchrun ...)``) are the script's; an ``exit`` in it
 ends only the subshell, whose status is the exit's (``exit 0`` succeeds) or else its last list's,
 for ``&&`` / ``||`` after it and for ``set -e`` (:mod:`.shell_exit`); an exit in a branch that
-cannot be known makes that status unknown (under ``set -e`` the script may stop there). A subshell on one logical
-line is run; one over several lines is read as before (its words kept as they are).
+cannot be known makes that status unknown (under ``set -e`` the script may stop there).
+
+A subshell on one logical line is :func:`subshell`'s; one whose ``(`` starts a line and whose
+``)`` closes on a later one is :func:`read_subshell`'s (its lines, as bash reads them: the
+parentheses of ``$( )`` and of a ``case`` pattern ``PATTERN)`` do not close it), followed by
+redirections, ``&&`` / ``||`` / ``|`` and the rest of a list, ``;`` or ``&`` and another command.
+One that never closes, or with a word after its ``)``, is an error naming its line, as bash's
+syntax error.
 """
 
 from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
+from planner.inputs.errors import SpecError
 from planner.launch.megatron.shell_exit import launch_after_maybe_stop
 from planner.launch.megatron.shell_state import Exit, Script
 from planner.launch.megatron.shell_text import Logical, unquoted
 
-__all__ = ["run_subshell", "subshell"]
+__all__ = ["Subshell", "read_subshell", "run_subshell", "subshell"]
 
 
 def subshell(statement: str) -> tuple[str, str, str] | None:
@@ -36,12 +44,20 @@ def subshell(statement: str) -> tuple[str, str, str] | None:
     else:
         return None
     inner, after = statement[1:i].strip(), statement[i + 1 :].strip()
-    after = after[_REDIRECTIONS.match(after).end() :]
-    if not after:
-        return inner, "", ""
-    for op in ("&&", "||", "|"):
-        if after.startswith(op) and not after.startswith("|&"):
-            return inner, op, after[len(op) :].strip()
+    found = _after(after, ("&&", "||", "|"))
+    return (inner, *found) if found is not None else None
+
+
+def _after(text: str, ops: tuple[str, ...]) -> tuple[str, str] | None:
+    """(the operator, the text after it) that follows a subshell's ``)`` (``""`` when nothing but
+    redirections does), or None when something else does; ``ops`` in the order they are tried
+    (``&&`` before ``&``)."""
+    text = text[_REDIRECTIONS.match(text).end() :]
+    if not text:
+        return "", ""
+    for op in ops:
+        if text.startswith(op) and not text.startswith("|&"):
+            return op, text[len(op) :].strip()
     return None
 
 
@@ -52,16 +68,101 @@ _REDIRECTIONS = re.compile(
 its words (bash(1) "Redirection")."""
 
 
+class Subshell(NamedTuple):
+    """A subshell over several lines (:func:`read_subshell`)."""
+
+    body: list[Logical]
+    """LIST's lines (the text after ``(`` and before ``)`` on theirs)."""
+    shown: str
+    """LIST on one line, ``( A; B )``, for messages."""
+    op: str
+    """What follows the ``)``: ``""``, ``&&``, ``||``, ``|``, ``;`` or ``&``."""
+    rest: str
+    """The text after that operator."""
+    line: int
+    """The line of its ``(``."""
+    end: int
+    """The line of its ``)``."""
+
+
+def read_subshell(first: Logical, lines: Iterator[Logical]) -> Subshell | None:
+    """The subshell whose ``(`` starts ``first`` and whose ``)`` closes on a later line read from
+    ``lines``, or None when ``first`` is not one (it closes on its own line, or is ``((``)."""
+    text = first.text.strip()
+    if not text.startswith("(") or text.startswith("(("):
+        return None
+    parens = _Parens()
+    if parens.close(text) is not None or parens.depth <= 0:
+        return None
+    body = [Logical(text[1:].strip(), first.number, first.heredoc)] if text[1:].strip() else []
+    for logical in lines:
+        line = logical.text.strip()
+        close = parens.close(line)
+        if close is None:
+            if line:
+                body.append(logical)
+            continue
+        if line[:close].strip():
+            body.append(Logical(line[:close].strip(), logical.number, logical.heredoc))
+        found = _after(line[close + 1 :].strip(), ("&&", "||", "|", ";", "&"))
+        if found is None:
+            raise SpecError(
+                f"line {logical.number}: {line[close + 1 :].strip()!r} after the ')' of the subshell opened on "
+                f"line {first.number} (bash: syntax error near unexpected token)"
+            )
+        shown = "( " + "; ".join(b.text.strip() for b in body) + " )"
+        return Subshell(body, shown, *found, first.number, logical.number)
+    raise SpecError(
+        f"line {first.number}: the subshell opened here is never closed (no closing ')'; bash: unexpected "
+        "end of file)"
+    )
+
+
+class _Parens:
+    """The depth of a subshell's parentheses over its lines, outside quotes: ``(`` opens, ``)``
+    closes, except the ``)`` of a ``case`` pattern (at the depth its ``case`` stands at, before
+    its ``esac``)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.cases: list[int] = []
+
+    def close(self, text: str) -> int | None:
+        """The index of the ``)`` in ``text`` that closes the subshell, None when none does."""
+        for i, ch in unquoted(text):
+            if _word_at(text, i, "case"):
+                self.cases.append(self.depth)
+            elif _word_at(text, i, "esac") and self.cases:
+                self.cases.pop()
+            elif ch == "(":
+                self.depth += 1
+            elif ch == ")" and not (self.cases and self.cases[-1] == self.depth):
+                self.depth -= 1
+                if self.depth == 0:
+                    return i
+        return None
+
+
+def _word_at(text: str, i: int, word: str) -> bool:
+    """Whether the word ``word`` stands at ``text[i]`` (a command word: after a blank, ``;``,
+    ``(``, ``&``, ``|`` or the start)."""
+    end = i + len(word)
+    return (
+        text.startswith(word, i)
+        and (i == 0 or text[i - 1] in " \t;(&|")
+        and (end == len(text) or text[end] in " \t;)&|")
+    )
+
+
 def run_subshell(
-    inner: str, number: int, s: Script, read_lines: Callable[[list[Logical], Script], None]
+    body: list[Logical], s: Script, read_lines: Callable[[list[Logical], Script], None]
 ) -> bool | str:
-    """LIST run in a subshell of ``s`` on line ``number`` (``read_lines`` reads it): the words of
-    the commands it runs join ``s``'s, nothing else it changes does (the files and calls it counts
-    do, against planner's bounds); its status."""
+    """LIST (``body``, its lines) run in a subshell of ``s`` (``read_lines`` reads it): the words of the commands it runs join ``s``'s, nothing else it changes does (the
+    files and calls it counts do, against planner's bounds); its status."""
     child = copy.deepcopy(s)
     child.words, child.stop, child.maybe_stop, child.loops = [], None, None, 0
     try:
-        read_lines([Logical(inner, number)], child)
+        read_lines(body, child)
         status = child.status
     except Exit as stop:
         status = _exit_status(stop.why, child.status)

@@ -1,0 +1,375 @@
+"""The simple commands of a launch script and the lists they form (bash(1) "SIMPLE COMMAND
+EXPANSION", "Lists", "SHELL BUILTIN COMMANDS"), read into a :class:`.shell_state.Script`:
+an assignment is recorded (:mod:`.assignments`), any other command's words are expanded
+(:mod:`.expansion`) and kept for the flag parser, with the builtins planner follows (``source``,
+``cd``, ``set``, ``exit``, ``return``, ``shift``, ``break`` / ``continue``, ``envsubst``, a call of
+a function the script defined) run on the state instead; ``( LIST )`` on one line is
+:mod:`.subshell`'s. A statement in a branch whose condition cannot be known is
+:func:`undetermined`'s. :mod:`.shell` reads the compound commands (``if``, ``case``, loops, brace
+groups) around these and passes its reader of logical lines (``read_lines``) down, for what a
+command reads in turn: a sourced file, a function's body, a job script, a subshell.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable
+
+from planner.inputs.errors import SpecError
+from planner.launch.megatron.assignments import ASSIGN, PREFIXES, assign, unset
+from planner.launch.megatron.conditions import command_status
+from planner.launch.megatron.expansion import UNRESOLVED, Required, Unbound, expand
+from planner.launch.megatron.functions import Return, call, make_local, shift
+from planner.launch.megatron.heredoc import JOB_READERS, here_operator, job_script
+from planner.launch.megatron.loops import Undecidable, loop_control
+from planner.launch.megatron.shell_arithmetic import (
+    arithmetic_maybe,
+    is_arithmetic,
+    protect,
+    run_arithmetic,
+    shown,
+)
+from planner.launch.megatron.shell_builtins import change_directory, envsubst, inner_commands
+from planner.launch.megatron.shell_exit import (
+    after_list,
+    after_pipefail,
+    exit_builtin,
+    maybe_stop,
+    pipeline_status_of,
+    set_builtin,
+    set_maybe,
+)
+from planner.launch.megatron.shell_state import Script, branch_of
+from planner.launch.megatron.shell_text import SEPARATORS, Logical, is_separator, logical_lines, split_words
+from planner.launch.megatron.sourcing import source_file
+from planner.launch.megatron.speculative import maybe, training_in_unknown
+from planner.launch.megatron.subshell import run_subshell, subshell
+
+__all__ = ["ReadLines", "run_statement", "subshell_list", "undetermined"]
+
+ReadLines = Callable[[list[Logical], Script], None]
+""":mod:`.shell`'s reader: logical lines (a file's, a function's body, a subshell's list) read
+into a script's state."""
+
+_ASSIGN_LINE = re.compile(
+    r"^(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?[A-Za-z_]\w*(?:\[[^\]]*\])?\+?="
+)
+"""A line that starts with an assignment (its words, expanded unsplit, decide: :func:`.assignments.assign`)."""
+_BUILTINS = (
+    "source",
+    ".",
+    "cd",
+    "pushd",
+    "popd",
+    "set",
+    "envsubst",
+    "return",
+    "shift",
+    "exit",
+    "break",
+    "continue",
+    "let",
+)
+"""Commands :func:`_builtin` runs on the script's state instead of keeping their words."""
+
+
+def _text_reader(read_lines: ReadLines) -> Callable[[str, Script], None]:
+    """A reader of a whole text (a sourced file, a job script) from ``read_lines``."""
+    return lambda text, s: read_lines(logical_lines(text), s)
+
+
+def undetermined(statement: str, number: int, s: Script, unknown: str, read_lines: ReadLines) -> None:
+    """A statement in a branch of an ``if`` whose condition cannot be known (``unknown``,
+    ``if:NAME:LINE``): a variable it assigns becomes a marker naming the condition; running the
+    training script there is an error naming it; any other command (an echo, an exit) is not
+    read."""
+    m = re.match(
+        r"^(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?([A-Za-z_]\w*)(?:\[[^\]]*\])?\+?=",
+        statement,
+    )
+    if m:
+        if statement.startswith("local") and s.frames:
+            make_local(s, m.group(1))
+        s.scalars[m.group(1)] = UNRESOLVED.format(unknown)
+        s.arrays.pop(m.group(1), None)
+        s.assigned_lines[m.group(1)] = number
+        return
+    first = statement.split(None, 1)[0] if statement.strip() else ""
+    if first == "exit":
+        maybe_stop(s, number, statement, unknown)
+        return
+    if first in ("break", "continue") and s.loops:
+        raise Undecidable(unknown)  # the loop being run: whether it goes on cannot be known
+    if first == "set":
+        set_maybe(statement.split()[1:], number, s, unknown)
+        return
+    if s.errexit is not None and first == "false" and not s.errexit_ignored:
+        maybe_stop(s, number, f"set -e (line {s.errexit}) and {statement!r} fails", unknown)
+        return
+    if first in s.functions or first in ("return", "sbatch"):
+        try:
+            words = shlex.split(expand(statement, s.scalars, s.arrays), posix=True)
+        except ValueError:
+            return
+        except Required as exc:  # ${NAME:?} refused in a branch that may not run: a stop that may not be
+            maybe_stop(s, number, f"${{{exc.name}:?}} refuses {exc.name}", unknown)
+            return
+        end = next((k for k, w in enumerate(words) if w in SEPARATORS), len(words))
+        _builtin_maybe(words[:end], number, s, unknown, read_lines)
+        return
+    if first in ("cd", "pushd", "popd"):
+        s.scalars["PWD"] = UNRESOLVED.format(unknown)
+        return
+    if first in ("source", "."):
+        try:
+            words = shlex.split(expand(statement, s.scalars, s.arrays), posix=True)
+        except ValueError:
+            return
+        except Required as exc:
+            maybe_stop(s, number, f"${{{exc.name}:?}} refuses {exc.name}", unknown)
+            return
+        end = next((k for k, w in enumerate(words) if w in SEPARATORS), len(words))
+        _source_undetermined(words[1:end], number, s, unknown, read_lines)
+        return
+    if first == "let" or first.startswith("(("):
+        try:
+            words = shlex.split(expand(protect(statement), s.scalars, s.arrays), posix=True)
+        except (ValueError, Required, Unbound):
+            return
+        end = next((k for k, w in enumerate(words) if w in SEPARATORS), len(words))
+        arithmetic_maybe(words[:end], number, s, unknown)
+        return
+    if re.search(r"\.py\b", statement):
+        training_in_unknown(number, unknown)
+
+
+def _source_undetermined(
+    args: list[str], number: int, s: Script, unknown: str, read_lines: ReadLines
+) -> None:
+    """``source FILE`` in a branch that may or may not run: when FILE can be read, every variable
+    it sets becomes a marker naming the branch's condition (and a training command in it an error
+    naming it); a file that cannot be read there (``[ -f "$HOME/.env" ] && source``, the file on
+    the cluster) is not read, as another command of that branch is not."""
+    maybe(lambda scratch: source_file(args, number, scratch, _text_reader(read_lines)), number, s, unknown)
+
+
+def run_statement(stripped: str, number: int, s: Script, read_lines: ReadLines) -> None:
+    """One command or assignment of the script, read into ``s``."""
+    s.status = True
+    sub = subshell(stripped)
+    if sub is not None:
+        inner, op, rest = sub
+        subshell_list([Logical(inner, number)], f"( {inner} )", op, rest, number, s, read_lines)
+        return
+    if "((" in stripped:
+        stripped = protect(stripped)
+    try:
+        words = shlex.split(stripped.replace("\n", " "), posix=True) if "=(" not in stripped else None
+    except ValueError:
+        words = stripped.split()
+    if words is None or _ASSIGN_LINE.match(stripped) or (words and words[0] in PREFIXES):
+        if assign(stripped, number, s):
+            return
+    heredoc, s.heredoc = s.heredoc, None
+    if heredoc is not None:
+        stripped = here_operator(stripped)
+    if words and words[0] == "unset":
+        unset(words[1:], number, s)
+        return
+    expanded = expand(stripped.replace("\n", " "), s.scalars, s.arrays)
+    try:
+        parts = split_words(expanded)
+    except ValueError:
+        parts = expanded.split()
+    # Leading NAME=value words set the command's environment (bash(1) "Simple Command Expansion").
+    while parts and ASSIGN.match(parts[0]) and not parts[0].startswith("-"):
+        m = ASSIGN.match(parts[0])
+        s.env[m.group(1)] = m.group(3)
+        s.scalars[m.group(1)] = m.group(3)
+        s.assigned_lines[m.group(1)] = number
+        parts = parts[1:]
+    start = len(s.words)
+    s.words += [(w, number) for w in inner_commands(_run_builtins(parts, number, s, read_lines), s)]
+    if heredoc is not None and parts and parts[0] in JOB_READERS:
+        s.words += job_script(heredoc, number, s, _text_reader(read_lines))
+    if len(s.words) > start and not is_separator(s.words[-1][0]):
+        s.words.append(
+            (";", number)
+        )  # the command ends here: the next statement's words are not its arguments
+
+
+def subshell_list(
+    body: list[Logical], shown: str, op: str, rest: str, number: int, s: Script, read_lines: ReadLines
+) -> None:
+    """``( LIST )`` (``body``, its lines; ``shown`` for messages) alone, in the background (``op``
+    ``&``), or before ``&&`` / ``||`` / ``|`` and the ``rest`` of its list on line ``number``, run
+    as bash runs it (:mod:`.subshell`): ``set -e`` stops the script on a subshell that fails,
+    except before ``&&`` / ``||`` (where it is ignored inside the subshell too), before ``|``
+    (unless ``pipefail``) and in the background (whose status is 0)."""
+    if op in ("&&", "||", "&"):
+        s.errexit_ignored += 1
+        try:
+            status = run_subshell(body, s, read_lines)
+        finally:
+            s.errexit_ignored -= 1
+        if op == "&":
+            after_list(True, True, [shown], number, s)
+            return
+        runs = status if op == "&&" else (not status if isinstance(status, bool) else status)
+        if runs is True:
+            run_statement(rest, number, s, read_lines)
+        elif runs is False:
+            s.status = status
+        else:
+            undetermined(rest, number, s, runs, read_lines)
+            s.status = runs
+        return
+    status = run_subshell(body, s, read_lines)
+    if op == "|":
+        s.errexit_ignored += 1
+        try:
+            run_statement(rest, number, s, read_lines)
+        finally:
+            s.errexit_ignored -= 1
+        status, hangs = pipeline_status_of([status, s.status], s)
+        if hangs:
+            after_list(status, True, [shown], number, s)
+            after_pipefail([shown, "|", rest], True, number, s)
+            return
+    after_list(status, True, [shown], number, s)
+    if isinstance(status, str) and s.errexit is not None and not s.errexit_ignored:
+        maybe_stop(s, number, f"set -e (line {s.errexit}) and {shown!r} may fail", status)
+
+
+def _run_builtins(parts: list[str], number: int, s: Script, read_lines: ReadLines) -> list[str]:
+    """The words of a command list with its builtins (:data:`_BUILTINS`, each at the start of a
+    command of the list) run on ``s`` and left out, with the separator after them. A builtin after
+    ``&&`` (``||``) runs when the pipeline before it succeeded (failed): a builtin planner ran
+    succeeded, a test (``[ ]``, ``[[ ]]``, ``test``, ``true``, ``false``) is evaluated as an ``if``
+    condition is (:func:`.conditions.condition`); after any other command it may or may not run
+    (:func:`_builtin_maybe`). The list's status is recorded for ``set -e``
+    (:func:`.shell_exit.after_list`); ``exit`` in a pipeline or in the background runs in a
+    subshell and stops nothing."""
+    out, start, before = [], 0, None
+    status: bool | str = True
+    pipe: list[bool | str] = []
+    pipe_runs: bool | str = True
+    last_ran: bool | str = True
+    last: list[str] = []
+    pipeline: list[str] = []  # the words of the pipeline being read, for a message
+    hangs = False  # the last pipeline's status hangs on a pipefail that may not be on
+    for k in range(len(parts) + 1):
+        if k < len(parts) and not is_separator(parts[k]):
+            continue
+        command, after = parts[start:k], (parts[k] if k < len(parts) else None)
+        if before in ("|", "|&"):
+            runs = pipe_runs
+        else:
+            runs = True
+            if before in ("&&", "||"):
+                runs = status if before == "&&" else (not status if isinstance(status, bool) else status)
+            pipe, pipe_runs, pipeline = [], runs, []
+        if command and (command[0] in _BUILTINS or command[0] in s.functions or is_arithmetic(command)):
+            subshell = before in ("|", "|&") or after in ("|", "|&", "&")
+            if command[0] == "exit" and subshell:
+                st: bool | str = True
+            elif runs is True:
+                ignored = after in ("&&", "||")
+                s.errexit_ignored += ignored
+                try:
+                    st = _builtin(command, number, s, read_lines)
+                finally:
+                    s.errexit_ignored -= ignored
+            else:
+                if runs is not False:
+                    _builtin_maybe(command, number, s, runs, read_lines)
+                st = runs
+        else:
+            out += parts[start : k + 1]
+            st = command_status(command, number, s) if runs is True else runs
+            if isinstance(st, str) and runs is True and command[:1] not in (["["], ["[["], ["test"]):
+                s.assumed.add(st)  # a command planner does not run: success, where a stop hangs on it
+        pipe.append(st)
+        pipeline += shown(command)
+        if after not in ("|", "|&"):
+            hangs = False
+            if pipe_runs is True:
+                status, hangs = pipeline_status_of(pipe, s)
+            elif pipe_runs is not False:
+                status = pipe_runs
+            last_ran, last = pipe_runs, shown(command)
+        else:
+            pipeline.append(after)
+        before, start = after, k + 1
+    after_list(status, last_ran, last, number, s)
+    if hangs:
+        after_pipefail(pipeline, last_ran, number, s)
+    return out
+
+
+def _builtin_maybe(command: list[str], number: int, s: Script, unknown: str, read_lines: ReadLines) -> None:
+    """A builtin that may or may not run (``unknown``, ``if:NAME:LINE``): what a sourced file sets
+    becomes unknown (:func:`_source_undetermined`), so does ``$PWD`` after a ``cd``."""
+    if command[0] in ("source", "."):
+        _source_undetermined(command[1:], number, s, unknown, read_lines)
+    elif command[0] in s.functions:
+        maybe(lambda scratch: call(command[0], command[1:], number, scratch, read_lines), number, s, unknown)
+    elif command[0] == "exit":
+        maybe_stop(s, number, " ".join(command), unknown)
+    elif command[0] in ("break", "continue") and s.loops:
+        raise Undecidable(unknown)
+    elif command[0] == "set":
+        set_maybe(command[1:], number, s, unknown)
+    elif command[0] == "return" and s.frames:
+        var = unknown.split(":")[1]
+        raise SpecError(
+            f"line {number}: return in a branch of {branch_of(unknown)}, which depends on "
+            f"{var if var != '?' else 'a condition planner cannot evaluate'}: planner cannot know whether "
+            f"{s.frames[-1].function} returns here"
+        )
+    elif command[0] == "sbatch" and s.heredoc is not None:
+        maybe(
+            lambda scratch: scratch.words.extend(
+                job_script(s.heredoc, number, scratch, _text_reader(read_lines))
+            ),
+            number,
+            s,
+            unknown,
+        )
+    elif command[0] in ("cd", "pushd", "popd"):
+        s.scalars["PWD"] = UNRESOLVED.format(unknown)
+    elif is_arithmetic(command):
+        arithmetic_maybe(command, number, s, unknown)
+
+
+def _builtin(command: list[str], number: int, s: Script, read_lines: ReadLines) -> bool | str:
+    """``source``/``.``, ``cd``/``pushd``/``popd`` (``$PWD``, where relative paths are found),
+    ``set -a``/``+a``/``-o allexport``, ``return [N]``, ``shift [N]`` (bash(1) "SHELL BUILTIN
+    COMMANDS") and a call of a function the script defined (:func:`.functions.call`) run on ``s``;
+    their status."""
+    name, args = command[0], command[1:]
+    if name in s.functions:
+        return call(name, args, number, s, read_lines)
+    if is_arithmetic(command):
+        return run_arithmetic(command, number, s)
+    if name == "exit":
+        exit_builtin(args, number)
+    if name == "return":
+        if not s.frames and s.depth == 0:
+            return False  # bash: "can only `return' from a function or sourced script"
+        raise Return(args[0] == "0" if args and args[0].lstrip("-").isdigit() else f"if:?:{number}")
+    if name in ("break", "continue"):
+        return loop_control(name, args, s)
+    if name == "shift":
+        count = args[0] if args else "1"
+        return shift(s, int(count)) if count.isdigit() else f"if:?:{number}"
+    if name in ("source", "."):
+        source_file(args, number, s, _text_reader(read_lines))
+    elif name == "envsubst":
+        envsubst(args, number, s)
+    elif name == "set":
+        return set_builtin(args, number, s)
+    else:
+        change_directory(command, number, s)
+    return True
