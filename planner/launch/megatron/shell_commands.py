@@ -182,13 +182,16 @@ def run_statement(stripped: str, number: int, s: Script, read_lines: ReadLines) 
         parts = split_words(expanded)
     except ValueError:
         parts = expanded.split()
-    # Leading NAME=value words set the command's environment (bash(1) "Simple Command Expansion").
-    while parts and ASSIGN.match(parts[0]) and not parts[0].startswith("-"):
-        m = ASSIGN.match(parts[0])
-        s.env[m.group(1)] = m.group(3)
-        s.scalars[m.group(1)] = m.group(3)
-        s.assigned_lines[m.group(1)] = number
-        parts = parts[1:]
+    # Leading NAME=value words set the command's environment (bash(1) "Simple Command Expansion");
+    # followed by no command (``X=1 && ...``) they are assignments of the list (_list_assignment).
+    lead = next((k for k, w in enumerate(parts) if not ASSIGN.match(w)), len(parts))
+    if lead < len(parts) and not is_separator(parts[lead]):
+        for word in parts[:lead]:
+            m = ASSIGN.match(word)
+            s.env[m.group(1)] = m.group(3)
+            s.scalars[m.group(1)] = m.group(3)
+            s.assigned_lines[m.group(1)] = number
+        parts = parts[lead:]
     start = len(s.words)
     s.words += [(w, number) for w in inner_commands(_run_builtins(parts, number, s, read_lines), s)]
     if heredoc is not None and parts and parts[0] in JOB_READERS:
@@ -285,6 +288,8 @@ def _run_builtins(parts: list[str], number: int, s: Script, read_lines: ReadLine
                 if runs is not False:
                     _builtin_maybe(command, number, s, runs, read_lines)
                 st = runs
+        elif command and all(ASSIGN.match(w) for w in command):
+            st = _list_assignment(command, number, s, runs, read_lines)
         else:
             out += parts[start : k + 1]
             st = command_status(command, number, s) if runs is True else runs
@@ -306,6 +311,26 @@ def _run_builtins(parts: list[str], number: int, s: Script, read_lines: ReadLine
     if hangs:
         after_pipefail(pipeline, last_ran, number, s)
     return out
+
+
+def _list_assignment(
+    command: list[str], number: int, s: Script, runs: bool | str, read_lines: ReadLines
+) -> bool | str:
+    """Assignments that form a command of a list (``[ -z "$TP" ] && TP=2``,
+    ``(( PP > 2 )) && MBS=1 || MBS=2``; bash(1) "Lists"): recorded as a line of them would be
+    (:func:`.assignments.assign`; the words are already expanded, so each is passed quoted) when the
+    command runs, each variable a marker naming the condition when whether it runs cannot be known
+    (:func:`undetermined`); an assignment's status is 0."""
+    if runs is False:
+        return False
+    for word in command:
+        name, _, value = word.partition("=")
+        text = f"{name}={shlex.quote(value)}"
+        if runs is True:
+            assign(text, number, s)
+        else:
+            undetermined(text, number, s, runs, read_lines)
+    return True if runs is True else runs
 
 
 def _builtin_maybe(command: list[str], number: int, s: Script, unknown: str, read_lines: ReadLines) -> None:
