@@ -4,6 +4,7 @@ marker naming the line (``if:NAME:LINE``)."""
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import shlex
 
@@ -42,11 +43,46 @@ def condition(text: str, number: int, s: Script) -> bool | str:
     text = re.sub(r"\s*;?\s*then\s*$", "", text.strip())
     if "((" in text:
         text = protect(text)
+    if "[[" in text and _PATTERN_RHS.search(text):
+        text = _mark_patterns(text)
     try:
         words = shlex.split(expand(text, s.scalars, s.arrays), posix=True)
     except ValueError:
         return f"if:?:{number}"
     return _list(words, number, s, inner=False)
+
+
+GLOB = "@@glob@@"
+"""Put before the right-hand side of ``==`` / ``=`` / ``!=`` in ``[[ ]]`` when it was written
+unquoted (:func:`_mark_patterns`): bash matches it as a pattern (bash(1) "[[ expression ]]": "the
+string to the right of the operator is considered a pattern ... Any part of the pattern may be
+quoted to force the quoted portion to be matched as a string")."""
+_PATTERN_RHS = re.compile(r"==|!=|\s=\s")
+_EXTGLOB = re.compile(r"[?*+@!]\(")
+"""An extended pattern (bash(1) "Pattern Matching", extglob): not matched here."""
+_QUOTED = re.compile(r"""^(?:'[^']*'|"(?:[^"\\]|\\.)*")$""")
+
+
+def _mark_patterns(text: str) -> str:
+    """``text`` with each unquoted right-hand side of ``==`` / ``=`` / ``!=`` inside ``[[ ]]``
+    marked :data:`GLOB` (a pattern), a wholly quoted one left as it is (a string); one partly
+    quoted (``*"70"*``) is left unmarked too, and :func:`_test` does not decide it."""
+    try:
+        lex = shlex.shlex(text, posix=False)
+        lex.whitespace_split = True
+        tokens = list(lex)
+    except ValueError:
+        return text
+    depth, out = 0, []
+    for k, tok in enumerate(tokens):
+        depth += {"[[": 1, "]]": -1}.get(tok, 0)
+        if depth > 0 and k > 0 and tokens[k - 1] in ("==", "=", "!=") and tok != "]]":
+            if not any(q in tok for q in "'\"\\"):
+                tok = GLOB + tok
+            elif not _QUOTED.match(tok):
+                tok = GLOB + "@@partly@@" + tok
+        out.append(tok)
+    return " ".join(out)
 
 
 def _list(words: list[str], number: int, s: Script, inner: bool) -> bool | str:
@@ -122,9 +158,12 @@ def _test(words: list[str], number: int, s: Script) -> bool | str:
         return _list(words, number, s, inner=True)
     negate = bool(words) and words[0] == "!"
     words = words[1:] if negate else words
-    if len(words) == 3 and words[1] in _TESTS:
-        if bracket == "[[" and re.search(r"[*?\[]", words[2]):
-            return f"if:?:{number}"  # a pattern match, not compared here
+    if len(words) == 3 and words[1] in _TESTS and words[2].startswith(GLOB):
+        pattern = words[2][len(GLOB) :]
+        if bracket != "[[" or pattern.startswith("@@partly@@") or "\\" in pattern or _EXTGLOB.search(pattern):
+            return f"if:?:{number}"  # a pattern partly quoted: not matched here
+        value = fnmatch.fnmatchcase(words[0], pattern) == (words[1] != "!=")
+    elif len(words) == 3 and words[1] in _TESTS:
         value = _TESTS[words[1]](words[0], words[2])
     elif len(words) == 3 and words[1] == "=~" and bracket == "[[":
         if re.search(r"[\\^$.|?*+()\[\]{}]", words[2]):
@@ -192,6 +231,10 @@ def command_status(command: list[str], number: int, s: Script) -> bool | str:
     ``if:NAME:LINE`` (unknown) otherwise."""
     if command and command[0] == "test":
         command = ["[", *command[1:], "]"]
+    if command[:1] == ["[["] and any(
+        a in ("==", "=", "!=") and re.search(r"[*?\[]", b) for a, b in zip(command, command[1:])
+    ):
+        return f"if:?:{number}"  # already expanded: whether the pattern was quoted is not known here
     if command and command[0] in ("[", "[[", "true", "false", ":"):
         return condition(" ".join(shlex.quote(w) for w in command), number, s)
     return f"if:?:{number}"

@@ -40,6 +40,7 @@ from planner.launch.megatron.shell_exit import (
     set_builtin,
     set_maybe,
 )
+from planner.launch.megatron.shell_printf import printf_assign, printf_maybe
 from planner.launch.megatron.shell_state import Script, branch_of
 from planner.launch.megatron.shell_text import SEPARATORS, Logical, is_separator, logical_lines, split_words
 from planner.launch.megatron.sourcing import source_file
@@ -273,7 +274,12 @@ def _run_builtins(parts: list[str], number: int, s: Script, read_lines: ReadLine
             if before in ("&&", "||"):
                 runs = status if before == "&&" else (not status if isinstance(status, bool) else status)
             pipe, pipe_runs, pipeline = [], runs, []
-        if command and (command[0] in _BUILTINS or command[0] in s.functions or is_arithmetic(command)):
+        if command and (
+            command[0] in _BUILTINS
+            or command[0] in s.functions
+            or is_arithmetic(command)
+            or command[:2] == ["printf", "-v"]
+        ):
             subshell = before in ("|", "|&") or after in ("|", "|&", "&")
             if command[0] == "exit" and subshell:
                 st: bool | str = True
@@ -366,6 +372,8 @@ def _builtin_maybe(command: list[str], number: int, s: Script, unknown: str, rea
         s.scalars["PWD"] = UNRESOLVED.format(unknown)
     elif is_arithmetic(command):
         arithmetic_maybe(command, number, s, unknown)
+    elif command[0] == "printf":
+        printf_maybe(command[1:], number, s, unknown)
 
 
 def _builtin(command: list[str], number: int, s: Script, read_lines: ReadLines) -> bool | str:
@@ -378,6 +386,8 @@ def _builtin(command: list[str], number: int, s: Script, read_lines: ReadLines) 
         return call(name, args, number, s, read_lines)
     if is_arithmetic(command):
         return run_arithmetic(command, number, s)
+    if name == "printf":
+        return printf_assign(args, number, s)
     if name == "exit":
         exit_builtin(args, number)
     if name == "return":
