@@ -429,3 +429,17 @@ def test_a_record_with_a_null_required_number_is_one_line_naming_the_key(tmp_pat
     path.write_text(yaml.safe_dump({"schema_version": 1, "run_count": 1, "runs": [run]}))
     with pytest.raises(SpecError, match=rf"runs\[0\] \(id '{run['id']}'\): key '{section}.{key}': required"):
         cases(path)
+
+
+def test_a_record_can_say_its_gradient_reduction_was_not_overlapped():
+    """``parallel.overlap_grad_reduce: false`` (a recipe that keeps Megatron-Core's default, as AMD's
+    MLPerf v5.1 Llama 3.1 8B implementation does) prices the reduction after the last backward; a
+    record without the key keeps its software's rule."""
+    from planner.calibration.run_records import overlapped_reduction
+
+    run = {"id": "x", "source": {"title": "Megatron-Bridge"}, "parallel": {"framework": "nemo"}}
+    assert overlapped_reduction(run) is True
+    run["parallel"]["overlap_grad_reduce"] = False
+    assert overlapped_reduction(run) is False
+    run["parallel"]["overlap_grad_reduce"] = True
+    assert overlapped_reduction(run) is True

@@ -136,8 +136,14 @@ def overlapped_reduction(run: dict) -> bool:
     Megatron-LM wraps the model in PyTorch's DistributedDataParallel, runs every micro-batch but the
     last under ``no_sync()`` (``forward_backward_no_pipelining``, megatron/schedules.py at
     de7dc40f88) and PyTorch's gradient buckets all-reduce during the last backward (Narayanan et
-    al. 2021's Table 1 runs up to 18B: ``DDP=torch`` in examples/sc21/run_table_1.sh)."""
+    al. 2021's Table 1 runs up to 18B: ``DDP=torch`` in examples/sc21/run_table_1.sh). A record
+    whose recipe leaves Megatron-Core's ``DistributedDataParallelConfig.overlap_grad_reduce`` at its
+    default False says so with ``parallel.overlap_grad_reduce: false`` (AMD's MLPerf v5.1 Llama 3.1
+    8B implementation builds its ``DistributedDataParallelConfig`` without it): reduced after the
+    last backward."""
     par = run.get("parallel") or {}
+    if par.get("overlap_grad_reduce") is False:
+        return False
     if par.get("framework") == "deepspeed" or str(run["id"]).startswith("bloom176b"):
         return False
     if par.get("ddp_impl") in ("torch", "local"):
