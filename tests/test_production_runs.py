@@ -118,3 +118,19 @@ def test_a_record_naming_a_preset_must_agree_with_it(tmp_path, model, reason):
     path.write_text(yaml.safe_dump(_nano_record(**model)))
     (case,) = cases(path)
     assert reason in case.skip_reason
+
+
+def test_amd_mi355x_rows_build_with_their_recipe():
+    """MLPerf Training v5.1's Llama 3.1 8B results on 8 MI355X (AMD, Dell, GigaComputing, Supermicro
+    running AMD's implementation) are priced on the mi355x-node template as the recipe ran them:
+    data parallel 8 at micro-batch 2, FP8 delayed scaling, gradients reduced in bf16 after the last
+    backward (Megatron-Core's default overlap_grad_reduce False, which the recipe keeps)."""
+    amd = [c for c in cases(RUNS) if c.run_id.startswith("mlperf51_") and "_mi355x_" in c.run_id]
+    assert sorted(c.run_id.split("_")[1] for c in amd) == ["amd", "dell", "giga", "smc"]
+    for c in amd:
+        assert not c.skip_reason, c.run_id
+        assert c.cluster.groups[0].gpu.name == "mi355x" and c.cluster.num_gpus == 8
+        assert (c.config.tp, c.config.pp, c.config.dp, c.config.micro_batch_size) == (1, 1, 8, 2)
+        assert c.job.precision == "fp8" and c.job.fp8_recipe == "delayed"
+        assert c.job.overlap_grad_reduce is False and c.job.grad_dtype == "bf16"
+        assert 29_000 < c.measured_tokens_per_s_per_gpu < 32_000
