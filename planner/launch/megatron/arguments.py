@@ -18,6 +18,7 @@ from planner.launch.megatron.flags import ACCEPTED
 from planner.launch.megatron.shell import is_separator, read_script, redirections, unresolved_in
 from planner.launch.megatron.shell_exit import launch_after_maybe_stop, no_launch
 from planner.launch.megatron.shell_state import branch_of, is_branch
+from planner.launch.megatron.shell_text import training_scripts
 
 IGNORED = {
     "--train-iters",
@@ -211,11 +212,11 @@ def megatron_words(
     script = read_script(text, preset, path)
     launch_after_maybe_stop(script)
     words = script.words
-    starts = [i for i, (w, _) in enumerate(words) if w.endswith(".py")]
+    starts = training_scripts([w for w, _ in words])
     if not starts:
         starts = _after_launcher(words)
     if not starts and script.stop is not None:
-        raise no_launch(script.stop)
+        raise no_launch(script.stop, script.missing)
     if not starts:
         return [(w, n) for w, n in words if not is_separator(w)], script.env, False
     out: list[tuple[str, int]] = []

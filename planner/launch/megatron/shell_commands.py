@@ -42,7 +42,14 @@ from planner.launch.megatron.shell_exit import (
 )
 from planner.launch.megatron.shell_printf import printf_assign, printf_maybe
 from planner.launch.megatron.shell_state import Script, branch_of
-from planner.launch.megatron.shell_text import SEPARATORS, Logical, is_separator, logical_lines, split_words
+from planner.launch.megatron.shell_text import (
+    NOT_LAUNCHERS,
+    SEPARATORS,
+    Logical,
+    is_separator,
+    logical_lines,
+    split_words,
+)
 from planner.launch.megatron.sourcing import source_file
 from planner.launch.megatron.speculative import maybe, training_in_unknown
 from planner.launch.megatron.subshell import run_subshell, subshell
@@ -141,7 +148,7 @@ def undetermined(statement: str, number: int, s: Script, unknown: str, read_line
         end = next((k for k, w in enumerate(words) if w in SEPARATORS), len(words))
         arithmetic_maybe(words[:end], number, s, unknown)
         return
-    if re.search(r"\.py\b", statement):
+    if re.search(r"\.py\b", statement) and first not in NOT_LAUNCHERS:
         training_in_unknown(number, unknown)
 
 

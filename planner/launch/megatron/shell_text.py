@@ -33,6 +33,30 @@ def is_separator(word: str) -> bool:
     return word in SEPARATORS and not isinstance(word, Quoted)
 
 
+NOT_LAUNCHERS = frozenset(
+    ("echo", "printf", "cat", "ls", "mkdir", "touch", "cp", "mv", "rm", "ln", "chmod", "test", "[", "[[")
+)
+"""Commands that name a file without running it: a ``.py`` word among their arguments
+(``echo "Error: pretrain_gpt.py not found"``, ``[ -f pretrain_gpt.py ]``, the check the
+Megatron-LM examples make before their launch) is not a training command."""
+
+
+def training_scripts(words: list[str]) -> list[int]:
+    """The indices of the ``*.py`` words among a script's command words (commands separated by
+    :func:`is_separator` words) that a command may run: not the arguments of a command of
+    :data:`NOT_LAUNCHERS`."""
+    out: list[int] = []
+    head: str | None = None
+    for k, w in enumerate(words):
+        if is_separator(w):
+            head = None
+            continue
+        first, head = head is None, w if head is None else head
+        if w.endswith(".py") and (first or head not in NOT_LAUNCHERS):
+            out.append(k)
+    return out
+
+
 def is_redirect(word: str) -> bool:
     """Whether ``word`` is a redirection (an unquoted :data:`REDIRECT` word)."""
     return REDIRECT.match(word) is not None and not isinstance(word, Quoted)

@@ -1,0 +1,82 @@
+"""Idioms of the Megatron-LM examples around their launch: a check that the training script is
+there before running it (``if [ ! -f "$PRETRAIN_SCRIPT_PATH" ]; then echo "Error: pretrain_gpt.py
+not found ..."; exit 1; fi``, examples/llama/train_llama3_8b_h100_fp8.sh and others at
+NVIDIA/Megatron-LM d98e8a64), and the shell's options before ``-c`` (``srun ... bash -x -c
+"${TRAINING_CMD}"``, examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh), each launch compared
+with the words bash gives the stub torchrun."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from planner.inputs.errors import SpecError
+from tests.conftest import bash_argv, launch_script, planner_words
+
+BASH = shutil.which("bash")
+
+CHECKED = (
+    'PRETRAIN_SCRIPT_PATH="pretrain_gpt.py"\n'
+    'if [ ! -f "$PRETRAIN_SCRIPT_PATH" ]; then\n'
+    '    echo "Error: pretrain_gpt.py not found at $PRETRAIN_SCRIPT_PATH"\n'
+    "    exit 1\n"
+    "fi\n"
+    'echo "launching pretrain_gpt.py"\n'
+    'torchrun --nproc_per_node 8 "$PRETRAIN_SCRIPT_PATH" --num-layers 2\n'
+)
+
+LAUNCHES = {
+    "options_before_c": ('bash -x -c "cd /; torchrun pretrain_gpt.py --a 1"\n', ["--a", "1"]),
+    "joined_options": ("bash -ec 'cd / && torchrun pretrain_gpt.py --a 2'\n", ["--a", "2"]),
+    "o_option": ("bash -o pipefail -c 'true || true; torchrun pretrain_gpt.py --b 3'\n", ["--b", "3"]),
+    "commands_over_lines": (
+        'CMD="\ncd /;\nexport X=1;\ntorchrun pretrain_gpt.py --c 4"\nbash -x -c "${CMD}"\n',
+        ["--c", "4"],
+    ),
+    "echo_naming_the_script_after_the_launch": (
+        'torchrun pretrain_gpt.py --d 5; echo "pretrain_gpt.py done"\n',
+        ["--d", "5"],
+    ),
+}
+
+
+def test_the_check_passes_when_the_script_is_there(tmp_path):
+    """With pretrain_gpt.py beside the script (where bash, run from there, finds it), the launch is
+    the torchrun's: the echo naming pretrain_gpt.py is not read as a training command."""
+    (tmp_path / "pretrain_gpt.py").write_text("")
+    expected = ["--num-layers", "2"]
+    assert planner_words(tmp_path, CHECKED) == expected
+    if BASH is not None:
+        assert bash_argv(launch_script(tmp_path, CHECKED), tmp_path)[0] == expected
+
+
+def test_a_failed_check_names_the_file_and_set_pwd(tmp_path):
+    """Without it, the script stops on its exit (bash too: the stub never runs), and the message
+    says where planner looked and how to run the script from the Megatron-LM checkout."""
+    if BASH is not None:
+        assert bash_argv(launch_script(tmp_path, CHECKED), tmp_path)[0] is None
+    with pytest.raises(
+        SpecError,
+        match=r"stops on line 5 \(exit 1\).*no pretrain_gpt.py in the script's own directory.*--set PWD=DIR",
+    ):
+        planner_words(tmp_path, CHECKED)
+
+
+def test_set_pwd_elsewhere_reads_the_launch(tmp_path):
+    """``--set PWD=/opt/megatron``: a directory outside the script's, on the cluster: the test is not
+    answered, the stop not taken, and the echo in its branch is no training command there either."""
+    assert planner_words(tmp_path, CHECKED, {"PWD": "/opt/megatron"}) == ["--num-layers", "2"]
+
+
+@pytest.mark.parametrize("name", sorted(LAUNCHES))
+def test_launches(name, tmp_path):
+    text, expected = LAUNCHES[name]
+    assert planner_words(tmp_path, text) == expected
+
+
+@pytest.mark.skipif(BASH is None, reason="bash is not installed")
+@pytest.mark.parametrize("name", sorted(LAUNCHES))
+def test_launches_agree_with_bash(name, tmp_path):
+    text, expected = LAUNCHES[name]
+    assert bash_argv(launch_script(tmp_path, text), tmp_path)[0] == expected
