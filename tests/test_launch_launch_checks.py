@@ -80,3 +80,35 @@ def test_launches(name, tmp_path):
 def test_launches_agree_with_bash(name, tmp_path):
     text, expected = LAUNCHES[name]
     assert bash_argv(launch_script(tmp_path, text), tmp_path)[0] == expected
+
+
+def test_backticks_are_command_substitution(tmp_path):
+    """``DIR=`pwd``` (Megatron-DeepSpeed's examples) is ``$(pwd)``: the path it prints, not a
+    variable named `pwd`; bash agrees."""
+    text = "DIR=`pwd`\nD2=`dirname $0`\ntorchrun pretrain_gpt.py --a $DIR --b $D2\n"
+    expected = ["--a", str(tmp_path), "--b", str(tmp_path)]
+    assert planner_words(tmp_path, text) == expected
+    if BASH is not None:
+        assert bash_argv(launch_script(tmp_path, text), tmp_path)[0] == expected
+
+
+def test_a_path_planner_never_reads_may_need_a_command(tmp_path):
+    """``--load /ckpt/$(whoami)``: the checkpoint path is on the cluster and prices nothing, so a
+    command or an unset variable in it is no error; in a flag planner reads it still is."""
+    from planner.launch.megatron.arguments import megatron_words, read_arguments
+
+    path = launch_script(tmp_path, "torchrun pretrain_gpt.py --load /ckpt/$(whoami) --save $OUT --lr $(x)\n")
+    words, _, _ = megatron_words(path.read_text(), None, path)
+    with pytest.raises(SpecError, match=r"--lr takes its value from \$\(x\)"):
+        read_arguments(words, "launch.sh")
+    words = [(w, n) for w, n in words if w not in ("--lr", words[-1][0])]
+    assert read_arguments(words, "launch.sh").flags["--load"].startswith("/ckpt/")
+
+
+def test_an_unknown_flag_s_value_is_not_a_second_error():
+    """A fork's flag with its value (Megatron-DeepSpeed's ``--zero-stage 1``): one refusal, the
+    flag's, not a second one for '1' as a word bash split."""
+    from planner.launch.megatron.arguments import read_arguments
+
+    args = read_arguments([("--zero-stage", 1), ("1", 1), ("--num-layers", 1), ("2", 1)], "args.txt")
+    assert args.rejected == ["--zero-stage"] and args.flags["--num-layers"] == "2"

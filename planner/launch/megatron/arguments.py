@@ -349,6 +349,8 @@ def read_arguments(words: list[tuple[str, int]], where: str, strict: bool = Fals
         if kind is None:
             rejected.append(w)
             lines.setdefault(w, line)
+            if value is None and i < len(words) and not words[i][0].startswith("-"):
+                i += 1  # its value, most likely (a fork's --zero-stage 1): one error, the flag's
             continue
         if kind == "value" and value is None:
             if i < len(words) and not (words[i][0].startswith("--") and len(words[i][0]) > 2):
@@ -360,13 +362,36 @@ def read_arguments(words: list[tuple[str, int]], where: str, strict: bool = Fals
                 vals.append(words[i][0])
                 i += 1
             value = " ".join(vals) if vals else None
-        if value is not None:
+        if value is not None and w not in UNREAD_PATHS:
             _check_resolved(value, w, line, where)
         flags[w], lines[w] = value, line
         if w in MODELLED:
             continue
         (ignored if w in IGNORED else unknown).append(w)
     return Arguments(where, flags, lines, ignored, unknown, rejected)
+
+
+UNREAD_PATHS = frozenset(
+    (
+        "--save",
+        "--load",
+        "--data-path",
+        "--train-data-path",
+        "--valid-data-path",
+        "--test-data-path",
+        "--data-cache-path",
+        "--tensorboard-dir",
+        "--wandb-project",
+        "--wandb-exp-name",
+        "--wandb-save-dir",
+        "--vocab-file",
+        "--merge-file",
+        "--pretrained-checkpoint",
+    )
+)
+"""Flags naming a path or a run on the cluster, whose value planner never reads: one that needs a
+variable the script never sets or a command (``--load /ckpt/$(whoami)``) is not an error, since
+the launch is priced the same whatever it is (the tokenizer's ``--tokenizer-model`` is read)."""
 
 
 def _check_resolved(value: str, flag: str, line: int, where: str) -> None:

@@ -253,7 +253,11 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
     if s.startswith("`"):
         end = s.find("`", 1)
         if end > 0:
-            return command_marker(s[: end + 1]), end + 1
+            # bash(1) "Command Substitution": `command` is $(command), a backslash inside escaping
+            # only $, ` and \; written back as $( ) so that messages name it as a command
+            inner = re.sub(r"\\([$`\\])", r"\1", s[1:end])
+            value = _path_output(inner, scalars, arrays)
+            return (value if value is not None else command_marker(f"$({inner})")), end + 1
         return None, 0
     if s.startswith("$("):
         depth, j = 0, 1
