@@ -231,7 +231,9 @@ def subshell_list(
         if runs is True:
             run_statement(rest, number, s, read_lines)
         elif runs is False:
-            s.status = status
+            s.status = status  # the next command is skipped, the list goes on with this status
+            if rest:
+                run_statement(f"{'true' if status else 'false'} {op} {rest}", number, s, read_lines)
         else:
             undetermined(rest, number, s, runs, read_lines)
             s.status = runs

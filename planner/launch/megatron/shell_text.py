@@ -173,6 +173,9 @@ def logical_lines(text: str) -> list[Logical]:
         if _open_quote(buf):
             buf += "\n"
             continue
+        if _CONTINUED.search(buf) and i < len(raws) and _heredoc(buf) is None:
+            buf += " "  # bash(1) "Lists": a newline after && / || / | continues the list
+            continue
         depth = _paren_depth(buf)
         if depth > 0 and re.match(
             r"^\s*(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?\w+\+?=\(", buf
@@ -197,6 +200,11 @@ def logical_lines(text: str) -> list[Logical]:
     if buf:
         out.append(Logical(buf, start))
     return out
+
+
+_CONTINUED = re.compile(r"(?<![\\|])(?:&&|\|\||\|)\s*$")
+"""A line ending in an unquoted control operator that needs a command after it (``&&``, ``||``,
+``|``; not an escaped ``\\|``): bash reads the list on into the next line."""
 
 
 def _open_quote(text: str) -> bool:
