@@ -298,3 +298,37 @@ def statements(line: str) -> list[str]:
         i += 1
     out.append(buf.strip())
     return [x for x in out if x]
+
+
+def and_or_segments(text: str) -> list[str]:
+    """``text`` (one statement) split at its unquoted ``&&`` and ``||`` (outside ``$( )``,
+    backticks and ``[[ ]]``), the operators kept between the pieces: ``["A", "&&", "B"]``. bash(1)
+    "Lists" runs the commands of such a list one after the other, and expands each when it reaches
+    it, so ``X=1 && Y=$X`` gives Y the new X."""
+    out: list[str] = []
+    buf, quote, depth, tests, i = "", None, 0, 0, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and quote != "'":
+            buf, i = buf + text[i : i + 2], i + 2
+            continue
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"`":
+            quote = ch
+        elif ch in "()":
+            depth = depth + 1 if ch == "(" else max(0, depth - 1)
+        elif text.startswith("[[", i) and (i == 0 or text[i - 1] in " \t;&|("):
+            tests, buf, i = tests + 1, buf + "[[", i + 2
+            continue
+        elif text.startswith("]]", i) and tests:
+            tests, buf, i = tests - 1, buf + "]]", i + 2
+            continue
+        elif depth == 0 and not tests and text.startswith(("&&", "||"), i):
+            out += [buf, text[i : i + 2]]
+            buf, i = "", i + 2
+            continue
+        buf += ch
+        i += 1
+    out.append(buf)
+    return out
