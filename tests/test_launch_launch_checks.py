@@ -112,3 +112,14 @@ def test_an_unknown_flag_s_value_is_not_a_second_error():
 
     args = read_arguments([("--zero-stage", 1), ("1", 1), ("--num-layers", 1), ("2", 1)], "args.txt")
     assert args.rejected == ["--zero-stage"] and args.flags["--num-layers"] == "2"
+
+
+def test_a_script_that_submits_a_job_file_names_it(tmp_path):
+    """Megatron-LM's SC21 scripts (examples/academic_paper_scripts/sc21/SBATCH.sh) submit the
+    launch as a file, ``sbatch ... SRUN.sh``, then ``exit 0``: planner does not read that file, and
+    says to check it."""
+    text = 'sbatch -p "$P" --nodes=2 --export=MEGATRON_PARAMS SRUN.sh\nexit 0\n'
+    with pytest.raises(
+        SpecError, match=r"stops on line 3 \(exit 0\).*submits SRUN.sh with sbatch.*check that file"
+    ):
+        planner_words(tmp_path, text)

@@ -216,7 +216,7 @@ def megatron_words(
     if not starts:
         starts = _after_launcher(words)
     if not starts and script.stop is not None:
-        raise no_launch(script.stop, script.missing)
+        raise no_launch(script.stop, script.missing, _submitted([w for w, _ in words]))
     if not starts:
         return [(w, n) for w, n in words if not is_separator(w)], script.env, False
     out: list[tuple[str, int]] = []
@@ -226,6 +226,20 @@ def megatron_words(
         dropped = redirections([w for w, _ in command[:end]])
         out += [word for k, word in enumerate(command[:end]) if k not in dropped]
     return out, script.env, True
+
+
+def _submitted(words: list[str]) -> list[str]:
+    """The job script files ``sbatch [OPTIONS] FILE`` submits (its last word, when not an option),
+    which planner does not read: the launch is in them."""
+    out, command = [], []
+    for w in [*words, ";"]:
+        if not is_separator(w):
+            command.append(w)
+            continue
+        if len(command) > 1 and command[0] == "sbatch" and not command[-1].startswith("-"):
+            out.append(command[-1])
+        command = []
+    return out
 
 
 _LAUNCHER_NAMES = (

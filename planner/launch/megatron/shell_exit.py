@@ -256,14 +256,21 @@ def required(exc: Required, number: int) -> Exit | SpecError:
     )
 
 
-def no_launch(stop: Exit, missing: list[str] = ()) -> SpecError:
+def no_launch(stop: Exit, missing: list[str] = (), submitted: list[str] = ()) -> SpecError:
     """The error for a script that stops before any training command runs; ``missing``: relative
     paths a file test did not find in the directory planner runs the script from (its own), named
-    with the way to run it from another (``--set PWD=DIR``)."""
+    with the way to run it from another (``--set PWD=DIR``); ``submitted``: job script files
+    ``sbatch FILE`` submits, which planner does not read (the launch is in them)."""
     hint = ""
+    if submitted:
+        files = ", ".join(dict.fromkeys(submitted))
+        hint += (
+            f"; it submits {files} with sbatch, a job script planner does not read: check that file, "
+            "with --set for what it inherits"
+        )
     if missing:
         files = ", ".join(dict.fromkeys(missing))
-        hint = (
+        hint += (
             f"; a file test found no {files} in the script's own directory, where planner runs it: "
             "for a script run from another directory (the Megatron-LM checkout), pass planner check --set PWD=DIR"
         )
