@@ -44,6 +44,10 @@ LAUNCHES = {
         'L="$L $a$b"; done; done\ntorchrun pretrain_gpt.py $L $a $b\n',
         ["00", "01", "02", "10", "11", "1", "2"],
     ),
+    "no_space_in_a_branch_that_does_not_run": (
+        "A=x\nif false; then\n  for((i=0;i<3;i++)); do A=$i; done\nfi\ntorchrun pretrain_gpt.py $A\n",
+        ["x"],
+    ),
     "never_runs": (
         "A=x\nfor (( i = 5; i < 3; i++ )); do A=y; done\ntorchrun pretrain_gpt.py $A $i\n",
         ["x", "5"],

@@ -160,8 +160,10 @@ def _read_lines(lines: list[Logical], s: Script) -> None:
         stripped, number = logical.text.strip(), logical.number
         if not stripped:
             continue
-        opener = stripped.split(None, 1)[0] in ("for", "while", "until") or stripped.startswith("for((")
-        if opener and all(b.active for b in stack):
+        if stripped.startswith("for(("):  # the arithmetic for written without a space
+            stripped = "for " + stripped[3:]
+            logical = logical._replace(text=stripped)
+        if stripped.split(None, 1)[0] in ("for", "while", "until") and all(b.active for b in stack):
             mark = it.mark()
             loop = read_loop(logical, it)
             if loop is not None:
