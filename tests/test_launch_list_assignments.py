@@ -40,6 +40,15 @@ LAUNCHES = {
         "X=1 && Y=2\n[ $X = 1 ] && Z=3\ntorchrun pretrain_gpt.py $X $Y $Z\n",
         ["1", "2", "3"],
     ),
+    "each_command_expanded_when_reached": (
+        'X=0\nX=1 && Y=$X\nA=a; true && A=b || A=c; B=$A\n[ -n "$Y" ] && Z=$Y$X\ntorchrun pretrain_gpt.py $Y $B $Z\n',
+        ["1", "b", "11"],
+    ),
+    "under_set_e_with_a_function_and_arithmetic": (
+        "set -e\nf() { V=5; return 0; }\nf && W=$V\nN=2\n(( N > 1 )) && N=$(( N * 4 )) && M=$N\nfalse || M=$M$W\n"
+        "torchrun pretrain_gpt.py $W $M\n",
+        ["5", "85"],
+    ),
     "command_environment_is_still_a_prefix": (
         "NCCL_DEBUG=INFO torchrun pretrain_gpt.py --a 1\n",
         ["--a", "1"],

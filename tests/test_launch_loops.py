@@ -150,7 +150,7 @@ def test_required_variable_from_the_environment_names_it_and_set(tmp_path):
     [
         'for f in $(ls); do A="$f"; done\n',  # a word from a command planner does not run
         "while read -r f; do A=$f; done < list.txt\n",  # while: a run-time condition, a redirection
-        "for ((i = 0; i < 2; i++)); do A=$i; done\n",  # the arithmetic form
+        "for ((i = 0; i < $(nproc); i++)); do A=$i; done\n",  # arithmetic on a command not run
     ],
 )
 def test_loops_that_cannot_run_stay_undeterminable(loop, tmp_path):

@@ -28,6 +28,7 @@ SHAPE = (
         ("--tokenizer-type HuggingFaceTokenizer --tokenizer-model mistralai/Mistral-7B-v0.3", 1, 32768),
         ("--tokenizer-type HuggingFaceTokenizer --tokenizer-model Qwen/Qwen3-8B", 1, 151936),
         ("--tokenizer-type HuggingFaceTokenizer --tokenizer-model Qwen/Qwen2.5-7B", 8, 152576),
+        ("--tokenizer-type HuggingFaceTokenizer --tokenizer-model deepseek-ai/DeepSeek-V3", 1, 129280),
     ],
 )
 def test_known_tokenizer_needs_no_vocab_size(tokenizer, tp, vocab):

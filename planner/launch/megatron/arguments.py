@@ -18,6 +18,7 @@ from planner.launch.megatron.flags import ACCEPTED
 from planner.launch.megatron.shell import is_separator, read_script, redirections, unresolved_in
 from planner.launch.megatron.shell_exit import launch_after_maybe_stop, no_launch
 from planner.launch.megatron.shell_state import branch_of, is_branch
+from planner.launch.megatron.shell_text import training_scripts
 
 IGNORED = {
     "--train-iters",
@@ -211,11 +212,11 @@ def megatron_words(
     script = read_script(text, preset, path)
     launch_after_maybe_stop(script)
     words = script.words
-    starts = [i for i, (w, _) in enumerate(words) if w.endswith(".py")]
+    starts = training_scripts([w for w, _ in words])
     if not starts:
         starts = _after_launcher(words)
     if not starts and script.stop is not None:
-        raise no_launch(script.stop)
+        raise no_launch(script.stop, script.missing, _submitted([w for w, _ in words]))
     if not starts:
         return [(w, n) for w, n in words if not is_separator(w)], script.env, False
     out: list[tuple[str, int]] = []
@@ -225,6 +226,20 @@ def megatron_words(
         dropped = redirections([w for w, _ in command[:end]])
         out += [word for k, word in enumerate(command[:end]) if k not in dropped]
     return out, script.env, True
+
+
+def _submitted(words: list[str]) -> list[str]:
+    """The job script files ``sbatch [OPTIONS] FILE`` submits (its last word, when not an option),
+    which planner does not read: the launch is in them."""
+    out, command = [], []
+    for w in [*words, ";"]:
+        if not is_separator(w):
+            command.append(w)
+            continue
+        if len(command) > 1 and command[0] == "sbatch" and not command[-1].startswith("-"):
+            out.append(command[-1])
+        command = []
+    return out
 
 
 _LAUNCHER_NAMES = (
@@ -348,6 +363,8 @@ def read_arguments(words: list[tuple[str, int]], where: str, strict: bool = Fals
         if kind is None:
             rejected.append(w)
             lines.setdefault(w, line)
+            if value is None and i < len(words) and not words[i][0].startswith("-"):
+                i += 1  # its value, most likely (a fork's --zero-stage 1): one error, the flag's
             continue
         if kind == "value" and value is None:
             if i < len(words) and not (words[i][0].startswith("--") and len(words[i][0]) > 2):
@@ -359,13 +376,36 @@ def read_arguments(words: list[tuple[str, int]], where: str, strict: bool = Fals
                 vals.append(words[i][0])
                 i += 1
             value = " ".join(vals) if vals else None
-        if value is not None:
+        if value is not None and w not in UNREAD_PATHS:
             _check_resolved(value, w, line, where)
         flags[w], lines[w] = value, line
         if w in MODELLED:
             continue
         (ignored if w in IGNORED else unknown).append(w)
     return Arguments(where, flags, lines, ignored, unknown, rejected)
+
+
+UNREAD_PATHS = frozenset(
+    (
+        "--save",
+        "--load",
+        "--data-path",
+        "--train-data-path",
+        "--valid-data-path",
+        "--test-data-path",
+        "--data-cache-path",
+        "--tensorboard-dir",
+        "--wandb-project",
+        "--wandb-exp-name",
+        "--wandb-save-dir",
+        "--vocab-file",
+        "--merge-file",
+        "--pretrained-checkpoint",
+    )
+)
+"""Flags naming a path or a run on the cluster, whose value planner never reads: one that needs a
+variable the script never sets or a command (``--load /ckpt/$(whoami)``) is not an error, since
+the launch is priced the same whatever it is (the tokenizer's ``--tokenizer-model`` is read)."""
 
 
 def _check_resolved(value: str, flag: str, line: int, where: str) -> None:

@@ -5,6 +5,7 @@ marker naming the line (``if:NAME:LINE``)."""
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import shlex
 
@@ -189,6 +190,8 @@ def _test(words: list[str], number: int, s: Script) -> bool | str:
             s.assumed.add(f"if:?:{number}")  # a stop guarded by it is not taken (shell_exit.maybe_stop)
             return f"if:?:{number}"  # a file outside the script's directory: on the cluster, not here
         value = known
+        if not known and not words[1].startswith("/") and pwd and os.path.realpath(pwd) == s.root:
+            s.missing.append(words[1])  # not in the directory planner assumes the script runs from
     elif len(words) == 1:
         value = words[0] != ""
     elif len(words) == 0:

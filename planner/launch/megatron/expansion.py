@@ -9,6 +9,7 @@ and a command substitution is never run, except the pure path commands of
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import shlex
@@ -253,7 +254,11 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
     if s.startswith("`"):
         end = s.find("`", 1)
         if end > 0:
-            return command_marker(s[: end + 1]), end + 1
+            # bash(1) "Command Substitution": `command` is $(command), a backslash inside escaping
+            # only $, ` and \; written back as $( ) so that messages name it as a command
+            inner = re.sub(r"\\([$`\\])", r"\1", s[1:end])
+            value = _path_output(inner, scalars, arrays)
+            return (value if value is not None else command_marker(f"$({inner})")), end + 1
         return None, 0
     if s.startswith("$("):
         depth, j = 0, 1
@@ -315,12 +320,36 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
         if op in (":=", "=") and value is not None:
             scalars[name] = value
         return (value if value is not None else _unset(name, scalars)), used
+    m = re.match(r"\$\{([A-Za-z_]\w*)(%%|%|##|#)([^}'\"\\]*)\}", s)
+    if m:
+        name = resolve(m.group(1), scalars)
+        value = _scalar(name, scalars, arrays)
+        if value is None:
+            return _unset(name, scalars), m.end()
+        if unresolved_in(value) is not None:
+            return value, m.end()  # what it is cut from cannot be known: its marker stays
+        return _removed(value, m.group(2), expand_word(m.group(3), scalars, arrays)), m.end()
+    m = re.match(r"\$\{[A-Za-z_]\w*[^\w}'\"$][^}'\"$]*\}", s)
+    if m:  # ${NAME/a/b}, ${NAME:1:2}, ${NAME^^}: not evaluated, a marker naming it (never its text)
+        return command_marker(m.group(0)), m.end()
     m = re.match(r"\$([A-Za-z_]\w*)", s)
     if m:
         name = resolve(m.group(1), scalars)
         value = _scalar(name, scalars, arrays)
         return (value if value is not None else _unset(name, scalars)), m.end()
     return None, 0
+
+
+def _removed(value: str, op: str, pattern: str) -> str:
+    """``${NAME%PATTERN}`` (``%%``: the longest), ``${NAME#PATTERN}`` (``##``): NAME's value
+    without the shortest (longest) suffix (prefix) PATTERN matches as a pathname pattern (bash(1)
+    "Parameter Expansion", "Remove matching suffix/prefix pattern")."""
+    cuts = range(len(value) + 1)
+    if op.startswith("%"):
+        ends = [k for k in cuts if fnmatch.fnmatchcase(value[k:], pattern)]
+        return value[: (min(ends) if op == "%%" else max(ends))] if ends else value
+    starts = [k for k in cuts if fnmatch.fnmatchcase(value[:k], pattern)]
+    return value[(max(starts) if op == "##" else min(starts)) :] if starts else value
 
 
 def _positional(n: str, scalars: dict[str, str]) -> str | None:

@@ -8,6 +8,11 @@
   succeeds (``until``: fails), LIST evaluated as an ``if`` condition is
   (:func:`.conditions.condition`: ``[ "$i" -lt 3 ]``, ``(( i < 3 ))``, ``true``, ...) before each
   round.
+* ``for (( INIT; COND; STEP ))``: "expr1 is evaluated ... expr2 is then evaluated repeatedly until
+  it evaluates to zero. Each time expr2 evaluates to a non-zero value, list is executed and the
+  arithmetic expression expr3 is evaluated" (an omitted expression is 1), each as ``(( ))``
+  evaluates it (:mod:`.shell_arithmetic`, through :func:`.conditions.condition`); a ``continue``
+  still evaluates STEP, a ``break`` does not.
 * ``break [N]`` / ``continue [N]``: leave (go on with the next round of) the N-th enclosing loop;
   outside a loop, and in a function called from one, they do nothing (bash says "only meaningful
   in a `for', `while', or `until' loop").
@@ -21,8 +26,8 @@ the loop's line): a word list that holds an unresolved value or more than
 redirection or pipe after ``done`` (``done < FILE``) or text after ``done`` on its line. A
 ``while`` / ``until`` still running after :data:`MAX_ITERATIONS` rounds is left the same way
 (``cap:?:LINE``, a message naming the cap), so a script never hangs planner; more than
-:data:`MAX_LOOP_RUNS` bodies run in all (nested loops) is an error naming it. ``select`` and the
-arithmetic ``for (( ... ))`` are always left (their rounds are run-time).
+:data:`MAX_LOOP_RUNS` bodies run in all (nested loops) is an error naming it. ``select`` is
+always left (its rounds are run-time).
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ _FOR = re.compile(r"^for\s+([A-Za-z_]\w*)(\s+in(?:\s+(.*?))?)?\s*$")
 """``for NAME in WORDS`` (the words may be empty) or ``for NAME`` (over ``"$@"``)."""
 _WHILE = re.compile(r"^(while|until)\s+(.*\S)\s*$", re.S)
 """``while LIST`` / ``until LIST`` (LIST one command list, up to its ``; do``)."""
+_ARITH_FOR = re.compile(r"^for\s*\(\((.*)\)\)$", re.S)
+"""``for (( INIT; COND; STEP ))`` (bash(1) "Compound Commands")."""
 _OPENERS = ("for", "while", "until", "select")
 
 
@@ -113,6 +120,8 @@ class Loop:
 
 
 def _first(statement: str) -> str:
+    if statement.startswith("for(("):
+        return "for"
     return statement.split(None, 1)[0] if statement.strip() else ""
 
 
@@ -122,8 +131,10 @@ def read_loop(logical: Logical, lines: Lines) -> Loop | None:
     were) when it is not a loop this module runs (the module docstring)."""
     parts = statements(logical.text.strip())
     head = parts[0] if parts else ""
-    m, w = _FOR.match(head), _WHILE.match(head)
-    if m is None and (w is None or _first(w.group(2)) in ("do", "done")):
+    m, w, a = _FOR.match(head), _WHILE.match(head), _ARITH_FOR.match(head)
+    if a is not None:
+        m = None
+    elif m is None and (w is None or _first(w.group(2)) in ("do", "done")):
         return None
     mark = lines.mark()
     rest = parts[1:]
@@ -154,6 +165,8 @@ def read_loop(logical: Logical, lines: Lines) -> Loop | None:
                         return None
                     if kept:
                         body.append(Logical("; ".join(kept), number, heredoc))
+                    if a is not None:
+                        return Loop("for((", "", a.group(1), body, logical.number)
                     if m is not None:
                         words = (m.group(3) or "") if m.group(2) else None
                         return Loop("for", m.group(1), words, body, logical.number)
@@ -200,13 +213,19 @@ def run_loop(loop: Loop, s: Script, read_lines: Callable[[list[Logical], Script]
                 if _round(loop, s, read_lines):
                     break
             return None
+        test, step = loop.words, None
+        if loop.kind == "for((":
+            init, cond, step = _arithmetic_parts(loop)
+            _expression(init, loop.line, s)
+            test = f"(( {cond} ))" if cond.strip() else "true"  # an empty COND is 1
         for _ in range(MAX_ITERATIONS):
-            known = condition(loop.words, loop.line, s)  # runs no command: set -e has nothing to stop
+            known = condition(test, loop.line, s)  # runs no command: set -e has nothing to stop
             if isinstance(known, str):
                 unknown = f"loop:{known.split(':')[1]}:{loop.line}"  # the variable it depends on
                 break
             if known == (loop.kind == "until") or _round(loop, s, read_lines):
                 return None
+            _expression(step, loop.line, s)  # after the body and after a continue, not a break
         else:
             unknown = f"cap:?:{loop.line}"
     except Undecidable as exc:
@@ -217,6 +236,25 @@ def run_loop(loop: Loop, s: Script, read_lines: Callable[[list[Logical], Script]
     s.__dict__.update(saved)
     s.loop_runs = runs
     return unknown
+
+
+def _arithmetic_parts(loop: Loop) -> tuple[str, str, str]:
+    """INIT, COND and STEP of ``for (( INIT; COND; STEP ))``; any of them may be empty. Not three
+    (bash's syntax error): the loop cannot be run (:class:`Undecidable`)."""
+    parts = loop.words.split(";")
+    if len(parts) != 3:
+        raise Undecidable(f"loop:?:{loop.line}")
+    return parts[0], parts[1], parts[2]
+
+
+def _expression(text: str | None, line: int, s: Script) -> None:
+    """An arithmetic for's INIT or STEP run on ``s`` (its value does not matter); one that needs a
+    value planner cannot know makes the loop one it cannot run."""
+    if text is None or not text.strip():
+        return
+    known = condition(f"(( {text} ))", line, s)
+    if isinstance(known, str):
+        raise Undecidable(known)
 
 
 def _round(loop: Loop, s: Script, read_lines: Callable[[list[Logical], Script], None]) -> bool:

@@ -63,7 +63,7 @@ from planner.launch.megatron.shell_text import (
 )
 from planner.launch.megatron.sourcing import MAX_SOURCE_DEPTH
 from planner.launch.megatron.speculative import maybe
-from planner.launch.megatron.subshell import Subshell, read_subshell
+from planner.launch.megatron.subshell import Subshell, opened_after, read_subshell
 
 __all__ = [
     "MAX_SOURCE_DEPTH",
@@ -160,6 +160,9 @@ def _read_lines(lines: list[Logical], s: Script) -> None:
         stripped, number = logical.text.strip(), logical.number
         if not stripped:
             continue
+        if stripped.startswith("for(("):  # the arithmetic for written without a space
+            stripped = "for " + stripped[3:]
+            logical = logical._replace(text=stripped)
         if stripped.split(None, 1)[0] in ("for", "while", "until") and all(b.active for b in stack):
             mark = it.mark()
             loop = read_loop(logical, it)
@@ -178,9 +181,14 @@ def _read_lines(lines: list[Logical], s: Script) -> None:
                 s.functions[fn.name] = unknown
             continue
         sub = read_subshell(logical, it) if stripped.startswith("(") else None
+        mid = opened_after(stripped) if sub is None and "(" in stripped else None
+        if mid is not None:  # "cd DIR && (" with its list on the lines after
+            sub = read_subshell(Logical("(" + mid[2], number, logical.heredoc), it)
         s.heredoc = logical.heredoc if sub is None else None
         try:
-            if sub is None:
+            if mid is not None:
+                _after_list(mid[0], mid[1], sub, s, stack)
+            elif sub is None:
                 nounset_probe(
                     lambda probe: _logical(stripped, number, probe, copy.deepcopy(stack)), number, s
                 )
@@ -217,6 +225,44 @@ def _subshell(sub: Subshell, s: Script, stack: list[_Branch]) -> None:
         )
     if sub.op in (";", "&") and sub.rest:
         _logical(sub.rest, sub.end, s, stack)
+
+
+def _after_list(prefix: str, op: str, sub: Subshell, s: Script, stack: list[_Branch]) -> None:
+    """``LIST && (`` (``||``, ``|``) with the subshell's list on the lines after: LIST runs first
+    (``set -e`` ignored before ``&&`` / ``||``), then the subshell when its status says so
+    (:func:`_subshell`; both sides of a ``|``), and what follows its ``)`` as bash's list goes on:
+    after ``&&`` / ``||`` on the status of what ran last; a status that cannot be known makes the
+    subshell a branch that cannot be known."""
+    if not all(b.active for b in stack):
+        _conditional(prefix, sub.line, s, stack)
+        _subshell(sub, s, stack)
+        return
+    s.errexit_ignored += op != "|"
+    try:
+        run_statement(prefix, sub.line, s, _read_lines)
+    finally:
+        s.errexit_ignored -= op != "|"
+    status = s.status
+    if op == "|":
+        runs: bool | str = True
+    else:
+        runs = status if op == "&&" else (not status if isinstance(status, bool) else status)
+    if runs is True:
+        _subshell(sub, s, stack)
+        return
+    if isinstance(runs, str):
+        _subshell(sub._replace(op="", rest=""), s, [*stack, _Branch(False, False, runs)])
+        s.status = runs
+    else:
+        s.status = status
+    if sub.rest and sub.op in (";", "&"):
+        _logical(sub.rest, sub.end, s, stack)
+    elif not sub.rest or sub.op not in ("&&", "||"):
+        return  # "( LIST ) | CMD": the pipeline the list skipped
+    elif isinstance(s.status, str):
+        undetermined(sub.rest, sub.end, s, s.status, _read_lines)
+    else:  # the list goes on with the status of LIST (the subshell skipped)
+        run_statement(f"{'true' if s.status else 'false'} {sub.op} {sub.rest}", sub.end, s, _read_lines)
 
 
 _GROUP = re.compile(r"(?:^|[\s;])[{}](?=[\s;]|$)")

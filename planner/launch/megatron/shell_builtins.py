@@ -87,12 +87,14 @@ def change_directory(command: list[str], number: int, s: Script) -> None:
 def inner_commands(parts: list[str], s: Script) -> list[str]:
     """``bash -c 'STRING' name args...``: the words bash would run (STRING re-split with ``"$@"``
     bound to args, and its references expanded in the environment the inner shell inherits,
-    :func:`.heredoc.exported`). An unquoted ``|``, ``;``, ``&``, ``<`` or ``>`` inside STRING
-    splits the command there, as bash would: a SpecError naming it (a value such as a pipeline
-    layout must be quoted)."""
+    :func:`.heredoc.exported`); the shell's options may come before ``-c`` (:func:`_command_string`).
+    STRING's ``;``, ``&&`` and ``||`` separate its commands (``cd DIR; python pretrain_gpt.py ...``);
+    an unquoted ``|``, ``&``, ``<``, ``>`` or parenthesis inside it splits the command there, as
+    bash would: a SpecError naming it (a value such as a pipeline layout must be quoted)."""
     for k, w in enumerate(parts[:-1]):
-        if w in ("bash", "sh", "/bin/bash", "/bin/sh") and parts[k + 1] == "-c" and k + 2 < len(parts):
-            inner, rest = parts[k + 2], parts[k + 4 :]
+        at = _command_string(parts, k) if w in ("bash", "sh", "/bin/bash", "/bin/sh") else None
+        if at is not None:
+            inner, rest = parts[at], parts[at + 2 :]
             end = next((j for j, x in enumerate(rest) if is_separator(x)), len(rest))
             dropped = redirections(rest[:end])
             rest, tail = [x for j, x in enumerate(rest[:end]) if j not in dropped], rest[end:]
@@ -107,11 +109,25 @@ def inner_commands(parts: list[str], s: Script) -> list[str]:
             except ValueError as exc:
                 raise SpecError(f"the bash -c command string does not parse: {exc}") from None
             for i, x in enumerate(words):
-                if x and set(x) <= set("|;&<>()") and x != "&&":
+                if x and set(x) <= set("|;&<>()") and x not in (";", "&&", "||"):
                     before = " ".join(words[max(0, i - 2) : i])
                     raise SpecError(
                         f"the bash -c command string has an unquoted {x!r} after {before!r}: the inner "
                         'shell splits the command there (quote the value, or pass the arguments as "$@")'
                     )
-            return parts[:k] + inner_commands([x for x in words if x != "&&"], s) + tail
+            return parts[:k] + inner_commands(words, s) + tail
     return parts
+
+
+def _command_string(parts: list[str], k: int) -> int | None:
+    """The index of the command string of the shell ``parts[k]`` (``bash -c STRING``, also after
+    the shell's options, ``bash -x -c``, ``bash -ex -c``, ``bash -lc``, ``bash -o pipefail -c``;
+    bash(1) "OPTIONS": "commands are read from the first non-option argument"), None when it is
+    not run with ``-c``."""
+    i = k + 1
+    while i < len(parts) and len(parts[i]) > 1 and parts[i][0] in "-+" and not is_separator(parts[i]):
+        option = parts[i]
+        if option[0] == "-" and "c" in option[1:] and option[1:].isalpha():
+            return i + 1 if i + 1 < len(parts) else None
+        i += 2 if option in ("-o", "+o", "-O", "+O") else 1
+    return None

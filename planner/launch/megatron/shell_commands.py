@@ -42,7 +42,15 @@ from planner.launch.megatron.shell_exit import (
 )
 from planner.launch.megatron.shell_printf import printf_assign, printf_maybe
 from planner.launch.megatron.shell_state import Script, branch_of
-from planner.launch.megatron.shell_text import SEPARATORS, Logical, is_separator, logical_lines, split_words
+from planner.launch.megatron.shell_text import (
+    NOT_LAUNCHERS,
+    SEPARATORS,
+    Logical,
+    and_or_segments,
+    is_separator,
+    logical_lines,
+    split_words,
+)
 from planner.launch.megatron.sourcing import source_file
 from planner.launch.megatron.speculative import maybe, training_in_unknown
 from planner.launch.megatron.subshell import run_subshell, subshell
@@ -141,7 +149,7 @@ def undetermined(statement: str, number: int, s: Script, unknown: str, read_line
         end = next((k for k, w in enumerate(words) if w in SEPARATORS), len(words))
         arithmetic_maybe(words[:end], number, s, unknown)
         return
-    if re.search(r"\.py\b", statement):
+    if re.search(r"\.py\b", statement) and first not in NOT_LAUNCHERS:
         training_in_unknown(number, unknown)
 
 
@@ -178,11 +186,8 @@ def run_statement(stripped: str, number: int, s: Script, read_lines: ReadLines) 
     if words and words[0] == "unset":
         unset(words[1:], number, s)
         return
-    expanded = expand(stripped.replace("\n", " "), s.scalars, s.arrays)
-    try:
-        parts = split_words(expanded)
-    except ValueError:
-        parts = expanded.split()
+    segments = and_or_segments(stripped) if "&&" in stripped or "||" in stripped else [stripped]
+    parts = _expanded_words(segments[0], s)  # the list's other commands: when it reaches them
     # Leading NAME=value words set the command's environment (bash(1) "Simple Command Expansion");
     # followed by no command (``X=1 && ...``) they are assignments of the list (_list_assignment).
     lead = next((k for k, w in enumerate(parts) if not ASSIGN.match(w)), len(parts))
@@ -194,7 +199,8 @@ def run_statement(stripped: str, number: int, s: Script, read_lines: ReadLines) 
             s.assigned_lines[m.group(1)] = number
         parts = parts[lead:]
     start = len(s.words)
-    s.words += [(w, number) for w in inner_commands(_run_builtins(parts, number, s, read_lines), s)]
+    ran = _run_builtins(parts, number, s, read_lines, segments[1:])
+    s.words += [(w, number) for w in inner_commands(ran, s)]
     if heredoc is not None and parts and parts[0] in JOB_READERS:
         s.words += job_script(heredoc, number, s, _text_reader(read_lines))
     if len(s.words) > start and not is_separator(s.words[-1][0]):
@@ -224,7 +230,9 @@ def subshell_list(
         if runs is True:
             run_statement(rest, number, s, read_lines)
         elif runs is False:
-            s.status = status
+            s.status = status  # the next command is skipped, the list goes on with this status
+            if rest:
+                run_statement(f"{'true' if status else 'false'} {op} {rest}", number, s, read_lines)
         else:
             undetermined(rest, number, s, runs, read_lines)
             s.status = runs
@@ -246,7 +254,18 @@ def subshell_list(
         maybe_stop(s, number, f"set -e (line {s.errexit}) and {shown!r} may fail", status)
 
 
-def _run_builtins(parts: list[str], number: int, s: Script, read_lines: ReadLines) -> list[str]:
+def _expanded_words(text: str, s: Script) -> list[str]:
+    """The words of ``text`` (one command or pipeline of a list), expanded now (:mod:`.expansion`)."""
+    expanded = expand(text.replace("\n", " "), s.scalars, s.arrays)
+    try:
+        return split_words(expanded)
+    except ValueError:
+        return expanded.split()
+
+
+def _run_builtins(
+    parts: list[str], number: int, s: Script, read_lines: ReadLines, pending: list[str] = ()
+) -> list[str]:
     """The words of a command list with its builtins (:data:`_BUILTINS`, each at the start of a
     command of the list) run on ``s`` and left out, with the separator after them. A builtin after
     ``&&`` (``||``) runs when the pipeline before it succeeded (failed): a builtin planner ran
@@ -254,7 +273,10 @@ def _run_builtins(parts: list[str], number: int, s: Script, read_lines: ReadLine
     condition is (:func:`.conditions.condition`); after any other command it may or may not run
     (:func:`_builtin_maybe`). The list's status is recorded for ``set -e``
     (:func:`.shell_exit.after_list`); ``exit`` in a pipeline or in the background runs in a
-    subshell and stops nothing."""
+    subshell and stops nothing. ``pending``: the rest of an ``&&`` / ``||`` list, unexpanded
+    (:func:`.shell_text.and_or_segments`), each command's words expanded when the list reaches it,
+    after the commands before it ran."""
+    parts, pending = list(parts), list(pending)
     out, start, before = [], 0, None
     status: bool | str = True
     pipe: list[bool | str] = []
@@ -263,7 +285,14 @@ def _run_builtins(parts: list[str], number: int, s: Script, read_lines: ReadLine
     last: list[str] = []
     pipeline: list[str] = []  # the words of the pipeline being read, for a message
     hangs = False  # the last pipeline's status hangs on a pipefail that may not be on
-    for k in range(len(parts) + 1):
+    k = -1
+    while k < len(parts):
+        k += 1
+        if k == len(parts) and pending:
+            item = pending.pop(0)
+            parts += [item] if item in ("&&", "||") else _expanded_words(item, s)
+            k -= 1
+            continue
         if k < len(parts) and not is_separator(parts[k]):
             continue
         command, after = parts[start:k], (parts[k] if k < len(parts) else None)

@@ -39,6 +39,7 @@ from planner.inputs.errors import SpecError
 from planner.launch.megatron.expansion import NOUNSET_KEY, Required, Unbound
 from planner.launch.megatron.functions import bind
 from planner.launch.megatron.shell_state import Exit, Script, branch_of
+from planner.launch.megatron.shell_text import training_scripts
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,10 +256,26 @@ def required(exc: Required, number: int) -> Exit | SpecError:
     )
 
 
-def no_launch(stop: Exit) -> SpecError:
-    """The error for a script that stops before any training command runs."""
+def no_launch(stop: Exit, missing: list[str] = (), submitted: list[str] = ()) -> SpecError:
+    """The error for a script that stops before any training command runs; ``missing``: relative
+    paths a file test did not find in the directory planner runs the script from (its own), named
+    with the way to run it from another (``--set PWD=DIR``); ``submitted``: job script files
+    ``sbatch FILE`` submits, which planner does not read (the launch is in them)."""
+    hint = ""
+    if submitted:
+        files = ", ".join(dict.fromkeys(submitted))
+        hint += (
+            f"; it submits {files} with sbatch, a job script planner does not read: check that file, "
+            "with --set for what it inherits"
+        )
+    if missing:
+        files = ", ".join(dict.fromkeys(missing))
+        hint += (
+            f"; a file test found no {files} in the script's own directory, where planner runs it: "
+            "for a script run from another directory (the Megatron-LM checkout), pass planner check --set PWD=DIR"
+        )
     return SpecError(
-        f"no launch found: the script stops on {stop.where()} ({stop.why}) before any training command runs"
+        f"no launch found: the script stops on {stop.where()} ({stop.why}) before any training command runs{hint}"
     )
 
 
@@ -268,8 +285,10 @@ def launch_after_maybe_stop(s: Script) -> None:
     maybe = s.maybe_stop
     if maybe is None:
         return
-    for w, line in s.words[maybe.index :]:
-        if w.endswith(".py") or w.rsplit("/", 1)[-1] == "torchrun":
+    after = s.words[maybe.index :]
+    scripts = training_scripts([w for w, _ in after])
+    for k, (w, line) in enumerate(after):
+        if k in scripts or w.rsplit("/", 1)[-1] == "torchrun":
             raise _stop_before_launch(maybe, line)
 
 

@@ -105,6 +105,9 @@ class Script:
     loop_unknown: str | None = None
     """Why the loop about to be read as an undeterminable branch cannot be run (``loop:?:LINE``,
     ``cap:?:LINE``; :func:`.loops.run_loop`), for the branch's marker."""
+    missing: list[str] = field(default_factory=list)
+    """Relative paths a file test found missing from the working directory planner assumed (the
+    script's own, ``$PWD`` not given), for the message of a script that then stops."""
     status: bool | str = True
     """The status of the last command list run (True, False or unknown, ``if:NAME:LINE``)."""
     assumed: set[str] = field(default_factory=set)

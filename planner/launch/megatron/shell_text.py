@@ -33,6 +33,30 @@ def is_separator(word: str) -> bool:
     return word in SEPARATORS and not isinstance(word, Quoted)
 
 
+NOT_LAUNCHERS = frozenset(
+    ("echo", "printf", "cat", "ls", "mkdir", "touch", "cp", "mv", "rm", "ln", "chmod", "test", "[", "[[")
+)
+"""Commands that name a file without running it: a ``.py`` word among their arguments
+(``echo "Error: pretrain_gpt.py not found"``, ``[ -f pretrain_gpt.py ]``, the check the
+Megatron-LM examples make before their launch) is not a training command."""
+
+
+def training_scripts(words: list[str]) -> list[int]:
+    """The indices of the ``*.py`` words among a script's command words (commands separated by
+    :func:`is_separator` words) that a command may run: not the arguments of a command of
+    :data:`NOT_LAUNCHERS`."""
+    out: list[int] = []
+    head: str | None = None
+    for k, w in enumerate(words):
+        if is_separator(w):
+            head = None
+            continue
+        first, head = head is None, w if head is None else head
+        if w.endswith(".py") and (first or head not in NOT_LAUNCHERS):
+            out.append(k)
+    return out
+
+
 def is_redirect(word: str) -> bool:
     """Whether ``word`` is a redirection (an unquoted :data:`REDIRECT` word)."""
     return REDIRECT.match(word) is not None and not isinstance(word, Quoted)
@@ -149,6 +173,9 @@ def logical_lines(text: str) -> list[Logical]:
         if _open_quote(buf):
             buf += "\n"
             continue
+        if _CONTINUED.search(buf) and i < len(raws) and _heredoc(buf) is None:
+            buf += " "  # bash(1) "Lists": a newline after && / || / | continues the list
+            continue
         depth = _paren_depth(buf)
         if depth > 0 and re.match(
             r"^\s*(?:(?:export|declare|readonly|local|typeset)\s+(?:-\w+\s+)*)?\w+\+?=\(", buf
@@ -173,6 +200,11 @@ def logical_lines(text: str) -> list[Logical]:
     if buf:
         out.append(Logical(buf, start))
     return out
+
+
+_CONTINUED = re.compile(r"(?<![\\|])(?:&&|\|\||\|)\s*$")
+"""A line ending in an unquoted control operator that needs a command after it (``&&``, ``||``,
+``|``; not an escaped ``\\|``): bash reads the list on into the next line."""
 
 
 def _open_quote(text: str) -> bool:
@@ -266,3 +298,37 @@ def statements(line: str) -> list[str]:
         i += 1
     out.append(buf.strip())
     return [x for x in out if x]
+
+
+def and_or_segments(text: str) -> list[str]:
+    """``text`` (one statement) split at its unquoted ``&&`` and ``||`` (outside ``$( )``,
+    backticks and ``[[ ]]``), the operators kept between the pieces: ``["A", "&&", "B"]``. bash(1)
+    "Lists" runs the commands of such a list one after the other, and expands each when it reaches
+    it, so ``X=1 && Y=$X`` gives Y the new X."""
+    out: list[str] = []
+    buf, quote, depth, tests, i = "", None, 0, 0, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and quote != "'":
+            buf, i = buf + text[i : i + 2], i + 2
+            continue
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"`":
+            quote = ch
+        elif ch in "()":
+            depth = depth + 1 if ch == "(" else max(0, depth - 1)
+        elif text.startswith("[[", i) and (i == 0 or text[i - 1] in " \t;&|("):
+            tests, buf, i = tests + 1, buf + "[[", i + 2
+            continue
+        elif text.startswith("]]", i) and tests:
+            tests, buf, i = tests - 1, buf + "]]", i + 2
+            continue
+        elif depth == 0 and not tests and text.startswith(("&&", "||"), i):
+            out += [buf, text[i : i + 2]]
+            buf, i = "", i + 2
+            continue
+        buf += ch
+        i += 1
+    out.append(buf)
+    return out

@@ -5,7 +5,6 @@ naming it, a stop in it a possible stop (:mod:`.shell_exit`)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 from planner.inputs.errors import SpecError
@@ -14,6 +13,7 @@ from planner.launch.megatron.functions import Frame, Return
 from planner.launch.megatron.loops import LoopControl, Undecidable
 from planner.launch.megatron.shell_exit import maybe_stop
 from planner.launch.megatron.shell_state import Exit, Script, branch_of
+from planner.launch.megatron.shell_text import training_scripts
 
 
 def training_in_unknown(number: int, unknown: str) -> None:
@@ -65,7 +65,7 @@ def maybe(run: Callable[[Script], None], number: int, s: Script, unknown: str) -
         raise Undecidable(unknown) from None
     if scratch.maybe_stop is not None:
         maybe_stop(s, number, scratch.maybe_stop.why, unknown)
-    if any(re.search(r"\.py\b", w) for w, _ in scratch.words):
+    if training_scripts([w for w, _ in scratch.words]):
         training_in_unknown(number, unknown)
     marker = UNRESOLVED.format(unknown)
     for name in (set(scratch.scalars) | set(scratch.arrays)) - {NOUNSET_KEY}:

@@ -27,7 +27,7 @@ from planner.launch.megatron.shell_exit import launch_after_maybe_stop
 from planner.launch.megatron.shell_state import Exit, Script
 from planner.launch.megatron.shell_text import Logical, unquoted
 
-__all__ = ["Subshell", "read_subshell", "run_subshell", "subshell"]
+__all__ = ["Subshell", "opened_after", "read_subshell", "run_subshell", "subshell"]
 
 
 def subshell(statement: str) -> tuple[str, str, str] | None:
@@ -116,6 +116,30 @@ def read_subshell(first: Logical, lines: Iterator[Logical]) -> Subshell | None:
         f"line {first.number}: the subshell opened here is never closed (no closing ')'; bash: unexpected "
         "end of file)"
     )
+
+
+def opened_after(text: str) -> tuple[str, str, str] | None:
+    """(the list before it, ``&&`` / ``||`` / ``|``, the text after its ``(``) when ``text`` opens
+    a subshell after an operator and leaves it open at the end of the line (``cd "$DIR" && (``,
+    its list on the lines after); else None."""
+    depth, at = 0, None
+    for i, ch in unquoted(text):
+        if ch == "(" and text[i - 1 : i] != "$" and not text.startswith("((", i):
+            before = text[:i].rstrip()
+            op = next((o for o in ("&&", "||", "|") if before.endswith(o)), None)
+            if depth == 0 and op is not None and not before.endswith("|&"):
+                at = (before[: -len(op)].rstrip(), op, i)
+            depth += 1
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                at = None
+    if at is None or depth <= 0 or not at[0]:
+        return None
+    prefix, op, i = at
+    return prefix, op, text[i + 1 :]
 
 
 class _Parens:
