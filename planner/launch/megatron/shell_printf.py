@@ -101,10 +101,8 @@ def _convert(flags: str, width: str, precision: str | None, conv: str, arg: str 
         if conv == "c":
             return (spec + "s") % (arg[:1] if arg else "")
         value = 0 if arg is None else _integer(arg)
-        if conv == "u" and value < 0:
-            value += 1 << 64
-        if conv in "oxX" and value < 0:
-            value += 1 << 64
+        if conv in "uoxX" and value < 0:
+            value += 1 << 64  # unsigned conversions of a negative intmax_t: its two's complement
         return (spec + {"i": "d", "u": "d"}.get(conv, conv)) % value
     if conv in _FLOAT:
         return (spec + conv) % (0.0 if arg is None else _float(arg))
