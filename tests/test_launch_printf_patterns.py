@@ -89,6 +89,12 @@ LAUNCHES = {
         "if [[ $M == *70* || $M == 8* ]]; then K=1; else K=2; fi\ntorchrun pretrain_gpt.py $L $K\n",
         ["1", "1"],
     ),
+    "patterns_in_and_or_lists": (
+        "M=70b\nP='7*'\n[[ $M == *70* ]] && A=1 || A=0\n[[ $M == \"*70*\" ]] && B=1 || B=0\n"
+        '[[ $M != 8* ]] && [[ -n $M ]] && C=1 || C=0\n[[ $M == $P ]] && D=1 || D=0\n[[ $M == "$P" ]] && E=1 || E=0\n'
+        "torchrun pretrain_gpt.py $A $B $C $D $E\n",
+        ["1", "0", "1", "1", "0"],
+    ),
 }
 
 
@@ -108,10 +114,10 @@ def test_launches_agree_with_bash(name, tmp_path):
 @pytest.mark.parametrize(
     "text",
     [
-        # an extended pattern, a partly quoted one and a pattern after && (already expanded there)
+        # an extended pattern, a partly quoted one, and one partly quoted in an && list
         'M=8b\nif [[ $M == @(8b|70b) ]]; then L=1; else L=2; fi\ntorchrun pretrain_gpt.py --num-layers "$L"\n',
         'M=8b\nif [[ $M == *"8"* ]]; then L=1; else L=2; fi\ntorchrun pretrain_gpt.py --num-layers "$L"\n',
-        'M=70b\n[[ $M == *70* ]] && L=80 || L=1\ntorchrun pretrain_gpt.py --num-layers "$L"\n',
+        'M=8b\n[[ $M == *"8"* ]] && L=80 || L=1\ntorchrun pretrain_gpt.py --num-layers "$L"\n',
     ],
 )
 def test_patterns_not_matched_here_are_unknown_not_guessed(text, tmp_path):

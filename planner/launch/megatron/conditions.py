@@ -44,8 +44,7 @@ def condition(text: str, number: int, s: Script) -> bool | str:
     text = re.sub(r"\s*;?\s*then\s*$", "", text.strip())
     if "((" in text:
         text = protect(text)
-    if "[[" in text and _PATTERN_RHS.search(text):
-        text = _mark_patterns(text)
+    text = with_pattern_marks(text)
     try:
         words = shlex.split(expand(text, s.scalars, s.arrays), posix=True)
     except ValueError:
@@ -55,7 +54,7 @@ def condition(text: str, number: int, s: Script) -> bool | str:
 
 GLOB = "@@glob@@"
 """Put before the right-hand side of ``==`` / ``=`` / ``!=`` in ``[[ ]]`` when it was written
-unquoted (:func:`_mark_patterns`): bash matches it as a pattern (bash(1) "[[ expression ]]": "the
+unquoted (:func:`mark_patterns`): bash matches it as a pattern (bash(1) "[[ expression ]]": "the
 string to the right of the operator is considered a pattern ... Any part of the pattern may be
 quoted to force the quoted portion to be matched as a string")."""
 _PATTERN_RHS = re.compile(r"==|!=|\s=\s")
@@ -64,7 +63,13 @@ _EXTGLOB = re.compile(r"[?*+@!]\(")
 _QUOTED = re.compile(r"""^(?:'[^']*'|"(?:[^"\\]|\\.)*")$""")
 
 
-def _mark_patterns(text: str) -> str:
+def with_pattern_marks(text: str) -> str:
+    """``text`` (a condition or a command of a list, before expansion) with :func:`mark_patterns`
+    applied where it holds a ``[[ ]]`` comparison."""
+    return mark_patterns(text) if "[[" in text and _PATTERN_RHS.search(text) else text
+
+
+def mark_patterns(text: str) -> str:
     """``text`` with each unquoted right-hand side of ``==`` / ``=`` / ``!=`` inside ``[[ ]]``
     marked :data:`GLOB` (a pattern), a wholly quoted one left as it is (a string); one partly
     quoted (``*"70"*``) is left unmarked too, and :func:`_test` does not decide it."""
@@ -234,10 +239,6 @@ def command_status(command: list[str], number: int, s: Script) -> bool | str:
     ``if:NAME:LINE`` (unknown) otherwise."""
     if command and command[0] == "test":
         command = ["[", *command[1:], "]"]
-    if command[:1] == ["[["] and any(
-        a in ("==", "=", "!=") and re.search(r"[*?\[]", b) for a, b in zip(command, command[1:])
-    ):
-        return f"if:?:{number}"  # already expanded: whether the pattern was quoted is not known here
     if command and command[0] in ("[", "[[", "true", "false", ":"):
         return condition(" ".join(shlex.quote(w) for w in command), number, s)
     return f"if:?:{number}"

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from planner.inputs.errors import SpecError
 from planner.launch.megatron.assignments import ASSIGN, PREFIXES, assign, unset
-from planner.launch.megatron.conditions import command_status
+from planner.launch.megatron.conditions import command_status, with_pattern_marks
 from planner.launch.megatron.expansion import UNRESOLVED, Required, Unbound, expand
 from planner.launch.megatron.functions import Return, call, make_local, shift
 from planner.launch.megatron.heredoc import JOB_READERS, here_operator, job_script
@@ -255,7 +255,11 @@ def subshell_list(
 
 
 def _expanded_words(text: str, s: Script) -> list[str]:
-    """The words of ``text`` (one command or pipeline of a list), expanded now (:mod:`.expansion`)."""
+    """The words of ``text`` (one command or pipeline of a list), expanded now (:mod:`.expansion`);
+    in a ``[[ A == B ]]`` test the right-hand side marked a pattern where it was written unquoted
+    (:func:`.conditions.with_pattern_marks`), before expansion removes the quotes that say so."""
+    if re.match(r"\s*(?:!\s+)?\[\[\s", text):  # a test: never a launch's words
+        text = with_pattern_marks(text)
     expanded = expand(text.replace("\n", " "), s.scalars, s.arrays)
     try:
         return split_words(expanded)
