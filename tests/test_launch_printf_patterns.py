@@ -114,10 +114,11 @@ def test_launches_agree_with_bash(name, tmp_path):
 @pytest.mark.parametrize(
     "text",
     [
-        # an extended pattern, a partly quoted one, and one partly quoted in an && list
+        # an extended pattern, a partly quoted one (in an if and in an && list), a ^-negated class
         'M=8b\nif [[ $M == @(8b|70b) ]]; then L=1; else L=2; fi\ntorchrun pretrain_gpt.py --num-layers "$L"\n',
         'M=8b\nif [[ $M == *"8"* ]]; then L=1; else L=2; fi\ntorchrun pretrain_gpt.py --num-layers "$L"\n',
         'M=8b\n[[ $M == *"8"* ]] && L=80 || L=1\ntorchrun pretrain_gpt.py --num-layers "$L"\n',
+        'M=8b\nif [[ $M == [^7]b ]]; then L=1; else L=2; fi\ntorchrun pretrain_gpt.py --num-layers "$L"\n',
     ],
 )
 def test_patterns_not_matched_here_are_unknown_not_guessed(text, tmp_path):

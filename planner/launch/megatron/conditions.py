@@ -72,7 +72,7 @@ def with_pattern_marks(text: str) -> str:
 def mark_patterns(text: str) -> str:
     """``text`` with each unquoted right-hand side of ``==`` / ``=`` / ``!=`` inside ``[[ ]]``
     marked :data:`GLOB` (a pattern), a wholly quoted one left as it is (a string); one partly
-    quoted (``*"70"*``) is left unmarked too, and :func:`_test` does not decide it."""
+    quoted (``*"70"*``) is marked partly quoted, and :func:`_test` does not decide it."""
     try:
         lex = shlex.shlex(text, posix=False)
         lex.whitespace_split = True
@@ -166,8 +166,14 @@ def _test(words: list[str], number: int, s: Script) -> bool | str:
     words = words[1:] if negate else words
     if len(words) == 3 and words[1] in _TESTS and words[2].startswith(GLOB):
         pattern = words[2][len(GLOB) :]
-        if bracket != "[[" or pattern.startswith("@@partly@@") or "\\" in pattern or _EXTGLOB.search(pattern):
-            return f"if:?:{number}"  # a pattern partly quoted: not matched here
+        if (
+            bracket != "[["
+            or pattern.startswith("@@partly@@")
+            or "\\" in pattern
+            or "[^" in pattern  # bash's negated class; fnmatch reads ^ literally
+            or _EXTGLOB.search(pattern)
+        ):
+            return f"if:?:{number}"  # partly quoted, escaped or extended: not matched here
         value = fnmatch.fnmatchcase(words[0], pattern) == (words[1] != "!=")
     elif len(words) == 3 and words[1] in _TESTS:
         value = _TESTS[words[1]](words[0], words[2])
