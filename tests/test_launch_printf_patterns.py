@@ -70,6 +70,14 @@ LAUNCHES = {
         ["--name", "llama-70b-tp04"],
     ),
     "printf_in_a_list": ('[ 1 ] && printf -v N "%03d" 7\ntorchrun pretrain_gpt.py $N\n', ["007"]),
+    "printf_through_a_nameref": (
+        'declare -n R=RUN\nprintf -v R "x%s" 1\ntorchrun pretrain_gpt.py $RUN\n',
+        ["x1"],
+    ),
+    "printf_then_export": (
+        "printf -v E \"%03d\" 5\nexport E\nbash -c 'torchrun pretrain_gpt.py $E'\n",
+        ["005"],
+    ),
     "printf_without_v_only_prints": ('printf "%s\\n" hello\ntorchrun pretrain_gpt.py x\n', ["x"]),
     "unquoted_pattern_matches": (
         'M=70b\nif [[ "$M" == *70* ]]; then L=80; else L=32; fi\ntorchrun pretrain_gpt.py $L\n',

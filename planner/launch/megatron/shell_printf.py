@@ -15,8 +15,10 @@ that is not a number where one is needed (bash prints an error and assigns a par
 from __future__ import annotations
 
 import re
+import shlex
 
 from planner.inputs.errors import SpecError
+from planner.launch.megatron.assignments import assign
 from planner.launch.megatron.expansion import UNRESOLVED, UNRESOLVED_RE
 from planner.launch.megatron.shell_state import NAME, Script
 
@@ -157,15 +159,11 @@ def printf_assign(args: list[str], number: int, s: Script) -> bool:
         if marker is None:
             raise SpecError(f"line {number}: printf -v {name}: {exc}") from None
         value = marker
-    s.scalars[name] = value
-    s.arrays.pop(name, None)
-    s.assigned_lines[name] = number
+    assign(f"{name}={shlex.quote(value)}", number, s)  # as NAME=VALUE: namerefs, exports, allexport
     return True
 
 
 def printf_maybe(args: list[str], number: int, s: Script, unknown: str) -> None:
     """``printf -v NAME ...`` in a branch that cannot be known: NAME is a marker naming it."""
     if len(args) >= 2 and args[0] == "-v" and NAME.fullmatch(args[1]):
-        s.scalars[args[1]] = UNRESOLVED.format(unknown)
-        s.arrays.pop(args[1], None)
-        s.assigned_lines[args[1]] = number
+        assign(f"{args[1]}={shlex.quote(UNRESOLVED.format(unknown))}", number, s)
