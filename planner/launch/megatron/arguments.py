@@ -225,7 +225,7 @@ def megatron_words(
         end = next((k for k, (w, _) in enumerate(command) if is_separator(w)), len(command))
         dropped = redirections([w for w, _ in command[:end]])
         out += [word for k, word in enumerate(command[:end]) if k not in dropped]
-    return out, script.env, True
+    return out, script.env if script.launch_env is None else script.launch_env, True
 
 
 def _submitted(words: list[str]) -> list[str]:

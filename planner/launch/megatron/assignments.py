@@ -15,7 +15,7 @@ import shlex
 from planner.inputs.errors import SpecError
 from planner.launch.megatron.expansion import arith, expand, expand_word
 from planner.launch.megatron.functions import make_local
-from planner.launch.megatron.shell_state import NAME, Script
+from planner.launch.megatron.shell_state import NAME, Script, exports
 from planner.launch.megatron.shell_text import strip_comment
 from planner.launch.megatron.variables import MAX_ASSOC_KEYS, REF_KEY, resolve
 
@@ -70,7 +70,9 @@ def assign(line: str, number: int, s: Script) -> bool:
             value = (s.scalars.get(name, "") + value) if append else value
             s.scalars[name] = value
             s.arrays.pop(name, None)
-            if exported or s.allexport or name in s.env:
+            if exported:
+                s.exported.add(name)
+            if exported or exports(s, name):
                 s.env[name] = value
         s.assigned_lines[re.match(r"[A-Za-z_]\w*", w).group(0)] = number
     return True
@@ -148,8 +150,10 @@ def _declared(name: str, s: Script, local: bool, opts: str, exported: bool) -> N
     elif local:
         s.arrays.pop(name, None)
         s.scalars[name] = ""
-    if exported and name in s.scalars:
-        s.env[name] = s.scalars[name]
+    if exported:
+        s.exported.add(name)  # bash: a later NAME=value is exported, also when NAME is unset now
+        if name in s.scalars:
+            s.env[name] = s.scalars[name]
 
 
 def _element(word: str, number: int, s: Script, local: bool) -> None:
@@ -213,3 +217,4 @@ def unset(args: list[str], number: int, s: Script) -> None:
         s.scalars.pop(name, None)
         s.arrays.pop(name, None)
         s.env[name] = None
+        s.exported.discard(name)  # bash: unset removes the variable with its export attribute

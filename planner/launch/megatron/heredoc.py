@@ -17,7 +17,7 @@ from planner.launch.megatron.expansion import ROOT_KEY, expand_heredoc
 from planner.launch.megatron.functions import bind
 from planner.launch.megatron.shell_exit import Exit, launch_after_maybe_stop
 from planner.launch.megatron.shell_state import NAME, Script
-from planner.launch.megatron.shell_text import Heredoc
+from planner.launch.megatron.shell_text import Heredoc, training_scripts
 
 JOB_READERS = ("sbatch", "bash", "sh", "/bin/bash", "/bin/sh")
 """Commands that run the here-document they read as a script."""
@@ -59,6 +59,7 @@ def job_script(
     job = Script(root=s.root, depth=s.depth, sourced=s.sourced, sourced_bytes=s.sourced_bytes)
     env, scalars = exported(s)
     job.env.update(env)
+    job.exported.update(env)  # the job inherits them: exported there too
     job.scalars.update(scalars)
     for key in (ROOT_KEY, "PWD"):
         if key in s.scalars:
@@ -72,4 +73,6 @@ def job_script(
     except SpecError as exc:
         raise SpecError(f"line {number}: the job script of this here-document: {exc}") from None
     s.sourced, s.sourced_bytes = job.sourced, job.sourced_bytes
+    if training_scripts([w for w, _ in job.words]):
+        s.launch_env = dict(job.launch_env if job.launch_env is not None else job.env)
     return [(w, number) for w, _ in job.words]

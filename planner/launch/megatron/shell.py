@@ -19,7 +19,7 @@ groups, function definitions), split from the text by :mod:`.shell_text`, into a
 runs ``cd`` and ``envsubst``. Functions and their
 calls (positional parameters, ``local``, ``return``, ``shift``) are :mod:`.functions`', the
 assignments (``declare -A``, ``local -n``, ``NAME[KEY]=``) :mod:`.assignments`', an ``sbatch <<EOF``
-job script :mod:`.heredoc`'s; ``for``, ``while`` and ``until`` loops with ``break`` /
+job script :mod:`.heredoc`'s, the file ``sbatch FILE`` or ``bash FILE`` runs :mod:`.child_scripts`'; ``for``, ``while`` and ``until`` loops with ``break`` /
 ``continue`` run where what they run over is known (:mod:`.loops`), other loops are read as an
 undeterminable ``if``; ``(( ... ))`` and ``let`` are :mod:`.shell_arithmetic`'s, ``( LIST )`` (on
 one line or several) :mod:`.subshell`'s. Brace groups ``{ ...; }`` (alone or after ``&&`` /
@@ -128,6 +128,7 @@ def read_script(text: str, preset: dict[str, str] | None = None, path: str | Pat
     branch that runs the training script an error naming it."""
     s = Script()
     s.scalars.update(preset or {})
+    s.exported.update(name for name in preset or {} if NAME.fullmatch(name))  # inherited: exported
     if re.search(r"^#SBATCH", text, re.M):
         s.scalars[SLURM_KEY] = "1"  # a Slurm batch script: Slurm sets SLURM_* (expansion.SLURM_KEY)
     if path is not None:

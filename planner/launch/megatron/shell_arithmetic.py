@@ -47,7 +47,7 @@ from planner.launch.megatron.expansion import (
     expand_word,
     unresolved_in,
 )
-from planner.launch.megatron.shell_state import NAME, Script
+from planner.launch.megatron.shell_state import NAME, Script, exports
 from planner.launch.megatron.shell_text import unquoted
 from planner.launch.megatron.variables import resolve
 
@@ -186,7 +186,7 @@ def _mark(names: list[str], marker: str, number: int, s: Script) -> None:
         s.scalars[name] = marker
         s.arrays.pop(name, None)
         s.assigned_lines[name] = number
-        if s.allexport or name in s.env:
+        if exports(s, name):
             s.env[name] = marker
 
 
@@ -238,7 +238,7 @@ def _writer(s: Script, number: int):
             raise NotFollowed(name)  # element 0 of an array
         s.scalars[name] = str(value)
         s.assigned_lines[name] = number
-        if s.allexport or name in s.env:
+        if exports(s, name):
             s.env[name] = str(value)
 
     return write

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from planner.inputs.errors import SpecError
 from planner.launch.megatron.assignments import ASSIGN, PREFIXES, assign, unset
+from planner.launch.megatron.child_scripts import SHELLS, child_script_words, script_command
 from planner.launch.megatron.conditions import command_status, with_pattern_marks
 from planner.launch.megatron.expansion import UNRESOLVED, Required, Unbound, expand
 from planner.launch.megatron.functions import Return, call, make_local, shift
@@ -116,7 +117,8 @@ def undetermined(statement: str, number: int, s: Script, unknown: str, read_line
     if s.errexit is not None and first == "false" and not s.errexit_ignored:
         maybe_stop(s, number, f"set -e (line {s.errexit}) and {statement!r} fails", unknown)
         return
-    if first in s.functions or first in ("return", "sbatch"):
+    runs_file = any(w in SHELLS for w in statement.split())  # bash FILE: read when FILE is found
+    if first in s.functions or first in ("return", "sbatch") or runs_file:
         try:
             words = shlex.split(expand(statement, s.scalars, s.arrays), posix=True)
         except ValueError:
@@ -125,8 +127,9 @@ def undetermined(statement: str, number: int, s: Script, unknown: str, read_line
             maybe_stop(s, number, f"${{{exc.name}:?}} refuses {exc.name}", unknown)
             return
         end = next((k for k, w in enumerate(words) if w in SEPARATORS), len(words))
-        _builtin_maybe(words[:end], number, s, unknown, read_lines)
-        return
+        if first in s.functions or first in ("return", "sbatch") or script_command(words[:end], s):
+            _builtin_maybe(words[:end], number, s, unknown, read_lines)
+            return
     if first in ("cd", "pushd", "popd"):
         s.scalars["PWD"] = UNRESOLVED.format(unknown)
         return
@@ -200,7 +203,8 @@ def run_statement(stripped: str, number: int, s: Script, read_lines: ReadLines) 
         parts = parts[lead:]
     start = len(s.words)
     ran = _run_builtins(parts, number, s, read_lines, segments[1:])
-    s.words += [(w, number) for w in inner_commands(ran, s)]
+    ran = child_script_words(inner_commands(ran, s), number, s, _text_reader(read_lines))
+    s.words += [(w, number) for w in ran]
     if heredoc is not None and parts and parts[0] in JOB_READERS:
         s.words += job_script(heredoc, number, s, _text_reader(read_lines))
     if len(s.words) > start and not is_separator(s.words[-1][0]):
@@ -396,6 +400,15 @@ def _builtin_maybe(command: list[str], number: int, s: Script, unknown: str, rea
         maybe(
             lambda scratch: scratch.words.extend(
                 job_script(s.heredoc, number, scratch, _text_reader(read_lines))
+            ),
+            number,
+            s,
+            unknown,
+        )
+    elif script_command(command, s) is not None:
+        maybe(
+            lambda scratch: scratch.words.extend(
+                (w, number) for w in child_script_words(command, number, scratch, _text_reader(read_lines))
             ),
             number,
             s,

@@ -51,7 +51,16 @@ class Script:
     """Indexed arrays (lists) and associative arrays (dicts, in the order keys were first set)."""
     env: dict[str, str | None] = field(default_factory=dict)
     """Environment assignments (``export NAME=v`` or ``NAME=v`` before a command); None = unset."""
+    exported: set[str] = field(default_factory=set)
+    """Names with bash's export attribute, set or not: ``export NAME`` / ``declare -x NAME`` given
+    before the variable has a value, and the environment the script starts with (``planner check
+    --set``); a later ``NAME=value`` is exported (bash(1) "ENVIRONMENT": "marked for automatic
+    export"), an ``unset NAME`` clears the attribute (:func:`exports`)."""
     assigned_lines: dict[str, int] = field(default_factory=dict)
+    launch_env: dict[str, str | None] | None = None
+    """The environment of the shell that ran the training command, when a job or child script ran
+    it (:mod:`.child_scripts`, :mod:`.heredoc`): what it exports itself, not only what this script
+    exports. None: this script ran it, with :attr:`env`."""
     root: str | None = None
     """The script's directory (links resolved), where ``if [ -f FILE ]`` is answered; None for a
     text given without its file, where ``source`` is an error."""
@@ -128,6 +137,13 @@ class Exit(Exception):
     def where(self) -> str:
         """``line N (in f, called on line M)`` for messages."""
         return f"line {self.line}" + "".join(f" ({t})" for t in self.trail)
+
+
+def exports(s: Script, name: str) -> bool:
+    """Whether an assignment to ``name`` reaches the environment of the commands ``s`` runs: under
+    ``set -a``, for a name with the export attribute (:attr:`Script.exported`), or one whose value
+    is in the environment already (bash(1) "ENVIRONMENT")."""
+    return s.allexport or name in s.exported or s.env.get(name) is not None
 
 
 def display(word: str) -> str:

@@ -39,6 +39,7 @@ def maybe(run: Callable[[Script], None], number: int, s: Script, unknown: str) -
         frames=[Frame(function=f.function, saved=dict(f.saved)) for f in s.frames],
         calls=s.calls,
         env=dict(s.env),
+        exported=set(s.exported),
         root=s.root,
         allexport=s.allexport,
         dirs=list(s.dirs),
@@ -73,7 +74,7 @@ def maybe(run: Callable[[Script], None], number: int, s: Script, unknown: str) -
             s.scalars[name] = marker
             s.arrays.pop(name, None)
             s.assigned_lines[name] = number
-            if name in scratch.env:
+            if name in scratch.env or name in scratch.exported:
                 s.env[name] = marker
     s.sourced, s.sourced_bytes, s.calls = scratch.sourced, scratch.sourced_bytes, scratch.calls
     s.loop_runs = scratch.loop_runs

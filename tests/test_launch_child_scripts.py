@@ -1,0 +1,153 @@
+"""Script files a launch runs as another process (planner/launch/megatron/child_scripts.py): the
+job script ``sbatch FILE ARGS`` submits and the file ``bash FILE ARGS`` runs (after ``srun`` too)
+are read in a new shell holding the exported variables, with ARGS as positional parameters; and
+the export attribute (``export NAME`` before NAME has a value, ``unset``, the ``--set``
+environment) decides what reaches such a shell. Where bash is installed the words are compared
+with what bash itself gives a stub torchrun (``bash FILE``; ``sbatch`` needs Slurm)."""
+
+import json
+import shutil
+
+import pytest
+
+from planner.inputs.errors import SpecError
+from tests.conftest import bash_argv, launch_script, planner_words
+
+BASH = shutil.which("bash")
+SHAPE = (
+    "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
+    "--max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 64"
+)
+JOB = f'#!/bin/bash\n#SBATCH --nodes=2\nPP=$1\ntorchrun pretrain_gpt.py {SHAPE} --tp "$TP" --pp "$PP" --h "$HIDDEN"\n'
+
+
+def _after(words: list[str], flag: str) -> str:
+    return words[words.index(flag) + 1]
+
+
+def test_sbatch_reads_the_job_script_with_the_exported_environment(tmp_path):
+    """An exported variable reaches the job, one set without ``export`` is empty there, the
+    arguments after FILE are its $1...; sbatch's own options (``--nodes 2``, ``-J NAME``) come
+    before FILE."""
+    (tmp_path / "job.sh").write_text(JOB)
+    words = planner_words(tmp_path, "export TP=2\nHIDDEN=local\nsbatch --nodes 2 -J run job.sh 4\n")
+    assert (_after(words, "--tp"), _after(words, "--pp"), _after(words, "--h")) == ("2", "4", "")
+
+
+@pytest.mark.parametrize(
+    "export, tp, hidden",
+    [
+        ("--export=NONE", "", ""),
+        ("--export=TP", "2", ""),
+        ("--export TP=8", "8", ""),
+        ("--export=ALL,HIDDEN=x", "2", "x"),
+    ],
+)
+def test_sbatch_export_option_decides_the_jobs_environment(tmp_path, export, tp, hidden):
+    """sbatch(1) ``--export``: NONE passes nothing, a list of names only those (NAME=VALUE giving
+    its value), ALL with a list everything and the list."""
+    (tmp_path / "job.sh").write_text(JOB)
+    words = planner_words(tmp_path, f"export TP=2\nexport HIDDEN=h\nsbatch {export} job.sh 1\n")
+    assert (_after(words, "--tp"), _after(words, "--h")) == (tp, hidden)
+
+
+def test_sbatch_chdir_finds_the_job_script_there(tmp_path):
+    """``--chdir DIR`` / ``-D DIR``: the job runs in DIR, where a relative FILE is found."""
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "job.sh").write_text(JOB)
+    words = planner_words(tmp_path, "export TP=4\nsbatch -D jobs job.sh 2\n")
+    assert (_after(words, "--tp"), _after(words, "--pp")) == ("4", "2")
+
+
+def test_sbatch_of_a_missing_job_script_names_it(tmp_path):
+    """A job script that is not beside the wrapper is not read: no launch, and the message says
+    which file to check."""
+    with pytest.raises(SpecError, match=r"no launch found.*submits job\.sh with sbatch"):
+        planner_words(tmp_path, "export TP=2\nsbatch job.sh\nexit 0\n")
+
+
+CHILD_FIXTURES = {
+    "bash_file_with_arguments": ("HIDDEN=local\nexport TP=2\nbash job.sh 4\n", "job.sh"),
+    "after_srun_and_options": ("HIDDEN=local\nexport TP=2\nsrun -N 2 bash -x job.sh 2\n", "job.sh"),
+    "exit_of_the_child_does_not_stop_the_script": (
+        "HIDDEN=local\nexport TP=2\nbash stop.sh\nbash job.sh 8\n",
+        "job.sh",
+    ),
+    "export_without_value_then_assignment": ("HIDDEN=local\nexport TP\nTP=4\nbash job.sh 2\n", "job.sh"),
+    "declare_x_then_assignment": ("HIDDEN=local\ndeclare -x TP\nTP=8\nbash job.sh 1\n", "job.sh"),
+    "unset_clears_the_export_attribute": (
+        "HIDDEN=local\nexport TP=2\nunset TP\nTP=4\nbash job.sh 2\n",
+        "job.sh",
+    ),
+    "set_a_exports": ("HIDDEN=local\nset -a\nTP=2\nset +a\nbash job.sh 2\n", "job.sh"),
+}
+
+
+def _write_children(tmp_path):
+    (tmp_path / "job.sh").write_text(JOB)
+    (tmp_path / "stop.sh").write_text("#!/bin/bash\nexit 3\n")
+
+
+@pytest.mark.parametrize("name", sorted(CHILD_FIXTURES))
+def test_child_script_words_agree_with_bash(name, tmp_path):
+    script, _ = CHILD_FIXTURES[name]
+    _write_children(tmp_path)
+    words = planner_words(tmp_path, script)
+    assert words[:2] == ["--num-layers", "32"]
+    if BASH is None:
+        return
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    srun = bin_dir / "srun"
+    srun.write_text('#!/bin/bash\nshift 2\nexec "$@"\n')  # srun -N 2 CMD...: runs CMD here
+    srun.chmod(0o755)
+    argv, status = bash_argv(launch_script(tmp_path, script), tmp_path)
+    assert status == 0
+    assert words == argv
+
+
+def test_set_environment_is_exported_when_the_script_reassigns_it(tmp_path):
+    """A ``--set`` variable is the environment the script starts in: inherited, so exported, and
+    a new value the script gives it reaches the child too."""
+    (tmp_path / "job.sh").write_text(JOB)
+    words = planner_words(tmp_path, "TP=8\nbash job.sh 2\n", {"TP": "2"})
+    assert _after(words, "--tp") == "8"
+
+
+def test_a_child_in_a_branch_that_cannot_be_known_is_an_error_naming_it(tmp_path):
+    (tmp_path / "job.sh").write_text(JOB)
+    with pytest.raises(SpecError, match=r"branch of the if/case on line 3.*MODE"):
+        planner_words(tmp_path, 'export TP=2\nif [ "$MODE" = train ]; then\n  bash job.sh 2\nfi\n')
+
+
+def test_an_error_in_the_child_names_its_file(tmp_path):
+    (tmp_path / "job.sh").write_text("#!/bin/bash\nif [ 1 = 1 ]; then\n")
+    with pytest.raises(SpecError, match=r"line 3: job\.sh \(run by bash\): the script ends inside an if"):
+        planner_words(tmp_path, "\nbash job.sh\n")
+
+
+def test_a_script_that_runs_itself_is_bounded(tmp_path):
+    """``bash "$0"`` would recurse for ever: an error, not a hang or a traceback."""
+    with pytest.raises(SpecError, match="nest deeper"):
+        planner_words(tmp_path, 'bash "$0"\n')
+
+
+def test_check_reads_an_sbatch_wrapper_end_to_end(tmp_path, run_cli):
+    """``planner check submit.sh`` judges the launch in the job script it submits, with the
+    environment the job inherits and exports itself (CUDA_DEVICE_MAX_CONNECTIONS, which tp 2
+    needs): the same verdict and prediction as checking the job script given that environment
+    (``--set``) and arguments (``--arg``)."""
+    job = tmp_path / "job.sh"
+    job.write_text(
+        "#!/bin/bash\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+        f"torchrun --nproc-per-node 8 pretrain_gpt.py {SHAPE} --tensor-model-parallel-size $TP "
+        "--pipeline-model-parallel-size $1 --bf16 --vocab-size 32000 --lr 1e-4 --train-iters 10\n"
+    )
+    path = launch_script(tmp_path, "export TP=2\nsbatch --nodes=2 job.sh 2\n")
+    cluster = ("--cluster", "dgx-h100", "--nodes", "2", "--json")
+    wrapped = run_cli("check", str(path), *cluster)
+    direct = run_cli("check", str(job), "--set", "TP=2", "--arg", "2", *cluster)
+    other = run_cli("check", str(job), "--set", "TP=4", "--arg", "1", *cluster)
+    assert wrapped.exit_code == direct.exit_code == 0, wrapped.stdout + wrapped.stderr
+    step = [json.loads(r.stdout)["configs"][0]["metrics"]["step_time_s"] for r in (wrapped, direct, other)]
+    assert step[0] == step[1] != step[2]
