@@ -128,8 +128,9 @@ def test_an_error_in_the_child_names_its_file(tmp_path):
 
 def test_a_script_that_runs_itself_is_bounded(tmp_path):
     """``bash "$0"`` would recurse for ever: an error, not a hang or a traceback."""
-    with pytest.raises(SpecError, match="nest deeper"):
+    with pytest.raises(SpecError, match=r"^line 2: launch\.sh \(run by bash\): scripts nest deeper") as info:
         planner_words(tmp_path, 'bash "$0"\n')
+    assert str(info.value).count("run by bash") == 1  # said once, not once per level
 
 
 def test_check_reads_an_sbatch_wrapper_end_to_end(tmp_path, run_cli):

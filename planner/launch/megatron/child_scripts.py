@@ -74,6 +74,11 @@ Environment = tuple[dict[str, str], dict[str, str]]
 (:func:`.heredoc.exported`)."""
 
 
+class _NestBound(SpecError):
+    """Scripts nested past :data:`.sourcing.MAX_SOURCE_DEPTH`: said once, at the outermost
+    script's line, not once per level."""
+
+
 def child_script_words(
     parts: list[str], number: int, s: Script, read: Callable[[str, Script], None]
 ) -> list[str]:
@@ -218,7 +223,10 @@ def _run_file(
     shown = display(os.path.relpath(path, s.root) if s.root else path)
     where = f"line {number}: {shown} (run by {runner})"
     if s.depth >= MAX_SOURCE_DEPTH or s.sourced >= MAX_SOURCED_FILES:
-        raise SpecError(f"{where}: scripts nest deeper than {MAX_SOURCE_DEPTH} (does a script run itself?)")
+        raise _NestBound(
+            f"scripts nest deeper than {MAX_SOURCE_DEPTH} (or more than {MAX_SOURCED_FILES} files are "
+            f"read): does {shown} run itself?"
+        )
     try:
         text = read_text_capped(Path(path))
     except SpecError as exc:
@@ -248,6 +256,10 @@ def _run_file(
         launch_after_maybe_stop(job)
     except Exit:
         pass  # its own exit (or set -e) ends it, not the script that runs it
+    except _NestBound as exc:
+        if s.depth > 0:
+            raise
+        raise SpecError(f"{where}: {exc}") from None
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
     s.sourced, s.sourced_bytes = job.sourced, job.sourced_bytes
