@@ -68,6 +68,7 @@ def test_sbatch_of_a_missing_job_script_names_it(tmp_path):
 
 CHILD_FIXTURES = {
     "bash_file_with_arguments": ("HIDDEN=local\nexport TP=2\nbash job.sh 4\n", "job.sh"),
+    "redirections_are_not_arguments": ("HIDDEN=local\nexport TP=2\nbash job.sh > log 4 2>&1\n", "job.sh"),
     "after_srun_and_options": ("HIDDEN=local\nexport TP=2\nsrun -N 2 bash -x job.sh 2\n", "job.sh"),
     "exit_of_the_child_does_not_stop_the_script": (
         "HIDDEN=local\nexport TP=2\nbash stop.sh\nbash job.sh 8\n",

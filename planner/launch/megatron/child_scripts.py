@@ -38,7 +38,7 @@ from planner.launch.megatron.heredoc import exported
 from planner.launch.megatron.paths import joined
 from planner.launch.megatron.shell_exit import Exit, launch_after_maybe_stop
 from planner.launch.megatron.shell_state import NAME, Script, display
-from planner.launch.megatron.shell_text import is_separator, training_scripts
+from planner.launch.megatron.shell_text import is_separator, redirections, training_scripts
 from planner.launch.megatron.sourcing import MAX_SOURCE_DEPTH, MAX_SOURCED_FILES
 
 SHELLS = ("bash", "sh", "/bin/bash", "/bin/sh", "/usr/bin/bash", "/usr/bin/sh")
@@ -111,6 +111,8 @@ def script_command(
     or None (not such a command, or a file planner cannot find or read)."""
     pwd = s.scalars.get("PWD")
     pwd = pwd if pwd is not None and unresolved_in(pwd) is None else None
+    dropped = redirections(command)  # bash(1) "Redirection": not the command's arguments
+    command = [w for j, w in enumerate(command) if j not in dropped]
     if command and command[0] == "sbatch":
         parsed = _sbatch(command[1:], s)
         if parsed is None:
