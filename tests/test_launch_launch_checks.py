@@ -116,8 +116,9 @@ def test_an_unknown_flag_s_value_is_not_a_second_error():
 
 def test_a_script_that_submits_a_job_file_names_it(tmp_path):
     """Megatron-LM's SC21 scripts (examples/academic_paper_scripts/sc21/SBATCH.sh) submit the
-    launch as a file, ``sbatch ... SRUN.sh``, then ``exit 0``: planner does not read that file, and
-    says to check it."""
+    launch as a file, ``sbatch ... SRUN.sh``, then ``exit 0``: without SRUN.sh beside the script
+    planner cannot read it (tests/test_launch_child_scripts.py reads one it finds), and says to
+    check it."""
     text = 'sbatch -p "$P" --nodes=2 --export=MEGATRON_PARAMS SRUN.sh\nexit 0\n'
     with pytest.raises(
         SpecError, match=r"stops on line 3 \(exit 0\).*submits SRUN.sh with sbatch.*check that file"

@@ -230,7 +230,7 @@ def megatron_words(
 
 def _submitted(words: list[str]) -> list[str]:
     """The job script files ``sbatch [OPTIONS] FILE`` submits (its last word, when not an option),
-    which planner does not read: the launch is in them."""
+    left in the words because planner did not find the file (:mod:`.child_scripts` reads one it finds)."""
     out, command = [], []
     for w in [*words, ";"]:
         if not is_separator(w):

@@ -260,12 +260,12 @@ def no_launch(stop: Exit, missing: list[str] = (), submitted: list[str] = ()) ->
     """The error for a script that stops before any training command runs; ``missing``: relative
     paths a file test did not find in the directory planner runs the script from (its own), named
     with the way to run it from another (``--set PWD=DIR``); ``submitted``: job script files
-    ``sbatch FILE`` submits, which planner does not read (the launch is in them)."""
+    ``sbatch FILE`` submits that planner did not find (:mod:`.child_scripts` reads one it finds)."""
     hint = ""
     if submitted:
         files = ", ".join(dict.fromkeys(submitted))
         hint += (
-            f"; it submits {files} with sbatch, a job script planner does not read: check that file, "
+            f"; it submits {files} with sbatch, a job script planner did not find in the working directory: check that file, "
             "with --set for what it inherits"
         )
     if missing:
