@@ -41,13 +41,16 @@ def test_sbatch_reads_the_job_script_with_the_exported_environment(tmp_path):
         ("--export=TP", "2", ""),
         ("--export TP=8", "8", ""),
         ("--export=ALL,HIDDEN=x", "2", "x"),
+        ("--export=TP,LOCAL", "2", ""),
     ],
 )
 def test_sbatch_export_option_decides_the_jobs_environment(tmp_path, export, tp, hidden):
     """sbatch(1) ``--export``: NONE passes nothing, a list of names only those (NAME=VALUE giving
-    its value), ALL with a list everything and the list."""
-    (tmp_path / "job.sh").write_text(JOB)
-    words = planner_words(tmp_path, f"export TP=2\nexport HIDDEN=h\nsbatch {export} job.sh 1\n")
+    its value), ALL with a list everything and the list; a name the script did not export is not
+    in sbatch's environment, so empty in the job even when listed."""
+    job = JOB.replace('--h "$HIDDEN"', '--h "$HIDDEN$LOCAL"')
+    (tmp_path / "job.sh").write_text(job)
+    words = planner_words(tmp_path, f"export TP=2\nexport HIDDEN=h\nLOCAL=l\nsbatch {export} job.sh 1\n")
     assert (_after(words, "--tp"), _after(words, "--h")) == (tp, hidden)
 
 

@@ -196,6 +196,7 @@ def _job_environment(export: str, s: Script) -> Environment | None:
     if unresolved_in(export) is not None:
         return None
     env, scalars = exported(s)
+    inherited = dict(env)  # sbatch's own environment: a variable the script did not export is not in it
     items = [x for x in export.split(",") if x]
     if "ALL" not in items:
         scalars = {name: "" for name in scalars}
@@ -206,7 +207,7 @@ def _job_environment(export: str, s: Script) -> Environment | None:
         name, eq, value = item.partition("=")
         if not NAME.fullmatch(name):
             return None
-        env[name] = value if eq else s.scalars.get(name, "")
+        env[name] = value if eq else inherited.get(name, "")
         scalars[name] = env[name]
     return env, scalars
 
