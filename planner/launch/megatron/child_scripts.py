@@ -39,7 +39,7 @@ from planner.launch.megatron.paths import joined
 from planner.launch.megatron.shell_exit import Exit, launch_after_maybe_stop
 from planner.launch.megatron.shell_state import NAME, Script, display
 from planner.launch.megatron.shell_text import is_separator, redirections, training_scripts
-from planner.launch.megatron.sourcing import MAX_SOURCE_DEPTH, MAX_SOURCED_FILES
+from planner.launch.megatron.sourcing import MAX_SOURCE_DEPTH, MAX_SOURCED_FILES, NestingBound
 
 SHELLS = ("bash", "sh", "/bin/bash", "/bin/sh", "/usr/bin/bash", "/usr/bin/sh")
 """Commands that run a script file given as their first non-option argument."""
@@ -72,11 +72,6 @@ The others are switches or take an optional value only after ``=`` (``--exclusiv
 Environment = tuple[dict[str, str], dict[str, str]]
 """A new shell's exported variables, and the same with each variable it does not inherit as empty
 (:func:`.heredoc.exported`)."""
-
-
-class _NestBound(SpecError):
-    """Scripts nested past :data:`.sourcing.MAX_SOURCE_DEPTH`: said once, at the outermost
-    script's line, not once per level."""
 
 
 def child_script_words(
@@ -226,7 +221,7 @@ def _run_file(
     shown = display(os.path.relpath(path, s.root) if s.root else path)
     where = f"line {number}: {shown} (run by {runner})"
     if s.depth >= MAX_SOURCE_DEPTH or s.sourced >= MAX_SOURCED_FILES:
-        raise _NestBound(
+        raise NestingBound(
             f"scripts nest deeper than {MAX_SOURCE_DEPTH} (or more than {MAX_SOURCED_FILES} files are "
             f"read): does {shown} run itself?"
         )
@@ -259,7 +254,7 @@ def _run_file(
         launch_after_maybe_stop(job)
     except Exit:
         pass  # its own exit (or set -e) ends it, not the script that runs it
-    except _NestBound as exc:
+    except NestingBound as exc:
         if s.depth > 0:
             raise
         raise SpecError(f"{where}: {exc}") from None

@@ -22,9 +22,10 @@ MAX_SOURCED_FILES = 100
 """How many files one script may source in all (a file sourcing itself twice doubles per level)."""
 
 
-class _SourceBound(SpecError):
-    """Sourcing past :data:`MAX_SOURCE_DEPTH` or :data:`MAX_SOURCED_FILES`: said once, at the
-    script's own ``source`` line, not once per nested file."""
+class NestingBound(SpecError):
+    """Sourcing or running scripts past :data:`MAX_SOURCE_DEPTH` or :data:`MAX_SOURCED_FILES`
+    (here and in :mod:`.child_scripts`): said once, at the outermost script's line, not once per
+    nested file."""
 
 
 def source_file(args: list[str], number: int, s: Script, read: Callable[[str, Script], None]) -> None:
@@ -62,7 +63,7 @@ def source_file(args: list[str], number: int, s: Script, read: Callable[[str, Sc
         )
         here = (s.arrays.get("BASH_SOURCE") or [""])[0]
         here = display(os.path.relpath(here, s.root)) if os.path.isabs(here) else "a sourced file"
-        raise _SourceBound(
+        raise NestingBound(
             f"{bound}: {here} sources {shown} on its line {number} (does a file source itself?)"
         )
     if not os.path.isfile(full):
@@ -92,7 +93,7 @@ def source_file(args: list[str], number: int, s: Script, read: Callable[[str, Sc
     except Exit as stop:
         stop.trail.append(f"in {shown}, sourced on line {number}")
         raise
-    except _SourceBound as exc:
+    except NestingBound as exc:
         if s.depth > 1:
             raise
         raise SpecError(f"line {number}: source {shown}: {exc}") from None
