@@ -54,12 +54,94 @@ def test_sbatch_export_option_decides_the_jobs_environment(tmp_path, export, tp,
     assert (_after(words, "--tp"), _after(words, "--h")) == (tp, hidden)
 
 
-def test_sbatch_chdir_finds_the_job_script_there(tmp_path):
-    """``--chdir DIR`` / ``-D DIR``: the job runs in DIR, where a relative FILE is found."""
+def test_sbatch_chdir_runs_the_job_there_and_reads_the_file_where_sbatch_runs(tmp_path):
+    """``--chdir DIR`` / ``-D DIR`` (relative to where sbatch runs): the job runs in DIR, but sbatch
+    reads FILE where it runs itself (Slurm's sbatch.c reads the script before submitting; the job's
+    working directory is only a field of the request), so a FILE only in DIR is not found."""
     (tmp_path / "jobs").mkdir()
-    (tmp_path / "jobs" / "job.sh").write_text(JOB)
-    words = planner_words(tmp_path, "export TP=4\nsbatch -D jobs job.sh 2\n")
-    assert (_after(words, "--tp"), _after(words, "--pp")) == ("4", "2")
+    (tmp_path / "job.sh").write_text(JOB.replace('--h "$HIDDEN"', '--h "$PWD"'))
+    for option in ("-D jobs", "--chdir=jobs", "--chdir jobs", "-Djobs"):
+        words = planner_words(tmp_path, f"export TP=4\nsbatch {option} job.sh 2\n")
+        assert (_after(words, "--tp"), _after(words, "--pp")) == ("4", "2")
+        assert _after(words, "--h") == str(tmp_path / "jobs")
+    (tmp_path / "jobs" / "only.sh").write_text(JOB)
+    with pytest.raises(SpecError, match=r"no launch found.*submits only\.sh with sbatch"):
+        planner_words(tmp_path, "export TP=2\nsbatch -D jobs only.sh\nexit 0\n")
+
+
+SBATCH_OPTION_FIXTURES = {
+    # (the job's #SBATCH lines, what the submitting script does, expected --tp and --h)
+    "directive_export_none": ("#SBATCH --export=NONE\n", "sbatch job.sh", ("", "")),
+    "directive_export_names": ("#SBATCH --export=TP\n", "sbatch job.sh", ("2", "")),
+    "command_line_over_directive": ("#SBATCH --export=NONE\n", "sbatch --export=ALL job.sh", ("2", "h")),
+    "environment_over_directive": (
+        "#SBATCH --export=NONE\n",
+        "export SBATCH_EXPORT=ALL\nsbatch job.sh",
+        ("2", "h"),
+    ),
+    "command_line_over_environment": (
+        "",
+        "export SBATCH_EXPORT=NONE\nsbatch --export=TP job.sh",
+        ("2", ""),
+    ),
+    "unexported_sbatch_export_is_not_read": ("", "SBATCH_EXPORT=NONE\nsbatch job.sh", ("2", "h")),
+    "later_directive_wins": ("#SBATCH --export=NONE\n#SBATCH --export=ALL\n", "sbatch job.sh", ("2", "h")),
+    "directive_with_a_comment": ("#SBATCH --export=TP  # only TP\n", "sbatch job.sh", ("2", "")),
+    "directive_after_a_command_is_a_comment": ("true\n#SBATCH --export=NONE\n", "sbatch job.sh", ("2", "h")),
+    "not_a_directive": ("#SBATCHX --export=NONE\n##SBATCH --export=NONE\n", "sbatch job.sh", ("2", "h")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SBATCH_OPTION_FIXTURES))
+def test_sbatch_options_from_directives_environment_and_command_line(tmp_path, name):
+    """sbatch(1): a job script's ``#SBATCH`` lines before its first command give options, the
+    ``SBATCH_EXPORT`` environment variable overrides them and the command line overrides both."""
+    directives, submit, expected = SBATCH_OPTION_FIXTURES[name]
+    job = JOB.replace("#SBATCH --nodes=2\n", "#SBATCH --nodes=2\n" + directives)
+    (tmp_path / "job.sh").write_text(job.replace('--h "$HIDDEN"', '--h "$HIDDEN$LOCAL"'))
+    words = planner_words(tmp_path, f"export TP=2\nexport HIDDEN=h\nLOCAL=l\n{submit} 1\n")
+    assert (_after(words, "--tp"), _after(words, "--h")) == expected
+
+
+def test_sbatch_directive_chdir_is_the_jobs_directory(tmp_path):
+    (tmp_path / "job.sh").write_text(
+        JOB.replace("#SBATCH --nodes=2\n", "#SBATCH -D /scratch/run\n").replace('--h "$HIDDEN"', '--h "$PWD"')
+    )
+    words = planner_words(tmp_path, "export TP=2\nsbatch job.sh 1\n")
+    assert _after(words, "--h") == "/scratch/run"
+    words = planner_words(tmp_path, "export TP=2\nsbatch --chdir=/other job.sh 1\n")
+    assert _after(words, "--h") == "/other"
+
+
+def test_sbatch_wrap_runs_its_string_as_the_job(tmp_path):
+    """``sbatch --wrap STRING``: sbatch wraps STRING in a /bin/sh script (Slurm's ``_script_wrap``),
+    run as a job with the ``--export`` environment."""
+    wrap = f"torchrun pretrain_gpt.py {SHAPE} --tp $TP --h x$HIDDEN"
+    words = planner_words(tmp_path, f"export TP=2\nexport HIDDEN=h\nsbatch -N 2 --wrap '{wrap}'\n")
+    assert (_after(words, "--tp"), _after(words, "--h")) == ("2", "xh")
+    words = planner_words(tmp_path, f"export TP=2\nexport HIDDEN=h\nsbatch --export=TP --wrap='{wrap}'\n")
+    assert (_after(words, "--tp"), _after(words, "--h")) == ("2", "x")
+
+
+def test_sbatch_here_document_takes_sbatchs_options(tmp_path):
+    """A job given on sbatch's standard input has sbatch's ``--export`` and ``--chdir`` and its own
+    ``#SBATCH`` lines, and Slurm's ``SLURM_*`` variables are set in it (``set -u`` does not stop at
+    them)."""
+    body = (
+        "#!/bin/bash\n#SBATCH --export=TP\nset -u\nN=$SLURM_NNODES\n"
+        f'torchrun pretrain_gpt.py {SHAPE} --tp $TP --h "x${{HIDDEN:-}}$PWD"\n'
+    )
+    script = f"export TP=2\nexport HIDDEN=h\nsbatch -D /run <<'EOF'\n{body}EOF\n"
+    words = planner_words(tmp_path, script)
+    assert (_after(words, "--tp"), _after(words, "--h")) == ("2", "x/run")
+    words = planner_words(tmp_path, script.replace("sbatch -D /run", "sbatch --export=ALL"))
+    assert (_after(words, "--tp"), _after(words, "--h")) == ("2", f"xh{tmp_path}")
+
+
+def test_bash_s_arguments_are_the_here_documents_positional_parameters(tmp_path):
+    body = f'torchrun pretrain_gpt.py {SHAPE} --tp "$1" --pp "$2" --h "$0"\n'
+    words = planner_words(tmp_path, f"bash -s 4 2 <<'EOF'\n{body}EOF\n")
+    assert (_after(words, "--tp"), _after(words, "--pp"), _after(words, "--h")) == ("4", "2", "bash")
 
 
 def test_sbatch_of_a_missing_job_script_names_it(tmp_path):

@@ -230,7 +230,9 @@ def test_error_inside_a_sourced_file_names_the_file_and_its_line(tmp_path):
 def test_binary_sourced_file_is_an_error_not_a_traceback(tmp_path):
     script = _tree(tmp_path, {"launch.sh": "source blob\n"})
     (tmp_path / "blob").write_bytes(b"\xff\xfe\x00")
-    with pytest.raises(SpecError, match=r"line 2: source blob: .*not UTF-8"):
+    with pytest.raises(
+        SpecError, match=r"line 2: source blob: .*not UTF-8 text \(byte 0\); expected a shell script$"
+    ):
         parse_megatron(script.read_text(), "launch.sh", 8, path=script)
 
 

@@ -77,7 +77,15 @@ def write(tmp_path: Path, name: str, data) -> Path:
 def test_binary_file_is_a_spec_error(run_cli, tmp_path):
     p = tmp_path / "model.yaml"
     p.write_bytes(bytes(range(256)) * 4)
-    one_line_error(run_cli("models", "show", str(p)), 1, "not UTF-8")
+    one_line_error(run_cli("models", "show", str(p)), 1, "not UTF-8 text (byte 128); expected YAML or JSON")
+
+
+def test_binary_launch_script_names_what_check_reads(run_cli, tmp_path):
+    p = tmp_path / "launch.sh"
+    p.write_bytes(b"#!/bin/bash\n\xff\xfe torchrun\n")
+    result = run_cli("check", str(p), "--cluster", "dgx-h100", "--nodes", "1")
+    assert result.exit_code == 1 and "Traceback" not in result.stderr + result.stdout
+    assert "not UTF-8 text (byte 12); expected a plan (YAML or JSON), a launch script" in result.stdout
 
 
 def test_deeply_nested_yaml_is_a_spec_error(run_cli, tmp_path):

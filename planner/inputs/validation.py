@@ -337,8 +337,10 @@ def _checked(value, name: str, key: str, integer: bool, positive: bool, maximum,
 # Files
 
 
-def read_text_capped(path: Path, limit_bytes: int = MAX_FILE_BYTES) -> str:
-    """The UTF-8 text of ``path``; a missing, unreadable, oversized or binary file is a SpecError."""
+def read_text_capped(path: Path, limit_bytes: int = MAX_FILE_BYTES, expected: str = "YAML or JSON") -> str:
+    """The UTF-8 text of ``path``; a missing, unreadable, oversized or binary file is a SpecError.
+    ``expected`` names what the file should hold (a binary file's message ends "expected
+    ``expected``"): YAML or JSON for the spec files, a shell script for a launch, TOML, Python."""
     try:
         with open(path, "rb") as fh:
             raw = fh.read(limit_bytes + 1)
@@ -354,7 +356,7 @@ def read_text_capped(path: Path, limit_bytes: int = MAX_FILE_BYTES) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError(
-            f"{short_path(path)}: not UTF-8 text (byte {exc.start}); expected YAML or JSON"
+            f"{short_path(path)}: not UTF-8 text (byte {exc.start}); expected {expected}"
         ) from None
 
 

@@ -20,6 +20,11 @@ from planner.inputs.validation import read_text_capped, rounded
 from planner.launch.check_read import LaunchInputs, ReadConfig, read_config, world_mismatch
 from planner.launch.verdict import Finding, Verdict
 
+CHECKED_FILES = (
+    "a plan (YAML or JSON), a launch script, a Megatron YAML, a torchtitan TOML or a Megatron-Bridge recipe"
+)
+"""What ``planner check`` reads (the end of a binary file's message, :func:`.validation.read_text_capped`)."""
+
 FLAG_HINTS = {
     "recompute module": ("--recompute-modules", "--recompute-granularity"),
     "recompute_modules": ("--recompute-modules", "--recompute-granularity"),
@@ -101,7 +106,9 @@ def check_file(
     its only ``*_config``) and ``sets`` its ``--set`` items (:mod:`planner.launch.bridge.recipe`)."""
     verdict = Verdict(path)
     try:
-        text = read_text_capped(Path(path))  # size-capped, UTF-8 (planner.inputs.validation)
+        text = read_text_capped(
+            Path(path), expected=CHECKED_FILES
+        )  # size-capped, UTF-8 (planner.inputs.validation)
     except SpecError as exc:
         verdict.add(Finding("error", "read", str(exc)))
         return verdict

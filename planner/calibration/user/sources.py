@@ -122,7 +122,7 @@ def read_sources(paths: list[str], cluster: str, nodes: int | None) -> Sources:
                 f"{short_path(arg)}: give a file, or a log and its launch file joined by one comma"
             )
         path = Path(parts[0])
-        text = read_text_capped(path)
+        text = read_text_capped(path, expected="a training log or its launch file")
         kind = sniff(text, path)
         if kind == "nccl":
             _no_pair(parts, "nccl-tests output")
@@ -396,7 +396,10 @@ def read_log_run(
         from planner.launch.megatron.importer import parse_megatron
 
         imported = parse_megatron(
-            read_text_capped(config_path), short_path(config_path), gpus, path=config_path
+            read_text_capped(config_path, expected="a shell script"),
+            short_path(config_path),
+            gpus,
+            path=config_path,
         )
         model, job, config = imported.model, imported.job, imported.config
     else:

@@ -249,7 +249,7 @@ def is_recipe_file(path: str) -> bool:
     if Path(path).suffix != ".py" or not Path(path).is_file():
         return False
     try:
-        text = read_text_capped(Path(path))
+        text = read_text_capped(Path(path), expected="a Python recipe")
     except SpecError:
         return False
     return "megatron.bridge" in text and "ConfigContainer" in text

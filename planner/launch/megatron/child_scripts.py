@@ -1,44 +1,53 @@
-"""Script files a launch script runs as another process: ``sbatch [OPTIONS] FILE [ARGS]`` (the job
-script a submit wrapper hands Slurm) and ``bash [OPTIONS] FILE [ARGS]`` / ``sh FILE`` (a launcher
-that calls the script holding the training command, also after ``srun ...``). Such a file runs in
-a new shell (bash(1) "COMMAND EXECUTION ENVIRONMENT": "the shell's execution environment ... is
-not" inherited, only "shell variables and functions marked for export"), so it is read as a
-script of its own, as :mod:`.heredoc` reads a job given on standard input:
+"""Scripts a launch script runs as another process, each read in a new shell: ``sbatch [OPTIONS]
+FILE [ARGS]`` (the job script a submit wrapper hands Slurm), ``sbatch --wrap STRING``, the job an
+``sbatch <<EOF`` / ``bash <<EOF`` here-document gives on standard input (:mod:`.heredoc` reads its
+text), and ``bash [OPTIONS] FILE [ARGS]`` / ``sh FILE`` (a launcher that calls the script holding
+the training command, also after ``srun ...``). Such a script runs in a new shell (bash(1) "COMMAND
+EXECUTION ENVIRONMENT": "the shell's execution environment ... is not" inherited, only "shell
+variables and functions marked for export"), so it is read as a script of its own:
 
 * its environment is the exported variables of the script that runs it (:func:`.heredoc.exported`);
   for ``sbatch``, as sbatch(1) ``--export`` says: ``ALL`` (the default) passes them all, ``NONE``
   none, and ``[ALL,]NAME[=VALUE],...`` those named (with ``ALL``, all of them, the named ones
   given their values);
-* its positional parameters are ARGS, ``$0`` and ``${BASH_SOURCE[0]}`` its path;
+* its positional parameters are ARGS (``bash -s ARGS <<EOF``: those after ``-s``), ``$0`` and
+  ``${BASH_SOURCE[0]}`` a file's path (``$0`` is the shell's name for ``bash <<EOF``);
 * it runs in the working directory of the command (sbatch(1): "The batch script ... is run in the
-  working directory from which sbatch was invoked", or ``--chdir`` / ``-D``), where a relative FILE
-  is found too;
-* a Slurm job's ``SLURM_*`` variables are set there (:data:`.expansion.SLURM_KEY`); ``#SBATCH``
-  lines are comments to bash and are not read;
+  working directory from which sbatch was invoked", or ``--chdir`` / ``-D``, relative to it); a
+  relative FILE is found in the directory the command runs in, not in ``--chdir``;
+* sbatch's options come from its command line, then the ``SBATCH_EXPORT`` variable of its
+  environment, then the job script's ``#SBATCH`` lines (sbatch(1): "#SBATCH" options "before any
+  executable commands"; "environment variables will override any options set in a batch script,
+  and command line options will override any environment variables"); of them planner reads
+  ``--export`` and ``--chdir``;
+* a Slurm job's ``SLURM_*`` variables are set there (:data:`.expansion.SLURM_KEY`);
 * its ``exit`` ends it, not the script that runs it.
 
 The words it runs replace the command, after what came before the runner (``srun -N 2 bash
 FILE``: ``srun -N 2`` and FILE's words), each on the line of the command. A FILE planner cannot
 find (a path that depends on what it cannot know, a file that is not there) is left as the command
-it is; for ``sbatch`` the message of a script with no launch names it (:func:`.shell_exit.no_launch`).
-Nesting is bounded as ``source`` is (:data:`.sourcing.MAX_SOURCE_DEPTH`).
+it is, as is a job whose ``--export`` planner cannot know; for ``sbatch`` the message of a script
+with no launch names it (:func:`.shell_exit.no_launch`). Nesting is bounded as ``source`` is
+(:data:`.sourcing.MAX_SOURCE_DEPTH`).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from planner.inputs.errors import SpecError
 from planner.inputs.validation import MAX_FILE_BYTES, read_text_capped
-from planner.launch.megatron.expansion import ROOT_KEY, SLURM_KEY, unresolved_in
+from planner.launch.megatron.expansion import ROOT_KEY, SLURM_KEY, expand_heredoc, unresolved_in
 from planner.launch.megatron.functions import bind
 from planner.launch.megatron.heredoc import exported
 from planner.launch.megatron.paths import joined
 from planner.launch.megatron.shell_exit import Exit, launch_after_maybe_stop
 from planner.launch.megatron.shell_state import NAME, Script, display
-from planner.launch.megatron.shell_text import is_separator, redirections, training_scripts
+from planner.launch.megatron.shell_text import Heredoc, is_separator, redirections, training_scripts
 from planner.launch.megatron.sourcing import MAX_SOURCE_DEPTH, MAX_SOURCED_FILES, NestingBound
 
 SHELLS = ("bash", "sh", "/bin/bash", "/bin/sh", "/usr/bin/bash", "/usr/bin/sh")
@@ -73,6 +82,31 @@ Environment = tuple[dict[str, str], dict[str, str]]
 """A new shell's exported variables, and the same with each variable it does not inherit as empty
 (:func:`.heredoc.exported`)."""
 
+SBATCH_READ = ("--export", "--chdir")
+"""The sbatch(1) options planner reads (``-D`` is ``--chdir``); the others do not change what the
+job script runs."""
+
+
+@dataclass(frozen=True)
+class Child:
+    """A script that runs in a new shell (see the module's docstring), and how."""
+
+    runner: str
+    """The command that runs it: ``sbatch``, ``bash``, ``sh``, ..."""
+    index: int
+    """The runner's position in the command (the words before it are kept: ``srun -N 2``)."""
+    pwd: str | None
+    """The working directory of the command (a value of ``PWD``, possibly unresolved; None: unset)."""
+    path: str | None = None
+    """The script file's absolute path; None for a script given as text."""
+    text: str | None = None
+    """The script given as text (a here-document's job, ``sbatch --wrap``)."""
+    args: tuple[str, ...] = ()
+    options: tuple[tuple[str, str], ...] = ()
+    """sbatch options of :data:`SBATCH_READ` given on its command line, as (name, value)."""
+    name: str = ""
+    """What messages call a script given as text."""
+
 
 def child_script_words(
     parts: list[str], number: int, s: Script, read: Callable[[str, Script], None]
@@ -87,35 +121,65 @@ def child_script_words(
             command.append(w)
             continue
         found = script_command(command, s)
-        if found is None:
-            out += command
-        else:
-            k, path, args, environment, pwd, runner = found
-            out += command[:k] + _run_file(path, args, environment, pwd, runner, number, s, read)
+        words = None if found is None else run_child(found, number, s, read)
+        out += command if words is None else command[: found.index] + words
         if w is not None:
             out.append(w)
         command = []
     return out
 
 
-def script_command(
-    command: list[str], s: Script
-) -> tuple[int, str, list[str], Environment, str | None, str] | None:
-    """Where ``command`` runs a script file, and how: (the runner's index, the file's absolute
-    path, its arguments, its environment's variables, its working directory, the runner's name),
-    or None (not such a command, or a file planner cannot find or read)."""
+def job_script(
+    heredoc: Heredoc, command: list[str], number: int, s: Script, read: Callable[[str, Script], None]
+) -> list[tuple[str, int]]:
+    """The words the job script a here-document gives ``command`` (``sbatch [OPTIONS]``, ``bash
+    [-s ARGS]``) on its standard input runs, each on line ``number``: its body, expanded as bash
+    expands an unquoted here-document (:func:`.expansion.expand_heredoc`; a quoted delimiter keeps
+    it as written), read in a new shell. Functions are not in the job (bash passes one only with
+    ``export -f``)."""
+    text = heredoc.body if heredoc.quoted else expand_heredoc(heredoc.body, s.scalars, s.arrays)
+    dropped = redirections(command)
+    command = [w for j, w in enumerate(command) if j not in dropped]
+    runner, args, options = command[0], (), ()
+    if runner == "sbatch":
+        parsed = _sbatch(command[1:])
+        if parsed is None:
+            return []
+        options = parsed[0]
+    else:
+        rest = command[1:]
+        while rest and rest[0] != "-s" and rest[0][:1] in "-+":
+            rest = rest[2:] if rest[0] in _SHELL_VALUE_OPTIONS else rest[1:]
+        args = tuple(rest[1:]) if rest[:1] == ["-s"] else ()
+    child = Child(
+        runner,
+        0,
+        s.scalars.get("PWD"),
+        text=text,
+        args=args,
+        options=options,
+        name="the job script of this here-document",
+    )
+    words = run_child(child, number, s, read)
+    return [(w, number) for w in words or []]
+
+
+def script_command(command: list[str], s: Script) -> Child | None:
+    """Where ``command`` runs a script (a file planner can read, or ``sbatch --wrap``), and how;
+    None when it does not, or runs a file planner cannot find or read."""
     pwd = s.scalars.get("PWD")
-    pwd = pwd if pwd is not None and unresolved_in(pwd) is None else None
     dropped = redirections(command)  # bash(1) "Redirection": not the command's arguments
     command = [w for j, w in enumerate(command) if j not in dropped]
     if command and command[0] == "sbatch":
-        parsed = _sbatch(command[1:], s)
+        parsed = _sbatch(command[1:])
         if parsed is None:
             return None
-        target, args, env, chdir = parsed
-        if chdir is not None:
-            pwd = joined(pwd, chdir)
-        return _located(0, target, args, env, pwd, "sbatch")
+        options, wrap, rest = parsed
+        if wrap is not None:
+            return Child("sbatch", 0, pwd, text=wrap, options=options, name="the job script of sbatch --wrap")
+        if not rest:
+            return None  # the script on standard input (job_script)
+        return _located("sbatch", 0, rest[0], rest[1:], pwd, options)
     for k, w in enumerate(command):
         if w not in SHELLS:
             continue
@@ -129,29 +193,36 @@ def script_command(
                 return None  # bash -c STRING (.shell_builtins.inner_commands) or the standard input
             i += 2 if option in _SHELL_VALUE_OPTIONS else 1
         if i < len(command):
-            return _located(k, command[i], command[i + 1 :], exported(s), pwd, w)
+            return _located(w, k, command[i], command[i + 1 :], pwd, ())
         return None
     return None
 
 
 def _located(
-    k: int, target: str, args: list[str], environment: Environment, pwd: str | None, runner: str
-) -> tuple[int, str, list[str], Environment, str | None, str] | None:
-    """The found file's tuple for :func:`script_command`, or None when it cannot be read there: its
-    path depends on what planner cannot know, or no such file is in the working directory (bash
-    would also look for a relative FILE on ``$PATH``, which a launch does not rely on)."""
+    runner: str, k: int, target: str, args: list[str], pwd: str | None, options: tuple
+) -> Child | None:
+    """The found file's :class:`Child`, or None when it cannot be read: its path depends on what
+    planner cannot know, or no such file is in the working directory (bash would also look for a
+    relative FILE on ``$PATH``, which a launch does not rely on)."""
     if unresolved_in(target) is not None:
         return None
-    full = joined(pwd, target)
+    full = joined(_known(pwd), target)
     if full is None or not os.path.isfile(full):
         return None
-    return k, full, args, environment, pwd, runner
+    return Child(runner, k, pwd, path=full, args=tuple(args), options=options)
 
 
-def _sbatch(words: list[str], s: Script) -> tuple[str, list[str], Environment, str | None] | None:
-    """sbatch's job script, its arguments, the job's environment (``--export``) and ``--chdir``;
-    None for ``--wrap`` (no file) or no file given (the script on standard input, :mod:`.heredoc`)."""
-    export, chdir = "ALL", None
+def _known(pwd: str | None) -> str | None:
+    """``pwd`` where it is known, else None."""
+    return pwd if pwd is not None and unresolved_in(pwd) is None else None
+
+
+def _sbatch(words: list[str]) -> tuple[tuple[tuple[str, str], ...], str | None, list[str]] | None:
+    """sbatch's options of :data:`SBATCH_READ` (``-D`` as ``--chdir``), its ``--wrap`` string (None
+    without one) and the words after its options (the job script and its arguments); None where an
+    option's value is missing."""
+    options: dict[str, str] = {}
+    wrap = None
     i = 0
     while i < len(words) and words[i].startswith("-") and words[i] != "-":
         option = words[i]
@@ -159,9 +230,7 @@ def _sbatch(words: list[str], s: Script) -> tuple[str, list[str], Environment, s
         if option == "--":
             i += 1
             break
-        if name == "--wrap":
-            return None
-        if not eq and option in SBATCH_VALUE_OPTIONS:
+        if not eq and (option in SBATCH_VALUE_OPTIONS or option == "--wrap"):
             if i + 1 >= len(words):
                 return None
             value = words[i + 1]
@@ -170,17 +239,35 @@ def _sbatch(words: list[str], s: Script) -> tuple[str, list[str], Environment, s
             not eq and option[:2] in SBATCH_VALUE_OPTIONS and len(option) > 2 and not option.startswith("--")
         ):
             name, value = option[:2], option[2:]
-        if name == "--export":
-            export = value
-        elif name in ("--chdir", "-D"):
-            chdir = value
+        name = "--chdir" if name == "-D" else name
+        if name == "--wrap":
+            wrap = value
+        elif name in SBATCH_READ:
+            options[name] = value
         i += 1
-    if i >= len(words):
-        return None
-    env = _job_environment(export, s)
-    if env is None:
-        return None
-    return words[i], words[i + 1 :], env, chdir
+    return tuple(options.items()), wrap, words[i:]
+
+
+def directives(text: str) -> dict[str, str]:
+    """The options of :data:`SBATCH_READ` a job script's ``#SBATCH`` lines give (sbatch(1): read
+    "before any executable commands", up to "the first non-comment non-whitespace line"; the
+    line's words split as the shell would, a ``#`` after them a comment), later lines overriding
+    earlier ones. A line planner cannot split is skipped, as the rest of a directive it cannot read."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break
+        if not stripped.startswith("#SBATCH") or stripped[7:8] not in (" ", "\t"):
+            continue
+        try:
+            words = shlex.split(stripped[7:], comments=True)
+        except ValueError:
+            continue
+        parsed = _sbatch(words)
+        if parsed is not None:
+            out.update(parsed[0])
+    return out
 
 
 def _job_environment(export: str, s: Script) -> Environment | None:
@@ -207,48 +294,79 @@ def _job_environment(export: str, s: Script) -> Environment | None:
     return env, scalars
 
 
-def _run_file(
-    path: str,
-    args: list[str],
-    environment: Environment,
-    pwd: str | None,
-    runner: str,
-    number: int,
-    s: Script,
-    read: Callable[[str, Script], None],
-) -> list[str]:
-    """The words the script file ``path`` runs, read in a new shell (see the module's docstring)."""
-    shown = display(os.path.relpath(path, s.root) if s.root else path)
-    where = f"line {number}: {shown} (run by {runner})"
+def _environment_and_pwd(child: Child, text: str, s: Script) -> tuple[Environment, str | None] | None:
+    """The new shell's environment and working directory (a ``PWD`` value; None: unset); None
+    where the job's ``--export`` cannot be known."""
+    if child.runner != "sbatch":
+        return exported(s), child.pwd
+    options = directives(text)
+    from_env = exported(s)[0].get("SBATCH_EXPORT")  # sbatch's own environment
+    if from_env is not None:
+        options["--export"] = from_env
+    options.update(child.options)
+    environment = _job_environment(options.get("--export", "ALL"), s)
+    if environment is None:
+        return None
+    chdir = options.get("--chdir")
+    if chdir is None:
+        return environment, child.pwd
+    if unresolved_in(chdir) is not None:
+        return environment, chdir
+    full = joined(_known(child.pwd), chdir)
+    return environment, full if full is not None else child.pwd
+
+
+def run_child(child: Child, number: int, s: Script, read: Callable[[str, Script], None]) -> list[str] | None:
+    """The words the script ``child`` runs, read in a new shell (see the module's docstring); None
+    where planner cannot know the shell it runs in (the command is then left as it is)."""
+    if child.path is not None:
+        shown = display(os.path.relpath(child.path, s.root) if s.root else child.path)
+        where = f"line {number}: {shown} (run by {child.runner})"
+    else:
+        shown = child.name
+        where = f"line {number}: {shown}"
     if s.depth >= MAX_SOURCE_DEPTH or s.sourced >= MAX_SOURCED_FILES:
         raise NestingBound(
             f"scripts nest deeper than {MAX_SOURCE_DEPTH} (or more than {MAX_SOURCED_FILES} files are "
             f"read): does {shown} run itself?"
         )
-    try:
-        text = read_text_capped(Path(path))
-    except SpecError as exc:
-        raise SpecError(f"{where}: {exc}") from None
-    if s.sourced_bytes + len(text) > MAX_FILE_BYTES:
-        raise SpecError(
-            f"{where}: the files read hold more than {MAX_FILE_BYTES // 2**20} MiB in all; not a launch"
-        )
+    text = child.text
+    read_bytes = 0
+    if text is None:
+        try:
+            text = read_text_capped(Path(child.path), expected="a shell script")
+        except SpecError as exc:
+            raise SpecError(f"{where}: {exc}") from None
+        read_bytes = len(text)
+        if s.sourced_bytes + read_bytes > MAX_FILE_BYTES:
+            raise SpecError(
+                f"{where}: the files read hold more than {MAX_FILE_BYTES // 2**20} MiB in all; not a launch"
+            )
+    shell = _environment_and_pwd(child, text, s)
+    if shell is None:
+        return None
+    (env, scalars), pwd = shell
     job = Script(
-        root=s.root, depth=s.depth + 1, sourced=s.sourced + 1, sourced_bytes=s.sourced_bytes + len(text)
+        root=s.root,
+        depth=s.depth + 1,
+        sourced=s.sourced + (child.path is not None),
+        sourced_bytes=s.sourced_bytes + read_bytes,
     )
-    env, scalars = environment
     job.env.update(env)
-    job.exported.update(env)
+    job.exported.update(env)  # the job inherits them: exported there too
     job.scalars.update(scalars)
     if ROOT_KEY in s.scalars:
         job.scalars[ROOT_KEY] = s.scalars[ROOT_KEY]
     if pwd is not None:
         job.scalars["PWD"] = pwd
-    if runner == "sbatch" or SLURM_KEY in s.scalars:
+    if child.runner == "sbatch" or SLURM_KEY in s.scalars:
         job.scalars[SLURM_KEY] = "1"
-    job.scalars["0"] = path
-    job.arrays["BASH_SOURCE"] = [path]
-    bind(job, args)
+    if child.path is not None:
+        job.scalars["0"] = child.path
+        job.arrays["BASH_SOURCE"] = [child.path]
+    elif child.runner != "sbatch":
+        job.scalars["0"] = child.runner
+    bind(job, list(child.args))
     try:
         read(text, job)
         launch_after_maybe_stop(job)

@@ -320,15 +320,19 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
         if op in (":=", "=") and value is not None:
             scalars[name] = value
         return (value if value is not None else _unset(name, scalars)), used
-    m = re.match(r"\$\{([A-Za-z_]\w*)(%%|%|##|#)([^}'\"\\]*)\}", s)
-    if m:
+    m = re.match(r"\$\{([A-Za-z_]\w*)(%%|%|##|#)", s)
+    close = _closing_brace(s, m.end()) if m else None
+    if close is not None:
         name = resolve(m.group(1), scalars)
         value = _scalar(name, scalars, arrays)
         if value is None:
-            return _unset(name, scalars), m.end()
+            return _unset(name, scalars), close + 1
         if unresolved_in(value) is not None:
-            return value, m.end()  # what it is cut from cannot be known: its marker stays
-        return _removed(value, m.group(2), expand_word(m.group(3), scalars, arrays)), m.end()
+            return value, close + 1  # what it is cut from cannot be known: its marker stays
+        pattern = _glob_pattern(s[m.end() : close], scalars, arrays)
+        if unresolved_in(pattern) is not None:
+            return UNRESOLVED.format(unresolved_in(pattern)), close + 1  # nor what is cut
+        return _removed(value, m.group(2), pattern), close + 1
     m = re.match(r"\$\{[A-Za-z_]\w*[^\w}'\"$][^}'\"$]*\}", s)
     if m:  # ${NAME/a/b}, ${NAME:1:2}, ${NAME^^}: not evaluated, a marker naming it (never its text)
         return command_marker(m.group(0)), m.end()
@@ -338,6 +342,44 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
         value = _scalar(name, scalars, arrays)
         return (value if value is not None else _unset(name, scalars)), m.end()
     return None, 0
+
+
+def _glob_pattern(word: str, scalars: dict[str, str], arrays: dict[str, list[str]]) -> str:
+    """The :mod:`fnmatch` pattern of the PATTERN of ``${NAME%PATTERN}``: it is expanded (bash(1)
+    "Parameter Expansion": "The word is expanded to produce a pattern"), and a quoted part, or a
+    character after a backslash, matches itself (bash(1) "Pattern Matching": "The special pattern
+    characters must be quoted if they are to be matched literally"), while an unquoted part, an
+    unquoted expansion's value too, stays a pattern (``P='*'; ${S#a$P}`` removes ``a`` and the rest)."""
+    out: list[str] = []
+    i, n = 0, len(word)
+    while i < n:
+        ch = word[i]
+        if ch == "\\" and i + 1 < n:
+            out.append(_literal(word[i + 1]))
+            i += 2
+        elif ch == "'":
+            j = word.find("'", i + 1)
+            j = n if j < 0 else j
+            out.append(_literal(word[i + 1 : j]))
+            i = j + 1
+        elif ch == '"':
+            j = i + 1
+            while j < n and word[j] != '"':
+                j += 2 if word[j] == "\\" else 1
+            out.append(_literal(expand_word(word[i : j + 1], scalars, arrays)))
+            i = j + 1
+        else:
+            j = i
+            while j < n and word[j] not in "\\'\"":
+                j += 1
+            out.append(expand_word(word[i:j], scalars, arrays))
+            i = j
+    return "".join(out)
+
+
+def _literal(text: str) -> str:
+    """``text`` as an :mod:`fnmatch` pattern that matches only itself."""
+    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 def _removed(value: str, op: str, pattern: str) -> str:

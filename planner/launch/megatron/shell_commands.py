@@ -18,11 +18,11 @@ from collections.abc import Callable
 
 from planner.inputs.errors import SpecError
 from planner.launch.megatron.assignments import ASSIGN, PREFIXES, assign, unset
-from planner.launch.megatron.child_scripts import SHELLS, child_script_words, script_command
+from planner.launch.megatron.child_scripts import SHELLS, child_script_words, job_script, script_command
 from planner.launch.megatron.conditions import command_status, with_pattern_marks
 from planner.launch.megatron.expansion import UNRESOLVED, Required, Unbound, expand
 from planner.launch.megatron.functions import Return, call, make_local, shift
-from planner.launch.megatron.heredoc import JOB_READERS, here_operator, job_script
+from planner.launch.megatron.heredoc import JOB_READERS, here_operator
 from planner.launch.megatron.loops import Undecidable, loop_control
 from planner.launch.megatron.shell_arithmetic import (
     arithmetic_maybe,
@@ -206,7 +206,7 @@ def run_statement(stripped: str, number: int, s: Script, read_lines: ReadLines) 
     ran = child_script_words(inner_commands(ran, s), number, s, _text_reader(read_lines))
     s.words += [(w, number) for w in ran]
     if heredoc is not None and parts and parts[0] in JOB_READERS:
-        s.words += job_script(heredoc, number, s, _text_reader(read_lines))
+        s.words += job_script(heredoc, parts, number, s, _text_reader(read_lines))
     if len(s.words) > start and not is_separator(s.words[-1][0]):
         s.words.append(
             (";", number)
@@ -399,7 +399,7 @@ def _builtin_maybe(command: list[str], number: int, s: Script, unknown: str, rea
     elif command[0] == "sbatch" and s.heredoc is not None:
         maybe(
             lambda scratch: scratch.words.extend(
-                job_script(s.heredoc, number, scratch, _text_reader(read_lines))
+                job_script(s.heredoc, command, number, scratch, _text_reader(read_lines))
             ),
             number,
             s,

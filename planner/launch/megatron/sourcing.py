@@ -70,7 +70,7 @@ def source_file(args: list[str], number: int, s: Script, read: Callable[[str, Sc
         what = "is not a file" if os.path.exists(full) else "does not exist"
         raise SpecError(f"line {number}: source {shown}: {printable(full)} {what}")
     try:
-        text = read_text_capped(Path(full))
+        text = read_text_capped(Path(full), expected="a shell script")
     except SpecError as exc:
         raise SpecError(f"line {number}: source {shown}: {exc}") from None
     s.sourced_bytes += len(text)

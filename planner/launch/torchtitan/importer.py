@@ -439,5 +439,7 @@ def read_torchtitan(
 ) -> ImportedTitan:
     """Read a torchtitan TOML file (with a sibling ``custom_import`` module when it names one)."""
     p = Path(path)
-    text = read_text_capped(p)  # size-capped, UTF-8, one-line errors (planner.inputs.validation)
+    text = read_text_capped(
+        p, expected="TOML"
+    )  # size-capped, UTF-8, one-line errors (planner.inputs.validation)
     return parse_torchtitan(text, str(p), world_size, overrides, p)
