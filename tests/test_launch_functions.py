@@ -97,6 +97,19 @@ FIXTURES = {
         "x=3\ny=1\nA=$((x<<y))\ntorchrun pretrain_gpt.py $A $((-7 / 2)) $((-7 % 2)) $((1 << 4 | 1))\n",
         ["6", "-3", "-1", "17"],
     ),
+    "status_of_the_last_command_of_the_body": (
+        'big() { [ "$TP" -gt 1 ]; }\nlocal_only() { local a=1; }\nfails() { echo no >/dev/null; false; }\n'
+        "TP=2\nbig && A=yes || A=no\nlocal_only && B=yes || B=no\nfails && C=yes || C=no\n"
+        'torchrun pretrain_gpt.py "$A" "$B" "$C"\n',
+        ["yes", "yes", "no"],
+    ),
+    "if_and_elif_run_a_function_call": (
+        'on() {\n  SEEN="$SEEN$1"\n  [ "$1" = "$2" ]\n}\n'
+        "SEEN=\nif on a b; then X=1; elif ! on c d; then X=2; else X=3; fi\n"
+        "set -e\nif on e f; then Y=1; else Y=0; fi\n"
+        'torchrun pretrain_gpt.py "$X" "$Y" "$SEEN"\n',
+        ["2", "0", "ace"],
+    ),
     "quoted_here_document_and_one_only_printed": (
         "V=outer\nexport W=exported\ncat <<EOF >/dev/null\ntorchrun pretrain_gpt.py not-run\nEOF\n"
         'sbatch <<-\'EOF\'\n\ttorchrun pretrain_gpt.py "$V" "$W"\n\tEOF\n',
@@ -191,6 +204,34 @@ def test_undeterminable_constructs_are_errors_naming_the_line(script, match, tmp
     path.write_text(script)
     with pytest.raises(SpecError, match=match):
         parse_megatron(script + f"torchrun pretrain_gpt.py {SHAPE}\n", str(path), 8, path=path)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "false; if [ 1 = 2 ]; then :; fi",  # an if whose branches were all skipped: 0 in bash
+        "mkdir -p /tmp/x",  # a command planner does not run
+        "false; return",  # the last command's status, after a return without N
+        "X=$(false) &",  # a background job
+    ],
+)
+def test_a_status_planner_cannot_know_leaves_the_branch_unknown(body, tmp_path):
+    """Where the body's last command is a compound command, one planner does not run, or the call
+    ends in a bare ``return``, the call's status is unknown, so a flag set in either branch is."""
+    text = f"f() {{ {body}; }}\nif f; then TP=2; else TP=4; fi\ntorchrun pretrain_gpt.py {SHAPE} --tensor-model-parallel-size $TP\n"
+    path = tmp_path / "launch.sh"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=r"line 3: --tensor-model-parallel-size .* the if/case on line 2,"):
+        parse_megatron(text, str(path), 8, path=path)
+
+
+@pytest.mark.parametrize("guard", ["setup || exit 1", "if ! setup; then exit 1; fi"])
+def test_a_call_ending_in_a_command_planner_does_not_run_is_assumed_to_succeed(guard):
+    """``setup || exit 1`` where setup ends in ``mkdir``: as for the command itself, the stop that
+    hangs on its status is not taken (was: the script "may stop" before the launch)."""
+    text = f'setup() {{ mkdir -p "$OUT"; }}\nOUT=/tmp/run\n{guard}\ntorchrun pretrain_gpt.py {SHAPE}\n'
+    words = [w for w, _ in megatron_words(text, None, None)[0]]
+    assert words[:2] == ["--num-layers", "32"]
 
 
 def test_v_on_a_name_the_script_never_sets_is_unknown():

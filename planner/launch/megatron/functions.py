@@ -52,8 +52,8 @@ class Frame:
 
 
 class Return(Exception):
-    """``return [N]``: the call ends; ``status`` is N == 0 (True without N: the last command's
-    status, which planner does not track, so unknown)."""
+    """``return [N]``: the call ends; ``status`` is N == 0 (without N the last command's status,
+    which planner does not know there: unknown)."""
 
     def __init__(self, status: bool | str):
         super().__init__(status)
@@ -109,6 +109,49 @@ def definition(name: str, rest: str, number: int, lines: Iterator[Logical]) -> F
         if nxt is None:
             raise SpecError(f"line {number}: function {name}: no closing }} (bash: unexpected end of file)")
         current = nxt
+
+
+_COMPOUND = frozenset(
+    (
+        "if",
+        "then",
+        "else",
+        "elif",
+        "fi",
+        "case",
+        "esac",
+        "for",
+        "select",
+        "while",
+        "until",
+        "do",
+        "done",
+        "{",
+        "}",
+        "(",
+        "function",
+    )
+)
+"""Reserved words that open, continue or close a compound command (bash(1) "RESERVED WORDS")."""
+
+
+def ends_simply(line: str) -> bool:
+    """Whether the last statement of ``line`` (a function body's last line) is a simple command
+    or a list of them, whose status :attr:`.shell_state.Script.status` holds once it ran: not a
+    compound command (an ``if`` whose branches may all be skipped has status 0, which the status
+    left by the command before it would not say), a definition, a subshell or a background job."""
+    parts = statements(line)
+    if not parts:
+        return False
+    last = parts[-1]
+    words = last.split()
+    return bool(words) and not (
+        words[0] in _COMPOUND
+        or words[0].startswith(("(", "{"))
+        or last.endswith(("}", ")", "&"))
+        or _HEADER.match(last)
+        or any(w in _COMPOUND for w in words[1:2] if words[0] == "!")
+    )
 
 
 def _opens(words: list[str]) -> int:
@@ -237,6 +280,10 @@ def call(
     status: bool | str = f"if:?:{number}"
     try:
         read(list(fn.body), s)
+        if fn.body and ends_simply(fn.body[-1].text):
+            status = (
+                s.status
+            )  # bash(1) "FUNCTIONS": "the exit status of the last command executed in the body"
     except Return as r:
         status = r.status
     except Exit as stop:  # the script stops inside the call (shell_exit)
@@ -249,6 +296,11 @@ def call(
         s.frames.pop()
         restore(s, frame)
         unbind(s, before)
+    if isinstance(status, str):  # unknown: named by the call's line, as the words it gives are
+        renamed = f"{status.rsplit(':', 1)[0]}:{number}"
+        if status in s.assumed:
+            s.assumed.add(renamed)  # a command planner does not run: still assumed to succeed
+        status = renamed
     s.words[start:] = [(w, number) for w, _ in s.words[start:]]
     for var, line in s.assigned_lines.items():
         if assigned.get(var) != line:

@@ -48,7 +48,7 @@ from planner.launch.megatron.expansion import (
     expand_word,
     unresolved_in,
 )
-from planner.launch.megatron.functions import bind, definition, header, preset_arguments
+from planner.launch.megatron.functions import Function, bind, definition, header, preset_arguments
 from planner.launch.megatron.loops import Lines, read_loop, run_loop
 from planner.launch.megatron.shell_commands import run_statement, subshell_list, undetermined
 from planner.launch.megatron.shell_exit import Exit, nounset_probe, required, unbound
@@ -330,7 +330,7 @@ def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -
             stack.append(_Branch(False, True, outer if maybe else None))
             return
         if first == "if":
-            known = condition(rest, number, s)
+            known = _if_condition(rest, number, s)
         else:
             known, s.loop_unknown = s.loop_unknown or f"loop:?:{number}", None
         if isinstance(known, str) and first == "if" and _runs_command(rest):
@@ -354,7 +354,7 @@ def _conditional(statement: str, number: int, s: Script, stack: list[_Branch]) -
         elif first == "else":
             top.active = top.taken = True
         else:
-            known = condition(rest, number, s)
+            known = _if_condition(rest, number, s)
             if isinstance(known, str):
                 top.unknown, top.active = known, False
             else:
@@ -417,6 +417,26 @@ def _open_group(prefix: str, op: str | None, rest: str, number: int, s: Script, 
         )
     if rest:
         _conditional(rest, number, s, stack)
+
+
+def _if_condition(text: str, number: int, s: Script) -> bool | str:
+    """The value of the condition ``text`` of an ``if`` / ``elif`` on line ``number``: a call of a
+    function the script defined (``if setup; then``, ``if ! is_slurm; then``) is run, as bash runs
+    it (``set -e`` ignored: bash(1) "set -e": not "part of the test in an if statement"), and its
+    status is the condition; any other condition is evaluated by :func:`.conditions.condition`."""
+    command = re.sub(r"\s*;?\s*then\s*$", "", text.strip())
+    words = command.split()
+    negated = words[:1] == ["!"]
+    name = words[1] if negated and len(words) > 1 else (words[0] if words else "")
+    if not isinstance(s.functions.get(name), Function):
+        return condition(text, number, s)
+    s.errexit_ignored += 1
+    try:
+        run_statement(command[1:].strip() if negated else command, number, s, _read_lines)
+    finally:
+        s.errexit_ignored -= 1
+    status = s.status
+    return (not status) if negated and isinstance(status, bool) else status
 
 
 def _runs_command(condition_text: str) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from planner.inputs.errors import SpecError
@@ -272,32 +272,60 @@ def _paren_depth(text: str) -> int:
     return depth
 
 
-def statements(line: str) -> list[str]:
-    """A line split at its unquoted ``;`` (outside ``$( )`` and ``[[ ]]``; ``;;`` kept), as bash
-    separates the commands of a list (bash(1) "Lists")."""
-    out, buf, quote, depth, i = [], "", None, 0, 0
-    while i < len(line):
-        ch = line[i]
+def _top_level(text: str) -> Iterator[int]:
+    """The indices of ``text``'s characters outside quotes, backticks, ``( )`` / ``$( )`` and
+    ``[[ ]]``: where a list operator can separate commands (bash(1) "QUOTING", "Lists"). A case
+    pattern's ``)`` opens nothing."""
+    quote, depth, tests, i = None, 0, 0, 0
+    while i < len(text):
+        ch = text[i]
         if ch == "\\" and quote != "'":
-            buf += line[i : i + 2]
             i += 2
             continue
         if quote:
             quote = None if ch == quote else quote
-        elif ch in "'\"":
+        elif ch in "'\"`":
             quote = ch
         elif ch == "(":
             depth += 1
         elif ch == ")":
-            depth = max(0, depth - 1)  # a case pattern's ")" opens nothing
-        elif ch == ";" and depth == 0 and not line.startswith(";", i + 1) and not buf.endswith(";"):
-            out.append(buf.strip())
-            buf, i = "", i + 1
+            depth = max(0, depth - 1)
+        elif text.startswith("[[", i) and (i == 0 or text[i - 1] in " \t;&|("):
+            tests, i = tests + 1, i + 2
             continue
-        buf += ch
+        elif text.startswith("]]", i) and tests:
+            tests, i = tests - 1, i + 2
+            continue
+        elif depth == 0 and not tests:
+            yield i
         i += 1
-    out.append(buf.strip())
-    return [x for x in out if x]
+
+
+def _split(text: str, separator: Callable[[str, int], int]) -> list[str]:
+    """``text`` cut at each top-level (:func:`_top_level`) separator, where ``separator(text, i)``
+    is its length (0: none at ``i``): the pieces with the separators between them."""
+    out: list[str] = []
+    start = 0
+    for i in _top_level(text):
+        if i < start:
+            continue  # inside the separator just cut
+        n = separator(text, i)
+        if n:
+            out += [text[start:i], text[i : i + n]]
+            start = i + n
+    out.append(text[start:])
+    return out
+
+
+def statements(line: str) -> list[str]:
+    """A line split at its unquoted ``;`` (outside ``$( )``, backticks and ``[[ ]]``; ``;;`` kept),
+    as bash separates the commands of a list (bash(1) "Lists")."""
+
+    def semicolon(text: str, i: int) -> int:
+        single = text[i] == ";" and not text.startswith(";", i + 1) and not (i and text[i - 1] == ";")
+        return 1 if single else 0
+
+    return [x.strip() for x in _split(line, semicolon)[::2] if x.strip()]
 
 
 def and_or_segments(text: str) -> list[str]:
@@ -305,30 +333,4 @@ def and_or_segments(text: str) -> list[str]:
     backticks and ``[[ ]]``), the operators kept between the pieces: ``["A", "&&", "B"]``. bash(1)
     "Lists" runs the commands of such a list one after the other, and expands each when it reaches
     it, so ``X=1 && Y=$X`` gives Y the new X."""
-    out: list[str] = []
-    buf, quote, depth, tests, i = "", None, 0, 0, 0
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and quote != "'":
-            buf, i = buf + text[i : i + 2], i + 2
-            continue
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"`":
-            quote = ch
-        elif ch in "()":
-            depth = depth + 1 if ch == "(" else max(0, depth - 1)
-        elif text.startswith("[[", i) and (i == 0 or text[i - 1] in " \t;&|("):
-            tests, buf, i = tests + 1, buf + "[[", i + 2
-            continue
-        elif text.startswith("]]", i) and tests:
-            tests, buf, i = tests - 1, buf + "]]", i + 2
-            continue
-        elif depth == 0 and not tests and text.startswith(("&&", "||"), i):
-            out += [buf, text[i : i + 2]]
-            buf, i = "", i + 2
-            continue
-        buf += ch
-        i += 1
-    out.append(buf)
-    return out
+    return _split(text, lambda t, i: 2 if t.startswith(("&&", "||"), i) else 0)
