@@ -2,7 +2,7 @@
 longest suffix or prefix a pathname pattern matches removed), as launch scripts trim a trailing
 comma or take a file's name; the other operators planner does not evaluate (``${NAME/a/b}``,
 ``${NAME:1:2}``) are a marker naming them, never their text. Each launch is compared with the
-words bash gives the stub torchrun (planner.launch.megatron.expansion._removed)."""
+words bash gives the stub torchrun (planner.launch.megatron.patterns)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,6 @@ and a command substitution is never run, except the pure path commands of
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 import shlex
@@ -20,6 +19,7 @@ from planner.inputs.validation import printable, read_text_capped
 from planner.launch.megatron import yq
 from planner.launch.megatron.arithmetic import ArithmeticFailure, NotFollowed, UnknownOperand, evaluate, parse
 from planner.launch.megatron.paths import inside, joined, path_command
+from planner.launch.megatron.patterns import glob_pattern, removed
 from planner.launch.megatron.variables import elements, indices, resolve
 
 UNRESOLVED = "@@unresolved:{}@@"
@@ -329,10 +329,10 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
             return _unset(name, scalars), close + 1
         if unresolved_in(value) is not None:
             return value, close + 1  # what it is cut from cannot be known: its marker stays
-        pattern = _glob_pattern(s[m.end() : close], scalars, arrays)
+        pattern = glob_pattern(s[m.end() : close], lambda part: expand_word(part, scalars, arrays))
         if unresolved_in(pattern) is not None:
             return UNRESOLVED.format(unresolved_in(pattern)), close + 1  # nor what is cut
-        return _removed(value, m.group(2), pattern), close + 1
+        return removed(value, m.group(2), pattern), close + 1
     m = re.match(r"\$\{[A-Za-z_]\w*[^\w}'\"$][^}'\"$]*\}", s)
     if m:  # ${NAME/a/b}, ${NAME:1:2}, ${NAME^^}: not evaluated, a marker naming it (never its text)
         return command_marker(m.group(0)), m.end()
@@ -342,56 +342,6 @@ def _reference(s: str, scalars: dict[str, str], arrays: dict[str, list[str]]):
         value = _scalar(name, scalars, arrays)
         return (value if value is not None else _unset(name, scalars)), m.end()
     return None, 0
-
-
-def _glob_pattern(word: str, scalars: dict[str, str], arrays: dict[str, list[str]]) -> str:
-    """The :mod:`fnmatch` pattern of the PATTERN of ``${NAME%PATTERN}``: it is expanded (bash(1)
-    "Parameter Expansion": "The word is expanded to produce a pattern"), and a quoted part, or a
-    character after a backslash, matches itself (bash(1) "Pattern Matching": "The special pattern
-    characters must be quoted if they are to be matched literally"), while an unquoted part, an
-    unquoted expansion's value too, stays a pattern (``P='*'; ${S#a$P}`` removes ``a`` and the rest)."""
-    out: list[str] = []
-    i, n = 0, len(word)
-    while i < n:
-        ch = word[i]
-        if ch == "\\" and i + 1 < n:
-            out.append(_literal(word[i + 1]))
-            i += 2
-        elif ch == "'":
-            j = word.find("'", i + 1)
-            j = n if j < 0 else j
-            out.append(_literal(word[i + 1 : j]))
-            i = j + 1
-        elif ch == '"':
-            j = i + 1
-            while j < n and word[j] != '"':
-                j += 2 if word[j] == "\\" else 1
-            out.append(_literal(expand_word(word[i : j + 1], scalars, arrays)))
-            i = j + 1
-        else:
-            j = i
-            while j < n and word[j] not in "\\'\"":
-                j += 1
-            out.append(expand_word(word[i:j], scalars, arrays))
-            i = j
-    return "".join(out)
-
-
-def _literal(text: str) -> str:
-    """``text`` as an :mod:`fnmatch` pattern that matches only itself."""
-    return re.sub(r"([*?\[])", r"[\1]", text)
-
-
-def _removed(value: str, op: str, pattern: str) -> str:
-    """``${NAME%PATTERN}`` (``%%``: the longest), ``${NAME#PATTERN}`` (``##``): NAME's value
-    without the shortest (longest) suffix (prefix) PATTERN matches as a pathname pattern (bash(1)
-    "Parameter Expansion", "Remove matching suffix/prefix pattern")."""
-    cuts = range(len(value) + 1)
-    if op.startswith("%"):
-        ends = [k for k in cuts if fnmatch.fnmatchcase(value[k:], pattern)]
-        return value[: (min(ends) if op == "%%" else max(ends))] if ends else value
-    starts = [k for k in cuts if fnmatch.fnmatchcase(value[:k], pattern)]
-    return value[(max(starts) if op == "##" else min(starts)) :] if starts else value
 
 
 def _positional(n: str, scalars: dict[str, str]) -> str | None:
