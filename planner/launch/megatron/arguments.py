@@ -15,6 +15,7 @@ from pathlib import Path
 from planner.inputs.errors import SpecError
 from planner.inputs.validation import check_number, limit
 from planner.launch.megatron.flags import ACCEPTED
+from planner.launch.megatron.launch_env import command_environment
 from planner.launch.megatron.shell import is_separator, read_script, redirections, unresolved_in
 from planner.launch.megatron.shell_exit import launch_after_maybe_stop, no_launch
 from planner.launch.megatron.shell_state import branch_of, is_branch
@@ -225,7 +226,9 @@ def megatron_words(
         end = next((k for k, (w, _) in enumerate(command) if is_separator(w)), len(command))
         dropped = redirections([w for w, _ in command[:end]])
         out += [word for k, word in enumerate(command[:end]) if k not in dropped]
-    return out, script.env if script.launch_env is None else script.launch_env, True
+    shell_env = script.env if script.launch_env is None else script.launch_env
+    begin = next((k + 1 for k in range(starts[0] - 1, -1, -1) if is_separator(words[k][0])), 0)
+    return out, command_environment([w for w, _ in words[begin : starts[0]]], shell_env), True
 
 
 def _submitted(words: list[str]) -> list[str]:

@@ -1,0 +1,85 @@
+"""The environment the training command starts with (planner/launch/megatron/launch_env.py): the
+shell's exported variables changed by ``env NAME=VALUE``, ``env -u`` / ``-i``, ``srun --export=...``
+and ``mpirun -x`` / ``-genv`` in front of it, so ``planner check`` judges what the training
+processes get (CUDA_DEVICE_MAX_CONNECTIONS, which tp > 1 needs before Blackwell). The ``env(1)``
+cases are compared with what the real env gives a stub torchrun, where bash is installed."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from planner.launch.megatron.arguments import megatron_words
+
+BASH = shutil.which("bash")
+SHAPE = (
+    "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
+    "--max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 64 --bf16 --vocab-size 32000 "
+    "--lr 1e-4 --train-iters 10 --tensor-model-parallel-size 2"
+)
+VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
+
+# (the lines before the launch, the words in front of torchrun, the value the training command gets)
+ENV_CASES = {
+    "nothing": ("", "", None),
+    "assignment_prefix": ("", f"{VAR}=1 ", "1"),
+    "env_assignment": ("", f"env {VAR}=1 ", "1"),
+    "env_unset_other_then_assignment": ("", f"env -u FOO {VAR}=1 ", "1"),
+    "env_unset_it": (f"export {VAR}=1\n", f"env -u {VAR} ", None),
+    "env_unset_long_option": (f"export {VAR}=1\n", f"env --unset={VAR} ", None),
+    "env_ignore_environment": (f"export {VAR}=1\n", "env -i PATH=$PATH ", None),
+    "env_ignore_then_assignment": (f"export {VAR}=2\n", f"env -i PATH=$PATH {VAR}=1 ", "1"),
+}
+LAUNCHER_CASES = {
+    "srun_export_all_with_value": ("", f"srun -N 1 --export=ALL,{VAR}=1 ", "1"),
+    "srun_export_separate_word": ("", f"srun --export ALL,{VAR}=1 ", "1"),
+    "srun_export_none": (f"export {VAR}=1\n", "srun --export=NONE ", None),
+    "srun_export_names_keeps_listed": (f"export {VAR}=1\n", f"srun --export=PATH,{VAR} ", "1"),
+    "srun_export_names_drops_others": (f"export {VAR}=1\n", "srun --export=PATH ", None),
+    "srun_then_env": ("", f"srun -N1 env {VAR}=1 ", "1"),
+    "srun_export_unknown_leaves_it": (f"export {VAR}=1\n", "srun --export=$LIST ", "1"),
+    "mpirun_x": ("", f"mpirun -np 8 -x {VAR}=1 ", "1"),
+    "mpiexec_genv": ("", f"mpiexec -n 8 -genv {VAR} 1 ", "1"),
+    "export_flag_of_torchrun_is_not_srun": ("", "torchrun --export=X ", None),
+}
+
+
+def _script(before: str, prefix: str) -> str:
+    return f"#!/bin/bash\n{before}{prefix}torchrun --nproc-per-node 8 pretrain_gpt.py {SHAPE}\n"
+
+
+@pytest.mark.parametrize("name", sorted({**ENV_CASES, **LAUNCHER_CASES}))
+def test_the_training_commands_environment(name):
+    before, prefix, expected = {**ENV_CASES, **LAUNCHER_CASES}[name]
+    _, env, launch = megatron_words(_script(before, prefix), None, None)
+    assert launch and env.get(VAR) == expected
+
+
+@pytest.mark.skipif(BASH is None or shutil.which("env") is None, reason="bash or env is not installed")
+@pytest.mark.parametrize("name", sorted(ENV_CASES))
+def test_env_cases_agree_with_env(name, tmp_path):
+    before, prefix, expected = ENV_CASES[name]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stub = bin_dir / "torchrun"
+    stub.write_text(f'#!/bin/bash\nprintf "%s" "${{{VAR}-unset}}" > "{tmp_path}/got"\n')
+    stub.chmod(0o755)
+    script = tmp_path / "launch.sh"
+    script.write_text(_script(before, prefix))
+    path = f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    subprocess.run([BASH, str(script)], env={"PATH": path}, timeout=60, check=True, cwd=tmp_path)
+    got = (tmp_path / "got").read_text()
+    assert (None if got == "unset" else got) == expected
+
+
+def test_check_accepts_a_launch_that_sets_the_variable_with_srun_export(run_cli, tmp_path):
+    """The false failure this fixes: ``srun --export=ALL,CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun``
+    was reported as a launch without the variable."""
+    cluster = ("--cluster", "dgx-h100", "--nodes", "1")
+    good, bad = tmp_path / "good.sh", tmp_path / "bad.sh"
+    good.write_text(_script("", f"srun --export=ALL,{VAR}=1 "))
+    bad.write_text(_script(f"export {VAR}=1\n", "srun --export=NONE "))
+    assert run_cli("check", str(good), *cluster).exit_code == 0
+    result = run_cli("check", str(bad), *cluster)
+    assert result.exit_code == 1 and VAR in result.stdout
