@@ -166,12 +166,33 @@ CHILD_FIXTURES = {
         "job.sh",
     ),
     "set_a_exports": ("HIDDEN=local\nset -a\nTP=2\nset +a\nbash job.sh 2\n", "job.sh"),
+    "executed_by_its_path": ("HIDDEN=local\nexport TP=2\n./job.sh 4\n", "job.sh"),
+    "executed_from_the_scripts_directory": ('HIDDEN=local\nexport TP=2\n"$(dirname "$0")"/job.sh 4\n', "job.sh"),
+    "executed_after_srun": ("HIDDEN=local\nexport TP=2\nchmod +x ./job.sh\nsrun -N 2 ./job.sh 2\n", "job.sh"),
+    "executed_without_a_shebang": ("HIDDEN=local\nexport TP=2\n./plain.sh 8\n", "plain.sh"),
 }
 
 
 def _write_children(tmp_path):
     (tmp_path / "job.sh").write_text(JOB)
+    (tmp_path / "plain.sh").write_text(JOB.replace("#!/bin/bash\n", ""))
     (tmp_path / "stop.sh").write_text("#!/bin/bash\nexit 3\n")
+    for name in ("job.sh", "plain.sh", "stop.sh"):
+        (tmp_path / name).chmod(0o755)
+
+
+def test_a_file_named_as_an_argument_or_not_a_shell_script_is_not_run(tmp_path):
+    """Only a command (first, or after a wrapper such as srun) runs a file: ``cat ./job.sh`` and
+    ``cp`` do not; a Python file or another interpreter's script is not read as a shell script."""
+    _write_children(tmp_path)
+    (tmp_path / "tool.py").write_text(f"#!/usr/bin/env python3\nprint('torchrun pretrain_gpt.py {SHAPE}')\n")
+    (tmp_path / "tool.sh").write_text("#!/usr/bin/env zsh\ntorchrun pretrain_gpt.py --tp 8\n")
+    script = (
+        "export TP=2\ncat ./job.sh\ncp ./job.sh /tmp/x\n./tool.py\n./tool.sh\n"
+        f"torchrun pretrain_gpt.py {SHAPE} --tp 1\n"
+    )
+    words = planner_words(tmp_path, script)
+    assert words.count("--num-layers") == 1 and _after(words, "--tp") == "1"
 
 
 @pytest.mark.parametrize("name", sorted(CHILD_FIXTURES))

@@ -1,8 +1,9 @@
 """Scripts a launch script runs as another process, each read in a new shell: ``sbatch [OPTIONS]
 FILE [ARGS]`` (the job script a submit wrapper hands Slurm), ``sbatch --wrap STRING``, the job an
 ``sbatch <<EOF`` / ``bash <<EOF`` here-document gives on standard input (:mod:`.heredoc` reads its
-text), and ``bash [OPTIONS] FILE [ARGS]`` / ``sh FILE`` (a launcher that calls the script holding
-the training command, also after ``srun ...``). Such a script runs in a new shell (bash(1) "COMMAND
+text), ``bash [OPTIONS] FILE [ARGS]`` / ``sh FILE`` (a launcher that calls the script holding
+the training command, also after ``srun ...``) and a shell script run by its path (``./train.sh``,
+``srun ./train.sh``: :func:`_executed`). Such a script runs in a new shell (bash(1) "COMMAND
 EXECUTION ENVIRONMENT": "the shell's execution environment ... is not" inherited, only "shell
 variables and functions marked for export"), so it is read as a script of its own:
 
@@ -34,6 +35,7 @@ with no launch names it (:func:`.shell_exit.no_launch`). Nesting is bounded as `
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -195,6 +197,58 @@ def script_command(command: list[str], s: Script) -> Child | None:
         if i < len(command):
             return _located(w, k, command[i], command[i + 1 :], pwd, ())
         return None
+    return _executed(command, pwd)
+
+
+WRAPPERS = frozenset(
+    (
+        "srun",
+        "mpirun",
+        "mpiexec",
+        "env",
+        "nohup",
+        "time",
+        "exec",
+        "timeout",
+        "numactl",
+        "taskset",
+        "stdbuf",
+        "nice",
+    )
+)
+"""Commands that run the command given after their options (``srun ./train.sh``, ``nohup
+./train.sh``): a script file among their words is run, as one first on the line is."""
+
+_SHEBANG = re.compile(r"#!\s*(?:/usr)?/bin/(?:env\s+(?:-\S+\s+)*)?(bash|sh)\b")
+"""A first line that runs the file with bash or sh (``#!/bin/bash``, ``#!/usr/bin/env bash``)."""
+
+
+def _executed(command: list[str], pwd: str | None) -> Child | None:
+    """A shell script run as a command by its path (``./train.sh ARGS``, ``"$(dirname "$0")"/run.sh``,
+    ``srun ./train.sh``): the first word, or the first word after a :data:`WRAPPERS` command's
+    options, naming a file with a ``/`` in it (bash(1) "COMMAND EXECUTION": a name without one is
+    looked up on ``$PATH``, which a launch does not rely on) that is a bash or sh script: its first
+    line says so (:data:`_SHEBANG`), or it has none and ends in ``.sh`` (bash runs a file it
+    cannot execute as a shell script). The runner is that shell."""
+    if not command:
+        return None
+    candidates = range(len(command)) if command[0].rsplit("/", 1)[-1] in WRAPPERS else range(1)
+    for k in candidates:
+        word = command[k]
+        if "/" not in word or unresolved_in(word) is not None:
+            continue
+        full = joined(_known(pwd), word)
+        if full is None or not os.path.isfile(full):
+            continue
+        try:
+            with open(full, "rb") as fh:
+                first = fh.readline(256).decode("utf-8", "replace")
+        except OSError:
+            return None
+        m = _SHEBANG.match(first)
+        if m is None and (first.startswith("#!") or not word.endswith(".sh")):
+            return None  # a Python file, a binary, another interpreter: not read as a shell script
+        return Child(m.group(1) if m else "bash", k, pwd, path=full, args=tuple(command[k + 1 :]))
     return None
 
 

@@ -117,7 +117,8 @@ def undetermined(statement: str, number: int, s: Script, unknown: str, read_line
     if s.errexit is not None and first == "false" and not s.errexit_ignored:
         maybe_stop(s, number, f"set -e (line {s.errexit}) and {statement!r} fails", unknown)
         return
-    runs_file = any(w in SHELLS for w in statement.split())  # bash FILE: read when FILE is found
+    # bash FILE or ./FILE: read when FILE is found
+    runs_file = any(w in SHELLS or "/" in w for w in statement.split())
     if first in s.functions or first in ("return", "sbatch") or runs_file:
         try:
             words = shlex.split(expand(statement, s.scalars, s.arrays), posix=True)
