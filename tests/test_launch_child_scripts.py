@@ -167,7 +167,10 @@ CHILD_FIXTURES = {
     ),
     "set_a_exports": ("HIDDEN=local\nset -a\nTP=2\nset +a\nbash job.sh 2\n", "job.sh"),
     "executed_by_its_path": ("HIDDEN=local\nexport TP=2\n./job.sh 4\n", "job.sh"),
-    "executed_from_the_scripts_directory": ('HIDDEN=local\nexport TP=2\n"$(dirname "$0")"/job.sh 4\n', "job.sh"),
+    "executed_from_the_scripts_directory": (
+        'HIDDEN=local\nexport TP=2\n"$(dirname "$0")"/job.sh 4\n',
+        "job.sh",
+    ),
     "executed_after_srun": ("HIDDEN=local\nexport TP=2\nchmod +x ./job.sh\nsrun -N 2 ./job.sh 2\n", "job.sh"),
     "executed_without_a_shebang": ("HIDDEN=local\nexport TP=2\n./plain.sh 8\n", "plain.sh"),
 }
