@@ -113,6 +113,13 @@ def test_sbatch_directive_chdir_is_the_jobs_directory(tmp_path):
     assert _after(words, "--h") == "/other"
 
 
+def test_return_at_the_top_of_a_wrapped_job_does_not_end_it(tmp_path):
+    """bash: "can only `return' from a function or sourced script": status 1, and the job goes
+    on (was: the return escaped the job and ended planner's reading with a traceback)."""
+    words = planner_words(tmp_path, f"sbatch --wrap 'return 1; torchrun pretrain_gpt.py {SHAPE} --tp 2'\n")
+    assert _after(words, "--tp") == "2"
+
+
 def test_sbatch_wrap_runs_its_string_as_the_job(tmp_path):
     """``sbatch --wrap STRING``: sbatch wraps STRING in a /bin/sh script (Slurm's ``_script_wrap``),
     run as a job with the ``--export`` environment."""
@@ -166,6 +173,10 @@ CHILD_FIXTURES = {
         "job.sh",
     ),
     "set_a_exports": ("HIDDEN=local\nset -a\nTP=2\nset +a\nbash job.sh 2\n", "job.sh"),
+    "return_outside_a_function_is_an_error_the_child_goes_on": (
+        "HIDDEN=local\nexport TP=2\nbash ret.sh 4\n",
+        "ret.sh",
+    ),
     "executed_by_its_path": ("HIDDEN=local\nexport TP=2\n./job.sh 4\n", "job.sh"),
     "executed_from_the_scripts_directory": (
         'HIDDEN=local\nexport TP=2\n"$(dirname "$0")"/job.sh 4\n',
@@ -180,7 +191,8 @@ def _write_children(tmp_path):
     (tmp_path / "job.sh").write_text(JOB)
     (tmp_path / "plain.sh").write_text(JOB.replace("#!/bin/bash\n", ""))
     (tmp_path / "stop.sh").write_text("#!/bin/bash\nexit 3\n")
-    for name in ("job.sh", "plain.sh", "stop.sh"):
+    (tmp_path / "ret.sh").write_text(JOB.replace("PP=$1\n", "return 1 2>/dev/null\nPP=$1\n"))
+    for name in ("job.sh", "plain.sh", "stop.sh", "ret.sh"):
         (tmp_path / name).chmod(0o755)
 
 

@@ -405,6 +405,7 @@ def run_child(child: Child, number: int, s: Script, read: Callable[[str, Script]
         depth=s.depth + 1,
         sourced=s.sourced + (child.path is not None),
         sourced_bytes=s.sourced_bytes + read_bytes,
+        shell_depth=s.depth + 1,
     )
     job.env.update(env)
     job.exported.update(env)  # the job inherits them: exported there too

@@ -438,7 +438,7 @@ def _builtin(command: list[str], number: int, s: Script, read_lines: ReadLines) 
     if name == "exit":
         exit_builtin(args, number)
     if name == "return":
-        if not s.frames and s.depth == 0:
+        if not s.frames and s.depth == s.shell_depth:
             return False  # bash: "can only `return' from a function or sourced script"
         raise Return(args[0] == "0" if args and args[0].lstrip("-").isdigit() else f"if:?:{number}")
     if name in ("break", "continue"):

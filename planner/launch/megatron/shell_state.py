@@ -69,7 +69,12 @@ class Script:
     dirs: list[str] = field(default_factory=list)
     """``pushd``'s directory stack."""
     depth: int = 0
-    """How many ``source`` commands are being run (bounded by :data:`MAX_SOURCE_DEPTH`)."""
+    """How many ``source`` commands are being run (bounded by :data:`MAX_SOURCE_DEPTH`), the new
+    shells of child scripts counted too (:mod:`.child_scripts`)."""
+    shell_depth: int = 0
+    """:attr:`depth` at this shell's own top level: 0 in the script read, the depth it starts at in a
+    child script's new shell, where a ``return`` outside a function and a sourced file is bash's
+    error as in the script read (not the end of a sourced file)."""
     sourced: int = 0
     """Files sourced so far (bounded by :data:`MAX_SOURCED_FILES`)."""
     sourced_bytes: int = 0
