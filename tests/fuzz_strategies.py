@@ -174,6 +174,84 @@ def megatron_text(draw):
     return "\n".join(words) + "\n"
 
 
+LAUNCH_PIECES = (
+    "export TP=2",
+    "TP=",
+    "LOCAL=1",
+    "export SBATCH_EXPORT=NONE",
+    "#SBATCH --export=NONE",
+    "#SBATCH -D /run",
+    "sbatch job.sh 2",
+    "sbatch --export=TP job.sh",
+    "sbatch -D sub job.sh",
+    "sbatch --chdir=/x job.sh 1",
+    "sbatch --wrap 'torchrun pretrain_gpt.py --tp $TP'",
+    "sbatch --wrap",
+    "sbatch <<EOF",
+    "bash -s 4 <<'EOF'",
+    "EOF",
+    "./job.sh 4",
+    "srun -N 2 ./job.sh",
+    '"$(dirname "$0")"/job.sh',
+    "bash job.sh",
+    "cat ./job.sh",
+    "env CUDA_DEVICE_MAX_CONNECTIONS=1",
+    "env -u CUDA_DEVICE_MAX_CONNECTIONS",
+    "env -i",
+    "srun --export=ALL,X=1",
+    "srun --export",
+    "mpirun -x X=1",
+    "mpiexec -genv X",
+    'f() { [ "$1" = a ]; }',
+    "f() {",
+    "}",
+    "if f a; then",
+    "elif ! f b; then",
+    "else",
+    "fi",
+    "return",
+    "return 1",
+    "f || exit 1",
+    'S=a.b.sh; X=${S%".sh"}',
+    "X=${S#'a'*}",
+    'X=${S%"}"}',
+    "X=${S%$UNSET}",
+    "&&",
+    "||",
+    ";",
+    "|",
+    "&",
+    "'",
+    '"',
+    "\\",
+    "`",
+    "$(",
+    ")",
+    "[[",
+    "]]",
+    "torchrun --nproc-per-node 8 pretrain_gpt.py $SHAPE --tensor-model-parallel-size $TP",
+)
+"""Pieces of launch scripts for the shell readers (child scripts and jobs, sbatch's options, the
+training command's environment, function statuses, patterns), joined at random by
+:func:`launch_text`."""
+
+
+@st.composite
+def launch_text(draw):
+    """A launch script of 1-8 lines, each 1-6 :data:`LAUNCH_PIECES`."""
+    lines = draw(
+        st.lists(st.lists(st.sampled_from(LAUNCH_PIECES), min_size=1, max_size=6), min_size=1, max_size=8)
+    )
+    return f"#!/bin/bash\nSHAPE='{LAUNCH_SHAPE}'\n" + "\n".join(" ".join(line) for line in lines) + "\n"
+
+
+LAUNCH_SHAPE = (
+    "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 "
+    "--micro-batch-size 1 --global-batch-size 64 --bf16 --vocab-size 32000 --lr 1e-4 --train-iters 10"
+)
+"""A whole Llama-like launch (``$SHAPE`` in :func:`launch_text`'s scripts and their job script)."""
+
+
 # ------------------------------------------------------------------------------------------------
 # Issue 55: alias bombs, special-file targets, extreme finite values, empty and zero values
 

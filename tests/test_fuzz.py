@@ -36,10 +36,12 @@ from tests.fuzz_strategies import (
     EMPTY_AND_ZERO,
     EXTREMES,
     FLAG_VALUES,
+    LAUNCH_SHAPE,
     PHYSICAL_FIELDS,
     SPECIAL_KINDS,
     alias_bomb,
     is_empty_value,
+    launch_text,
     megatron_text,
     must_refuse,
     mutated,
@@ -339,6 +341,25 @@ def test_fuzz_megatron_args(fuzz_dir, text):
     p = fuzz_dir / "megatron_args.txt"
     p.write_text(text)
     run("megatron", "check", str(p), "-c", "dgx-h100", "-n", "1", "--json")
+
+
+@FUZZ
+@given(text=launch_text())
+def test_fuzz_launch_scripts(fuzz_dir, text):
+    """Launch scripts built from the shell readers' constructs (sbatch and its options, ``--wrap``,
+    here-documents, a script run by its path, env / srun / mpirun, function statuses, patterns),
+    beside a job script they may run."""
+    d = fuzz_dir / "launch"
+    d.mkdir(exist_ok=True)
+    job = d / "job.sh"
+    job.write_text(
+        "#!/bin/bash\n#SBATCH --export=ALL\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+        f"torchrun pretrain_gpt.py {LAUNCH_SHAPE} --tensor-model-parallel-size ${{1:-1}}\n"
+    )
+    job.chmod(0o755)
+    p = d / "launch.sh"
+    p.write_text(text)
+    run("launch", "check", str(p), "-c", "dgx-h100", "-n", "1", "--json")
 
 
 @FUZZ
