@@ -111,27 +111,7 @@ def definition(name: str, rest: str, number: int, lines: Iterator[Logical]) -> F
         current = nxt
 
 
-_COMPOUND = frozenset(
-    (
-        "if",
-        "then",
-        "else",
-        "elif",
-        "fi",
-        "case",
-        "esac",
-        "for",
-        "select",
-        "while",
-        "until",
-        "do",
-        "done",
-        "{",
-        "}",
-        "(",
-        "function",
-    )
-)
+_COMPOUND = frozenset("if then else elif fi case esac for select while until do done { } ( function".split())
 """Reserved words that open, continue or close a compound command (bash(1) "RESERVED WORDS")."""
 
 
@@ -281,9 +261,8 @@ def call(
     try:
         read(list(fn.body), s)
         if fn.body and ends_simply(fn.body[-1].text):
-            status = (
-                s.status
-            )  # bash(1) "FUNCTIONS": "the exit status of the last command executed in the body"
+            # bash(1) "FUNCTIONS": "the exit status of the last command executed in the body"
+            status = s.status
     except Return as r:
         status = r.status
     except Exit as stop:  # the script stops inside the call (shell_exit)
