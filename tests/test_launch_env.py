@@ -4,6 +4,7 @@ and ``mpirun -x`` / ``-genv`` in front of it, so ``planner check`` judges what t
 processes get (CUDA_DEVICE_MAX_CONNECTIONS, which tp > 1 needs before Blackwell). The ``env(1)``
 cases are compared with what the real env gives a stub torchrun, where bash is installed."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -83,3 +84,49 @@ def test_check_accepts_a_launch_that_sets_the_variable_with_srun_export(run_cli,
     assert run_cli("check", str(good), *cluster).exit_code == 0
     result = run_cli("check", str(bad), *cluster)
     assert result.exit_code == 1 and VAR in result.stdout
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py", (2, "torchrun --nnodes 2 on line 2")),
+        ("torchrun --nnodes=4:4 pretrain_gpt.py", (4, "torchrun --nnodes 4 on line 2")),
+        ("torchrun --nnodes=1:4 pretrain_gpt.py", None),  # elastic: no one count
+        ("srun -N2 python pretrain_gpt.py", (2, "srun -N 2 on line 2")),
+        ("srun --nodes 3 torchrun --nnodes $N pretrain_gpt.py", (3, "srun --nodes 3 on line 2")),
+        ("srun --nodes=2-4 python pretrain_gpt.py", None),
+        ("#SBATCH -N 4\nsrun python pretrain_gpt.py", (4, "#SBATCH --nodes=4")),
+        ("#SBATCH --nodes=4\nsrun -N 2 python pretrain_gpt.py", (2, "srun -N 2 on line 3")),
+        ("python pretrain_gpt.py", None),
+    ],
+)
+def test_the_node_count_a_launch_gives(text, expected):
+    """torchrun's ``--nnodes`` (what the training processes are started on), else srun's ``-N``,
+    else the batch script's ``#SBATCH --nodes``."""
+    from planner.launch.megatron.arguments import launch_nodes
+
+    assert launch_nodes(f"#!/bin/bash\n{text}\n") == expected
+
+
+def test_check_takes_the_node_count_from_the_launch(run_cli, tmp_path):
+    """With a node template and no ``--nodes``, check judges a launch on the nodes it names, says
+    so in a notice, and gives the same prediction as ``--nodes`` would; a launch that names none is
+    a usage error (exit 2) naming the file."""
+    launch = tmp_path / "launch.sh"
+    launch.write_text(
+        f"#!/bin/bash\nexport {VAR}=1\ntorchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py {SHAPE}"
+        " --use-distributed-optimizer\n"
+    )
+    inferred = run_cli("check", str(launch), "--cluster", "dgx-h100", "--json")
+    given = run_cli("check", str(launch), "--cluster", "dgx-h100", "--nodes", "2", "--json")
+    assert inferred.exit_code == given.exit_code == 0, inferred.stdout + inferred.stderr
+    a, b = (json.loads(r.stdout)["configs"][0] for r in (inferred, given))
+    assert a["metrics"]["step_time_s"] == b["metrics"]["step_time_s"]
+    notes = [f["message"] for f in a["findings"] if f["check"] == "cluster"]
+    assert notes == [
+        "judged on dgx-h100 x 2 nodes, the node count of torchrun --nnodes 2 on line 3; --nodes N overrides"
+    ]
+    bare = tmp_path / "bare.sh"
+    bare.write_text(f"#!/bin/bash\ntorchrun pretrain_gpt.py {SHAPE}\n")
+    result = run_cli("check", str(bare), "--cluster", "dgx-h100")
+    assert result.exit_code == 2 and "bare.sh does not give one" in result.stderr

@@ -22,8 +22,8 @@ from planner.cli.options import (
     SoftwareOpt,
 )
 from planner.cli.root import app
-from planner.inputs.errors import UsageError
-from planner.inputs.validation import check_flag
+from planner.inputs.errors import SpecError, UsageError
+from planner.inputs.validation import check_flag, read_text_capped
 from planner.outputs import views
 
 ConfigsArg = Annotated[
@@ -105,9 +105,10 @@ def check(
 ) -> None:
     """Check configs for CI: constraints, memory, throughput, distance from the best plan. Exit 1 on failure.
 
-    Plan files record their cluster: --cluster then only confirms the world size. Megatron-LM args or launch files, torchtitan TOMLs and Megatron-Bridge recipes (.py, read without running them) need --cluster (and --nodes with a template).
+    Plan files record their cluster: --cluster then only confirms the world size. Megatron-LM args or launch files, torchtitan TOMLs and Megatron-Bridge recipes (.py, read without running them) need --cluster; with a node template, --nodes N, or a launch script's own node count (torchrun --nnodes, srun -N, #SBATCH --nodes).
     """
     from planner.launch.check import check_file
+    from planner.launch.verdict import Finding
     from planner.profiles.calibrated import read_profile
     from planner.profiles.software import check_software
 
@@ -117,10 +118,10 @@ def check(
         raise UsageError(f"--vocab-size must be a positive integer, got {vocab_size}")
     name = check_software(software) if software is not None else None
     prof = read_profile(profile) if profile is not None else None
-    spec = _cluster_spec(configs, cluster, nodes, name, prof)
     headroom = headroom_gib * 2**30
-    verdicts = [
-        check_file(
+    verdicts = []
+    for p, (spec, note) in zip(configs, _cluster_specs(configs, cluster, nodes, name, prof, variables)):
+        verdict = check_file(
             str(p),
             spec,
             headroom,
@@ -132,8 +133,9 @@ def check(
             recipe,
             tuple(set_vars or ()),
         )
-        for p in configs
-    ]
+        if note:
+            verdict.add(Finding("notice", "cluster", note))
+        verdicts.append(verdict)
     _write_verdicts(verdicts, fmt, as_json)
     if not all(v.passed for v in verdicts):
         raise typer.Exit(1)
@@ -161,6 +163,47 @@ def _launch_inputs(
     if recipe is not None and not recipes:
         raise UsageError("--recipe names the function of a Megatron-Bridge recipe file (.py); none is given")
     return _launch_variables(set_vars, script_args, bool(recipes))
+
+
+def _cluster_specs(
+    configs: list[Path],
+    cluster: str | None,
+    nodes: int | None,
+    software: str | None,
+    profile,
+    variables: dict,
+) -> list[tuple]:
+    """Per config, the cluster it is judged on (:func:`_cluster_spec`) and a note saying where its
+    node count came from, or None. A node template without ``--nodes`` takes each launch script's
+    own count (:func:`planner.launch.megatron.arguments.launch_nodes`: torchrun ``--nnodes``, srun
+    ``-N``, ``#SBATCH --nodes``); a config that gives none is a usage error naming it."""
+    from planner.launch.check import is_plan_file
+    from planner.launch.megatron.arguments import launch_nodes
+    from planner.profiles.hardware import is_template
+
+    if cluster is None or nodes is not None or not is_template(cluster):
+        spec = _cluster_spec(configs, cluster, nodes, software, profile)
+        return [(spec, None)] * len(configs)
+    out = []
+    for p in configs:
+        found = None
+        if Path(p).is_file() and not is_plan_file(str(p)) and Path(p).suffix not in (".py", ".toml"):
+            try:
+                text = read_text_capped(Path(p), expected="a launch script")
+            except SpecError:
+                text = None
+            found = launch_nodes(text, variables, p) if text is not None else None
+        if found is None:
+            raise UsageError(
+                f"cluster template '{cluster}' needs a node count (--nodes N): {p} does not give one "
+                "(torchrun --nnodes N, srun -N N or #SBATCH --nodes=N)"
+            )
+        count, where = found
+        spec = _cluster_spec(configs, cluster, count, software, profile)
+        out.append(
+            (spec, f"judged on {cluster} x {count} nodes, the node count of {where}; --nodes N overrides")
+        )
+    return out
 
 
 def _cluster_spec(configs: list[Path], cluster: str | None, nodes: int | None, software: str | None, profile):

@@ -282,6 +282,12 @@ def load_template(name: str) -> dict:
     return _template_node(name)
 
 
+def is_template(name_or_path: str) -> bool:
+    """Whether ``name_or_path`` names a node template (which needs a node count), not a cluster file."""
+    files = preset_files("hardware_profiles", "clusters")
+    return preset_or_path(name_or_path, files) in files
+
+
 def load_cluster(name_or_path: str, nodes: int | None = None) -> ClusterSpec:
     """A cluster from a node template name plus ``nodes``, or from a cluster YAML file.
 

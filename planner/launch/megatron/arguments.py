@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.inputs.errors import SpecError
+from planner.inputs.errors import PlannerError, SpecError
 from planner.inputs.validation import check_number, limit
+from planner.launch.megatron.child_scripts import directives
 from planner.launch.megatron.flags import ACCEPTED
-from planner.launch.megatron.launch_env import command_environment
+from planner.launch.megatron.launch_env import command_environment, launcher_nodes
 from planner.launch.megatron.shell import is_separator, read_script, redirections, unresolved_in
 from planner.launch.megatron.shell_exit import launch_after_maybe_stop, no_launch
 from planner.launch.megatron.shell_state import branch_of, is_branch
@@ -229,6 +230,30 @@ def megatron_words(
     shell_env = script.env if script.launch_env is None else script.launch_env
     begin = next((k + 1 for k in range(starts[0] - 1, -1, -1) if is_separator(words[k][0])), 0)
     return out, command_environment([w for w, _ in words[begin : starts[0]]], shell_env), True
+
+
+def launch_nodes(
+    text: str, preset: dict | None = None, path: str | Path | None = None
+) -> tuple[int, str] | None:
+    """The node count a launch script starts its training command on, and where it says so: the
+    launcher in front of the command (:func:`.launch_env.launcher_nodes`: torchrun ``--nnodes``,
+    srun ``-N``), else the script's own ``#SBATCH --nodes`` / ``-N`` line (a Slurm batch script);
+    None when neither says one count, or the script cannot be read (the check reports why)."""
+    try:
+        script = read_script(text, preset, path)
+    except PlannerError:
+        return None
+    words = script.words
+    starts = training_scripts([w for w, _ in words]) or _after_launcher(words)
+    if starts:
+        begin = next((k + 1 for k in range(starts[0] - 1, -1, -1) if is_separator(words[k][0])), 0)
+        found = launcher_nodes([w for w, _ in words[begin : starts[0]]])
+        if found is not None:
+            return found[0], f"{found[1]} on line {words[starts[0]][1]}"
+    value = directives(text, ("--nodes",)).get("--nodes", "")
+    if value.isdigit() and int(value) > 0:
+        return int(value), f"#SBATCH --nodes={value}"
+    return None
 
 
 def _submitted(words: list[str]) -> list[str]:

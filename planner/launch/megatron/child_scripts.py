@@ -271,10 +271,12 @@ def _known(pwd: str | None) -> str | None:
     return pwd if pwd is not None and unresolved_in(pwd) is None else None
 
 
-def _sbatch(words: list[str]) -> tuple[tuple[tuple[str, str], ...], str | None, list[str]] | None:
-    """sbatch's options of :data:`SBATCH_READ` (``-D`` as ``--chdir``), its ``--wrap`` string (None
-    without one) and the words after its options (the job script and its arguments); None where an
-    option's value is missing."""
+def _sbatch(
+    words: list[str], read: tuple[str, ...] = SBATCH_READ
+) -> tuple[tuple[tuple[str, str], ...], str | None, list[str]] | None:
+    """sbatch's options named in ``read`` (``-D`` as ``--chdir``, ``-N`` as ``--nodes``), its
+    ``--wrap`` string (None without one) and the words after its options (the job script and its
+    arguments); None where an option's value is missing."""
     options: dict[str, str] = {}
     wrap = None
     i = 0
@@ -293,17 +295,17 @@ def _sbatch(words: list[str]) -> tuple[tuple[tuple[str, str], ...], str | None, 
             not eq and option[:2] in SBATCH_VALUE_OPTIONS and len(option) > 2 and not option.startswith("--")
         ):
             name, value = option[:2], option[2:]
-        name = "--chdir" if name == "-D" else name
+        name = {"-D": "--chdir", "-N": "--nodes"}.get(name, name)
         if name == "--wrap":
             wrap = value
-        elif name in SBATCH_READ:
+        elif name in read:
             options[name] = value
         i += 1
     return tuple(options.items()), wrap, words[i:]
 
 
-def directives(text: str) -> dict[str, str]:
-    """The options of :data:`SBATCH_READ` a job script's ``#SBATCH`` lines give (sbatch(1): read
+def directives(text: str, read: tuple[str, ...] = SBATCH_READ) -> dict[str, str]:
+    """The options named in ``read`` (:data:`SBATCH_READ`) a job script's ``#SBATCH`` lines give (sbatch(1): read
     "before any executable commands", up to "the first non-comment non-whitespace line"; the
     line's words split as the shell would, a ``#`` after them a comment), later lines overriding
     earlier ones. A line planner cannot split is skipped, as the rest of a directive it cannot read."""
@@ -318,7 +320,7 @@ def directives(text: str) -> dict[str, str]:
             words = shlex.split(stripped[7:], comments=True)
         except ValueError:
             continue
-        parsed = _sbatch(words)
+        parsed = _sbatch(words, read)
         if parsed is not None:
             out.update(parsed[0])
     return out

@@ -1,4 +1,5 @@
-"""The environment the training command itself starts with: the environment of the shell that runs
+"""What the launcher in front of the training command sets: the node count it starts the training
+processes on (:func:`launcher_nodes`), and the environment the training command itself starts with: the environment of the shell that runs
 it (:attr:`.shell_state.Script.env`, or a child script's), changed by the commands in front of it
 on its line that set their command's environment, so that the environment checks
 (``CUDA_DEVICE_MAX_CONNECTIONS``, :mod:`.yaml_rules`) judge what the training processes get:
@@ -100,3 +101,39 @@ def _srun_export(value: str, out: Environment) -> None:
         name, eq, given = item.partition("=")
         if NAME.fullmatch(name):
             out[name] = given if eq else before.get(name)
+
+
+def launcher_nodes(prefix: list[str]) -> tuple[int, str] | None:
+    """The node count the launcher in ``prefix`` starts the training processes on, and the words
+    that say it: torchrun's ``--nnodes N`` (``N:N``; an elastic ``MIN:MAX`` range says no one count;
+    torch.distributed.run ``--nnodes``: "Number of nodes, or the range of nodes in form
+    <minimum_nodes>:<maximum_nodes>"), else srun's ``-N N`` / ``--nodes=N`` (srun(1): "-N,
+    --nodes=<minnodes>[-maxnodes]"); None when neither gives a single positive count."""
+    torchrun = srun = None
+    launcher = None
+    for k, word in enumerate(prefix):
+        base = word.rsplit("/", 1)[-1]
+        if base == "torchrun" or (word == "-m" and prefix[k + 1 : k + 2] == ["torch.distributed.run"]):
+            launcher = "torchrun"
+            continue
+        if base == "srun":
+            launcher = "srun"
+            continue
+        names = ("--nnodes", "--nnodes=") if launcher == "torchrun" else ("-N", "--nodes", "--nodes=")
+        if launcher is None or not word.startswith(names):
+            continue
+        if word in ("--nnodes", "-N", "--nodes"):
+            value = prefix[k + 1] if k + 1 < len(prefix) else ""
+        elif word.startswith("-N"):
+            value = word[2:]
+        else:
+            value = word.partition("=")[2]
+        low, sep, high = value.partition(":" if launcher == "torchrun" else "-")
+        if low.isdigit() and int(low) > 0 and (not sep or high == low):
+            option = word.partition("=")[0] if word.startswith("--") else "-N"
+            found = (int(low), f"{launcher} {option} {low}")
+            if launcher == "torchrun":
+                torchrun = found
+            else:
+                srun = found
+    return torchrun or srun
