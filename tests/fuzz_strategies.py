@@ -230,6 +230,10 @@ LAUNCH_PIECES = (
     "[[",
     "]]",
     "torchrun --nproc-per-node 8 pretrain_gpt.py $SHAPE --tensor-model-parallel-size $TP",
+    "torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py $SHAPE",
+    "#SBATCH -N 2",
+    "srun -N 1-2",
+    "--nnodes=1:2",
 )
 """Pieces of launch scripts for the shell readers (child scripts and jobs, sbatch's options, the
 training command's environment, function statuses, patterns), joined at random by

@@ -360,6 +360,7 @@ def test_fuzz_launch_scripts(fuzz_dir, text):
     p = d / "launch.sh"
     p.write_text(text)
     run("launch", "check", str(p), "-c", "dgx-h100", "-n", "1", "--json")
+    run("launch", "check", str(p), "-c", "dgx-h100", "--json")  # the node count from the launch, or exit 2
 
 
 @FUZZ
