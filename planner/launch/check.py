@@ -106,9 +106,8 @@ def check_file(
     its only ``*_config``) and ``sets`` its ``--set`` items (:mod:`planner.launch.bridge.recipe`)."""
     verdict = Verdict(path)
     try:
-        text = read_text_capped(
-            Path(path), expected=CHECKED_FILES
-        )  # size-capped, UTF-8 (planner.inputs.validation)
+        # size-capped, UTF-8 (planner.inputs.validation)
+        text = read_text_capped(Path(path), expected=CHECKED_FILES)
     except SpecError as exc:
         verdict.add(Finding("error", "read", str(exc)))
         return verdict

@@ -1,7 +1,8 @@
 """What the launcher in front of the training command sets: the node count it starts the training
-processes on (:func:`launcher_nodes`), and the environment the training command itself starts with: the environment of the shell that runs
-it (:attr:`.shell_state.Script.env`, or a child script's), changed by the commands in front of it
-on its line that set their command's environment, so that the environment checks
+processes on (:func:`launcher_nodes`), and the environment the training command itself starts
+with (:func:`command_environment`): the environment of the shell that runs it
+(:attr:`.shell_state.Script.env`, or a child script's), changed by the commands in front of it on
+its line that set their command's environment, so that the environment checks
 (``CUDA_DEVICE_MAX_CONNECTIONS``, :mod:`.yaml_rules`) judge what the training processes get:
 
 * ``env [-i] [-u NAME] [NAME=VALUE]... COMMAND`` (env(1): ``-i`` / ``--ignore-environment`` / ``-``
