@@ -228,7 +228,7 @@ def megatron_words(
         dropped = redirections([w for w, _ in command[:end]])
         out += [word for k, word in enumerate(command[:end]) if k not in dropped]
     shell_env = script.env if script.launch_env is None else script.launch_env
-    begin = next((k + 1 for k in range(starts[0] - 1, -1, -1) if is_separator(words[k][0])), 0)
+    begin = _command_start(words, starts[0])
     return out, command_environment([w for w, _ in words[begin : starts[0]]], shell_env), True
 
 
@@ -246,7 +246,7 @@ def launch_nodes(
     words = script.words
     starts = training_scripts([w for w, _ in words]) or _after_launcher(words)
     if starts:
-        begin = next((k + 1 for k in range(starts[0] - 1, -1, -1) if is_separator(words[k][0])), 0)
+        begin = _command_start(words, starts[0])
         found = launcher_nodes([w for w, _ in words[begin : starts[0]]])
         if found is not None:
             return found[0], f"{found[1]} on line {words[starts[0]][1]}"
@@ -254,6 +254,11 @@ def launch_nodes(
     if value.isdigit() and int(value) > 0:
         return int(value), f"#SBATCH --nodes={value}"
     return None
+
+
+def _command_start(words: list[tuple[str, int]], index: int) -> int:
+    """Where the command holding ``words[index]`` begins: after the separator before it, else 0."""
+    return next((k + 1 for k in range(index - 1, -1, -1) if is_separator(words[k][0])), 0)
 
 
 def _submitted(words: list[str]) -> list[str]:

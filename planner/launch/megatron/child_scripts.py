@@ -43,7 +43,7 @@ from pathlib import Path
 
 from planner.inputs.errors import SpecError
 from planner.inputs.validation import MAX_FILE_BYTES, read_text_capped
-from planner.launch.megatron.expansion import ROOT_KEY, SLURM_KEY, expand_heredoc, unresolved_in
+from planner.launch.megatron.expansion import ROOT_KEY, SLURM_KEY, expand_heredoc, known_value, unresolved_in
 from planner.launch.megatron.functions import bind
 from planner.launch.megatron.heredoc import exported
 from planner.launch.megatron.paths import joined
@@ -237,7 +237,7 @@ def _executed(command: list[str], pwd: str | None) -> Child | None:
         word = command[k]
         if "/" not in word or unresolved_in(word) is not None:
             continue
-        full = joined(_known(pwd), word)
+        full = joined(known_value(pwd), word)
         if full is None or not os.path.isfile(full):
             continue
         try:
@@ -260,15 +260,10 @@ def _located(
     relative FILE on ``$PATH``, which a launch does not rely on)."""
     if unresolved_in(target) is not None:
         return None
-    full = joined(_known(pwd), target)
+    full = joined(known_value(pwd), target)
     if full is None or not os.path.isfile(full):
         return None
     return Child(runner, k, pwd, path=full, args=tuple(args), options=options)
-
-
-def _known(pwd: str | None) -> str | None:
-    """``pwd`` where it is known, else None."""
-    return pwd if pwd is not None and unresolved_in(pwd) is None else None
 
 
 def _sbatch(
@@ -368,7 +363,7 @@ def _environment_and_pwd(child: Child, text: str, s: Script) -> tuple[Environmen
         return environment, child.pwd
     if unresolved_in(chdir) is not None:
         return environment, chdir
-    full = joined(_known(child.pwd), chdir)
+    full = joined(known_value(child.pwd), chdir)
     return environment, full if full is not None else child.pwd
 
 

@@ -113,6 +113,12 @@ def unresolved_in(word: str) -> str | None:
     return name
 
 
+def known_value(value: str | None) -> str | None:
+    """``value`` (a variable's, e.g. ``$PWD``) where the script determines it; None when it is unset
+    or holds a marker of what planner cannot know."""
+    return value if value is not None and unresolved_in(value) is None else None
+
+
 def command_marker(text: str) -> str:
     """The marker for a command substitution (or arithmetic) planner does not run: its text
     hex-encoded, so that no character of it (``|``, ``(``, a space) reaches a word or an inner
@@ -472,8 +478,7 @@ def _path_output(command: str, scalars: dict[str, str], arrays: dict[str, list[s
         return None
     if not words or any(unresolved_in(w) is not None for w in words):
         return None
-    pwd = scalars.get("PWD")
-    pwd = pwd if pwd is not None and unresolved_in(pwd) is None else None
+    pwd = known_value(scalars.get("PWD"))
     out = path_command(words, pwd)
     return out if out is not None else _yq_output(words, pwd, scalars)
 

@@ -33,9 +33,10 @@ from planner.inputs.model_spec import ModelSpec
 from planner.inputs.model_yaml import validate_model
 from planner.launch.megatron import hybrid
 from planner.launch.megatron.arguments import Arguments, megatron_words, read_arguments
+from planner.launch.megatron.expansion import known_value
 from planner.launch.megatron.model_flags import read_model, require, vocabulary_note
 from planner.launch.megatron.pipeline_flags import parse_layout, pipeline_split
-from planner.launch.megatron.shell import read_script, unresolved_in
+from planner.launch.megatron.shell import read_script
 from planner.launch.megatron.yaml_cfg import YamlConfig, read_yaml_cfg
 
 __all__ = ["OPTIMIZER_DTYPE_FLAGS", "Imported", "below_fp32", "keys_named", "parse_layout", "parse_megatron"]
@@ -234,8 +235,7 @@ def _from_yaml_cfg(
     if path is not None:
         script = read_script(text, variables, path)
         root = script.root
-        pwd = script.scalars.get("PWD")
-        pwd = pwd if pwd is not None and unresolved_in(pwd) is None else None
+        pwd = known_value(script.scalars.get("PWD"))
     others = tuple(f for f in args.flags if f != "--yaml-cfg")
     cfg = read_yaml_cfg(value, line, where, pwd, root, others, world_size, env)
     read = read_arguments(cfg.words, cfg.file)

@@ -12,7 +12,14 @@ from pathlib import Path
 from planner.inputs.errors import SpecError
 from planner.inputs.validation import read_text_capped
 from planner.launch.megatron import yq
-from planner.launch.megatron.expansion import FILE_KEY, UNRESOLVED, command_marker, expand, unresolved_in
+from planner.launch.megatron.expansion import (
+    FILE_KEY,
+    UNRESOLVED,
+    command_marker,
+    expand,
+    known_value,
+    unresolved_in,
+)
 from planner.launch.megatron.heredoc import exported
 from planner.launch.megatron.paths import inside, joined
 from planner.launch.megatron.shell_state import NAME, Script, display
@@ -35,8 +42,7 @@ def envsubst(args: list[str], number: int, s: Script) -> None:
         or any(unresolved_in(a) for a in (args[1], args[3]))
     ):
         return
-    pwd = s.scalars.get("PWD")
-    pwd = pwd if pwd is not None and unresolved_in(pwd) is None else None
+    pwd = known_value(s.scalars.get("PWD"))
     source, target = joined(pwd, args[1]), joined(pwd, args[3])
     if source is None or target is None:
         return

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from planner.inputs.errors import SpecError
 from planner.inputs.validation import MAX_FILE_BYTES, printable, read_text_capped
-from planner.launch.megatron.expansion import unresolved_in
+from planner.launch.megatron.expansion import known_value, unresolved_in
 from planner.launch.megatron.functions import Return, bind, unbind
 from planner.launch.megatron.paths import joined
 from planner.launch.megatron.shell_state import Exit, Script, display, why_unknown
@@ -49,7 +49,7 @@ def source_file(args: list[str], number: int, s: Script, read: Callable[[str, Sc
             "script, and this text was given without its file"
         )
     pwd = s.scalars.get("PWD")
-    full = joined(pwd if pwd is not None and unresolved_in(pwd) is None else None, target)
+    full = joined(known_value(pwd), target)
     if full is None:
         raise SpecError(
             f"line {number}: source {shown}: a relative path is found from the working directory, which "
