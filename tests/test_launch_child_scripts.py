@@ -184,6 +184,27 @@ CHILD_FIXTURES = {
     ),
     "executed_after_srun": ("HIDDEN=local\nexport TP=2\nchmod +x ./job.sh\nsrun -N 2 ./job.sh 2\n", "job.sh"),
     "executed_without_a_shebang": ("HIDDEN=local\nexport TP=2\n./plain.sh 8\n", "plain.sh"),
+    # bash(1) "exec": "If command is specified, it replaces the shell": nothing after it runs
+    "exec_replaces_the_shell": (
+        f"HIDDEN=local\nexport TP=2\nexec ./job.sh 4\ntorchrun pretrain_gpt.py {SHAPE} --tp 1\n",
+        "job.sh",
+    ),
+    "exec_with_options_replaces_the_shell": (
+        f"HIDDEN=local\nexport TP=2\nexec -a job 2>&1 ./job.sh 4\ntorchrun pretrain_gpt.py {SHAPE} --tp 1\n",
+        "job.sh",
+    ),
+    "exec_with_only_redirections_keeps_the_shell": (
+        "exec 2>&1\nexec 3>/dev/null\nHIDDEN=local\nexport TP=2\nbash job.sh 4\n",
+        "job.sh",
+    ),
+    "exec_in_a_subshell_ends_only_it": (
+        "HIDDEN=local\nexport TP=2\n( exec ./stop.sh )\nbash job.sh 8\n",
+        "job.sh",
+    ),
+    "exec_in_a_function_ends_the_script": (
+        f'HIDDEN=local\nexport TP=2\nrun() {{ exec ./job.sh "$@"; }}\nrun 2\ntorchrun pretrain_gpt.py {SHAPE}\n',
+        "job.sh",
+    ),
 }
 
 
@@ -274,3 +295,22 @@ def test_check_reads_an_sbatch_wrapper_end_to_end(tmp_path, run_cli):
     assert wrapped.exit_code == direct.exit_code == 0, wrapped.stdout + wrapped.stderr
     step = [json.loads(r.stdout)["configs"][0]["metrics"]["step_time_s"] for r in (wrapped, direct, other)]
     assert step[0] == step[1] != step[2]
+
+
+@pytest.mark.parametrize(
+    ("words", "text", "expected"),
+    [
+        (["exec", "./job.sh", "4"], "exec ./job.sh 4", "exec ./job.sh"),
+        (["exec", "-c", "-a", "name", "--", "torchrun", "x.py"], "", "exec torchrun"),
+        (["exec", ">", "log", "2>&1"], "exec > log 2>&1", None),
+        (["exec", "2>&1"], "exec 2>&1", None),
+        (["exec", ">", ">(tee", "log)"], "exec > >(tee log)", None),  # process substitution: left alone
+        (["exec", "./job.sh", "|", "tee", "log"], "", None),  # a pipeline's command runs in a subshell
+        (["exec", "./job.sh", "&"], "", None),
+        (["echo", "exec", "./job.sh"], "", None),
+    ],
+)
+def test_exec_replaces_the_shell_only_with_a_command(words, text, expected):
+    from planner.launch.megatron.shell_exit import exec_replaces
+
+    assert exec_replaces(words, text) == expected

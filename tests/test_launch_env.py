@@ -130,3 +130,44 @@ def test_check_takes_the_node_count_from_the_launch(run_cli, tmp_path):
     bare.write_text(f"#!/bin/bash\ntorchrun pretrain_gpt.py {SHAPE}\n")
     result = run_cli("check", str(bare), "--cluster", "dgx-h100")
     assert result.exit_code == 2 and "bare.sh does not give one" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "submit, job, expected",
+    [
+        ("sbatch job.sh", "#SBATCH --nodes=4\n", (4, "#SBATCH --nodes=4 in job.sh")),
+        (
+            "sbatch -N 2 job.sh",
+            "#SBATCH --nodes=4\n",
+            (2, "sbatch --nodes 2 on line 2"),
+        ),  # sbatch(1): the command line wins
+        ("sbatch --nodes=3 job.sh", "", (3, "sbatch --nodes 3 on line 2")),
+        (
+            "sbatch job.sh",
+            "#SBATCH --nodes=4\nsrun -N 2 ",
+            (2, "srun -N 2 on line 2"),
+        ),  # the launcher's own count (on the sbatch line)
+        ("sbatch --nodes=2-4 job.sh", "", None),
+        (
+            "sbatch <<'EOF'\n#!/bin/bash\n#SBATCH -N 8\nEOF_BODY\nEOF",
+            None,
+            (8, "#SBATCH --nodes=8 in the job script of this here-document"),
+        ),
+        ("bash job.sh", "#SBATCH --nodes=4\n", None),  # not submitted: no job of its own
+    ],
+)
+def test_the_node_count_of_a_job_the_launch_submits(tmp_path, submit, job, expected):
+    """A submit wrapper's launch runs on the nodes of the job it submits: sbatch's ``-N`` on its
+    command line, else the job script's ``#SBATCH --nodes``; the launcher in the job wins over
+    both, as it does in a batch script."""
+    from planner.launch.megatron.arguments import launch_nodes
+
+    command = f"torchrun pretrain_gpt.py {SHAPE}"
+    if job is None:
+        submit = submit.replace("EOF_BODY", command)
+    else:
+        prefix, _, rest = job.rpartition("\n")
+        (tmp_path / "job.sh").write_text(f"#!/bin/bash\n{prefix}\n{rest}{command}\n")
+    path = tmp_path / "submit.sh"
+    path.write_text(f"#!/bin/bash\n{submit}\n")
+    assert launch_nodes(path.read_text(), None, path) == expected

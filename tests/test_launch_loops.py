@@ -76,6 +76,20 @@ LAUNCHES = {
         'A=1; if [ $A = 1 ]; then B=2; fi\ntorchrun pretrain_gpt.py "$B"\n',
         ["2"],
     ),
+    # bash(1) "while list-1": list-1 is a command list, a function call's status as an if's
+    "while_a_function_succeeds": (
+        'n=0\nbelow() { [ "$n" -lt "$1" ]; }\nwhile below 3; do n=$((n + 1)); done\ntorchrun pretrain_gpt.py "$n"\n',
+        ["3"],
+    ),
+    "until_a_negated_function": (
+        'n=0\nready() { [ "$n" -ge 2 ]; }\nuntil ! ready; do n=9; done\nwhile ! ready; do n=$((n + 1)); done\n'
+        'torchrun pretrain_gpt.py "$n"\n',
+        ["2"],
+    ),
+    "set_e_ignores_a_failing_while_function": (
+        'set -e\nno() { return 1; }\nwhile no; do X=1; done\ntorchrun pretrain_gpt.py "${X:-none}"\n',
+        ["none"],
+    ),
     "required_parameter_that_is_set": ('X=1\nY="${X:?X is needed}"\ntorchrun pretrain_gpt.py "$Y"\n', ["1"]),
 }
 

@@ -237,7 +237,9 @@ def launch_nodes(
 ) -> tuple[int, str] | None:
     """The node count a launch script starts its training command on, and where it says so: the
     launcher in front of the command (:func:`.launch_env.launcher_nodes`: torchrun ``--nnodes``,
-    srun ``-N``), else the script's own ``#SBATCH --nodes`` / ``-N`` line (a Slurm batch script);
+    srun ``-N``), else the node count of the Slurm job an ``sbatch`` the script runs submitted it in
+    (:attr:`.shell_state.Script.job_nodes`), else the script's own ``#SBATCH --nodes`` / ``-N``
+    line (a Slurm batch script);
     None when neither says one count, or the script cannot be read (the check reports why)."""
     try:
         script = read_script(text, preset, path)
@@ -250,6 +252,8 @@ def launch_nodes(
         found = launcher_nodes([w for w, _ in words[begin : starts[0]]])
         if found is not None:
             return found[0], f"{found[1]} on line {words[starts[0]][1]}"
+        if script.job_nodes is not None:
+            return script.job_nodes
     value = directives(text, ("--nodes",)).get("--nodes", "")
     if value.isdigit() and int(value) > 0:
         return int(value), f"#SBATCH --nodes={value}"

@@ -84,9 +84,10 @@ Environment = tuple[dict[str, str], dict[str, str]]
 """A new shell's exported variables, and the same with each variable it does not inherit as empty
 (:func:`.heredoc.exported`)."""
 
-SBATCH_READ = ("--export", "--chdir")
-"""The sbatch(1) options planner reads (``-D`` is ``--chdir``); the others do not change what the
-job script runs."""
+SBATCH_READ = ("--export", "--chdir", "--nodes")
+"""The sbatch(1) options planner reads (``-D`` is ``--chdir``, ``-N`` ``--nodes``); the others do
+not change what the job script runs. ``--nodes`` only gives the job's node count
+(:func:`_job_nodes`)."""
 
 
 @dataclass(frozen=True)
@@ -434,4 +435,28 @@ def run_child(child: Child, number: int, s: Script, read: Callable[[str, Script]
     words = [w for w, _ in job.words]
     if training_scripts(words):
         s.launch_env = dict(job.launch_env if job.launch_env is not None else job.env)
+        s.job_nodes = job.job_nodes or _job_nodes(child, text, number, s)
     return words
+
+
+def _job_nodes(child: Child, text: str, number: int, s: Script) -> tuple[int, str] | None:
+    """The node count of the Slurm job ``child`` submits (``sbatch``; None for another runner) and
+    what says so: its command line's ``-N`` / ``--nodes``, else its script's ``#SBATCH`` lines
+    (sbatch(1): "command line options will override any options set in a batch script"); a
+    ``MIN-MAX`` range or a value planner cannot know says no one count (None)."""
+    if child.runner != "sbatch":
+        return None
+    given = dict(child.options).get("--nodes")
+    if given is not None:
+        where = f"sbatch --nodes {given} on line {number}"
+    else:
+        given = directives(text, ("--nodes",)).get("--nodes")
+        shown = (
+            display(os.path.relpath(child.path, s.root) if s.root else child.path)
+            if child.path
+            else child.name
+        )
+        where = f"#SBATCH --nodes={given} in {shown}"
+    if given is None or not given.isdigit() or int(given) <= 0:
+        return None
+    return int(given), where

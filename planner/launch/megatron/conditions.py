@@ -30,6 +30,11 @@ _INT_TESTS = {
 }
 
 
+def condition_text(text: str) -> str:
+    """An ``if`` / ``elif`` condition without the ``then`` that ends it (``[ -n "$X" ]; then``)."""
+    return re.sub(r"\s*;?\s*then\s*$", "", text.strip())
+
+
 def condition(text: str, number: int, s: Script) -> bool | str:
     """The value of an ``if`` condition (bash(1) "CONDITIONAL EXPRESSIONS", test(1)): ``[ A OP B ]``
         or ``[[ A OP B ]]`` with ``=``, ``==``, ``!=``, ``-eq``, ``-ne``, ``-lt``, ``-le``, ``-gt``,
@@ -41,7 +46,7 @@ def condition(text: str, number: int, s: Script) -> bool | str:
         Anything else, or an operand needing a variable nothing sets: ``if:NAME:LINE`` (``NAME`` ``?``
         when no variable is to blame); an unknown operand that cannot change the result (``false &&
         ...``) does not make the list unknown."""
-    text = re.sub(r"\s*;?\s*then\s*$", "", text.strip())
+    text = condition_text(text)
     if "((" in text:
         text = protect(text)
     text = with_pattern_marks(text)

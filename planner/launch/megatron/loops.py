@@ -196,10 +196,16 @@ def _for_words(loop: Loop, s: Script) -> list[str] | None:
     return items
 
 
-def run_loop(loop: Loop, s: Script, read_lines: Callable[[list[Logical], Script], None]) -> str | None:
-    """Run ``loop`` on ``s`` as bash runs it (``read_lines`` reads its body): None when it ran, or
-    the undeterminable branch it is to be read as (``loop:?:LINE``, ``cap:?:LINE``), ``s`` then
-    as it was before the loop."""
+def run_loop(
+    loop: Loop,
+    s: Script,
+    read_lines: Callable[[list[Logical], Script], None],
+    test_of: Callable[[str, int, Script], bool | str] = condition,
+) -> str | None:
+    """Run ``loop`` on ``s`` as bash runs it (``read_lines`` reads its body; ``test_of`` evaluates
+    a ``while`` / ``until`` condition as an ``if``'s, a function call run: :func:`.shell._if_condition`):
+    None when it ran, or the undeterminable branch it is to be read as (``loop:?:LINE``,
+    ``cap:?:LINE``), ``s`` then as it was before the loop."""
     unknown = f"loop:?:{loop.line}"
     items = _for_words(loop, s) if loop.kind == "for" else None
     if loop.kind == "for" and items is None:
@@ -219,7 +225,9 @@ def run_loop(loop: Loop, s: Script, read_lines: Callable[[list[Logical], Script]
             _expression(init, loop.line, s)
             test = f"(( {cond} ))" if cond.strip() else "true"  # an empty COND is 1
         for _ in range(MAX_ITERATIONS):
-            known = condition(test, loop.line, s)  # runs no command: set -e has nothing to stop
+            # set -e ignores the condition (bash(1): "part of the command list immediately
+            # following a while or until keyword"): test_of runs a function call that way
+            known = test_of(test, loop.line, s) if loop.kind != "for((" else condition(test, loop.line, s)
             if isinstance(known, str):
                 unknown = f"loop:{known.split(':')[1]}:{loop.line}"  # the variable it depends on
                 break

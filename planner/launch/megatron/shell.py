@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planner.inputs.errors import SpecError
-from planner.launch.megatron.conditions import condition
+from planner.launch.megatron.conditions import condition, condition_text
 from planner.launch.megatron.expansion import (
     ROOT_KEY,
     SLURM_KEY,
@@ -168,7 +168,7 @@ def _read_lines(lines: list[Logical], s: Script) -> None:
             mark = it.mark()
             loop = read_loop(logical, it)
             if loop is not None:
-                s.loop_unknown = run_loop(loop, s, _read_lines)
+                s.loop_unknown = run_loop(loop, s, _read_lines, _if_condition)
                 if s.loop_unknown is None:
                     continue
             it.rewind(mark)  # read as an undeterminable branch (loops.py)
@@ -424,7 +424,7 @@ def _if_condition(text: str, number: int, s: Script) -> bool | str:
     function the script defined (``if setup; then``, ``if ! is_slurm; then``) is run, as bash runs
     it (``set -e`` ignored: bash(1) "set -e": not "part of the test in an if statement"), and its
     status is the condition; any other condition is evaluated by :func:`.conditions.condition`."""
-    command = re.sub(r"\s*;?\s*then\s*$", "", text.strip())
+    command = condition_text(text)
     words = command.split()
     negated = words[:1] == ["!"]
     name = words[1] if negated and len(words) > 1 else (words[0] if words else "")

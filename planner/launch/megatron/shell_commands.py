@@ -35,6 +35,7 @@ from planner.launch.megatron.shell_builtins import change_directory, envsubst, i
 from planner.launch.megatron.shell_exit import (
     after_list,
     after_pipefail,
+    exec_replaces,
     exit_builtin,
     maybe_stop,
     pipeline_status_of,
@@ -42,7 +43,7 @@ from planner.launch.megatron.shell_exit import (
     set_maybe,
 )
 from planner.launch.megatron.shell_printf import printf_assign, printf_maybe
-from planner.launch.megatron.shell_state import Script, branch_of
+from planner.launch.megatron.shell_state import Exit, Script, branch_of
 from planner.launch.megatron.shell_text import (
     NOT_LAUNCHERS,
     SEPARATORS,
@@ -212,6 +213,9 @@ def run_statement(stripped: str, number: int, s: Script, read_lines: ReadLines) 
         s.words.append(
             (";", number)
         )  # the command ends here: the next statement's words are not its arguments
+    replaced = exec_replaces(parts, stripped) if len(segments) == 1 else None
+    if replaced is not None:
+        raise Exit(number, replaced)  # the command replaces the shell: nothing after it runs
 
 
 def subshell_list(

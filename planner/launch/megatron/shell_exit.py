@@ -39,7 +39,7 @@ from planner.inputs.errors import SpecError
 from planner.launch.megatron.expansion import NOUNSET_KEY, Required, Unbound
 from planner.launch.megatron.functions import bind
 from planner.launch.megatron.shell_state import Exit, Script, branch_of
-from planner.launch.megatron.shell_text import training_scripts
+from planner.launch.megatron.shell_text import is_separator, redirections, training_scripts
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +125,32 @@ def _option(name: str, on: bool, number: int, s: Script) -> None:
     elif name == "pipefail":
         s.pipefail = on
         s.pipefail_unknown = None
+
+
+_EXEC_OPTIONS = ("-c", "-l", "-cl", "-lc")
+"""``exec``'s options that take no value (bash(1) "exec [-cl] [-a name] [command [arguments]]")."""
+
+
+def exec_replaces(parts: list[str], text: str) -> str | None:
+    """Where ``parts`` (one simple command's words, expanded) is ``exec COMMAND ...``, the stop it
+    makes (``exec COMMAND``), else None. bash(1) "exec": "If command is specified, it replaces the
+    shell. No new process is created"; "If the command cannot be executed for some reason, a
+    non-interactive shell exits, unless the execfail shell option is enabled". Nothing after it
+    runs. ``exec`` with only redirections (``exec > log 2>&1``) keeps the shell, as does a
+    command in a pipeline or the background (a subshell's); ``text`` holding a process
+    substitution (``exec > >(tee log)``), whose words planner does not split as bash does, is
+    left alone."""
+    if not parts or parts[0] != "exec" or ">(" in text or "<(" in text:
+        return None
+    if any(is_separator(w) for w in parts):
+        return None
+    dropped = redirections(parts)
+    rest = [w for j, w in enumerate(parts) if j and j not in dropped]
+    while rest and rest[0] in (*_EXEC_OPTIONS, "-a"):
+        rest = rest[2:] if rest[0] == "-a" else rest[1:]
+    if rest[:1] == ["--"]:
+        rest = rest[1:]
+    return f"exec {rest[0]}" if rest else None
 
 
 def exit_builtin(args: list[str], number: int) -> None:

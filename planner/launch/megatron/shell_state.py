@@ -61,6 +61,10 @@ class Script:
     """The environment of the shell that ran the training command, when a job or child script ran
     it (:mod:`.child_scripts`, :mod:`.heredoc`): what it exports itself, not only what this script
     exports. None: this script ran it, with :attr:`env`."""
+    job_nodes: tuple[int, str] | None = None
+    """The node count of the Slurm job that ran the training command, when an ``sbatch`` this
+    script runs submitted it, and what says so (``sbatch -N 4 on line 7``, ``#SBATCH --nodes=4 in
+    job.sh``): :mod:`.child_scripts`, read by :func:`.arguments.launch_nodes`. None otherwise."""
     root: str | None = None
     """The script's directory (links resolved), where ``if [ -f FILE ]`` is answered; None for a
     text given without its file, where ``source`` is an error."""

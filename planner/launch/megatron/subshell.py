@@ -206,7 +206,7 @@ def run_subshell(
 
 def _exit_status(why: str, last: bool | str) -> bool | str:
     """A subshell's status when it stops on ``why`` (:class:`.shell_state.Exit`): ``exit`` alone
-    gives the last list's ``last``, ``exit 0`` success, any other exit or stop failure."""
-    if why == "exit":
-        return last
+    and ``exec COMMAND`` give the last list's ``last``, ``exit 0`` success, any other exit or stop failure."""
+    if why == "exit" or why.startswith("exec "):
+        return last  # exec COMMAND: the command's status (.shell_exit.exec_replaces)
     return why == "exit 0"
