@@ -176,7 +176,8 @@ def _cluster_specs(
     """Per config, the cluster it is judged on (:func:`_cluster_spec`) and a note saying where its
     node count came from, or None. A node template without ``--nodes`` takes each launch script's
     own count (:func:`planner.launch.megatron.arguments.launch_nodes`: torchrun ``--nnodes``, srun
-    ``-N``, ``#SBATCH --nodes``); a config that gives none is a usage error naming it."""
+    ``-N``, the job an ``sbatch`` in it submits, ``#SBATCH --nodes``); a config that gives none is
+    a usage error naming it."""
     from planner.launch.check import is_plan_file
     from planner.launch.megatron.arguments import launch_nodes
     from planner.profiles.hardware import is_template
@@ -196,7 +197,7 @@ def _cluster_specs(
         if found is None:
             raise UsageError(
                 f"cluster template '{cluster}' needs a node count (--nodes N): {p} does not give one "
-                "(torchrun --nnodes N, srun -N N or #SBATCH --nodes=N)"
+                "(torchrun --nnodes N, srun -N N, sbatch -N N or #SBATCH --nodes=N)"
             )
         count, where = found
         spec = _cluster_spec(configs, cluster, count, software, profile)
