@@ -70,7 +70,7 @@ def _mixer_flop_per_token(model: ModelSpec, mixer: str) -> float:
     0.19.2: ``mamba_layer_flops``, ``gdn_layer_flops``): the projections, Mamba's scan as
     ``7 d_inner N``, gated DeltaNet's conv and ``4 n_v d_v^2`` for its delta rule (KDA, which
     Megatron has no layer for, alike: its projections of :meth:`ModelSpec.kda_params`, its three
-    convolutions and ``4 H d^2``, :func:`cost_models.ssm.kda_block`). Megatron's
+    convolutions and ``4 H d^2``, :func:`cost_models.delta_rule.kda_block`). Megatron's
     formula takes ``d_inner = 2 h``; this one the model's ``H x P`` (equal for expand 2). Megatron has
     no Mamba-1: its four projections, conv and selective scan
     (:data:`cost_models.ssm.SELECTIVE_SCAN_FLOP_PER_STATE` per state element) are counted alike."""

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from cost_models.constraints import violations
+from cost_models.delta_rule import gated_delta_s
 from cost_models.flops import layer_flop_per_token
 from cost_models.parallel import ParallelConfig
-from cost_models.ssm import gated_delta_s, ssd_scan_s
+from cost_models.ssm import ssd_scan_s
 from cost_models.stage_terms import table_for
 from planner.frameworks import get_framework
 from planner.inputs.errors import SpecError

@@ -1,5 +1,5 @@
 """Kimi Linear imported (issue 56): Kimi Delta Attention (arXiv:2510.26692) and MLA layers, each with
-an MLP or MoE, from its config.json; KDA priced from its mechanism (cost_models.ssm.kda_block,
+an MLP or MoE, from its config.json; KDA priced from its mechanism (cost_models.delta_rule.kda_block,
 kda_s); Megatron-LM refuses it with the reason."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from cost_models.constraints import violations
+from cost_models.delta_rule import gated_delta_s, kda_s
 from cost_models.flops import layer_flop_per_token
 from cost_models.parallel import ParallelConfig
-from cost_models.ssm import gated_delta_s, kda_s
 from cost_models.stage_terms import table_for
 from planner.frameworks import get_framework
 from planner.inputs.errors import SpecError

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from cost_models.constraints import resolve
+from cost_models.delta_rule import gated_delta_s, kda_s
 from cost_models.parallel import ParallelConfig
-from cost_models.ssm import at_measured_rate, gated_delta_s, kda_s, mamba_block, ssd_scan_s
+from cost_models.scans import at_measured_rate
+from cost_models.ssm import mamba_block, ssd_scan_s
 from planner.calibration import mixer_kernels as mk
 from planner.inputs.errors import SpecError
 from planner.inputs.jobs import make_job

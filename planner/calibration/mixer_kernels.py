@@ -3,7 +3,7 @@
 
 The published forward times (hardware_profiles/measurements/linear-mixer-kernels.json, each entry
 naming its source: pull request and comment, or repository, file and commit) become a fraction of
-the measured GPU's dense BF16 peak on the FLOPs :mod:`cost_models.ssm` counts for the same shape
+the measured GPU's dense BF16 peak on the FLOPs :mod:`cost_models.ssm` and :mod:`cost_models.delta_rule` count for the same shape
 (:func:`row_efficiency`); a kernel's figure on a GPU is the median over the rows of at least
 :data:`MIN_TOKENS` tokens per call (:func:`measured_efficiencies`).
 
@@ -27,7 +27,8 @@ import statistics
 from functools import cache
 from pathlib import Path
 
-from cost_models.ssm import gated_delta_s, kda_s, ssd_scan_s
+from cost_models.delta_rule import gated_delta_s, kda_s
+from cost_models.ssm import ssd_scan_s
 from planner.inputs.cluster_spec import GPUSpec
 from planner.profiles.hardware import load_gpu
 
@@ -57,7 +58,8 @@ Triton kernels are NVIDIA-tuned; no AMD, Ampere or older measurement was found).
 
 def row_efficiency(entry: dict, row: dict, gpu: GPUSpec) -> float:
     """Fraction of ``gpu``'s dense BF16 peak one measured forward call reaches on the FLOPs
-    :mod:`cost_models.ssm` counts for its shape (``ms`` per call, or ``tokens_per_s``)."""
+    :mod:`cost_models.ssm` and :mod:`cost_models.delta_rule` count for its shape (``ms`` per call, or
+    ``tokens_per_s``)."""
     tokens = row["tokens"]
     shape = entry["shape"]
     if entry["kernel"] == "ssd_scan":

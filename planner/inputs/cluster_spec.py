@@ -122,7 +122,7 @@ class GPUSpec:
     linear-time token mixers reach on their own FLOP count (:data:`LINEAR_MIXER_KERNELS`: the Mamba-2
     SSD scan, the gated delta rule, KDA), as (kernel, fraction) pairs (``linear_mixer_kernels`` in a
     GPU file, which cites each measurement; :mod:`planner.calibration.mixer_kernels` derives them). A
-    kernel without one is priced at the roofline of its FLOPs and bytes (:mod:`cost_models.ssm`)."""
+    kernel without one is priced at the roofline of its FLOPs and bytes (:mod:`cost_models.scans`)."""
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; raises ``KeyError`` when unsupported."""
