@@ -3,7 +3,8 @@
 
 For each cut date (planner.calibration.time_forward.CUTS unless --cut is given): the usable runs
 published on or after it are held out, every efficiency family and software profile is refitted on
-the earlier runs, and the held-out runs are predicted (a family with no earlier runs is priced
+the earlier runs (by the shipped fit's procedure: 15-20 minutes for the three cuts on two cores),
+and the held-out runs are predicted (a family with no earlier runs is priced
 from its parent's fit, a release class with the newest profile fitted before the cut). Prints per
 cut the runs fitted on and predicted, the median and 90th percentile of the absolute errors and
 the signed median (predicted / measured - 1: + is predicted too fast), the same for the

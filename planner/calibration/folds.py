@@ -78,9 +78,10 @@ def refit_without(
     passes: int,
     profiles: Callable[[str, dict[str, list[Case]]], Iterable[str]],
     held_out_source: str = "",
+    steps: tuple[float, ...] = LOSO_STEPS,
 ) -> tuple[list[str], dict[tuple[str, str], EfficiencySpec]]:
-    """What a fold predicts ``held`` with: their families refitted on ``rest`` (:func:`fit_families`,
-    :data:`LOSO_STEPS`), as ``(family, '')``, and per family the release classes
+    """What a fold predicts ``held`` with: their families refitted on ``rest`` (:func:`fit_families`
+    with ``steps``, :data:`LOSO_STEPS` unless given), as ``(family, '')``, and per family the release classes
     ``profiles(family, classes)`` names among that family's classes in ``rest``
     (:func:`profile_groups`), each refitted from the fold's base (:func:`fit_profile`), as
     ``(family, class)``; a named class without enough runs left is not fitted. Returns notes (what
@@ -88,7 +89,7 @@ def refit_without(
     held-out document (planner.profiles.software.profile_start)."""
     notes: list[str] = []
     fams = {family(c) for c in held}
-    families = fit_families(rest, fams, passes, LOSO_STEPS, progress=notes.append)
+    families = fit_families(rest, fams, passes, steps, progress=notes.append)
     fitted: dict[tuple[str, str], EfficiencySpec] = {(fam, ""): v[0] for fam, v in families.items()}
     for fam in sorted(fams):
         base = fitted[(fam, "")]
@@ -96,6 +97,6 @@ def refit_without(
         for cls in sorted(set(profiles(fam, classes))):
             if cls in classes:
                 start = profile_start(base, cls, held_out_source=held_out_source)
-                fitted[(fam, cls)] = fit_profile(classes[cls], start, passes, LOSO_STEPS)[0]
+                fitted[(fam, cls)] = fit_profile(classes[cls], start, passes, steps)[0]
                 notes.append(f"{fam}/{cls} profile fitted on {len(classes[cls])} runs")
     return notes, fitted

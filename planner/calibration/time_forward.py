@@ -4,8 +4,11 @@ Leave-one-source-out (planner.calibration.folds.leave_one_source_out) holds out 
 time; every other document, older or newer, stays in the fit. A user's next run is newer than every
 run planner was fitted on: new software, new GPUs, new recipes. :func:`time_forward` measures that
 case. For a cut date, every usable run published on or after it is held out; each efficiency family
-is refitted on the earlier runs alone (planner.calibration.folds.refit_without, the shipped
-procedure with the leave-one-source-out steps); a family with no earlier runs is priced with its
+is refitted on the earlier runs alone (planner.calibration.folds.refit_without) by the shipped
+procedure itself, its passes and steps (planner.calibration.fitting.fit_families' defaults:
+planner.calibration.descent.STEPS): three folds can afford them, where the 25 leave-one-source-out
+refits take coarser steps (planner.calibration.folds.LOSO_STEPS), which cannot move an FP8 speed-up of
+1.6 by the 11% the 2025-26 runs ask for; a family with no earlier runs is priced with its
 parent's fit carried over (planner.calibration.fitting.prior_of), as a new GPU is on the day it
 ships; a held-out run of a software release class is priced with the newest earlier release
 fitted on its GPU family before the cut (planner.profiles.software.release_for), else the family's
@@ -27,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from planner.calibration.cases import Case, Result, summary
-from planner.calibration.descent import predict
+from planner.calibration.descent import STEPS, predict
 from planner.calibration.fitting import family, usable
 from planner.calibration.folds import refit_without
 from planner.calibration.releases import signed_median
@@ -110,6 +113,9 @@ SOURCE_DATES: dict[str, tuple[str, str]] = {
 """Source (``Case.source``) -> (month first published, YYYY-MM; the evidence). Sources not in this
 table are dated by their software release class or, without one, refused (:func:`published`)."""
 
+PASSES = 8
+"""Coordinate-descent passes of each fold's fits: the shipped fit's (planner.calibration.fitting.fit_families)."""
+
 CUTS = ("2024-01", "2025-01", "2025-12")
 """The cut dates reported (docs/calibration.md, "Time forward"): before 2024 (the A100-era papers,
 BigScience, MLPerf v3.1 and vTrain predict every H100, Blackwell and 2024-26 framework run), before
@@ -159,9 +165,12 @@ class TimeFold:
         }
 
 
-def time_fold(cut: str, cases_: list[Case], passes: int = 4) -> tuple[list[str], TimeFold]:
-    """Hold out every run of ``cases_`` published on or after ``cut`` (YYYY-MM); refit on the rest;
-    predict them (see the module docstring). Returns the fit's notes and the fold."""
+def time_fold(
+    cut: str, cases_: list[Case], passes: int = PASSES, steps: tuple[float, ...] = STEPS
+) -> tuple[list[str], TimeFold]:
+    """Hold out every run of ``cases_`` published on or after ``cut`` (YYYY-MM); refit on the rest
+    with ``passes`` and ``steps`` (the shipped fit's unless given); predict them (see the module
+    docstring). Returns the fit's notes and the fold."""
     held = [c for c in cases_ if published(c) >= cut]
     rest = [c for c in cases_ if published(c) < cut]
     if not held or not rest:
@@ -173,7 +182,7 @@ def time_fold(cut: str, cases_: list[Case], passes: int = 4) -> tuple[list[str],
             used[(fam, cls)] = release_for(cls, classes) if cls else ""
         return [u for (f, _), u in used.items() if f == fam and u]
 
-    notes, fitted = refit_without(held, rest, passes, newest_before)
+    notes, fitted = refit_without(held, rest, passes, newest_before, steps=steps)
     results = [predict(c, fitted[(family(c), used.get((family(c), c.software), ""))]) for c in held]
     sources = tuple(sorted({c.source for c in rest}))
     return notes, TimeFold(cut, len(rest), sources, used, results)
@@ -182,7 +191,7 @@ def time_fold(cut: str, cases_: list[Case], passes: int = 4) -> tuple[list[str],
 def time_forward(
     all_cases: Iterable[Case],
     cuts: tuple[str, ...] = CUTS,
-    passes: int = 4,
+    passes: int = PASSES,
     progress: Callable[[str], None] | None = None,
 ) -> list[TimeFold]:
     """:func:`time_fold` for each cut of ``cuts`` over the usable cases, in the order given."""
