@@ -223,11 +223,11 @@ def run_loop(
         if loop.kind == "for((":
             init, cond, step = _arithmetic_parts(loop)
             _expression(init, loop.line, s)
-            test = f"(( {cond} ))" if cond.strip() else "true"  # an empty COND is 1
+            test = f"(( {cond.strip() or 1} ))"  # an empty COND is 1
         for _ in range(MAX_ITERATIONS):
             # set -e ignores the condition (bash(1): "part of the command list immediately
             # following a while or until keyword"): test_of runs a function call that way
-            known = test_of(test, loop.line, s) if loop.kind != "for((" else condition(test, loop.line, s)
+            known = test_of(test, loop.line, s)
             if isinstance(known, str):
                 unknown = f"loop:{known.split(':')[1]}:{loop.line}"  # the variable it depends on
                 break
