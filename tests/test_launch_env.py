@@ -171,3 +171,33 @@ def test_the_node_count_of_a_job_the_launch_submits(tmp_path, submit, job, expec
     path = tmp_path / "submit.sh"
     path.write_text(f"#!/bin/bash\n{submit}\n")
     assert launch_nodes(path.read_text(), None, path) == expected
+
+
+def test_check_takes_a_plan_files_node_count_from_its_gpus(run_cli, readme_plan, tmp_path):
+    """A plan file checked against a node template without ``--nodes`` is judged on the nodes its
+    recorded GPUs fill, as with ``--nodes``; GPUs that are not whole nodes of the template are a
+    usage error naming the file, and a file that is not there is check's FAIL, not a node-count
+    error."""
+    plan, _, (_, name, _, nodes) = readme_plan
+    inferred = run_cli("check", str(plan), "-c", name, "--json")
+    given = run_cli("check", str(plan), "-c", name, "-n", nodes, "--json")
+    assert inferred.exit_code == given.exit_code == 0, inferred.stdout + inferred.stderr
+    a, b = (json.loads(r.stdout)["configs"][0] for r in (inferred, given))
+    assert a["metrics"]["step_time_s"] == b["metrics"]["step_time_s"]
+    gpus = int(nodes) * 8
+    notes = [f["message"] for f in a["findings"] if f["check"] == "cluster"]
+    assert notes == [
+        f"judged on {name} x {nodes} nodes, the node count of the plan's {gpus} GPUs; --nodes N overrides"
+    ]
+    small = tmp_path / "p12.yaml"
+    searched = run_cli(
+        "search", "-m", "llama3-8b", "-c", "gb200-nvl72", "-n", "3", "--global-batch-size", "48",
+        "--seq-len", "2048", "--out", str(small), "-q",
+    )  # fmt: skip
+    assert searched.exit_code == 0, searched.stderr
+    odd = run_cli("check", str(small), "-c", "dgx-h100")
+    assert (
+        odd.exit_code == 2 and "p12.yaml: the plan's 12 GPUs are not whole nodes of 'dgx-h100'" in odd.stderr
+    )
+    missing = run_cli("check", str(tmp_path / "launch.sh"), "-c", "dgx-h100")
+    assert missing.exit_code == 1 and "file not found" in missing.stdout

@@ -105,7 +105,7 @@ def check(
 ) -> None:
     """Check configs for CI: constraints, memory, throughput, distance from the best plan. Exit 1 on failure.
 
-    Plan files record their cluster: --cluster then only confirms the world size. Megatron-LM args or launch files, torchtitan TOMLs and Megatron-Bridge recipes (.py, read without running them) need --cluster; with a node template, --nodes N, or a launch script's own node count (torchrun --nnodes, srun -N, #SBATCH --nodes).
+    Plan files record their cluster: --cluster then only confirms the world size (a node template without --nodes: the nodes the plan's GPUs fill). Megatron-LM args or launch files, torchtitan TOMLs and Megatron-Bridge recipes (.py, read without running them) need --cluster; with a node template, --nodes N, or a launch script's own node count (torchrun --nnodes, srun -N, sbatch -N, #SBATCH --nodes).
     """
     from planner.launch.check import check_file
     from planner.launch.verdict import Finding
@@ -176,9 +176,10 @@ def _cluster_specs(
     """Per config, the cluster it is judged on (:func:`_cluster_spec`) and a note saying where its
     node count came from, or None. A node template without ``--nodes`` takes each launch script's
     own count (:func:`planner.launch.megatron.arguments.launch_nodes`: torchrun ``--nnodes``, srun
-    ``-N``, the job an ``sbatch`` in it submits, ``#SBATCH --nodes``); a config that gives none is
-    a usage error naming it."""
-    from planner.launch.check import is_plan_file
+    ``-N``, the job an ``sbatch`` in it submits, ``#SBATCH --nodes``) and each plan file the nodes
+    its recorded GPUs fill (:func:`_plan_nodes`); a config that gives none is a usage error naming
+    it, and one that cannot be read is judged without a cluster (check_file reports why)."""
+    from planner.launch.check import plan_kind
     from planner.launch.megatron.arguments import launch_nodes
     from planner.profiles.hardware import is_template
 
@@ -188,7 +189,16 @@ def _cluster_specs(
     out = []
     for p in configs:
         found = None
-        if Path(p).is_file() and not is_plan_file(str(p)) and Path(p).suffix not in (".py", ".toml"):
+        if not Path(p).is_file():
+            out.append((None, None))  # check_file reports it (not found, a directory), as with --nodes
+            continue
+        kind = plan_kind(str(p))
+        if kind:
+            found = _plan_nodes(p, kind, cluster)
+            if found is None:
+                out.append((None, None))  # a plan it cannot read: check_file says why
+                continue
+        elif Path(p).suffix not in (".py", ".toml"):
             try:
                 text = read_text_capped(Path(p), expected="a launch script")
             except SpecError:
@@ -205,6 +215,28 @@ def _cluster_specs(
             (spec, f"judged on {cluster} x {count} nodes, the node count of {where}; --nodes N overrides")
         )
     return out
+
+
+def _plan_nodes(path: Path, kind: str, template: str) -> tuple[int, str] | None:
+    """The number of ``template`` nodes that hold the GPUs plan file ``path`` (of ``kind``) records,
+    and what says so; None where the plan cannot be read (:func:`planner.launch.check.check_file`
+    reports why). :class:`UsageError` where its GPUs are not whole nodes of the template."""
+    from planner.inputs.errors import PlannerError
+    from planner.plans.plan_file import open_plan
+    from planner.profiles.hardware import cluster_from_mapping, load_cluster
+
+    try:
+        r, where = open_plan(path, kind)
+        gpus = cluster_from_mapping(r.get("cluster", dict), f"{where} (cluster)").num_gpus
+    except PlannerError:
+        return None
+    per_node = load_cluster(template, 1).num_gpus
+    if gpus % per_node:
+        raise UsageError(
+            f"{path}: the plan's {gpus} GPUs are not whole nodes of '{template}' ({per_node} GPUs each): "
+            "pass --nodes N, or leave out --cluster to check the plan on the cluster it records"
+        )
+    return gpus // per_node, f"the plan's {gpus} GPUs"
 
 
 def _cluster_spec(configs: list[Path], cluster: str | None, nodes: int | None, software: str | None, profile):

@@ -75,13 +75,18 @@ def _plan_kind(path: str, text: str) -> str:
     return next((k for k in ("graph_plan", "plan") if f"kind: {k}" in text or f'"kind": "{k}"' in text), "")
 
 
-def is_plan_file(path: str) -> bool:
-    """Whether ``path`` is a plan or graph-plan file, which records its own cluster (False for a
-    file that cannot be read: :func:`check_file` reports that)."""
+def plan_kind(path: str) -> str:
+    """``graph_plan`` or ``plan`` for a graph-plan or plan file, which records its own cluster; ''
+    for any other config and for a file that cannot be read (:func:`check_file` reports that)."""
     try:
-        return bool(_plan_kind(path, read_text_capped(Path(path))))
+        return _plan_kind(path, read_text_capped(Path(path)))
     except SpecError:
-        return False
+        return ""
+
+
+def is_plan_file(path: str) -> bool:
+    """Whether ``path`` is a plan or graph-plan file (:func:`plan_kind`)."""
+    return bool(plan_kind(path))
 
 
 def check_file(
