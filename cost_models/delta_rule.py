@@ -152,9 +152,9 @@ def gdn_block(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup
         node,
         volume,
         cp,
+        (rule_fwd, rule_bwd),
+        conv_s,
         gemm=gemm,
-        attn_fwd_s=rule_fwd + conv_s,
-        attn_bwd_s=rule_bwd + 3 * conv_s,
         model_flop=model_flop,
         elem_bytes=elem,
         act_bytes=act,
@@ -166,14 +166,24 @@ def gdn_block(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup
 
 
 def _delta_block(
-    c: ParallelConfig, node: NodeGroup, volume: float, cp: tuple[float, float], **terms: float | LinearTimes
+    c: ParallelConfig,
+    node: NodeGroup,
+    volume: float,
+    cp: tuple[float, float],
+    rule: tuple[float, float],
+    conv_s: float,
+    **terms: float | LinearTimes,
 ) -> AttentionBlock:
-    """A delta-rule mixer's block (gated DeltaNet, KDA): its ``terms`` plus the communication both
-    share, one all-gather + reduce-scatter of the ``volume`` bytes of hidden states per direction over
-    tp and the head-parallel all-to-alls ``cp`` (seconds, bytes) over cp."""
+    """A delta-rule mixer's block (gated DeltaNet, KDA): its ``terms`` plus what both share: the
+    chunked kernel's (forward, backward) seconds ``rule`` and the short convolutions' ``conv_s``
+    forward (three times that backward, as Mamba-2's: the conv recomputed, then its input and weight
+    gradients), one all-gather + reduce-scatter of the ``volume`` bytes of hidden states per direction
+    over tp and the head-parallel all-to-alls ``cp`` (seconds, bytes) over cp."""
     t = c.tp
     return AttentionBlock(
         **terms,
+        attn_fwd_s=rule[0] + conv_s,
+        attn_bwd_s=rule[1] + 3 * conv_s,
         tp_fwd_s=tp_collectives_s(volume, c, node, 1),
         tp_bytes=4 * (t - 1) / t * volume if t > 1 else 0.0,
         kv_width=0.0,
@@ -298,9 +308,9 @@ def kda_block(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup
         node,
         volume,
         cp,
+        (rule_fwd, rule_bwd),
+        conv_s,
         gemm=gemm,
-        attn_fwd_s=rule_fwd + conv_s,
-        attn_bwd_s=rule_bwd + 3 * conv_s,
         model_flop=model_flop,
         elem_bytes=elem,
         act_bytes=act,
