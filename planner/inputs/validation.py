@@ -428,8 +428,10 @@ def json_text(data: Any, **kwargs: Any) -> str:
 
 
 def require_precision(cluster: Any, job: Any, where: str) -> None:
-    """Every GPU of ``cluster`` has a tensor-core peak for the job's precision (a V100 has no bf16)
-    and runs its FP8 recipe (MXFP8 from Blackwell on: :data:`planner.inputs.job_spec.MXFP8_MIN_COMPUTE_CAPABILITY`)
+    """Every GPU of ``cluster`` has a tensor-core peak for the job's precision (a V100 has no bf16),
+    FP8 tensor cores for FP8 (an ``fp8`` peak in its GPU file; Transformer Engine's
+    ``check_fp8_support`` asks for compute capability 8.9 or later, so an A100 cannot run
+    ``--fp8-format``) and runs its FP8 recipe (MXFP8 from Blackwell on: :data:`planner.inputs.job_spec.MXFP8_MIN_COMPUTE_CAPABILITY`)
     or NVFP4 (a GPU file with an ``fp4`` peak: :data:`planner.inputs.job_spec.NVFP4_MIN_COMPUTE_CAPABILITY`)."""
     from planner.inputs.cluster_spec import compute_capability_major
     from planner.inputs.job_spec import COMPUTE_DTYPE, MXFP8_MIN_COMPUTE_CAPABILITY
@@ -441,6 +443,11 @@ def require_precision(cluster: Any, job: Any, where: str) -> None:
             raise SpecError(
                 f"{where}: GPU {g.gpu.name} has no {dtype} tensor-core peak for --precision {job.precision}; "
                 f"it has: {have}"
+            )
+        if job.precision == "fp8" and not g.gpu.supports("fp8"):
+            raise SpecError(
+                f"{where}: GPU {g.gpu.name} has no FP8 tensor cores for --precision fp8 (Transformer "
+                "Engine runs FP8 from compute capability 8.9 on: Ada, Hopper, Blackwell); use bf16"
             )
         if (
             job.precision == "fp8"

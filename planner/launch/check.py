@@ -9,6 +9,7 @@ annotations are :mod:`planner.launch.verdict` (``Verdict`` and ``Finding``, the 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from cost_models.constraints import violations
@@ -17,7 +18,7 @@ from cost_models.parallel import ParallelConfig
 from planner.inputs.cluster_spec import ClusterSpec
 from planner.inputs.errors import PlannerError, SpecError
 from planner.inputs.validation import read_text_capped, rounded
-from planner.launch.check_read import LaunchInputs, ReadConfig, read_config, world_mismatch
+from planner.launch.check_read import LaunchInputs, ReadConfig, judged_cluster, read_config
 from planner.launch.verdict import Finding, Verdict
 
 CHECKED_FILES = (
@@ -123,6 +124,8 @@ def check_file(
     read = read_config(verdict, path, text, kind, cluster, software, profile, launch)
     if read is None:
         return verdict
+    if not _precision_runs(verdict, read):
+        return verdict
     config = _constrained(verdict, read)
     if config is None:
         return verdict
@@ -138,6 +141,31 @@ def check_file(
     if max_slowdown is not None:
         _judge_against_best(verdict, read, est.step_time_s, headroom_bytes, max_slowdown)
     return verdict
+
+
+PRECISION_FLAGS = {
+    "fp8": ("--fp8-format",),
+    "nvfp4": ("--fp4-format",),
+    "bf16": ("--bf16",),
+    "fp16": ("--fp16",),
+}
+"""The Megatron-LM flag that sets each job precision (planner.launch.megatron.importer)."""
+
+
+def _precision_runs(verdict: Verdict, read: ReadConfig) -> bool:
+    """Whether every GPU the file is judged on runs its precision and FP8 recipe
+    (:func:`planner.inputs.validation.require_precision`: FP8 on an A100, MXFP8 on a Hopper, BF16 on
+    a V100 fail Transformer Engine or PyTorch at start-up); an error finding on the flag when not."""
+    from planner.inputs.validation import require_precision
+
+    try:
+        require_precision(read.cluster, read.job, verdict.path)
+    except SpecError as exc:
+        flags = PRECISION_FLAGS.get(read.job.precision, ()) if read.lines else ()
+        line = next((read.lines[f] for f in flags if f in read.lines), None)
+        verdict.add(Finding("error", "precision", str(exc), flags, line))
+        return False
+    return True
 
 
 def _judge_plausibility(verdict: Verdict, read, est) -> None:
@@ -321,8 +349,10 @@ def _check_graph_plan(
     except PlannerError as exc:
         verdict.add(Finding("error", "parse", str(exc)))
         return verdict
-    if world_mismatch(verdict, inputs.cluster, cluster):
+    judged = judged_cluster(verdict, path, inputs, cluster, profile)
+    if judged is None:
         return verdict
+    inputs = replace(inputs, cluster=judged)
     est = estimate_graph(inputs.model, inputs.cluster, inputs.job, inputs.config, inputs.stage_graph)
     _judge_estimate(verdict, est, headroom_bytes, {}, f" (graph pipeline of {inputs.config.pp} stages)")
     verdict.metrics["software"] = inputs.software

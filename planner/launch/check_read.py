@@ -104,17 +104,18 @@ def read_config(
 def _read_plan_file(
     verdict: Verdict, path: str, cluster: ClusterSpec | None, software: str | None, profile
 ) -> ReadConfig | None:
-    """A plan file under its recorded cluster and software (``software``, ``profile`` replace
-    them); None when ``cluster`` is given and its size differs."""
+    """A plan file under its recorded software (``software``, ``profile`` replace it and its
+    calibration) on the cluster :func:`judged_cluster` picks; None after an error finding."""
     inputs = read_plan(path, software, profile)
-    if world_mismatch(verdict, inputs.cluster, cluster):
+    judged = judged_cluster(verdict, path, inputs, cluster, profile)
+    if judged is None:
         return None
     return ReadConfig(
         model=inputs.model,
         job=inputs.job,
         config=inputs.config,
         framework=inputs.framework,
-        cluster=inputs.cluster,
+        cluster=judged,
         software=inputs.software,
         searched_headroom=inputs.memory_headroom_bytes,
     )
@@ -319,3 +320,141 @@ def world_mismatch(verdict: Verdict, planned: ClusterSpec, cluster: ClusterSpec 
         )
     )
     return True
+
+
+def hardware(cluster: ClusterSpec) -> tuple:
+    """What a cluster is built of, per node group: the GPU model and its memory, the node count
+    and GPUs per node, the links' nominal bandwidths and latencies, the NVLink domain and host
+    memory. The efficiencies are left out: a plan records the calibrated values of its day, which
+    a later refit of the same hardware changes."""
+    return tuple(
+        (
+            g.gpu.name,
+            g.gpu.memory_bytes,
+            g.num_nodes,
+            g.gpus_per_node,
+            g.intra_node_bandwidth_bytes_per_s,
+            g.intra_node_latency_s,
+            g.inter_node_bandwidth_bytes_per_s,
+            g.inter_node_latency_s,
+            g.nvlink_domain_size,
+            g.host_memory_bytes,
+        )
+        for g in cluster.groups
+    )
+
+
+def _gpus(cluster: ClusterSpec) -> str:
+    """``8 x H100-SXM-80GB`` per node group, in group order."""
+    return ", ".join(f"{g.num_nodes * g.gpus_per_node} x {g.gpu.name}" for g in cluster.groups)
+
+
+def _differences(planned: ClusterSpec, given: ClusterSpec) -> str:
+    """How a single-group ``given`` cluster differs from the single-group ``planned`` one, in
+    words (GPU model, memory, node shape, links)."""
+    a, b = planned.groups[0], given.groups[0]
+    gib, gbit = 2**30, 1e9 / 8
+    out = []
+    if a.gpu.name != b.gpu.name or a.gpu.memory_bytes != b.gpu.memory_bytes:
+        out.append(
+            f"GPUs {a.gpu.name} ({a.gpu.memory_bytes / gib:.0f} GiB) -> {b.gpu.name} ({b.gpu.memory_bytes / gib:.0f} GiB)"
+        )
+    if (a.num_nodes, a.gpus_per_node) != (b.num_nodes, b.gpus_per_node):
+        out.append(f"{a.num_nodes} x {a.gpus_per_node} GPUs -> {b.num_nodes} x {b.gpus_per_node}")
+    for what, x, y, unit, scale in (
+        (
+            "intra-node link",
+            a.intra_node_bandwidth_bytes_per_s,
+            b.intra_node_bandwidth_bytes_per_s,
+            "GB/s",
+            1e9,
+        ),
+        (
+            "inter-node link",
+            a.inter_node_bandwidth_bytes_per_s,
+            b.inter_node_bandwidth_bytes_per_s,
+            "Gb/s",
+            gbit,
+        ),
+        ("intra-node latency", a.intra_node_latency_s, b.intra_node_latency_s, "us", 1e-6),
+        ("inter-node latency", a.inter_node_latency_s, b.inter_node_latency_s, "us", 1e-6),
+        ("NVLink domain", a.nvlink_domain_size, b.nvlink_domain_size, "GPUs", 1),
+        ("host memory", a.host_memory_bytes, b.host_memory_bytes, "GiB", gib),
+    ):
+        if x != y:
+            out.append(f"{what} {x / scale:g} -> {y / scale:g} {unit}")
+    return "; ".join(out)
+
+
+def judged_cluster(
+    verdict: Verdict, path: str, inputs, cluster: ClusterSpec | None, profile
+) -> ClusterSpec | None:
+    """The cluster a plan or graph-plan file (``inputs``, as :func:`read_plan` read it: its software
+    profile, the recorded one unless the command line replaced it) is judged on, ``profile`` the
+    calibration the command line gives (None: the plan's recorded one); None after an error finding.
+
+    Without ``cluster``, or with one of the same :func:`hardware` (a refit changes only the
+    efficiencies), the plan's recorded cluster. A cluster of another world size is an error. A
+    single-group cluster of other hardware (another GPU type, other links: ``planner check plan.yaml
+    -c dgx-b200 -n 8`` on an H100 plan) is the cluster judged, as the plan's layout stands, under
+    the plan's software profile and its calibration where that is of the given GPU type (a recorded
+    one of another is dropped with a notice, a given one is an error), with a warning naming what
+    differs, and an error when its GPUs cannot run the plan's precision. A plan on several GPU types
+    places its stages on node groups: a cluster with other GPU counts per type is an error (search
+    again), one with the same is judged on the plan's recorded cluster."""
+    from planner.inputs.validation import require_precision
+    from planner.profiles.software import configure
+
+    planned = inputs.cluster
+    if world_mismatch(verdict, planned, cluster):
+        return None
+    if cluster is None or hardware(cluster) == hardware(planned):
+        return planned
+    if len(planned.groups) > 1 or len(cluster.groups) > 1:
+
+        def counts(c: ClusterSpec) -> list:
+            totals: dict[str, int] = {}
+            for g in c.groups:
+                totals[g.gpu.name] = totals.get(g.gpu.name, 0) + g.num_nodes * g.gpus_per_node
+            return sorted(totals.items())
+
+        if counts(planned) == counts(cluster):
+            return planned
+        verdict.add(
+            Finding(
+                "error",
+                "cluster",
+                f"the plan places its pipeline stages on {_gpus(planned)}; the cluster has {_gpus(cluster)}: "
+                "a plan over several GPU types is checked on the GPUs it was searched for "
+                "(planner search finds one for this cluster)",
+            )
+        )
+        return None
+    given = profile is not None
+    profile = profile if given else getattr(inputs, "profile", None)
+    gpu = cluster.groups[0].gpu.name
+    if profile is not None and profile.gpu != gpu and not given:
+        verdict.add(
+            Finding(
+                "notice",
+                "profile",
+                f"the plan's calibration profile is for {profile.gpu}: not applied on {gpu}",
+            )
+        )
+        profile = None
+    try:
+        judged, _ = configure(cluster, inputs.software, profile)
+        require_precision(judged, inputs.job, path)
+    except PlannerError as exc:
+        verdict.add(Finding("error", "cluster", str(exc)))
+        return None
+    verdict.add(
+        Finding(
+            "warning",
+            "cluster",
+            f"the plan was searched for {planned.name} and is judged on {cluster.name} as its layout stands "
+            f"({_differences(planned, cluster)}); its recorded predictions are not this cluster's, and "
+            "planner search finds the best plan for it",
+        )
+    )
+    return judged
