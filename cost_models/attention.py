@@ -104,6 +104,28 @@ def flash2_speed(gpu: GPUSpec) -> tuple[float, float]:
     return FLASH2_SPEED if compute_capability_major(gpu.name) >= 9 else (1.0, 1.0)
 
 
+FUSED_ATTENTION_MIN_COMPUTE_CAPABILITY = 8
+"""Fused attention kernels run from Ampere (compute capability 8.0) on: Transformer Engine's cuDNN
+backend asks for ``sm_arch_ >= 80`` (``nvte_get_fused_attn_backend``,
+transformer_engine/common/fused_attn/fused_attn.cpp) and FlashAttention-2 for Ampere or later
+(its README: "Ampere, Ada, or Hopper GPUs"), so on a V100 or T4 Transformer Engine's
+``DotProductAttention`` falls back to its ``UnfusedDotProductAttention``, which keeps the score
+matrix as Megatron-LM's ``ParallelAttention`` did."""
+
+
+def attention_impl_on(job: JobSpec, gpu: GPUSpec) -> str:
+    """The core attention ``job`` runs on ``gpu``: its ``attention_impl``, except that ``fused``
+    below :data:`FUSED_ATTENTION_MIN_COMPUTE_CAPABILITY` (Volta, Turing) is ``unfused``, what
+    Megatron-Core with Transformer Engine runs there. (PyTorch SDPA would pick its memory-efficient
+    kernel, which keeps no score matrix: for a torchtitan job on those GPUs the memory is an upper
+    bound.) A GPU without a CUDA compute capability (AMD Instinct, a GPU file planner does not
+    name) keeps ``fused``."""
+    major = compute_capability_major(gpu.name)
+    if job.attention_impl == "fused" and 0 < major < FUSED_ATTENTION_MIN_COMPUTE_CAPABILITY:
+        return "unfused"
+    return job.attention_impl
+
+
 def kernel_speed(job: JobSpec, gpu: GPUSpec, local: bool = False) -> tuple[float, float]:
     """Speed of the job's core-attention kernels relative to the fused ones of the GPU's efficiency
     family (its ``attention_efficiency``), (forward, backward): for fused kernels the GPU's own
@@ -209,7 +231,7 @@ def attention_block(
     gemm += linear_s(T, h, q / t, gpu, prec, recipe=recipe)
     # Causal attention executed: half of the non-causal 2*T*span*(2q)/t per cp rank
     # (load-balanced ring, Megatron CP); span = s for full attention.
-    if job.attention_impl == "unfused":
+    if attention_impl_on(job, gpu) == "unfused":
         attn_fwd, attn_bwd, scores = unfused_core_attention(
             T, job.seq_length, model.num_attention_heads / t, model.kv_channels, gpu, prec
         )

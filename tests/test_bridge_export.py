@@ -130,7 +130,7 @@ def test_an_edited_field_changes_the_estimate(tmp_path):
     path, plan = _exported(tmp_path)
     before = _verdict(path, plan.cluster).metrics["step_time_s"]
     doc = yaml.safe_load(path.read_text())
-    doc["mixed_precision"] = "bf16_with_mxfp8_mixed"
+    doc["mixed_precision"] = "bf16_with_fp8_current_scaling_mixed"
     for key in ("overlap_grad_reduce", "overlap_param_gather"):
         doc["ddp"][key] = doc["comm_overlap"][key] = False
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

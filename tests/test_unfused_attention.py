@@ -218,3 +218,33 @@ def test_cli_flag_plan_file_and_errors(run_cli, tmp_path):
     assert est["job"]["attention_impl"] == "unfused"
     res = run_cli(*search[:-5], "--attention-impl", "unfused", "--quiet", "--framework", "torchtitan")
     assert res.exit_code == 3 and "runs fused core attention, not unfused" in res.stderr
+
+
+def test_fused_attention_below_ampere_is_priced_unfused():
+    """Transformer Engine has no fused attention below compute capability 8.0: on a V100 or T4 a
+    ``fused`` job keeps the score matrix as an ``unfused`` one does (so at 4,096 tokens a layout
+    that would fit with flash attention does not); FlashAttention-2 there is refused, and AMD GPUs
+    (no CUDA compute capability) keep their fused kernels."""
+    from cost_models.attention import attention_impl_on
+    from cost_models.estimate import estimate
+    from planner.inputs.validation import require_precision
+
+    gpu = lambda name: load_cluster(name, 1).groups[0].gpu  # noqa: E731
+    fused = make_job(global_batch_size=64, seq_length=4096, precision="fp16")
+    assert attention_impl_on(fused, gpu("dgx1-v100")) == "unfused"
+    assert attention_impl_on(fused, gpu("dgx-a100")) == "fused"
+    assert attention_impl_on(fused, gpu("mi300x-node")) == "fused"
+    m, cluster = load_model("llama3-8b"), load_cluster("dgx1-v100", 4)
+    c = ParallelConfig(tp=4, pp=2, dp=4)
+    unfused = make_job(global_batch_size=64, seq_length=4096, precision="fp16", attention_impl="unfused")
+    a, b = (estimate(m, cluster, j, resolve(m, cluster, j, c)) for j in (fused, unfused))
+    assert a.peak_memory_bytes == b.peak_memory_bytes and a.step_time_s == b.step_time_s
+    assert a.peak_memory_bytes > 32 * 2**30  # the score matrices of 16 layers, two micro-batches in flight
+    flash2 = make_job(global_batch_size=64, seq_length=4096, precision="fp16", attention_impl="flash2")
+    with pytest.raises(SpecError, match="v100-sxm2-32gb cannot run FlashAttention-2"):
+        require_precision(cluster, flash2, "job.yaml")
+    require_precision(
+        load_cluster("dgx-a100", 1),
+        make_job(global_batch_size=8, seq_length=2048, attention_impl="flash2"),
+        "x",
+    )

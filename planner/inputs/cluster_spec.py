@@ -241,7 +241,7 @@ def compute_capability_major(gpu_name: str) -> int:
     """CUDA compute-capability major of a GPU preset (NVIDIA's CUDA GPUs table,
     developer.nvidia.com/cuda-gpus), for what depends on the architecture: Megatron-LM's
     ``get_device_arch_version() < 10`` in validate_args, and kernels written for one generation.
-    Volta (V100) 7, Ampere and Ada (A100, A10, A30, A40, L4, L40S) 8, Hopper (H100, H200, H800,
+    Volta (V100) 7, Turing (T4, 7.5) 7, Ampere and Ada (A100, A10, A30, A40, L4, L40S) 8, Hopper (H100, H200, H800,
     GH200) 9, Blackwell (B100, B200, GB200, B300, GB300) 10; 0 for a GPU without a CUDA compute
     capability (AMD Instinct) or one not named here, which counts as before Blackwell."""
     name = gpu_name.lower()
@@ -249,7 +249,7 @@ def compute_capability_major(gpu_name: str) -> int:
         (10, ("b100", "b200", "gb200", "b300", "gb300")),
         (9, ("h100", "h200", "h800", "gh200")),
         (8, ("a100", "a10", "a30", "a40", "l40", "l4")),
-        (7, ("v100",)),
+        (7, ("v100", "t4")),
     )
     for major, keys in table:
         if any(k in name for k in keys):

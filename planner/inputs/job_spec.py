@@ -24,7 +24,9 @@ FP4 tensor cores of the Blackwell architecture; Megatron-Bridge's NVFP4 recipes 
 GB200, B300 and GB300)."""
 DTYPES = ("fp32", "bf16", "fp16")
 ATTENTION_IMPLS = ("fused", "unfused", "flash2")
-"""How core attention runs (:attr:`JobSpec.attention_impl`)."""
+"""How core attention runs (:attr:`JobSpec.attention_impl`). ``fused`` on a GPU below Ampere (V100,
+T4) is priced ``unfused`` (:func:`cost_models.attention.attention_impl_on`); ``flash2`` there is
+refused (:func:`planner.inputs.validation.require_precision`)."""
 SHARDED_GRAD_REDUCES = ("reduce_scatter", "all_reduce")
 """How gradients reach a distributed (ZeRO-1) optimizer (:attr:`JobSpec.sharded_grad_reduce`)."""
 FP8_RECIPES = ("tensorwise", "delayed", "blockwise", "mxfp8")

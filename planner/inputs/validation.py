@@ -431,7 +431,8 @@ def require_precision(cluster: Any, job: Any, where: str) -> None:
     """Every GPU of ``cluster`` has a tensor-core peak for the job's precision (a V100 has no bf16),
     FP8 tensor cores for FP8 (an ``fp8`` peak in its GPU file; Transformer Engine's
     ``check_fp8_support`` asks for compute capability 8.9 or later, so an A100 cannot run
-    ``--fp8-format``) and runs its FP8 recipe (MXFP8 from Blackwell on: :data:`planner.inputs.job_spec.MXFP8_MIN_COMPUTE_CAPABILITY`)
+    ``--fp8-format``), FlashAttention-2 kernels for ``attention_impl`` ``flash2`` (Ampere and
+    later: cost_models.attention.FUSED_ATTENTION_MIN_COMPUTE_CAPABILITY) and runs its FP8 recipe (MXFP8 from Blackwell on: :data:`planner.inputs.job_spec.MXFP8_MIN_COMPUTE_CAPABILITY`)
     or NVFP4 (a GPU file with an ``fp4`` peak: :data:`planner.inputs.job_spec.NVFP4_MIN_COMPUTE_CAPABILITY`)."""
     from planner.inputs.cluster_spec import compute_capability_major
     from planner.inputs.job_spec import COMPUTE_DTYPE, MXFP8_MIN_COMPUTE_CAPABILITY
@@ -443,6 +444,12 @@ def require_precision(cluster: Any, job: Any, where: str) -> None:
             raise SpecError(
                 f"{where}: GPU {g.gpu.name} has no {dtype} tensor-core peak for --precision {job.precision}; "
                 f"it has: {have}"
+            )
+        if job.attention_impl == "flash2" and 0 < compute_capability_major(g.gpu.name) < 8:
+            raise SpecError(
+                f"{where}: attention_impl flash2: GPU {g.gpu.name} cannot run FlashAttention-2 (Ampere, "
+                "compute capability 8.0, and later); use fused (Transformer Engine runs unfused "
+                "attention there) or unfused"
             )
         if job.precision == "fp8" and not g.gpu.supports("fp8"):
             raise SpecError(
