@@ -10,7 +10,9 @@ and FP8 runs, FP16 for FP16 runs, so V100s, which have no BF16 tensor cores, are
 tests/data/published_runs.yaml. ``planner estimate`` flags predictions above their class's best
 (issue 12: plans claimed 56-63% MFU where no published run of the class reached that), and
 predictions beyond the class's largest run or largest FSDP shard group as extrapolations (issue 12:
-FSDP plans over 256 ranks were picked though no such run validates the model).
+FSDP plans over 256 ranks were picked though no such run validates the model), and those with a
+step shorter than the class's shortest measured one (unseen MLPerf Training v6.0 runs with steps
+of 0.07-0.2 s were predicted 11-143% too fast: docs/calibration.md, "Unseen production runs").
 
 Usage: python scripts/published_mfu.py [--runs FILE] [--check]
 """
@@ -56,12 +58,17 @@ def table(runs: Path) -> dict:
 
 
 def _cover(coverage: dict, case) -> None:
-    """The largest run of the class (GPUs) and its largest fully sharded data-parallel group (FSDP
-    shard degree), each with its run: beyond them a prediction extrapolates."""
+    """The largest run of the class (GPUs), its largest fully sharded data-parallel group (FSDP
+    shard degree) and its shortest measured step (seconds: the step's tokens over the run's
+    measured tokens/s), each with its run: beyond them a prediction extrapolates."""
     gpus = case.cluster.num_gpus
     largest = coverage.get("largest_run")
     if largest is None or gpus > largest["gpus"]:
         coverage["largest_run"] = {"gpus": gpus, "run_id": case.run_id}
+    step = case.job.tokens_per_step / (case.measured_tokens_per_s_per_gpu * gpus)
+    shortest = coverage.get("shortest_step")
+    if shortest is None or step < shortest["seconds"]:
+        coverage["shortest_step"] = {"seconds": round(step, 4), "run_id": case.run_id}
     if case.config.optimizer_sharding == "full":
         ranks = case.config.shard_degree
         fsdp = coverage.get("largest_fsdp_shard")
@@ -114,7 +121,8 @@ def main() -> int:
         "# FP16 peak for FP16 runs, as planner estimate reports MFU)\n"
         "# of each class of run: GPU type, precision, dense or MoE, overall, per framework, per model size\n"
         "# band (total parameters) and per framework and size band; and the\n"
-        "# class's coverage: its largest run (GPUs) and largest fully sharded (FSDP) group, with the run;\n"
+        "# class's coverage: its largest run (GPUs), largest fully sharded (FSDP) group and shortest\n"
+        "# measured step (seconds), with the run;\n"
         "# for MoE classes, the token dispatchers, all-to-all overlap and CUDA graphs its runs used.\n"
         + yaml.safe_dump({"schema_version": 1, "classes": data}, sort_keys=True, width=100)
     )

@@ -218,6 +218,25 @@ def test_plans_beyond_the_calibration_runs_of_their_class_are_flagged():
     assert "no published run" in plausibility("l40s", "bf16", True, 0.2).extrapolation[0]
 
 
+def test_plans_with_steps_shorter_than_any_calibration_run_of_their_class_are_flagged():
+    """A step shorter than the class's shortest measured one extrapolates (unseen MLPerf Training
+    v6.0 runs of 0.07-0.2 s steps were predicted 11-143% too fast); the reason names the run. The
+    shortest step is the run's tokens per step over its measured throughput."""
+    from planner.calibration import cases as cal
+    from planner.profiles.plausibility import plausibility, published_classes
+
+    shortest = published_classes()["h100-sxm5-80gb bf16 dense"]["coverage"]["shortest_step"]
+    run = {c.run_id: c for c in cal.cases()}[shortest["run_id"]]
+    measured = run.job.tokens_per_step / (run.measured_tokens_per_s_per_gpu * run.cluster.num_gpus)
+    assert shortest["seconds"] == pytest.approx(measured, abs=1e-4)
+    at = plausibility("h100-sxm5-80gb", "bf16", False, 0.4, step_s=shortest["seconds"])
+    assert at.extrapolation == ()
+    short = plausibility("h100-sxm5-80gb", "bf16", False, 0.4, step_s=shortest["seconds"] / 4)
+    assert len(short.extrapolation) == 1
+    assert shortest["run_id"] in short.extrapolation[0] and "s step" in short.extrapolation[0]
+    assert plausibility("h100-sxm5-80gb", "bf16", False, 0.4).extrapolation == ()  # step not judged
+
+
 def test_moe_plans_running_a_way_no_calibration_run_did_are_flagged():
     """An MoE plan's dispatcher, all-to-all overlap or CUDA graphs outside what its class's runs used
     is an extrapolation, named; what the runs covered is not."""

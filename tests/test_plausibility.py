@@ -129,3 +129,20 @@ def test_check_judges_a_plan_beyond_its_class_as_search_does(run_cli, tmp_path):
     notices = [f["message"] for f in verdict["findings"] if f["check"] == "calibration"]
     assert notices == [f"outside calibration: {r}" for r in reasons]
     assert verdict["passed"] is True
+
+
+def test_an_estimate_with_a_step_shorter_than_its_class_ran_says_so(run_cli):
+    """estimate judges the predicted step against the class's shortest measured one: 8 GB300s with
+    a 16-sequence batch of an 8B model step in about a third of a second, where the shortest GB300
+    NVFP4 dense calibration run steps in seconds; the 64-node README-size job does not."""
+    import json
+
+    from planner.profiles.plausibility import published_classes
+
+    shortest = published_classes()["gb300 nvfp4 dense"]["coverage"]["shortest_step"]
+    small = "-m llama3-8b -c gb300-nvl72 -n 2 -b 16 -s 8192 --precision nvfp4 --tp 1 --pp 1 --json".split()
+    out = json.loads(run_cli("estimate", *small).stdout)
+    assert out["step_time_s"] < shortest["seconds"]
+    notes = out["plausibility"]["outside_calibration"]
+    assert any("s step" in x and shortest["run_id"] in x for x in notes)
+    assert out["prediction_interval"]["outside_calibration"] is True

@@ -6,10 +6,12 @@ MoE), the best measured MFU, overall and per framework. A prediction above it is
 such a run: reports flag it so that a plan's claim is read with that in mind.
 
 The same table records each class's coverage: its largest run (GPUs), its largest fully sharded
-(FSDP) data-parallel group and, for MoE classes, the token dispatchers, all-to-all overlap and CUDA
-graphs its runs used. A prediction beyond these extrapolates the calibration (issue 12: the
-search picked FSDP over 256+ ranks where the largest validated FSDP run of the class sharded over
-64): :attr:`Plausibility.extrapolation` says so, naming the run that bounds the class.
+(FSDP) data-parallel group, its shortest measured step and, for MoE classes, the token dispatchers,
+all-to-all overlap and CUDA graphs its runs used. A prediction beyond these extrapolates the
+calibration (issue 12: the search picked FSDP over 256+ ranks where the largest validated FSDP run
+of the class sharded over 64; unseen MLPerf Training v6.0 runs of 0.07-0.2 s steps, shorter than
+any calibration run's 0.42 s, were predicted 11-143% too fast: docs/calibration.md, "Unseen
+production runs"): :attr:`Plausibility.extrapolation` says so, naming the run that bounds the class.
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ def plausibility(
     moe_runtime: tuple[str, bool, bool] | None = None,
     params: float = 0.0,
     mixers: tuple[str, ...] = (),
+    step_s: float = 0.0,
 ) -> Plausibility:
     """Compare a predicted MFU with the best published one of its class (its GPU type's, else its
     efficiency family's): of the same framework and model size band (``params``, total
@@ -112,14 +115,15 @@ def plausibility(
     (its fully sharded group size; 0: not fully sharded) go beyond the class's calibration runs;
     ``moe_runtime`` (dispatcher, all-to-all overlap, CUDA graphs on) says whether an MoE plan runs a
     way none of the class's runs did; ``mixers`` (:func:`planner.profiles.uncertainty.uncalibrated_mixers`) are token mixers no
-    calibration run has. The returned class names what was compared with."""
+    calibration run has; ``step_s`` (the predicted step time; 0: not judged) says whether the step is
+    shorter than any of the class's runs measured. The returned class names what was compared with."""
     key, classes = _classes_for(gpu, precision, moe)
     if not classes:
         return Plausibility(
             key, None, "", False, (f"no published run of class {key} in the calibration set",)
         )
     coverage = classes[0].get("coverage", {}) if len(classes) == 1 else _merged_coverage(classes)
-    extrapolation = _extrapolation(coverage, gpus, fsdp_shard, moe_runtime) + tuple(
+    extrapolation = _extrapolation(coverage, gpus, fsdp_shard, moe_runtime, step_s) + tuple(
         UNCALIBRATED_MIXERS[m] for m in mixers
     )
     band = size_band(params) if params > 0 else None
@@ -145,8 +149,9 @@ def plausibility(
 def estimate_plausibility(model, job, cluster, est, framework: str = "any") -> Plausibility:
     """:func:`plausibility` of one estimate (:class:`cost_models.estimate.Estimate`) of ``model`` on
     ``cluster`` under ``job``: its first stage's GPU type, the cluster's GPU count, the fully
-    sharded group of its configuration, the job's MoE runtime and the model's uncalibrated token
-    mixers. Estimate, search and check all judge a prediction through this one function."""
+    sharded group of its configuration, the job's MoE runtime, the model's uncalibrated token
+    mixers and the predicted step time. Estimate, search and check all judge a prediction through
+    this one function."""
     is_moe = bool(getattr(model, "is_moe", False))
     c = est.config
     return plausibility(
@@ -160,18 +165,23 @@ def estimate_plausibility(model, job, cluster, est, framework: str = "any") -> P
         moe_runtime=(job.moe_dispatcher, job.moe_a2a_overlap, bool(job.cuda_graph_scope)) if is_moe else None,
         params=float(getattr(model, "params_total", 0) or 0),
         mixers=uncalibrated_mixers(model),
+        step_s=est.step_time_s,
     )
 
 
 def _merged_coverage(classes: list[dict]) -> dict:
-    """The coverage of several classes together: the largest run and FSDP group of any, every MoE
-    runtime any of them used."""
+    """The coverage of several classes together: the largest run and FSDP group of any, the
+    shortest step of any, every MoE runtime any of them used."""
     out: dict = {}
     for c in classes:
         cov = c.get("coverage", {})
         for k, size in (("largest_run", "gpus"), ("largest_fsdp_shard", "ranks")):
             if k in cov and (k not in out or cov[k][size] > out[k][size]):
                 out[k] = cov[k]
+        if "shortest_step" in cov and (
+            "shortest_step" not in out or cov["shortest_step"]["seconds"] < out["shortest_step"]["seconds"]
+        ):
+            out["shortest_step"] = cov["shortest_step"]
         for d, run in cov.get("moe_dispatchers", {}).items():
             out.setdefault("moe_dispatchers", {}).setdefault(d, run)
         for k in ("moe_a2a_overlap", "cuda_graphs"):
@@ -181,7 +191,11 @@ def _merged_coverage(classes: list[dict]) -> dict:
 
 
 def _extrapolation(
-    coverage: dict, gpus: int, fsdp_shard: int, moe_runtime: tuple[str, bool, bool] | None = None
+    coverage: dict,
+    gpus: int,
+    fsdp_shard: int,
+    moe_runtime: tuple[str, bool, bool] | None = None,
+    step_s: float = 0.0,
 ) -> tuple[str, ...]:
     out = []
     largest = coverage.get("largest_run")
@@ -200,6 +214,13 @@ def _extrapolation(
                 f"FSDP over {fsdp_shard} ranks: the class's largest fully sharded calibration run shards over "
                 f"{fsdp['ranks']} ({fsdp['run_id']})"
             )
+    shortest = coverage.get("shortest_step")
+    if shortest and 0 < step_s < shortest["seconds"]:
+        out.append(
+            f"a {step_s:.3g} s step: the class's shortest calibration run steps {shortest['seconds']:.3g} s "
+            f"({shortest['run_id']}); shorter steps were predicted too fast on unseen runs "
+            "(docs/calibration.md, 'Unseen production runs')"
+        )
     if moe_runtime is not None:
         dispatcher, overlap, graphs = moe_runtime
         seen = coverage.get("moe_dispatchers", {})
