@@ -22,6 +22,13 @@ Each run is priced with the software profile ``--profile`` names:
 
 The overall figures under the other two stand beside.
 
+Each run is also judged as ``planner estimate`` judges a plan: its 80% prediction interval
+(:func:`planner.profiles.uncertainty.predict_interval`, from the held-out errors of the calibration
+set) and whether it lies outside calibration (:func:`planner.profiles.plausibility.estimate_plausibility`:
+more GPUs or a shorter step than its class's runs, an MoE runtime or token mixer none of them has);
+the report gives the share of runs measured inside their interval, overall and for the runs inside
+and outside calibration apart: whether the stated uncertainty holds on runs no fit saw.
+
 Exit code 1 when the --runs file cannot be read (one line, no traceback); 2 on bad flags.
 
 Usage: python scripts/validate_production.py [--runs FILE] [--json]
@@ -44,12 +51,15 @@ from cost_models.estimate import estimate  # noqa: E402
 from planner.calibration.cases import Result, cases, with_software  # noqa: E402
 from planner.inputs.documents import read_document  # noqa: E402
 from planner.inputs.errors import PlannerError  # noqa: E402
+from planner.profiles.plausibility import estimate_plausibility  # noqa: E402
 from planner.profiles.software import (  # noqa: E402
     BASE,
+    CLASSES,
     default_software,
     efficiency_family,
     load_profiles,
 )
+from planner.profiles.uncertainty import predict_interval  # noqa: E402
 
 PROFILES = ("then", "today", "base")
 """How each run is priced (``--profile``; see the module docstring)."""
@@ -118,6 +128,40 @@ def predict(path: Path, all_cases: list, how: str) -> tuple[list[Result], dict[s
     return results, used
 
 
+def judged(result: Result, software: str, framework: str) -> dict:
+    """The run's 80% interval as ``planner estimate`` states it (priced with ``software``; the
+    interval's framework is the profile's, else the record's ``framework``), whether the measured
+    throughput lies in it, and why the plan is outside calibration (empty: inside)."""
+    c, est = result.case, result.estimate
+    cluster = with_software(c.cluster, software)
+    fw = CLASSES[software][0] if software in CLASSES else framework
+    why = estimate_plausibility(c.model, c.job, cluster, est, fw).extrapolation
+    iv = predict_interval(
+        cluster, c.job.precision, c.model.is_moe, fw, est.tokens_per_s_per_gpu, est.step_time_s, bool(why)
+    )
+    low, high = iv.tokens_per_s_per_gpu
+    return {
+        "interval_tokens_per_s_per_gpu": [low, high],
+        "interval_class": iv.cls,
+        "in_interval": low <= c.measured_tokens_per_s_per_gpu <= high,
+        "outside_calibration": list(why),
+    }
+
+
+def coverage(rows: list[dict]) -> dict:
+    """The share of ``rows`` measured inside their interval: all, inside calibration, outside."""
+
+    def share(rs: list[dict]) -> dict:
+        inside = sum(r["in_interval"] for r in rs)
+        return {"runs": len(rs), "in_interval": inside, "share": inside / len(rs) if rs else None}
+
+    return {
+        "all": share(rows),
+        "inside_calibration": share([r for r in rows if not r["outside_calibration"]]),
+        "outside_calibration": share([r for r in rows if r["outside_calibration"]]),
+    }
+
+
 def report(path: Path, how: str = "then") -> dict:
     """Every run of ``path`` predicted with profiles chosen by ``how``: per run, overall and per
     class, and the overall figures under the other :data:`PROFILES` beside."""
@@ -129,7 +173,7 @@ def report(path: Path, how: str = "then") -> dict:
         for other in PROFILES
         if other != how
     }
-    return {
+    out = {
         "runs_file": str(path),
         "out_of_sample": True,
         "profile": how,
@@ -142,6 +186,7 @@ def report(path: Path, how: str = "then") -> dict:
                 "predicted_tokens_per_s_per_gpu": r.predicted,
                 "software": used[r.case.run_id],
                 "signed_error": signed_error(r.predicted, r.case.measured_tokens_per_s_per_gpu),
+                **judged(r, used[r.case.run_id], frameworks.get(r.case.run_id, "")),
             }
             for cls, rs in by_class(results, frameworks).items()
             for r in rs
@@ -150,6 +195,8 @@ def report(path: Path, how: str = "then") -> dict:
         "overall": class_summary(result_pairs(results)),
         "by_class": {k: class_summary(result_pairs(rs)) for k, rs in by_class(results, frameworks).items()},
     }
+    out["interval_coverage"] = coverage(out["runs"])
+    return out
 
 
 def print_report(out: dict) -> None:
@@ -170,6 +217,10 @@ def print_report(out: dict) -> None:
     rows += [(f"overall ({k})", v) for k, v in out["overall_with_other_profiles"].items()]
     for label, s in rows:
         print(f"{label:34s} {s['count']:4d}  {s['median']:6.1%} {s['p90']:6.1%} {s['signed_median']:+7.1%}")
+    print("\nmeasured inside the 80% prediction interval planner states")
+    for label, s in out["interval_coverage"].items():
+        share = f"{s['share']:.1%}" if s["share"] is not None else "-"
+        print(f"{label.replace('_', ' '):34s} {s['in_interval']:4d} of {s['runs']:4d}  {share}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -134,3 +134,23 @@ def test_amd_mi355x_rows_build_with_their_recipe():
         assert c.job.precision == "fp8" and c.job.fp8_recipe == "delayed"
         assert c.job.overlap_grad_reduce is False and c.job.grad_dtype == "bf16"
         assert 29_000 < c.measured_tokens_per_s_per_gpu < 32_000
+
+
+def test_interval_coverage_on_unseen_runs_is_reported_and_quoted():
+    """Each run is judged as estimate judges a plan: its 80% interval, and whether it is outside
+    calibration; the share inside the interval is reported apart for the two, and the figure the CLI
+    quotes for out-of-calibration intervals (UNSEEN_OUTSIDE_COVERAGE) is the script's."""
+    from planner.profiles.uncertainty import UNSEEN_OUTSIDE_COVERAGE
+
+    out = _script().report(RUNS, "then")
+    for row in out["runs"]:
+        low, high = row["interval_tokens_per_s_per_gpu"]
+        assert low < row["predicted_tokens_per_s_per_gpu"] < high
+        assert row["in_interval"] == (low <= row["measured_tokens_per_s_per_gpu"] <= high)
+    cov = out["interval_coverage"]
+    assert cov["all"]["runs"] == len(out["runs"])
+    assert cov["inside_calibration"]["runs"] + cov["outside_calibration"]["runs"] == cov["all"]["runs"]
+    outside = cov["outside_calibration"]
+    assert (outside["in_interval"], outside["runs"]) == UNSEEN_OUTSIDE_COVERAGE
+    flagged = {r["id"] for r in out["runs"] if r["outside_calibration"]}
+    assert "mlperf60_nvidia_gb300_mxfp8_gptoss20b_512gpu" in flagged  # a 0.04 s step, 512 GPUs

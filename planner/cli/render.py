@@ -19,6 +19,7 @@ from rich.text import Text
 from cost_models.schedules import KIND_NAMES, Timeline
 from planner.inputs.job_spec import QUANTIZED_PRECISIONS
 from planner.inputs.jobs import default_grad_dtype
+from planner.profiles.uncertainty import UNSEEN_OUTSIDE_COVERAGE
 
 GIB = 1024**3
 
@@ -195,15 +196,22 @@ def _grad_rows(d: dict) -> list[tuple[str, str]]:
     return rows
 
 
+def widened_note(interval: dict) -> str:
+    """What an interval outside its class's calibration runs is worth ('' inside): widened, and how
+    often such intervals held on unseen runs (:data:`planner.profiles.uncertainty.UNSEEN_OUTSIDE_COVERAGE`)."""
+    if not interval.get("outside_calibration"):
+        return ""
+    held, runs = UNSEEN_OUTSIDE_COVERAGE
+    return f"; widened: outside the class's calibration runs, where such intervals held {held} of {runs} unseen runs"
+
+
 def _interval_rows(interval: dict | None) -> list[tuple[str, str]]:
     """The prediction's interval, with the class whose held-out errors it comes from."""
     if not interval:
         return []
     lo, hi = interval["tokens_per_s_per_gpu"]
     slo, shi = interval["step_time_s"]
-    where = f"{interval['class']}, {interval['runs']} held-out runs"
-    if interval.get("outside_calibration"):
-        where += "; widened: outside the class's calibration runs"
+    where = f"{interval['class']}, {interval['runs']} held-out runs" + widened_note(interval)
     return [
         (
             f"{100 * interval['level']:.0f}% interval: tokens/s per GPU, step",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from planner.cli.render import gib_text, mfu_basis, recompute_text, sharding_text
+from planner.cli.render import gib_text, mfu_basis, recompute_text, sharding_text, widened_note
 
 TRAINING_COLUMNS = {
     "days_to_train": ("days", lambda v: f"{v:,.1f}"),
@@ -118,7 +118,7 @@ def search_tables(d: dict) -> list[Table]:
         foot.add_row(
             f"plan 1, {100 * interval['level']:.0f}% interval",
             f"{lo:,.0f}-{hi:,.0f} tok/s/GPU, {slo:.3g}-{shi:.3g} s/step (held-out errors of "
-            f"{escape(interval['class'])}, {interval['runs']} runs)",
+            f"{escape(interval['class'])}, {interval['runs']} runs{widened_note(interval)})",
         )
     flagged = [p["plausibility"] for p in d["plans"] if p.get("plausibility", {}).get("above_best_published")]
     if flagged:

@@ -218,8 +218,7 @@ def _extrapolation(
     if shortest and 0 < step_s < shortest["seconds"]:
         out.append(
             f"a {step_s:.3g} s step: the class's shortest calibration run steps {shortest['seconds']:.3g} s "
-            f"({shortest['run_id']}); shorter steps were predicted too fast on unseen runs "
-            "(docs/calibration.md, 'Unseen production runs')"
+            f"({shortest['run_id']})"
         )
     if moe_runtime is not None:
         dispatcher, overlap, graphs = moe_runtime
