@@ -201,6 +201,8 @@ def test_timeline_svg_to_a_directory(run_cli, tmp_path):
         ({"num_hidden_layers": 2147483648}, "'num_hidden_layers': 2147483648 is above"),
         ({"num_hidden_layers": 1e30}, "'num_hidden_layers': expected an integer"),
         ({"num_key_value_heads": -8}, "'num_key_value_heads': must be positive"),
+        # 0 is not "absent" here: Hugging Face keeps it and its attention divides by it
+        ({"num_key_value_heads": 0}, "'num_key_value_heads': must be positive"),
         ({"tie_word_embeddings": "no"}, "'tie_word_embeddings': expected true/false"),
     ],
 )

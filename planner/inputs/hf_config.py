@@ -294,7 +294,7 @@ def _phi3(f: Fields) -> dict[str, Any]:
         window = 0
     return dict(
         ffn_hidden_size=f.need("intermediate_size"),
-        num_query_groups=f.opt("num_key_value_heads", heads),
+        num_query_groups=f.opt("num_key_value_heads", heads, zero_is_absent=False),
         kv_channels=f.opt("head_dim", f.need("hidden_size") // heads),
         add_bias_linear=False,
         window_size=window,
@@ -383,7 +383,7 @@ def _llama_like(f: Fields, name: str) -> dict[str, Any]:
         hidden_size=hidden,
         ffn_hidden_size=f.need("intermediate_size"),
         num_attention_heads=heads,
-        num_query_groups=f.opt("num_key_value_heads", heads),
+        num_query_groups=f.opt("num_key_value_heads", heads, zero_is_absent=False),
         kv_channels=f.opt("head_dim", hidden // heads),
         vocab_size=f.need("vocab_size"),
         max_position_embeddings=f.need("max_position_embeddings"),

@@ -25,9 +25,12 @@ class Fields:
                 )
         raise SpecError(f"{self.where}: missing required key '{key}' for model_type '{self.mt}'")
 
-    def opt(self, key: str, default: int = 0) -> int:
-        """An optional positive integer field (``default`` when absent, null or 0)."""
-        if not self.data.get(key):
+    def opt(self, key: str, default: int = 0, zero_is_absent: bool = True) -> int:
+        """An optional positive integer field (``default`` when absent, null or, unless
+        ``zero_is_absent`` is False, 0: the keys whose 0 Hugging Face's own code reads as a value,
+        such as ``num_key_value_heads``, whose 0 its attention divides by, are refused at 0)."""
+        value = self.data.get(key)
+        if value is None or (zero_is_absent and not value):
             return default
         return check_number(
             self.data[key], self.where, key, integer=True, positive=True, maximum=hf_limit(key)

@@ -66,7 +66,7 @@ def nemotron_h(f: Fields) -> dict[str, Any]:
         activation="squared_relu",
         position_embedding_type="none",
         ffn_hidden_size=f.opt("intermediate_size", moe_ffn) or moe_ffn,
-        num_query_groups=f.opt("num_key_value_heads", heads),
+        num_query_groups=f.opt("num_key_value_heads", heads, zero_is_absent=False),
         kv_channels=f.opt("head_dim", f.opt("attention_head_dim", f.need("hidden_size") // heads)),
         add_bias_linear=bias,
         hybrid_layer_pattern=pattern,
@@ -134,7 +134,7 @@ def jamba(f: Fields) -> dict[str, Any]:
         num_layers=len(pattern),
         position_embedding_type="none",
         ffn_hidden_size=width,
-        num_query_groups=f.opt("num_key_value_heads", heads),
+        num_query_groups=f.opt("num_key_value_heads", heads, zero_is_absent=False),
         kv_channels=hidden // heads,
         add_bias_linear=False,
         hybrid_layer_pattern=pattern,
@@ -178,7 +178,7 @@ def qwen3_next(f: Fields) -> dict[str, Any]:
         )
     return dict(
         ffn_hidden_size=f.need("intermediate_size"),
-        num_query_groups=f.opt("num_key_value_heads", heads),
+        num_query_groups=f.opt("num_key_value_heads", heads, zero_is_absent=False),
         kv_channels=f.opt("head_dim", f.need("hidden_size") // heads),
         add_bias_linear=f.flag("attention_bias", False),
         qk_layernorm=True,
@@ -333,7 +333,7 @@ def falcon_h1(f: Fields) -> dict[str, Any]:
     attention_heads = g.need("num_attention_heads")
     return dict(
         ffn_hidden_size=g.need("intermediate_size"),
-        num_query_groups=g.opt("num_key_value_heads", attention_heads),
+        num_query_groups=g.opt("num_key_value_heads", attention_heads, zero_is_absent=False),
         kv_channels=g.opt("head_dim", hidden // attention_heads),
         add_bias_linear=False,
         parallel_mamba_attention=True,
