@@ -206,3 +206,56 @@ def test_bytes_per_parameter_match_megatrons_distributed_optimizer_table():
     for d in (2, 8, 64):
         assert sum(bytes_per_param(fp16, "distributed", d)) == pytest.approx(4 + 16 / d)
         assert sum(bytes_per_param(bf16, "distributed", d)) == pytest.approx(6 + 12 / d)
+
+
+def test_a_node_template_file_takes_a_node_count(tmp_path):
+    """A copy of a built-in template (kind: cluster_template), edited, is used as the template is:
+    with --nodes; without it, or a cluster file with it, is a one-line error saying which takes what."""
+    from pathlib import Path
+
+    from planner.profiles.hardware import is_template
+
+    text = (
+        Path(__file__).resolve().parent.parent / "hardware_profiles" / "clusters" / "dgx-h100.yaml"
+    ).read_text()
+    mine = write(
+        tmp_path,
+        text.replace("inter_node_bandwidth_gb_per_s: 50", "inter_node_bandwidth_gb_per_s: 25"),
+        "mine.yaml",
+    )
+    c = load_cluster(mine, 4)
+    builtin = load_cluster("dgx-h100", 4)
+    assert c.num_gpus == builtin.num_gpus == 32 and c.name == "dgx-h100"
+    g, b = c.groups[0], builtin.groups[0]
+    assert g.inter_node_bandwidth_bytes_per_s == b.inter_node_bandwidth_bytes_per_s / 2
+    assert g.intra_node_bandwidth_bytes_per_s == b.intra_node_bandwidth_bytes_per_s
+    assert is_template(mine) and is_template("dgx-h100")
+    with pytest.raises(SpecError, match="mine.yaml: a node template needs a node count"):
+        load_cluster(mine)
+    cluster = write(
+        tmp_path,
+        "schema_version: 1\nkind: cluster\ngroups:\n  - template: dgx-h100\n    num_nodes: 2\n",
+        "c.yaml",
+    )
+    assert not is_template(cluster) and load_cluster(cluster).num_gpus == 16
+    with pytest.raises(SpecError, match="do not pass --nodes .*kind: cluster_template, takes --nodes"):
+        load_cluster(cluster, 2)
+
+
+@pytest.mark.parametrize(
+    "gpus_per_node, domain, ok",
+    [(8, 8, True), (8, 2, True), (6, 3, True), (4, 72, True), (8, 12, False), (8, 6, False)],
+)
+def test_an_nvlink_domain_is_part_of_a_node_or_whole_nodes(tmp_path, gpus_per_node, domain, ok):
+    text = (
+        "schema_version: 1\nkind: cluster\ngroups:\n  - template: dgx-h100\n    num_nodes: 2\n"
+        f"    gpus_per_node: {gpus_per_node}\n    nvlink_domain_size: {domain}\n"
+    )
+    path = write(tmp_path, text, "c.yaml")
+    if ok:
+        assert load_cluster(path).groups[0].nvlink_domain_size == domain
+    else:
+        with pytest.raises(
+            SpecError, match=f"'groups\\[0\\].nvlink_domain_size': {domain} GPUs neither divides"
+        ):
+            load_cluster(path)

@@ -179,13 +179,19 @@ def _node_group(r: Reader, num_nodes: int, base: dict | None = None) -> NodeGrou
     except SpecError as exc:
         raise SpecError(f"{r.where}: key '{r._key('gpu')}': {exc}") from None
     gpus_per_node = field("gpus_per_node", int, positive=True)
+    domain = r.get("nvlink_domain_size", int, base.get("nvlink_domain_size", gpus_per_node), positive=True)
+    if gpus_per_node % domain and domain % gpus_per_node:
+        # A domain is part of a node (Summit's NVLink triplets: 3 of 6) or whole nodes (an NVL72
+        # rack: 18 trays of 4); ranks are placed in domains of consecutive ranks (cost_models.placement).
+        raise SpecError(
+            f"{r.where}: key '{r._key('nvlink_domain_size')}': {domain} GPUs neither divides the node's "
+            f"{gpus_per_node} nor is a whole number of nodes (e.g. 8 for a DGX, 72 for an NVL72 rack of 4-GPU trays)"
+        )
     return NodeGroup(
         gpu=gpu,
         num_nodes=num_nodes,
         gpus_per_node=gpus_per_node,
-        nvlink_domain_size=r.get(
-            "nvlink_domain_size", int, base.get("nvlink_domain_size", gpus_per_node), positive=True
-        ),
+        nvlink_domain_size=domain,
         intra_node_bandwidth_bytes_per_s=field("intra_node_bandwidth_gb_per_s", float, positive=True) * GB,
         intra_node_latency_s=field("intra_node_latency_us", float) * 1e-6,
         inter_node_bandwidth_bytes_per_s=field("inter_node_bandwidth_gb_per_s", float, positive=True) * GB,
@@ -283,13 +289,47 @@ def load_template(name: str) -> dict:
 
 
 def is_template(name_or_path: str) -> bool:
-    """Whether ``name_or_path`` names a node template (which needs a node count), not a cluster file."""
+    """Whether ``name_or_path`` names a node template (which needs a node count), built in or a
+    file of ``kind: cluster_template``, not a cluster file."""
     files = preset_files("hardware_profiles", "clusters")
-    return preset_or_path(name_or_path, files) in files
+    resolved = preset_or_path(name_or_path, files)
+    return resolved in files or _template_file(resolved) is not None
+
+
+def _template_file(path_text: str) -> dict | None:
+    """The mapping of a node-template file (``kind: cluster_template``, the built-in templates'
+    format) at ``path_text``; None for a cluster file or a file that cannot be read
+    (:func:`load_cluster` reports those)."""
+    path = Path(path_text)
+    if not path_exists(path):
+        return None
+    try:
+        data = read_document(path)
+    except SpecError:
+        return None
+    return data if isinstance(data, dict) and data.get("kind") == "cluster_template" else None
+
+
+def _template_cluster(data: dict, where: str, nodes: int | None, name: str | None = None) -> ClusterSpec:
+    """``nodes`` nodes of the node template ``data`` (a built-in template's mapping, or a template
+    file's), named ``name`` (default: the template's ``name``)."""
+    if nodes is None:
+        raise SpecError(f"{where}: a node template needs a node count (--nodes N)")
+    check_number(nodes, "--nodes", "num_nodes", integer=True, positive=True)
+    r = Reader(data, where)
+    check_header(r, "cluster_template")
+    r.get("source", str, "")
+    own = r.get("name", str)
+    node = r.sub("node")
+    group = _node_group(node, nodes)
+    node.done()
+    r.done()
+    return ClusterSpec(name=name or own, groups=(group,))
 
 
 def load_cluster(name_or_path: str, nodes: int | None = None) -> ClusterSpec:
-    """A cluster from a node template name plus ``nodes``, or from a cluster YAML file.
+    """A cluster from a node template (a built-in name, or a file of ``kind: cluster_template``)
+    plus ``nodes``, or from a cluster YAML file (``kind: cluster``).
 
     A cluster file holds ``groups``: each group names a ``template`` or gives the node fields,
     plus ``num_nodes``. Several groups make a heterogeneous cluster, ranks numbered in order.
@@ -299,26 +339,22 @@ def load_cluster(name_or_path: str, nodes: int | None = None) -> ClusterSpec:
     if name_or_path in files:
         if nodes is None:
             raise SpecError(f"cluster template '{name_or_path}' needs a node count (--nodes N)")
-        check_number(nodes, "--nodes", "num_nodes", integer=True, positive=True)
-        data = _template_node(name_or_path)
-        r = Reader(data, f"cluster {name_or_path}")
-        check_header(r, "cluster_template")
-        r.get("source", str, "")
-        r.get("name", str)
-        node = r.sub("node")
-        group = _node_group(node, nodes)
-        node.done()
-        r.done()
-        return ClusterSpec(name=name_or_path, groups=(group,))
+        return _template_cluster(_template_node(name_or_path), f"cluster {name_or_path}", nodes, name_or_path)
     path = Path(name_or_path)
     if not path_exists(path):
         hint = did_you_mean(name_or_path, files)
         raise SpecError(
             f"unknown cluster '{name_or_path}'{hint}: not a template and no such file; templates: {', '.join(sorted(files))}"
         )
+    data = read_document(path)
+    if isinstance(data, dict) and data.get("kind") == "cluster_template":
+        return _template_cluster(data, str(path), nodes)
     if nodes is not None:
-        raise SpecError(f"{path}: a cluster file gives num_nodes per group; do not pass --nodes")
-    return cluster_from_mapping(read_document(path), str(path), path.stem)
+        raise SpecError(
+            f"{path}: a cluster file gives num_nodes per group; do not pass --nodes "
+            "(a node template file, kind: cluster_template, takes --nodes)"
+        )
+    return cluster_from_mapping(data, str(path), path.stem)
 
 
 def cluster_from_mapping(data: dict, where: str, default_name: str = "cluster") -> ClusterSpec:
