@@ -55,7 +55,7 @@ from cost_models import communication as comm
 from cost_models.adapters import adapter_shapes
 from cost_models.attention import attention_block
 from cost_models.compute import LinearTimes, gemm_efficiency, linear_s, memory_bound_s
-from cost_models.layers import LayerCost, LayerTable
+from cost_models.layer_cost import LayerCost, LayerTable
 from cost_models.parallel import ParallelConfig
 from cost_models.placement import group
 from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tokens_per_gpu, tp_collectives_s

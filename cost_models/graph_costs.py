@@ -20,7 +20,7 @@ from cost_models.data_parallel import dp_sync, embedding_sync_s, synced_embeddin
 from cost_models.estimate import Estimate, StageEstimate
 from cost_models.graph_schedule import depths, simulate_graph, topological_order
 from cost_models.graph_units import UnitLayout, unit_costs, unit_layout
-from cost_models.layers import LayerCost
+from cost_models.layer_cost import LayerCost
 from cost_models.parallel import ParallelConfig
 from cost_models.placement import group
 from planner.inputs.cluster_spec import ClusterSpec, NodeGroup

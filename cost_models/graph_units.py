@@ -45,7 +45,8 @@ from cost_models.compute import (
 from cost_models.data_parallel import unfused_accumulation_applies, unfused_accumulation_bytes
 from cost_models.estimate import table_for
 from cost_models.graph_schedule import topological_order
-from cost_models.layers import ZERO, LayerCost, loss_transient_bytes
+from cost_models.layer_cost import ZERO, LayerCost
+from cost_models.layers import loss_transient_bytes
 from cost_models.parallel import ParallelConfig
 from cost_models.placement import group
 from cost_models.tensors import ACT_BYTES, p2p_activation_bytes, tp_collectives_s

@@ -26,7 +26,8 @@ from cost_models.data_parallel import (
     unfused_accumulation_bytes,
 )
 from cost_models.finetune import lora_table
-from cost_models.layers import ZERO, LayerCost, LayerTable, layer_table, loss_transient_bytes
+from cost_models.layer_cost import ZERO, LayerCost, LayerTable
+from cost_models.layers import layer_table, loss_transient_bytes
 from cost_models.parallel import LAYER_RECOMPUTE, ParallelConfig
 from cost_models.placement import Group, group
 from cost_models.tensors import pipeline_transfer_s
