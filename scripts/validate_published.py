@@ -25,7 +25,7 @@ Exit code 1 when the in-sample median exceeds --max-median or the 90th percentil
 or the table cannot be written (one line naming the file, and the run and key where one is
 malformed; no traceback); 2 on bad flags.
 
-Usage: python scripts/validate_published.py [--runs FILE] [--json] [--no-loso] [--jobs N] [--table CSV]
+Usage: python scripts/validate_published.py [--runs FILE] [--json] [--no-loso] [--jobs N] [--loso-steps coarse|shipped] [--table CSV]
        python scripts/validate_published.py --from-json RUN.json --table CSV
 """
 
@@ -58,13 +58,18 @@ from planner.calibration.cases import (  # noqa: E402
     ranked,
     summary,
 )
+from planner.calibration.descent import STEPS  # noqa: E402
 from planner.calibration.fitting import family  # noqa: E402
-from planner.calibration.folds import leave_one_source_out  # noqa: E402
+from planner.calibration.folds import LOSO_STEPS, leave_one_source_out  # noqa: E402
 from planner.calibration.ranking import MEASUREMENT_NOISE, group_ranking  # noqa: E402
 from planner.inputs.documents import read_document  # noqa: E402
 from planner.inputs.errors import PlannerError, SpecError  # noqa: E402
 from planner.inputs.files import write_text_atomic  # noqa: E402
 from planner.profiles.uncertainty import FRAMEWORK_GROUPS  # noqa: E402
+
+LOSO_DESCENT = {"coarse": {"passes": 4, "steps": LOSO_STEPS}, "shipped": {"passes": 8, "steps": STEPS}}
+"""The leave-one-source-out folds' descent by ``--loso-steps`` (the shipped fit's: 8 passes of
+:data:`planner.calibration.descent.STEPS`, planner.calibration.fitting.fit_families' defaults)."""
 
 GIB = 1024**3
 
@@ -141,6 +146,13 @@ def arguments() -> argparse.Namespace:
     )
     ap.add_argument("--jobs", type=int, default=2, help="leave-one-source-out folds run in parallel")
     ap.add_argument(
+        "--loso-steps",
+        choices=("coarse", "shipped"),
+        default="coarse",
+        help="the folds' coordinate descent: coarse (4 passes of planner.calibration.folds.LOSO_STEPS, the "
+        "documented figures) or shipped (the shipped fit's 8 passes of planner.calibration.descent.STEPS)",
+    )
+    ap.add_argument(
         "--table", type=Path, help="write one row per predicted run as CSV (docs/data/calibration_runs.csv)"
     )
     ap.add_argument(
@@ -207,7 +219,12 @@ def validate(args: argparse.Namespace) -> Validation:
     loso = (
         []
         if args.no_loso
-        else leave_one_source_out(all_cases, progress=lambda t: print(t, file=sys.stderr), jobs=args.jobs)
+        else leave_one_source_out(
+            all_cases,
+            progress=lambda t: print(t, file=sys.stderr),
+            jobs=args.jobs,
+            **LOSO_DESCENT[args.loso_steps],
+        )
     )
     return Validation(
         all_cases=all_cases, results=predict_all(all_cases), loso=loso, peaks=peaks, frameworks=frameworks

@@ -122,3 +122,21 @@ def test_the_committed_table_is_of_the_calibration_set(all_cases):
     for r, c in zip(rows, predicted):
         assert r["measured_tokens_per_s_per_gpu"] == f"{c.measured_tokens_per_s_per_gpu:.1f}", c.run_id
         assert bool(r["held_out_error_pct"]) == (r["counted"] == "yes"), c.run_id
+
+
+def test_loso_steps_are_the_documented_coarse_ones_or_the_shipped_fits(script):
+    """--loso-steps coarse (the default: the documented held-out figures) or shipped (the shipped
+    fit's own 8 passes of descent.STEPS, docs/calibration.md 'Accuracy, held out')."""
+    import inspect
+
+    from planner.calibration.descent import STEPS
+    from planner.calibration.fitting import fit_families
+    from planner.calibration.folds import LOSO_STEPS
+
+    defaults = inspect.signature(fit_families).parameters
+    assert script.LOSO_DESCENT["shipped"] == {
+        "passes": defaults["passes"].default,
+        "steps": defaults["steps"].default,
+    }
+    assert script.LOSO_DESCENT["shipped"]["steps"] == STEPS
+    assert script.LOSO_DESCENT["coarse"] == {"passes": 4, "steps": LOSO_STEPS}

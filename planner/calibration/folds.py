@@ -28,17 +28,20 @@ def leave_one_source_out(
     passes: int = 4,
     progress: Callable[[str], None] | None = None,
     jobs: int = 1,
+    steps: tuple[float, ...] = LOSO_STEPS,
 ) -> list[Result]:
     """Every usable case predicted by a fit that never saw its source (see the module docstring).
 
     Each fold refits with :func:`fit_families`, on the other sources' runs, the efficiency families
     its held-out runs belong to and their lineage ancestors (each family's prior is its parent's fold
     fit, so no held-out run reaches a prior either); a family with no runs left keeps that prior.
-    Software profiles are refitted without the held-out source too. ``jobs`` folds run in parallel
+    Software profiles are refitted without the held-out source too. ``passes`` and ``steps``: the
+    coordinate descent's (the coarser :data:`LOSO_STEPS` and 4 passes unless given; the shipped fit's
+    are 8 passes of :data:`planner.calibration.descent.STEPS`). ``jobs`` folds run in parallel
     processes; the result does not depend on it."""
     cases_ = usable(all_cases)
     sources = sorted({c.source for c in cases_})
-    folds = [(s, cases_, passes) for s in sources]
+    folds = [(s, cases_, passes, steps) for s in sources]
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             done = list(pool.map(source_fold, folds))
@@ -53,9 +56,11 @@ def leave_one_source_out(
     return [out[c.run_id] for c in cases_]
 
 
-def source_fold(args: tuple[str, list[Case], int]) -> tuple[list[str], list[Result]]:
-    """One leave-one-source-out fold: refit the held-out runs' families without them, predict them."""
-    source, cases_, passes = args
+def source_fold(args: tuple) -> tuple[list[str], list[Result]]:
+    """One leave-one-source-out fold, ``(source, cases, passes[, steps])`` (steps :data:`LOSO_STEPS`
+    unless given): refit the held-out runs' families without them, predict them."""
+    source, cases_, passes, *rest = args
+    steps = rest[0] if rest else LOSO_STEPS
     held = [c for c in cases_ if c.source == source]
     rest = [c for c in cases_ if c.source != source]
     # Software profiles refitted without the held-out source too (no leakage); a held-out run's
@@ -68,7 +73,7 @@ def source_fold(args: tuple[str, list[Case], int]) -> tuple[list[str], list[Resu
             used[(fam, cls)] = release_for(cls, classes)
         return [u for (f, _), u in used.items() if f == fam and u]
 
-    notes, fitted = refit_without(held, rest, passes, wanted, held_out_source=source)
+    notes, fitted = refit_without(held, rest, passes, wanted, held_out_source=source, steps=steps)
     return notes, [predict(c, fitted[(family(c), used.get((family(c), c.software), ""))]) for c in held]
 
 
