@@ -307,7 +307,12 @@ def _template_file(path_text: str) -> dict | None:
         data = read_document(path)
     except SpecError:
         return None
-    return data if isinstance(data, dict) and data.get("kind") == "cluster_template" else None
+    return data if _is_template_document(data) else None
+
+
+def _is_template_document(data: object) -> bool:
+    """Whether a document read from a file is a node template (``kind: cluster_template``)."""
+    return isinstance(data, dict) and data.get("kind") == "cluster_template"
 
 
 def _template_cluster(data: dict, where: str, nodes: int | None, name: str | None = None) -> ClusterSpec:
@@ -347,7 +352,7 @@ def load_cluster(name_or_path: str, nodes: int | None = None) -> ClusterSpec:
             f"unknown cluster '{name_or_path}'{hint}: not a template and no such file; templates: {', '.join(sorted(files))}"
         )
     data = read_document(path)
-    if isinstance(data, dict) and data.get("kind") == "cluster_template":
+    if _is_template_document(data):
         return _template_cluster(data, str(path), nodes)
     if nodes is not None:
         raise SpecError(
