@@ -5,7 +5,7 @@
   the smooth form of Calculon's efficiency-by-size tables (Isaev et al., SC'23, "Calculon: a
   methodology and tool for high-level co-design of systems and large language models"). Tensor
   parallelism slices GEMMs, so ``F`` shrinks and efficiency drops. FP8 GEMMs run
-  ``fp8_gemm_speedup`` times faster, NVFP4 GEMMs :func:`nvfp4_speedup` times faster again.
+  ``fp8_gemm_speedup`` times faster, NVFP4 and MXFP4 GEMMs :func:`fp4_speedup` times faster again.
 * GEMM shape: ``q`` is the useful fraction of the tile work the GPU issues (:func:`gemm_quantization`),
   NVIDIA's tile and wave quantization (Deep Learning Performance Documentation, "Matrix
   Multiplication Background User's Guide", Sec. "Dimension Quantization Effects"): the output is
@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 
 from planner.inputs.cluster_spec import GPUSpec
-from planner.inputs.job_spec import COMPUTE_DTYPE, QUANTIZED_PRECISIONS
+from planner.inputs.job_spec import COMPUTE_DTYPE, FP4_PRECISIONS, QUANTIZED_PRECISIONS
 
 
 def gemm_efficiency(flop: float, gpu: GPUSpec) -> float:
@@ -52,7 +52,7 @@ GEMM_K_STEP_BYTES = 128
 FP16 dimensions are "most efficient with multiples of 8; on A100, multiples of 64" elements, i.e.
 128 bytes (32 TF32 or 128 FP8/INT8 elements)."""
 
-ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": 0.5}
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": 0.5, "mxfp4": 0.5}
 """Bytes per GEMM input element by job precision (NVFP4: two E2M1 values per byte; its E4M3 block
 scales are a sixteenth of a byte more, :data:`NVFP4_COPY_BYTES`)."""
 
@@ -100,16 +100,20 @@ def gemm_s(m: float, n: float, k: float, gpu: GPUSpec, precision: str, count: fl
     t = issued_gemm_s(flop / gemm_quantization(m, n, k, gpu, precision, count), peak, gpu)
     if precision in QUANTIZED_PRECISIONS:
         t /= gpu.efficiency.fp8_gemm_speedup
-    if precision == "nvfp4":
-        t /= nvfp4_speedup(gpu)
+    if precision in FP4_PRECISIONS:
+        t /= fp4_speedup(gpu)
     return count * t
 
 
-def nvfp4_speedup(gpu: GPUSpec) -> float:
-    """NVFP4 GEMMs' speed-up over the GPU's FP8 GEMMs: its dense FP4:FP8 tensor-core peak ratio (2 on
-    B200 and GB200, 3 on GB300; the GPU files' ``peak_tflops``), i.e. NVFP4 kernels reach the same
-    fraction of their peak as FP8 kernels of theirs, with the quantization priced apart
-    (:data:`NVFP4_CAST_BYTES`).
+def fp4_speedup(gpu: GPUSpec) -> float:
+    """NVFP4 and MXFP4 GEMMs' speed-up over the GPU's FP8 GEMMs: its dense FP4:FP8 tensor-core peak
+    ratio (2 on B200, GB200 and MI355X, 3 on GB300; the GPU files' ``peak_tflops``), i.e. FP4
+    kernels reach the same fraction of their peak as FP8 kernels of theirs, with the quantization
+    priced apart (:data:`NVFP4_CAST_BYTES`, :data:`MXFP4_CAST_BYTES`). Both formats run on the
+    same FP4 tensor cores (Blackwell's block-scaled MMA takes E2M1 with E4M3 scales per 16 or E8M0
+    scales per 32; CDNA 4's matrix cores run MXFP4 at the FP4 peak, AMD Instinct MI355X data sheet).
+    MXFP4 has no published run planner has validated against (the unseen MI355X rows,
+    docs/calibration.md, "Unseen production runs").
 
     Evidence, both ways. The published NVFP4 runs (Megatron-Bridge 26.04.01 and 26.06 tables, six
     Llama 3 70B / 3.1 405B rows on GB200 and GB300) are predicted within 7% with this ratio
@@ -188,11 +192,28 @@ into the cast kernel; the Hadamard's 16 multiply-adds per element stay far below
 memory-bound rate). 5.125 bytes; the norm before a linear is not fused with it, as for MXFP8."""
 
 
+MXFP4_COPY_BYTES = 0.5 + 1.0 / 32
+"""HBM bytes per element of one MXFP4 copy: an E2M1 value (half a byte) and its share of the one-byte
+E8M0 scale of each 32-element block (OCP Microscaling Formats (MX) Specification v1.0, Table 1:
+MXFP4 block size 32, scale E8M0)."""
+
+MXFP4_CAST_BYTES = 2.0 + 2 * MXFP4_COPY_BYTES
+"""HBM bytes per element of quantizing one 16-bit GEMM operand to MXFP4: the read of the cast and two
+copies written, row-wise and column-wise (the scaling blocks run along the GEMM's reduction
+dimension, which the weight-gradient GEMM transposes, as for MXFP8); no per-tensor amax pass, an MX
+scale being each block's own (OCP MX v1.0, Sec. 6.3). The Hadamard transform AMD's recipe applies
+(``NVTE_MXFP4_USE_HADAMARD``) is fused into the cast as NVFP4's is. 3.0625 bytes."""
+
+
 def quantize_bytes(precision: str, recipe: str, behind_norm: bool = False) -> float:
     """HBM bytes per element of quantizing one 16-bit GEMM operand under a quantized ``precision``
     (:data:`planner.inputs.job_spec.QUANTIZED_PRECISIONS`): :func:`fp8_cast_bytes` of the FP8
-    ``recipe``, or :data:`NVFP4_CAST_BYTES`."""
-    return NVFP4_CAST_BYTES if precision == "nvfp4" else fp8_cast_bytes(recipe, behind_norm)
+    ``recipe``, :data:`NVFP4_CAST_BYTES` or :data:`MXFP4_CAST_BYTES`."""
+    if precision == "nvfp4":
+        return NVFP4_CAST_BYTES
+    if precision == "mxfp4":
+        return MXFP4_CAST_BYTES
+    return fp8_cast_bytes(recipe, behind_norm)
 
 
 def fp8_cast_s(elements: float, gpu: GPUSpec, bytes_per_element: float) -> float:

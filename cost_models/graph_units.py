@@ -35,11 +35,11 @@ from cost_models.attention import core_attention_s
 from cost_models.compute import (
     COMPUTE_DTYPE,
     attention_s,
+    fp4_speedup,
     fp8_cast_s,
     gemm_efficiency,
     gemm_s,
     memory_bound_s,
-    nvfp4_speedup,
     quantize_bytes,
 )
 from cost_models.data_parallel import unfused_accumulation_applies, unfused_accumulation_bytes
@@ -53,7 +53,7 @@ from cost_models.tensors import ACT_BYTES, p2p_activation_bytes, tp_collectives_
 from planner.inputs.cluster_spec import NodeGroup
 from planner.inputs.errors import ConfigError
 from planner.inputs.graph_spec import Block, GraphModelSpec, cross_attention_params
-from planner.inputs.job_spec import QUANTIZED_PRECISIONS, JobSpec
+from planner.inputs.job_spec import FP4_PRECISIONS, QUANTIZED_PRECISIONS, JobSpec
 
 
 def block_order(g: GraphModelSpec) -> list[int]:
@@ -190,8 +190,8 @@ def _generic(block: Block, job: JobSpec, c: ParallelConfig, node: NodeGroup) -> 
     fwd = flop / (peak * gemm_efficiency(flop, gpu)) if flop > 0 else 0.0
     if job.precision in QUANTIZED_PRECISIONS:
         fwd /= gpu.efficiency.fp8_gemm_speedup
-    if job.precision == "nvfp4":
-        fwd /= nvfp4_speedup(gpu)
+    if job.precision in FP4_PRECISIONS:
+        fwd /= fp4_speedup(gpu)
     out = block.output_bytes_per_sample * b
     tp = comm.all_reduce_s(out, t, comm.link_for(group(c, "tp"), node)) if t > 1 else 0.0
     act = block.activation_bytes_per_sample * b / t

@@ -6,7 +6,7 @@ and the tensor-parallel collectives of a hidden-state tensor (:mod:`cost_models.
 from __future__ import annotations
 
 from cost_models import communication as comm
-from cost_models.compute import NVFP4_COPY_BYTES
+from cost_models.compute import MXFP4_COPY_BYTES, NVFP4_COPY_BYTES
 from cost_models.parallel import ParallelConfig
 from cost_models.placement import group
 from planner.inputs.cluster_spec import NodeGroup
@@ -23,9 +23,10 @@ def gemm_input_bytes(job: JobSpec) -> float:
     ``transformer_engine/pytorch/module/linear.py``: "Cached input tensor", ``saved_inputmat =
     inputmat`` after the FP8 cast, only the column-wise data the wgrad GEMM reads), else the
     16-bit input itself; under NVFP4 the column-wise NVFP4 copy, an E2M1 value and its block scale's
-    share (0.5625 bytes, :data:`cost_models.compute.NVFP4_COPY_BYTES`). Core attention's tensors and
+    share (0.5625 bytes, :data:`cost_models.compute.NVFP4_COPY_BYTES`; MXFP4's 0.53125,
+    :data:`cost_models.compute.MXFP4_COPY_BYTES`). Core attention's tensors and
     the activation function's input stay 16-bit."""
-    return {"fp8": 1.0, "nvfp4": NVFP4_COPY_BYTES}.get(job.precision, ACT_BYTES)
+    return {"fp8": 1.0, "nvfp4": NVFP4_COPY_BYTES, "mxfp4": MXFP4_COPY_BYTES}.get(job.precision, ACT_BYTES)
 
 
 def tokens_per_gpu(job: JobSpec, c: ParallelConfig) -> float:

@@ -14,10 +14,10 @@ from cost_models.compute import (
     AMAX_READ_BYTES,
     NVFP4_CAST_BYTES,
     NVFP4_COPY_BYTES,
+    fp4_speedup,
     gemm_s,
     linear_s,
     memory_bound_s,
-    nvfp4_speedup,
     quantize_bytes,
 )
 from cost_models.constraints import resolve
@@ -40,7 +40,7 @@ from planner.profiles.hardware import load_cluster, load_gpu
 def test_gemms_run_at_the_fp4_to_fp8_peak_ratio():
     for name, ratio in (("b200", 2.0), ("gb200", 2.0), ("gb300", 3.0)):
         gpu = load_gpu(name)
-        assert nvfp4_speedup(gpu) == pytest.approx(ratio)
+        assert fp4_speedup(gpu) == pytest.approx(ratio)
         fp8, fp4 = gemm_s(8192, 8192, 8192, gpu, "fp8"), gemm_s(8192, 8192, 8192, gpu, "nvfp4")
         # the reduction dimension is consumed in 128-byte steps of twice as many FP4 elements
         assert fp8 / fp4 == pytest.approx(ratio, rel=0.02)

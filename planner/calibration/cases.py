@@ -239,10 +239,12 @@ def _case(run: dict) -> Case:
 
 def _precision_of(prec_text: str) -> str:
     """The training precision named by a run's ``parallel.precision`` text (lower case): nvfp4 where
-    it names nvfp4, fp8 where it names fp8 / float8, fp16 where it names fp16 and not bf16, else
-    bf16."""
+    it names nvfp4, mxfp4 where it names mxfp4, fp8 where it names fp8 / float8, fp16 where it names
+    fp16 and not bf16, else bf16."""
     if "nvfp4" in prec_text:
         return "nvfp4"
+    if "mxfp4" in prec_text:
+        return "mxfp4"
     if "fp8" in prec_text or "float8" in prec_text:
         return "fp8"
     return "fp16" if "fp16" in prec_text and "bf16" not in prec_text else "bf16"

@@ -53,7 +53,8 @@ PrecisionOpt = Annotated[
     str,
     typer.Option(
         "--precision",
-        help="bf16, fp16, fp8 or nvfp4 (NVFP4 GEMMs; Blackwell GPUs).",
+        help="bf16, fp16, fp8, nvfp4 (NVFP4 GEMMs; Blackwell GPUs) or mxfp4 (OCP MX FP4 GEMMs; Blackwell and "
+        "AMD MI355X; --framework any: no supported framework flag runs it).",
         rich_help_panel=PANEL_INPUTS,
     ),
 ]

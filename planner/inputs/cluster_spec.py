@@ -255,3 +255,10 @@ def compute_capability_major(gpu_name: str) -> int:
         if any(k in name for k in keys):
             return major
     return 0
+
+
+def is_amd_instinct(gpu_name: str) -> bool:
+    """Whether a GPU preset is an AMD Instinct accelerator (``mi`` and a model number: mi300x,
+    mi355x), whose FP4 and FP8 block formats are the OCP Microscaling ones, not NVIDIA's NVFP4."""
+    name = gpu_name.lower()
+    return name.startswith("mi") and name[2:3].isdigit()

@@ -9,15 +9,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4")
-QUANTIZED_PRECISIONS = ("fp8", "nvfp4")
+PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4")
+QUANTIZED_PRECISIONS = ("fp8", "nvfp4", "mxfp4")
 """Precisions whose linear layers run quantized GEMMs behind Transformer Engine (BF16 elsewhere:
 core attention, the output layer's logits, norms): FP8 (``--fp8-format``) and NVFP4
 (``--fp4-format e2m1 --fp4-recipe nvfp4``, Megatron-Core ``TransformerConfig.fp4`` /
 ``fp4_recipe``; Transformer Engine ``NVFP4BlockScaling``: E2M1 values with one E4M3 scale per 16
 and an FP32 scale per tensor, random Hadamard transforms on the weight-gradient GEMM's inputs,
 stochastic rounding of gradients, 2D 16x16 scaling of weights; NVIDIA, "Pretraining Large
-Language Models with NVFP4", arXiv:2509.25149, Sec. 4)."""
+Language Models with NVFP4", arXiv:2509.25149, Sec. 4) and MXFP4 (the OCP Microscaling format: E2M1
+values with one E8M0 power-of-two scale per 32 elements and no per-tensor scale; OCP "Microscaling
+Formats (MX) Specification" v1.0, 2023, Sec. 5 and Table 1; the recipe AMD's MLPerf Training v6.0
+Llama 3.1 8B submissions ran on MI355X with Primus, ``FP4_RECIPE=mxfp4``; no Megatron-Core flag
+selects it, so only ``--framework any`` plans it)."""
+FP4_PRECISIONS = ("nvfp4", "mxfp4")
+"""The quantized precisions whose GEMMs run on FP4 tensor cores (a GPU file's ``fp4`` peak)."""
 NVFP4_MIN_COMPUTE_CAPABILITY = 10
 """NVFP4 GEMMs run on Blackwell (SM 10.0) and later only (Transformer Engine user guide, "NVFP4":
 FP4 tensor cores of the Blackwell architecture; Megatron-Bridge's NVFP4 recipes are for B200,
@@ -71,9 +77,9 @@ FROZEN_WEIGHT_DTYPES = ("bf16", "fp8")
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 """Bytes per element of each dtype."""
 
-COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16", "nvfp4": "bf16"}
+COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16", "nvfp4": "bf16", "mxfp4": "bf16"}
 """Peak used as the base for each job precision (FP8 is BF16 peak times the calibrated FP8 speed-up,
-NVFP4 that times the NVFP4-over-FP8 kernel speed-up, cost_models.compute.nvfp4_speedup)."""
+NVFP4 and MXFP4 that times the FP4-over-FP8 kernel speed-up, cost_models.compute.fp4_speedup)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,8 +91,8 @@ class JobSpec:
     seq_length: int
     """Tokens per sequence."""
     precision: str = "bf16"
-    """Compute precision of GEMMs: bf16, fp16, fp8 or nvfp4 (:data:`QUANTIZED_PRECISIONS`: FP8 or
-    NVFP4 GEMMs in the linear layers, BF16 elsewhere)."""
+    """Compute precision of GEMMs: bf16, fp16, fp8, nvfp4 or mxfp4 (:data:`QUANTIZED_PRECISIONS`:
+    FP8, NVFP4 or MXFP4 GEMMs in the linear layers, BF16 elsewhere)."""
     fp8_recipe: str = "tensorwise"
     """How FP8 tensors are scaled (:data:`FP8_RECIPES`; only read when ``precision`` is fp8):
     ``tensorwise`` (per-tensor current scaling, the default: the recipe both Megatron-Core and

@@ -433,8 +433,10 @@ def require_precision(cluster: Any, job: Any, where: str) -> None:
     ``check_fp8_support`` asks for compute capability 8.9 or later, so an A100 cannot run
     ``--fp8-format``), FlashAttention-2 kernels for ``attention_impl`` ``flash2`` (Ampere and
     later: cost_models.attention.FUSED_ATTENTION_MIN_COMPUTE_CAPABILITY) and runs its FP8 recipe (MXFP8 from Blackwell on: :data:`planner.inputs.job_spec.MXFP8_MIN_COMPUTE_CAPABILITY`)
-    or NVFP4 (a GPU file with an ``fp4`` peak: :data:`planner.inputs.job_spec.NVFP4_MIN_COMPUTE_CAPABILITY`)."""
-    from planner.inputs.cluster_spec import compute_capability_major
+    or NVFP4 (a GPU file with an ``fp4`` peak: :data:`planner.inputs.job_spec.NVFP4_MIN_COMPUTE_CAPABILITY`;
+    not an AMD Instinct GPU, whose FP4 is the OCP MX format only) or MXFP4 (an ``fp4`` peak:
+    Blackwell, AMD CDNA 4)."""
+    from planner.inputs.cluster_spec import compute_capability_major, is_amd_instinct
     from planner.inputs.job_spec import COMPUTE_DTYPE, MXFP8_MIN_COMPUTE_CAPABILITY
 
     dtype = COMPUTE_DTYPE.get(job.precision, job.precision)
@@ -469,6 +471,16 @@ def require_precision(cluster: Any, job: Any, where: str) -> None:
             raise SpecError(
                 f"{where}: GPU {g.gpu.name} has no FP4 tensor cores for --precision nvfp4 (NVFP4 runs on "
                 "Blackwell and later: B200, GB200, B300, GB300); use fp8 or bf16"
+            )
+        if job.precision == "nvfp4" and is_amd_instinct(g.gpu.name):
+            raise SpecError(
+                f"{where}: GPU {g.gpu.name} runs the OCP MX FP4 format on its FP4 tensor cores, not NVIDIA's "
+                "NVFP4: its FP4 is MXFP4 (--precision mxfp4)"
+            )
+        if job.precision == "mxfp4" and not g.gpu.supports("fp4"):
+            raise SpecError(
+                f"{where}: GPU {g.gpu.name} has no FP4 tensor cores for --precision mxfp4 (MXFP4 runs on "
+                "NVIDIA Blackwell and AMD CDNA 4: B200, GB200, B300, GB300, MI355X); use fp8 or bf16"
             )
 
 
