@@ -427,6 +427,14 @@ def json_text(data: Any, **kwargs: Any) -> str:
 # Cross-input rules
 
 
+FP4_RUNS_ON = {
+    "nvfp4": "NVFP4 runs on Blackwell and later: B200, GB200, B300, GB300",
+    "mxfp4": "MXFP4 runs on NVIDIA Blackwell and AMD CDNA 4: B200, GB200, B300, GB300, MI355X",
+}
+"""The FP4 precisions (:data:`planner.inputs.job_spec.FP4_PRECISIONS`) and where each runs, for
+:func:`require_precision`'s message."""
+
+
 def require_precision(cluster: Any, job: Any, where: str) -> None:
     """Every GPU of ``cluster`` has a tensor-core peak for the job's precision (a V100 has no bf16),
     FP8 tensor cores for FP8 (an ``fp8`` peak in its GPU file; Transformer Engine's
@@ -467,20 +475,15 @@ def require_precision(cluster: Any, job: Any, where: str) -> None:
                 f"{where}: fp8_recipe mxfp8: GPU {g.gpu.name} has no MXFP8 (it runs on Blackwell, compute "
                 "capability 10.0, and later); use tensorwise, delayed or blockwise"
             )
-        if job.precision == "nvfp4" and not g.gpu.supports("fp4"):
+        if job.precision in FP4_RUNS_ON and not g.gpu.supports("fp4"):
             raise SpecError(
-                f"{where}: GPU {g.gpu.name} has no FP4 tensor cores for --precision nvfp4 (NVFP4 runs on "
-                "Blackwell and later: B200, GB200, B300, GB300); use fp8 or bf16"
+                f"{where}: GPU {g.gpu.name} has no FP4 tensor cores for --precision {job.precision} "
+                f"({FP4_RUNS_ON[job.precision]}); use fp8 or bf16"
             )
         if job.precision == "nvfp4" and is_amd_instinct(g.gpu.name):
             raise SpecError(
                 f"{where}: GPU {g.gpu.name} runs the OCP MX FP4 format on its FP4 tensor cores, not NVIDIA's "
                 "NVFP4: its FP4 is MXFP4 (--precision mxfp4)"
-            )
-        if job.precision == "mxfp4" and not g.gpu.supports("fp4"):
-            raise SpecError(
-                f"{where}: GPU {g.gpu.name} has no FP4 tensor cores for --precision mxfp4 (MXFP4 runs on "
-                "NVIDIA Blackwell and AMD CDNA 4: B200, GB200, B300, GB300, MI355X); use fp8 or bf16"
             )
 
 
