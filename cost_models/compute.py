@@ -201,7 +201,8 @@ MXFP4_CAST_BYTES = 2.0 + 2 * MXFP4_COPY_BYTES
 """HBM bytes per element of quantizing one 16-bit GEMM operand to MXFP4: the read of the cast and two
 copies written, row-wise and column-wise (the scaling blocks run along the GEMM's reduction
 dimension, which the weight-gradient GEMM transposes, as for MXFP8); no per-tensor amax pass, an MX
-scale being each block's own (OCP MX v1.0, Sec. 6.3). The Hadamard transform AMD's recipe applies
+scale being derived from its own block's largest magnitude (OCP MX v1.0, the conversion to an MX
+format). The Hadamard transform AMD's recipe applies
 (``NVTE_MXFP4_USE_HADAMARD``) is fused into the cast as NVFP4's is. 3.0625 bytes."""
 
 

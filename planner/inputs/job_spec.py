@@ -19,7 +19,7 @@ and an FP32 scale per tensor, random Hadamard transforms on the weight-gradient 
 stochastic rounding of gradients, 2D 16x16 scaling of weights; NVIDIA, "Pretraining Large
 Language Models with NVFP4", arXiv:2509.25149, Sec. 4) and MXFP4 (the OCP Microscaling format: E2M1
 values with one E8M0 power-of-two scale per 32 elements and no per-tensor scale; OCP "Microscaling
-Formats (MX) Specification" v1.0, 2023, Sec. 5 and Table 1; the recipe AMD's MLPerf Training v6.0
+Formats (MX) Specification" v1.0, 2023, Table 1; the recipe AMD's MLPerf Training v6.0
 Llama 3.1 8B submissions ran on MI355X with Primus, ``FP4_RECIPE=mxfp4``; no Megatron-Core flag
 selects it, so only ``--framework any`` plans it)."""
 FP4_PRECISIONS = ("nvfp4", "mxfp4")
