@@ -59,8 +59,8 @@ def leave_one_source_out(
 def source_fold(args: tuple) -> tuple[list[str], list[Result]]:
     """One leave-one-source-out fold, ``(source, cases, passes[, steps])`` (steps :data:`LOSO_STEPS`
     unless given): refit the held-out runs' families without them, predict them."""
-    source, cases_, passes, *rest = args
-    steps = rest[0] if rest else LOSO_STEPS
+    source, cases_, passes, *given = args
+    steps = given[0] if given else LOSO_STEPS
     held = [c for c in cases_ if c.source == source]
     rest = [c for c in cases_ if c.source != source]
     # Software profiles refitted without the held-out source too (no leakage); a held-out run's
