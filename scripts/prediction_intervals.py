@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import yaml  # noqa: E402
 
 from planner.calibration.cases import DEFAULT_RUNS, cases  # noqa: E402
+from planner.calibration.coverage import fold_extrapolation  # noqa: E402
 from planner.calibration.intervals import (  # noqa: E402
     MIN_SOURCES,
     build_table,
@@ -55,7 +56,9 @@ HEADER = """\
 # scripts/validate_published.py --table; leave-one-source-out: every residual is of a run predicted by
 # a fit that never saw its source) over {runs} runs of {sources} sources. Do not edit by hand.
 # Held-out coverage: {covered:.1%} of {runs} runs ({below} measured below their interval, {above} above);
-# {nested:.1%} with the quantile level itself chosen without the source held out.
+# {nested:.1%} with the quantile level itself chosen without the source held out. {outside} of the runs lie
+# outside what the other sources' runs cover (planner/calibration/coverage.py) and take the next
+# coarser class, as a plan outside calibration does: {covered_outside:.1%} of them covered, {covered_inside:.1%} of the rest.
 # resolution: the smallest predicted log gap between two layouts of one layout group (runs of one
 # model, cluster and batch differing only in layout) that the held-out predictions order as
 # measured {level:.0%} of the time (the {level:.0%} quantile of the {pairs} pairs' symmetric paired
@@ -70,24 +73,30 @@ TABLE_CSV = Path(__file__).resolve().parent.parent / "docs" / "data" / "calibrat
 def residual_rows(table: Path, runs_path: Path) -> list[tuple]:
     """(source, class keys, ln(measured / predicted), extrapolated, layout group, predicted,
     measured) per counted run with a held-out prediction in ``table`` (the per-run CSV that
-    ``validate_published.py --table`` writes); each run's GPU count from the calibration cases."""
+    ``validate_published.py --table`` writes); each run's GPU count from the calibration cases, and
+    extrapolated when the run lies outside what the other sources' runs cover
+    (planner.calibration.coverage.fold_extrapolation, judged at its held-out prediction)."""
     with table.open(newline="") as f:
         rows_in = list(csv.DictReader(f))
     if not rows_in or "held_out_tokens_per_s_per_gpu" not in rows_in[0]:
         raise PlannerError(
             "not a validate_published.py --table file (no held_out_tokens_per_s_per_gpu column)"
         )
-    gpus = {c.run_id: c.cluster.num_gpus for c in cases(runs_path) if c.cluster is not None}
+    runs = [c for c in cases(runs_path) if c.cluster is not None]
+    gpus = {c.run_id: c.cluster.num_gpus for c in runs}
+    counted = [r for r in rows_in if r["counted"] == "yes" and r["held_out_tokens_per_s_per_gpu"]]
+    unknown = next((r["id"] for r in counted if r["id"] not in gpus), None)
+    if unknown is not None:
+        raise PlannerError(f"run {unknown!r} of the table is not in {runs_path.name}")
+    outside = fold_extrapolation(runs, {r["id"]: float(r["held_out_tokens_per_s_per_gpu"]) for r in counted})
     rows = []
-    for r in rows_in:
-        if r["counted"] != "yes" or not r["held_out_tokens_per_s_per_gpu"]:
-            continue
-        if r["id"] not in gpus:
-            raise PlannerError(f"run {r['id']!r} of the table is not in {runs_path.name}")
+    for r in counted:
         pred, meas = float(r["held_out_tokens_per_s_per_gpu"]), float(r["measured_tokens_per_s_per_gpu"])
         family = r["family"] if "+" not in r["family"] else None
         keys = class_keys(family or None, r["precision"], r["kind"] == "moe", r["framework"], gpus[r["id"]])
-        rows.append((r["source"], keys, math.log(meas / pred), False, r["group"], pred, meas))
+        rows.append(
+            (r["source"], keys, math.log(meas / pred), bool(outside[r["id"]]), r["group"], pred, meas)
+        )
     if not rows:
         raise PlannerError(
             "the table holds no held-out predictions (run validate_published.py without --no-loso)"
@@ -127,6 +136,9 @@ def table_yaml(rows, cov: dict, res: dict, nested: float) -> str:
         covered=cov["covered"],
         below=cov["measured_below_interval"],
         above=cov["measured_above_interval"],
+        outside=cov["by_range"]["outside_calibration"]["runs"],
+        covered_outside=cov["by_range"]["outside_calibration"]["covered"],
+        covered_inside=cov["by_range"]["inside_calibration"]["covered"],
         pairs=res["pairs"],
         groups=res["groups"],
         right=res["ordered_rightly"],
@@ -176,6 +188,8 @@ def main() -> int:
             f"{cov['covered']:.1%} of {cov['runs']} runs covered ({cov['measured_below_interval']} measured "
             f"below, {cov['measured_above_interval']} above); {nested:.1%} with the level chosen held out too"
         )
+        for key, c in cov["by_range"].items():
+            print(f"  {key.replace('_', ' '):48s} runs {c['runs']:4d}  covered {c['covered']:6.1%}")
         for key, c in cov["by_class"].items():
             print(f"  {key:48s} runs {c['runs']:4d}  covered {c['covered']:6.1%}")
         print(

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cost_models.compute import COMPUTE_DTYPE  # noqa: E402
 from cost_models.layers import model_flop_per_iteration  # noqa: E402
 from planner.calibration.cases import DEFAULT_RUNS, cases, excluded_reason  # noqa: E402
+from planner.calibration.coverage import add_run  # noqa: E402
 from planner.profiles.plausibility import TABLE, class_key, size_band  # noqa: E402
 from planner.profiles.software import CLASSES  # noqa: E402
 
@@ -53,36 +54,8 @@ def table(runs: Path) -> dict:
             if k not in cls[table_] or mfu > cls[table_][k]["mfu"]:
                 cls[table_][k] = entry
         if not excluded_reason(c.run_id):  # runs the model is not meant to match validate nothing
-            _cover(cls.setdefault("coverage", {}), c)
+            add_run(cls.setdefault("coverage", {}), c)
     return {k: best[k] for k in sorted(best)}
-
-
-def _cover(coverage: dict, case) -> None:
-    """The largest run of the class (GPUs), its largest fully sharded data-parallel group (FSDP
-    shard degree) and its shortest measured step (seconds: the step's tokens over the run's
-    measured tokens/s), each with its run: beyond them a prediction extrapolates."""
-    gpus = case.cluster.num_gpus
-    largest = coverage.get("largest_run")
-    if largest is None or gpus > largest["gpus"]:
-        coverage["largest_run"] = {"gpus": gpus, "run_id": case.run_id}
-    step = case.job.tokens_per_step / (case.measured_tokens_per_s_per_gpu * gpus)
-    shortest = coverage.get("shortest_step")
-    if shortest is None or step < shortest["seconds"]:
-        coverage["shortest_step"] = {"seconds": round(step, 4), "run_id": case.run_id}
-    if case.config.optimizer_sharding == "full":
-        ranks = case.config.shard_degree
-        fsdp = coverage.get("largest_fsdp_shard")
-        if fsdp is None or ranks > fsdp["ranks"]:
-            coverage["largest_fsdp_shard"] = {"ranks": ranks, "run_id": case.run_id}
-    if case.model.is_moe:
-        # The MoE runtime the class's runs cover (first run in file order for each): a plan with a
-        # dispatcher, all-to-all overlap or CUDA graphs no run of the class used extrapolates.
-        job = case.job
-        coverage.setdefault("moe_dispatchers", {}).setdefault(job.moe_dispatcher, case.run_id)
-        if job.moe_a2a_overlap:
-            coverage.setdefault("moe_a2a_overlap", case.run_id)
-        if job.cuda_graph_scope:
-            coverage.setdefault("cuda_graphs", case.run_id)
 
 
 FRAMEWORK_OF_SOURCE = (

@@ -256,3 +256,19 @@ def test_check_reports_the_interval_of_what_it_checks(run_cli, tmp_path):
     m = json.loads(res.stdout)["configs"][0]["metrics"]
     lo, hi = m["prediction_interval"]["tokens_per_s_per_gpu"]
     assert lo <= m["tokens_per_s_per_gpu"] <= hi and m["prediction_interval"]["level"] == 0.8
+
+
+def test_the_level_must_hold_outside_calibration_too():
+    # inside: tight residuals; outside (extrapolated, one class coarser): residuals no coarser class
+    # at a low level covers; the calibrated level rises until both ranges reach the target
+    inside = [(f"s{i % 5}", ("x", "all"), 0.01 * ((i * 37) % 21 - 10), False) for i in range(100)]
+    outside = [(f"s{i % 5}", ("x", "all"), 0.3 * ((i * 53) % 21 - 10) / 10, True) for i in range(40)]
+    rows = inside + outside
+    cov = build.coverage(rows, build.calibrate_level(rows, 0.8))
+    assert cov["by_range"]["inside_calibration"]["runs"] == 100
+    assert cov["by_range"]["outside_calibration"]["runs"] == 40
+    assert cov["by_range"]["outside_calibration"]["covered"] >= 0.8
+    assert cov["by_range"]["inside_calibration"]["covered"] >= 0.8 and cov["covered"] >= 0.8
+    # with the outside runs counted as inside, overall coverage alone decides
+    flat = [(s, k, r, False) for s, k, r, _ in rows]
+    assert build.coverage(flat, 0.8)["by_range"]["outside_calibration"]["runs"] == 0

@@ -19,8 +19,10 @@ only (:func:`coverage`). :func:`nested_coverage` checks that calibration itself 
 source, the level is chosen without it, then its runs are checked.
 
 A prediction outside what its class's calibration runs cover takes the next coarser class
-(:mod:`planner.profiles.uncertainty`). Two plans are statistically tied below the paired-error
-:func:`resolution_gap` of the calibration set's layout groups.
+(:mod:`planner.profiles.uncertainty`); so does a held-out run outside what the *other* sources'
+runs cover (:func:`planner.calibration.coverage.fold_extrapolation`), and the level must reach the
+target on those runs and on the rest, each. Two plans are statistically tied below the
+paired-error :func:`resolution_gap` of the calibration set's layout groups.
 
 The table is data (``hardware_profiles/prediction_intervals.yaml``, read by
 :mod:`planner.profiles.uncertainty`), written by ``scripts/prediction_intervals.py`` from the per-run
@@ -43,7 +45,8 @@ LEVEL_GRID = tuple(round(0.80 + 0.01 * i, 2) for i in range(20))
 """Quantile levels :func:`calibrate_level` tries (0.80 to 0.99)."""
 
 Row = tuple[str, tuple[str, ...], float, bool]
-"""(source, class keys finest first, ln(measured / predicted), extrapolated)."""
+"""(source, class keys finest first, ln(measured / predicted), extrapolated: outside what the other
+sources' runs cover, :func:`planner.calibration.coverage.fold_extrapolation`)."""
 
 
 def weighted_quantile(values: list[float], weights: list[float], q: float) -> float:
@@ -91,6 +94,7 @@ def coverage(rows: list[Row], level: float) -> dict:
     measured below and above their interval."""
     covered = below = above = 0
     per_class: dict[str, list[int]] = {}
+    per_range = {False: [0, 0], True: [0, 0]}
     for source in sorted({s for s, *_ in rows}):
         table = build_table([r for r in rows if r[0] != source], level)
         for s, keys, residual, extrapolated in rows:
@@ -101,9 +105,9 @@ def coverage(rows: list[Row], level: float) -> dict:
             covered += inside
             below += residual < cls.log_low
             above += residual > cls.log_high
-            tally = per_class.setdefault(cls.key, [0, 0])
-            tally[0] += inside
-            tally[1] += 1
+            for tally in (per_class.setdefault(cls.key, [0, 0]), per_range[bool(extrapolated)]):
+                tally[0] += inside
+                tally[1] += 1
     n = len(rows)
     return {
         "quantile_level": level,
@@ -112,14 +116,29 @@ def coverage(rows: list[Row], level: float) -> dict:
         "measured_below_interval": below,
         "measured_above_interval": above,
         "by_class": {k: {"runs": v[1], "covered": v[0] / v[1]} for k, v in sorted(per_class.items())},
+        "by_range": {
+            name: {"runs": v[1], "covered": v[0] / v[1] if v[1] else float("nan")}
+            for name, v in (
+                ("inside_calibration", per_range[False]),
+                ("outside_calibration", per_range[True]),
+            )
+        },
     }
+
+
+def _reaches(cov: dict, target: float) -> bool:
+    """Whether a coverage reaches ``target`` overall and in each range that has runs (inside and
+    outside the calibration of the fold that priced them)."""
+    ranges = [r["covered"] for r in cov["by_range"].values() if r["runs"]]
+    return cov["covered"] >= target and all(c >= target for c in ranges)
 
 
 def calibrate_level(rows: list[Row], target: float = LEVEL) -> float:
     """The smallest quantile level of :data:`LEVEL_GRID` whose held-out coverage reaches ``target``
-    (the largest when none does)."""
+    overall, of the runs inside their fold's calibration and of those outside it (the wider
+    interval a plan outside calibration takes holds its level too); the largest when none does."""
     for level in LEVEL_GRID:
-        if coverage(rows, level)["covered"] >= target:
+        if _reaches(coverage(rows, level), target):
             return level
     return LEVEL_GRID[-1]
 

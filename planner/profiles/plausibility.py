@@ -69,23 +69,45 @@ def published_classes() -> dict[str, dict]:
     return yaml.safe_load(TABLE.read_text())["classes"]
 
 
-def _classes_for(gpu: str, precision: str, moe: bool) -> tuple[str, list[dict]]:
-    """The table classes a prediction on ``gpu`` is compared with: its GPU type's, else those of
-    the GPU types of its efficiency family (an H200 is held to H100 runs: the MFU is over each GPU's
-    own peak), with the name of what was used."""
+def _classes_for(gpu: str, precision: str, moe: bool, table: dict[str, dict]) -> tuple[str, list[dict]]:
+    """The classes of ``table`` a prediction on ``gpu`` is compared with: its GPU type's, else those
+    of the GPU types of its efficiency family (an H200 is held to H100 runs: the MFU is over each
+    GPU's own peak), with the name of what was used."""
     from planner.profiles.software import efficiency_family
 
     key = class_key(gpu, precision, moe)
-    if key in published_classes():
-        return key, [published_classes()[key]]
+    if key in table:
+        return key, [table[key]]
     family = efficiency_family(gpu)
     suffix = key[len(gpu) :]
-    same = [
-        k
-        for k in sorted(published_classes())
-        if k.endswith(suffix) and efficiency_family(k[: -len(suffix)]) == family
-    ]
-    return (f"{family} family{suffix}", [published_classes()[k] for k in same]) if same else (key, [])
+    same = [k for k in sorted(table) if k.endswith(suffix) and efficiency_family(k[: -len(suffix)]) == family]
+    return (f"{family} family{suffix}", [table[k] for k in same]) if same else (key, [])
+
+
+def _no_class(key: str) -> str:
+    return f"no published run of class {key} in the calibration set"
+
+
+def coverage_extrapolation(
+    table: dict[str, dict],
+    gpu: str,
+    precision: str,
+    moe: bool,
+    *,
+    gpus: int = 0,
+    fsdp_shard: int = 0,
+    moe_runtime: tuple[str, bool, bool] | None = None,
+    step_s: float = 0.0,
+) -> tuple[str, ...]:
+    """Why a prediction lies outside what ``table``'s classes cover (``{class: {"coverage": ...}}``,
+    the shipped table's shape; its class chosen as :func:`plausibility` chooses it; empty: inside):
+    see :func:`plausibility` for the arguments. The leave-one-source-out folds judge their held-out
+    runs by the other sources' table (:func:`planner.calibration.coverage.fold_extrapolation`)."""
+    key, classes = _classes_for(gpu, precision, moe, table)
+    if not classes:
+        return (_no_class(key),)
+    coverage = classes[0].get("coverage", {}) if len(classes) == 1 else _merged_coverage(classes)
+    return _extrapolation(coverage, gpus, fsdp_shard, moe_runtime, step_s)
 
 
 def _best(classes: list[dict], table: str | None, k: str | None) -> dict | None:
@@ -117,15 +139,19 @@ def plausibility(
     way none of the class's runs did; ``mixers`` (:func:`planner.profiles.uncertainty.uncalibrated_mixers`) are token mixers no
     calibration run has; ``step_s`` (the predicted step time; 0: not judged) says whether the step is
     shorter than any of the class's runs measured. The returned class names what was compared with."""
-    key, classes = _classes_for(gpu, precision, moe)
+    key, classes = _classes_for(gpu, precision, moe, published_classes())
     if not classes:
-        return Plausibility(
-            key, None, "", False, (f"no published run of class {key} in the calibration set",)
-        )
-    coverage = classes[0].get("coverage", {}) if len(classes) == 1 else _merged_coverage(classes)
-    extrapolation = _extrapolation(coverage, gpus, fsdp_shard, moe_runtime, step_s) + tuple(
-        UNCALIBRATED_MIXERS[m] for m in mixers
-    )
+        return Plausibility(key, None, "", False, (_no_class(key),))
+    extrapolation = coverage_extrapolation(
+        published_classes(),
+        gpu,
+        precision,
+        moe,
+        gpus=gpus,
+        fsdp_shard=fsdp_shard,
+        moe_runtime=moe_runtime,
+        step_s=step_s,
+    ) + tuple(UNCALIBRATED_MIXERS[m] for m in mixers)
     band = size_band(params) if params > 0 else None
     levels = [("by_framework", framework, f" {framework}"), (None, None, "")]
     if band is not None:
