@@ -169,22 +169,46 @@ mask) keep."""
 UNFUSED_KEPT_BYTES = 5.0
 """Bytes per score element kept for backward: softmax output (2), dropout mask (1), dropout
 output (2): Korthikanti et al. 2022 Sec. 4.1, the 5as/h term of 34 + 5as/h."""
+UNFUSED_KEPT_BYTES_NO_DROPOUT = 2.0
+"""The same without attention dropout (``attention_dropout`` 0: PyTorch's dropout returns its
+input, so neither mask nor second copy exists): the softmax output alone, which its backward and
+the P V product's read (Megatron-Core ``DotProductAttention``, megatron/core/transformer/
+dot_product_attention.py: ``scale_mask_softmax``, ``attention_dropout``, ``torch.bmm``)."""
+
+
+def unfused_kept_bytes(model: ModelSpec) -> float:
+    """Bytes per score element unfused core attention keeps for backward (:data:`UNFUSED_KEPT_BYTES`,
+    or :data:`UNFUSED_KEPT_BYTES_NO_DROPOUT` without attention dropout)."""
+    return UNFUSED_KEPT_BYTES if model.attention_dropout > 0 else UNFUSED_KEPT_BYTES_NO_DROPOUT
 
 
 def unfused_core_attention(
-    tokens: float, seq_length: float, heads: float, head_dim: float, gpu: GPUSpec, precision: str
+    tokens: float,
+    seq_length: float,
+    heads: float,
+    head_dim: float,
+    gpu: GPUSpec,
+    precision: str,
+    *,
+    value_dim: float = 0.0,
+    dropout: bool = True,
 ) -> tuple[float, float, float]:
     """(forward s, backward s, score elements) of Megatron-LM's unfused core attention for
     ``tokens`` queries per GPU, each over ``seq_length`` keys (the full square: the causal mask is
-    applied by the softmax, not skipped), ``heads`` heads on this GPU of ``head_dim`` channels.
+    applied by the softmax, not skipped), ``heads`` heads on this GPU of ``head_dim`` query/key
+    channels and ``value_dim`` value channels (0: ``head_dim``; multi-latent attention's differ).
     The four batched GEMMs (Q K^T, P V forward; dP, dV, dQ, dK backward) are priced by
     :func:`cost_models.compute.batched_gemm_s` against the score bytes they read or write; softmax
-    and dropout are memory-bound (:data:`UNFUSED_SCORE_BYTES`)."""
+    and dropout are memory-bound (:data:`UNFUSED_SCORE_BYTES`; no dropout passes without
+    ``dropout``)."""
     s = seq_length
+    dv = value_dim or head_dim
     batch = tokens / s * heads  # b x np products per call
     scores = tokens * s * heads
     qk_fw, softmax_fw, dropout_fw, pv_fw = UNFUSED_SCORE_BYTES["forward"]
     dp_bw, dv_bw, dropout_bw, softmax_bw, dq_bw, dk_bw = UNFUSED_SCORE_BYTES["backward"]
+    if not dropout:
+        dropout_fw = dropout_bw = 0.0
 
     def bmm(m, n, k, per_score):
         return batched_gemm_s(m, n, k, batch, gpu, precision, per_score * scores)
@@ -192,11 +216,11 @@ def unfused_core_attention(
     forward = (
         bmm(s, s, head_dim, qk_fw)
         + memory_bound_s((softmax_fw + dropout_fw) * scores, gpu)
-        + bmm(s, head_dim, s, pv_fw)
+        + bmm(s, dv, s, pv_fw)
     )
     backward = (
-        bmm(s, s, head_dim, dp_bw)
-        + bmm(s, head_dim, s, dv_bw)
+        bmm(s, s, dv, dp_bw)
+        + bmm(s, dv, s, dv_bw)
         + memory_bound_s((dropout_bw + softmax_bw) * scores, gpu)
         + bmm(s, head_dim, s, dq_bw)
         + bmm(s, head_dim, s, dk_bw)
@@ -233,9 +257,15 @@ def attention_block(
     # (load-balanced ring, Megatron CP); span = s for full attention.
     if attention_impl_on(job, gpu) == "unfused":
         attn_fwd, attn_bwd, scores = unfused_core_attention(
-            T, job.seq_length, model.num_attention_heads / t, model.kv_channels, gpu, prec
+            T,
+            job.seq_length,
+            model.num_attention_heads / t,
+            model.kv_channels,
+            gpu,
+            prec,
+            dropout=model.attention_dropout > 0,
         )
-        kept = UNFUSED_KEPT_BYTES * scores  # softmax output, dropout mask and output
+        kept = unfused_kept_bytes(model) * scores  # softmax output (with dropout: its mask and output)
     else:
         fused = attention_s(T * span * model.core_attention_width / t, gpu, prec, kernel_keys(span, job, c))
         attn_fwd, attn_bwd = core_attention_s(fused, job, gpu, local=span < job.doc_length)
@@ -336,11 +366,21 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
     dsa = indexer_block(model, job, c, node, span) if model.is_dsa else None
     gemm, up = _mla_gemms(s, job, gpu, absorbed=dsa is not None)
     span, keys, local = _mla_span(model, job, c, span)
-    fused = attention_s(T * span * model.core_attention_width / t, gpu, prec, keys)
-    attn_fwd, attn_bwd = core_attention_s(fused, job, gpu, local=local)
+    kept = _mla_kept(s, job, absorbed=dsa is not None)
+    if attention_impl_on(job, gpu) == "unfused" and dsa is None:
+        # Megatron-Core's unfused DotProductAttention (--attention-backend unfused) over the
+        # a / t local heads, Q K^T at the query/key width d + d_R and P V at d_v; the score
+        # matrix's kept bytes replace the fused kernel's log-sum-exp.
+        attn_fwd, attn_bwd, scores = unfused_core_attention(
+            T, job.seq_length, a / t, s.dqk, gpu, prec, value_dim=s.dv, dropout=model.attention_dropout > 0
+        )
+        extra = unfused_kept_bytes(model) * scores - kept.lse_bytes
+        kept = replace(kept, act_bytes=kept.act_bytes + extra, lse_bytes=kept.lse_bytes + extra)
+    else:
+        fused = attention_s(T * span * model.core_attention_width / t, gpu, prec, keys)
+        attn_fwd, attn_bwd = core_attention_s(fused, job, gpu, local=local)
     # Memory-bound: latent norms (read+write), rotary on the query and shared key RoPE parts.
     rope_bytes = 2 * T * (a * dr / t + dr) * ACT_BYTES
-    kept = _mla_kept(s, job, absorbed=dsa is not None)
     params_sharded, params_replicated = _mla_params(s, model)
     tp_fwd, tp_bytes = _mla_tp_comm(s, c, node)
     block = AttentionBlock(
@@ -466,7 +506,8 @@ class _MlaKept:
     wgrad_bytes: float
     """The inputs the weight-gradient GEMMs read."""
     lse_bytes: float
-    """Core attention's fp32 log-sum-exp."""
+    """What core attention keeps for its own backward: the fused kernel's fp32 log-sum-exp, or
+    unfused attention's score-matrix bytes (:func:`unfused_kept_bytes`)."""
     norm_out_bytes: float
     """The input norm's output."""
     qkv_bytes: float

@@ -248,3 +248,69 @@ def test_fused_attention_below_ampere_is_priced_unfused():
         make_job(global_batch_size=8, seq_length=2048, attention_impl="flash2"),
         "x",
     )
+
+
+def test_without_attention_dropout_only_the_softmax_output_is_kept():
+    """``attention_dropout`` 0: PyTorch's dropout returns its input, so neither the one-byte mask
+    nor the dropped copy exists and neither pass runs: 2 bytes per score element kept instead of 5."""
+    from dataclasses import replace
+
+    from cost_models.attention import UNFUSED_KEPT_BYTES_NO_DROPOUT, unfused_kept_bytes
+
+    m, with_dropout, gpu = _table("unfused")
+    cluster = load_cluster("dgx-a100", 1)
+    m0 = replace(m, attention_dropout=0.0)
+    job = make_job(global_batch_size=64, seq_length=SEQ, precision="fp16", attention_impl="unfused")
+    c = resolve(m0, cluster, job, ParallelConfig(micro_batch_size=4, optimizer_sharding="none"))
+    without = layer_table(m0, job, c, cluster.groups[0])
+    T = 4 * SEQ
+    scores = T * SEQ * m.num_attention_heads
+    assert (
+        unfused_kept_bytes(m) == UNFUSED_KEPT_BYTES
+        and unfused_kept_bytes(m0) == UNFUSED_KEPT_BYTES_NO_DROPOUT == 2
+    )
+    assert math.isclose(
+        with_dropout.dense.activation_bytes - without.dense.activation_bytes, 3 * scores, rel_tol=1e-12
+    )
+    fwd, bwd, _ = unfused_core_attention(
+        T, SEQ, m.num_attention_heads, m.kv_channels, gpu, "fp16", dropout=False
+    )
+    fwd_d, bwd_d, _ = unfused_core_attention(T, SEQ, m.num_attention_heads, m.kv_channels, gpu, "fp16")
+    assert math.isclose(fwd_d - fwd, memory_bound_s(5 * scores, gpu), rel_tol=1e-9)
+    assert math.isclose(bwd_d - bwd, memory_bound_s(5 * scores, gpu), rel_tol=1e-9)
+
+
+def _mla_table(impl: str, dropout: float):
+    from dataclasses import replace
+
+    m = replace(load_model("deepseek-v3"), attention_dropout=dropout)
+    cluster = load_cluster("dgx-h100", 1)
+    job = make_job(global_batch_size=8, seq_length=4096, precision="bf16", attention_impl=impl)
+    c = ParallelConfig(tp=8, sequence_parallel=True, micro_batch_size=1)
+    return m, layer_table(m, job, c, cluster.groups[0])
+
+
+def test_multi_latent_attention_honours_unfused_attention():
+    """``--attention-backend unfused`` with MLA (as Megatron-LM's MoE CI test runs it) materialises
+    the a/t heads' score matrices: kept for backward in place of the fused kernel's log-sum-exp, and
+    priced at the unfused kernels' speed (planner once priced MLA as fused whatever the job said)."""
+    # a dense layer of DeepSeek-V3 (its MoE layers are host-bound at tp 8 and micro-batch 1)
+    m, fused = _mla_table("fused", 0.0)
+    _, unfused = _mla_table("unfused", 0.0)
+    heads, s = m.num_attention_heads / 8, 4096
+    scores = s * s * heads
+    lse = 4 * s * heads
+    assert math.isclose(
+        unfused.dense.activation_bytes - fused.dense.activation_bytes, 2 * scores - lse, rel_tol=1e-12
+    )
+    assert unfused.dense.forward_s > fused.dense.forward_s
+    # selective recompute of core attention drops the scores with it
+    assert math.isclose(
+        unfused.dense.selective_dropped_bytes - fused.dense.selective_dropped_bytes,
+        2 * scores - lse,
+        rel_tol=1e-12,
+    )
+    _, with_dropout = _mla_table("unfused", 0.1)
+    assert math.isclose(
+        with_dropout.dense.activation_bytes - unfused.dense.activation_bytes, 3 * scores, rel_tol=1e-12
+    )

@@ -63,6 +63,12 @@ def sparse_attention_span(seq_length: float, topk: int) -> float:
     return local_attention_span(seq_length, topk) if seq_length > topk else float(seq_length)
 
 
+ATTENTION_DROPOUT_DEFAULT = 0.1
+"""Megatron-LM's ``--attention-dropout`` default (megatron/training/arguments.py): what a launch
+without the flag runs, hence :attr:`ModelSpec.attention_dropout`'s default and the value the
+Megatron export leaves implicit."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ModelSpec:
     """A decoder-only transformer, described with Megatron-LM's argument names."""
@@ -145,6 +151,13 @@ class ModelSpec:
     softmax_type: str = "vanilla"
     """``learnable`` adds a learned per-head logit to the softmax denominator ("attention sinks",
     gpt-oss; Megatron ``--softmax-type learnable``): one parameter per head per layer."""
+    attention_dropout: float = ATTENTION_DROPOUT_DEFAULT
+    """Dropout probability on the attention probabilities (Megatron-LM ``--attention-dropout``,
+    default 0.1: megatron/training/arguments.py). It costs only where the score matrix is
+    materialised (unfused core attention: a one-byte mask and the dropped copy of the
+    probabilities kept for backward, and their passes, :mod:`cost_models.attention`); at 0 PyTorch's
+    dropout returns its input unchanged (ATen ``dropout``: ``p == 0`` is the identity), so nothing
+    more is kept. Fused and flash attention regenerate their dropout mask from the RNG state."""
     mtp_num_layers: int = 0
     """Multi-token prediction modules (``--mtp-num-layers``; DeepSeek-V3, arXiv:2412.19437
     Sec. 2.2): each a projection of [norm(h); norm(embedding)] (2h x h), one transformer layer of

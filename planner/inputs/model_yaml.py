@@ -79,6 +79,7 @@ def _frontier_fields(r: Reader) -> dict[str, Any]:
         window_attn_skip_freq=r.get("window_attn_skip_freq", int, 0),
         window_type=r.get("window_type", str, "sliding", choices=WINDOW_TYPES),
         softmax_type=r.get("softmax_type", str, "vanilla", choices=SOFTMAX_TYPES),
+        attention_dropout=r.get("attention_dropout", float, 0.1, maximum=1.0),
         mtp_num_layers=r.get("mtp_num_layers", int, 0),
         dsa_indexer_n_heads=r.get("dsa_indexer_n_heads", int, 0),
         dsa_indexer_head_dim=r.get("dsa_indexer_head_dim", int, 0),
@@ -271,6 +272,10 @@ def _validate_linear_pattern(m: ModelSpec, where: str) -> None:
 def validate_model(m: ModelSpec, where: str) -> None:
     """Cross-field checks; each message names both fields."""
     _validate_hybrid(m, where)
+    if not 0.0 <= m.attention_dropout < 1.0:
+        raise SpecError(
+            f"{where}: key 'attention_dropout': {m.attention_dropout!r} is not a probability in [0, 1)"
+        )
     if m.num_attention_heads % m.num_query_groups:
         raise SpecError(
             f"{where}: num_attention_heads ({m.num_attention_heads}) must be divisible by "
@@ -377,6 +382,7 @@ OPTIONAL_MODEL_FIELDS = (
     "window_attn_skip_freq",
     "window_type",
     "softmax_type",
+    "attention_dropout",
     "mtp_num_layers",
     "hybrid_layer_pattern",
     "mamba_state_dim",

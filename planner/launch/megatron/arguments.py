@@ -55,7 +55,6 @@ IGNORED = {
     "--tensorboard-dir",
     "--wandb-project",
     "--seed",
-    "--attention-dropout",
     "--hidden-dropout",
     "--ckpt-format",
     "--distributed-timeout-minutes",
@@ -94,6 +93,7 @@ IGNORED = {
 """Accepted flags that change no planned cost (or that :mod:`.rules` reads by itself)."""
 
 MODELLED = {
+    "--attention-dropout",
     "--window-size",
     "--multi-latent-attention",
     "--q-lora-rank",

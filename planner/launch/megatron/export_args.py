@@ -20,7 +20,7 @@ from planner.inputs.errors import SpecError
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.jobs import default_grad_dtype
 from planner.inputs.layer_pattern import pattern_text
-from planner.inputs.model_spec import ModelSpec
+from planner.inputs.model_spec import ATTENTION_DROPOUT_DEFAULT, ModelSpec
 from planner.launch.megatron import hybrid
 from planner.launch.megatron.flags import ACCEPTED
 from planner.plans.plan_file import PlanInputs
@@ -194,10 +194,11 @@ def mla_args(m: ModelSpec) -> list[tuple[str, str | None]]:
 
 
 def local_attention_args(m: ModelSpec) -> list[tuple[str, str | None]]:
-    """Sliding-window attention and sinks. ``--window-size`` is Transformer Engine's (left, right)
-    span: a query sees itself and ``left`` earlier tokens, so ``window_size`` w exports as
-    ``w-1,0``; ``--window-attn-skip-freq N`` makes every N-th layer global
-    (megatron/core/transformer/utils.py ``is_layer_window_attention``)."""
+    """Sliding-window attention, sinks and attention dropout. ``--window-size`` is Transformer
+    Engine's (left, right) span: a query sees itself and ``left`` earlier tokens, so ``window_size``
+    w exports as ``w-1,0``; ``--window-attn-skip-freq N`` makes every N-th layer global
+    (megatron/core/transformer/utils.py ``is_layer_window_attention``); ``--attention-dropout`` only
+    when it is not Megatron's default (:data:`planner.inputs.model_spec.ATTENTION_DROPOUT_DEFAULT`)."""
     args: list[tuple[str, str | None]] = []
     if m.window_size:
         args.append(("--window-size", f"{m.window_size - 1},0"))
@@ -205,6 +206,8 @@ def local_attention_args(m: ModelSpec) -> list[tuple[str, str | None]]:
             args.append(("--window-attn-skip-freq", str(m.window_attn_skip_freq)))
     if m.softmax_type != "vanilla":
         args.append(("--softmax-type", m.softmax_type))
+    if m.attention_dropout != ATTENTION_DROPOUT_DEFAULT:
+        args.append(("--attention-dropout", f"{m.attention_dropout:g}"))
     return args
 
 

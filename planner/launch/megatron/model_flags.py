@@ -109,7 +109,8 @@ def _local_attention(args: Arguments) -> dict:
     Transformer Engine's (left, right) span, a query seeing itself and ``L`` earlier tokens, so
     ``window_size`` is ``L + 1`` (causal: ``R`` is 0); ``--window-attn-skip-freq N`` makes every
     N-th layer global (megatron/core/transformer/utils.py ``is_layer_window_attention``);
-    ``--softmax-type`` (vanilla, off-by-one, learnable: attention sinks)."""
+    ``--softmax-type`` (vanilla, off-by-one, learnable: attention sinks); ``--attention-dropout`` (a
+    probability)."""
     out: dict = {}
     text = args.flags.get("--window-size")
     if text is not None:
@@ -136,6 +137,19 @@ def _local_attention(args: Arguments) -> dict:
                 + ", ".join(SOFTMAX_TYPES)
             )
         out["softmax_type"] = softmax
+    dropout = args.flags.get("--attention-dropout")
+    if dropout is not None:
+        try:
+            p = float(dropout)
+        except ValueError:
+            p = -1.0
+        if not 0.0 <= p < 1.0:
+            raise SpecError(
+                f"{args.at('--attention-dropout')}: --attention-dropout {dropout!r}: expected a probability in [0, 1)"
+            )
+        out["attention_dropout"] = p
+    elif "--attention-dropout" in args.flags:
+        raise SpecError(f"{args.at('--attention-dropout')}: --attention-dropout is given without its value")
     return out
 
 
