@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cost_models.compute import COMPUTE_DTYPE  # noqa: E402
 from cost_models.layers import model_flop_per_iteration  # noqa: E402
-from planner.calibration.cases import DEFAULT_RUNS, cases, excluded_reason  # noqa: E402
+from planner.calibration.cases import DEFAULT_RUNS, cases, excluded_reason, measures_speed  # noqa: E402
 from planner.calibration.coverage import add_run  # noqa: E402
 from planner.profiles.plausibility import TABLE, class_key, size_band  # noqa: E402
 from planner.profiles.software import CLASSES  # noqa: E402
@@ -38,7 +38,7 @@ from planner.profiles.software import CLASSES  # noqa: E402
 def table(runs: Path) -> dict:
     best: dict[str, dict] = {}
     for c in cases(runs):
-        if c.skip_reason:
+        if c.skip_reason or not measures_speed(c.run_id):
             continue
         gpu = c.cluster.groups[0].gpu
         flop_per_token = model_flop_per_iteration(c.model, c.job) / c.job.tokens_per_step

@@ -123,6 +123,12 @@ def main() -> int:
             f"(median) {100 * stats['median_signed_error']:+.1f}%, p90 of measured - predicted "
             f"{stats['excess_p90_gib']:+.1f} GiB"
         )
+    if stats.get("n_allocated"):
+        print(
+            f"of them allocated peaks (Megatron's logged max allocated, last rank): {stats['n_allocated']}, "
+            f"signed median {100 * stats['allocated_median_signed_error']:+.1f}%, max |error| "
+            f"{100 * stats['allocated_max_abs_error']:.1f}%"
+        )
     return 0
 
 

@@ -75,6 +75,11 @@ EXCLUDED = {
         "within the source (a layout repeated in its figure gives 737 and 3,449 tok/s/GPU; ZeRO-0 and "
         "ZeRO-1 of one 8B layout 2,275 and 687); their layout groups are ranked on a line of their own"
     ),
+    "megatronlm_ci_moe_": (
+        "Megatron-LM's MoE memory test (CI, 2026-01): a correctness test in deterministic mode with unfused "
+        "attention on a 1,024-wide model, kept for its logged memory (docs/calibration.md, 'Memory'), not "
+        "its speed"
+    ),
     "hagemann2023_a100_": (
         "Aleph Alpha's own training codebase (Hagemann et al. 2023's sweep), which planner neither plans "
         "for nor has a software profile of: its pipeline loses 39% of throughput from micro-batch 1 to 8 "
@@ -87,6 +92,17 @@ EXCLUDED = {
 RANKED_WHEN_EXCLUDED = ("ultrascale_h100_", "hagemann2023_a100_")
 """Prefixes of :data:`EXCLUDED` whose layout groups are still ranked, on a line of their own
 (scripts/validate_published.py), never in the ranking figures."""
+
+
+NOT_SPEED_RUNS = ("megatronlm_ci_moe_",)
+"""Prefixes of :data:`EXCLUDED` whose runs were no attempt at speed (a correctness test in
+deterministic mode, kept for its logged memory): nor do they stand as a class's published MFU
+(scripts/published_mfu.py), where the other excluded runs, which ran as their sources meant, do."""
+
+
+def measures_speed(run_id: str) -> bool:
+    """Whether a run's throughput is a measurement of speed (:data:`NOT_SPEED_RUNS`)."""
+    return not run_id.startswith(NOT_SPEED_RUNS)
 
 
 def excluded_reason(run_id: str) -> str:

@@ -78,25 +78,48 @@ def is_reserved(metric: str) -> bool:
     return "reserved" in metric.lower()
 
 
+MEGATRON_MAX_ALLOCATED = "max allocated, last rank (Megatron --log-memory-to-tensorboard)"
+"""The metric of an entry's ``mem_max_allocated_gib``: Megatron-LM's ``mem-max-allocated-bytes``
+scalar (``torch.cuda.memory_stats()['allocated_bytes.all.peak']``, megatron/training/training.py
+``training_log``), written by the one rank that holds the TensorBoard writer, the last
+(``_set_tensorboard_writer``: ``args.rank == args.world_size - 1``, megatron/training/global_vars.py),
+which is on the last pipeline stage (tp, cp, dp vary fastest in Megatron's default rank order)."""
+
+
 def rows(results, entries: list[dict]) -> list[MemoryRow]:
     """One row per measured peak whose run was predicted, in ``entries`` order.
 
     ``results``: :class:`planner.calibration.cases.Result` values; ``entries``: the ``measured_memory``
-    list of published_memory.yaml."""
+    list of published_memory.yaml. A ``peak_memory_gib`` (torchtitan's reserved peak, the most of any
+    GPU) is held to planner's largest peak, reserve included; a ``mem_max_allocated_gib`` (Megatron's
+    logged allocated peak, :data:`MEGATRON_MAX_ALLOCATED`) to the last stage's peak less the fixed
+    CUDA-context / NCCL reserve, which the caching allocator never sees (as the measured steps of
+    :func:`measured_rows`)."""
     by_id = {r.case.run_id: r for r in results}
     out = []
     for e in entries:
         r = by_id.get(e.get("run_id"))
-        if r is None or not e.get("peak_memory_gib"):
+        if r is None:
             continue
-        out.append(
-            MemoryRow(
-                run_id=e["run_id"],
-                metric=str(e.get("memory_metric", "")),
-                measured_bytes=float(e["peak_memory_gib"]) * GIB,
-                predicted_bytes=float(r.estimate.peak_memory_bytes),
+        if e.get("peak_memory_gib"):
+            out.append(
+                MemoryRow(
+                    run_id=e["run_id"],
+                    metric=str(e.get("memory_metric", "")),
+                    measured_bytes=float(e["peak_memory_gib"]) * GIB,
+                    predicted_bytes=float(r.estimate.peak_memory_bytes),
+                )
             )
-        )
+        elif e.get("mem_max_allocated_gib"):
+            last = r.estimate.stages[-1].memory
+            out.append(
+                MemoryRow(
+                    run_id=e["run_id"],
+                    metric=MEGATRON_MAX_ALLOCATED,
+                    measured_bytes=float(e["mem_max_allocated_gib"]) * GIB,
+                    predicted_bytes=float(last.peak_bytes - last.gpu_reserve_bytes),
+                )
+            )
     return out
 
 
@@ -115,9 +138,13 @@ def summarize(memory_rows: list[MemoryRow]) -> dict:
     signed = [r.signed_error for r in memory_rows]
     excess = [r.excess_bytes / GIB for r in memory_rows]
     reserved = [r.excess_bytes / GIB for r in memory_rows if is_reserved(r.metric)]
+    allocated = [r.signed_error for r in memory_rows if not is_reserved(r.metric)]
     return {
         "n": len(memory_rows),
         "n_reserved": len(reserved),
+        "n_allocated": len(allocated),
+        "allocated_median_signed_error": _percentile(allocated, 0.5) if allocated else None,
+        "allocated_max_abs_error": max(abs(e) for e in allocated) if allocated else None,
         "median_abs_error": _percentile(abs_err, 0.5),
         "max_abs_error": max(abs_err),
         "median_signed_error": _percentile(signed, 0.5),

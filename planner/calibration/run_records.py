@@ -215,8 +215,15 @@ kernels (FlashAttention-2, with or without their RMSNorm kernel)."""
 
 
 def attention_impl_of(run: dict, notes: list[str]) -> str:
-    """``unfused`` for the runs of :data:`UNFUSED_ATTENTION_SOURCES`, ``flash2`` for those of
-    :data:`FLASH2_ATTENTION_SOURCES`, else ``fused``."""
+    """``unfused`` for the runs of :data:`UNFUSED_ATTENTION_SOURCES` and those whose recipe sets
+    Megatron-Core's ``--attention-backend unfused`` (``parallel.attention_backend``), ``flash2`` for
+    the runs of :data:`FLASH2_ATTENTION_SOURCES`, else ``fused``."""
+    backend = (run.get("parallel") or {}).get("attention_backend")
+    if backend is not None and backend != "unfused":
+        raise PlannerError(f"parallel.attention_backend {backend!r}: only 'unfused' is recorded")
+    if backend == "unfused":
+        notes.append("unfused attention (--attention-backend unfused)")
+        return "unfused"
     if source_of(run).startswith(UNFUSED_ATTENTION_SOURCES):
         notes.append("unfused attention (score matrix in HBM; pre-FlashAttention software)")
         return "unfused"
@@ -347,7 +354,29 @@ def model_of(run_id: str, mb: dict, notes: list[str]) -> ModelSpec:
             "shared_ffn_hidden_size",
         )
         or 0,
+        **_explicit_model_fields(mb),
     )
+
+
+EXPLICIT_MODEL_FIELDS = (("qk_layernorm", bool), ("mtp_num_layers", int), ("attention_dropout", float))
+"""ModelSpec fields a record's ``model`` block may give by name (the Megatron flags of its recipe:
+``--qk-layernorm``, ``--mtp-num-layers``, ``--attention-dropout``); absent, the field's default."""
+
+
+def _explicit_model_fields(mb: dict) -> dict:
+    out = {}
+    for key, kind in EXPLICIT_MODEL_FIELDS:
+        value = mb.get(key)
+        if value is None:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = isinstance(value, bool) if kind is bool else number and (kind is float or isinstance(value, int))
+        if not ok or (key == "attention_dropout" and not 0 <= value < 1):
+            raise PlannerError(
+                f"model.{key} {value!r} is not a {'probability' if kind is float else kind.__name__}"
+            )
+        out[key] = kind(value)
+    return out
 
 
 def _preset_model(mb: dict, notes: list[str]) -> ModelSpec:
