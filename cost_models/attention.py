@@ -55,6 +55,10 @@ class AttentionBlock:
     matrix's softmax output, dropout mask and output; fused: the log-sum-exp), which selective
     recompute does not keep (Korthikanti et al. 2022 Sec. 5, Table 2: 34 sbh/t per layer instead of
     sbh(34/t + 5as/(ht)))."""
+    working_bytes: float = 0.0
+    """Bytes core attention allocates and frees within one pass on top of what it keeps: unfused
+    attention's pre-softmax scores (:data:`UNFUSED_WORKING_BYTES` per score element; fused kernels
+    keep their tiles on chip). A transient while the layer runs, not kept across micro-batches."""
     separate_norm_bytes: float = 0.0
     """The part of ``act_bytes`` that is the output of a separate input norm (MLA's ``TENorm``;
     MHA/GQA fuse the norm into the QKV GEMM), which the ``layernorm`` recompute module discards."""
@@ -176,6 +180,14 @@ the P V product's read (Megatron-Core ``DotProductAttention``, megatron/core/tra
 dot_product_attention.py: ``scale_mask_softmax``, ``attention_dropout``, ``torch.bmm``)."""
 
 
+UNFUSED_WORKING_BYTES = 2.0
+"""Bytes per score element unfused core attention holds on top of what it keeps while a pass runs:
+forward, ``baddbmm``'s 16-bit scores, alive while ``FusedScaleMaskSoftmax`` writes the
+probabilities beside them (megatron/core/transformer/dot_product_attention.py); backward, the
+probabilities' gradient (``dContext V^T``), into which the fused softmax backward writes its
+result in place (Megatron's ``scaled_upper_triang_masked_softmax`` kernels)."""
+
+
 def unfused_kept_bytes(model: ModelSpec) -> float:
     """Bytes per score element unfused core attention keeps for backward (:data:`UNFUSED_KEPT_BYTES`,
     or :data:`UNFUSED_KEPT_BYTES_NO_DROPOUT` without attention dropout)."""
@@ -266,10 +278,12 @@ def attention_block(
             dropout=model.attention_dropout > 0,
         )
         kept = unfused_kept_bytes(model) * scores  # softmax output (with dropout: its mask and output)
+        working = UNFUSED_WORKING_BYTES * scores
     else:
         fused = attention_s(T * span * model.core_attention_width / t, gpu, prec, kernel_keys(span, job, c))
         attn_fwd, attn_bwd = core_attention_s(fused, job, gpu, local=span < job.doc_length)
         kept = 4 * T * model.num_attention_heads / t  # fp32 log-sum-exp of flash attention
+        working = 0.0
     model_flop = (
         3 * (2 * T * h * (q + 2 * kv) + 2 * T * q * h + 2 * T * span * model.core_attention_width) / t
     )
@@ -310,6 +324,7 @@ def attention_block(
         norm_elements=T * (q / t + kv_local) if model.qk_layernorm else 0.0,
         rope_elements=rope_elements,
         core_kept_bytes=kept,
+        working_bytes=working,
     )
 
 
@@ -376,7 +391,9 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
         )
         extra = unfused_kept_bytes(model) * scores - kept.lse_bytes
         kept = replace(kept, act_bytes=kept.act_bytes + extra, lse_bytes=kept.lse_bytes + extra)
+        working = UNFUSED_WORKING_BYTES * scores
     else:
+        working = 0.0
         fused = attention_s(T * span * model.core_attention_width / t, gpu, prec, keys)
         attn_fwd, attn_bwd = core_attention_s(fused, job, gpu, local=local)
     # Memory-bound: latent norms (read+write), rotary on the query and shared key RoPE parts.
@@ -403,6 +420,7 @@ def _mla(model: ModelSpec, job: JobSpec, c: ParallelConfig, node: NodeGroup, spa
         separate_norm_s=memory_bound_s(2 * T_local * s.h * ACT_BYTES, gpu),
         up_proj_bytes=kept.qkv_bytes,
         up_proj_s=up.forward_s + memory_bound_s(rope_bytes, gpu),
+        working_bytes=working,
     )
     return block if dsa is None else _with_indexer(block, dsa, model)
 

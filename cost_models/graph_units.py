@@ -287,18 +287,20 @@ def _transformer_unit(
             output = replace(output, params_sharded=m.vocab_size * m.hidden_size / c.tp)
         extra = extra + output
     cost = layer + extra
-    recompute, a, transient, redo = 0.0, cost.activation_bytes, 0.0, 0.0
+    # a layer's pass holds its working set (unfused attention's scores) on top of what it keeps; a
+    # recomputed layer's own activations stand for it (as cost_models.stage_terms takes them)
+    recompute, a, transient, redo = 0.0, cost.activation_bytes, layer.working_bytes, 0.0
     if c.recompute == "full":
         # Narayanan et al. 2021 eq. (3): full recompute repeats each layer's forward
         recompute, redo = layer.recompute_forward_s, layer.model_flop / 3
         a = layer.checkpoint_bytes + extra.activation_bytes
-        transient = layer.activation_bytes
+        transient = max(layer.activation_bytes, layer.working_bytes)
     elif c.recompute == "selective":
         # Korthikanti et al. 2022 eq. (8): the attention products again, 4 s q FLOPs per token;
         # what core attention keeps for its backward is not kept (Table 2), one layer's at a time
         recompute = layer.selective_recompute_s
         a = cost.recomputed_bytes("selective")
-        transient = cost.selective_dropped_bytes
+        transient = max(cost.selective_dropped_bytes, layer.working_bytes)
         T = c.micro_batch_size * block.tokens(job.seq_length)
         redo = 4 * T * block.tokens(job.seq_length) * m.query_projection_size / c.tp if attends else 0.0
         if source is not None:

@@ -54,6 +54,11 @@ class LayerCost:
     """Bytes each GPU sends for context parallelism per micro-batch (forward + backward)."""
     ep_comm_bytes: float = 0.0
     """Bytes each GPU sends in expert all-to-alls per micro-batch (forward + backward)."""
+    working_bytes: float = 0.0
+    """Memory one pass of the layer allocates and frees on top of what it keeps (unfused core
+    attention's pre-softmax scores, :attr:`cost_models.attention.AttentionBlock.working_bytes`): a
+    transient while the layer runs. A sum of layers' values means nothing: a stage takes its
+    largest layer's (:mod:`cost_models.stage_terms`)."""
     frozen_weight_bytes: float = 0.0
     """Bytes of frozen weights on this GPU (a LoRA job's base, :mod:`cost_models.finetune`): held, but
     with no gradient and no optimizer state, and not counted in ``params_*`` (the trained ones)."""

@@ -216,6 +216,7 @@ def _decoder(
         tp_comm_bytes=lc.tp_bytes,
         cp_comm_bytes=lc.cp_bytes,
         ep_comm_bytes=ep_bytes,
+        working_bytes=at.working_bytes,
     )
 
 

@@ -265,6 +265,16 @@ def chunk_terms(
             offload_exposed = offload.forward_exposed_s + offload.backward_exposed_s
             host = offload.resident_bytes_saved / v
             transient = max(transient, offload.transit_bytes)
+        # A layer's pass holds its working set (unfused attention's scores) on top of what it keeps.
+        # With recompute the recomputed layer's own activations are taken for it when larger, not
+        # added: their sum would hold the layer's MLP activations and the attention's working set at
+        # once, which backward frees and makes in turn (what of the attention's part coexists with
+        # its working set is not priced: a lower bound there).
+        working = max(
+            (table.decoder(model, i).working_bytes for i in range(first_layer[vs], first_layer[vs] + n)),
+            default=0.0,
+        )
+        transient = max(transient, working)
         if k:
             transient = max(transient, layer_unit.activation_bytes)
         elif c.recompute == "selective":

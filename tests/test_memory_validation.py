@@ -136,10 +136,10 @@ def test_measure_memory_torch_without_cuda_device(monkeypatch, capsys):
     assert "no CUDA device present" in capsys.readouterr().out
 
 
-def test_megatron_logged_allocated_peaks_are_predicted_within_5_percent():
+def test_megatron_logged_allocated_peaks_are_predicted_within_3_percent():
     """Megatron-LM's CI memory tests log ``mem-max-allocated-bytes`` from the last rank (its
     TensorBoard writer): planner's last stage, less the reserve the allocator never sees, is within
-    5% of all three (7B dense at tp 1 pp 4 vp 8 and tp 4; the MoE test with MLA, MTP and unfused
+    3% of all three (7B dense at tp 1 pp 4 vp 8 and tp 4; the MoE test with MLA, MTP and unfused
     attention at tp 2 pp 2 vp 4 ep 4, whose peak is the score matrices)."""
     import yaml
 
@@ -160,9 +160,9 @@ def test_megatron_logged_allocated_peaks_are_predicted_within_5_percent():
     for row in allocated:
         last = by_id[row.run_id].estimate.stages[-1].memory
         assert row.predicted_bytes == last.peak_bytes - last.gpu_reserve_bytes
-        assert abs(row.signed_error) < 0.05, (row.run_id, row.signed_error)
+        assert abs(row.signed_error) < 0.03, (row.run_id, row.signed_error)
     s = summarize(allocated)
-    assert s["n_allocated"] == 3 and s["allocated_max_abs_error"] < 0.05
+    assert s["n_allocated"] == 3 and s["allocated_max_abs_error"] < 0.03
 
 
 def test_runs_that_measure_no_speed_are_excluded_ones():

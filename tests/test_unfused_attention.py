@@ -314,3 +314,23 @@ def test_multi_latent_attention_honours_unfused_attention():
     assert math.isclose(
         with_dropout.dense.activation_bytes - unfused.dense.activation_bytes, 3 * scores, rel_tol=1e-12
     )
+
+
+def test_the_pre_softmax_scores_are_a_transient_of_the_running_layer():
+    """While a layer's unfused attention runs, its 16-bit pre-softmax scores live beside the kept
+    probabilities: 2 bytes per score element on top of what is kept, freed after the pass; without
+    recompute a stage's transient is at least that, and the fused kernel has none."""
+    from cost_models.attention import UNFUSED_WORKING_BYTES
+    from cost_models.estimate import estimate
+
+    m, unfused, _ = _table("unfused")
+    _, fused, _ = _table("fused")
+    scores = 4 * SEQ * SEQ * m.num_attention_heads
+    assert UNFUSED_WORKING_BYTES == 2
+    assert unfused.dense.working_bytes == 2 * scores and fused.dense.working_bytes == 0.0
+    cluster = load_cluster("dgx-a100", 1)
+    for impl in ("fused", "unfused"):
+        job = make_job(global_batch_size=64, seq_length=SEQ, precision="fp16", attention_impl=impl)
+        c = resolve(m, cluster, job, ParallelConfig(pp=2, micro_batch_size=4, optimizer_sharding="none"))
+        first = estimate(m, cluster, job, c).stages[0].memory  # no loss transient on the first stage
+        assert first.transient_bytes == (2 * scores if impl == "unfused" else 0.0)
