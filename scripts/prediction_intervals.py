@@ -59,6 +59,9 @@ HEADER = """\
 # {nested:.1%} with the quantile level itself chosen without the source held out. {outside} of the runs lie
 # outside what the other sources' runs cover (planner/calibration/coverage.py) and take the next
 # coarser class, as a plan outside calibration does: {covered_outside:.1%} of them covered, {covered_inside:.1%} of the rest.
+# kind_coverage: of the dense and of the MoE runs, how many their held-out intervals covered; a
+# prediction whose class is not of its kind (a kind whose runs come from fewer than {min_sources} sources has
+# no class of its own and takes a pooled one) says so beside its interval.
 # resolution: the smallest predicted log gap between two layouts of one layout group (runs of one
 # model, cluster and batch differing only in layout) that the held-out predictions order as
 # measured {level:.0%} of the time (the {level:.0%} quantile of the {pairs} pairs' symmetric paired
@@ -149,6 +152,7 @@ def table_yaml(rows, cov: dict, res: dict, nested: float) -> str:
         "level": LEVEL,
         "quantile_level": cov["quantile_level"],
         "resolution": {"log_gap": round(res["log_gap"], 5), "pairs": res["pairs"], "groups": res["groups"]},
+        "kind_coverage": cov["by_kind"],
         "classes": classes,
     }
     return header + yaml.safe_dump(body, sort_keys=False, width=110)

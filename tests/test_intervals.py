@@ -272,3 +272,24 @@ def test_the_level_must_hold_outside_calibration_too():
     # with the outside runs counted as inside, overall coverage alone decides
     flat = [(s, k, r, False) for s, k, r, _ in rows]
     assert build.coverage(flat, 0.8)["by_range"]["outside_calibration"]["runs"] == 0
+
+
+def test_a_moe_plan_in_a_pooled_class_says_how_often_moe_runs_were_covered(run_cli):
+    """The MoE runs come from fewer sources than a class needs, so a MoE plan takes a pooled class
+    (``all``): its interval says so, with the held-out coverage of the MoE calibration runs (the
+    shipped table's ``kind_coverage``); a dense plan's class is of its kind and says nothing."""
+    import json
+
+    covered, runs = iv.kind_coverage()["moe"]
+    assert runs == 40 and covered < 0.8 * runs  # held out, the pooled class under-covers MoE runs
+    job = ("-c", "dgx-h100", "-n", "2", "-b", "256", "-s", "4096", "--pp", "1", "--json")
+    moe = json.loads(run_cli("estimate", "-m", "qwen3-30b-a3b", "--tp", "1", "--ep", "8", *job).stdout)
+    dense = json.loads(run_cli("estimate", "-m", "llama3-8b", "--tp", "2", *job).stdout)
+    assert "moe" not in moe["prediction_interval"]["class"].split()
+    assert moe["prediction_interval"]["kind_held_out"] == {"kind": "moe", "covered": covered, "runs": runs}
+    assert dense["prediction_interval"]["kind_held_out"] is None
+    text = run_cli("estimate", "-m", "qwen3-30b-a3b", "--tp", "1", "--ep", "8", *job[:-1]).stdout
+    import re
+
+    flat = re.sub(r"[\u2502\s]+", " ", text)  # the table's cell borders and line breaks
+    assert "not a MoE class" in flat and f"{covered} of the {runs} MoE" in flat

@@ -95,6 +95,7 @@ def coverage(rows: list[Row], level: float) -> dict:
     covered = below = above = 0
     per_class: dict[str, list[int]] = {}
     per_range = {False: [0, 0], True: [0, 0]}
+    per_kind = {kind: [0, 0] for kind in KINDS}
     for source in sorted({s for s, *_ in rows}):
         table = build_table([r for r in rows if r[0] != source], level)
         for s, keys, residual, extrapolated in rows:
@@ -105,7 +106,12 @@ def coverage(rows: list[Row], level: float) -> dict:
             covered += inside
             below += residual < cls.log_low
             above += residual > cls.log_high
-            for tally in (per_class.setdefault(cls.key, [0, 0]), per_range[bool(extrapolated)]):
+            tallies = (
+                per_class.setdefault(cls.key, [0, 0]),
+                per_range[bool(extrapolated)],
+                per_kind[kind_of(keys)],
+            )
+            for tally in tallies:
                 tally[0] += inside
                 tally[1] += 1
     n = len(rows)
@@ -123,7 +129,17 @@ def coverage(rows: list[Row], level: float) -> dict:
                 ("outside_calibration", per_range[True]),
             )
         },
+        "by_kind": {kind: {"runs": v[1], "runs_covered": v[0]} for kind, v in per_kind.items()},
     }
+
+
+KINDS = ("dense", "moe")
+"""The dense/MoE part of a class (:func:`planner.profiles.uncertainty.class_keys`)."""
+
+
+def kind_of(keys: tuple[str, ...]) -> str:
+    """Whether a row's class keys are of MoE or dense runs (every hierarchy holds the bare kind)."""
+    return "moe" if "moe" in keys else "dense"
 
 
 def _reaches(cov: dict, target: float) -> bool:

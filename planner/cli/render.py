@@ -197,12 +197,25 @@ def _grad_rows(d: dict) -> list[tuple[str, str]]:
 
 
 def widened_note(interval: dict) -> str:
-    """What an interval outside its class's calibration runs is worth ('' inside): widened, and how
-    often such intervals held on unseen runs (:data:`planner.profiles.uncertainty.UNSEEN_OUTSIDE_COVERAGE`)."""
+    """What an interval is worth where its class says less than it seems ('' otherwise): a class not
+    of the plan's kind (a MoE plan in a pooled class), with how often held-out intervals covered the
+    calibration runs of that kind; outside its class's calibration runs, widened, and how often such
+    intervals held on unseen runs (:data:`planner.profiles.uncertainty.UNSEEN_OUTSIDE_COVERAGE`)."""
+    note = ""
+    kind = interval.get("kind_held_out")
+    if kind:
+        name = "MoE" if kind["kind"] == "moe" else kind["kind"]
+        note = (
+            f"; not a {name} class (too few sources of {name} runs): held out, intervals covered "
+            f"{kind['covered']} of the {kind['runs']} {name} calibration runs"
+        )
     if not interval.get("outside_calibration"):
-        return ""
+        return note
     held, runs = UNSEEN_OUTSIDE_COVERAGE
-    return f"; widened: outside the class's calibration runs, where such intervals held {held} of {runs} unseen runs"
+    return (
+        note
+        + f"; widened: outside the class's calibration runs, where such intervals held {held} of {runs} unseen runs"
+    )
 
 
 def _interval_rows(interval: dict | None) -> list[tuple[str, str]]:

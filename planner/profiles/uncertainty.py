@@ -106,8 +106,12 @@ class Interval:
     cls: str
     runs: int
     extrapolated: bool
+    kind_held_out: tuple[str, int, int] | None = None
+    """(kind, runs covered, runs) when the class is not of the prediction's kind (a MoE plan in a
+    pooled class): how often held-out intervals covered the calibration runs of its kind."""
 
     def as_dict(self) -> dict:
+        kind = self.kind_held_out
         return {
             "level": self.level,
             "step_time_s": list(self.step_time_s),
@@ -115,6 +119,7 @@ class Interval:
             "class": self.cls,
             "runs": self.runs,
             "outside_calibration": self.extrapolated,
+            "kind_held_out": None if kind is None else {"kind": kind[0], "covered": kind[1], "runs": kind[2]},
         }
 
 
@@ -163,7 +168,12 @@ def lookup(
 
 
 def interval(
-    cls: IntervalClass, tokens_per_s_per_gpu: float, step_time_s: float, level: float, extrapolated: bool
+    cls: IntervalClass,
+    tokens_per_s_per_gpu: float,
+    step_time_s: float,
+    level: float,
+    extrapolated: bool,
+    kind_held_out: tuple[str, int, int] | None = None,
 ) -> Interval:
     """The interval of one prediction from its class's bounds."""
     lo, hi = math.exp(cls.log_low), math.exp(cls.log_high)
@@ -174,6 +184,7 @@ def interval(
         cls.key,
         cls.runs,
         extrapolated,
+        kind_held_out,
     )
 
 
@@ -211,7 +222,28 @@ def predict_interval(
     family = families[0] if len(families) == 1 else None
     level, table = shipped_table()
     cls = lookup(table, class_keys(family, precision, moe, framework, cluster.num_gpus), extrapolated)
-    return interval(cls, tokens_per_s_per_gpu, step_time_s, level, extrapolated)
+    kind = "moe" if moe else "dense"
+    held = kind_coverage().get(kind)
+    of_kind = kind in cls.key.split()
+    return interval(
+        cls,
+        tokens_per_s_per_gpu,
+        step_time_s,
+        level,
+        extrapolated,
+        None if of_kind or held is None else (kind, held[0], held[1]),
+    )
+
+
+@cache
+def kind_coverage(path: Path = TABLE) -> dict[str, tuple[int, int]]:
+    """``{kind: (runs covered, runs)}``: how many dense and MoE calibration runs their held-out
+    intervals covered (the shipped table's ``kind_coverage``; empty when it has none)."""
+    try:
+        data = yaml.safe_load(path.read_text()).get("kind_coverage") or {}
+        return {str(k): (int(v["runs_covered"]), int(v["runs"])) for k, v in data.items()}
+    except (OSError, yaml.YAMLError, AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise SpecError(f"{path.name}: unreadable kind_coverage ({type(exc).__name__}: {exc})") from None
 
 
 @cache
