@@ -29,15 +29,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cost_models.compute import COMPUTE_DTYPE  # noqa: E402
 from cost_models.layers import model_flop_per_iteration  # noqa: E402
-from planner.calibration.cases import DEFAULT_RUNS, cases, excluded_reason, measures_speed  # noqa: E402
-from planner.calibration.coverage import add_run  # noqa: E402
+from planner.calibration.cases import DEFAULT_RUNS, cases, measures_speed  # noqa: E402
+from planner.calibration.coverage import coverage_table  # noqa: E402
 from planner.profiles.plausibility import TABLE, class_key, size_band  # noqa: E402
 from planner.profiles.software import CLASSES  # noqa: E402
 
 
 def table(runs: Path) -> dict:
     best: dict[str, dict] = {}
-    for c in cases(runs):
+    all_cases = cases(runs)
+    for c in all_cases:
         if c.skip_reason or not measures_speed(c.run_id):
             continue
         gpu = c.cluster.groups[0].gpu
@@ -53,8 +54,8 @@ def table(runs: Path) -> dict:
         for table_, k in (("by_framework", fw), ("by_size", band), ("by_framework_size", f"{fw} {band}")):
             if k not in cls[table_] or mfu > cls[table_][k]["mfu"]:
                 cls[table_][k] = entry
-        if not excluded_reason(c.run_id):  # runs the model is not meant to match validate nothing
-            add_run(cls.setdefault("coverage", {}), c)
+    for key, covered in coverage_table(all_cases).items():  # the runs the statistics count
+        best[key]["coverage"] = covered["coverage"]
     return {k: best[k] for k in sorted(best)}
 
 
