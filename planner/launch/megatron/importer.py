@@ -34,6 +34,7 @@ from planner.inputs.model_yaml import validate_model
 from planner.launch.megatron import hybrid
 from planner.launch.megatron.arguments import Arguments, megatron_words, read_arguments
 from planner.launch.megatron.expansion import known_value
+from planner.launch.megatron.model_args import is_model_args_file, model_args_words
 from planner.launch.megatron.model_flags import read_model, require, vocabulary_note
 from planner.launch.megatron.pipeline_flags import parse_layout, pipeline_split
 from planner.launch.megatron.shell import read_script
@@ -201,15 +202,20 @@ def parse_megatron(
     variables: dict | None = None,
     path: str | Path | None = None,
 ) -> Imported:
-    """Read Megatron flags from an args file or a launch script; ``vocab_size`` (``planner check
+    """Read Megatron flags from an args file, a launch script or a ``MODEL_ARGS`` model config
+    (:mod:`.model_args`: Megatron-LM's test configs, the MoE Model Zoo's); ``vocab_size`` (``planner check
     --vocab-size``) is the vocabulary of a launch that gives neither --vocab-size nor
     --padded-vocab-size (see :func:`.model_flags.read_model`); ``variables`` (``planner check --set NAME=VALUE``)
     the shell variables a script starts with, as if exported before it runs; ``path`` the file
     ``text`` was read from, beside which the files the script sources are found."""
-    try:
-        words, env, is_script = megatron_words(text, variables, path)
-    except SpecError as exc:
-        raise SpecError(f"{where}: {exc}") from None
+    if is_model_args_file(text, path):
+        words, env = model_args_words(text, where, variables)
+        is_script = False
+    else:
+        try:
+            words, env, is_script = megatron_words(text, variables, path)
+        except SpecError as exc:
+            raise SpecError(f"{where}: {exc}") from None
     args = read_arguments(words, where, strict=is_script)
     cfg = None
     if "--yaml-cfg" in args.flags:
