@@ -343,6 +343,19 @@ def test_fuzz_megatron_args(fuzz_dir, text):
     run("megatron", "check", str(p), "-c", "dgx-h100", "-n", "1", "--json")
 
 
+MODEL_ARGS_SEED = Path(__file__).parent / "data" / "megatron" / "ci_11debfa7" / "moe_memory_speed_model_config.yaml"
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_model_args_configs(fuzz_dir, data):
+    """Megatron ``MODEL_ARGS`` model configs (planner.launch.megatron.model_args): Megatron-LM's MoE
+    memory test config with random edits, checked as a launch."""
+    doc = data.draw(mutated(yaml.safe_load(MODEL_ARGS_SEED.read_text())))
+    p = _write(fuzz_dir, "model_config.yaml", doc)
+    run("model_args", "check", str(p), "-c", "dgx-h100", "-n", "1", "--vocab-size", "50257", "--json")
+
+
 @FUZZ
 @given(text=launch_text())
 def test_fuzz_launch_scripts(fuzz_dir, text):
