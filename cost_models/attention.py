@@ -20,6 +20,7 @@ from cost_models.parallel import ParallelConfig
 from cost_models.placement import group
 from cost_models.sparse_attention import IndexerBlock, indexer_block
 from cost_models.tensors import ACT_BYTES, gemm_input_bytes, tokens_per_gpu, tp_collectives_s
+from cost_models.unfused_attention import UNFUSED_WORKING_BYTES, unfused_core_attention, unfused_kept_bytes
 from planner.inputs.cluster_spec import GPUSpec, NodeGroup, compute_capability_major
 from planner.inputs.job_spec import JobSpec
 from planner.inputs.model_spec import ModelSpec, sparse_attention_span
@@ -57,8 +58,9 @@ class AttentionBlock:
     sbh(34/t + 5as/(ht)))."""
     working_bytes: float = 0.0
     """Bytes core attention allocates and frees within one pass on top of what it keeps: unfused
-    attention's pre-softmax scores (:data:`UNFUSED_WORKING_BYTES` per score element; fused kernels
-    keep their tiles on chip). A transient while the layer runs, not kept across micro-batches."""
+    attention's pre-softmax scores (:data:`cost_models.unfused_attention.UNFUSED_WORKING_BYTES` per
+    score element; fused kernels keep their tiles on chip). A transient while the layer runs, not
+    kept across micro-batches."""
     separate_norm_bytes: float = 0.0
     """The part of ``act_bytes`` that is the output of a separate input norm (MLA's ``TENorm``;
     MHA/GQA fuse the norm into the QKV GEMM), which the ``layernorm`` recompute module discards."""
@@ -150,94 +152,6 @@ def core_attention_s(
     :func:`kernel_speed` (``local``: a sliding-window layer)."""
     fwd_speed, bwd_speed = kernel_speed(job, gpu, local)
     return fused_forward_s / fwd_speed, FUSED_BACKWARD_FORWARDS * fused_forward_s / bwd_speed
-
-
-UNFUSED_SCORE_BYTES = {"forward": (2.0, 4.0, 5.0, 2.0), "backward": (2.0, 2.0, 5.0, 6.0, 2.0, 2.0)}
-"""HBM bytes per element of the score matrix (``[b, np, sq, sk]``, 16-bit) that each step of
-Megatron-LM's unfused core attention moves (``ParallelAttention.forward``, megatron/model/transformer.py
-at de7dc40f88, 2021; ``CoreAttention`` in later releases and Megatron-DeepSpeed):
-
-* forward: ``baddbmm`` Q K^T writes the scores (2); ``FusedScaleMaskSoftmax`` reads and writes them
-  (2 + 2; ``scaled_upper_triang_masked_softmax`` covers the whole square, masked half included);
-  attention dropout reads the probabilities and writes its output and a one-byte mask (2 + 2 + 1);
-  ``bmm`` probabilities x V reads them (2);
-* backward: the gradient of the probabilities (dContext V^T) is written (2); dV = P^T dContext
-  reads P (2); dropout backward reads the gradient and the mask and writes (2 + 1 + 2); softmax
-  backward reads the output and the gradient and writes (2 + 2 + 2); dQ = dS K and dK = dS^T Q read
-  dS (2 + 2).
-
-Dropout at Megatron-LM's default ``--attention-dropout 0.1`` (megatron/arguments.py), which the
-GPT runs of Narayanan et al. 2021 (examples/sc21/CONFIG.sh sets no dropout flag) and Korthikanti
-et al. 2022 (whose activation formula, 34 + 5as/h bytes per token and hidden unit, counts the
-mask) keep."""
-UNFUSED_KEPT_BYTES = 5.0
-"""Bytes per score element kept for backward: softmax output (2), dropout mask (1), dropout
-output (2): Korthikanti et al. 2022 Sec. 4.1, the 5as/h term of 34 + 5as/h."""
-UNFUSED_KEPT_BYTES_NO_DROPOUT = 2.0
-"""The same without attention dropout (``attention_dropout`` 0: PyTorch's dropout returns its
-input, so neither mask nor second copy exists): the softmax output alone, which its backward and
-the P V product's read (Megatron-Core ``DotProductAttention``, megatron/core/transformer/
-dot_product_attention.py: ``scale_mask_softmax``, ``attention_dropout``, ``torch.bmm``)."""
-
-
-UNFUSED_WORKING_BYTES = 2.0
-"""Bytes per score element unfused core attention holds on top of what it keeps while a pass runs:
-forward, ``baddbmm``'s 16-bit scores, alive while ``FusedScaleMaskSoftmax`` writes the
-probabilities beside them (megatron/core/transformer/dot_product_attention.py); backward, the
-probabilities' gradient (``dContext V^T``), into which the fused softmax backward writes its
-result in place (Megatron's ``scaled_upper_triang_masked_softmax`` kernels)."""
-
-
-def unfused_kept_bytes(model: ModelSpec) -> float:
-    """Bytes per score element unfused core attention keeps for backward (:data:`UNFUSED_KEPT_BYTES`,
-    or :data:`UNFUSED_KEPT_BYTES_NO_DROPOUT` without attention dropout)."""
-    return UNFUSED_KEPT_BYTES if model.attention_dropout > 0 else UNFUSED_KEPT_BYTES_NO_DROPOUT
-
-
-def unfused_core_attention(
-    tokens: float,
-    seq_length: float,
-    heads: float,
-    head_dim: float,
-    gpu: GPUSpec,
-    precision: str,
-    *,
-    value_dim: float = 0.0,
-    dropout: bool = True,
-) -> tuple[float, float, float]:
-    """(forward s, backward s, score elements) of Megatron-LM's unfused core attention for
-    ``tokens`` queries per GPU, each over ``seq_length`` keys (the full square: the causal mask is
-    applied by the softmax, not skipped), ``heads`` heads on this GPU of ``head_dim`` query/key
-    channels and ``value_dim`` value channels (0: ``head_dim``; multi-latent attention's differ).
-    The four batched GEMMs (Q K^T, P V forward; dP, dV, dQ, dK backward) are priced by
-    :func:`cost_models.compute.batched_gemm_s` against the score bytes they read or write; softmax
-    and dropout are memory-bound (:data:`UNFUSED_SCORE_BYTES`; no dropout passes without
-    ``dropout``)."""
-    s = seq_length
-    dv = value_dim or head_dim
-    batch = tokens / s * heads  # b x np products per call
-    scores = tokens * s * heads
-    qk_fw, softmax_fw, dropout_fw, pv_fw = UNFUSED_SCORE_BYTES["forward"]
-    dp_bw, dv_bw, dropout_bw, softmax_bw, dq_bw, dk_bw = UNFUSED_SCORE_BYTES["backward"]
-    if not dropout:
-        dropout_fw = dropout_bw = 0.0
-
-    def bmm(m, n, k, per_score):
-        return batched_gemm_s(m, n, k, batch, gpu, precision, per_score * scores)
-
-    forward = (
-        bmm(s, s, head_dim, qk_fw)
-        + memory_bound_s((softmax_fw + dropout_fw) * scores, gpu)
-        + bmm(s, dv, s, pv_fw)
-    )
-    backward = (
-        bmm(s, s, dv, dp_bw)
-        + bmm(s, dv, s, dv_bw)
-        + memory_bound_s((dropout_bw + softmax_bw) * scores, gpu)
-        + bmm(s, head_dim, s, dq_bw)
-        + bmm(s, head_dim, s, dk_bw)
-    )
-    return forward, backward, scores
 
 
 def kernel_keys(span: float, job: JobSpec, c: ParallelConfig) -> float:

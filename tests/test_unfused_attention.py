@@ -1,4 +1,4 @@
-"""Unfused core attention (JobSpec.attention_impl, cost_models.attention.unfused_core_attention):
+"""Unfused core attention (JobSpec.attention_impl, cost_models.unfused_attention.unfused_core_attention):
 the score matrix's bytes and GEMMs priced as Megatron-LM 2021 runs them, what backward keeps, the
 setting's validation and round trip, and which calibration runs use it."""
 
@@ -8,11 +8,11 @@ import math
 
 import pytest
 
-from cost_models.attention import UNFUSED_KEPT_BYTES, UNFUSED_SCORE_BYTES, unfused_core_attention
 from cost_models.compute import batched_gemm_s, memory_bound_s
 from cost_models.constraints import resolve
 from cost_models.layers import layer_table
 from cost_models.parallel import ParallelConfig
+from cost_models.unfused_attention import UNFUSED_KEPT_BYTES, UNFUSED_SCORE_BYTES, unfused_core_attention
 from planner.inputs.errors import SpecError
 from planner.inputs.jobs import job_from_mapping, make_job
 from planner.inputs.models import load_model
@@ -255,7 +255,7 @@ def test_without_attention_dropout_only_the_softmax_output_is_kept():
     nor the dropped copy exists and neither pass runs: 2 bytes per score element kept instead of 5."""
     from dataclasses import replace
 
-    from cost_models.attention import UNFUSED_KEPT_BYTES_NO_DROPOUT, unfused_kept_bytes
+    from cost_models.unfused_attention import UNFUSED_KEPT_BYTES_NO_DROPOUT, unfused_kept_bytes
 
     m, with_dropout, gpu = _table("unfused")
     cluster = load_cluster("dgx-a100", 1)
@@ -320,8 +320,8 @@ def test_the_pre_softmax_scores_are_a_transient_of_the_running_layer():
     """While a layer's unfused attention runs, its 16-bit pre-softmax scores live beside the kept
     probabilities: 2 bytes per score element on top of what is kept, freed after the pass; without
     recompute a stage's transient is at least that, and the fused kernel has none."""
-    from cost_models.attention import UNFUSED_WORKING_BYTES
     from cost_models.estimate import estimate
+    from cost_models.unfused_attention import UNFUSED_WORKING_BYTES
 
     m, unfused, _ = _table("unfused")
     _, fused, _ = _table("fused")

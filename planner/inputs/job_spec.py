@@ -160,7 +160,7 @@ class JobSpec:
     (:func:`cost_models.attention.kernel_speed`); or ``unfused``, Megatron-LM's ``CoreAttention``
     before flash attention (2019-2022 releases, Megatron-DeepSpeed): two batched GEMMs around a
     fused scale-mask-softmax kernel and attention dropout, with the score matrix written to HBM
-    (:func:`cost_models.attention.unfused_core_attention`)."""
+    (:func:`cost_models.unfused_attention.unfused_core_attention`)."""
     pipeline_scatter_gather: bool = False
     """Without sequence parallelism, each tensor-parallel rank sends 1/tp of the hidden states (and
     of their gradient) to the next pipeline stage, whose ranks all-gather them over tp: the
