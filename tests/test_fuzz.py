@@ -343,7 +343,9 @@ def test_fuzz_megatron_args(fuzz_dir, text):
     run("megatron", "check", str(p), "-c", "dgx-h100", "-n", "1", "--json")
 
 
-MODEL_ARGS_SEED = Path(__file__).parent / "data" / "megatron" / "ci_11debfa7" / "moe_memory_speed_model_config.yaml"
+MODEL_ARGS_SEED = (
+    Path(__file__).parent / "data" / "megatron" / "ci_11debfa7" / "moe_memory_speed_model_config.yaml"
+)
 
 
 @FUZZ

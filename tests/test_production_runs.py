@@ -154,3 +154,19 @@ def test_interval_coverage_on_unseen_runs_is_reported_and_quoted():
     assert (outside["in_interval"], outside["runs"]) == UNSEEN_OUTSIDE_COVERAGE
     flagged = {r["id"] for r in out["runs"] if r["outside_calibration"]}
     assert "mlperf60_nvidia_gb300_mxfp8_gptoss20b_512gpu" in flagged  # a 0.04 s step, 512 GPUs
+
+
+def test_the_mamba_warning_quotes_the_unseen_nemotron_rows():
+    """What estimate says of a model with Mamba-2 layers (UNCALIBRATED_MIXERS) quotes the unseen
+    Nemotron 3 Nano rows as the script predicts them: too fast on Blackwell, too slow on H100."""
+    import re
+
+    from planner.profiles.uncertainty import UNCALIBRATED_MIXERS
+
+    out = _script().report(RUNS, "then")
+    rows = [r for r in out["runs"] if "nemotron3nano" in r["id"]]
+    blackwell = [100 * r["signed_error"] for r in rows if "_h100_" not in r["id"]]
+    hopper = [-100 * r["signed_error"] for r in rows if "_h100_" in r["id"]]
+    quoted = [int(x) for x in re.findall(r"(\d+)-(\d+)% too", UNCALIBRATED_MIXERS["mamba"])[0]]
+    quoted += [int(x) for x in re.findall(r"(\d+)-(\d+)% too", UNCALIBRATED_MIXERS["mamba"])[1]]
+    assert quoted == [round(min(blackwell)), round(max(blackwell)), round(min(hopper)), round(max(hopper))]

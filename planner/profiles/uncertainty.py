@@ -58,7 +58,7 @@ listed (``other``, ``any``) leave the framework out of the class."""
 UNCALIBRATED_MIXERS = {
     "mamba": (
         "Mamba-2 layers: no calibration run has them; unseen production rows of a hybrid Mamba-2 MoE "
-        "(Nemotron 3 Nano, docs/calibration.md) are predicted 25-48% too fast on Blackwell, 9-13% too slow on H100"
+        "(Nemotron 3 Nano, docs/calibration.md) are predicted 22-45% too fast on Blackwell, 9-12% too slow on H100"
     ),
     "mamba1": "Mamba-1 layers: no calibration run has them (their kernels are priced, never validated)",
     "gdn": "gated DeltaNet layers: no calibration run has them (their kernels are priced, never validated)",
