@@ -85,11 +85,23 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def released_month(software_text: str) -> str:
+ROUND_MONTHS = (
+    ("MLPerf Training v5.1", "2025-11"),  # MLCommons Training v5.1 results, published 2025-11-12
+    ("MLPerf Training v6.0", "2026-06"),  # mlcommons.org/2026/06/mlperf-training-v6-0-results/, 2026-06-16
+)
+"""The month a results round appeared (prefix of a record's ``source.title``): the month of a run
+whose software names no container release (Cisco's v6.0 H100 rows: 'NeMo 2 ... on the PyTorch
+NVIDIA NGC container'), which its table then dates."""
+
+
+def released_month(software_text: str, source_title: str = "") -> str:
     """The month (YYYY-MM) of a record's ``parallel.software`` container ('NeMo 25.04 container',
-    'Megatron-Bridge / NeMo 26.02 container'); '' when it names none."""
+    'Megatron-Bridge / NeMo 26.02 container'), else of its results round (:data:`ROUND_MONTHS`);
+    '' when neither says."""
     found = re.search(r"\b(\d\d)\.(\d\d)\b", software_text)
-    return f"20{found.group(1)}-{found.group(2)}" if found else ""
+    if found:
+        return f"20{found.group(1)}-{found.group(2)}"
+    return next((month for prefix, month in ROUND_MONTHS if source_title.startswith(prefix)), "")
 
 
 def profile_for(family: str, month: str, how: str) -> str:
@@ -113,7 +125,10 @@ def predict(path: Path, all_cases: list, how: str) -> tuple[list[Result], dict[s
     """Every buildable run of ``path`` predicted with its :func:`profile_for` profile, and the
     profile each run got."""
     texts = {
-        str(r.get("id")): str((r.get("parallel") or {}).get("software") or "")
+        str(r.get("id")): (
+            str((r.get("parallel") or {}).get("software") or ""),
+            str((r.get("source") or {}).get("title") or ""),
+        )
         for r in read_document(Path(path))["runs"]
     }
     results, used = [], {}
@@ -122,7 +137,7 @@ def predict(path: Path, all_cases: list, how: str) -> tuple[list[Result], dict[s
             continue
         gpu = c.cluster.groups[0].gpu
         family = efficiency_family(gpu.name)
-        name = profile_for(family, released_month(texts.get(c.run_id, "")), how)
+        name = profile_for(family, released_month(*texts.get(c.run_id, ("", ""))), how)
         used[c.run_id] = name
         results.append(Result(c, estimate(c.model, with_software(c.cluster, name), c.job, c.config)))
     return results, used
