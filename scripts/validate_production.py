@@ -201,6 +201,7 @@ def report(path: Path, how: str = "then") -> dict:
                 "predicted_tokens_per_s_per_gpu": r.predicted,
                 "software": used[r.case.run_id],
                 "signed_error": signed_error(r.predicted, r.case.measured_tokens_per_s_per_gpu),
+                "predicted_peak_over_capacity": _peak_ratio(r),
                 **judged(r, used[r.case.run_id], frameworks.get(r.case.run_id, "")),
             }
             for cls, rs in by_class(results, frameworks).items()
@@ -211,7 +212,19 @@ def report(path: Path, how: str = "then") -> dict:
         "by_class": {k: class_summary(result_pairs(rs)) for k, rs in by_class(results, frameworks).items()},
     }
     out["interval_coverage"] = coverage(out["runs"])
+    out["predicted_not_to_fit"] = {
+        row["id"]: row["predicted_peak_over_capacity"]
+        for row in out["runs"]
+        if row["predicted_peak_over_capacity"] > 1
+    }
     return out
+
+
+def _peak_ratio(result: Result) -> float:
+    """The run's predicted peak memory over its GPU's capacity (its worst stage): above 1, planner
+    says a run that ran does not fit."""
+    m = result.estimate.worst_stage.memory
+    return m.peak_bytes / m.capacity_bytes
 
 
 def print_report(out: dict) -> None:
@@ -232,6 +245,10 @@ def print_report(out: dict) -> None:
     rows += [(f"overall ({k})", v) for k, v in out["overall_with_other_profiles"].items()]
     for label, s in rows:
         print(f"{label:34s} {s['count']:4d}  {s['median']:6.1%} {s['p90']:6.1%} {s['signed_median']:+7.1%}")
+    unfit = out["predicted_not_to_fit"]
+    print(f"\npredicted not to fit, though they ran: {len(unfit)} of {len(out['runs'])}")
+    for rid, ratio in unfit.items():
+        print(f"  {rid:48s} peak {ratio:.3f} x capacity")
     print("\nmeasured inside the 80% prediction interval planner states")
     for label, s in out["interval_coverage"].items():
         share = f"{s['share']:.1%}" if s["share"] is not None else "-"
