@@ -274,13 +274,16 @@ LAUNCH_SHAPE = (
 def alias_bomb(draw):
     """A YAML text whose aliases stand for ``width ** levels`` values (2..12 levels of 2..12
     aliases of the list before), under a header of the drawn kind (model, plan, gpu, cluster,
-    fill job, profile or runs file), nested or flat."""
+    fill job, profile or runs file, or a Megatron MODEL_ARGS config), nested or flat."""
     levels, width = draw(st.integers(2, 12)), draw(st.integers(2, 12))
-    kind = draw(st.sampled_from(["model", "plan", "gpu", "cluster", "fill_job", "profile"]))
+    kind = draw(st.sampled_from(["model", "plan", "gpu", "cluster", "fill_job", "profile", "model_args"]))
     lines = ["a0: &a0 [" + ",".join(["x"] * width) + "]"]
     lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * width) + "]" for i in range(1, levels)]
     use = draw(st.sampled_from(["runs", "groups", "blocks", "extra"]))
-    lines.append(f"{use}: *a{levels - 1}")
+    if kind == "model_args":  # a Megatron MODEL_ARGS config whose flag takes the bomb
+        lines.append(f'MODEL_ARGS: {{"--num-layers": *a{levels - 1}}}')
+    else:
+        lines.append(f"{use}: *a{levels - 1}")
     return kind, f"schema_version: {2 if kind == 'plan' else 1}\nkind: {kind}\n" + "\n".join(lines) + "\n"
 
 

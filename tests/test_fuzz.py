@@ -439,6 +439,7 @@ BOMB_COMMANDS = {
     "cluster": [["estimate", *SMALL, "-c", "{f}"]],
     "fill_job": [["bubbles", *SMALL, "-c", "dgx-h100", "-n", "1", "--pp", "2", "--fill-job", "{f}"]],
     "profile": [["estimate", *SMALL, "-c", "dgx-h100", "-n", "1", "--profile", "{f}"], ["calibrate", "{f}", "-c", "dgx-h100", "-n", "1"]],
+    "model_args": [["check", "{f}", "-c", "dgx-h100", "-n", "1"]],
 }  # fmt: skip
 
 

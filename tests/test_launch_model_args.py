@@ -93,3 +93,10 @@ def test_switches_and_lists_read_as_the_launchers_write_them(tmp_path):
     assert model_args_words(empty.read_text(), str(empty))[0][:2] == [("--num-layers", 2), ("null", 2)]
     with pytest.raises(SpecError, match="--num-layers expects an integer, got 'null'"):
         parse_megatron(empty.read_text(), str(empty), 8, path=empty)
+    # nested lists, an alias bomb among them (9^9 strings), are refused at once, not expanded
+    bomb = tmp_path / "bomb.yaml"
+    levels = ['a0: &a0 ["x","x","x","x","x","x","x","x","x"]']
+    levels += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    bomb.write_text("\n".join(levels) + '\nMODEL_ARGS: {"--num-layers": *a8}\n')
+    with pytest.raises(SpecError, match="--num-layers: expected a list of plain values"):
+        model_args_words(bomb.read_text(), str(bomb))

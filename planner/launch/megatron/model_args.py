@@ -58,6 +58,9 @@ def model_args_words(
         if not flag.startswith("--"):
             raise SpecError(f"{where}: line {line}: {SECTION} key {flag!r} is not a --flag")
         if isinstance(value, yaml.SequenceNode):
+            if not all(isinstance(v, yaml.ScalarNode) for v in value.value):
+                # nested lists (an alias bomb among them) are no command line
+                raise SpecError(f"{where}: line {line}: {flag}: expected a list of plain values")
             texts = [_filled(str(v.value), variables) for v in value.value]
         elif isinstance(value, yaml.ScalarNode):
             null = value.tag == "tag:yaml.org,2002:null" and value.style is None
