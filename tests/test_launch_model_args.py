@@ -100,3 +100,16 @@ def test_switches_and_lists_read_as_the_launchers_write_them(tmp_path):
     bomb.write_text("\n".join(levels) + '\nMODEL_ARGS: {"--num-layers": *a8}\n')
     with pytest.raises(SpecError, match="--num-layers: expected a list of plain values"):
         model_args_words(bomb.read_text(), str(bomb))
+
+
+def test_env_vars_are_the_launchs_environment(run_cli, tmp_path):
+    """ENV_VARS is the environment the run starts with, judged as a launch script's: tp 2 on H100
+    needs CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron's validate_args), which the CI config sets."""
+    bad = tmp_path / "model_config.yaml"
+    bad.write_text(
+        CI_MOE.read_text().replace("CUDA_DEVICE_MAX_CONNECTIONS: 1", "CUDA_DEVICE_MAX_CONNECTIONS: 8")
+    )
+    res = run_cli("check", str(bad), "-c", "dgx-h100", "-n", "1", "--vocab-size", "50257", "--json")
+    assert res.exit_code == 1
+    findings = json.loads(res.stdout)["configs"][0]["findings"]
+    assert any(f["level"] == "error" and "ENV_VARS" in f["message"] for f in findings)

@@ -209,8 +209,10 @@ def parse_megatron(
     the shell variables a script starts with, as if exported before it runs; ``path`` the file
     ``text`` was read from, beside which the files the script sources are found."""
     if is_model_args_file(text, path):
+        # judged as a launch: its ENV_VARS are the environment the run starts with, and a word no
+        # flag takes is a positional argument Megatron's parser refuses
         words, env = model_args_words(text, where, variables)
-        is_script = False
+        is_script = True
     else:
         try:
             words, env, is_script = megatron_words(text, variables, path)

@@ -293,7 +293,8 @@ def _torch_fsdp2(f: dict, sizes: _Sizes) -> Findings:
 
 def _device_connections(imp: Imported, cluster: ClusterSpec, sizes: _Sizes) -> Findings:
     """CUDA_DEVICE_MAX_CONNECTIONS (validate_args, before Blackwell): 1 with tp > 1 or cp > 1,
-    never 1 with Megatron-FSDP. Only a launch script sets the environment."""
+    never 1 with Megatron-FSDP. Only a launch script (or a model config's ENV_VARS) sets the
+    environment."""
     f = imp.flags
     conn = imp.env.get("CUDA_DEVICE_MAX_CONNECTIONS")
     pre_blackwell = any(compute_capability_major(g.gpu.name) < 10 for g in cluster.groups)
@@ -321,7 +322,8 @@ def _device_connections(imp: Imported, cluster: ClusterSpec, sizes: _Sizes) -> F
     elif imp.is_script and model_parallel and pre_blackwell and conn != "1":
         yield _error(
             "tensor or context parallelism needs CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell "
-            "(validate_args); add 'export CUDA_DEVICE_MAX_CONNECTIONS=1' to the launch script",
+            "(validate_args); add 'export CUDA_DEVICE_MAX_CONNECTIONS=1' to the launch script (in a "
+            "MODEL_ARGS model config: CUDA_DEVICE_MAX_CONNECTIONS: 1 under ENV_VARS)",
             "CUDA_DEVICE_MAX_CONNECTIONS",
         )
 
