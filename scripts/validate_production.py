@@ -49,6 +49,7 @@ from validate_published import by_class, class_summary, result_pairs, run_framew
 
 from cost_models.estimate import estimate  # noqa: E402
 from planner.calibration.cases import Result, cases, with_software  # noqa: E402
+from planner.calibration.time_forward import SOURCE_DATES  # noqa: E402
 from planner.inputs.documents import read_document  # noqa: E402
 from planner.inputs.errors import PlannerError  # noqa: E402
 from planner.profiles.plausibility import estimate_plausibility  # noqa: E402
@@ -85,23 +86,15 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-ROUND_MONTHS = (
-    ("MLPerf Training v5.1", "2025-11"),  # MLCommons Training v5.1 results, published 2025-11-12
-    ("MLPerf Training v6.0", "2026-06"),  # mlcommons.org/2026/06/mlperf-training-v6-0-results/, 2026-06-16
-)
-"""The month a results round appeared (prefix of a record's ``source.title``): the month of a run
-whose software names no container release (Cisco's v6.0 H100 rows: 'NeMo 2 ... on the PyTorch
-NVIDIA NGC container'), which its table then dates."""
-
-
-def released_month(software_text: str, source_title: str = "") -> str:
+def released_month(software_text: str, source: str = "") -> str:
     """The month (YYYY-MM) of a record's ``parallel.software`` container ('NeMo 25.04 container',
-    'Megatron-Bridge / NeMo 26.02 container'), else of its results round (:data:`ROUND_MONTHS`);
-    '' when neither says."""
+    'Megatron-Bridge / NeMo 26.02 container'), else of its ``source``'s publication
+    (planner.calibration.time_forward.SOURCE_DATES: Cisco's v6.0 H100 rows, 'NeMo 2 ... on the
+    PyTorch NVIDIA NGC container', are dated by the v6.0 round); '' when neither says."""
     found = re.search(r"\b(\d\d)\.(\d\d)\b", software_text)
     if found:
         return f"20{found.group(1)}-{found.group(2)}"
-    return next((month for prefix, month in ROUND_MONTHS if source_title.startswith(prefix)), "")
+    return SOURCE_DATES.get(source, ("",))[0]
 
 
 def profile_for(family: str, month: str, how: str) -> str:
@@ -125,10 +118,7 @@ def predict(path: Path, all_cases: list, how: str) -> tuple[list[Result], dict[s
     """Every buildable run of ``path`` predicted with its :func:`profile_for` profile, and the
     profile each run got."""
     texts = {
-        str(r.get("id")): (
-            str((r.get("parallel") or {}).get("software") or ""),
-            str((r.get("source") or {}).get("title") or ""),
-        )
+        str(r.get("id")): str((r.get("parallel") or {}).get("software") or "")
         for r in read_document(Path(path))["runs"]
     }
     results, used = [], {}
@@ -137,7 +127,7 @@ def predict(path: Path, all_cases: list, how: str) -> tuple[list[Result], dict[s
             continue
         gpu = c.cluster.groups[0].gpu
         family = efficiency_family(gpu.name)
-        name = profile_for(family, released_month(*texts.get(c.run_id, ("", ""))), how)
+        name = profile_for(family, released_month(texts.get(c.run_id, ""), c.source), how)
         used[c.run_id] = name
         results.append(Result(c, estimate(c.model, with_software(c.cluster, name), c.job, c.config)))
     return results, used

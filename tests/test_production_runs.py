@@ -64,11 +64,9 @@ def test_each_run_is_priced_with_the_profile_planner_had_when_its_table_appeared
     assert script.released_month("Megatron-Bridge / NeMo 26.02 container") == "2026-02"
     assert script.released_month("NeMo 25.04 container") == "2025-04"
     assert script.released_month("") == ""
-    # no container named: the results round's month (MLPerf Training v6.0 appeared 2026-06-16)
-    assert (
-        script.released_month("NeMo 2 on the PyTorch NGC container", "MLPerf Training v6.0 (x)") == "2026-06"
-    )
-    assert script.released_month("NeMo 25.04 container", "MLPerf Training v6.0 (x)") == "2025-04"
+    # no container named: its source's publication month (MLPerf Training v6.0 appeared 2026-06-16)
+    assert script.released_month("NeMo 2 on the PyTorch NGC container", "MLPerf Training v6.0") == "2026-06"
+    assert script.released_month("NeMo 25.04 container", "MLPerf Training v6.0") == "2025-04"
     assert script.profile_for("h100", "2026-02", "then") == "megatron-bridge-25.11"
     assert script.profile_for("h100", "2025-04", "then") == "base"  # before any fitted Megatron profile
     assert script.profile_for("h100", "", "then") == "base"

@@ -84,6 +84,12 @@ SOURCE_DATES: dict[str, tuple[str, str]] = {
     "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md": ("2024-12", "the file's name: 2024-12"),
     "MLPerf Training v4.1": ("2024-11", "MLCommons Training v4.1 results, published 2024-11-13"),
     "MLPerf Training v5.0": ("2025-06", "MLCommons Training v5.0 results, published 2025-06-04"),
+    # the unseen production runs' rounds (tests/data/production_runs.yaml; scripts/validate_production.py)
+    "MLPerf Training v5.1": ("2025-11", "MLCommons Training v5.1 results, published 2025-11-12"),
+    "MLPerf Training v6.0": (
+        "2026-06",
+        "MLCommons Training v6.0 results, published 2026-06-16 (mlcommons.org/2026/06/mlperf-training-v6-0-results/)",
+    ),
     "pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md": (
         "2025-06",
         "the file's name: 2025-06",
