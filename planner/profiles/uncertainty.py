@@ -189,10 +189,17 @@ def interval(
 
 
 @cache
+def _document(path: Path):
+    """The table file's parsed YAML, read once for :func:`shipped_table`, :func:`kind_coverage` and
+    :func:`resolution` (a read or parse error is raised, and each reports it its own way)."""
+    return yaml.safe_load(path.read_text())
+
+
+@cache
 def shipped_table(path: Path = TABLE) -> tuple[float, dict[str, IntervalClass]]:
     """The shipped table: (level, classes)."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = _document(path)
         level = float(data["level"])
         classes = {
             str(k): IntervalClass(str(k), int(v["runs"]), float(v["log_low"]), float(v["log_high"]))
@@ -240,7 +247,7 @@ def kind_coverage(path: Path = TABLE) -> dict[str, tuple[int, int]]:
     """``{kind: (runs covered, runs)}``: how many dense and MoE calibration runs their held-out
     intervals covered (the shipped table's ``kind_coverage``; empty when it has none)."""
     try:
-        data = yaml.safe_load(path.read_text()).get("kind_coverage") or {}
+        data = _document(path).get("kind_coverage") or {}
         return {str(k): (int(v["runs_covered"]), int(v["runs"])) for k, v in data.items()}
     except (OSError, yaml.YAMLError, AttributeError, KeyError, TypeError, ValueError) as exc:
         raise SpecError(f"{path.name}: unreadable kind_coverage ({type(exc).__name__}: {exc})") from None
@@ -251,6 +258,6 @@ def resolution(path: Path = TABLE) -> float:
     """The log gap between two plans' predicted step times below which they are statistically tied
     (module docstring; the ``resolution`` section of the shipped table)."""
     try:
-        return float(yaml.safe_load(path.read_text())["resolution"]["log_gap"])
+        return float(_document(path)["resolution"]["log_gap"])
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
         raise SpecError(f"{path.name}: no resolution in the prediction-interval table ({exc})") from None
