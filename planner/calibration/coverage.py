@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from planner.calibration.cases import Case, excluded_reason
-from planner.profiles.plausibility import class_key, coverage_extrapolation
+from planner.profiles.plausibility import class_key, coverage_extrapolation, plan_coverage
 
 
 def add_run(coverage: dict, case: Case) -> None:
@@ -78,17 +78,12 @@ def fold_extrapolation(runs: list[Case], predicted: Mapping[str, float]) -> dict
         table = coverage_table(c for c in runs if c.source != source)
         for rid in sorted(r for r in predicted if by_id[r].source == source):
             c = by_id[rid]
-            gpus = c.cluster.num_gpus
+            step_s = c.job.tokens_per_step / (predicted[rid] * c.cluster.num_gpus)
             out[rid] = coverage_extrapolation(
                 table,
                 c.cluster.groups[0].gpu.name,
                 c.job.precision,
                 c.model.is_moe,
-                gpus=gpus,
-                fsdp_shard=c.config.shard_degree if c.config.optimizer_sharding == "full" else 0,
-                moe_runtime=(c.job.moe_dispatcher, c.job.moe_a2a_overlap, bool(c.job.cuda_graph_scope))
-                if c.model.is_moe
-                else None,
-                step_s=c.job.tokens_per_step / (predicted[rid] * gpus),
+                **plan_coverage(c.model.is_moe, c.job, c.cluster, c.config, step_s),
             )
     return out

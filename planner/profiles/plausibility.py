@@ -179,20 +179,29 @@ def estimate_plausibility(model, job, cluster, est, framework: str = "any") -> P
     mixers and the predicted step time. Estimate, search and check all judge a prediction through
     this one function."""
     is_moe = bool(getattr(model, "is_moe", False))
-    c = est.config
     return plausibility(
         est.stages[0].gpu,
         job.precision,
         is_moe,
         est.mfu,
         framework,
-        gpus=cluster.num_gpus,
-        fsdp_shard=c.shard_degree if c.optimizer_sharding == "full" else 0,
-        moe_runtime=(job.moe_dispatcher, job.moe_a2a_overlap, bool(job.cuda_graph_scope)) if is_moe else None,
+        **plan_coverage(is_moe, job, cluster, est.config, est.step_time_s),
         params=float(getattr(model, "params_total", 0) or 0),
         mixers=uncalibrated_mixers(model),
-        step_s=est.step_time_s,
     )
+
+
+def plan_coverage(moe: bool, job, cluster, config, step_s: float) -> dict:
+    """What of a plan its class's coverage judges (:func:`coverage_extrapolation`'s keywords): the
+    cluster's GPU count, the configuration's fully sharded group, the job's MoE runtime, the step
+    time. A plan (:func:`estimate_plausibility`) and a held-out calibration run
+    (:func:`planner.calibration.coverage.fold_extrapolation`) are judged through this one mapping."""
+    return {
+        "gpus": cluster.num_gpus,
+        "fsdp_shard": config.shard_degree if config.optimizer_sharding == "full" else 0,
+        "moe_runtime": (job.moe_dispatcher, job.moe_a2a_overlap, bool(job.cuda_graph_scope)) if moe else None,
+        "step_s": step_s,
+    }
 
 
 def _merged_coverage(classes: list[dict]) -> dict:
