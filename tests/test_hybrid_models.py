@@ -55,12 +55,12 @@ def test_nemotron_h_8b_by_hand():
 
 
 def test_qwen3_next_active_by_hand():
-    """Per layer: 10 routed experts + the shared one + the router; 36 gated DeltaNet, 12 gated
+    """Per layer: 10 routed experts + the shared one and its h x 1 gate + the router; 36 gated DeltaNet, 12 gated
     attention layers; embedding and output. The model card's "3B activated" is rounded (3.87B
     here, 3.25B without the embedding and output)."""
     h = 2048
     expert = 3 * h * 512
-    moe_active = 10 * expert + expert + h * 512
+    moe_active = 10 * expert + expert + h + h * 512
     gdn = h * (2 * 2048 + 2 * 4096 + 64) + 8192 * 4 + 64 + 128 + 4096 * h
     attention = h * (2 * 4096 + 2 * 512) + 4096 * h + 2 * 256
     active = 48 * (moe_active + 2 * h) + 36 * gdn + 12 * attention + 2 * 151936 * h + h

@@ -5,7 +5,8 @@ Kimi-K2 (MLA, shared experts, leading dense layers, MTP), gpt-oss (sinks, altern
 interleaved MoE with a shared expert, chunked attention), Phi-3, Gemma 3 (``gemma3``'s
 ``text_config`` or ``gemma3_text``; 5 local : 1 global attention, GeGLU), and the hybrid models of 2025:
 Nemotron-H / Nemotron 3 (Mamba-2, attention, MLP and MoE layers in a hybrid pattern), Qwen3-Next
-(gated DeltaNet and gated attention, 512 experts) and Jamba (Mamba-1 and attention layers, each with
+(gated DeltaNet and gated attention, 512 experts), Qwen3.5 / Qwen3.6 of 2026 (the same layers, dense
+or MoE, with MTP; ``text_config`` of the conditional-generation checkpoints) and Jamba (Mamba-1 and attention layers, each with
 an MLP or MoE), Kimi Linear (Kimi Delta Attention and MLA layers, 256 experts) and Falcon-H1
 (attention and Mamba-2 side by side in every layer).
 
@@ -26,7 +27,7 @@ from typing import Any
 from planner.inputs.documents import read_document
 from planner.inputs.errors import SpecError
 from planner.inputs.hf_fields import Fields, mla_fields, skip_freq
-from planner.inputs.hf_hybrid import falcon_h1, jamba, kimi_linear, nemotron_h, qwen3_next
+from planner.inputs.hf_hybrid import falcon_h1, jamba, kimi_linear, nemotron_h, qwen3_5, qwen3_next
 from planner.inputs.model_spec import ModelSpec
 from planner.inputs.model_yaml import rope_theta_of, validate_model
 from planner.inputs.validation import check_number
@@ -46,6 +47,10 @@ MODEL_TYPES = (
     "llama4_text",
     "nemotron_h",
     "phi3",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "qwen3_5_moe_text",
+    "qwen3_5_text",
     "qwen3_next",
 )
 
@@ -53,10 +58,19 @@ MODEL_TYPES = (
 def load_frontier(data: dict, where: str, name: str) -> ModelSpec:
     """A :class:`ModelSpec` from the config mapping of one of :data:`MODEL_TYPES`."""
     mt = data["model_type"]
-    if mt in ("llama4", "gemma3"):
+    flat_qwen3_5 = (
+        mt in ("qwen3_5", "qwen3_5_moe") and "text_config" not in data and "num_hidden_layers" in data
+    )
+    if mt in ("llama4", "gemma3", "qwen3_5", "qwen3_5_moe") and not flat_qwen3_5:
+        # (a text-only Qwen3.5 checkpoint, Qwen3_5MoeForCausalLM, writes the decoder's keys at the top)
         text = data.get("text_config")
         if not isinstance(text, dict):
             raise SpecError(f"{where}: key 'text_config': model_type '{mt}' needs the text decoder's mapping")
+        if mt.startswith("qwen3_5") and "tie_word_embeddings" not in text and "tie_word_embeddings" in data:
+            text = {
+                **text,
+                "tie_word_embeddings": data["tie_word_embeddings"],
+            }  # the wrapper's (small Qwen3.5)
         data, where = text, f"{where} (text_config)"
     if mt in ("gemma3", "gemma3_text"):
         data = {**GEMMA3_TEXT_DEFAULTS, **data}
@@ -71,6 +85,8 @@ def load_frontier(data: dict, where: str, name: str) -> ModelSpec:
         kwargs = nemotron_h(f)
     elif mt == "qwen3_next":
         kwargs = qwen3_next(f)
+    elif mt.startswith("qwen3_5"):
+        kwargs = qwen3_5(f)
     elif mt == "jamba":
         kwargs = jamba(f)
     elif mt == "kimi_linear":
@@ -323,7 +339,8 @@ def load_hf_config(path: Path) -> ModelSpec:
     Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gpt2,
     gpt_neox, gemma, gemma2, nemotron, and (:func:`load_frontier`) deepseek_v2, deepseek_v3, deepseek_v32, falcon_h1,
     gemma3 (its ``text_config``), gemma3_text, jamba, kimi_k2, kimi_linear, gpt_oss, llama4 (its ``text_config``),
-    llama4_text, nemotron_h, phi3, qwen3_next. Field meanings follow the
+    llama4_text, nemotron_h, phi3, qwen3_5 and qwen3_5_moe (their ``text_config``), qwen3_5_text,
+    qwen3_5_moe_text, qwen3_next. Field meanings follow the
     ``transformers`` configuration classes of the same names.
     """
     data = read_document(path)
@@ -345,7 +362,7 @@ def load_hf_config(path: Path) -> ModelSpec:
         supported = (
             "deepseek_v2, deepseek_v3, deepseek_v32, falcon_h1, gemma, gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, jamba, kimi_k2, "
             "kimi_linear, llama, llama4, llama4_text, mistral, mixtral, nemotron, nemotron_h, phi3, qwen2, qwen2_moe, "
-            "qwen3, qwen3_moe, qwen3_next"
+            "qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, qwen3_next"
         )
         raise SpecError(f"{where}: key 'model_type': {mt!r} is not supported; allowed values: {supported}")
     _check_fields(kwargs, data, where)
@@ -446,6 +463,8 @@ def _moe_fields(f: Fields) -> dict[str, Any]:
             moe_ffn_hidden_size=f.need("moe_intermediate_size"),
             moe_layer_freq=f.opt("decoder_sparse_step", 1),
             moe_shared_expert_intermediate_size=f.opt("shared_expert_intermediate_size"),
+            # Qwen2MoeSparseMoeBlock's shared_expert_gate (transformers models/qwen2_moe)
+            moe_shared_expert_gate=f.mt == "qwen2_moe" and bool(f.opt("shared_expert_intermediate_size")),
         )
     return {}
 

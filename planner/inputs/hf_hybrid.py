@@ -1,6 +1,6 @@
 """Hugging Face ``config.json`` import of the hybrid families (issue 56): Nemotron-H / Nemotron 3
-(Mamba-2, attention, MLP and MoE layers in a hybrid pattern), Qwen3-Next (gated DeltaNet and gated
-attention, 512 experts) and Jamba (Mamba-1 and attention layers, each with an MLP or MoE). Each
+(Mamba-2, attention, MLP and MoE layers in a hybrid pattern), Qwen3-Next and Qwen3.5 (gated DeltaNet
+and gated attention; Qwen3.5 dense or MoE, with MTP) and Jamba (Mamba-1 and attention layers, each with an MLP or MoE). Each
 parser returns the :class:`~planner.inputs.model_spec.ModelSpec` keyword arguments its family adds
 to the common ones :func:`planner.inputs.hf_config.load_frontier` reads; field meanings follow the
 ``transformers`` configuration classes of the same names."""
@@ -157,6 +157,39 @@ def qwen3_next(f: Fields) -> dict[str, Any]:
     ``num_experts_per_tok`` plus a shared expert (``decoder_sparse_step`` 1, no ``mlp_only_layers``).
     Megatron runs it as ``--experimental-attention-variant gated_delta_net --linear-attention-freq N``
     (Megatron-Bridge's Qwen3-Next bridge), which the layer types must follow."""
+    if f.data.get("mlp_only_layers") or f.opt("decoder_sparse_step", 1) != 1:
+        raise SpecError(
+            f"{f.where}: keys 'mlp_only_layers'/'decoder_sparse_step': dense layers in Qwen3-Next are not read "
+            "(allowed: [] and 1)"
+        )
+    return _gated_deltanet_hybrid(f, moe=True) | dict(attention_output_gate=True)
+
+
+def qwen3_5(f: Fields) -> dict[str, Any]:
+    """Qwen3.5 / Qwen3.6 (``qwen3_5_text`` dense and ``qwen3_5_moe_text`` MoE decoders, the text
+    half of ``qwen3_5`` / ``qwen3_5_moe``; Qwen team, 2026): Qwen3-Next's layer scheme (gated
+    DeltaNet layers, a gated softmax-attention layer every ``full_attention_interval``-th, QK norms)
+    with the RoPE keys nested in ``rope_parameters``, the attention gate named ``attn_output_gate``
+    (default true) and ``mtp_num_hidden_layers`` multi-token prediction layers. The MoE variants put
+    ``num_experts`` top ``num_experts_per_tok`` plus a gated shared expert in every layer; the dense
+    ones a SwiGLU MLP of ``intermediate_size``. Megatron-Bridge's Qwen3.5 bridges
+    (``src/megatron/bridge/models/qwen/qwen35_bridge.py``: ``experimental_attention_variant =
+    "gated_delta_net"``, ``linear_attention_freq`` from the layer types, ``mtp_num_hidden_layers`` ->
+    ``mtp_num_layers`` by the common ``CONFIG_MAPPING``) and THUDM/slime's Qwen3.5 launch arguments
+    (``scripts/models/qwen3.5-35B-A3B.sh``) run it the same way. The vision tower of the
+    conditional-generation checkpoints is not read (planner prices the language model)."""
+    moe = f.data.get("num_experts") is not None
+    return _gated_deltanet_hybrid(f, moe=moe) | dict(
+        attention_output_gate=f.flag("attn_output_gate", True),
+        mtp_num_layers=f.opt("mtp_num_hidden_layers"),
+    )
+
+
+def _gated_deltanet_hybrid(f: Fields, *, moe: bool) -> dict[str, Any]:
+    """The fields Qwen3-Next and Qwen3.5 share: the layer types (``layer_types``, or a full-attention
+    layer every ``full_attention_interval``-th), the gated DeltaNet shape (``linear_*``), the
+    attention shape with QK norms, and the MLP: an MoE of ``num_experts`` with a shared expert, or
+    (``moe`` false) a dense MLP of ``intermediate_size``."""
     layers, heads = f.need("num_hidden_layers"), f.need("num_attention_heads")
     types = f.data.get("layer_types")
     if types is None:
@@ -171,29 +204,30 @@ def qwen3_next(f: Fields) -> dict[str, Any]:
             f"{f.where}: key 'layer_types': expected {layers} entries of linear_attention/full_attention"
         )
     freq = skip_freq([t == "linear_attention" for t in types], f.where, "layer_types")
-    if f.data.get("mlp_only_layers") or f.opt("decoder_sparse_step", 1) != 1:
-        raise SpecError(
-            f"{f.where}: keys 'mlp_only_layers'/'decoder_sparse_step': dense layers in Qwen3-Next are not read "
-            "(allowed: [] and 1)"
-        )
-    return dict(
-        ffn_hidden_size=f.need("intermediate_size"),
+    out: dict[str, Any] = dict(
+        ffn_hidden_size=f.need("intermediate_size", *(("moe_intermediate_size",) if moe else ())),
         num_query_groups=f.opt("num_key_value_heads", heads, zero_is_absent=False),
         kv_channels=f.opt("head_dim", f.need("hidden_size") // heads),
         add_bias_linear=f.flag("attention_bias", False),
         qk_layernorm=True,
-        attention_output_gate=True,
         linear_attention_freq=freq,
         linear_num_key_heads=f.need("linear_num_key_heads"),
         linear_num_value_heads=f.need("linear_num_value_heads"),
         linear_key_head_dim=f.need("linear_key_head_dim"),
         linear_value_head_dim=f.need("linear_value_head_dim"),
         linear_conv_kernel_dim=f.opt("linear_conv_kernel_dim", 4),
-        num_experts=f.need("num_experts"),
-        moe_router_topk=f.need("num_experts_per_tok"),
-        moe_ffn_hidden_size=f.need("moe_intermediate_size"),
-        moe_shared_expert_intermediate_size=f.opt("shared_expert_intermediate_size"),
     )
+    if moe:
+        out |= dict(
+            num_experts=f.need("num_experts"),
+            moe_router_topk=f.need("num_experts_per_tok"),
+            moe_ffn_hidden_size=f.need("moe_intermediate_size"),
+            moe_shared_expert_intermediate_size=f.opt("shared_expert_intermediate_size"),
+            # the shared expert's sigmoid gate (Qwen3NextSparseMoeBlock.shared_expert_gate; Megatron-Bridge's
+            # Qwen3-Next and Qwen3.5 bridges set moe_shared_expert_gate=True)
+            moe_shared_expert_gate=bool(f.opt("shared_expert_intermediate_size")),
+        )
+    return out
 
 
 KIMI_LINEAR_CONTEXT = 1_048_576

@@ -117,6 +117,12 @@ class ModelSpec:
     """Intermediate width of each routed expert."""
     moe_shared_expert_intermediate_size: int = 0
     """Total intermediate width of the shared experts (0: none)."""
+    moe_shared_expert_gate: bool = False
+    """A learned sigmoid gate on the shared experts' output: an ``h x 1`` linear per MoE layer
+    (Megatron ``--moe-shared-expert-gate``, megatron-core ``SharedExpertMLP``'s ``gate_weight``;
+    Qwen2-MoE's, Qwen3-Next's and Qwen3.5's ``shared_expert_gate``). Its ``h`` parameters per layer
+    are counted; its FLOPs (2h per token) and elementwise gate are below what the model resolves
+    and, as in Megatron's ``num_floating_point_operations``, not priced."""
     moe_layer_freq: int = 1
     """Every ``moe_layer_freq``-th layer is MoE (layer i is MoE iff ``i % freq == 0``), as Megatron."""
     moe_expert_capacity_factor: float = 0.0
@@ -501,6 +507,7 @@ class ModelSpec:
             total += self.hidden_size * self.num_experts  # router
             if self.moe_shared_expert_intermediate_size:
                 total += self.mlp_params(self.moe_shared_expert_intermediate_size)
+                total += self.hidden_size if self.moe_shared_expert_gate else 0
         else:
             total += self.mlp_params(self.ffn_hidden_size)
         return total

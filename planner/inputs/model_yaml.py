@@ -137,6 +137,7 @@ def _hybrid_fields(r: Reader) -> dict[str, Any]:
         "linear_attention_type", str, "gated_delta_net", choices=LINEAR_ATTENTION_TYPES
     )
     out["attention_output_gate"] = r.get("attention_output_gate", bool, False)
+    out["moe_shared_expert_gate"] = r.get("moe_shared_expert_gate", bool, False)
     return out
 
 
@@ -276,6 +277,11 @@ def validate_model(m: ModelSpec, where: str) -> None:
         raise SpecError(
             f"{where}: key 'attention_dropout': {m.attention_dropout!r} is not a probability in [0, 1)"
         )
+    if m.moe_shared_expert_gate and not (m.num_experts and m.moe_shared_expert_intermediate_size):
+        raise SpecError(
+            f"{where}: key 'moe_shared_expert_gate': true needs shared experts "
+            "(num_experts and moe_shared_expert_intermediate_size > 0)"
+        )
     if m.num_attention_heads % m.num_query_groups:
         raise SpecError(
             f"{where}: num_attention_heads ({m.num_attention_heads}) must be divisible by "
@@ -404,6 +410,7 @@ OPTIONAL_MODEL_FIELDS = (
     "linear_attention_pattern",
     "linear_attention_type",
     "attention_output_gate",
+    "moe_shared_expert_gate",
     "dsa_indexer_n_heads",
     "dsa_indexer_head_dim",
     "dsa_indexer_topk",

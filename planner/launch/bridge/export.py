@@ -50,6 +50,7 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("model.moe_router_topk", "--moe-router-topk", "int"),
     ("model.moe_ffn_hidden_size", "--moe-ffn-hidden-size", "int"),
     ("model.moe_shared_expert_intermediate_size", "--moe-shared-expert-intermediate-size", "int"),
+    ("model.moe_shared_expert_gate", "--moe-shared-expert-gate", "set_switch"),
     ("model.expert_model_parallel_size", "--expert-model-parallel-size", "int"),
     ("model.expert_tensor_parallel_size", "--expert-tensor-parallel-size", "int"),
     ("model.moe_token_dispatcher_type", "--moe-token-dispatcher-type", "str"),
@@ -235,6 +236,9 @@ def _field_values(flags: dict) -> dict:
     for path, flag, kind in FIELDS:
         if kind == "switch":
             out[path] = flag in flags
+        elif kind == "set_switch":  # written only when on (exports of models without it unchanged)
+            if flag in flags:
+                out[path] = True
         elif kind == "negated":
             out[path] = flag not in flags
         elif flag not in flags:
@@ -285,6 +289,7 @@ ARCHITECTURE = (
     "moe_router_topk",
     "moe_ffn_hidden_size",
     "moe_shared_expert_intermediate_size",
+    "moe_shared_expert_gate",
     "moe_grouped_gemm",
     "mtp_num_layers",
 )

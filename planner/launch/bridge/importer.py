@@ -191,7 +191,7 @@ def _key_lines(text: str) -> dict:
 
 def _typed(value, kind: str, path: str, where: str):
     """A field's value as the flag's text (None: the flag is not given)."""
-    if kind in ("switch", "negated"):
+    if kind in ("switch", "set_switch", "negated"):
         if not isinstance(value, bool):
             raise SpecError(f"{where}: {path}: expected true or false, got {value!r}")
         return value
@@ -273,11 +273,11 @@ def read_sections(
         if path in table:
             flag, kind = table[path]
             v = _typed(value, kind, path, where)
-            if kind == "switch" and v:
+            if kind in ("switch", "set_switch") and v:
                 add(flag, None, path)
             elif kind == "negated" and not v:
                 add(flag, None, path)
-            elif kind not in ("switch", "negated") and v is not None:
+            elif kind not in ("switch", "set_switch", "negated") and v is not None:
                 add(flag, v, path)
         elif path in SPECIAL:
             continue

@@ -134,6 +134,7 @@ MODELLED = {
     "--moe-router-topk",
     "--moe-ffn-hidden-size",
     "--moe-shared-expert-intermediate-size",
+    "--moe-shared-expert-gate",
     "--moe-layer-freq",
     "--expert-model-parallel-size",
     "--expert-tensor-parallel-size",

@@ -160,6 +160,8 @@ def model_args(inputs: PlanInputs) -> list[tuple[str, str | None]]:
         ]
         if m.moe_shared_expert_intermediate_size:
             args.append(("--moe-shared-expert-intermediate-size", str(m.moe_shared_expert_intermediate_size)))
+            if m.moe_shared_expert_gate:
+                args.append(("--moe-shared-expert-gate", None))
         if m.moe_layer_pattern:
             args.append(("--moe-layer-freq", pattern_text(m.moe_layer_pattern)))
         elif m.moe_layer_freq != 1:

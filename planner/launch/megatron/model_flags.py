@@ -71,6 +71,8 @@ def read_model(args: Arguments, vocab_size: int | None = None) -> ModelSpec:
         if experts
         else 0,
         moe_shared_expert_intermediate_size=num("--moe-shared-expert-intermediate-size", 0) if experts else 0,
+        moe_shared_expert_gate=bool(experts and num("--moe-shared-expert-intermediate-size", 0))
+        and "--moe-shared-expert-gate" in flags,
         **(_moe_layers(args, num("--num-layers")) if experts and not hybrid.given_pattern(args) else {}),
         **_local_attention(args),
         **hybrid.model_fields(args),
