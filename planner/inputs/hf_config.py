@@ -1,7 +1,8 @@
 """Hugging Face ``config.json`` import (:func:`load_hf_config`, no network): the classic decoders
 (Llama, Mistral, Mixtral, Qwen2/3 and their MoE variants, Gemma, Nemotron, GPT-2, GPT-NeoX) and the
 2024-25 architectures (:func:`load_frontier`): DeepSeek-V2/V3, DeepSeek-V3.2 (sparse attention) and
-Kimi-K2 (MLA, shared experts, leading dense layers, MTP), gpt-oss (sinks, alternating sliding windows), Llama 4 (``text_config``;
+Kimi-K2 (MLA, shared experts, leading dense layers, MTP), GLM-4.5 / 4.6 / 4.7 (GQA, leading dense
+layers, a shared expert, MTP), gpt-oss (sinks, alternating sliding windows), Llama 4 (``text_config``;
 interleaved MoE with a shared expert, chunked attention), Phi-3, Gemma 3 (``gemma3``'s
 ``text_config`` or ``gemma3_text``; 5 local : 1 global attention, GeGLU), and the hybrid models of 2025:
 Nemotron-H / Nemotron 3 (Mamba-2, attention, MLP and MoE layers in a hybrid pattern), Qwen3-Next
@@ -39,6 +40,7 @@ MODEL_TYPES = (
     "falcon_h1",
     "gemma3",
     "gemma3_text",
+    "glm4_moe",
     "gpt_oss",
     "jamba",
     "kimi_k2",
@@ -79,6 +81,8 @@ def load_frontier(data: dict, where: str, name: str) -> ModelSpec:
         kwargs = _deepseek(f)
     elif mt == "gpt_oss":
         kwargs = _gpt_oss(f)
+    elif mt == "glm4_moe":
+        kwargs = _glm4_moe(f)
     elif mt in ("llama4", "llama4_text"):
         kwargs = _llama4(f)
     elif mt == "nemotron_h":
@@ -144,6 +148,37 @@ def _deepseek(f: Fields) -> dict[str, Any]:
         moe_layer_pattern=pattern if routed and not all(pattern) else (),
         mtp_num_layers=f.opt("num_nextn_predict_layers"),
         **_dsa(f),
+    )
+
+
+def _glm4_moe(f: Fields) -> dict[str, Any]:
+    """GLM-4.5 / GLM-4.6 / GLM-4.7 (``Glm4MoeConfig``; Zhipu AI, GLM-4.5, arXiv:2508.06471): GQA
+    with heads of ``head_dim`` (96 x 128 = 12288 wide at h 5120), biases on Q, K and V only
+    (``attention_bias``), optional per-head QK norms (``use_qk_norm``), the first
+    ``first_k_dense_replace`` layers dense MLPs of ``intermediate_size``, the rest MoE of
+    ``n_routed_experts`` top ``num_experts_per_tok`` plus ``n_shared_experts`` shared experts of the
+    routed width, and ``num_nextn_predict_layers`` MTP layers. Megatron-Bridge's GLM-4.5 bridge
+    (``src/megatron/bridge/models/glm/glm45_bridge.py``) builds the same: ``moe_layer_freq`` from
+    ``first_k_dense_replace``, shared experts of ``moe_intermediate_size``, MTP from
+    ``num_nextn_predict_layers``, no linear biases but the QKV ones (``add_qkv_bias`` from
+    ``attention_bias``). ``partial_rotary_factor`` (0.5) changes no cost."""
+    layers, heads = f.need("num_hidden_layers"), f.need("num_attention_heads")
+    routed, first_dense = f.need("n_routed_experts"), f.opt("first_k_dense_replace")
+    moe_ffn = f.need("moe_intermediate_size")
+    pattern = tuple(int(i >= first_dense) for i in range(layers))
+    return dict(
+        ffn_hidden_size=f.need("intermediate_size"),
+        num_query_groups=f.opt("num_key_value_heads", heads, zero_is_absent=False),
+        kv_channels=f.opt("head_dim", f.need("hidden_size") // heads),
+        add_bias_linear=False,
+        add_qkv_bias=f.flag("attention_bias", False),
+        qk_layernorm=f.flag("use_qk_norm", False),
+        num_experts=routed,
+        moe_router_topk=f.need("num_experts_per_tok"),
+        moe_ffn_hidden_size=moe_ffn,
+        moe_shared_expert_intermediate_size=f.opt("n_shared_experts") * moe_ffn,
+        moe_layer_pattern=pattern if not all(pattern) else (),
+        mtp_num_layers=f.opt("num_nextn_predict_layers"),
     )
 
 
@@ -338,7 +373,7 @@ def load_hf_config(path: Path) -> ModelSpec:
 
     Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gpt2,
     gpt_neox, gemma, gemma2, nemotron, and (:func:`load_frontier`) deepseek_v2, deepseek_v3, deepseek_v32, falcon_h1,
-    gemma3 (its ``text_config``), gemma3_text, jamba, kimi_k2, kimi_linear, gpt_oss, llama4 (its ``text_config``),
+    gemma3 (its ``text_config``), gemma3_text, glm4_moe, jamba, kimi_k2, kimi_linear, gpt_oss, llama4 (its ``text_config``),
     llama4_text, nemotron_h, phi3, qwen3_5 and qwen3_5_moe (their ``text_config``), qwen3_5_text,
     qwen3_5_moe_text, qwen3_next. Field meanings follow the
     ``transformers`` configuration classes of the same names.
@@ -360,7 +395,8 @@ def load_hf_config(path: Path) -> ModelSpec:
         kwargs = _gpt_neox(f, name)
     else:
         supported = (
-            "deepseek_v2, deepseek_v3, deepseek_v32, falcon_h1, gemma, gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, jamba, kimi_k2, "
+            "deepseek_v2, deepseek_v3, deepseek_v32, falcon_h1, gemma, gemma2, gemma3, gemma3_text, glm4_moe, gpt2, gpt_neox, "
+            "gpt_oss, jamba, kimi_k2, "
             "kimi_linear, llama, llama4, llama4_text, mistral, mixtral, nemotron, nemotron_h, phi3, qwen2, qwen2_moe, "
             "qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, qwen3_next"
         )
